@@ -1,0 +1,327 @@
+/* cxs_format.c - container parsing and building (spec/format.md, sections
+ * 2 to 4).  Every length and offset read from a file is checked against the
+ * file size before it is used, with overflow-safe arithmetic. */
+#include "cxs_format.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "cxs_le.h"
+
+const uint8_t cxs_magic_bytes[8] = {0x89, 'C', 'X', 'S', '\r', '\n', 0x1a, '\n'};
+
+int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...) {
+    if (d) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(d->message, sizeof d->message, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+size_t cxs_dtype_size(uint32_t dtype) {
+    switch (dtype) {
+    case CXS_DTYPE_F32: return 4;
+    case CXS_DTYPE_F16: return 2;
+    case CXS_DTYPE_BF16: return 2;
+    default: return 0;
+    }
+}
+
+const char *cxs_dtype_name(uint32_t dtype) {
+    switch (dtype) {
+    case CXS_DTYPE_F32: return "float32";
+    case CXS_DTYPE_F16: return "float16";
+    case CXS_DTYPE_BF16: return "bfloat16";
+    default: return "unknown";
+    }
+}
+
+const char *cxs_section_name(uint32_t type) {
+    switch (type) {
+    case CXS_SEC_SHARD_META: return "SHARD_META";
+    case CXS_SEC_INDEX: return "INDEX";
+    case CXS_SEC_IDS: return "IDS";
+    case CXS_SEC_FEATURES: return "FEATURES";
+    case CXS_SEC_LABELS: return "LABELS";
+    case CXS_SEC_DATASET_META: return "DATASET_META";
+    case CXS_SEC_SHARD_TABLE: return "SHARD_TABLE";
+    case CXS_SEC_VOCAB: return "VOCAB";
+    case CXS_SEC_STATS: return "STATS";
+    case CXS_SEC_SKIPPED: return "SKIPPED";
+    default: return "unknown";
+    }
+}
+
+uint64_t cxs_hash(const void *p, size_t n) {
+    return (uint64_t)XXH3_64bits(p, n);
+}
+
+static int known_type(uint32_t kind, uint32_t type) {
+    if (kind == CXS_KIND_SHARD)
+        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_LABELS;
+    return type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SKIPPED;
+}
+
+static uint64_t header_hash(const uint8_t *p, uint32_t n) {
+    /* The checksum field itself (bytes 56..63) is hashed as zeros. */
+    XXH3_state_t *st = XXH3_createState();
+    static const uint8_t zero8[8];
+    uint64_t h;
+    if (!st) { /* out of memory: fall back to a copy on the stack */
+        uint8_t tmp[CXS_HEADER_SIZE + CXS_SECTION_ENTRY * CXS_MAX_SECTIONS];
+        size_t len = CXS_HEADER_SIZE + (size_t)CXS_SECTION_ENTRY * n;
+        memcpy(tmp, p, len);
+        memset(tmp + 56, 0, 8);
+        return cxs_hash(tmp, len);
+    }
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, p, 56);
+    XXH3_64bits_update(st, zero8, 8);
+    XXH3_64bits_update(st, p + CXS_HEADER_SIZE, (size_t)CXS_SECTION_ENTRY * n);
+    h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+int cxs_container_parse(const uint8_t *p, uint64_t size, uint32_t kind,
+                        cxs_container *out, const char *path, cxs_diag *d) {
+    cxs_container c;
+    memset(&c, 0, sizeof c);
+    if (size < 8 || memcmp(p, cxs_magic_bytes, 8) != 0)
+        return cxs_diagf(d, CXS_E_BAD_MAGIC, "%s: not a ctxshard file (bad magic at offset 0)", path);
+    if (size < CXS_PAGE)
+        return cxs_diagf(d, CXS_E_TRUNCATED,
+                         "%s: truncated: %llu bytes, the header page alone is %u", path,
+                         (unsigned long long)size, CXS_PAGE);
+    c.major = cxs_ld16(p + 8);
+    c.minor = cxs_ld16(p + 10);
+    if (c.major != CXS_FORMAT_MAJOR)
+        return cxs_diagf(d, CXS_E_VERSION,
+                         "%s: format version %u.%u, this reader knows major version %u", path,
+                         c.major, c.minor, CXS_FORMAT_MAJOR);
+    c.kind = cxs_ld32(p + 12);
+    c.file_size = cxs_ld64(p + 16);
+    c.nsections = cxs_ld32(p + 24);
+    c.header_checksum = cxs_ld64(p + 56);
+    if (c.nsections == 0 || c.nsections > CXS_MAX_SECTIONS)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: header offset 24: section count %u, expected 1..%u", path,
+                         c.nsections, CXS_MAX_SECTIONS);
+    if (header_hash(p, c.nsections) != c.header_checksum)
+        return cxs_diagf(d, CXS_E_CHECKSUM,
+                         "%s: header checksum mismatch (header or section table damaged)", path);
+    if (c.kind != kind)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: header offset 12: file kind %u, expected %u (%s)",
+                         path, c.kind, kind, kind == CXS_KIND_SHARD ? "shard" : "manifest");
+    if (c.file_size != size)
+        return cxs_diagf(d, c.file_size > size ? CXS_E_TRUNCATED : CXS_E_CORRUPT,
+                         "%s: file is %llu bytes, its header says %llu", path,
+                         (unsigned long long)size, (unsigned long long)c.file_size);
+    for (uint32_t i = 28; i < 56; i++)
+        if (p[i] != 0)
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: header offset %u: reserved byte is not zero",
+                             path, i);
+    uint64_t prev_end = CXS_PAGE;
+    for (uint32_t i = 0; i < c.nsections; i++) {
+        const uint8_t *e = p + CXS_HEADER_SIZE + (size_t)CXS_SECTION_ENTRY * i;
+        cxs_section *s = &c.sections[i];
+        s->type = cxs_ld32(e);
+        s->flags = cxs_ld32(e + 4);
+        s->offset = cxs_ld64(e + 8);
+        s->length = cxs_ld64(e + 16);
+        s->checksum = cxs_ld64(e + 24);
+        if (s->flags & ~CXS_SECF_REQUIRED)
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: section %u: reserved flag bits set (0x%x)",
+                             path, i, s->flags);
+        if (s->offset % CXS_PAGE || s->offset < prev_end)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: section %u (%s): offset %llu is not page-aligned after the "
+                             "previous section (ends at %llu)",
+                             path, i, cxs_section_name(s->type), (unsigned long long)s->offset,
+                             (unsigned long long)prev_end);
+        if (s->offset > size || s->length > size - s->offset)
+            return cxs_diagf(d, CXS_E_TRUNCATED,
+                             "%s: section %u (%s): bytes %llu..%llu lie past the end of the "
+                             "file (%llu bytes)",
+                             path, i, cxs_section_name(s->type), (unsigned long long)s->offset,
+                             (unsigned long long)s->offset + s->length,
+                             (unsigned long long)size);
+        prev_end = cxs_align_page(s->offset + s->length);
+        for (uint32_t j = 0; j < i; j++)
+            if (c.sections[j].type == s->type)
+                return cxs_diagf(d, CXS_E_CORRUPT, "%s: section type %u appears twice", path,
+                                 s->type);
+        if (!known_type(kind, s->type) && (s->flags & CXS_SECF_REQUIRED))
+            return cxs_diagf(d, CXS_E_UNSUPPORTED,
+                             "%s: required section type %u is unknown to this reader (format "
+                             "%u.%u)",
+                             path, s->type, c.major, c.minor);
+    }
+    if (prev_end != size)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: file is %llu bytes, its last section ends (page-aligned) at %llu",
+                         path, (unsigned long long)size, (unsigned long long)prev_end);
+    *out = c;
+    return 0;
+}
+
+const cxs_section *cxs_container_find(const cxs_container *c, uint32_t type) {
+    for (uint32_t i = 0; i < c->nsections; i++)
+        if (c->sections[i].type == type) return &c->sections[i];
+    return NULL;
+}
+
+uint64_t cxs_container_build(uint8_t page[CXS_PAGE], uint32_t kind, uint64_t file_size,
+                             const cxs_section *s, uint32_t n) {
+    memset(page, 0, CXS_PAGE);
+    memcpy(page, cxs_magic_bytes, 8);
+    cxs_st16(page + 8, CXS_FORMAT_MAJOR);
+    cxs_st16(page + 10, CXS_FORMAT_MINOR);
+    cxs_st32(page + 12, kind);
+    cxs_st64(page + 16, file_size);
+    cxs_st32(page + 24, n);
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t *e = page + CXS_HEADER_SIZE + (size_t)CXS_SECTION_ENTRY * i;
+        cxs_st32(e, s[i].type);
+        cxs_st32(e + 4, s[i].flags);
+        cxs_st64(e + 8, s[i].offset);
+        cxs_st64(e + 16, s[i].length);
+        cxs_st64(e + 24, s[i].checksum);
+    }
+    uint64_t h = header_hash(page, n);
+    cxs_st64(page + 56, h);
+    return h;
+}
+
+static int reserved_zero(const uint8_t *p, size_t from, size_t to) {
+    for (size_t i = from; i < to; i++)
+        if (p[i]) return 0;
+    return 1;
+}
+
+void cxs_shard_meta_store(uint8_t *p, const cxs_shard_meta *m) {
+    memset(p, 0, CXS_SHARD_META_SIZE);
+    cxs_st32(p + 0, m->index);
+    cxs_st32(p + 4, m->dim);
+    cxs_st64(p + 8, m->num_utterances);
+    cxs_st64(p + 16, m->num_frames);
+    cxs_st64(p + 24, m->first_utterance);
+    cxs_st64(p + 32, m->first_frame);
+    cxs_st32(p + 40, m->guard);
+    cxs_st16(p + 44, m->dtype);
+    cxs_st16(p + 46, m->label_width);
+}
+
+int cxs_shard_meta_load(const uint8_t *p, uint64_t len, cxs_shard_meta *m, const char *path,
+                        cxs_diag *d) {
+    if (len != CXS_SHARD_META_SIZE)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_META is %llu bytes, expected %u", path,
+                         (unsigned long long)len, CXS_SHARD_META_SIZE);
+    m->index = cxs_ld32(p);
+    m->dim = cxs_ld32(p + 4);
+    m->num_utterances = cxs_ld64(p + 8);
+    m->num_frames = cxs_ld64(p + 16);
+    m->first_utterance = cxs_ld64(p + 24);
+    m->first_frame = cxs_ld64(p + 32);
+    m->guard = cxs_ld32(p + 40);
+    m->dtype = cxs_ld16(p + 44);
+    m->label_width = cxs_ld16(p + 46);
+    if (!reserved_zero(p, 48, 64))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_META: reserved bytes 48..63 not zero",
+                         path);
+    return 0;
+}
+
+void cxs_dataset_meta_store(uint8_t *p, const cxs_dataset_meta *m) {
+    memset(p, 0, CXS_DATASET_META_SIZE);
+    cxs_st64(p + 0, m->num_utterances);
+    cxs_st64(p + 8, m->num_frames);
+    cxs_st32(p + 16, m->num_shards);
+    cxs_st32(p + 20, m->dim);
+    cxs_st32(p + 24, m->guard);
+    cxs_st16(p + 28, m->dtype);
+    cxs_st16(p + 30, m->label_width);
+    cxs_st32(p + 32, m->vocab_size);
+    cxs_st32(p + 36, m->normalize);
+    cxs_st64(p + 40, m->shard_size);
+    cxs_st64(p + 48, m->num_skipped);
+    cxs_st32(p + 56, m->on_error);
+}
+
+int cxs_dataset_meta_load(const uint8_t *p, uint64_t len, cxs_dataset_meta *m,
+                          const char *path, cxs_diag *d) {
+    if (len != CXS_DATASET_META_SIZE)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META is %llu bytes, expected %u", path,
+                         (unsigned long long)len, CXS_DATASET_META_SIZE);
+    m->num_utterances = cxs_ld64(p);
+    m->num_frames = cxs_ld64(p + 8);
+    m->num_shards = cxs_ld32(p + 16);
+    m->dim = cxs_ld32(p + 20);
+    m->guard = cxs_ld32(p + 24);
+    m->dtype = cxs_ld16(p + 28);
+    m->label_width = cxs_ld16(p + 30);
+    m->vocab_size = cxs_ld32(p + 32);
+    m->normalize = cxs_ld32(p + 36);
+    m->shard_size = cxs_ld64(p + 40);
+    m->num_skipped = cxs_ld64(p + 48);
+    m->on_error = cxs_ld32(p + 56);
+    if (!reserved_zero(p, 60, 64))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: reserved bytes 60..63 not zero",
+                         path);
+    return 0;
+}
+
+void cxs_shard_entry_store(uint8_t *p, const cxs_shard_entry *e) {
+    memset(p, 0, CXS_SHARD_ENTRY_SIZE);
+    cxs_st64(p, e->file_size);
+    cxs_st64(p + 8, e->header_checksum);
+    cxs_st64(p + 16, e->num_utterances);
+    cxs_st64(p + 24, e->num_frames);
+    cxs_st64(p + 32, e->first_utterance);
+    cxs_st64(p + 40, e->first_frame);
+}
+
+int cxs_shard_entry_load(const uint8_t *p, cxs_shard_entry *e) {
+    e->file_size = cxs_ld64(p);
+    e->header_checksum = cxs_ld64(p + 8);
+    e->num_utterances = cxs_ld64(p + 16);
+    e->num_frames = cxs_ld64(p + 24);
+    e->first_utterance = cxs_ld64(p + 32);
+    e->first_frame = cxs_ld64(p + 40);
+    return reserved_zero(p, 48, 64) ? 0 : CXS_E_CORRUPT;
+}
+
+int cxs_strtab_check(const uint8_t *p, uint64_t len, uint64_t n, uint32_t maxlen,
+                     const char *what, const char *path, cxs_diag *d) {
+    if (n >= UINT64_MAX / 8 - 1 || len < 8 * (n + 1))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: %s: %llu bytes cannot hold %llu offsets", path,
+                         what, (unsigned long long)len, (unsigned long long)n + 1);
+    uint64_t bytes = len - 8 * (n + 1);
+    if (cxs_ld64(p) != 0)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: %s: first offset is not 0", path, what);
+    if (cxs_ld64(p + 8 * n) != bytes)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: %s: last offset %llu, expected the string bytes' length %llu",
+                         path, what, (unsigned long long)cxs_ld64(p + 8 * n),
+                         (unsigned long long)bytes);
+    const uint8_t *s = p + 8 * (n + 1);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t a = cxs_ld64(p + 8 * i), b = cxs_ld64(p + 8 * (i + 1));
+        if (b <= a || b - a > maxlen || b > bytes)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: %s: string %llu has offsets %llu..%llu (must be 1..%u bytes "
+                             "within %llu)",
+                             path, what, (unsigned long long)i, (unsigned long long)a,
+                             (unsigned long long)b, maxlen, (unsigned long long)bytes);
+        for (uint64_t j = a; j < b; j++)
+            if (s[j] < 0x20)
+                return cxs_diagf(d, CXS_E_CORRUPT, "%s: %s: string %llu holds control byte 0x%02x",
+                                 path, what, (unsigned long long)i, s[j]);
+    }
+    return 0;
+}

@@ -1,0 +1,160 @@
+/* cxs_format.h - the on-disk structures of spec/format.md: constants, the
+ * container (header + section table) shared by shards and manifests, and
+ * bounds-checked parsers and builders.  Depends on libc and xxhash only. */
+#ifndef CXS_FORMAT_H
+#define CXS_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxshard.h"
+
+#define CXS_PAGE 4096u
+#define CXS_HEADER_SIZE 64u
+#define CXS_SECTION_ENTRY 32u
+#define CXS_MAX_SECTIONS 64u
+
+/* "\x89CXS\r\n\x1a\n" read as a little-endian u64. */
+#define CXS_MAGIC 0x0A1A0A0D5358438Full
+extern const uint8_t cxs_magic_bytes[8];
+
+#define CXS_KIND_SHARD 1u
+#define CXS_KIND_MANIFEST 2u
+
+/* Section types. */
+#define CXS_SEC_SHARD_META 1u
+#define CXS_SEC_INDEX 2u
+#define CXS_SEC_IDS 3u
+#define CXS_SEC_FEATURES 4u
+#define CXS_SEC_LABELS 5u
+#define CXS_SEC_DATASET_META 16u
+#define CXS_SEC_SHARD_TABLE 17u
+#define CXS_SEC_VOCAB 18u
+#define CXS_SEC_STATS 19u
+#define CXS_SEC_SKIPPED 20u
+
+#define CXS_SECF_REQUIRED 1u
+
+#define CXS_SHARD_META_SIZE 64u
+#define CXS_DATASET_META_SIZE 64u
+#define CXS_SHARD_ENTRY_SIZE 64u
+#define CXS_STATS_HEAD 32u
+
+#define CXS_MANIFEST_NAME "manifest.cxs"
+#define CXS_SHARD_NAME_FMT "shard-%06u.cxs"
+
+#define CXS_MAX_DIM 65536u
+#define CXS_MAX_GUARD 4096u
+#define CXS_MAX_VOCAB 65536u
+#define CXS_MAX_ID_LEN 1024u
+#define CXS_MAX_SYMBOL_LEN 255u
+
+typedef struct cxs_section {
+    uint32_t type;
+    uint32_t flags;
+    uint64_t offset;
+    uint64_t length;
+    uint64_t checksum;
+} cxs_section;
+
+typedef struct cxs_container {
+    uint16_t major, minor;
+    uint32_t kind;
+    uint64_t file_size;
+    uint32_t nsections;
+    uint64_t header_checksum;
+    cxs_section sections[CXS_MAX_SECTIONS];
+} cxs_container;
+
+typedef struct cxs_shard_meta {
+    uint32_t index;
+    uint32_t dim;
+    uint64_t num_utterances;
+    uint64_t num_frames;
+    uint64_t first_utterance;
+    uint64_t first_frame;
+    uint32_t guard;
+    uint16_t dtype;
+    uint16_t label_width;
+} cxs_shard_meta;
+
+typedef struct cxs_dataset_meta {
+    uint64_t num_utterances;
+    uint64_t num_frames;
+    uint32_t num_shards;
+    uint32_t dim;
+    uint32_t guard;
+    uint16_t dtype;
+    uint16_t label_width;
+    uint32_t vocab_size;
+    uint32_t normalize;
+    uint64_t shard_size;
+    uint64_t num_skipped;
+    uint32_t on_error;
+} cxs_dataset_meta;
+
+typedef struct cxs_shard_entry {
+    uint64_t file_size;
+    uint64_t header_checksum;
+    uint64_t num_utterances;
+    uint64_t num_frames;
+    uint64_t first_utterance;
+    uint64_t first_frame;
+} cxs_shard_entry;
+
+/* printf into diag (NULL allowed); returns code so callers can
+ * `return cxs_diagf(d, CODE, ...)`. */
+int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+size_t cxs_dtype_size(uint32_t dtype);
+const char *cxs_dtype_name(uint32_t dtype);
+const char *cxs_section_name(uint32_t type);
+
+static inline uint64_t cxs_align_page(uint64_t x) {
+    return (x + CXS_PAGE - 1) & ~(uint64_t)(CXS_PAGE - 1);
+}
+
+/* XXH3-64, seed 0. */
+uint64_t cxs_hash(const void *p, size_t n);
+
+/*
+ * Parse and check a header and section table in the first bytes of a file
+ * of `size` bytes: magic, version, kind, size, section layout, header
+ * checksum, required unknown sections.  `path` names the file in messages.
+ */
+int cxs_container_parse(const uint8_t *p, uint64_t size, uint32_t kind,
+                        cxs_container *out, const char *path, cxs_diag *d);
+
+/* The section of a type, or NULL. */
+const cxs_section *cxs_container_find(const cxs_container *c, uint32_t type);
+
+/*
+ * Build the header page: writes CXS_PAGE bytes into page (header, table,
+ * zero padding), computing the header checksum.  Sections must be sorted by
+ * offset.  Returns the header checksum.
+ */
+uint64_t cxs_container_build(uint8_t page[CXS_PAGE], uint32_t kind, uint64_t file_size,
+                             const cxs_section *s, uint32_t n);
+
+void cxs_shard_meta_store(uint8_t *p, const cxs_shard_meta *m);
+int cxs_shard_meta_load(const uint8_t *p, uint64_t len, cxs_shard_meta *m,
+                        const char *path, cxs_diag *d);
+void cxs_dataset_meta_store(uint8_t *p, const cxs_dataset_meta *m);
+int cxs_dataset_meta_load(const uint8_t *p, uint64_t len, cxs_dataset_meta *m,
+                          const char *path, cxs_diag *d);
+void cxs_shard_entry_store(uint8_t *p, const cxs_shard_entry *e);
+int cxs_shard_entry_load(const uint8_t *p, cxs_shard_entry *e);
+
+/*
+ * A string table: (n+1) u64 offsets relative to the byte after the offset
+ * array, non-decreasing from 0, then the bytes.  Checks that it is exactly
+ * `len` bytes, and every string is 1..maxlen bytes with no byte below 0x20.
+ */
+int cxs_strtab_check(const uint8_t *p, uint64_t len, uint64_t n, uint32_t maxlen,
+                     const char *what, const char *path, cxs_diag *d);
+static inline uint64_t cxs_strtab_size(uint64_t n, uint64_t bytes) {
+    return 8 * (n + 1) + bytes;
+}
+
+#endif

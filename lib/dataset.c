@@ -1,0 +1,531 @@
+/* dataset.c - open, describe, verify and read a packed dataset. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ctxshard.h"
+#include "cxs_convert.h"
+#include "cxs_format.h"
+#include "cxs_le.h"
+#include "cxs_version.h"
+
+#include "dataset_internal.h"
+
+const char *cxs_version(void) { return CXS_VERSION_STRING; }
+
+const char *cxs_strerror(int code) {
+    switch (code) {
+    case 0: return "success";
+    case CXS_E_BAD_MAGIC: return "not a ctxshard file";
+    case CXS_E_VERSION: return "unsupported format version";
+    case CXS_E_TRUNCATED: return "file truncated";
+    case CXS_E_CORRUPT: return "corrupt structure";
+    case CXS_E_CHECKSUM: return "checksum mismatch";
+    case CXS_E_UNSUPPORTED: return "unsupported feature";
+    case CXS_E_INVALID: return "invalid argument";
+    case CXS_E_RANGE: return "out of range";
+    case CXS_E_INPUT: return "invalid input file";
+    default:
+        if (code < 0 && code > -4096) return strerror(-code);
+        return "unknown error";
+    }
+}
+
+static int map_file(const char *path, const uint8_t **map, uint64_t *size, cxs_diag *d) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return cxs_diagf(d, -e, "%s: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+        close(fd);
+        return cxs_diagf(d, -e, "%s: %s", path, e == EINVAL ? "not a regular file" : strerror(e));
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        return cxs_diagf(d, CXS_E_TRUNCATED, "%s: empty file", path);
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) return cxs_diagf(d, -e, "%s: cannot map: %s", path, strerror(e));
+    *map = p;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+void cxs_dataset_close(cxs_dataset *ds) {
+    if (!ds) return;
+    if (ds->shards) {
+        for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+            if (ds->shards[i].map) munmap((void *)ds->shards[i].map, ds->shards[i].size);
+            free(ds->shards[i].path);
+        }
+    }
+    if (ds->mmap) munmap((void *)ds->mmap, ds->msize);
+    free(ds->shards);
+    free(ds->cum);
+    free(ds->utt_shard);
+    free(ds->manifest_path);
+    free(ds);
+}
+
+/* Hash one section and compare with its table entry. */
+static int check_section_hash(const uint8_t *map, const cxs_section *s, const char *path,
+                              cxs_diag *d) {
+    if (cxs_hash(map + s->offset, s->length) != s->checksum)
+        return cxs_diagf(d, CXS_E_CHECKSUM,
+                         "%s: section %s (bytes %llu..%llu): checksum mismatch", path,
+                         cxs_section_name(s->type), (unsigned long long)s->offset,
+                         (unsigned long long)(s->offset + s->length));
+    return 0;
+}
+
+static const cxs_section *need(const cxs_container *c, uint32_t type, const char *path, int *rc,
+                               cxs_diag *d) {
+    const cxs_section *s = cxs_container_find(c, type);
+    if (!s) *rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: required section %s is missing", path,
+                            cxs_section_name(type));
+    return s;
+}
+
+static int id_cmp(const uint8_t *a, uint64_t al, const uint8_t *b, uint64_t bl) {
+    int r = memcmp(a, b, al < bl ? al : bl);
+    if (r) return r;
+    return al < bl ? -1 : al > bl;
+}
+
+static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
+    const char *mp = ds->manifest_path;
+    int rc = map_file(mp, &ds->mmap, &ds->msize, d);
+    if (rc) return rc;
+    rc = cxs_container_parse(ds->mmap, ds->msize, CXS_KIND_MANIFEST, &ds->mc, mp, d);
+    if (rc) return rc;
+    /* The manifest is small: hash all of it at open. */
+    for (uint32_t i = 0; i < ds->mc.nsections; i++)
+        if ((rc = check_section_hash(ds->mmap, &ds->mc.sections[i], mp, d))) return rc;
+    const cxs_section *sm = need(&ds->mc, CXS_SEC_DATASET_META, mp, &rc, d);
+    const cxs_section *st = need(&ds->mc, CXS_SEC_SHARD_TABLE, mp, &rc, d);
+    const cxs_section *ss = need(&ds->mc, CXS_SEC_STATS, mp, &rc, d);
+    if (rc) return rc;
+    cxs_dataset_meta *m = &ds->meta;
+    if ((rc = cxs_dataset_meta_load(ds->mmap + sm->offset, sm->length, m, mp, d))) return rc;
+    ds->esize = cxs_dtype_size(m->dtype);
+    if (!ds->esize)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: unknown dtype %u", mp, m->dtype);
+    if (m->dim == 0 || m->dim > CXS_MAX_DIM || m->guard > CXS_MAX_GUARD)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: dim %u / guard %u out of range",
+                         mp, m->dim, m->guard);
+    uint32_t want_lw = m->vocab_size == 0 ? 0 : m->vocab_size <= 256 ? 1 : 2;
+    if (m->vocab_size > CXS_MAX_VOCAB || m->label_width != want_lw)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: DATASET_META: vocabulary of %u symbols with label width %u", mp,
+                         m->vocab_size, m->label_width);
+    if (m->normalize > CXS_NORM_UTTERANCE || m->on_error > 1)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: bad normalize/on_error code", mp);
+    if (m->num_shards == 0 || m->num_utterances == 0 || m->num_frames < m->num_utterances ||
+        m->num_shards > m->num_utterances)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: DATASET_META: %u shards, %llu utterances, %llu frames is not a "
+                         "valid combination",
+                         mp, m->num_shards, (unsigned long long)m->num_utterances,
+                         (unsigned long long)m->num_frames);
+    if (st->length != (uint64_t)m->num_shards * CXS_SHARD_ENTRY_SIZE)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_TABLE is %llu bytes, expected %u entries",
+                         mp, (unsigned long long)st->length, m->num_shards);
+    if (ss->length != CXS_STATS_HEAD + 16ull * m->dim + 8ull * m->vocab_size)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS is %llu bytes, expected %llu", mp,
+                         (unsigned long long)ss->length,
+                         (unsigned long long)(CXS_STATS_HEAD + 16ull * m->dim + 8ull * m->vocab_size));
+    ds->stats = ds->mmap + ss->offset;
+    ds->stats_len = ss->length;
+    if (m->vocab_size) {
+        const cxs_section *sv = need(&ds->mc, CXS_SEC_VOCAB, mp, &rc, d);
+        if (rc) return rc;
+        if ((rc = cxs_strtab_check(ds->mmap + sv->offset, sv->length, m->vocab_size,
+                                   CXS_MAX_SYMBOL_LEN, "VOCAB", mp, d)))
+            return rc;
+        ds->vocab = ds->mmap + sv->offset;
+    }
+    const cxs_section *sk = cxs_container_find(&ds->mc, CXS_SEC_SKIPPED);
+    if (sk) {
+        ds->skipped = (const char *)ds->mmap + sk->offset;
+        ds->skipped_len = sk->length;
+    }
+    ds->total_bytes = ds->msize;
+    return 0;
+}
+
+static int open_shard(cxs_dataset *ds, uint32_t i, const char *dir, uint64_t *prev_id_off,
+                      cxs_diag *d) {
+    shard *sh = &ds->shards[i];
+    const cxs_dataset_meta *m = &ds->meta;
+    cxs_shard_entry e;
+    const uint8_t *ent = ds->mmap + cxs_container_find(&ds->mc, CXS_SEC_SHARD_TABLE)->offset +
+                         (uint64_t)i * CXS_SHARD_ENTRY_SIZE;
+    const char *mp = ds->manifest_path;
+    if (cxs_shard_entry_load(ent, &e))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_TABLE entry %u: reserved bytes not zero",
+                         mp, i);
+    uint64_t want_u = i == 0 ? 0 : ds->shards[i - 1].meta.first_utterance +
+                                       ds->shards[i - 1].meta.num_utterances;
+    uint64_t want_f = i == 0 ? 0 : ds->shards[i - 1].meta.first_frame +
+                                       ds->shards[i - 1].meta.num_frames;
+    if (e.first_utterance != want_u || e.first_frame != want_f || e.num_utterances == 0 ||
+        e.num_utterances > m->num_utterances - want_u || e.num_frames < e.num_utterances ||
+        e.num_frames > m->num_frames - want_f)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: SHARD_TABLE entry %u: utterances %llu+%llu, frames %llu+%llu do "
+                         "not follow the previous shard",
+                         mp, i, (unsigned long long)e.first_utterance,
+                         (unsigned long long)e.num_utterances, (unsigned long long)e.first_frame,
+                         (unsigned long long)e.num_frames);
+    size_t plen = strlen(dir) + 32;
+    sh->path = malloc(plen);
+    if (!sh->path) return -ENOMEM;
+    snprintf(sh->path, plen, "%s/" CXS_SHARD_NAME_FMT, dir, i);
+    const char *path = sh->path;
+    int rc = map_file(path, &sh->map, &sh->size, d);
+    if (rc) return rc;
+    ds->total_bytes += sh->size;
+    if (sh->size != e.file_size) {
+        /* Parse first so a damaged header is reported as such. */
+        cxs_container tmp;
+        rc = cxs_container_parse(sh->map, sh->size, CXS_KIND_SHARD, &tmp, path, d);
+        if (rc) return rc;
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: %llu bytes, the manifest says %llu", path,
+                         (unsigned long long)sh->size, (unsigned long long)e.file_size);
+    }
+    if ((rc = cxs_container_parse(sh->map, sh->size, CXS_KIND_SHARD, &sh->c, path, d))) return rc;
+    if (sh->c.header_checksum != e.header_checksum)
+        return cxs_diagf(d, CXS_E_CHECKSUM,
+                         "%s: header checksum differs from the manifest's (shard replaced or "
+                         "damaged)",
+                         path);
+    const cxs_section *smeta = need(&sh->c, CXS_SEC_SHARD_META, path, &rc, d);
+    const cxs_section *sidx = need(&sh->c, CXS_SEC_INDEX, path, &rc, d);
+    const cxs_section *sids = need(&sh->c, CXS_SEC_IDS, path, &rc, d);
+    const cxs_section *sfeat = need(&sh->c, CXS_SEC_FEATURES, path, &rc, d);
+    if (rc) return rc;
+    /* Small sections are hashed at open; FEATURES and LABELS by verify. */
+    if ((rc = check_section_hash(sh->map, smeta, path, d)) ||
+        (rc = check_section_hash(sh->map, sidx, path, d)) ||
+        (rc = check_section_hash(sh->map, sids, path, d)))
+        return rc;
+    cxs_shard_meta *sm = &sh->meta;
+    if ((rc = cxs_shard_meta_load(sh->map + smeta->offset, smeta->length, sm, path, d))) return rc;
+    if (sm->index != i || sm->dim != m->dim || sm->guard != m->guard || sm->dtype != m->dtype ||
+        sm->label_width != m->label_width || sm->num_utterances != e.num_utterances ||
+        sm->num_frames != e.num_frames || sm->first_utterance != e.first_utterance ||
+        sm->first_frame != e.first_frame)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: SHARD_META disagrees with the manifest (index, dims, dtype, guard "
+                         "or counts)",
+                         path);
+    uint64_t U = sm->num_utterances, F = sm->num_frames;
+    if (sidx->length != 8 * (U + 1))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX is %llu bytes, expected %llu", path,
+                         (unsigned long long)sidx->length, (unsigned long long)(8 * (U + 1)));
+    sh->index = sh->map + sidx->offset;
+    uint64_t prev = cxs_ld64(sh->index);
+    if (prev != 0) return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX entry 0 is not 0", path);
+    for (uint64_t u = 0; u < U; u++) {
+        uint64_t nx = cxs_ld64(sh->index + 8 * (u + 1));
+        if (nx <= prev || nx > F)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: INDEX entry %llu: %llu after %llu (must increase, up to %llu)",
+                             path, (unsigned long long)(u + 1), (unsigned long long)nx,
+                             (unsigned long long)prev, (unsigned long long)F);
+        ds->cum[sm->first_utterance + u] = sm->first_frame + prev;
+        ds->utt_shard[sm->first_utterance + u] = i;
+        prev = nx;
+    }
+    if (prev != F)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX ends at %llu, the shard has %llu frames",
+                         path, (unsigned long long)prev, (unsigned long long)F);
+    if ((rc = cxs_strtab_check(sh->map + sids->offset, sids->length, U, CXS_MAX_ID_LEN, "IDS",
+                               path, d)))
+        return rc;
+    sh->ids = sh->map + sids->offset;
+    /* Ids must be in strictly increasing byte order, across shards too. */
+    const uint8_t *bytes = sh->ids + 8 * (U + 1);
+    for (uint64_t u = 0; u < U; u++) {
+        uint64_t a = cxs_ld64(sh->ids + 8 * u), b = cxs_ld64(sh->ids + 8 * (u + 1));
+        if (u > 0 || i > 0) {
+            const uint8_t *pb;
+            uint64_t pl;
+            if (u > 0) {
+                uint64_t pa = cxs_ld64(sh->ids + 8 * (u - 1));
+                pb = bytes + pa;
+                pl = a - pa;
+            } else {
+                const shard *ps = &ds->shards[i - 1];
+                uint64_t pu = ps->meta.num_utterances;
+                const uint8_t *pbytes = ps->ids + 8 * (pu + 1);
+                pb = pbytes + prev_id_off[0];
+                pl = prev_id_off[1];
+            }
+            if (id_cmp(pb, pl, bytes + a, b - a) >= 0)
+                return cxs_diagf(d, CXS_E_CORRUPT,
+                                 "%s: IDS: utterance %llu's id is not after the previous one",
+                                 path, (unsigned long long)(sm->first_utterance + u));
+        }
+        if (u + 1 == U) {
+            prev_id_off[0] = a;
+            prev_id_off[1] = b - a;
+        }
+    }
+    uint64_t rows = F + (U + 1) * (uint64_t)m->guard;
+    uint64_t row_bytes = (uint64_t)m->dim * ds->esize;
+    if (rows > UINT64_MAX / row_bytes || sfeat->length != rows * row_bytes)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: FEATURES is %llu bytes, expected (%llu frames + %llu guard rows) x "
+                         "%llu bytes",
+                         path, (unsigned long long)sfeat->length, (unsigned long long)F,
+                         (unsigned long long)((U + 1) * (uint64_t)m->guard),
+                         (unsigned long long)row_bytes);
+    sh->features = sh->map + sfeat->offset;
+    const cxs_section *slab = cxs_container_find(&sh->c, CXS_SEC_LABELS);
+    if (m->label_width) {
+        if (!slab)
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: required section LABELS is missing", path);
+        if (slab->length != F * m->label_width)
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: LABELS is %llu bytes, expected %llu", path,
+                             (unsigned long long)slab->length,
+                             (unsigned long long)(F * m->label_width));
+        sh->labels = sh->map + slab->offset;
+    } else if (slab) {
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: LABELS present in a dataset without a vocabulary", path);
+    }
+    return 0;
+}
+
+int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
+    if (!path || !out) return cxs_diagf(d, CXS_E_INVALID, "cxs_dataset_open: NULL argument");
+    cxs_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return -ENOMEM;
+    char *dir = NULL;
+    struct stat st;
+    int rc;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        rc = cxs_diagf(d, -e, "%s: %s", path, strerror(e));
+        goto fail;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        dir = strdup(path);
+    } else {
+        const char *slash = strrchr(path, '/');
+        dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+        if (dir && !*dir) {
+            free(dir);
+            dir = strdup("/");
+        }
+    }
+    if (!dir) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    size_t ml = strlen(dir) + sizeof CXS_MANIFEST_NAME + 2;
+    ds->manifest_path = malloc(ml);
+    if (!ds->manifest_path) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    snprintf(ds->manifest_path, ml, "%s/%s", dir, CXS_MANIFEST_NAME);
+    if ((rc = open_manifest(ds, d))) goto fail;
+    uint64_t U = ds->meta.num_utterances;
+    ds->shards = calloc(ds->meta.num_shards, sizeof *ds->shards);
+    ds->cum = malloc((U + 1) * sizeof *ds->cum);
+    ds->utt_shard = malloc(U * sizeof *ds->utt_shard);
+    if (!ds->shards || !ds->cum || !ds->utt_shard) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    uint64_t prev_id[2] = {0, 0};
+    for (uint32_t i = 0; i < ds->meta.num_shards; i++)
+        if ((rc = open_shard(ds, i, dir, prev_id, d))) goto fail;
+    const shard *last = &ds->shards[ds->meta.num_shards - 1];
+    if (last->meta.first_utterance + last->meta.num_utterances != U ||
+        last->meta.first_frame + last->meta.num_frames != ds->meta.num_frames) {
+        rc = cxs_diagf(d, CXS_E_CORRUPT,
+                       "%s: the shards hold %llu utterances and %llu frames, DATASET_META says "
+                       "%llu and %llu",
+                       ds->manifest_path,
+                       (unsigned long long)(last->meta.first_utterance + last->meta.num_utterances),
+                       (unsigned long long)(last->meta.first_frame + last->meta.num_frames),
+                       (unsigned long long)U, (unsigned long long)ds->meta.num_frames);
+        goto fail;
+    }
+    ds->cum[U] = ds->meta.num_frames;
+    free(dir);
+    *out = ds;
+    return 0;
+fail:
+    free(dir);
+    cxs_dataset_close(ds);
+    return rc;
+}
+
+void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
+    memset(info, 0, sizeof *info);
+    const cxs_dataset_meta *m = &ds->meta;
+    info->num_frames = m->num_frames;
+    info->num_utterances = m->num_utterances;
+    info->num_shards = m->num_shards;
+    info->dim = m->dim;
+    info->dtype = m->dtype;
+    info->guard = m->guard;
+    info->vocab_size = m->vocab_size;
+    info->label_width = m->label_width;
+    info->normalize = m->normalize;
+    info->format_major = ds->mc.major;
+    info->format_minor = ds->mc.minor;
+    info->shard_size = m->shard_size;
+    info->num_skipped = m->num_skipped;
+    info->min_length = cxs_ld64(ds->stats + 8);
+    info->max_length = cxs_ld64(ds->stats + 16);
+    info->total_bytes = ds->total_bytes;
+}
+
+void cxs_dataset_stats(const cxs_dataset *ds, cxs_stats *s) {
+    memset(s, 0, sizeof *s);
+    s->count = cxs_ld64(ds->stats);
+    if (!cxs_host_is_le()) return;
+    uint32_t D = ds->meta.dim;
+    s->mean = (const double *)(const void *)(ds->stats + CXS_STATS_HEAD);
+    s->var = (const double *)(const void *)(ds->stats + CXS_STATS_HEAD + 8 * D);
+    if (ds->meta.vocab_size)
+        s->label_counts = (const uint64_t *)(const void *)(ds->stats + CXS_STATS_HEAD + 16 * D);
+}
+
+int cxs_dataset_vocab(const cxs_dataset *ds, uint32_t i, const char **sym, size_t *len) {
+    if (i >= ds->meta.vocab_size) return CXS_E_RANGE;
+    uint32_t V = ds->meta.vocab_size;
+    uint64_t a = cxs_ld64(ds->vocab + 8 * (uint64_t)i), b = cxs_ld64(ds->vocab + 8 * ((uint64_t)i + 1));
+    *sym = (const char *)ds->vocab + 8 * ((uint64_t)V + 1) + a;
+    *len = (size_t)(b - a);
+    return 0;
+}
+
+void cxs_dataset_skipped(const cxs_dataset *ds, const char **text, size_t *len) {
+    *text = ds->skipped;
+    *len = (size_t)ds->skipped_len;
+}
+
+int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame, uint64_t *utterance,
+                       uint64_t *offset) {
+    if (frame >= ds->meta.num_frames) return CXS_E_RANGE;
+    /* Largest u with cum[u] <= frame. */
+    uint64_t lo = 0, hi = ds->meta.num_utterances;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (ds->cum[mid] <= frame) lo = mid;
+        else hi = mid;
+    }
+    *utterance = lo;
+    *offset = frame - ds->cum[lo];
+    return 0;
+}
+
+/* Address of row t (may be -guard .. T-1+guard) of utterance u. */
+static const uint8_t *row_ptr(const cxs_dataset *ds, uint64_t u, int64_t t) {
+    const shard *sh = &ds->shards[ds->utt_shard[u]];
+    uint64_t lu = u - sh->meta.first_utterance;
+    uint64_t row = (uint64_t)ds->meta.guard * (lu + 1) + (ds->cum[u] - sh->meta.first_frame);
+    return sh->features + (uint64_t)((int64_t)row + t) * ds->meta.dim * ds->esize;
+}
+
+int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out) {
+    if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
+    const shard *sh = &ds->shards[ds->utt_shard[u]];
+    uint64_t lu = u - sh->meta.first_utterance;
+    uint64_t U = sh->meta.num_utterances;
+    uint64_t a = cxs_ld64(sh->ids + 8 * lu), b = cxs_ld64(sh->ids + 8 * (lu + 1));
+    out->id = (const char *)sh->ids + 8 * (U + 1) + a;
+    out->id_len = (size_t)(b - a);
+    out->first_frame = ds->cum[u];
+    out->num_frames = ds->cum[u + 1] - ds->cum[u];
+    out->shard = ds->utt_shard[u];
+    out->features = row_ptr(ds, u, 0);
+    out->labels = sh->labels ? sh->labels + (ds->cum[u] - sh->meta.first_frame) * sh->meta.label_width
+                             : NULL;
+    return 0;
+}
+
+int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
+    uint64_t u, off;
+    if (k > ds->meta.guard) return CXS_E_RANGE;
+    int rc = cxs_dataset_locate(ds, frame, &u, &off);
+    if (rc) return rc;
+    *window = row_ptr(ds, u, (int64_t)off - (int64_t)k);
+    return 0;
+}
+
+int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label) {
+    if (!ds->meta.label_width) return CXS_E_INVALID;
+    uint64_t u, off;
+    int rc = cxs_dataset_locate(ds, frame, &u, &off);
+    if (rc) return rc;
+    const shard *sh = &ds->shards[ds->utt_shard[u]];
+    uint64_t i = frame - sh->meta.first_frame;
+    *label = sh->meta.label_width == 1 ? sh->labels[i] : cxs_ld16(sh->labels + 2 * i);
+    return 0;
+}
+
+static void convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t n, float *dst) {
+    switch (ds->meta.dtype) {
+    case CXS_DTYPE_F32:
+        if (cxs_host_is_le()) {
+            memcpy(dst, src, n * 4);
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                uint32_t b = cxs_ld32(src + 4 * i);
+                memcpy(&dst[i], &b, 4);
+            }
+        }
+        break;
+    case CXS_DTYPE_F16:
+        for (size_t i = 0; i < n; i++) dst[i] = cxs_f16_to_f32(cxs_ld16(src + 2 * i));
+        break;
+    default:
+        for (size_t i = 0; i < n; i++) dst[i] = cxs_bf16_to_f32(cxs_ld16(src + 2 * i));
+        break;
+    }
+}
+
+int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
+                       float *out, int64_t *labels) {
+    if ((n && (!frames || !out)) || k > (1u << 20)) return CXS_E_INVALID;
+    if (labels && !ds->meta.label_width) return CXS_E_INVALID;
+    const uint32_t D = ds->meta.dim;
+    const size_t W = (2 * (size_t)k + 1) * D;
+    for (size_t j = 0; j < n; j++) {
+        uint64_t u, off;
+        int rc = cxs_dataset_locate(ds, frames[j], &u, &off);
+        if (rc) return rc;
+        int64_t T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+        int64_t lo = (int64_t)off - k, hi = (int64_t)off + k; /* inclusive rows */
+        int64_t a = lo < 0 ? 0 : lo, b = hi >= T ? T - 1 : hi;
+        float *o = out + j * W;
+        memset(o, 0, (size_t)(a - lo) * D * sizeof *o);
+        convert_rows(ds, row_ptr(ds, u, a), (size_t)(b - a + 1) * D, o + (size_t)(a - lo) * D);
+        memset(o + (size_t)(b - lo + 1) * D, 0, (size_t)(hi - b) * D * sizeof *o);
+        if (labels) {
+            uint32_t l;
+            cxs_dataset_label(ds, frames[j], &l);
+            labels[j] = l;
+        }
+    }
+    return 0;
+}
