@@ -1,0 +1,278 @@
+/* inspect.c - `ctxshard verify`, `info` and `gather`: the library's
+ * public API put to work. */
+#include "inspect.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctxshard.h"
+#include "cxs_format.h"
+#include "cxs_npy.h"
+#include "util.h"
+
+static int open_or_report(const char *dir, cxs_dataset **ds) {
+    cxs_diag d = {{0}};
+    int rc = cxs_dataset_open(dir, ds, &d);
+    if (rc) {
+        fprintf(stderr, "%s\n", d.message[0] ? d.message : cxs_strerror(rc));
+        return exit_code_for(rc);
+    }
+    return 0;
+}
+
+static int on_progress(void *user, uint64_t done, uint64_t total) {
+    progress_update(user, done >> 20, total >> 20, "MiB");
+    return g_interrupted;
+}
+
+int verify_run(const char *dir, int quiet) {
+    cxs_dataset *ds;
+    int ec = open_or_report(dir, &ds);
+    if (ec) return ec;
+    install_signal_flag();
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    progress bar;
+    progress_init(&bar, "verify", quiet);
+    cxs_diag d = {{0}};
+    double t0 = now_seconds();
+    int rc = cxs_dataset_verify(ds, on_progress, &bar, &d);
+    double dt = now_seconds() - t0;
+    progress_done(&bar);
+    if (rc) {
+        fprintf(stderr, "%s\n", rc == -ECANCELED ? "verify: interrupted" : d.message);
+        cxs_dataset_close(ds);
+        return exit_code_for(rc);
+    }
+    char b[32];
+    if (!quiet)
+        printf("%s: OK: %u shard%s, %llu utterances, %llu frames; %s verified in %.2f s (%.0f "
+               "MB/s)\n",
+               dir, info.num_shards, info.num_shards == 1 ? "" : "s",
+               (unsigned long long)info.num_utterances, (unsigned long long)info.num_frames,
+               human_bytes((double)info.total_bytes, b, sizeof b), dt,
+               dt > 0 ? (double)info.total_bytes / dt / 1e6 : 0.0);
+    cxs_dataset_close(ds);
+    return 0;
+}
+
+static void json_str(const char *s, size_t n) {
+    putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static const char *norm_name(uint32_t n) { return n == CXS_NORM_UTTERANCE ? "utterance" : "none"; }
+
+int info_run(const char *dir, int json) {
+    cxs_dataset *ds;
+    int ec = open_or_report(dir, &ds);
+    if (ec) return ec;
+    cxs_info in;
+    cxs_stats st;
+    cxs_dataset_info(ds, &in);
+    cxs_dataset_stats(ds, &st);
+    const char *skipped;
+    size_t skipped_len;
+    cxs_dataset_skipped(ds, &skipped, &skipped_len);
+    double mean_len = (double)in.num_frames / (double)in.num_utterances;
+    if (json) {
+        printf("{\n  \"path\": ");
+        json_str(dir, strlen(dir));
+        printf(",\n  \"format_version\": \"%u.%u\",\n", in.format_major, in.format_minor);
+        printf("  \"utterances\": %llu,\n  \"frames\": %llu,\n", (unsigned long long)in.num_utterances,
+               (unsigned long long)in.num_frames);
+        printf("  \"length\": {\"min\": %llu, \"mean\": %.3f, \"max\": %llu},\n",
+               (unsigned long long)in.min_length, mean_len, (unsigned long long)in.max_length);
+        printf("  \"dim\": %u,\n  \"dtype\": \"%s\",\n  \"guard\": %u,\n", in.dim,
+               cxs_dtype_name(in.dtype), in.guard);
+        printf("  \"shards\": %u,\n  \"bytes\": %llu,\n", in.num_shards,
+               (unsigned long long)in.total_bytes);
+        printf("  \"pack_options\": {\"dtype\": \"%s\", \"guard\": %u, \"shard_size\": %llu, "
+               "\"normalize\": \"%s\"},\n",
+               cxs_dtype_name(in.dtype), in.guard, (unsigned long long)in.shard_size,
+               norm_name(in.normalize));
+        printf("  \"label_width\": %u,\n  \"vocab\": [", in.label_width);
+        for (uint32_t i = 0; i < in.vocab_size; i++) {
+            const char *s;
+            size_t n;
+            cxs_dataset_vocab(ds, i, &s, &n);
+            if (i) printf(", ");
+            json_str(s, n);
+        }
+        printf("],\n  \"stats\": {\"count\": %llu, \"mean\": [", (unsigned long long)st.count);
+        for (uint32_t d = 0; st.mean && d < in.dim; d++) printf("%s%.17g", d ? ", " : "", st.mean[d]);
+        printf("], \"var\": [");
+        for (uint32_t d = 0; st.var && d < in.dim; d++) printf("%s%.17g", d ? ", " : "", st.var[d]);
+        printf("], \"label_counts\": [");
+        for (uint32_t i = 0; st.label_counts && i < in.vocab_size; i++)
+            printf("%s%llu", i ? ", " : "", (unsigned long long)st.label_counts[i]);
+        printf("]},\n  \"skipped\": %llu,\n  \"skipped_report\": ", (unsigned long long)in.num_skipped);
+        json_str(skipped ? skipped : "", skipped_len);
+        printf("\n}\n");
+        cxs_dataset_close(ds);
+        return 0;
+    }
+    char b[32], c[32];
+    printf("dataset       %s\n", dir);
+    printf("format        %u.%u\n", in.format_major, in.format_minor);
+    printf("utterances    %llu (%llu skipped at pack time)\n", (unsigned long long)in.num_utterances,
+           (unsigned long long)in.num_skipped);
+    printf("frames        %llu (per utterance: min %llu, mean %.1f, max %llu)\n",
+           (unsigned long long)in.num_frames, (unsigned long long)in.min_length, mean_len,
+           (unsigned long long)in.max_length);
+    printf("features      %u x %s, guard %u rows (zero-copy windows for context k <= %u)\n", in.dim,
+           cxs_dtype_name(in.dtype), in.guard, in.guard);
+    if (in.vocab_size)
+        printf("labels        %u symbols, %s per frame\n", in.vocab_size,
+               in.label_width == 1 ? "uint8" : "uint16");
+    else
+        printf("labels        none (features only)\n");
+    printf("shards        %u (target size %s), %s in all\n", in.num_shards,
+           human_bytes((double)in.shard_size, b, sizeof b),
+           human_bytes((double)in.total_bytes, c, sizeof c));
+    printf("normalize     %s\n", norm_name(in.normalize));
+    printf("\nper-dimension statistics of the stored values (%llu frames)\n",
+           (unsigned long long)st.count);
+    printf("  %4s %12s %12s\n", "dim", "mean", "std");
+    for (uint32_t d = 0; st.mean && d < in.dim; d++)
+        printf("  %4u %12.5f %12.5f\n", d, st.mean[d], sqrt(st.var[d]));
+    if (in.vocab_size && st.label_counts) {
+        printf("\nlabels (vocabulary index, symbol, frames, share)\n");
+        for (uint32_t i = 0; i < in.vocab_size; i++) {
+            const char *s;
+            size_t n;
+            cxs_dataset_vocab(ds, i, &s, &n);
+            printf("  %4u %-8.*s %12llu %6.2f%%\n", i, (int)n, s,
+                   (unsigned long long)st.label_counts[i],
+                   100.0 * (double)st.label_counts[i] / (double)in.num_frames);
+        }
+    }
+    if (skipped_len) printf("\nskipped at pack time (id, reason)\n%.*s", (int)skipped_len, skipped);
+    cxs_dataset_close(ds);
+    return 0;
+}
+
+/* Write a .npy file atomically: header, then rows produced by fill(). */
+typedef int (*fill_fn)(void *ctx, size_t first, size_t n, void *buf);
+
+static int write_npy(const char *path, const char *descr, int ndim, const uint64_t *shape,
+                     size_t rowbytes, size_t nrows, fill_fn fill, void *ctx) {
+    size_t l = strlen(path) + 16;
+    char *tmp = malloc(l);
+    if (!tmp) return -ENOMEM;
+    snprintf(tmp, l, "%s.tmp-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return -e;
+    }
+    char hdr[256];
+    size_t hl = cxs_npy_header(hdr, sizeof hdr, descr, ndim, shape);
+    int rc = hl ? write_all(fd, hdr, hl) : -EINVAL;
+    size_t batch = rowbytes ? (8u << 20) / rowbytes : 1;
+    if (batch == 0) batch = 1;
+    void *buf = malloc(batch * rowbytes + 1);
+    if (!buf && !rc) rc = -ENOMEM;
+    for (size_t i = 0; i < nrows && !rc; i += batch) {
+        size_t n = nrows - i < batch ? nrows - i : batch;
+        rc = fill(ctx, i, n, buf);
+        if (!rc) rc = write_all(fd, buf, n * rowbytes);
+    }
+    free(buf);
+    if (!rc && fchmod(fd, 0644) != 0) rc = -errno;
+    if (close(fd) != 0 && !rc) rc = -errno;
+    if (!rc && rename(tmp, path) != 0) rc = -errno;
+    if (rc) unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+typedef struct gctx {
+    const cxs_dataset *ds;
+    const uint64_t *frames;
+    int all;
+    uint32_t k;
+    uint64_t *scratch;
+} gctx;
+
+static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
+    if (!g->all) return g->frames + first;
+    for (size_t i = 0; i < n; i++) g->scratch[i] = first + i;
+    return g->scratch;
+}
+
+static int fill_windows(void *ctx, size_t first, size_t n, void *buf) {
+    gctx *g = ctx;
+    return cxs_dataset_gather(g->ds, frames_for(g, first, n), n, g->k, buf, NULL);
+}
+
+static int fill_labels(void *ctx, size_t first, size_t n, void *buf) {
+    gctx *g = ctx;
+    const uint64_t *f = frames_for(g, first, n);
+    int64_t *out = buf;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t l;
+        int rc = cxs_dataset_label(g->ds, f[i], &l);
+        if (rc) return rc;
+        out[i] = l;
+    }
+    return 0;
+}
+
+int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, int all,
+               const char *out, const char *labels_out) {
+    cxs_dataset *ds;
+    int ec = open_or_report(dir, &ds);
+    if (ec) return ec;
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    if (all) n = (size_t)in.num_frames;
+    for (size_t i = 0; !all && i < n; i++)
+        if (frames[i] >= in.num_frames) {
+            warnx_("%s: frame %llu is past the end (the dataset has %llu frames)", dir,
+                   (unsigned long long)frames[i], (unsigned long long)in.num_frames);
+            cxs_dataset_close(ds);
+            return EXIT_USAGE;
+        }
+    if (labels_out && !in.vocab_size) {
+        warnx_("%s: features-only dataset: there are no labels to write", dir);
+        cxs_dataset_close(ds);
+        return EXIT_USAGE;
+    }
+    size_t row = (2 * (size_t)k + 1) * in.dim * sizeof(float);
+    gctx g = {ds, frames, all, k, NULL};
+    size_t batch = (8u << 20) / row + 1;
+    if (all && !(g.scratch = malloc(batch * sizeof *g.scratch))) {
+        cxs_dataset_close(ds);
+        return EXIT_SYSTEM;
+    }
+    uint64_t shape[2] = {n, (2 * (uint64_t)k + 1) * in.dim};
+    int rc = write_npy(out, "<f4", 2, shape, row, n, fill_windows, &g);
+    const char *failed = out;
+    if (!rc && labels_out) {
+        g.scratch = realloc(g.scratch, ((8u << 20) / 8 + 1) * sizeof *g.scratch);
+        rc = g.scratch || !all ? write_npy(labels_out, "<i8", 1, shape, 8, n, fill_labels, &g)
+                               : -ENOMEM;
+        failed = labels_out;
+    }
+    free(g.scratch);
+    cxs_dataset_close(ds);
+    if (rc) {
+        warnx_("%s: %s", failed, cxs_strerror(rc));
+        return exit_code_for(rc);
+    }
+    return 0;
+}

@@ -1,0 +1,334 @@
+/* main.c - the ctxshard command: argument parsing and dispatch. */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxshard.h"
+#include "cxs_version.h"
+#include "inspect.h"
+#include "pack.h"
+#include "synth.h"
+#include "util.h"
+
+static const char *const usage_top =
+    "usage: ctxshard <command> [options]\n"
+    "\n"
+    "Compile a speech-frame dataset into mmap-able shards once, then serve\n"
+    "zero-padded context windows from them.\n"
+    "\n"
+    "commands:\n"
+    "  synth RAW      write a synthetic raw dataset (RAW/mfcc, RAW/transcript)\n"
+    "  check RAW      validate a raw dataset without writing anything\n"
+    "  pack RAW OUT   convert a raw dataset into a packed dataset\n"
+    "  verify OUT     re-hash every byte of a packed dataset\n"
+    "  info OUT       describe a packed dataset\n"
+    "  gather OUT     write context windows (and labels) as .npy files\n"
+    "\n"
+    "`ctxshard <command> --help` describes each command; --version prints\n"
+    "the version.  Exit status: 0 success, 1 invalid or corrupt data,\n"
+    "2 usage error, 3 system error.\n";
+
+static const char *const usage_synth =
+    "usage: ctxshard synth RAW [--utts N] [--dim D] [--seed S] [--dtype f32|f64]\n"
+    "                      [--no-transcripts] [--quiet]\n"
+    "\n"
+    "Write a deterministic raw dataset in the HW1P2 layout: RAW/mfcc/<id>.npy\n"
+    "([T, D] features) and RAW/transcript/<id>.npy ('<U5' phonemes with [SOS]\n"
+    "and [EOS]).  Lengths are LibriSpeech-like (mean about 1,270 frames,\n"
+    "100..3,500), phoneme frequencies are skewed.  RAW must not exist or be empty.\n"
+    "\n"
+    "  --utts N           utterances (default 100)\n"
+    "  --dim D            features per frame (default 28)\n"
+    "  --seed S           random seed (default 0); same seed, same bytes\n"
+    "  --dtype f32|f64    feature type in the files (default f32)\n"
+    "  --no-transcripts   features only, like a test split\n"
+    "  --quiet            print nothing on success\n";
+
+static const char *const usage_check =
+    "usage: ctxshard check RAW [--vocab FILE] [--threads N] [--quiet]\n"
+    "\n"
+    "Run every validation pack runs and list every problem, one line each,\n"
+    "naming the file; write nothing.  Exit status 1 when there are problems.\n"
+    "\n"
+    "  --vocab FILE   phoneme list, one symbol per line (default: the standard\n"
+    "                 42-symbol list); a label is the symbol's line number - 1\n"
+    "  --threads N    reader threads (default: all CPUs)\n";
+
+static const char *const usage_pack =
+    "usage: ctxshard pack RAW OUT [--dtype f32|f16|bf16] [--guard G]\n"
+    "                     [--shard-size SIZE] [--threads N] [--on-error fail|skip]\n"
+    "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
+    "\n"
+    "Validate RAW, convert it and write a packed dataset to OUT atomically (a\n"
+    "temporary directory beside OUT, fsynced, renamed into place; a previous\n"
+    "dataset at OUT is replaced only when the new one is complete).\n"
+    "Utterances are taken in byte order of their ids.  Without RAW/transcript\n"
+    "the dataset holds features only.\n"
+    "\n"
+    "  --dtype T          stored feature type: f32 (default), f16, bf16\n"
+    "                     (round to nearest even)\n"
+    "  --guard G          zero rows around every utterance (default 64): windows\n"
+    "                     with context k <= G are zero-copy views\n"
+    "  --shard-size SIZE  largest shard file, bytes with K/M/G suffix (default\n"
+    "                     1G); a single longer utterance gets a shard of its own\n"
+    "  --threads N        reader threads (default: all CPUs); the output is\n"
+    "                     byte-identical for any N\n"
+    "  --on-error P       fail (default): write nothing on a bad utterance;\n"
+    "                     skip: leave it out and list it in the dataset\n"
+    "  --normalize M      none (default) or utterance: per-utterance mean and\n"
+    "                     variance normalisation before storing\n"
+    "  --vocab FILE       phoneme list, one symbol per line\n"
+    "  --quiet            no progress bar, no summary\n";
+
+static const char *const usage_verify =
+    "usage: ctxshard verify OUT [--quiet]\n"
+    "\n"
+    "Re-hash every byte of the dataset against its XXH3 checksums, check zero\n"
+    "padding and guard rows, finite features, labels inside the vocabulary and\n"
+    "the stored statistics.  Exit status 1 names the first problem.\n";
+
+static const char *const usage_info =
+    "usage: ctxshard info OUT [--json]\n"
+    "\n"
+    "Print counts, dimensions, dtype, guard, shards, vocabulary, statistics,\n"
+    "pack options and format version.\n";
+
+static const char *const usage_gather =
+    "usage: ctxshard gather OUT --context K (--frames I,J,A-B,... | --all)\n"
+    "                       --out X.npy [--labels Y.npy]\n"
+    "\n"
+    "Write the context windows of the given global frames as a float32 array\n"
+    "[n, (2K+1)*D], zero-padded at utterance borders (any K), and their labels\n"
+    "as int64 [n].  This is exactly what training sees.\n";
+
+enum {
+    O_UTTS = 256, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_VOCAB, O_THREADS, O_GUARD,
+    O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP
+};
+
+static const struct option longopts[] = {
+    {"utts", required_argument, 0, O_UTTS},       {"dim", required_argument, 0, O_DIM},
+    {"seed", required_argument, 0, O_SEED},       {"dtype", required_argument, 0, O_DTYPE},
+    {"no-transcripts", no_argument, 0, O_NOTRANS}, {"quiet", no_argument, 0, O_QUIET},
+    {"vocab", required_argument, 0, O_VOCAB},     {"threads", required_argument, 0, O_THREADS},
+    {"guard", required_argument, 0, O_GUARD},     {"shard-size", required_argument, 0, O_SHARD},
+    {"on-error", required_argument, 0, O_ONERR},  {"normalize", required_argument, 0, O_NORM},
+    {"json", no_argument, 0, O_JSON},             {"context", required_argument, 0, O_CONTEXT},
+    {"frames", required_argument, 0, O_FRAMES},   {"all", no_argument, 0, O_ALL},
+    {"out", required_argument, 0, O_OUT},         {"labels", required_argument, 0, O_LABELS},
+    {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
+
+/* Options a command accepts, by enum value. */
+static int allowed(const char *cmd, int opt) {
+    static const struct {
+        const char *cmd;
+        int opts[12];
+    } table[] = {
+        {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET}},
+        {"check", {O_VOCAB, O_THREADS, O_QUIET}},
+        {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET}},
+        {"verify", {O_QUIET}},
+        {"info", {O_JSON}},
+        {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS}},
+    };
+    if (opt == O_HELP) return 1;
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+        if (strcmp(table[i].cmd, cmd) == 0)
+            for (int j = 0; j < 12 && table[i].opts[j]; j++)
+                if (table[i].opts[j] == opt) return 1;
+    return 0;
+}
+
+static int usage_error(const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *usage, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ctxshard: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fputs(usage, stderr);
+    return EXIT_USAGE;
+}
+
+/* "1,2,10-20" into a list. */
+static int parse_frames(const char *s, uint64_t **out, size_t *n) {
+    size_t cap = 64;
+    uint64_t *v = malloc(cap * sizeof *v);
+    *n = 0;
+    if (!v) return -1;
+    char *copy = strdup(s), *save = NULL;
+    if (!copy) {
+        free(v);
+        return -1;
+    }
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        uint64_t a, b;
+        char *dash = strchr(tok, '-');
+        if (dash) *dash = 0;
+        if (parse_u64(tok, &a) || (dash ? parse_u64(dash + 1, &b) : (b = a, 0)) || b < a ||
+            b - a > (1ull << 32)) {
+            free(copy);
+            free(v);
+            return -1;
+        }
+        for (uint64_t x = a; x <= b; x++) {
+            if (*n == cap) {
+                uint64_t *nv = realloc(v, 2 * cap * sizeof *nv);
+                if (!nv) {
+                    free(copy);
+                    free(v);
+                    return -1;
+                }
+                v = nv;
+                cap *= 2;
+            }
+            v[(*n)++] = x;
+        }
+    }
+    free(copy);
+    if (*n == 0) {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage_top, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("ctxshard %s (format %d.%d)\n", CXS_VERSION_STRING, CXS_FORMAT_MAJOR,
+               CXS_FORMAT_MINOR);
+        return 0;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage_top, stdout);
+        return 0;
+    }
+    const char *usage = !strcmp(cmd, "synth")    ? usage_synth
+                        : !strcmp(cmd, "check")  ? usage_check
+                        : !strcmp(cmd, "pack")   ? usage_pack
+                        : !strcmp(cmd, "verify") ? usage_verify
+                        : !strcmp(cmd, "info")   ? usage_info
+                        : !strcmp(cmd, "gather") ? usage_gather
+                                                 : NULL;
+    if (!usage) {
+        fprintf(stderr, "ctxshard: unknown command '%s'\n", cmd);
+        fputs(usage_top, stderr);
+        return EXIT_USAGE;
+    }
+    synth_opts so = {100, 28, 0, 0, 1, 0};
+    pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0};
+    int json = 0, all = 0, have_k = 0;
+    uint64_t k = 0, v;
+    uint64_t *frames = NULL;
+    size_t nframes = 0;
+    const char *out = NULL, *labels = NULL;
+    optind = 2;
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (c == '?') {
+            fputs(usage, stderr);
+            return EXIT_USAGE;
+        }
+        if (!allowed(cmd, c)) return usage_error(usage, "option %s does not apply here", argv[optind - 1]);
+        switch (c) {
+        case O_HELP: fputs(usage, stdout); return 0;
+        case O_UTTS:
+            if (parse_u64(optarg, &so.utts) || so.utts == 0 || so.utts > 10000000)
+                return usage_error(usage, "--utts: '%s' is not a count in 1..10000000", optarg);
+            break;
+        case O_DIM:
+            if (parse_u64(optarg, &v) || v == 0 || v > 4096)
+                return usage_error(usage, "--dim: '%s' is not in 1..4096", optarg);
+            so.dim = (uint32_t)v;
+            break;
+        case O_SEED:
+            if (parse_u64(optarg, &so.seed)) return usage_error(usage, "--seed: '%s' is not a number", optarg);
+            break;
+        case O_DTYPE:
+            if (!strcmp(cmd, "synth")) {
+                if (!strcmp(optarg, "f32")) so.f64 = 0;
+                else if (!strcmp(optarg, "f64")) so.f64 = 1;
+                else return usage_error(usage, "--dtype: '%s' is not f32 or f64", optarg);
+            } else {
+                if (!strcmp(optarg, "f32")) po.dtype = CXS_DTYPE_F32;
+                else if (!strcmp(optarg, "f16")) po.dtype = CXS_DTYPE_F16;
+                else if (!strcmp(optarg, "bf16")) po.dtype = CXS_DTYPE_BF16;
+                else return usage_error(usage, "--dtype: '%s' is not f32, f16 or bf16", optarg);
+            }
+            break;
+        case O_NOTRANS: so.transcripts = 0; break;
+        case O_QUIET: so.quiet = po.quiet = 1; break;
+        case O_VOCAB: po.vocab_path = optarg; break;
+        case O_THREADS:
+            if (parse_u64(optarg, &v) || v == 0 || v > 1024)
+                return usage_error(usage, "--threads: '%s' is not in 1..1024", optarg);
+            po.threads = (unsigned)v;
+            break;
+        case O_GUARD:
+            if (parse_u64(optarg, &v) || v > 4096)
+                return usage_error(usage, "--guard: '%s' is not in 0..4096", optarg);
+            po.guard = (uint32_t)v;
+            break;
+        case O_SHARD:
+            if (parse_size(optarg, &po.shard_size) || po.shard_size < MIN_SHARD_SIZE)
+                return usage_error(usage, "--shard-size: '%s' is not a size of at least 16K", optarg);
+            break;
+        case O_ONERR:
+            if (!strcmp(optarg, "fail")) po.skip_bad = 0;
+            else if (!strcmp(optarg, "skip")) po.skip_bad = 1;
+            else return usage_error(usage, "--on-error: '%s' is not fail or skip", optarg);
+            break;
+        case O_NORM:
+            if (!strcmp(optarg, "none")) po.normalize = CXS_NORM_NONE;
+            else if (!strcmp(optarg, "utterance")) po.normalize = CXS_NORM_UTTERANCE;
+            else return usage_error(usage, "--normalize: '%s' is not none or utterance", optarg);
+            break;
+        case O_JSON: json = 1; break;
+        case O_CONTEXT:
+            if (parse_u64(optarg, &k) || k > 100000)
+                return usage_error(usage, "--context: '%s' is not in 0..100000", optarg);
+            have_k = 1;
+            break;
+        case O_FRAMES:
+            free(frames);
+            if (parse_frames(optarg, &frames, &nframes))
+                return usage_error(usage, "--frames: '%s' is not a list like 0,5,10-20", optarg);
+            break;
+        case O_ALL: all = 1; break;
+        case O_OUT: out = optarg; break;
+        case O_LABELS: labels = optarg; break;
+        default: break;
+        }
+    }
+    int need = !strcmp(cmd, "pack") ? 2 : 1;
+    if (argc - optind != need) {
+        free(frames);
+        return usage_error(usage, "%s", need == 2 ? "expected RAW and OUT" : "expected one directory");
+    }
+    const char *a = argv[optind], *b = need == 2 ? argv[optind + 1] : NULL;
+    if (!po.threads) po.threads = ncpus();
+    int ec;
+    if (!strcmp(cmd, "synth")) ec = synth_run(a, &so);
+    else if (!strcmp(cmd, "check")) ec = check_run(a, po.vocab_path, po.threads, po.quiet);
+    else if (!strcmp(cmd, "pack")) ec = pack_run(a, b, &po);
+    else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);
+    else if (!strcmp(cmd, "info")) ec = info_run(a, json);
+    else {
+        if (!have_k) ec = usage_error(usage, "%s", "--context K is required");
+        else if (!out) ec = usage_error(usage, "%s", "--out X.npy is required");
+        else if (all == (frames != NULL)) ec = usage_error(usage, "%s", "give exactly one of --frames and --all");
+        else ec = gather_run(a, (uint32_t)k, frames, nframes, all, out, labels);
+    }
+    free(frames);
+    return ec;
+}

@@ -1,0 +1,592 @@
+/* raw.c - listing, validation and conversion of raw .npy utterances. */
+#include "raw.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "ctxshard.h"
+#include "cxs_convert.h"
+#include "cxs_format.h"
+#include "cxs_le.h"
+#include "cxs_npy.h"
+#include "util.h"
+
+static const char *const default_symbols[] = {
+    "[SIL]", "AA", "AE", "AH", "AO", "AW", "AY", "B",  "CH", "D",  "DH",    "EH",   "ER", "EY",
+    "F",     "G",  "HH", "IH", "IY", "JH", "K",  "L",  "M",  "N",  "NG",    "OW",   "OY", "P",
+    "R",     "S",  "SH", "T",  "TH", "UH", "UW", "V",  "W",  "Y",  "Z",  "ZH", "[SOS]", "[EOS]"};
+
+static int say(char *why, size_t wn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int say(char *why, size_t wn, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, wn, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static uint32_t fnv(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+int64_t vocab_find(const vocab *v, const char *s, size_t n) {
+    for (uint32_t h = fnv(s, n) & v->mask;; h = (h + 1) & v->mask) {
+        uint32_t e = v->table[h];
+        if (!e) return -1;
+        e--;
+        if (v->lens[e] == n && memcmp(v->sym[e], s, n) == 0) return e;
+    }
+}
+
+static int vocab_add(vocab *v, const char *s, size_t n, char *why, size_t wn) {
+    if (n == 0 || n > CXS_MAX_SYMBOL_LEN)
+        return say(why, wn, "symbol %u is %zu bytes, must be 1..%u", v->n + 1, n,
+                   CXS_MAX_SYMBOL_LEN);
+    for (size_t i = 0; i < n; i++)
+        if ((uint8_t)s[i] < 0x20) return say(why, wn, "symbol %u holds a control byte", v->n + 1);
+    if (v->n >= CXS_MAX_VOCAB) return say(why, wn, "more than %u symbols", CXS_MAX_VOCAB);
+    if (vocab_find(v, s, n) >= 0) return say(why, wn, "symbol '%.*s' appears twice", (int)n, s);
+    /* Keep the table at most half full. */
+    if (2 * (v->n + 1) > v->mask + 1) {
+        uint32_t nm = (v->mask + 1) * 2 - 1;
+        uint32_t *nt = calloc((size_t)nm + 1, sizeof *nt);
+        if (!nt) return say(why, wn, "out of memory");
+        for (uint32_t i = 0; i < v->n; i++) {
+            uint32_t h = fnv(v->sym[i], v->lens[i]) & nm;
+            while (nt[h]) h = (h + 1) & nm;
+            nt[h] = i + 1;
+        }
+        free(v->table);
+        v->table = nt;
+        v->mask = nm;
+    }
+    char **ns = realloc(v->sym, (v->n + 1) * sizeof *ns);
+    if (ns) v->sym = ns;
+    uint32_t *nl = realloc(v->lens, (v->n + 1) * sizeof *nl);
+    if (nl) v->lens = nl;
+    char *copy = malloc(n + 1);
+    if (!ns || !nl || !copy) {
+        free(copy);
+        return say(why, wn, "out of memory");
+    }
+    memcpy(copy, s, n);
+    copy[n] = 0;
+    v->sym[v->n] = copy;
+    v->lens[v->n] = (uint32_t)n;
+    uint32_t h = fnv(s, n) & v->mask;
+    while (v->table[h]) h = (h + 1) & v->mask;
+    v->table[h] = v->n + 1;
+    if (n == 5 && memcmp(s, SOS_SYMBOL, 5) == 0) v->sos = v->n;
+    if (n == 5 && memcmp(s, EOS_SYMBOL, 5) == 0) v->eos = v->n;
+    v->n++;
+    return 0;
+}
+
+static int vocab_init(vocab *v) {
+    memset(v, 0, sizeof *v);
+    v->mask = 63;
+    v->table = calloc(64, sizeof *v->table);
+    v->sos = v->eos = -1;
+    return v->table ? 0 : -1;
+}
+
+int vocab_default(vocab *v) {
+    char why[128];
+    if (vocab_init(v)) return -1;
+    for (size_t i = 0; i < sizeof default_symbols / sizeof *default_symbols; i++)
+        if (vocab_add(v, default_symbols[i], strlen(default_symbols[i]), why, sizeof why))
+            return -1;
+    return 0;
+}
+
+int vocab_load(vocab *v, const char *path, char *why, size_t wn) {
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
+    int rc = read_file(path, &buf, &cap, &len);
+    if (rc) {
+        free(buf);
+        return say(why, wn, "%s: %s", path, strerror(-rc));
+    }
+    if (vocab_init(v)) {
+        free(buf);
+        return say(why, wn, "out of memory");
+    }
+    size_t pos = 0, line = 0;
+    char inner[256];
+    while (pos < len) {
+        size_t e = pos;
+        while (e < len && buf[e] != '\n') e++;
+        line++;
+        size_t n = e - pos;
+        if (n && buf[pos + n - 1] == '\r') n--;
+        if (n == 0) {
+            free(buf);
+            return say(why, wn, "%s: line %zu is empty (one symbol per line, no blank lines)",
+                       path, line);
+        }
+        if (vocab_add(v, (const char *)buf + pos, n, inner, sizeof inner)) {
+            free(buf);
+            return say(why, wn, "%s: line %zu: %s", path, line, inner);
+        }
+        pos = e + 1;
+    }
+    free(buf);
+    if (v->n == 0) return say(why, wn, "%s: no symbols", path);
+    return 0;
+}
+
+void vocab_free(vocab *v) {
+    for (uint32_t i = 0; i < v->n; i++) free(v->sym[i]);
+    free(v->sym);
+    free(v->lens);
+    free(v->table);
+    memset(v, 0, sizeof *v);
+}
+
+/* ---- listing ---------------------------------------------------------- */
+
+typedef struct name_list {
+    char **ids;
+    size_t n, cap;
+} name_list;
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b); /* unsigned byte order */
+}
+
+static int list_npy(const char *dir, name_list *nl, char *why, size_t wn) {
+    DIR *d = opendir(dir);
+    if (!d) return say(why, wn, "%s: %s", dir, strerror(errno));
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n <= 4 || strcasecmp(de->d_name + n - 4, ".npy") != 0) continue;
+        if (nl->n == nl->cap) {
+            size_t nc = nl->cap ? nl->cap * 2 : 1024;
+            char **ni = realloc(nl->ids, nc * sizeof *ni);
+            if (!ni) break;
+            nl->ids = ni;
+            nl->cap = nc;
+        }
+        nl->ids[nl->n] = strdup(de->d_name);
+        if (!nl->ids[nl->n]) break;
+        nl->n++;
+    }
+    int e = errno;
+    closedir(d);
+    if (de) return say(why, wn, "%s: %s", dir, strerror(e ? e : ENOMEM));
+    qsort(nl->ids, nl->n, sizeof *nl->ids, cmp_str);
+    return 0;
+}
+
+/* Files are named <id>.npy; ".npy" may be in any case, so "a.npy" and
+ * "a.NPY" are the same id twice. */
+static int cmp_id(const char *a, const char *b) {
+    size_t la = strlen(a) - 4, lb = strlen(b) - 4;
+    int r = memcmp(a, b, la < lb ? la : lb);
+    if (r) return r;
+    return la < lb ? -1 : la > lb;
+}
+
+static int cmp_name_by_id(const void *a, const void *b) {
+    int r = cmp_id(*(char *const *)a, *(char *const *)b);
+    return r ? r : strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
+    memset(rs, 0, sizeof *rs);
+    struct stat st;
+    if (stat(root, &st) != 0) return say(why, wn, "%s: %s", root, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return say(why, wn, "%s: not a directory", root);
+    char *md = path_join(root, "mfcc"), *td = path_join(root, "transcript");
+    name_list ml = {0}, tl = {0};
+    int rc = -1;
+    rs->root = strdup(root);
+    if (!md || !td || !rs->root) {
+        say(why, wn, "out of memory");
+        goto out;
+    }
+    if (stat(md, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        say(why, wn, "%s: no mfcc/ directory (expected %s/<id>.npy)", md, md);
+        goto out;
+    }
+    if (list_npy(md, &ml, why, wn)) goto out;
+    rs->has_transcripts = stat(td, &st) == 0 && S_ISDIR(st.st_mode);
+    if (rs->has_transcripts && list_npy(td, &tl, why, wn)) goto out;
+    if (ml.n == 0) {
+        say(why, wn, "%s: no .npy files", md);
+        goto out;
+    }
+    qsort(ml.ids, ml.n, sizeof *ml.ids, cmp_name_by_id);
+    qsort(tl.ids, tl.n, sizeof *tl.ids, cmp_name_by_id);
+    rs->items = calloc(ml.n + tl.n, sizeof *rs->items);
+    if (!rs->items) {
+        say(why, wn, "out of memory");
+        goto out;
+    }
+    size_t a = 0, b = 0;
+    while (a < ml.n || b < tl.n) {
+        int c = a == ml.n ? 1 : b == tl.n ? -1 : cmp_id(ml.ids[a], tl.ids[b]);
+        raw_item *it = &rs->items[rs->n++];
+        const char *name = c <= 0 ? ml.ids[a] : tl.ids[b];
+        it->id = strndup(name, strlen(name) - 4);
+        if (c <= 0) it->mfcc = path_join(md, ml.ids[a++]);
+        if (c >= 0) it->transcript = path_join(td, tl.ids[b++]);
+        if (!it->id || (c <= 0 && !it->mfcc) || (c >= 0 && !it->transcript)) {
+            say(why, wn, "out of memory");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    for (size_t i = 0; i < ml.n; i++) free(ml.ids[i]);
+    for (size_t i = 0; i < tl.n; i++) free(tl.ids[i]);
+    free(ml.ids);
+    free(tl.ids);
+    free(md);
+    free(td);
+    if (rc) raw_free(rs);
+    return rc;
+}
+
+void raw_free(raw_set *rs) {
+    for (size_t i = 0; i < rs->n; i++) {
+        free(rs->items[i].id);
+        free(rs->items[i].mfcc);
+        free(rs->items[i].transcript);
+    }
+    free(rs->items);
+    free(rs->root);
+    memset(rs, 0, sizeof *rs);
+}
+
+int raw_item_problem(const raw_set *rs, size_t i, char *why, size_t wn) {
+    const raw_item *it = &rs->items[i];
+    const char *p = it->mfcc ? it->mfcc : it->transcript;
+    if ((i > 0 && strcmp(rs->items[i - 1].id, it->id) == 0) ||
+        (i + 1 < rs->n && strcmp(rs->items[i + 1].id, it->id) == 0))
+        return say(why, wn, "%s: duplicate utterance id '%s' (another file has the same name "
+                            "with a different .npy case)", p, it->id);
+    if (!it->mfcc)
+        return say(why, wn, "%s: transcript without features (no %s/mfcc/%s.npy)", p, rs->root,
+                   it->id);
+    if (rs->has_transcripts && !it->transcript)
+        return say(why, wn, "%s: features without a transcript (no %s/transcript/%s.npy)", p,
+                   rs->root, it->id);
+    size_t n = strlen(it->id);
+    if (n > CXS_MAX_ID_LEN)
+        return say(why, wn, "%s: utterance id is %zu bytes, at most %u allowed", p, n,
+                   CXS_MAX_ID_LEN);
+    for (size_t j = 0; j < n; j++)
+        if ((uint8_t)it->id[j] < 0x20)
+            return say(why, wn, "%s: utterance id holds control byte 0x%02x", p,
+                       (uint8_t)it->id[j]);
+    return 0;
+}
+
+/* ---- one utterance ---------------------------------------------------- */
+
+static int grow(void *pp, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    void *n = realloc(*(void **)pp, need);
+    if (!n) return -1;
+    *(void **)pp = n;
+    *cap = need;
+    return 0;
+}
+
+void utt_free(utt *u) {
+    free(u->feat);
+    free(u->labels);
+    free(u->sum);
+    free(u->buf);
+    free(u->tmp);
+    memset(u, 0, sizeof *u);
+}
+
+static double load_elem(const uint8_t *p, uint64_t isz, int be) {
+    if (isz == 4) {
+        uint32_t b = be ? __builtin_bswap32(cxs_ld32(p)) : cxs_ld32(p);
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    if (isz == 8) {
+        uint64_t b = be ? __builtin_bswap64(cxs_ld64(p)) : cxs_ld64(p);
+        double dd;
+        memcpy(&dd, &b, 8);
+        return dd;
+    }
+    uint16_t h = be ? __builtin_bswap16(cxs_ld16(p)) : cxs_ld16(p);
+    return cxs_f16_to_f32(h);
+}
+
+static void store_elem(uint8_t *dst, uint32_t dtype, double x, double *stored) {
+    if (dtype == CXS_DTYPE_F32) {
+        float f = cxs_to_f32(x);
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        cxs_st32(dst, b);
+        *stored = f;
+    } else if (dtype == CXS_DTYPE_F16) {
+        uint16_t h = cxs_to_f16(x);
+        cxs_st16(dst, h);
+        *stored = cxs_f16_to_f32(h);
+    } else {
+        uint16_t h = cxs_to_bf16(x);
+        cxs_st16(dst, h);
+        *stored = cxs_bf16_to_f32(h);
+    }
+}
+
+static int load_features(utt *u, const char *path, const conv_opts *o, char *why, size_t wn) {
+    size_t len;
+    int rc = read_file(path, &u->buf, &u->buf_cap, &len);
+    if (rc) {
+        say(why, wn, "%s: %s", path, strerror(-rc));
+        return -2;
+    }
+    cxs_npy h;
+    char r[256];
+    if (cxs_npy_parse(u->buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    if (h.kind != 'f')
+        return say(why, wn, "%s: features have dtype kind '%c', expected float (f2, f4 or f8)",
+                   path, h.kind);
+    if (h.ndim != 2)
+        return say(why, wn, "%s: features have %d dimensions, expected 2 (frames, dim)", path,
+                   h.ndim);
+    uint64_t T = h.shape[0], D = h.shape[1];
+    if (T == 0) return say(why, wn, "%s: empty utterance (0 frames)", path);
+    if (D == 0 || D > CXS_MAX_DIM)
+        return say(why, wn, "%s: feature dimension %llu, expected 1..%u", path,
+                   (unsigned long long)D, CXS_MAX_DIM);
+    size_t es = cxs_dtype_size(o->dtype);
+    if (T > (SIZE_MAX / 2) / (D * 8))
+        return say(why, wn, "%s: %llu frames is too large", path, (unsigned long long)T);
+    if (grow(&u->feat, &u->feat_cap, T * D * es) ||
+        grow(&u->sum, &u->stat_cap, 2 * D * sizeof(double)) ||
+        grow(&u->tmp, &u->tmp_cap, 2 * D * sizeof(double))) {
+        say(why, wn, "%s: out of memory", path);
+        return -2;
+    }
+    u->T = T;
+    u->D = (uint32_t)D;
+    u->sumsq = u->sum + D;
+    const uint8_t *src = u->buf + h.data_offset;
+    const uint64_t isz = h.itemsize;
+    const int be = h.big_endian && isz > 1;
+    /* Element (t, d): C order at t*D+d, Fortran order at d*T+t. */
+    const uint64_t st = h.fortran_order ? 1 : D, sd = h.fortran_order ? T : 1;
+    double *mean = u->tmp, *scale = u->tmp + D;
+    memset(u->sum, 0, 2 * D * sizeof(double));
+    for (uint64_t d = 0; d < D; d++) {
+        mean[d] = 0;
+        scale[d] = 1;
+    }
+    for (uint64_t t = 0; t < T; t++)
+        for (uint64_t d = 0; d < D; d++) {
+            double x = load_elem(src + (t * st + d * sd) * isz, isz, be);
+            if (!isfinite(x))
+                return say(why, wn, "%s: %s at frame %llu, dimension %llu", path,
+                           isnan(x) ? "NaN" : "infinity", (unsigned long long)t,
+                           (unsigned long long)d);
+            if (o->normalize) {
+                mean[d] += x;
+                u->sumsq[d] += x * x; /* scratch: reset below */
+            }
+        }
+    if (o->normalize) {
+        /* Per-utterance mean/variance normalisation: (x - mean) / std, with
+         * std taken as 1 for a constant dimension (spec/format.md). */
+        for (uint64_t d = 0; d < D; d++) {
+            mean[d] /= (double)T;
+            double var = u->sumsq[d] / (double)T - mean[d] * mean[d];
+            double sdv = var > 0 ? sqrt(var) : 0;
+            scale[d] = sdv > 0 ? 1.0 / sdv : 1.0;
+            u->sumsq[d] = 0;
+        }
+    }
+    uint8_t *dst = u->feat;
+    if (!o->normalize && o->dtype == CXS_DTYPE_F32 && isz == 4 && !be && !h.fortran_order &&
+        cxs_host_is_le()) {
+        /* The common case: float32 in, float32 out. */
+        memcpy(dst, src, T * D * 4);
+        const float *f = (const float *)(const void *)dst;
+        for (uint64_t t = 0; t < T; t++)
+            for (uint64_t d = 0; d < D; d++) {
+                double x = f[t * D + d];
+                u->sum[d] += x;
+                u->sumsq[d] += x * x;
+            }
+        return 0;
+    }
+    for (uint64_t t = 0; t < T; t++)
+        for (uint64_t d = 0; d < D; d++) {
+            double x = load_elem(src + (t * st + d * sd) * isz, isz, be), s;
+            if (o->normalize) x = (x - mean[d]) * scale[d];
+            store_elem(dst + (t * D + d) * es, o->dtype, x, &s);
+            if (!isfinite(s))
+                return say(why, wn, "%s: value %g at frame %llu, dimension %llu overflows %s", path,
+                           x, (unsigned long long)t, (unsigned long long)d,
+                           cxs_dtype_name(o->dtype));
+            u->sum[d] += s;
+            u->sumsq[d] += s * s;
+        }
+    return 0;
+}
+
+/* Symbol j of a string array, as UTF-8 into out (cap bytes); its length. */
+static int symbol_at(const cxs_npy *h, const uint8_t *src, uint64_t j, char *out, size_t cap,
+                     size_t *len) {
+    size_t n = 0;
+    if (h->kind == 'S') {
+        const uint8_t *p = src + j * h->itemsize;
+        uint64_t m = h->itemsize;
+        while (m && p[m - 1] == 0) m--;
+        if (m >= cap) return -1;
+        memcpy(out, p, m);
+        n = m;
+    } else {
+        uint64_t chars = h->itemsize / 4;
+        const uint8_t *p = src + j * h->itemsize;
+        while (chars && cxs_ld32(p + 4 * (chars - 1)) == 0) chars--;
+        for (uint64_t c = 0; c < chars; c++) {
+            uint32_t cp = cxs_ld32(p + 4 * c);
+            if (h->big_endian) cp = __builtin_bswap32(cp);
+            if (n + 4 >= cap) return -1;
+            if (cp < 0x80) out[n++] = (char)cp;
+            else if (cp < 0x800) {
+                out[n++] = (char)(0xc0 | (cp >> 6));
+                out[n++] = (char)(0x80 | (cp & 0x3f));
+            } else if (cp < 0x10000) {
+                out[n++] = (char)(0xe0 | (cp >> 12));
+                out[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+                out[n++] = (char)(0x80 | (cp & 0x3f));
+            } else if (cp < 0x110000) {
+                out[n++] = (char)(0xf0 | (cp >> 18));
+                out[n++] = (char)(0x80 | ((cp >> 12) & 0x3f));
+                out[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+                out[n++] = (char)(0x80 | (cp & 0x3f));
+            } else {
+                return -1;
+            }
+        }
+    }
+    out[n] = 0;
+    *len = n;
+    return 0;
+}
+
+static int64_t int_at(const cxs_npy *h, const uint8_t *p, uint64_t j) {
+    p += j * h->itemsize;
+    uint64_t v = 0;
+    for (uint64_t b = 0; b < h->itemsize; b++)
+        v |= (uint64_t)p[h->big_endian ? h->itemsize - 1 - b : b] << (8 * b);
+    if (h->kind == 'i' && h->itemsize < 8 && (v >> (8 * h->itemsize - 1)) & 1)
+        v |= ~0ull << (8 * h->itemsize); /* sign-extend */
+    if (h->kind == 'u' && (int64_t)v < 0) return INT64_MAX;
+    return (int64_t)v;
+}
+
+static int load_labels(utt *u, const char *path, const char *mfcc, const conv_opts *o, char *why,
+                       size_t wn) {
+    const vocab *v = o->v;
+    size_t len;
+    int rc = read_file(path, &u->buf, &u->buf_cap, &len);
+    if (rc) {
+        say(why, wn, "%s: %s", path, strerror(-rc));
+        return -2;
+    }
+    cxs_npy h;
+    char r[256];
+    if (cxs_npy_parse(u->buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    if (h.ndim != 1)
+        return say(why, wn, "%s: transcript has %d dimensions, expected a 1-D array", path,
+                   h.ndim);
+    if (h.kind == 'f' || h.kind == 'b')
+        return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
+                            "integers", path, h.kind);
+    if (h.count != u->T + 2)
+        return say(why, wn, "%s: %llu symbols, expected %llu ([SOS], one per frame of %s, [EOS])",
+                   path, (unsigned long long)h.count, (unsigned long long)u->T + 2, mfcc);
+    const int lw = v->n <= 256 ? 1 : 2;
+    if (grow(&u->labels, &u->labels_cap, u->T * lw)) {
+        say(why, wn, "%s: out of memory", path);
+        return -2;
+    }
+    const uint8_t *src = u->buf + h.data_offset;
+    const int ints = h.kind == 'i' || h.kind == 'u';
+    if (ints && (v->sos < 0 || v->eos < 0))
+        return say(why, wn, "%s: integer transcripts need [SOS] and [EOS] in the vocabulary",
+                   path);
+    char sym[1024];
+    size_t sl;
+    int64_t prev_idx = -1;
+    char prev[CXS_MAX_SYMBOL_LEN + 1];
+    size_t prev_len = (size_t)-1;
+    for (uint64_t j = 0; j < h.count; j++) {
+        int64_t idx;
+        if (ints) {
+            idx = int_at(&h, src, j);
+            if (idx < 0 || idx >= (int64_t)v->n)
+                return say(why, wn, "%s: position %llu: label %lld is outside the vocabulary "
+                                    "(0..%u)", path, (unsigned long long)j, (long long)idx,
+                           v->n - 1);
+        } else {
+            if (symbol_at(&h, src, j, sym, sizeof sym, &sl))
+                return say(why, wn, "%s: position %llu: symbol is not valid text", path,
+                           (unsigned long long)j);
+            if (sl == prev_len && memcmp(sym, prev, sl) == 0) {
+                idx = prev_idx; /* phonemes span several frames: skip the lookup */
+            } else {
+                idx = vocab_find(v, sym, sl);
+                if (idx < 0 && j > 0 && j + 1 < h.count)
+                    return say(why, wn, "%s: position %llu: unknown symbol '%s'", path,
+                               (unsigned long long)j, sym);
+                if (sl <= CXS_MAX_SYMBOL_LEN) {
+                    memcpy(prev, sym, sl);
+                    prev_len = sl;
+                    prev_idx = idx;
+                }
+            }
+        }
+        if (j == 0 || j + 1 == h.count) {
+            const char *want = j == 0 ? SOS_SYMBOL : EOS_SYMBOL;
+            int ok = ints ? idx == (j == 0 ? v->sos : v->eos)
+                          : (sl == 5 && memcmp(sym, want, 5) == 0);
+            if (!ok) {
+                if (ints)
+                    return say(why, wn, "%s: position %llu: label %lld, expected %s (%lld)", path,
+                               (unsigned long long)j, (long long)idx, want,
+                               (long long)(j == 0 ? v->sos : v->eos));
+                return say(why, wn, "%s: position %llu: '%s', expected %s", path,
+                           (unsigned long long)j, sym, want);
+            }
+            continue;
+        }
+        if (idx == v->sos || idx == v->eos)
+            return say(why, wn, "%s: position %llu: %s inside the transcript", path,
+                       (unsigned long long)j, idx == v->sos ? SOS_SYMBOL : EOS_SYMBOL);
+        if (lw == 1) u->labels[j - 1] = (uint8_t)idx;
+        else cxs_st16(u->labels + 2 * (j - 1), (uint16_t)idx);
+    }
+    return 0;
+}
+
+int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn) {
+    if (raw_item_problem(rs, i, why, wn)) return -1;
+    const raw_item *it = &rs->items[i];
+    int rc = load_features(u, it->mfcc, o, why, wn);
+    if (rc) return rc;
+    if (o->v && it->transcript) return load_labels(u, it->transcript, it->mfcc, o, why, wn);
+    return 0;
+}

@@ -1,0 +1,81 @@
+/* raw.h - reading and validating a raw HW1P2-style dataset:
+ * RAW/mfcc/<id>.npy and (optionally) RAW/transcript/<id>.npy. */
+#ifndef CXS_TOOL_RAW_H
+#define CXS_TOOL_RAW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SOS_SYMBOL "[SOS]"
+#define EOS_SYMBOL "[EOS]"
+
+typedef struct vocab {
+    uint32_t n;
+    char **sym;
+    uint32_t *lens;
+    uint32_t *table; /* open addressing, index+1, 0 = empty */
+    uint32_t mask;
+    int64_t sos, eos; /* index of [SOS] / [EOS], or -1 */
+} vocab;
+
+/* The standard 42-symbol list of DESIGN.md. */
+int vocab_default(vocab *v);
+/* One symbol per line; messages name the file. */
+int vocab_load(vocab *v, const char *path, char *why, size_t wn);
+int64_t vocab_find(const vocab *v, const char *s, size_t n);
+void vocab_free(vocab *v);
+
+/* One utterance of the listing. */
+typedef struct raw_item {
+    char *id;
+    char *mfcc;       /* path, or NULL when only a transcript exists */
+    char *transcript; /* path, or NULL */
+} raw_item;
+
+typedef struct raw_set {
+    char *root;
+    int has_transcripts;
+    size_t n;
+    raw_item *items; /* sorted by id, byte order */
+} raw_set;
+
+/* List and pair the files.  Problems that concern the whole directory
+ * (missing mfcc/, unreadable) fail; per-id problems (unpaired, duplicate,
+ * odd names) are left for raw_item_problem(). */
+int raw_list(const char *root, raw_set *rs, char *why, size_t wn);
+void raw_free(raw_set *rs);
+/* A problem of the listing for item i (unpaired, duplicate id, odd name),
+ * written into why; 0 when none. */
+int raw_item_problem(const raw_set *rs, size_t i, char *why, size_t wn);
+
+/* Conversion options. */
+typedef struct conv_opts {
+    uint32_t dtype;     /* CXS_DTYPE_* stored */
+    uint32_t normalize; /* CXS_NORM_* */
+    const vocab *v;     /* NULL: features only */
+} conv_opts;
+
+/* An utterance read, validated and converted into its stored form. */
+typedef struct utt {
+    uint64_t T;
+    uint32_t D;
+    uint8_t *feat;     /* T*D stored elements */
+    size_t feat_cap;
+    uint8_t *labels;   /* T labels of label width */
+    size_t labels_cap;
+    double *sum, *sumsq; /* D each, over the stored values */
+    size_t stat_cap;
+    uint8_t *buf;      /* file read buffer, reused */
+    size_t buf_cap;
+    double *tmp;       /* per-utterance normalisation sums */
+    size_t tmp_cap;
+} utt;
+
+/*
+ * Read, validate and convert utterance i.  On a problem returns -1 and
+ * writes "path: reason" into why; -2 for a system error (also in why).
+ */
+int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn);
+void utt_free(utt *u);
+
+#endif

@@ -1,0 +1,13 @@
+#ifndef CXS_TOOL_SYNTH_H
+#define CXS_TOOL_SYNTH_H
+#include <stdint.h>
+typedef struct synth_opts {
+    uint64_t utts;
+    uint32_t dim;
+    uint64_t seed;
+    int f64;
+    int transcripts;
+    int quiet;
+} synth_opts;
+int synth_run(const char *root, const synth_opts *o);
+#endif

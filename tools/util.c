@@ -1,0 +1,222 @@
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctxshard.h"
+
+volatile int g_interrupted;
+
+int exit_code_for(int rc) {
+    if (rc == 0) return 0;
+    if (rc == CXS_E_INVALID) return EXIT_USAGE;
+    if (rc < 0 && rc > -4096) return EXIT_SYSTEM;
+    return EXIT_DATA;
+}
+
+void warnx_(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ctxshard: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int parse_size(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    unsigned shift = 0;
+    if (*end) {
+        switch (*end) {
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
+        case 't': case 'T': shift = 40; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i') end++;
+        if (*end == 'B' || *end == 'b') end++;
+        if (*end) return -1;
+    }
+    if (shift && v > (UINT64_MAX >> shift)) return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+char *path_join(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    char *p = malloc(la + lb + 2);
+    if (!p) return NULL;
+    memcpy(p, a, la);
+    size_t o = la;
+    if (la && a[la - 1] != '/') p[o++] = '/';
+    memcpy(p + o, b, lb + 1);
+    return p;
+}
+
+int write_all(int fd, const void *buf, size_t n) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int fsync_path(const char *path, int is_dir) {
+    int fd = open(path, (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = fsync(fd) ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    if (flag == FTW_DP) return rmdir(p) ? 0 : 0;
+    unlink(p);
+    return 0;
+}
+
+int remove_tree(const char *path) {
+    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0) return -errno;
+    return 0;
+}
+
+int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return -EISDIR;
+    }
+    size_t want = (size_t)st.st_size;
+    if (want + 1 > *cap) {
+        uint8_t *nb = realloc(*buf, want + 1);
+        if (!nb) {
+            close(fd);
+            return -ENOMEM;
+        }
+        *buf = nb;
+        *cap = want + 1;
+    }
+    size_t got = 0;
+    while (got < want) {
+        ssize_t r = read(fd, *buf + got, want - got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        if (r == 0) break; /* shrank while reading: parse what is there */
+        got += (size_t)r;
+    }
+    close(fd);
+    *len = got;
+    return 0;
+}
+
+unsigned ncpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return (unsigned)n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+
+const char *human_bytes(double b, char *buf, size_t n) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) {
+        b /= 1024;
+        i++;
+    }
+    snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+    return buf;
+}
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void progress_init(progress *p, const char *label, int quiet) {
+    p->enabled = !quiet && isatty(STDERR_FILENO);
+    p->start = now_seconds();
+    p->last = 0;
+    p->label = label;
+}
+
+void progress_update(progress *p, uint64_t done, uint64_t total, const char *unit) {
+    if (!p->enabled) return;
+    double t = now_seconds();
+    if (t - p->last < 0.1 && done < total) return;
+    p->last = t;
+    int width = 30, fill = total ? (int)((double)done / (double)total * width) : width;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[width] = 0;
+    fprintf(stderr, "\r%s [%s] %3.0f%% %llu/%llu %s", p->label, bar,
+            total ? 100.0 * (double)done / (double)total : 100.0, (unsigned long long)done,
+            (unsigned long long)total, unit);
+    fflush(stderr);
+}
+
+void progress_done(progress *p) {
+    if (p->enabled) fputs("\r\033[K", stderr);
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
+
+void install_signal_flag(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}

@@ -1,0 +1,54 @@
+/* util.h - small helpers of the ctxshard command. */
+#ifndef CXS_TOOL_UTIL_H
+#define CXS_TOOL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit codes of the command. */
+#define EXIT_DATA 1   /* invalid or corrupt data */
+#define EXIT_USAGE 2  /* usage error */
+#define EXIT_SYSTEM 3 /* system error */
+
+/* Exit code for a library return code. */
+int exit_code_for(int rc);
+
+/* Print "ctxshard: message" to stderr. */
+void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+int parse_u64(const char *s, uint64_t *out);
+/* Bytes with an optional K, M, G or T suffix (powers of 1024). */
+int parse_size(const char *s, uint64_t *out);
+
+char *path_join(const char *a, const char *b);
+/* Write all of buf or return -errno. */
+int write_all(int fd, const void *buf, size_t n);
+int fsync_path(const char *path, int is_dir);
+/* Remove a tree (no symlink following).  Best effort; returns 0 or -errno. */
+int remove_tree(const char *path);
+/* Read a whole file into *buf (realloc'd, capacity *cap). */
+int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len);
+
+/* Number of CPUs this process may use. */
+unsigned ncpus(void);
+
+/* Human-readable byte count into buf. */
+const char *human_bytes(double bytes, char *buf, size_t n);
+double now_seconds(void);
+
+/* Progress bar on stderr, shown only on a terminal. */
+typedef struct progress {
+    int enabled;
+    double start, last;
+    const char *label;
+} progress;
+void progress_init(progress *p, const char *label, int quiet);
+void progress_update(progress *p, uint64_t done, uint64_t total, const char *unit);
+void progress_done(progress *p);
+
+/* Set by SIGINT/SIGTERM/SIGHUP once install_signal_flag() ran. */
+extern volatile int g_interrupted;
+void install_signal_flag(void);
+
+#endif
