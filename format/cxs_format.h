@@ -15,7 +15,7 @@
 #define CXS_MAX_SECTIONS 64u
 
 /* "\x89CXS\r\n\x1a\n" read as a little-endian u64. */
-#define CXS_MAGIC 0x0A1A0A0D5358438Full
+#define CXS_MAGIC 0x0A1A0A0D53584389ull
 extern const uint8_t cxs_magic_bytes[8];
 
 #define CXS_KIND_SHARD 1u

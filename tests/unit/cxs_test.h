@@ -1,0 +1,35 @@
+/* cxs_test.h - the thin layer between the unit tests and Check, so that
+ * the runner could change without touching the tests. */
+#ifndef CXS_TEST_H
+#define CXS_TEST_H
+
+#include <check.h>
+#include <stdlib.h>
+
+#define TEST(name) START_TEST(name)
+#define END_TEST_ END_TEST
+#define EXPECT(c) ck_assert(c)
+#define EXPECT_INT(a, b) ck_assert_int_eq((a), (b))
+#define EXPECT_UINT(a, b) ck_assert_uint_eq((a), (b))
+#define EXPECT_STR_HAS(s, sub) ck_assert_ptr_nonnull(strstr((s), (sub)))
+
+/* Build a suite named `name` from the given test functions and run it;
+ * returns the process exit status. */
+static inline int cxs_run_suite(const char *name, const TTest *const *tests, int n) {
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_create("all");
+    for (int i = 0; i < n; i++) _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+#define RUN_SUITE(name, ...)                                                   \
+    int main(void) {                                                           \
+        const TTest *const t[] = {__VA_ARGS__};                                \
+        return cxs_run_suite(name, t, (int)(sizeof t / sizeof *t));            \
+    }
+
+#endif

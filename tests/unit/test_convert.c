@@ -1,0 +1,104 @@
+/* float16 / bfloat16 conversions: round to nearest even, edge cases. */
+#include <math.h>
+#include <string.h>
+
+#include "cxs_convert.h"
+#include "cxs_test.h"
+
+static double f16val(uint16_t h) { return cxs_f16_to_f32(h); }
+
+TEST(f16_exact_and_ties) {
+    EXPECT_UINT(cxs_to_f16(0.0), 0x0000);
+    EXPECT_UINT(cxs_to_f16(-0.0), 0x8000);
+    EXPECT_UINT(cxs_to_f16(1.0), 0x3c00);
+    EXPECT_UINT(cxs_to_f16(-2.0), 0xc000);
+    EXPECT_UINT(cxs_to_f16(65504.0), 0x7bff); /* largest finite */
+    /* 1 + 2^-11 is half-way between 1 and 1+2^-10: ties to even (1.0). */
+    EXPECT_UINT(cxs_to_f16(1.0 + ldexp(1, -11)), 0x3c00);
+    /* 1 + 3*2^-11 is half-way between 1+2^-10 (odd) and 1+2^-9: up. */
+    EXPECT_UINT(cxs_to_f16(1.0 + 3 * ldexp(1, -11)), 0x3c02);
+    /* Just above half-way rounds up even from an even neighbour. */
+    EXPECT_UINT(cxs_to_f16(1.0 + ldexp(1, -11) + ldexp(1, -30)), 0x3c01);
+}
+END_TEST_
+
+TEST(f16_overflow) {
+    /* 65520 is half-way between 65504 and 65536 (=inf): ties to even -> inf. */
+    EXPECT_UINT(cxs_to_f16(65520.0), 0x7c00);
+    EXPECT_UINT(cxs_to_f16(65519.99), 0x7bff);
+    EXPECT_UINT(cxs_to_f16(-1e10), 0xfc00);
+    EXPECT_UINT(cxs_to_f16(INFINITY), 0x7c00);
+    EXPECT_UINT(cxs_to_f16(-INFINITY), 0xfc00);
+}
+END_TEST_
+
+TEST(f16_subnormals) {
+    EXPECT_UINT(cxs_to_f16(ldexp(1, -24)), 0x0001);          /* smallest subnormal */
+    EXPECT_UINT(cxs_to_f16(ldexp(1, -25)), 0x0000);          /* tie -> even (0) */
+    EXPECT_UINT(cxs_to_f16(3 * ldexp(1, -25)), 0x0002);      /* tie -> even (2) */
+    EXPECT_UINT(cxs_to_f16(ldexp(1, -25) * 1.0001), 0x0001); /* above the tie */
+    EXPECT_UINT(cxs_to_f16(-ldexp(1, -24)), 0x8001);
+    EXPECT_UINT(cxs_to_f16(ldexp(1023, -24)), 0x03ff); /* largest subnormal */
+    /* Rounding the largest subnormal up carries into the smallest normal. */
+    EXPECT_UINT(cxs_to_f16(ldexp(1023.5, -24)), 0x0400);
+    EXPECT_UINT(cxs_to_f16(1e-300), 0x0000);
+    EXPECT_UINT(cxs_to_f16(4.9e-324), 0x0000); /* double subnormal */
+}
+END_TEST_
+
+TEST(f16_nan_payload) {
+    uint64_t b = 0x7ff8000000000000ull | (0x155ull << 42); /* quiet NaN, payload */
+    double x;
+    memcpy(&x, &b, 8);
+    uint16_t h = cxs_to_f16(x);
+    EXPECT_UINT(h & 0x7c00, 0x7c00);
+    EXPECT(h & 0x3ff);
+    EXPECT_UINT(h & 0x3ff, 0x200 | (0x155 & 0x3ff)); /* top payload bits kept */
+    /* A signalling NaN whose payload lies below the kept bits stays NaN. */
+    b = 0x7ff0000000000001ull;
+    memcpy(&x, &b, 8);
+    h = cxs_to_f16(x);
+    EXPECT((h & 0x7c00) == 0x7c00 && (h & 0x3ff));
+    EXPECT(isnan(f16val(h)));
+}
+END_TEST_
+
+TEST(f16_all_values_round_trip) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        double v = f16val((uint16_t)h);
+        if (isnan(v)) continue;
+        EXPECT_UINT(cxs_to_f16(v), h);
+    }
+}
+END_TEST_
+
+TEST(bf16_rounding) {
+    EXPECT_UINT(cxs_to_bf16(1.0), 0x3f80);
+    EXPECT_UINT(cxs_to_bf16(1.0 + ldexp(1, -8)), 0x3f80);     /* tie -> even */
+    EXPECT_UINT(cxs_to_bf16(1.0 + 3 * ldexp(1, -8)), 0x3f82); /* tie -> even (up) */
+    EXPECT_UINT(cxs_to_bf16(3.4e38), 0x7f80);                 /* rounds past max -> inf */
+    EXPECT_UINT(cxs_to_bf16(3.38e38), 0x7f7e);
+    EXPECT_UINT(cxs_to_bf16(ldexp(1, -133)), 0x0001); /* smallest subnormal */
+    EXPECT_UINT(cxs_to_bf16(ldexp(1, -134)), 0x0000); /* tie -> even */
+    EXPECT_UINT(cxs_to_bf16(-INFINITY), 0xff80);
+    EXPECT(isnan(cxs_bf16_to_f32(cxs_to_bf16(NAN))));
+    for (uint32_t h = 0; h < 65536; h++) {
+        float v = cxs_bf16_to_f32((uint16_t)h);
+        if (isnan(v)) continue;
+        EXPECT_UINT(cxs_to_bf16(v), h);
+    }
+}
+END_TEST_
+
+TEST(no_double_rounding) {
+    /* 1 + 2^-8 + 2^-30 is just above a bfloat16 tie; through float32 it
+     * would first round to the tie and then to even (1.0). */
+    EXPECT_UINT(cxs_to_bf16(1.0 + ldexp(1, -8) + ldexp(1, -30)), 0x3f81);
+    float f = cxs_to_f32(1.0 + ldexp(1, -24));
+    EXPECT(f == 1.0f);
+    EXPECT(cxs_to_f32(1e39) == INFINITY);
+}
+END_TEST_
+
+RUN_SUITE("convert", f16_exact_and_ties, f16_overflow, f16_subnormals, f16_nan_payload,
+          f16_all_values_round_trip, bf16_rounding, no_double_rounding)

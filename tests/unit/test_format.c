@@ -1,0 +1,133 @@
+/* The container: build, parse, and every structural refusal. */
+#include <string.h>
+
+#include "cxs_format.h"
+#include "cxs_le.h"
+#include "cxs_test.h"
+
+static uint8_t f[3 * CXS_PAGE];
+
+/* A two-section manifest-kind file: 10 bytes at page 1, 5 at page 2. */
+static uint64_t make(void) {
+    memset(f, 0, sizeof f);
+    memset(f + CXS_PAGE, 0xab, 10);
+    memset(f + 2 * CXS_PAGE, 0xcd, 5);
+    cxs_section s[2] = {{CXS_SEC_DATASET_META, 1, CXS_PAGE, 10, cxs_hash(f + CXS_PAGE, 10)},
+                        {CXS_SEC_STATS, 0, 2 * CXS_PAGE, 5, cxs_hash(f + 2 * CXS_PAGE, 5)}};
+    return cxs_container_build(f, CXS_KIND_MANIFEST, sizeof f, s, 2);
+}
+
+static int parse(cxs_diag *d) {
+    cxs_container c;
+    return cxs_container_parse(f, sizeof f, CXS_KIND_MANIFEST, &c, "x", d);
+}
+
+/* Rewrite the header checksum after an edit, so that the structural check
+ * behind it is reached. */
+static void rehash(void) {
+    uint32_t n = cxs_ld32(f + 24);
+    if (n > CXS_MAX_SECTIONS) n = CXS_MAX_SECTIONS;
+    cxs_st64(f + 56, 0);
+    cxs_st64(f + 56, cxs_hash(f, CXS_HEADER_SIZE + CXS_SECTION_ENTRY * n));
+}
+
+TEST(round_trip) {
+    uint64_t h = make();
+    cxs_container c;
+    cxs_diag d;
+    EXPECT_INT(cxs_container_parse(f, sizeof f, CXS_KIND_MANIFEST, &c, "x", &d), 0);
+    EXPECT_UINT(c.header_checksum, h);
+    EXPECT_UINT(c.nsections, 2);
+    EXPECT(cxs_container_find(&c, CXS_SEC_STATS)->length == 5);
+    EXPECT(cxs_container_find(&c, CXS_SEC_VOCAB) == NULL);
+    EXPECT_UINT(cxs_ld64(f), CXS_MAGIC);
+}
+END_TEST_
+
+TEST(refusals) {
+    cxs_diag d;
+    cxs_container c;
+    make();
+    f[0] ^= 1;
+    EXPECT_INT(parse(&d), CXS_E_BAD_MAGIC);
+    make();
+    EXPECT_INT(cxs_container_parse(f, 100, CXS_KIND_MANIFEST, &c, "x", &d), CXS_E_TRUNCATED);
+    EXPECT_INT(cxs_container_parse(f, sizeof f - CXS_PAGE, CXS_KIND_MANIFEST, &c, "x", &d), CXS_E_TRUNCATED);
+    EXPECT_INT(cxs_container_parse(f, sizeof f, CXS_KIND_SHARD, &c, "x", &d), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "kind");
+    make();
+    f[64 + 16] ^= 1; /* section length, checksum not updated */
+    EXPECT_INT(parse(&d), CXS_E_CHECKSUM);
+    make();
+    cxs_st16(f + 8, 2);
+    rehash();
+    EXPECT_INT(parse(&d), CXS_E_VERSION);
+    make();
+    cxs_st16(f + 10, 7); /* a newer minor version is fine */
+    rehash();
+    EXPECT_INT(parse(&d), 0);
+    make();
+    f[40] = 1;
+    rehash();
+    EXPECT_INT(parse(&d), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "reserved");
+    make();
+    cxs_st64(f + 64 + 32 + 8, CXS_PAGE + 8); /* unaligned offset */
+    rehash();
+    EXPECT_INT(parse(&d), CXS_E_CORRUPT);
+    make();
+    cxs_st64(f + 64 + 32 + 16, CXS_PAGE * 5); /* past the end */
+    rehash();
+    EXPECT_INT(parse(&d), CXS_E_TRUNCATED);
+    make();
+    cxs_st64(f + 64 + 32 + 8, CXS_PAGE); /* overlaps section 0 */
+    rehash();
+    EXPECT_INT(parse(&d), CXS_E_CORRUPT);
+    make();
+    cxs_st32(f + 64 + 32, 999); /* unknown optional section: ignored */
+    rehash();
+    EXPECT_INT(parse(&d), 0);
+    cxs_st32(f + 64 + 32 + 4, 1); /* ... but refused when required */
+    rehash();
+    EXPECT_INT(parse(&d), CXS_E_UNSUPPORTED);
+    make();
+    cxs_st32(f + 24, 0);
+    rehash();
+    EXPECT_INT(parse(&d), CXS_E_CORRUPT);
+}
+END_TEST_
+
+TEST(strtab) {
+    uint8_t t[8 * 3 + 5];
+    cxs_diag d;
+    cxs_st64(t, 0);
+    cxs_st64(t + 8, 2);
+    cxs_st64(t + 16, 5);
+    memcpy(t + 24, "abcde", 5);
+    EXPECT_INT(cxs_strtab_check(t, sizeof t, 2, 10, "IDS", "x", &d), 0);
+    EXPECT_INT(cxs_strtab_check(t, sizeof t, 2, 2, "IDS", "x", &d), CXS_E_CORRUPT); /* too long */
+    EXPECT_INT(cxs_strtab_check(t, sizeof t, 3, 10, "IDS", "x", &d), CXS_E_CORRUPT);
+    EXPECT_INT(cxs_strtab_check(t, sizeof t, UINT64_MAX / 4, 10, "IDS", "x", &d), CXS_E_CORRUPT);
+    cxs_st64(t + 8, 0); /* empty string */
+    EXPECT_INT(cxs_strtab_check(t, sizeof t, 2, 10, "IDS", "x", &d), CXS_E_CORRUPT);
+    cxs_st64(t + 8, 2);
+    t[25] = '\n';
+    EXPECT_INT(cxs_strtab_check(t, sizeof t, 2, 10, "IDS", "x", &d), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "control");
+}
+END_TEST_
+
+TEST(le_helpers) {
+    uint8_t b[8];
+    cxs_st64(b, 0x0102030405060708ull);
+    EXPECT_UINT(b[0], 8);
+    EXPECT_UINT(b[7], 1);
+    EXPECT_UINT(cxs_ld64(b), 0x0102030405060708ull);
+    EXPECT_UINT(cxs_ld32(b), 0x05060708u);
+    EXPECT_UINT(cxs_ld16(b), 0x0708u);
+    cxs_stf64(b, -1.5);
+    EXPECT(cxs_ldf64(b) == -1.5);
+}
+END_TEST_
+
+RUN_SUITE("format", round_trip, refusals, strtab, le_helpers)
