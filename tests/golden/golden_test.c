@@ -1,0 +1,156 @@
+/* Golden vectors: valid/tiny must decode to known values; every damaged
+ * copy in invalid/ must be refused by the step and with the code that
+ * invalid/EXPECTED names, and the message must name the file. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxshard.h"
+
+static int failures;
+#define CHECK(c)                                                              \
+    do {                                                                      \
+        if (!(c)) {                                                           \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+            failures++;                                                       \
+        }                                                                     \
+    } while (0)
+
+/* The raw input of valid/tiny (tests/golden/make_golden.py). */
+static const float utt_a[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+static const float utt_b[2][2] = {{10, 11}, {12, 13}};
+static const int64_t labels[5] = {1, 2, 0, 2, 2};
+
+static float value(uint64_t frame, int64_t row, int d) {
+    /* frame's utterance: 0..2 -> a, 3..4 -> b */
+    int64_t start = frame < 3 ? 0 : 3, T = frame < 3 ? 3 : 2;
+    int64_t t = (int64_t)frame - start + row;
+    if (t < 0 || t >= T) return 0;
+    return frame < 3 ? utt_a[t][d] : utt_b[t][d];
+}
+
+static void valid(const char *dir) {
+    cxs_dataset *ds;
+    cxs_diag dg;
+    int rc = cxs_dataset_open(dir, &ds, &dg);
+    CHECK(rc == 0);
+    if (rc) {
+        fprintf(stderr, "%s\n", dg.message);
+        return;
+    }
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    CHECK(in.num_frames == 5 && in.num_utterances == 2 && in.num_shards == 1);
+    CHECK(in.dim == 2 && in.guard == 1 && in.dtype == CXS_DTYPE_F32);
+    CHECK(in.vocab_size == 5 && in.label_width == 1 && in.format_major == 1);
+    CHECK(in.min_length == 2 && in.max_length == 3);
+    CHECK(cxs_dataset_verify(ds, NULL, NULL, &dg) == 0);
+    const char *sym;
+    size_t n;
+    const char *want[5] = {"[SIL]", "AA", "B", "[SOS]", "[EOS]"};
+    for (uint32_t i = 0; i < 5; i++) {
+        CHECK(cxs_dataset_vocab(ds, i, &sym, &n) == 0 && n == strlen(want[i]) &&
+              memcmp(sym, want[i], n) == 0);
+    }
+    CHECK(cxs_dataset_vocab(ds, 5, &sym, &n) == CXS_E_RANGE);
+    cxs_utterance u;
+    CHECK(cxs_dataset_utterance(ds, 1, &u) == 0 && u.id_len == 1 && u.id[0] == 'b' &&
+          u.first_frame == 3 && u.num_frames == 2);
+    CHECK(cxs_dataset_utterance(ds, 2, &u) == CXS_E_RANGE);
+    cxs_stats st;
+    cxs_dataset_stats(ds, &st);
+    CHECK(st.count == 5);
+    CHECK(fabs(st.mean[0] - 6.2) < 1e-12 && fabs(st.mean[1] - 7.2) < 1e-12);
+    CHECK(fabs(st.var[0] - 17.36) < 1e-9 && fabs(st.var[1] - 17.36) < 1e-9);
+    CHECK(st.label_counts[0] == 1 && st.label_counts[1] == 1 && st.label_counts[2] == 3 &&
+          st.label_counts[3] == 0 && st.label_counts[4] == 0);
+    for (uint64_t f = 0; f < 5; f++) {
+        uint64_t ut, off;
+        CHECK(cxs_dataset_locate(ds, f, &ut, &off) == 0 && ut == (f < 3 ? 0u : 1u) &&
+              off == (f < 3 ? f : f - 3));
+        uint32_t l;
+        CHECK(cxs_dataset_label(ds, f, &l) == 0 && l == labels[f]);
+        for (uint32_t k = 0; k <= 1; k++) {
+            const void *w;
+            CHECK(cxs_dataset_window(ds, f, k, &w) == 0);
+            const float *x = w;
+            for (int64_t r = -(int64_t)k; r <= (int64_t)k; r++)
+                for (int d = 0; d < 2; d++) CHECK(x[(r + k) * 2 + d] == value(f, r, d));
+        }
+        for (uint32_t k = 0; k <= 4; k++) {
+            float out[18];
+            int64_t lab;
+            CHECK(cxs_dataset_gather(ds, &f, 1, k, out, &lab) == 0 && lab == labels[f]);
+            for (int64_t r = -(int64_t)k; r <= (int64_t)k; r++)
+                for (int d = 0; d < 2; d++) CHECK(out[(r + k) * 2 + d] == value(f, r, d));
+        }
+    }
+    const void *w;
+    uint64_t ut, off, bad = 5;
+    float out[6];
+    CHECK(cxs_dataset_window(ds, 0, 2, &w) == CXS_E_RANGE); /* k > guard: no view */
+    CHECK(cxs_dataset_window(ds, 5, 0, &w) == CXS_E_RANGE);
+    CHECK(cxs_dataset_locate(ds, 5, &ut, &off) == CXS_E_RANGE);
+    CHECK(cxs_dataset_gather(ds, &bad, 1, 1, out, NULL) == CXS_E_RANGE);
+    CHECK(cxs_dataset_gather(ds, NULL, 0, 1, NULL, NULL) == 0);
+    cxs_dataset_close(ds);
+    cxs_dataset_close(NULL);
+}
+
+static int code_of(const char *name) {
+    static const struct {
+        const char *n;
+        int c;
+    } t[] = {{"CXS_E_BAD_MAGIC", CXS_E_BAD_MAGIC}, {"CXS_E_VERSION", CXS_E_VERSION},
+             {"CXS_E_TRUNCATED", CXS_E_TRUNCATED}, {"CXS_E_CORRUPT", CXS_E_CORRUPT},
+             {"CXS_E_CHECKSUM", CXS_E_CHECKSUM},   {"ENOENT", -ENOENT}};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        if (!strcmp(t[i].n, name)) return t[i].c;
+    return 1;
+}
+
+static void invalid(const char *dir) {
+    char path[4096], name[128], step[16], code[64], line[512];
+    if (snprintf(path, sizeof path, "%s/EXPECTED", dir) >= (int)sizeof path) return;
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (!f) return;
+    int cases = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || sscanf(line, "%127s %15s %63s", name, step, code) != 3) continue;
+        cases++;
+        if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) continue;
+        cxs_dataset *ds = NULL;
+        cxs_diag dg = {{0}};
+        int rc = cxs_dataset_open(path, &ds, &dg), want = code_of(code);
+        if (!strcmp(step, "verify")) {
+            if (rc != 0) {
+                fprintf(stderr, "%s: open refused (%s): %s\n", name, cxs_strerror(rc), dg.message);
+                failures++;
+                continue;
+            }
+            rc = cxs_dataset_verify(ds, NULL, NULL, &dg);
+            cxs_dataset_close(ds);
+        }
+        if (rc != want || !strstr(dg.message, path)) {
+            fprintf(stderr, "%s: %s gave %d (%s), expected %s; message: %s\n", name, step, rc,
+                    cxs_strerror(rc), code, dg.message);
+            failures++;
+        }
+    }
+    fclose(f);
+    CHECK(cases >= 18);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) return 2;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/valid/tiny", argv[1]);
+    valid(p);
+    snprintf(p, sizeof p, "%s/invalid", argv[1]);
+    invalid(p);
+    if (failures) fprintf(stderr, "%d failures\n", failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,127 @@
+"""Regenerate the golden test vectors (tests/golden/) and print the hex dump
+used in spec/format.md's appendix.  Run from the repository root:
+
+    /usr/bin/python3 tests/golden/make_golden.py build/tools/ctxshard
+
+valid/tiny is the packed form of a two-utterance dataset with known values;
+invalid/ holds one damaged copy per rule, listed in invalid/EXPECTED with
+the step that must refuse it (open or verify) and the error code."""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXE = sys.argv[1]
+VOCAB = ["[SIL]", "AA", "B", "[SOS]", "[EOS]"]
+
+
+def raw_tiny(root):
+    os.makedirs(os.path.join(root, "mfcc"))
+    os.makedirs(os.path.join(root, "transcript"))
+    a = np.arange(1, 7, dtype=np.float32).reshape(3, 2)        # 1..6
+    b = np.arange(10, 14, dtype=np.float32).reshape(2, 2)      # 10..13
+    np.save(os.path.join(root, "mfcc", "a.npy"), a)
+    np.save(os.path.join(root, "mfcc", "b.npy"), b)
+    np.save(os.path.join(root, "transcript", "a.npy"), np.array(["[SOS]", "AA", "B", "[SIL]", "[EOS]"]))
+    np.save(os.path.join(root, "transcript", "b.npy"), np.array(["[SOS]", "B", "B", "[EOS]"]))
+    with open(os.path.join(root, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB) + "\n")
+
+
+def sections(path):
+    data = open(path, "rb").read()
+    n = struct.unpack_from("<I", data, 24)[0]
+    out = {}
+    for i in range(n):
+        t, fl, off, ln, ck = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
+        out[t] = (off, ln, 64 + 32 * i)
+    return data, out
+
+
+def damaged(name, src_dir, fname, edit):
+    dst = os.path.join(HERE, "invalid", name)
+    shutil.copytree(src_dir, dst)
+    p = os.path.join(dst, fname)
+    data = bytearray(open(p, "rb").read())
+    data = edit(data)
+    open(p, "wb").write(bytes(data))
+
+
+def flip(pos):
+    def e(d):
+        d[pos] ^= 0x01
+        return d
+    return e
+
+
+def main():
+    tiny = os.path.join(HERE, "valid", "tiny")
+    shutil.rmtree(tiny, ignore_errors=True)
+    shutil.rmtree(os.path.join(HERE, "invalid"), ignore_errors=True)
+    os.makedirs(os.path.join(HERE, "invalid"))
+    with tempfile.TemporaryDirectory() as tmp:
+        raw_tiny(tmp)
+        subprocess.run([EXE, "pack", tmp, tiny, "--guard", "1", "--vocab",
+                        os.path.join(tmp, "vocab.txt"), "--threads", "1", "--quiet"], check=True)
+    shard = "shard-000000.cxs"
+    sd, ss = sections(os.path.join(tiny, shard))
+    md, ms = sections(os.path.join(tiny, "manifest.cxs"))
+    cases = [
+        ("bad-magic", shard, flip(0), "open", "CXS_E_BAD_MAGIC"),
+        ("header-flip", shard, flip(20), "open", "CXS_E_CHECKSUM"),
+        ("table-flip", shard, flip(64 + 8), "open", "CXS_E_CHECKSUM"),
+        ("truncated-shard", shard, lambda d: d[:len(d) - 4096], "open", "CXS_E_TRUNCATED"),
+        ("truncated-header", shard, lambda d: d[:100], "open", "CXS_E_TRUNCATED"),
+        ("meta-flip", shard, flip(ss[1][0] + 4), "open", "CXS_E_CHECKSUM"),
+        ("index-flip", shard, flip(ss[2][0] + 8), "open", "CXS_E_CHECKSUM"),
+        ("ids-flip", shard, flip(ss[3][0] + ss[3][1] - 1), "open", "CXS_E_CHECKSUM"),
+        ("features-flip", shard, flip(ss[4][0] + 8 + 2), "verify", "CXS_E_CHECKSUM"),
+        ("guard-flip", shard, flip(ss[4][0] + 1), "verify", "CXS_E_CORRUPT"),
+        ("labels-flip", shard, flip(ss[5][0]), "verify", "CXS_E_CHECKSUM"),
+        ("padding-flip", shard, flip(ss[5][0] + ss[5][1] + 3), "verify", "CXS_E_CORRUPT"),
+        ("manifest-meta-flip", "manifest.cxs", flip(ms[16][0] + 20), "open", "CXS_E_CHECKSUM"),
+        ("manifest-table-flip", "manifest.cxs", flip(ms[17][0] + 8), "open", "CXS_E_CHECKSUM"),
+        ("manifest-vocab-flip", "manifest.cxs", flip(ms[18][0] + ms[18][1] - 1), "open", "CXS_E_CHECKSUM"),
+        ("manifest-stats-flip", "manifest.cxs", flip(ms[19][0] + 40), "open", "CXS_E_CHECKSUM"),
+        ("future-major", "manifest.cxs", bump_major, "open", "CXS_E_VERSION"),
+    ]
+    with open(os.path.join(HERE, "invalid", "EXPECTED"), "w") as exp:
+        exp.write("# case  step-that-must-refuse  error-code\n")
+        for name, fname, edit, step, code in cases:
+            damaged(name, tiny, fname, edit)
+            exp.write(f"{name} {step} {code}\n")
+        # A shard the manifest lists is missing.
+        shutil.copytree(tiny, os.path.join(HERE, "invalid", "missing-shard"))
+        os.remove(os.path.join(HERE, "invalid", "missing-shard", shard))
+        exp.write("missing-shard open ENOENT\n")
+    hexdump(tiny)
+
+
+def bump_major(d):
+    """Major version 2: a reader checks the version before the header
+    checksum (a future version may lay the header out differently)."""
+    struct.pack_into("<H", d, 8, 2)
+    return d
+
+
+def hexdump(tiny):
+    """The non-zero 16-byte lines of every file, for the spec's appendix."""
+    for fname in sorted(os.listdir(tiny)):
+        data = open(os.path.join(tiny, fname), "rb").read()
+        print(f"{fname} ({len(data)} bytes; all-zero lines omitted)")
+        for off in range(0, len(data), 16):
+            line = data[off:off + 16]
+            if any(line):
+                hx = " ".join(f"{b:02x}" for b in line)
+                asc = "".join(chr(b) if 32 <= b < 127 else "." for b in line)
+                print(f"  {off:06x}  {hx:<47}  {asc}")
+        print()
+
+
+if __name__ == "__main__":
+    main()
