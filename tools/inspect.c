@@ -132,8 +132,8 @@ int info_run(const char *dir, int json) {
     printf("frames        %llu (per utterance: min %llu, mean %.1f, max %llu)\n",
            (unsigned long long)in.num_frames, (unsigned long long)in.min_length, mean_len,
            (unsigned long long)in.max_length);
-    printf("features      %u x %s, guard %u rows (zero-copy windows for context k <= %u)\n", in.dim,
-           cxs_dtype_name(in.dtype), in.guard, in.guard);
+    printf("features      %u x %s, guard %u row%s (zero-copy windows for context k <= %u)\n", in.dim,
+           cxs_dtype_name(in.dtype), in.guard, in.guard == 1 ? "" : "s", in.guard);
     if (in.vocab_size)
         printf("labels        %u symbols, %s per frame\n", in.vocab_size,
                in.label_width == 1 ? "uint8" : "uint16");

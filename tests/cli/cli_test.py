@@ -1,0 +1,409 @@
+"""CLI tests of the ctxshard command: every bad input gets its specific
+message naming the file and leaves nothing behind; exit codes; atomic
+replacement; determinism across thread counts; corruption caught by verify
+and refused by open; exact output of `info` on the golden dataset.
+
+usage: /usr/bin/python3 tests/cli/cli_test.py BUILD/tools/ctxshard SOURCE_ROOT"""
+import filecmp
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+EXE = os.path.abspath(sys.argv[1])
+SRC = os.path.abspath(sys.argv[2])
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    return p.returncode, p.stdout, p.stderr
+
+
+def sections(path):
+    data = open(path, "rb").read()
+    n = struct.unpack_from("<I", data, 24)[0]
+    return {struct.unpack_from("<I", data, 64 + 32 * i)[0]:
+            struct.unpack_from("<QQ", data, 64 + 32 * i + 8) for i in range(n)}
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.raw = os.path.join(self.tmp, "raw")
+        rc, _, err = run("synth", self.raw, "--utts", 5, "--seed", 3, "--quiet")
+        self.assertEqual(rc, 0, err)
+        self.ids = sorted(n[:-4] for n in os.listdir(os.path.join(self.raw, "mfcc")))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def mfcc(self, uid):
+        return os.path.join(self.raw, "mfcc", uid + ".npy")
+
+    def trans(self, uid):
+        return os.path.join(self.raw, "transcript", uid + ".npy")
+
+    def leftovers(self):
+        return [n for n in os.listdir(self.tmp) if n not in ("raw",)]
+
+    def expect_refusal(self, needle, path_in_msg):
+        """pack fails with exit 1, names the file and the reason, leaves
+        nothing; check reports the same problem."""
+        out = os.path.join(self.tmp, "out")
+        rc, _, err = run("pack", self.raw, out, "--quiet")
+        self.assertEqual(rc, 1, err)
+        self.assertIn(path_in_msg, err)
+        self.assertIn(needle, err)
+        self.assertEqual(self.leftovers(), [], "pack left files behind")
+        rc, outp, err2 = run("check", self.raw)
+        self.assertEqual(rc, 1)
+        self.assertIn(needle, err2)
+        self.assertIn("1 problem", outp)
+        return err
+
+
+class BadInputs(Base):
+    def test_length_rule(self):
+        t = np.load(self.trans(self.ids[1]))
+        np.save(self.trans(self.ids[1]), np.concatenate([t[:-2], t[-1:]]))
+        self.expect_refusal("expected %d ([SOS], one per frame" % (len(t)), self.trans(self.ids[1]))
+
+    def test_missing_sos(self):
+        t = np.load(self.trans(self.ids[0]))
+        t[0] = "AA"
+        np.save(self.trans(self.ids[0]), t)
+        self.expect_refusal("position 0: 'AA', expected [SOS]", self.trans(self.ids[0]))
+
+    def test_missing_eos(self):
+        t = np.load(self.trans(self.ids[0]))
+        t[-1] = "[SIL]"
+        np.save(self.trans(self.ids[0]), t)
+        self.expect_refusal("'[SIL]', expected [EOS]", self.trans(self.ids[0]))
+
+    def test_unknown_symbol(self):
+        t = np.load(self.trans(self.ids[2]))
+        t[7] = "QQ"
+        np.save(self.trans(self.ids[2]), t)
+        self.expect_refusal("position 7: unknown symbol 'QQ'", self.trans(self.ids[2]))
+
+    def test_sos_inside(self):
+        t = np.load(self.trans(self.ids[2]))
+        t[9] = "[SOS]"
+        np.save(self.trans(self.ids[2]), t)
+        self.expect_refusal("position 9: [SOS] inside the transcript", self.trans(self.ids[2]))
+
+    def test_feature_width(self):
+        x = np.load(self.mfcc(self.ids[3]))
+        np.save(self.mfcc(self.ids[3]), x[:, :20])
+        self.expect_refusal("20 features per frame, expected 28 like the first utterance",
+                            self.mfcc(self.ids[3]))
+
+    def test_empty_utterance(self):
+        np.save(self.mfcc(self.ids[1]), np.zeros((0, 28), np.float32))
+        np.save(self.trans(self.ids[1]), np.array(["[SOS]", "[EOS]"]))
+        self.expect_refusal("empty utterance (0 frames)", self.mfcc(self.ids[1]))
+
+    def test_nan(self):
+        x = np.load(self.mfcc(self.ids[4]))
+        x[17, 3] = np.nan
+        np.save(self.mfcc(self.ids[4]), x)
+        self.expect_refusal("NaN at frame 17, dimension 3", self.mfcc(self.ids[4]))
+
+    def test_inf(self):
+        x = np.load(self.mfcc(self.ids[4]))
+        x[2, 0] = -np.inf
+        np.save(self.mfcc(self.ids[4]), x)
+        self.expect_refusal("infinity at frame 2, dimension 0", self.mfcc(self.ids[4]))
+
+    def test_features_without_transcript(self):
+        os.remove(self.trans(self.ids[2]))
+        self.expect_refusal("features without a transcript", self.mfcc(self.ids[2]))
+
+    def test_transcript_without_features(self):
+        shutil.copy(self.trans(self.ids[2]), self.trans("zzz"))
+        self.expect_refusal("transcript without features", self.trans("zzz"))
+
+    def test_duplicate_id(self):
+        shutil.copy(self.mfcc(self.ids[2]), os.path.join(self.raw, "mfcc", self.ids[2] + ".NPY"))
+        out = os.path.join(self.tmp, "out")
+        rc, _, err = run("pack", self.raw, out, "--quiet")
+        self.assertEqual(rc, 1)
+        self.assertIn("duplicate utterance id '%s'" % self.ids[2], err)
+        self.assertEqual(self.leftovers(), [])
+
+    def test_truncated(self):
+        p = self.mfcc(self.ids[0])
+        data = open(p, "rb").read()
+        open(p, "wb").write(data[:-10])
+        self.expect_refusal("truncated: the header promises", p)
+
+    def test_malformed_header(self):
+        p = self.mfcc(self.ids[0])
+        data = bytearray(open(p, "rb").read())
+        data[10:11] = b"("
+        open(p, "wb").write(bytes(data))
+        self.expect_refusal("malformed header", p)
+
+    def test_not_npy(self):
+        p = self.mfcc(self.ids[0])
+        open(p, "w").write("hello")
+        self.expect_refusal("not a .npy file", p)
+
+    def test_object_array(self):
+        p = self.trans(self.ids[0])
+        t = np.load(p)
+        np.save(p, t.astype(object), allow_pickle=True)
+        self.expect_refusal("re-save it with numpy.save(path, array.astype(str))", p)
+
+    def test_wrong_rank(self):
+        p = self.mfcc(self.ids[0])
+        np.save(p, np.zeros(10, np.float32))
+        self.expect_refusal("features have 1 dimensions, expected 2", p)
+
+    def test_integer_features(self):
+        p = self.mfcc(self.ids[0])
+        np.save(p, np.zeros((10, 28), np.int32))
+        self.expect_refusal("expected float (f2, f4 or f8)", p)
+
+    def test_vocab_file_errors(self):
+        v = os.path.join(self.tmp, "v.txt")
+        open(v, "w").write("A\n\nB\n")
+        rc, _, err = run("pack", self.raw, os.path.join(self.tmp, "o"), "--vocab", v)
+        self.assertEqual(rc, 2)
+        self.assertIn(v + ": line 2 is empty", err)
+        open(v, "w").write("A\nB\nA\n")
+        rc, _, err = run("check", self.raw, "--vocab", v)
+        self.assertEqual(rc, 2)
+        self.assertIn("line 3: symbol 'A' appears twice", err)
+        self.assertEqual(sorted(self.leftovers()), ["v.txt"])
+
+    def test_check_lists_every_problem(self):
+        x = np.load(self.mfcc(self.ids[4]))
+        x[1, 1] = np.nan
+        np.save(self.mfcc(self.ids[4]), x)
+        os.remove(self.trans(self.ids[0]))
+        rc, out, err = run("check", self.raw)
+        self.assertEqual(rc, 1)
+        self.assertIn("2 problems", out)
+        self.assertEqual(len(err.strip().splitlines()), 2)
+
+    def test_skip_policy(self):
+        x = np.load(self.mfcc(self.ids[4]))
+        x[1, 1] = np.nan
+        np.save(self.mfcc(self.ids[4]), x)
+        out = os.path.join(self.tmp, "out")
+        rc, stdout, err = run("pack", self.raw, out, "--on-error", "skip")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("skipped: " + self.mfcc(self.ids[4]) + ": NaN", err)
+        self.assertIn("skipped 1 bad utterance", stdout)
+        rc, info, _ = run("info", out)
+        self.assertIn("4 (1 skipped at pack time)", info)
+        self.assertIn(self.ids[4] + "\t" + self.mfcc(self.ids[4]) + ": NaN", info)
+        self.assertEqual(run("verify", out)[0], 0)
+
+
+class Inputs(Base):
+    """Accepted input variants pack to the same windows as the plain form."""
+
+    def windows(self, out):
+        x = os.path.join(self.tmp, "x.npy")
+        y = os.path.join(self.tmp, "y.npy")
+        rc, _, err = run("gather", out, "--context", 2, "--all", "--out", x, "--labels", y)
+        self.assertEqual(rc, 0, err)
+        return np.load(x), np.load(y)
+
+    def test_variants(self):
+        base = os.path.join(self.tmp, "base")
+        self.assertEqual(run("pack", self.raw, base, "--quiet")[0], 0)
+        X0, Y0 = self.windows(base)
+        a, b, c, d, e = self.ids
+        x = np.load(self.mfcc(a))
+        np.save(self.mfcc(a), np.asfortranarray(x))                  # Fortran order
+        np.save(self.mfcc(b), np.load(self.mfcc(b)).astype(">f4"))    # big-endian f4
+        np.save(self.mfcc(c), np.load(self.mfcc(c)).astype(np.float64).astype(">f8"))
+        t = np.load(self.trans(d))
+        np.save(self.trans(d), t.astype("S5"))                         # bytes transcript
+        vocab = ["[SIL]", "AA", "AE", "AH", "AO", "AW", "AY", "B", "CH", "D", "DH", "EH", "ER",
+                 "EY", "F", "G", "HH", "IH", "IY", "JH", "K", "L", "M", "N", "NG", "OW", "OY",
+                 "P", "R", "S", "SH", "T", "TH", "UH", "UW", "V", "W", "Y", "Z", "ZH", "[SOS]",
+                 "[EOS]"]
+        t = np.load(self.trans(e))
+        np.save(self.trans(e), np.array([vocab.index(s) for s in t], dtype=np.int16))
+        out = os.path.join(self.tmp, "variants")
+        rc, _, err = run("pack", self.raw, out, "--quiet")
+        self.assertEqual(rc, 0, err)
+        X1, Y1 = self.windows(out)
+        self.assertTrue(np.array_equal(X0.view(np.uint32), X1.view(np.uint32)))
+        self.assertTrue(np.array_equal(Y0, Y1))
+
+    def test_float16_input(self):
+        x = np.load(self.mfcc(self.ids[0])).astype(np.float16)
+        np.save(self.mfcc(self.ids[0]), x)
+        out = os.path.join(self.tmp, "o")
+        self.assertEqual(run("pack", self.raw, out, "--quiet")[0], 0)
+        X, _ = self.windows(out)
+        self.assertTrue(np.array_equal(X[0, 2 * 28:3 * 28], x[0].astype(np.float32)))
+
+    def test_features_only(self):
+        shutil.rmtree(os.path.join(self.raw, "transcript"))
+        out = os.path.join(self.tmp, "test-split")
+        rc, _, err = run("pack", self.raw, out, "--quiet")
+        self.assertEqual(rc, 0, err)
+        rc, info, _ = run("info", out)
+        self.assertIn("labels        none (features only)", info)
+        rc, _, err = run("gather", out, "--context", 1, "--frames", "0", "--out",
+                         os.path.join(self.tmp, "x.npy"), "--labels", os.path.join(self.tmp, "y.npy"))
+        self.assertEqual(rc, 2)
+        self.assertIn("no labels", err)
+        self.assertEqual(run("verify", out)[0], 0)
+
+
+class Output(Base):
+    def pack(self, out, *extra):
+        rc, _, err = run("pack", self.raw, out, "--quiet", *extra)
+        self.assertEqual(rc, 0, err)
+
+    def test_deterministic_across_threads(self):
+        a, b = os.path.join(self.tmp, "a"), os.path.join(self.tmp, "b")
+        self.pack(a, "--threads", 1, "--shard-size", "300K")
+        self.pack(b, "--threads", 2, "--shard-size", "300K")
+        names = sorted(os.listdir(a))
+        self.assertGreater(len(names), 2)  # several shards
+        self.assertEqual(names, sorted(os.listdir(b)))
+        for n in names:
+            self.assertTrue(filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False), n)
+
+    def test_replace_previous_dataset(self):
+        out = os.path.join(self.tmp, "out")
+        self.pack(out, "--dtype", "f16")
+        self.pack(out)
+        rc, info, _ = run("info", out, "--json")
+        self.assertIn('"dtype": "float32"', info)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["out", "raw"])
+
+    def test_refuses_to_replace_other_directory(self):
+        out = os.path.join(self.tmp, "precious")
+        os.makedirs(out)
+        open(os.path.join(out, "notes.txt"), "w").write("keep me")
+        rc, _, err = run("pack", self.raw, out)
+        self.assertEqual(rc, 2)
+        self.assertIn("is not a ctxshard dataset", err)
+        self.assertEqual(os.listdir(out), ["notes.txt"])
+
+    def test_failed_pack_keeps_previous(self):
+        out = os.path.join(self.tmp, "out")
+        self.pack(out)
+        before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+        x = np.load(self.mfcc(self.ids[4]))
+        x[0, 0] = np.nan
+        np.save(self.mfcc(self.ids[4]), x)
+        rc, _, _ = run("pack", self.raw, out, "--dtype", "bf16")
+        self.assertEqual(rc, 1)
+        after = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+        self.assertEqual(before, after)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["out", "raw"])
+
+    def test_corruption_matrix(self):
+        out = os.path.join(self.tmp, "out")
+        self.pack(out)
+        shard = os.path.join(out, "shard-000000.cxs")
+        manifest = os.path.join(out, "manifest.cxs")
+        names = {1: "SHARD_META", 2: "INDEX", 3: "IDS", 4: "FEATURES", 5: "LABELS",
+                 16: "DATASET_META", 17: "SHARD_TABLE", 18: "VOCAB", 19: "STATS"}
+        payload = {4, 5}  # read only by verify
+        for path in (shard, manifest):
+            for typ, (off, length) in sections(path).items():
+                for pos in (off, off + length // 2, off + length - 1):
+                    data = bytearray(open(path, "rb").read())
+                    orig = bytes(data)
+                    data[pos] ^= 0x10
+                    open(path, "wb").write(bytes(data))
+                    rc, _, err = run("verify", out)
+                    self.assertEqual(rc, 1, (names[typ], pos))
+                    self.assertIn(path, err)
+                    if typ == 4 and "guard" not in err and "NaN" not in err:
+                        self.assertIn("FEATURES", err)
+                    elif typ != 4:
+                        self.assertIn(names[typ], err)
+                    rc_open = run("info", out)[0]
+                    self.assertEqual(rc_open, 0 if typ in payload else 1, (names[typ], pos))
+                    open(path, "wb").write(orig)
+            # header bytes and section table
+            for pos in (9, 16, 70, 100):
+                data = bytearray(open(path, "rb").read())
+                orig = bytes(data)
+                data[pos] ^= 0x01
+                open(path, "wb").write(bytes(data))
+                self.assertEqual(run("verify", out)[0], 1)
+                self.assertEqual(run("info", out)[0], 1)
+                open(path, "wb").write(orig)
+        for cut in (100, 4096, os.path.getsize(shard) - 1):
+            data = open(shard, "rb").read()
+            open(shard, "wb").write(data[:cut])
+            rc, _, err = run("info", out)
+            self.assertEqual(rc, 1)
+            self.assertIn(shard, err)
+            self.assertEqual(run("verify", out)[0], 1)
+            open(shard, "wb").write(data)
+        self.assertEqual(run("verify", out)[0], 0)
+
+
+class Usage(unittest.TestCase):
+    def test_help_and_version(self):
+        for cmd in ("synth", "check", "pack", "verify", "info", "gather"):
+            rc, out, _ = run(cmd, "--help")
+            self.assertEqual(rc, 0)
+            self.assertTrue(out.startswith("usage: ctxshard " + cmd), out)
+        rc, out, _ = run("--version")
+        self.assertEqual(rc, 0)
+        self.assertRegex(out, r"^ctxshard \d+\.\d+\.\d+ \(format 1\.0\)\n$")
+
+    def test_usage_errors(self):
+        for args in (["frobnicate"], ["pack", "onlyone"], ["pack", "a", "b", "--dtype", "f8"],
+                     ["pack", "a", "b", "--shard-size", "12Q"], ["info", "x", "--context", "3"],
+                     ["gather", "x", "--all"], ["synth", "r", "--utts", "-1"], []):
+            rc, _, err = run(*args)
+            self.assertEqual(rc, 2, args)
+            self.assertTrue(err, args)
+
+    def test_missing_dataset(self):
+        rc, _, err = run("verify", "/nonexistent/ds")
+        self.assertEqual(rc, 3)
+        self.assertIn("/nonexistent/ds", err)
+        rc, _, err = run("check", "/nonexistent/raw")
+        self.assertEqual(rc, 1)
+        self.assertIn("/nonexistent/raw", err)
+
+    def test_info_exact(self):
+        tiny = os.path.join(SRC, "tests", "golden", "valid", "tiny")
+        rc, out, _ = run("info", "tiny", cwd=os.path.dirname(tiny))
+        self.assertEqual(rc, 0)
+        expected = open(os.path.join(SRC, "tests", "cli", "info_tiny.txt")).read()
+        self.assertEqual(out, expected)
+
+    def test_gather_exact(self):
+        tiny = os.path.join(SRC, "tests", "golden", "valid", "tiny")
+        with tempfile.TemporaryDirectory() as tmp:
+            x, y = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
+            rc, _, err = run("gather", tiny, "--context", 2, "--frames", "0,4,1-2", "--out", x,
+                             "--labels", y)
+            self.assertEqual(rc, 0, err)
+            X = np.load(x)
+            self.assertEqual(X.tolist(), [
+                [0, 0, 0, 0, 1, 2, 3, 4, 5, 6],
+                [0, 0, 10, 11, 12, 13, 0, 0, 0, 0],
+                [0, 0, 1, 2, 3, 4, 5, 6, 0, 0],
+                [1, 2, 3, 4, 5, 6, 0, 0, 0, 0]])
+            self.assertEqual(np.load(y).tolist(), [1, 2, 2, 0])
+            rc, _, err = run("gather", tiny, "--context", 1, "--frames", "5", "--out", x)
+            self.assertEqual(rc, 2)
+            self.assertIn("frame 5 is past the end (the dataset has 5 frames)", err)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=1)
