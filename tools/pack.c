@@ -487,6 +487,7 @@ static int load_vocab(const char *path, vocab *v) {
     char why[512];
     if (path ? vocab_load(v, path, why, sizeof why) : vocab_default(v)) {
         warnx_("%s", path ? why : "out of memory");
+        vocab_free(v);
         return path ? EXIT_USAGE : EXIT_SYSTEM;
     }
     return 0;

@@ -159,10 +159,6 @@ typedef struct name_list {
     size_t n, cap;
 } name_list;
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b); /* unsigned byte order */
-}
-
 static int list_npy(const char *dir, name_list *nl, char *why, size_t wn) {
     DIR *d = opendir(dir);
     if (!d) return say(why, wn, "%s: %s", dir, strerror(errno));
@@ -184,7 +180,6 @@ static int list_npy(const char *dir, name_list *nl, char *why, size_t wn) {
     int e = errno;
     closedir(d);
     if (de) return say(why, wn, "%s: %s", dir, strerror(e ? e : ENOMEM));
-    qsort(nl->ids, nl->n, sizeof *nl->ids, cmp_str);
     return 0;
 }
 
@@ -227,7 +222,7 @@ int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
         goto out;
     }
     qsort(ml.ids, ml.n, sizeof *ml.ids, cmp_name_by_id);
-    qsort(tl.ids, tl.n, sizeof *tl.ids, cmp_name_by_id);
+    if (tl.n) qsort(tl.ids, tl.n, sizeof *tl.ids, cmp_name_by_id);
     rs->items = calloc(ml.n + tl.n, sizeof *rs->items);
     if (!rs->items) {
         say(why, wn, "out of memory");

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Install what building and testing ctxshard needs on Debian 12, when it is
+# missing.  Needs root (or sudo) only when something is missing.
+set -eu
+pkgs="meson ninja-build pkg-config gcc g++ libzstd-dev libxxhash-dev check python3-numpy binutils"
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
