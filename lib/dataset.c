@@ -147,6 +147,8 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
                          (unsigned long long)ss->length,
                          (unsigned long long)(CXS_STATS_HEAD + 16ull * m->dim + 8ull * m->vocab_size));
     ds->stats = ds->mmap + ss->offset;
+    if (cxs_ld64(ds->stats + 24) != 0)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: reserved bytes 24..31 not zero", mp);
     ds->stats_len = ss->length;
     if (m->vocab_size) {
         const cxs_section *sv = need(&ds->mc, CXS_SEC_VOCAB, mp, &rc, d);
