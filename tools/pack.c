@@ -471,10 +471,33 @@ static int commit_output(const char *tmp, const char *out, int replace) {
     int rc = fsync_path(tmp, 1);
     if (rc) return rc;
     if (replace) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0) return -errno;
-        /* tmp now holds the previous dataset */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
+            /* tmp now holds the previous dataset */
+            parent_fsync(out);
+            remove_tree(tmp);
+            return 0;
+        }
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -errno;
+        /* No atomic exchange on this filesystem: move the old dataset aside
+         * first.  A crash in between leaves it complete under the .old name. */
+        size_t l = strlen(tmp) + 8;
+        char *old = malloc(l);
+        if (!old) return -ENOMEM;
+        snprintf(old, l, "%s.old", tmp);
+        if (rename(out, old) != 0) {
+            int e = errno;
+            free(old);
+            return -e;
+        }
+        if (rename(tmp, out) != 0) {
+            int e = errno;
+            rename(old, out);
+            free(old);
+            return -e;
+        }
         parent_fsync(out);
-        remove_tree(tmp);
+        remove_tree(old);
+        free(old);
         return 0;
     }
     if (rename(tmp, out) != 0) return -errno;
