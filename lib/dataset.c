@@ -395,6 +395,7 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
     info->format_minor = ds->mc.minor;
     info->shard_size = m->shard_size;
     info->num_skipped = m->num_skipped;
+    info->on_error_skip = m->on_error;
     info->min_length = cxs_ld64(ds->stats + 8);
     info->max_length = cxs_ld64(ds->stats + 16);
     info->total_bytes = ds->total_bytes;

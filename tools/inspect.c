@@ -100,9 +100,9 @@ int info_run(const char *dir, int json) {
         printf("  \"shards\": %u,\n  \"bytes\": %llu,\n", in.num_shards,
                (unsigned long long)in.total_bytes);
         printf("  \"pack_options\": {\"dtype\": \"%s\", \"guard\": %u, \"shard_size\": %llu, "
-               "\"normalize\": \"%s\"},\n",
+               "\"normalize\": \"%s\", \"on_error\": \"%s\"},\n",
                cxs_dtype_name(in.dtype), in.guard, (unsigned long long)in.shard_size,
-               norm_name(in.normalize));
+               norm_name(in.normalize), in.on_error_skip ? "skip" : "fail");
         printf("  \"label_width\": %u,\n  \"vocab\": [", in.label_width);
         for (uint32_t i = 0; i < in.vocab_size; i++) {
             const char *s;

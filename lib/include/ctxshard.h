@@ -125,6 +125,7 @@ typedef struct cxs_info {
     uint32_t format_minor;
     uint64_t shard_size;      /* --shard-size the dataset was packed with */
     uint64_t num_skipped;     /* utterances left out by --on-error skip */
+    uint32_t on_error_skip;   /* 1 when packed with --on-error skip */
     uint64_t min_length;      /* shortest utterance, frames */
     uint64_t max_length;      /* longest utterance, frames */
     uint64_t total_bytes;     /* all files of the dataset */

@@ -386,6 +386,40 @@ class Usage(unittest.TestCase):
         expected = open(os.path.join(SRC, "tests", "cli", "info_tiny.txt")).read()
         self.assertEqual(out, expected)
 
+    def test_info_json(self):
+        import json
+        tiny = os.path.join(SRC, "tests", "golden", "valid", "tiny")
+        rc, out, _ = run("info", tiny, "--json")
+        self.assertEqual(rc, 0)
+        j = json.loads(out)
+        self.assertEqual((j["utterances"], j["frames"], j["dim"], j["guard"], j["dtype"]),
+                         (2, 5, 2, 1, "float32"))
+        self.assertEqual(j["vocab"], ["[SIL]", "AA", "B", "[SOS]", "[EOS]"])
+        self.assertEqual(j["stats"]["label_counts"], [1, 1, 3, 0, 0])
+        self.assertEqual(j["stats"]["mean"], [6.2, 7.2])
+        self.assertEqual(j["pack_options"]["on_error"], "fail")
+        self.assertEqual(j["format_version"], "1.0")
+
+    def test_synth_deterministic(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, seed in (("a", 5), ("b", 5), ("c", 6)):
+                rc, _, err = run("synth", os.path.join(tmp, name), "--utts", 3, "--seed", seed,
+                                 "--quiet")
+                self.assertEqual(rc, 0, err)
+            cmp = filecmp.dircmp(os.path.join(tmp, "a", "mfcc"), os.path.join(tmp, "b", "mfcc"))
+            self.assertEqual(len(cmp.common), 3)
+            for n in cmp.common:
+                for sub in ("mfcc", "transcript"):
+                    pa, pb = (os.path.join(tmp, x, sub, n) for x in "ab")
+                    self.assertTrue(filecmp.cmp(pa, pb, shallow=False))
+                    pc = os.path.join(tmp, "c", sub, n)
+                    self.assertFalse(os.path.exists(pc) and filecmp.cmp(pa, pc, shallow=False))
+            x = np.load(os.path.join(tmp, "a", "mfcc", cmp.common[0]))
+            self.assertTrue(100 <= x.shape[0] <= 3500 and x.shape[1] == 28)
+            rc, _, err = run("synth", os.path.join(tmp, "a"), "--utts", 1)
+            self.assertEqual(rc, 2)
+            self.assertIn("exists and is not empty", err)
+
     def test_gather_exact(self):
         tiny = os.path.join(SRC, "tests", "golden", "valid", "tiny")
         with tempfile.TemporaryDirectory() as tmp:
