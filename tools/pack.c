@@ -122,6 +122,25 @@ static void pipeline_stop(pipeline *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* The feature width is set by the first valid utterance in id order; a
+ * later one that differs becomes a problem of its own.  Returns 1 when this
+ * utterance set the width. */
+static int width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char **first) {
+    if (s->status) return 0;
+    if (*D == 0) {
+        *D = s->u.D;
+        *first = rs->items[i].mfcc;
+        return 1;
+    }
+    if (s->u.D != *D) {
+        s->status = -1;
+        snprintf(s->why, sizeof s->why,
+                 "%s: %u features per frame, expected %u like the first utterance (%s)",
+                 rs->items[i].mfcc, s->u.D, *D, *first);
+    }
+    return 0;
+}
+
 /* ---- growable byte buffer -------------------------------------------- */
 
 typedef struct bytes {
@@ -578,9 +597,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
             ec = EXIT_SYSTEM;
             goto out;
         }
-        if (s->status == 0 && k.D == 0) {
-            k.D = s->u.D;
-            first_path = rs.items[i].mfcc;
+        if (width_check(s, &rs, i, &k.D, &first_path)) {
             k.guard_bytes = (size_t)o->guard * k.D * k.esize;
             k.zero_guard = calloc(1, k.guard_bytes + 1);
             k.s1 = calloc(k.D, sizeof *k.s1);
@@ -589,11 +606,6 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
                 rc = -ENOMEM;
                 goto sysfail;
             }
-        } else if (s->status == 0 && s->u.D != k.D) {
-            s->status = -1;
-            snprintf(s->why, sizeof s->why,
-                     "%s: %u features per frame, expected %u like the first utterance (%s)",
-                     rs.items[i].mfcc, s->u.D, k.D, first_path);
         }
         if (s->status == -1) {
             if (!o->skip_bad) {
@@ -705,15 +717,7 @@ int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int 
     uint64_t problems = 0, good = 0, frames = 0;
     for (size_t i = 0; i < rs.n; i++) {
         slot *s = pipeline_get(&p, i);
-        if (s->status == 0 && D == 0) {
-            D = s->u.D;
-            first = rs.items[i].mfcc;
-        } else if (s->status == 0 && s->u.D != D) {
-            s->status = -1;
-            snprintf(s->why, sizeof s->why,
-                     "%s: %u features per frame, expected %u like the first utterance (%s)",
-                     rs.items[i].mfcc, s->u.D, D, first);
-        }
+        width_check(s, &rs, i, &D, &first);
         if (s->status) {
             progress_done(&bar);
             fprintf(stderr, "%s\n", s->why);

@@ -343,16 +343,23 @@ static void store_elem(uint8_t *dst, uint32_t dtype, double x, double *stored) {
     }
 }
 
-static int load_features(utt *u, const char *path, const conv_opts *o, char *why, size_t wn) {
+/* Read a .npy file into u->buf and parse its header. */
+static int read_npy(utt *u, const char *path, cxs_npy *h, char *why, size_t wn) {
     size_t len;
     int rc = read_file(path, &u->buf, &u->buf_cap, &len);
     if (rc) {
         say(why, wn, "%s: %s", path, strerror(-rc));
         return -2;
     }
-    cxs_npy h;
     char r[256];
-    if (cxs_npy_parse(u->buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    if (cxs_npy_parse(u->buf, len, h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    return 0;
+}
+
+static int load_features(utt *u, const char *path, const conv_opts *o, char *why, size_t wn) {
+    cxs_npy h;
+    int rc = read_npy(u, path, &h, why, wn);
+    if (rc) return rc;
     if (h.kind != 'f')
         return say(why, wn, "%s: features have dtype kind '%c', expected float (f2, f4 or f8)",
                    path, h.kind);
@@ -495,15 +502,9 @@ static int64_t int_at(const cxs_npy *h, const uint8_t *p, uint64_t j) {
 static int load_labels(utt *u, const char *path, const char *mfcc, const conv_opts *o, char *why,
                        size_t wn) {
     const vocab *v = o->v;
-    size_t len;
-    int rc = read_file(path, &u->buf, &u->buf_cap, &len);
-    if (rc) {
-        say(why, wn, "%s: %s", path, strerror(-rc));
-        return -2;
-    }
     cxs_npy h;
-    char r[256];
-    if (cxs_npy_parse(u->buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    int rc = read_npy(u, path, &h, why, wn);
+    if (rc) return rc;
     if (h.ndim != 1)
         return say(why, wn, "%s: transcript has %d dimensions, expected a 1-D array", path,
                    h.ndim);

@@ -56,6 +56,16 @@ static int write_file(const char *path, const void *a, size_t na, const void *b,
     return rc;
 }
 
+/* Write dir/name; prints the error. */
+static int write_in(const char *dir, const char *name, const void *a, size_t na, const void *b,
+                    size_t nb) {
+    char *fp = path_join(dir, name);
+    int rc = fp ? write_file(fp, a, na, b, nb) : -ENOMEM;
+    if (rc) warnx_("%s/%s: %s", dir, name, strerror(-rc));
+    free(fp);
+    return rc;
+}
+
 int synth_run(const char *root, const synth_opts *o) {
     struct stat st;
     if (stat(root, &st) == 0) {
@@ -136,17 +146,11 @@ int synth_run(const char *root, const synth_opts *o) {
         uint64_t shape[2] = {T, D};
         size_t hl = cxs_npy_header(hdr, sizeof hdr, o->f64 ? "<f8" : "<f4", 2, shape);
         snprintf(name, sizeof name, "%s.npy", id);
-        char *fp = path_join(md, name);
-        int rc = fp ? write_file(fp, hdr, hl, o->f64 ? (void *)feat64 : (void *)feat,
-                                 T * D * (o->f64 ? 8 : 4))
-                    : -ENOMEM;
-        if (rc) {
-            warnx_("%s: %s", fp ? fp : root, strerror(-rc));
-            free(fp);
+        if (write_in(md, name, hdr, hl, o->f64 ? (void *)feat64 : (void *)feat,
+                     T * D * (o->f64 ? 8 : 4))) {
             ec = EXIT_SYSTEM;
             goto out;
         }
-        free(fp);
         if (o->transcripts) {
             /* '<U5': five UTF-32LE code units per symbol, zero-padded. */
             memset(trans, 0, (T + 2) * 20);
@@ -156,15 +160,10 @@ int synth_run(const char *root, const synth_opts *o) {
             }
             uint64_t ts[1] = {T + 2};
             hl = cxs_npy_header(hdr, sizeof hdr, "<U5", 1, ts);
-            fp = path_join(td, name);
-            rc = fp ? write_file(fp, hdr, hl, trans, (T + 2) * 20) : -ENOMEM;
-            if (rc) {
-                warnx_("%s: %s", fp ? fp : root, strerror(-rc));
-                free(fp);
+            if (write_in(td, name, hdr, hl, trans, (T + 2) * 20)) {
                 ec = EXIT_SYSTEM;
                 goto out;
             }
-            free(fp);
         }
         frames += T;
     }
