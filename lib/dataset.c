@@ -75,6 +75,10 @@ void cxs_dataset_close(cxs_dataset *ds) {
     free(ds->shards);
     free(ds->cum);
     free(ds->utt_shard);
+    free(ds->row);
+    free(ds->bucket);
+    free(ds->norm_mean);
+    free(ds->norm_scale);
     free(ds->manifest_path);
     free(ds);
 }
@@ -149,7 +153,6 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     ds->stats = ds->mmap + ss->offset;
     if (cxs_ld64(ds->stats + 24) != 0)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: reserved bytes 24..31 not zero", mp);
-    ds->stats_len = ss->length;
     if (m->vocab_size) {
         const cxs_section *sv = need(&ds->mc, CXS_SEC_VOCAB, mp, &rc, d);
         if (rc) return rc;
@@ -167,48 +170,62 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     return 0;
 }
 
-static int open_shard(cxs_dataset *ds, uint32_t i, const char *dir, uint64_t *prev_id_off,
-                      cxs_diag *d) {
+/* Per-utterance arrays and the bucket table; needs meta's counts. */
+static int alloc_arrays(cxs_dataset *ds) {
+    uint64_t U = ds->meta.num_utterances;
+    uint64_t nb = (ds->meta.num_frames >> CXS_BUCKET_SHIFT) + 2;
+    ds->cum = malloc((U + 1) * sizeof *ds->cum);
+    ds->utt_shard = malloc(U * sizeof *ds->utt_shard);
+    ds->row = malloc(U * sizeof *ds->row);
+    ds->bucket = malloc(nb * sizeof *ds->bucket);
+    ds->min_len = UINT64_MAX;
+    ds->max_len = 0;
+    return ds->cum && ds->utt_shard && ds->row && ds->bucket ? 0 : -ENOMEM;
+}
+
+/* A shard opened alone describes the dataset itself. */
+static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, const char *path,
+                             cxs_diag *d) {
+    cxs_dataset_meta *m = &ds->meta;
+    m->num_utterances = sm->num_utterances;
+    m->num_frames = sm->num_frames;
+    m->num_shards = 1;
+    m->dim = sm->dim;
+    m->guard = sm->guard;
+    m->dtype = sm->dtype;
+    m->label_width = sm->label_width;
+    ds->esize = cxs_dtype_size(m->dtype);
+    if (!ds->esize || m->dim == 0 || m->dim > CXS_MAX_DIM || m->guard > CXS_MAX_GUARD ||
+        m->label_width > 2 || m->num_utterances == 0 || m->num_frames < m->num_utterances ||
+        m->num_utterances > UINT32_MAX * 64ull)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: SHARD_META: dtype %u, dim %u, guard %u, label width %u, %llu "
+                         "utterances, %llu frames is not valid",
+                         path, m->dtype, m->dim, m->guard, m->label_width,
+                         (unsigned long long)m->num_utterances, (unsigned long long)m->num_frames);
+    return alloc_arrays(ds);
+}
+
+/* Check shard i against its manifest entry (or, for a shard opened alone,
+ * against nothing) and fill the dataset's per-utterance arrays. */
+static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
+                      uint64_t *prev_id_off, cxs_diag *d) {
     shard *sh = &ds->shards[i];
     const cxs_dataset_meta *m = &ds->meta;
-    cxs_shard_entry e;
-    const uint8_t *ent = ds->mmap + cxs_container_find(&ds->mc, CXS_SEC_SHARD_TABLE)->offset +
-                         (uint64_t)i * CXS_SHARD_ENTRY_SIZE;
-    const char *mp = ds->manifest_path;
-    if (cxs_shard_entry_load(ent, &e))
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_TABLE entry %u: reserved bytes not zero",
-                         mp, i);
-    uint64_t want_u = i == 0 ? 0 : ds->shards[i - 1].meta.first_utterance +
-                                       ds->shards[i - 1].meta.num_utterances;
-    uint64_t want_f = i == 0 ? 0 : ds->shards[i - 1].meta.first_frame +
-                                       ds->shards[i - 1].meta.num_frames;
-    if (e.first_utterance != want_u || e.first_frame != want_f || e.num_utterances == 0 ||
-        e.num_utterances > m->num_utterances - want_u || e.num_frames < e.num_utterances ||
-        e.num_frames > m->num_frames - want_f)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: SHARD_TABLE entry %u: utterances %llu+%llu, frames %llu+%llu do "
-                         "not follow the previous shard",
-                         mp, i, (unsigned long long)e.first_utterance,
-                         (unsigned long long)e.num_utterances, (unsigned long long)e.first_frame,
-                         (unsigned long long)e.num_frames);
-    size_t plen = strlen(dir) + 32;
-    sh->path = malloc(plen);
-    if (!sh->path) return -ENOMEM;
-    snprintf(sh->path, plen, "%s/" CXS_SHARD_NAME_FMT, dir, i);
     const char *path = sh->path;
     int rc = map_file(path, &sh->map, &sh->size, d);
     if (rc) return rc;
     ds->total_bytes += sh->size;
-    if (sh->size != e.file_size) {
+    if (e && sh->size != e->file_size) {
         /* Parse first so a damaged header is reported as such. */
         cxs_container tmp;
         rc = cxs_container_parse(sh->map, sh->size, CXS_KIND_SHARD, &tmp, path, d);
         if (rc) return rc;
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: %llu bytes, the manifest says %llu", path,
-                         (unsigned long long)sh->size, (unsigned long long)e.file_size);
+                         (unsigned long long)sh->size, (unsigned long long)e->file_size);
     }
     if ((rc = cxs_container_parse(sh->map, sh->size, CXS_KIND_SHARD, &sh->c, path, d))) return rc;
-    if (sh->c.header_checksum != e.header_checksum)
+    if (e && sh->c.header_checksum != e->header_checksum)
         return cxs_diagf(d, CXS_E_CHECKSUM,
                          "%s: header checksum differs from the manifest's (shard replaced or "
                          "damaged)",
@@ -225,14 +242,21 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const char *dir, uint64_t *pr
         return rc;
     cxs_shard_meta *sm = &sh->meta;
     if ((rc = cxs_shard_meta_load(sh->map + smeta->offset, smeta->length, sm, path, d))) return rc;
-    if (sm->index != i || sm->dim != m->dim || sm->guard != m->guard || sm->dtype != m->dtype ||
-        sm->label_width != m->label_width || sm->num_utterances != e.num_utterances ||
-        sm->num_frames != e.num_frames || sm->first_utterance != e.first_utterance ||
-        sm->first_frame != e.first_frame)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: SHARD_META disagrees with the manifest (index, dims, dtype, guard "
-                         "or counts)",
-                         path);
+    if (!e) {
+        if ((rc = single_shard_meta(ds, sm, path, d))) return rc;
+        sh->u_start = sh->f_start = 0;
+    } else {
+        if (sm->index != i || sm->dim != m->dim || sm->guard != m->guard ||
+            sm->dtype != m->dtype || sm->label_width != m->label_width ||
+            sm->num_utterances != e->num_utterances || sm->num_frames != e->num_frames ||
+            sm->first_utterance != e->first_utterance || sm->first_frame != e->first_frame)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: SHARD_META disagrees with the manifest (index, dims, dtype, "
+                             "guard or counts)",
+                             path);
+        sh->u_start = sm->first_utterance;
+        sh->f_start = sm->first_frame;
+    }
     uint64_t U = sm->num_utterances, F = sm->num_frames;
     if (sidx->length != 8 * (U + 1))
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX is %llu bytes, expected %llu", path,
@@ -247,8 +271,12 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const char *dir, uint64_t *pr
                              "%s: INDEX entry %llu: %llu after %llu (must increase, up to %llu)",
                              path, (unsigned long long)(u + 1), (unsigned long long)nx,
                              (unsigned long long)prev, (unsigned long long)F);
-        ds->cum[sm->first_utterance + u] = sm->first_frame + prev;
-        ds->utt_shard[sm->first_utterance + u] = i;
+        uint64_t g = sh->u_start + u;
+        ds->cum[g] = sh->f_start + prev;
+        ds->utt_shard[g] = i;
+        ds->row[g] = (uint64_t)m->guard * (u + 1) + prev;
+        if (nx - prev < ds->min_len) ds->min_len = nx - prev;
+        if (nx - prev > ds->max_len) ds->max_len = nx - prev;
         prev = nx;
     }
     if (prev != F)
@@ -312,6 +340,53 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const char *dir, uint64_t *pr
     return 0;
 }
 
+/* Frame buckets for cxs_find_utt, and the normalisation constants. */
+static int finish_open(cxs_dataset *ds) {
+    uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames;
+    if (U > UINT32_MAX) return CXS_E_UNSUPPORTED;
+    ds->cum[U] = F;
+    uint64_t nb = (F >> CXS_BUCKET_SHIFT) + 1, u = 0;
+    for (uint64_t b = 0; b < nb; b++) {
+        uint64_t f = b << CXS_BUCKET_SHIFT;
+        while (u + 1 < U && ds->cum[u + 1] <= f) u++;
+        ds->bucket[b] = (uint32_t)u;
+    }
+    ds->bucket[nb] = (uint32_t)(U - 1);
+    /* The last utterance meeting bucket b is the first of bucket b+1, so a
+     * search in [bucket[b], bucket[b+1]] finds every frame of bucket b. */
+    if (ds->stats && cxs_host_is_le()) {
+        uint32_t D = ds->meta.dim;
+        ds->norm_mean = malloc(D * sizeof *ds->norm_mean);
+        ds->norm_scale = malloc(D * sizeof *ds->norm_scale);
+        if (!ds->norm_mean || !ds->norm_scale) return -ENOMEM;
+        for (uint32_t dd = 0; dd < D; dd++) {
+            double mean = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * dd);
+            double var = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * (D + dd));
+            ds->norm_mean[dd] = (float)mean;
+            ds->norm_scale[dd] = var > 0 ? (float)(1.0 / sqrt(var)) : 1.0f;
+        }
+    }
+    return 0;
+}
+
+/* Whether a file starts like a shard (magic and kind 1). */
+static int looks_like_shard(const char *path) {
+    uint8_t h[16];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, h, sizeof h);
+    close(fd);
+    return n == (ssize_t)sizeof h && memcmp(h, cxs_magic_bytes, 8) == 0 &&
+           cxs_ld32(h + 12) == CXS_KIND_SHARD;
+}
+
+static char *shard_path(const char *dir, uint32_t i) {
+    size_t plen = strlen(dir) + 32;
+    char *p = malloc(plen);
+    if (p) snprintf(p, plen, "%s/" CXS_SHARD_NAME_FMT, dir, i);
+    return p;
+}
+
 int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
     if (!path || !out) return cxs_diagf(d, CXS_E_INVALID, "cxs_dataset_open: NULL argument");
     cxs_dataset *ds = calloc(1, sizeof *ds);
@@ -319,10 +394,23 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
     char *dir = NULL;
     struct stat st;
     int rc;
+    uint64_t prev_id[2] = {0, 0};
     if (stat(path, &st) != 0) {
         int e = errno;
         rc = cxs_diagf(d, -e, "%s: %s", path, strerror(e));
         goto fail;
+    }
+    if (!S_ISDIR(st.st_mode) && looks_like_shard(path)) {
+        ds->single_shard = 1;
+        ds->shards = calloc(1, sizeof *ds->shards);
+        ds->manifest_path = strdup(path);
+        if (!ds->shards || !ds->manifest_path || !(ds->shards[0].path = strdup(path))) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        if ((rc = open_shard(ds, 0, NULL, prev_id, d)) || (rc = finish_open(ds))) goto fail;
+        *out = ds;
+        return 0;
     }
     if (S_ISDIR(st.st_mode)) {
         dir = strdup(path);
@@ -348,28 +436,55 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
     if ((rc = open_manifest(ds, d))) goto fail;
     uint64_t U = ds->meta.num_utterances;
     ds->shards = calloc(ds->meta.num_shards, sizeof *ds->shards);
-    ds->cum = malloc((U + 1) * sizeof *ds->cum);
-    ds->utt_shard = malloc(U * sizeof *ds->utt_shard);
-    if (!ds->shards || !ds->cum || !ds->utt_shard) {
+    if (!ds->shards || (rc = alloc_arrays(ds))) {
         rc = -ENOMEM;
         goto fail;
     }
-    uint64_t prev_id[2] = {0, 0};
-    for (uint32_t i = 0; i < ds->meta.num_shards; i++)
-        if ((rc = open_shard(ds, i, dir, prev_id, d))) goto fail;
+    const uint8_t *table = ds->mmap + cxs_container_find(&ds->mc, CXS_SEC_SHARD_TABLE)->offset;
+    for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+        cxs_shard_entry e;
+        if (cxs_shard_entry_load(table + (uint64_t)i * CXS_SHARD_ENTRY_SIZE, &e)) {
+            rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_TABLE entry %u: reserved bytes not zero",
+                           ds->manifest_path, i);
+            goto fail;
+        }
+        uint64_t want_u = i == 0 ? 0 : ds->shards[i - 1].u_start + ds->shards[i - 1].meta.num_utterances;
+        uint64_t want_f = i == 0 ? 0 : ds->shards[i - 1].f_start + ds->shards[i - 1].meta.num_frames;
+        if (e.first_utterance != want_u || e.first_frame != want_f || e.num_utterances == 0 ||
+            e.num_utterances > U - want_u || e.num_frames < e.num_utterances ||
+            e.num_frames > ds->meta.num_frames - want_f) {
+            rc = cxs_diagf(d, CXS_E_CORRUPT,
+                           "%s: SHARD_TABLE entry %u: utterances %llu+%llu, frames %llu+%llu do "
+                           "not follow the previous shard",
+                           ds->manifest_path, i, (unsigned long long)e.first_utterance,
+                           (unsigned long long)e.num_utterances,
+                           (unsigned long long)e.first_frame, (unsigned long long)e.num_frames);
+            goto fail;
+        }
+        if (!(ds->shards[i].path = shard_path(dir, i))) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        if ((rc = open_shard(ds, i, &e, prev_id, d))) goto fail;
+    }
     const shard *last = &ds->shards[ds->meta.num_shards - 1];
-    if (last->meta.first_utterance + last->meta.num_utterances != U ||
-        last->meta.first_frame + last->meta.num_frames != ds->meta.num_frames) {
+    if (last->u_start + last->meta.num_utterances != U ||
+        last->f_start + last->meta.num_frames != ds->meta.num_frames) {
         rc = cxs_diagf(d, CXS_E_CORRUPT,
                        "%s: the shards hold %llu utterances and %llu frames, DATASET_META says "
                        "%llu and %llu",
                        ds->manifest_path,
-                       (unsigned long long)(last->meta.first_utterance + last->meta.num_utterances),
-                       (unsigned long long)(last->meta.first_frame + last->meta.num_frames),
+                       (unsigned long long)(last->u_start + last->meta.num_utterances),
+                       (unsigned long long)(last->f_start + last->meta.num_frames),
                        (unsigned long long)U, (unsigned long long)ds->meta.num_frames);
         goto fail;
     }
-    ds->cum[U] = ds->meta.num_frames;
+    if (cxs_ld64(ds->stats + 8) != ds->min_len || cxs_ld64(ds->stats + 16) != ds->max_len) {
+        rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: length range disagrees with the shards",
+                       ds->manifest_path);
+        goto fail;
+    }
+    if ((rc = finish_open(ds))) goto fail;
     free(dir);
     *out = ds;
     return 0;
@@ -391,18 +506,20 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
     info->vocab_size = m->vocab_size;
     info->label_width = m->label_width;
     info->normalize = m->normalize;
-    info->format_major = ds->mc.major;
-    info->format_minor = ds->mc.minor;
+    info->format_major = ds->single_shard ? ds->shards[0].c.major : ds->mc.major;
+    info->format_minor = ds->single_shard ? ds->shards[0].c.minor : ds->mc.minor;
     info->shard_size = m->shard_size;
     info->num_skipped = m->num_skipped;
     info->on_error_skip = m->on_error;
-    info->min_length = cxs_ld64(ds->stats + 8);
-    info->max_length = cxs_ld64(ds->stats + 16);
+    info->min_length = ds->min_len;
+    info->max_length = ds->max_len;
     info->total_bytes = ds->total_bytes;
+    info->single_shard = (uint32_t)ds->single_shard;
 }
 
 void cxs_dataset_stats(const cxs_dataset *ds, cxs_stats *s) {
     memset(s, 0, sizeof *s);
+    if (!ds->stats) return;
     s->count = cxs_ld64(ds->stats);
     if (!cxs_host_is_le()) return;
     uint32_t D = ds->meta.dim;
@@ -429,30 +546,16 @@ void cxs_dataset_skipped(const cxs_dataset *ds, const char **text, size_t *len) 
 int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame, uint64_t *utterance,
                        uint64_t *offset) {
     if (frame >= ds->meta.num_frames) return CXS_E_RANGE;
-    /* Largest u with cum[u] <= frame. */
-    uint64_t lo = 0, hi = ds->meta.num_utterances;
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (ds->cum[mid] <= frame) lo = mid;
-        else hi = mid;
-    }
-    *utterance = lo;
-    *offset = frame - ds->cum[lo];
+    uint64_t u = cxs_find_utt(ds, frame);
+    *utterance = u;
+    *offset = frame - ds->cum[u];
     return 0;
-}
-
-/* Address of row t (may be -guard .. T-1+guard) of utterance u. */
-static const uint8_t *row_ptr(const cxs_dataset *ds, uint64_t u, int64_t t) {
-    const shard *sh = &ds->shards[ds->utt_shard[u]];
-    uint64_t lu = u - sh->meta.first_utterance;
-    uint64_t row = (uint64_t)ds->meta.guard * (lu + 1) + (ds->cum[u] - sh->meta.first_frame);
-    return sh->features + (uint64_t)((int64_t)row + t) * ds->meta.dim * ds->esize;
 }
 
 int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out) {
     if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
     const shard *sh = &ds->shards[ds->utt_shard[u]];
-    uint64_t lu = u - sh->meta.first_utterance;
+    uint64_t lu = u - sh->u_start;
     uint64_t U = sh->meta.num_utterances;
     uint64_t a = cxs_ld64(sh->ids + 8 * lu), b = cxs_ld64(sh->ids + 8 * (lu + 1));
     out->id = (const char *)sh->ids + 8 * (U + 1) + a;
@@ -460,75 +563,44 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     out->first_frame = ds->cum[u];
     out->num_frames = ds->cum[u + 1] - ds->cum[u];
     out->shard = ds->utt_shard[u];
-    out->features = row_ptr(ds, u, 0);
-    out->labels = sh->labels ? sh->labels + (ds->cum[u] - sh->meta.first_frame) * sh->meta.label_width
+    out->features = cxs_row_ptr(ds, u, 0);
+    out->labels = sh->labels ? sh->labels + (ds->cum[u] - sh->f_start) * sh->meta.label_width
                              : NULL;
     return 0;
 }
 
 int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
-    uint64_t u, off;
-    if (k > ds->meta.guard) return CXS_E_RANGE;
-    int rc = cxs_dataset_locate(ds, frame, &u, &off);
-    if (rc) return rc;
-    *window = row_ptr(ds, u, (int64_t)off - (int64_t)k);
+    if (k > ds->meta.guard || frame >= ds->meta.num_frames) return CXS_E_RANGE;
+    uint64_t u = cxs_find_utt(ds, frame);
+    *window = cxs_row_ptr(ds, u, (int64_t)(frame - ds->cum[u]) - (int64_t)k);
+    return 0;
+}
+
+int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, int64_t *out) {
+    if (!ds->meta.label_width) return CXS_E_INVALID;
+    if (first > ds->meta.num_frames || count > ds->meta.num_frames - first) return CXS_E_RANGE;
+    if (!count) return 0;
+    uint32_t si = ds->utt_shard[cxs_find_utt(ds, first)];
+    uint64_t f = first, end = first + count;
+    while (f < end) {
+        const shard *sh = &ds->shards[si++];
+        uint64_t stop = sh->f_start + sh->meta.num_frames < end ? sh->f_start + sh->meta.num_frames : end;
+        const uint8_t *p = sh->labels + (f - sh->f_start) * sh->meta.label_width;
+        if (sh->meta.label_width == 1)
+            for (uint64_t i = 0; i < stop - f; i++) out[i] = p[i];
+        else
+            for (uint64_t i = 0; i < stop - f; i++) out[i] = cxs_ld16(p + 2 * i);
+        out += stop - f;
+        f = stop;
+    }
     return 0;
 }
 
 int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label) {
-    if (!ds->meta.label_width) return CXS_E_INVALID;
-    uint64_t u, off;
-    int rc = cxs_dataset_locate(ds, frame, &u, &off);
+    int64_t l;
+    int rc = cxs_dataset_labels(ds, frame, 1, &l);
+    if (frame >= ds->meta.num_frames && ds->meta.label_width) return CXS_E_RANGE;
     if (rc) return rc;
-    const shard *sh = &ds->shards[ds->utt_shard[u]];
-    uint64_t i = frame - sh->meta.first_frame;
-    *label = sh->meta.label_width == 1 ? sh->labels[i] : cxs_ld16(sh->labels + 2 * i);
-    return 0;
-}
-
-static void convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t n, float *dst) {
-    switch (ds->meta.dtype) {
-    case CXS_DTYPE_F32:
-        if (cxs_host_is_le()) {
-            memcpy(dst, src, n * 4);
-        } else {
-            for (size_t i = 0; i < n; i++) {
-                uint32_t b = cxs_ld32(src + 4 * i);
-                memcpy(&dst[i], &b, 4);
-            }
-        }
-        break;
-    case CXS_DTYPE_F16:
-        for (size_t i = 0; i < n; i++) dst[i] = cxs_f16_to_f32(cxs_ld16(src + 2 * i));
-        break;
-    default:
-        for (size_t i = 0; i < n; i++) dst[i] = cxs_bf16_to_f32(cxs_ld16(src + 2 * i));
-        break;
-    }
-}
-
-int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
-                       float *out, int64_t *labels) {
-    if ((n && (!frames || !out)) || k > (1u << 20)) return CXS_E_INVALID;
-    if (labels && !ds->meta.label_width) return CXS_E_INVALID;
-    const uint32_t D = ds->meta.dim;
-    const size_t W = (2 * (size_t)k + 1) * D;
-    for (size_t j = 0; j < n; j++) {
-        uint64_t u, off;
-        int rc = cxs_dataset_locate(ds, frames[j], &u, &off);
-        if (rc) return rc;
-        int64_t T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
-        int64_t lo = (int64_t)off - k, hi = (int64_t)off + k; /* inclusive rows */
-        int64_t a = lo < 0 ? 0 : lo, b = hi >= T ? T - 1 : hi;
-        float *o = out + j * W;
-        memset(o, 0, (size_t)(a - lo) * D * sizeof *o);
-        convert_rows(ds, row_ptr(ds, u, a), (size_t)(b - a + 1) * D, o + (size_t)(a - lo) * D);
-        memset(o + (size_t)(b - lo + 1) * D, 0, (size_t)(hi - b) * D * sizeof *o);
-        if (labels) {
-            uint32_t l;
-            cxs_dataset_label(ds, frames[j], &l);
-            labels[j] = l;
-        }
-    }
+    *label = (uint32_t)l;
     return 0;
 }

@@ -205,6 +205,8 @@ typedef struct gctx {
     const uint64_t *frames;
     int all;
     uint32_t k;
+    uint32_t flags;
+    unsigned threads;
     uint64_t *scratch;
 } gctx;
 
@@ -216,7 +218,8 @@ static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
 
 static int fill_windows(void *ctx, size_t first, size_t n, void *buf) {
     gctx *g = ctx;
-    return cxs_dataset_gather(g->ds, frames_for(g, first, n), n, g->k, buf, NULL);
+    return cxs_dataset_gather(g->ds, frames_for(g, first, n), n, g->k, g->flags, g->threads, buf,
+                              NULL);
 }
 
 static int fill_labels(void *ctx, size_t first, size_t n, void *buf) {
@@ -233,7 +236,7 @@ static int fill_labels(void *ctx, size_t first, size_t n, void *buf) {
 }
 
 int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, int all,
-               const char *out, const char *labels_out) {
+               const char *out, const char *labels_out, int normalize, unsigned threads) {
     cxs_dataset *ds;
     int ec = open_or_report(dir, &ds);
     if (ec) return ec;
@@ -247,13 +250,21 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
             cxs_dataset_close(ds);
             return EXIT_USAGE;
         }
-    if (labels_out && !in.vocab_size) {
+    if (labels_out && !in.label_width) {
         warnx_("%s: features-only dataset: there are no labels to write", dir);
         cxs_dataset_close(ds);
         return EXIT_USAGE;
     }
     size_t row = (2 * (size_t)k + 1) * in.dim * sizeof(float);
-    gctx g = {ds, frames, all, k, NULL};
+    if (normalize && !in.num_frames) normalize = 0;
+    cxs_stats st;
+    cxs_dataset_stats(ds, &st);
+    if (normalize && !st.mean) {
+        warnx_("%s: no stored statistics to normalise with", dir);
+        cxs_dataset_close(ds);
+        return EXIT_USAGE;
+    }
+    gctx g = {ds, frames, all, k, normalize ? CXS_GATHER_NORMALIZE : 0, threads, NULL};
     size_t batch = (8u << 20) / row + 1;
     if (all && !(g.scratch = malloc(batch * sizeof *g.scratch))) {
         cxs_dataset_close(ds);

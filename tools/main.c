@@ -97,15 +97,21 @@ static const char *const usage_info =
 
 static const char *const usage_gather =
     "usage: ctxshard gather OUT --context K (--frames I,J,A-B,... | --all)\n"
-    "                       --out X.npy [--labels Y.npy]\n"
+    "                       --out X.npy [--labels Y.npy] [--normalize] [--threads N]\n"
     "\n"
     "Write the context windows of the given global frames as a float32 array\n"
     "[n, (2K+1)*D], zero-padded at utterance borders (any K), and their labels\n"
-    "as int64 [n].  This is exactly what training sees.\n";
+    "as int64 [n].  This is exactly what training sees.  OUT may also be a\n"
+    "single shard file (frames numbered within it).\n"
+    "\n"
+    "  --normalize   (x - mean) / std with the dataset's stored statistics;\n"
+    "                padding stays 0\n"
+    "  --threads N   gather threads (default: all CPUs)\n";
 
 enum {
     O_UTTS = 256, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_VOCAB, O_THREADS, O_GUARD,
-    O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP
+    O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
+    O_NORMFLAG
 };
 
 static const struct option longopts[] = {
@@ -131,7 +137,7 @@ static int allowed(const char *cmd, int opt) {
         {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET}},
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
-        {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS}},
+        {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
     };
     if (opt == O_HELP) return 1;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
@@ -234,7 +240,16 @@ int main(int argc, char **argv) {
     const char *out = NULL, *labels = NULL;
     optind = 2;
     int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    /* gather's --normalize is a flag; pack's takes a mode. */
+    struct option opts[sizeof longopts / sizeof *longopts];
+    memcpy(opts, longopts, sizeof opts);
+    if (!strcmp(cmd, "gather"))
+        for (size_t i = 0; opts[i].name; i++)
+            if (!strcmp(opts[i].name, "normalize")) {
+                opts[i].has_arg = no_argument;
+                opts[i].val = O_NORMFLAG;
+            }
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == '?') {
             fputs(usage, stderr);
             return EXIT_USAGE;
@@ -288,6 +303,9 @@ int main(int argc, char **argv) {
             else if (!strcmp(optarg, "skip")) po.skip_bad = 1;
             else return usage_error(usage, "--on-error: '%s' is not fail or skip", optarg);
             break;
+        case O_NORMFLAG:
+            po.normalize = 1;
+            break;
         case O_NORM:
             if (!strcmp(optarg, "none")) po.normalize = CXS_NORM_NONE;
             else if (!strcmp(optarg, "utterance")) po.normalize = CXS_NORM_UTTERANCE;
@@ -327,7 +345,8 @@ int main(int argc, char **argv) {
         if (!have_k) ec = usage_error(usage, "%s", "--context K is required");
         else if (!out) ec = usage_error(usage, "%s", "--out X.npy is required");
         else if (all == (frames != NULL)) ec = usage_error(usage, "%s", "give exactly one of --frames and --all");
-        else ec = gather_run(a, (uint32_t)k, frames, nframes, all, out, labels);
+        else ec = gather_run(a, (uint32_t)k, frames, nframes, all, out, labels, po.normalize,
+                             po.threads);
     }
     free(frames);
     return ec;

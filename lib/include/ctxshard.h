@@ -76,7 +76,10 @@ CXS_API const char *cxs_version(void);
 /* ---- open / close ----------------------------------------------------- */
 
 /*
- * Open a packed dataset directory (or its manifest file).  Maps every shard
+ * Open a packed dataset: its directory, its manifest file, or one shard file
+ * alone.  A shard alone has no vocabulary or statistics (vocab_size 0,
+ * statistics NULL) but keeps its labels; its frames and utterances are
+ * numbered from 0.  Maps every shard
  * read-only, checks the header checksums, the section tables and every
  * structural rule of the spec that needs no per-frame work (O(shards +
  * utterances)).  Feature and label bytes are not hashed: cxs_dataset_verify()
@@ -119,7 +122,7 @@ typedef struct cxs_info {
     uint32_t dtype;           /* CXS_DTYPE_* of the stored features */
     uint32_t guard;           /* G: zero rows around every utterance */
     uint32_t vocab_size;      /* 0 for a features-only dataset */
-    uint32_t label_width;     /* bytes per stored label: 0, 1 or 2 */
+    uint32_t label_width;     /* bytes per stored label: 0 (no labels), 1 or 2 */
     uint32_t normalize;       /* CXS_NORM_* applied at pack time */
     uint32_t format_major;
     uint32_t format_minor;
@@ -129,6 +132,7 @@ typedef struct cxs_info {
     uint64_t min_length;      /* shortest utterance, frames */
     uint64_t max_length;      /* longest utterance, frames */
     uint64_t total_bytes;     /* all files of the dataset */
+    uint32_t single_shard;    /* 1 when opened from one shard file */
 } cxs_info;
 
 /* Fill *info.  Cannot fail for an open dataset. */
@@ -196,17 +200,152 @@ CXS_API int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k
                                const void **window);
 
 /* Label (vocabulary index) of a frame.  CXS_E_RANGE, or CXS_E_INVALID on a
- * features-only dataset. */
+ * dataset without labels. */
 CXS_API int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label);
 
 /*
- * Copy the windows of n frames as float32 into out[n][(2k+1)*dim], any k
- * (rows past the utterance borders are zero), and, when labels is not NULL,
- * their labels as int64 into labels[n].  Returns 0, CXS_E_RANGE (a frame
- * past the end; out is then partly written) or CXS_E_INVALID.
+ * Labels of `count` consecutive frames first .. first+count-1 (they may span
+ * utterances and shards) as int64 into out[count].  CXS_E_RANGE when the
+ * range passes the end, CXS_E_INVALID on a features-only dataset.
+ */
+CXS_API int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count,
+                               int64_t *out);
+
+/* cxs_dataset_gather flags. */
+#define CXS_GATHER_NORMALIZE 1u /* (x - mean) / std with the stored statistics */
+
+/*
+ * Copy the windows of n frames as float32 into out[n][(2k+1)*dim], any k:
+ * rows past the utterance borders are zero (also with normalisation: padding
+ * stays 0 in the normalised space).  Stored float16/bfloat16 are converted
+ * exactly.  With CXS_GATHER_NORMALIZE every real row is normalised by the
+ * dataset's stored per-dimension mean and variance, (x - mean) / sqrt(var),
+ * a dimension with zero variance being only centred (CXS_E_INVALID when the
+ * dataset has no statistics).  When labels is not NULL, the frames' labels
+ * go there as int64.  `threads` > 1 splits the batch over that many threads
+ * (created for the call); 0 or 1 uses the calling thread.  Windows never
+ * depend on the thread count.
+ *
+ * Returns 0, CXS_E_RANGE (a frame past the end; nothing is written) or
+ * CXS_E_INVALID (k above 1,000,000, NULL buffers with n > 0, labels asked of
+ * a features-only dataset, unknown flags).
  */
 CXS_API int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n,
-                               uint32_t k, float *out, int64_t *labels);
+                               uint32_t k, uint32_t flags, unsigned threads, float *out,
+                               int64_t *labels);
+
+/* ---- samplers --------------------------------------------------------- */
+
+/*
+ * A sampler maps (epoch, position) to a global frame number, statelessly:
+ * the same seed, epoch and position always give the same frame, so an epoch
+ * resumes exactly from its position, and any number of threads or processes
+ * can draw from one sampler without coordination.
+ *
+ * CXS_SAMPLER_SEQUENTIAL: frames in order (evaluation).
+ * CXS_SAMPLER_SHUFFLE: a seeded pseudo-random permutation of all frames per
+ *   epoch, a different one every epoch, in O(1) memory (a keyed Feistel
+ *   bijection with cycle walking, not a shuffled array).
+ * CXS_SAMPLER_WEIGHTED: draws with replacement; the probability of a frame is
+ *   proportional to its class weight, by default the inverse of the class's
+ *   stored frame count (every class equally likely).  O(1) per draw (an
+ *   alias table over classes and a per-class frame list: 4 bytes per frame,
+ *   8 beyond 2^32 frames, built at create time in one pass over the labels).
+ *
+ * Distributed training: rank r of world_size w sees positions r, r+w,
+ * r+2w, ... of the global order, as torch's DistributedSampler does: with
+ * drop_last 0 the order is padded by wrapping around to a multiple of w, with
+ * drop_last 1 it is cut to one, so every rank gets the same count and
+ * together they cover the epoch without overlap (beyond the padding).
+ */
+#define CXS_SAMPLER_SEQUENTIAL 0u
+#define CXS_SAMPLER_SHUFFLE 1u
+#define CXS_SAMPLER_WEIGHTED 2u
+
+typedef struct cxs_sampler_opts {
+    uint32_t kind;               /* CXS_SAMPLER_* */
+    uint64_t seed;
+    uint32_t rank;               /* 0 .. world_size-1 */
+    uint32_t world_size;         /* 0 or 1: not distributed */
+    uint32_t drop_last;          /* 1: cut the epoch to a multiple of world_size */
+    uint64_t num_samples;        /* WEIGHTED: draws per epoch, all ranks (0: num_frames) */
+    const double *class_weights; /* WEIGHTED: vocab_size weights >= 0, NULL: inverse frequency */
+} cxs_sampler_opts;
+
+typedef struct cxs_sampler cxs_sampler;
+
+/*
+ * Create a sampler over ds (which must outlive it).  opts NULL means
+ * sequential, not distributed.  Returns 0, -ENOMEM, or CXS_E_INVALID (unknown
+ * kind, rank >= world_size, weighted on a features-only dataset, weights
+ * negative, not finite or all zero over the classes present).
+ */
+CXS_API int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts,
+                               cxs_sampler **out);
+CXS_API void cxs_sampler_free(cxs_sampler *s);
+
+/* Samples per epoch for this rank. */
+CXS_API uint64_t cxs_sampler_length(const cxs_sampler *s);
+
+/*
+ * Frames at positions pos .. pos+n-1 of this rank's order for `epoch`, into
+ * frames[n].  Thread-safe.  CXS_E_RANGE when pos+n passes the length.
+ */
+CXS_API int cxs_sampler_get(const cxs_sampler *s, uint64_t epoch, uint64_t pos, size_t n,
+                            uint64_t *frames);
+
+/* ---- the prefetching loader ------------------------------------------- */
+
+typedef struct cxs_loader_opts {
+    uint32_t k;           /* context: windows of (2k+1)*dim floats */
+    uint32_t batch_size;  /* >= 1 */
+    uint32_t threads;     /* worker threads; 0: min(CPUs, 4) */
+    uint32_t ring;        /* batch buffers; 0: 2*threads + 2 (at least 3) */
+    uint32_t flags;       /* CXS_GATHER_NORMALIZE */
+    uint32_t drop_last;   /* 1: no short final batch */
+    uint32_t labels;      /* 1: gather labels too (needs labels) */
+} cxs_loader_opts;
+
+/* A batch handed out by cxs_loader_next; valid until the next call. */
+typedef struct cxs_batch {
+    const float *x;          /* [n][(2k+1)*dim] */
+    const int64_t *y;        /* [n] labels, or NULL */
+    const uint64_t *frames;  /* [n] global frame numbers */
+    size_t n;                /* batch_size, or fewer for the last batch */
+    uint64_t index;          /* batch number within the epoch */
+    uint64_t position;       /* sampler position of the first sample */
+} cxs_batch;
+
+typedef struct cxs_loader cxs_loader;
+
+/*
+ * Start worker threads that fill a ring of batch buffers ahead of the
+ * consumer, over epoch `epoch` of `sampler` from sampler position `start`
+ * (0 for a fresh epoch, or the position saved to resume).  ds and sampler
+ * must outlive the loader.  Returns 0, -ENOMEM, -EAGAIN (threads), or
+ * CXS_E_INVALID.
+ */
+CXS_API int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
+                              const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
+                              cxs_loader **out);
+
+/*
+ * Hand back the previous batch (if any) and take the next one, waiting for
+ * it if the workers are behind.  *batch is NULL at the end of the epoch.
+ * Returns 0, or the first error a worker met.  One consumer at a time.
+ * After fork() the child may go on using a loader it inherited: the first
+ * call in the child starts new workers at the child's position.
+ */
+CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
+
+/*
+ * Restart at (epoch, start): discards prefetched batches.  The position to
+ * save for an exact resume is the last batch's position + n.
+ */
+CXS_API int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start);
+
+/* Stop and join the workers, free the ring.  NULL is a no-op. */
+CXS_API void cxs_loader_free(cxs_loader *l);
 
 #ifdef __cplusplus
 }

@@ -82,7 +82,7 @@ static void valid(const char *dir) {
         for (uint32_t k = 0; k <= 4; k++) {
             float out[18];
             int64_t lab;
-            CHECK(cxs_dataset_gather(ds, &f, 1, k, out, &lab) == 0 && lab == labels[f]);
+            CHECK(cxs_dataset_gather(ds, &f, 1, k, 0, 1, out, &lab) == 0 && lab == labels[f]);
             for (int64_t r = -(int64_t)k; r <= (int64_t)k; r++)
                 for (int d = 0; d < 2; d++) CHECK(out[(r + k) * 2 + d] == value(f, r, d));
         }
@@ -93,8 +93,8 @@ static void valid(const char *dir) {
     CHECK(cxs_dataset_window(ds, 0, 2, &w) == CXS_E_RANGE); /* k > guard: no view */
     CHECK(cxs_dataset_window(ds, 5, 0, &w) == CXS_E_RANGE);
     CHECK(cxs_dataset_locate(ds, 5, &ut, &off) == CXS_E_RANGE);
-    CHECK(cxs_dataset_gather(ds, &bad, 1, 1, out, NULL) == CXS_E_RANGE);
-    CHECK(cxs_dataset_gather(ds, NULL, 0, 1, NULL, NULL) == 0);
+    CHECK(cxs_dataset_gather(ds, &bad, 1, 1, 0, 1, out, NULL) == CXS_E_RANGE);
+    CHECK(cxs_dataset_gather(ds, NULL, 0, 1, 0, 4, NULL, NULL) == 0);
     cxs_dataset_close(ds);
     cxs_dataset_close(NULL);
 }

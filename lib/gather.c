@@ -1,0 +1,113 @@
+/* gather.c - cxs_dataset_gather(): windows into a caller's buffer. */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "cxs_convert.h"
+#include "cxs_le.h"
+#include "dataset_internal.h"
+
+/* Convert n stored elements (whole rows) to float32, normalising when
+ * mean/scale are given (row-wise over dim D). */
+static void convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows, float *dst,
+                         const float *mean, const float *scale) {
+    const uint32_t D = ds->meta.dim;
+    const size_t n = rows * D;
+    switch (ds->meta.dtype) {
+    case CXS_DTYPE_F32:
+        if (cxs_host_is_le()) {
+            memcpy(dst, src, n * 4);
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                uint32_t b = cxs_ld32(src + 4 * i);
+                memcpy(&dst[i], &b, 4);
+            }
+        }
+        break;
+    case CXS_DTYPE_F16:
+        for (size_t i = 0; i < n; i++) dst[i] = cxs_f16_to_f32(cxs_ld16(src + 2 * i));
+        break;
+    default:
+        for (size_t i = 0; i < n; i++) dst[i] = cxs_bf16_to_f32(cxs_ld16(src + 2 * i));
+        break;
+    }
+    if (mean)
+        for (size_t r = 0; r < rows; r++, dst += D)
+            for (uint32_t d = 0; d < D; d++) dst[d] = (dst[d] - mean[d]) * scale[d];
+}
+
+typedef struct job {
+    const cxs_dataset *ds;
+    const uint64_t *frames;
+    size_t n;
+    uint32_t k;
+    uint32_t flags;
+    float *out;
+    int64_t *labels;
+} job;
+
+static void gather_range(const job *j) {
+    const cxs_dataset *ds = j->ds;
+    const uint32_t D = ds->meta.dim, k = j->k;
+    const size_t W = (2 * (size_t)k + 1) * D;
+    const float *mean = (j->flags & CXS_GATHER_NORMALIZE) ? ds->norm_mean : NULL;
+    const float *scale = ds->norm_scale;
+    for (size_t i = 0; i < j->n; i++) {
+        uint64_t f = j->frames[i];
+        uint64_t u = cxs_find_utt(ds, f);
+        int64_t T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+        int64_t t = (int64_t)(f - ds->cum[u]);
+        /* Rows t-k .. t+k; real rows a .. b, zeros around them.  The zeros
+         * are written, not read from the guard, so that any k works and a
+         * damaged guard row is never served. */
+        int64_t lo = t - k, hi = t + k;
+        int64_t a = lo < 0 ? 0 : lo, b = hi >= T ? T - 1 : hi;
+        float *o = j->out + i * W;
+        if (a > lo) memset(o, 0, (size_t)(a - lo) * D * sizeof *o);
+        convert_rows(ds, cxs_row_ptr(ds, u, a), (size_t)(b - a + 1), o + (size_t)(a - lo) * D,
+                     mean, scale);
+        if (hi > b) memset(o + (size_t)(b - lo + 1) * D, 0, (size_t)(hi - b) * D * sizeof *o);
+        if (j->labels) {
+            const shard *sh = &ds->shards[ds->utt_shard[u]];
+            uint64_t li = f - sh->f_start;
+            j->labels[i] = sh->meta.label_width == 1 ? sh->labels[li] : cxs_ld16(sh->labels + 2 * li);
+        }
+    }
+}
+
+static void *gather_thread(void *arg) {
+    gather_range(arg);
+    return NULL;
+}
+
+int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
+                       uint32_t flags, unsigned threads, float *out, int64_t *labels) {
+    if (!ds || (n && (!frames || !out)) || k > 1000000 || (flags & ~CXS_GATHER_NORMALIZE))
+        return CXS_E_INVALID;
+    if (labels && !ds->meta.label_width) return CXS_E_INVALID;
+    if ((flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) return CXS_E_INVALID;
+    for (size_t i = 0; i < n; i++)
+        if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
+    const size_t W = (2 * (size_t)k + 1) * ds->meta.dim;
+    if (threads > n) threads = (unsigned)n;
+    if (threads > 256) threads = 256;
+    if (threads <= 1) {
+        job j = {ds, frames, n, k, flags, out, labels};
+        gather_range(&j);
+        return 0;
+    }
+    job jobs[256];
+    pthread_t tid[256];
+    unsigned char created[256];
+    for (unsigned t = 0; t < threads; t++) {
+        size_t a = n * t / threads, b = n * (t + 1) / threads;
+        jobs[t] = (job){ds, frames + a, b - a, k, flags, out + a * W, labels ? labels + a : NULL};
+        /* Thread 0 is the caller; a thread that cannot start is done inline. */
+        created[t] = t > 0 && pthread_create(&tid[t], NULL, gather_thread, &jobs[t]) == 0;
+    }
+    for (unsigned t = 0; t < threads; t++)
+        if (!created[t]) gather_range(&jobs[t]);
+    for (unsigned t = 1; t < threads; t++)
+        if (created[t]) pthread_join(tid[t], NULL);
+    return 0;
+}

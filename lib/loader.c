@@ -1,0 +1,245 @@
+/* loader.c - worker threads fill a ring of batch buffers ahead of the
+ * consumer.
+ *
+ * Batch b of the epoch always lives in slot b % ring.  A worker may claim b
+ * once that slot is free (its previous batch was handed back), fills it
+ * without holding the lock, and marks it ready; the consumer takes batches
+ * strictly in order.  A reset or a fork bumps `generation`, so a worker that
+ * was filling for the old position throws its batch away. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dataset_internal.h"
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+typedef struct slot {
+    int state;
+    int rc;
+    uint64_t batch;
+    float *x;
+    int64_t *y;
+    uint64_t *frames;
+    cxs_batch pub;
+} slot;
+
+struct cxs_loader {
+    const cxs_dataset *ds;
+    const cxs_sampler *sampler;
+    cxs_loader_opts o;
+    size_t window; /* floats per sample */
+    uint64_t epoch, start, nbatches, length;
+    slot *ring;
+    uint32_t nring;
+    uint64_t next_claim, next_take, generation;
+    int held; /* slot handed to the consumer, or -1 */
+    int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_ready;
+    pthread_t *threads;
+    uint32_t nthreads;
+    pid_t pid;
+};
+
+static void *worker(void *arg);
+
+static uint64_t batches_for(const cxs_loader *l) {
+    uint64_t left = l->length - l->start, B = l->o.batch_size;
+    return l->o.drop_last ? left / B : left / B + (left % B != 0);
+}
+
+static int start_threads(cxs_loader *l) {
+    l->nthreads = 0;
+    for (uint32_t t = 0; t < l->o.threads; t++) {
+        if (pthread_create(&l->threads[t], NULL, worker, l) != 0) break;
+        l->nthreads++;
+    }
+    return l->nthreads ? 0 : -EAGAIN;
+}
+
+static void fill(cxs_loader *l, slot *s, uint64_t b) {
+    uint64_t pos = l->start + b * l->o.batch_size;
+    size_t n = (size_t)(l->length - pos < l->o.batch_size ? l->length - pos : l->o.batch_size);
+    int rc = cxs_sampler_get(l->sampler, l->epoch, pos, n, s->frames);
+    if (!rc)
+        rc = cxs_dataset_gather(l->ds, s->frames, n, l->o.k, l->o.flags, 1, s->x,
+                                l->o.labels ? s->y : NULL);
+    s->rc = rc;
+    s->pub = (cxs_batch){s->x, l->o.labels ? s->y : NULL, s->frames, n, b, pos};
+}
+
+static void *worker(void *arg) {
+    cxs_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        uint64_t b = l->next_claim;
+        slot *s = b < l->nbatches ? &l->ring[b % l->nring] : NULL;
+        if (!s || s->state != SLOT_FREE) {
+            pthread_cond_wait(&l->cv_work, &l->mu);
+            continue;
+        }
+        s->state = SLOT_FILLING;
+        s->batch = b;
+        l->next_claim++;
+        uint64_t gen = l->generation;
+        pthread_mutex_unlock(&l->mu);
+        fill(l, s, b);
+        pthread_mutex_lock(&l->mu);
+        s->state = gen == l->generation ? SLOT_READY : SLOT_FREE;
+        pthread_cond_broadcast(&l->cv_ready);
+        if (s->state == SLOT_FREE) pthread_cond_broadcast(&l->cv_work);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void stop_threads(cxs_loader *l) {
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    for (uint32_t t = 0; t < l->nthreads; t++) pthread_join(l->threads[t], NULL);
+    l->nthreads = 0;
+}
+
+void cxs_loader_free(cxs_loader *l) {
+    if (!l) return;
+    /* In a forked child the parent's workers do not exist: nothing to join. */
+    if (l->pid == getpid()) stop_threads(l);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv_work);
+    pthread_cond_destroy(&l->cv_ready);
+    for (uint32_t i = 0; l->ring && i < l->nring; i++) {
+        free(l->ring[i].x);
+        free(l->ring[i].y);
+        free(l->ring[i].frames);
+    }
+    free(l->ring);
+    free(l->threads);
+    free(l);
+}
+
+static unsigned default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+}
+
+int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
+                      const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
+                      cxs_loader **out) {
+    if (!ds || !sampler || !opts || !out || opts->batch_size == 0 || opts->k > 1000000 ||
+        opts->threads > 256 || opts->ring > 1024 || (opts->flags & ~CXS_GATHER_NORMALIZE) ||
+        ((opts->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) ||
+        (opts->labels && !ds->meta.label_width) || start > cxs_sampler_length(sampler))
+        return CXS_E_INVALID;
+    cxs_loader *l = calloc(1, sizeof *l);
+    if (!l) return -ENOMEM;
+    l->ds = ds;
+    l->sampler = sampler;
+    l->o = *opts;
+    if (!l->o.threads) l->o.threads = default_threads();
+    if (!l->o.ring) l->o.ring = 2 * l->o.threads + 2;
+    if (l->o.ring < 3) l->o.ring = 3;
+    l->nring = l->o.ring;
+    l->window = (2 * (size_t)l->o.k + 1) * ds->meta.dim;
+    l->epoch = epoch;
+    l->start = start;
+    l->length = cxs_sampler_length(sampler);
+    l->nbatches = batches_for(l);
+    l->held = -1;
+    l->pid = getpid();
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv_work, NULL);
+    pthread_cond_init(&l->cv_ready, NULL);
+    l->ring = calloc(l->nring, sizeof *l->ring);
+    l->threads = calloc(l->o.threads, sizeof *l->threads);
+    int rc = l->ring && l->threads ? 0 : -ENOMEM;
+    size_t B = l->o.batch_size;
+    if (l->window > SIZE_MAX / sizeof(float) / B) rc = CXS_E_INVALID;
+    for (uint32_t i = 0; !rc && i < l->nring; i++) {
+        slot *s = &l->ring[i];
+        if (posix_memalign((void **)&s->x, 64, B * l->window * sizeof(float))) s->x = NULL;
+        s->y = malloc(B * sizeof *s->y);
+        s->frames = malloc(B * sizeof *s->frames);
+        if (!s->x || !s->y || !s->frames) rc = -ENOMEM;
+    }
+    if (!rc) rc = start_threads(l);
+    if (rc) {
+        cxs_loader_free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+/* The first call in a forked child: fresh locks and workers, resuming at the
+ * consumer's position. */
+static int respawn(cxs_loader *l) {
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv_work, NULL);
+    pthread_cond_init(&l->cv_ready, NULL);
+    l->pid = getpid();
+    l->generation++;
+    l->stop = 0;
+    for (uint32_t i = 0; i < l->nring; i++)
+        if ((int)i != l->held) l->ring[i].state = SLOT_FREE;
+    l->next_claim = l->next_take;
+    return start_threads(l);
+}
+
+int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
+    if (!l || !batch) return CXS_E_INVALID;
+    if (l->pid != getpid()) {
+        int rc = respawn(l);
+        if (rc) return rc;
+    }
+    pthread_mutex_lock(&l->mu);
+    if (l->held >= 0) {
+        l->ring[l->held].state = SLOT_FREE;
+        l->held = -1;
+        pthread_cond_broadcast(&l->cv_work);
+    }
+    if (l->next_take >= l->nbatches) {
+        pthread_mutex_unlock(&l->mu);
+        *batch = NULL;
+        return 0;
+    }
+    uint32_t i = (uint32_t)(l->next_take % l->nring);
+    slot *s = &l->ring[i];
+    while (!(s->state == SLOT_READY && s->batch == l->next_take))
+        pthread_cond_wait(&l->cv_ready, &l->mu);
+    int rc = s->rc;
+    s->state = SLOT_HELD;
+    l->held = (int)i;
+    l->next_take++;
+    pthread_mutex_unlock(&l->mu);
+    if (rc) return rc;
+    *batch = &s->pub;
+    return 0;
+}
+
+int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
+    if (!l || start > l->length) return CXS_E_INVALID;
+    if (l->pid != getpid()) {
+        l->held = -1;
+        l->next_take = 0;
+        int rc = respawn(l);
+        if (rc) return rc;
+    }
+    pthread_mutex_lock(&l->mu);
+    l->generation++;
+    for (uint32_t i = 0; i < l->nring; i++)
+        if (l->ring[i].state == SLOT_READY || l->ring[i].state == SLOT_HELD)
+            l->ring[i].state = SLOT_FREE;
+    l->held = -1;
+    l->epoch = epoch;
+    l->start = start;
+    l->nbatches = batches_for(l);
+    l->next_claim = l->next_take = 0;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}

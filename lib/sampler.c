@@ -1,0 +1,230 @@
+/* sampler.c - stateless samplers: (epoch, position) -> frame. */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "cxs_le.h"
+#include "dataset_internal.h"
+
+struct cxs_sampler {
+    const cxs_dataset *ds;
+    cxs_sampler_opts o;
+    uint64_t n;       /* frames (sequential, shuffle) or draws (weighted) per epoch */
+    uint64_t length;  /* per rank */
+    uint32_t half;    /* Feistel half width in bits */
+    /* weighted */
+    uint32_t nclass;
+    uint32_t *alias;
+    uint32_t *thresh;     /* accept class i when the coin is below thresh[i] */
+    uint64_t *class_start; /* nclass+1 offsets into members */
+    void *members;        /* frames grouped by class: u32 or u64 */
+    int wide;
+};
+
+static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t key_of(uint64_t seed, uint64_t epoch, uint64_t i) {
+    return mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ mix64(epoch * 0xd1b54a32d192ed03ull + i));
+}
+
+#define FEISTEL_ROUNDS 6
+
+/* A keyed bijection of [0, 2^(2*half)), restricted to [0, n) by cycle
+ * walking (apply again while outside): still a bijection of [0, n), and
+ * since the domain is below 4n the walk is short (under 4 steps on average). */
+static uint64_t permute(const cxs_sampler *s, const uint64_t *keys, uint64_t x) {
+    const uint32_t h = s->half;
+    const uint64_t mask = (1ull << h) - 1;
+    do {
+        uint64_t L = x >> h, R = x & mask;
+        for (int r = 0; r < FEISTEL_ROUNDS; r++) {
+            uint64_t t = L ^ (mix64(R ^ keys[r]) & mask);
+            L = R;
+            R = t;
+        }
+        x = (L << h) | R;
+    } while (x >= s->n);
+    return x;
+}
+
+static int build_weighted(cxs_sampler *s) {
+    const cxs_dataset *ds = s->ds;
+    const uint64_t F = ds->meta.num_frames;
+    const uint32_t lw = ds->meta.label_width;
+    uint32_t V = ds->meta.vocab_size ? ds->meta.vocab_size : (lw == 1 ? 256u : 65536u);
+    s->nclass = V;
+    s->class_start = calloc((size_t)V + 1, sizeof *s->class_start);
+    s->alias = malloc(V * sizeof *s->alias);
+    s->thresh = malloc(V * sizeof *s->thresh);
+    s->wide = F > UINT32_MAX;
+    s->members = malloc(F * (s->wide ? 8 : 4));
+    double *p = malloc(V * sizeof *p);
+    uint32_t *small = malloc(V * sizeof *small), *large = malloc(V * sizeof *large);
+    uint64_t *fill = calloc(V, sizeof *fill);
+    int rc = 0;
+    if (!s->class_start || !s->alias || !s->thresh || !s->members || !p || !small || !large ||
+        !fill) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* Count, then place every frame in its class's run (one pass each). */
+    for (uint32_t sh = 0; sh < ds->meta.num_shards; sh++) {
+        const shard *x = &ds->shards[sh];
+        for (uint64_t i = 0; i < x->meta.num_frames; i++) {
+            uint32_t l = lw == 1 ? x->labels[i] : cxs_ld16(x->labels + 2 * i);
+            if (l >= V) {
+                rc = CXS_E_CORRUPT;
+                goto out;
+            }
+            s->class_start[l + 1]++;
+        }
+    }
+    for (uint32_t c = 0; c < V; c++) s->class_start[c + 1] += s->class_start[c];
+    for (uint32_t sh = 0; sh < ds->meta.num_shards; sh++) {
+        const shard *x = &ds->shards[sh];
+        for (uint64_t i = 0; i < x->meta.num_frames; i++) {
+            uint32_t l = lw == 1 ? x->labels[i] : cxs_ld16(x->labels + 2 * i);
+            uint64_t at = s->class_start[l] + fill[l]++, f = x->f_start + i;
+            if (s->wide) ((uint64_t *)s->members)[at] = f;
+            else ((uint32_t *)s->members)[at] = (uint32_t)f;
+        }
+    }
+    /* Class probabilities: count * weight (inverse frequency by default,
+     * which makes every present class equally likely). */
+    double total = 0;
+    for (uint32_t c = 0; c < V; c++) {
+        uint64_t cnt = s->class_start[c + 1] - s->class_start[c];
+        double w = s->o.class_weights ? s->o.class_weights[c] : (cnt ? 1.0 / (double)cnt : 0);
+        if (!(w >= 0) || !isfinite(w)) {
+            rc = CXS_E_INVALID;
+            goto out;
+        }
+        p[c] = cnt ? (double)cnt * w : 0;
+        total += p[c];
+    }
+    if (!(total > 0) || !isfinite(total)) {
+        rc = CXS_E_INVALID;
+        goto out;
+    }
+    /* Vose's alias method. */
+    uint32_t ns = 0, nl = 0;
+    for (uint32_t c = 0; c < V; c++) {
+        p[c] = p[c] * V / total;
+        if (p[c] < 1.0) small[ns++] = c;
+        else large[nl++] = c;
+    }
+    while (ns && nl) {
+        uint32_t a = small[--ns], g = large[--nl];
+        s->thresh[a] = (uint32_t)fmin(4294967295.0, p[a] * 4294967296.0);
+        s->alias[a] = g;
+        p[g] = (p[g] + p[a]) - 1.0;
+        if (p[g] < 1.0) small[ns++] = g;
+        else large[nl++] = g;
+    }
+    while (nl) {
+        uint32_t g = large[--nl];
+        s->thresh[g] = UINT32_MAX;
+        s->alias[g] = g;
+    }
+    while (ns) { /* rounding leftovers: probability 1 */
+        uint32_t a = small[--ns];
+        s->thresh[a] = UINT32_MAX;
+        s->alias[a] = a;
+    }
+    /* A class without frames must never be chosen, even through rounding. */
+    uint32_t any = 0;
+    while (s->class_start[any + 1] == s->class_start[any]) any++; /* total > 0: exists */
+    for (uint32_t c = 0; c < V; c++)
+        if (s->class_start[c + 1] == s->class_start[c]) {
+            s->thresh[c] = 0;
+            uint32_t a = s->alias[c];
+            if (s->class_start[a + 1] == s->class_start[a]) s->alias[c] = any;
+        }
+out:
+    free(p);
+    free(small);
+    free(large);
+    free(fill);
+    return rc;
+}
+
+void cxs_sampler_free(cxs_sampler *s) {
+    if (!s) return;
+    free(s->alias);
+    free(s->thresh);
+    free(s->class_start);
+    free(s->members);
+    free(s);
+}
+
+int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts, cxs_sampler **out) {
+    if (!ds || !out) return CXS_E_INVALID;
+    cxs_sampler_opts o;
+    memset(&o, 0, sizeof o);
+    if (opts) o = *opts;
+    if (o.world_size == 0) o.world_size = 1;
+    if (o.kind > CXS_SAMPLER_WEIGHTED || o.rank >= o.world_size || o.drop_last > 1)
+        return CXS_E_INVALID;
+    if (o.kind == CXS_SAMPLER_WEIGHTED && !ds->meta.label_width) return CXS_E_INVALID;
+    cxs_sampler *s = calloc(1, sizeof *s);
+    if (!s) return -ENOMEM;
+    s->ds = ds;
+    s->o = o;
+    s->n = ds->meta.num_frames;
+    if (o.kind == CXS_SAMPLER_WEIGHTED) {
+        if (o.num_samples) s->n = o.num_samples;
+        int rc = build_weighted(s);
+        if (rc) {
+            cxs_sampler_free(s);
+            return rc;
+        }
+        s->o.class_weights = NULL; /* not kept: the caller's array may go */
+    }
+    uint64_t W = o.world_size;
+    s->length = o.drop_last ? s->n / W : s->n / W + (s->n % W != 0);
+    uint32_t bits = 1;
+    while (bits < 64 && (1ull << bits) < s->n) bits++;
+    s->half = (bits + 1) / 2;
+    if (s->half < 1) s->half = 1;
+    *out = s;
+    return 0;
+}
+
+uint64_t cxs_sampler_length(const cxs_sampler *s) { return s->length; }
+
+int cxs_sampler_get(const cxs_sampler *s, uint64_t epoch, uint64_t pos, size_t n,
+                    uint64_t *frames) {
+    if (!s || (n && !frames)) return CXS_E_INVALID;
+    if (pos > s->length || n > s->length - pos) return CXS_E_RANGE;
+    const uint64_t W = s->o.world_size, r = s->o.rank;
+    uint64_t keys[FEISTEL_ROUNDS];
+    for (int i = 0; i < FEISTEL_ROUNDS; i++) keys[i] = key_of(s->o.seed, epoch, (uint64_t)i);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t g = r + (pos + i) * W; /* this rank's share of the global order */
+        switch (s->o.kind) {
+        case CXS_SAMPLER_SEQUENTIAL:
+            frames[i] = g % s->n; /* past the end: DistributedSampler's wrap-around padding */
+            break;
+        case CXS_SAMPLER_SHUFFLE:
+            frames[i] = permute(s, keys, g % s->n);
+            break;
+        default: {
+            /* Draw g of the epoch: class by the alias table, then a uniform
+             * member of the class; two 64-bit hashes of (seed, epoch, g). */
+            uint64_t h1 = mix64(keys[0] ^ mix64(g + 0x632be59bd9b4e019ull));
+            uint64_t h2 = mix64(h1 ^ keys[1]);
+            uint32_t c = (uint32_t)(((h1 >> 32) * s->nclass) >> 32);
+            if ((uint32_t)h1 >= s->thresh[c]) c = s->alias[c];
+            uint64_t a = s->class_start[c], cnt = s->class_start[c + 1] - a;
+            uint64_t m = (uint64_t)(((unsigned __int128)h2 * cnt) >> 64);
+            frames[i] = s->wide ? ((const uint64_t *)s->members)[a + m]
+                                : ((const uint32_t *)s->members)[a + m];
+        }
+        }
+    }
+    return 0;
+}
