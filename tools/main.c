@@ -7,6 +7,7 @@
 
 #include "ctxshard.h"
 #include "cxs_version.h"
+#include "benchread.h"
 #include "inspect.h"
 #include "pack.h"
 #include "synth.h"
@@ -25,6 +26,7 @@ static const char *const usage_top =
     "  verify OUT     re-hash every byte of a packed dataset\n"
     "  info OUT       describe a packed dataset\n"
     "  gather OUT     write context windows (and labels) as .npy files\n"
+    "  bench-read OUT measure how fast the loader serves windows\n"
     "\n"
     "`ctxshard <command> --help` describes each command; --version prints\n"
     "the version.  Exit status: 0 success, 1 invalid or corrupt data,\n"
@@ -108,10 +110,24 @@ static const char *const usage_gather =
     "                padding stays 0\n"
     "  --threads N   gather threads (default: all CPUs)\n";
 
+static const char *const usage_bench =
+    "usage: ctxshard bench-read OUT [--context K] [--batch B] [--threads N]\n"
+    "                           [--batches M] [--sampler shuffle|sequential|weighted]\n"
+    "                           [--seed S]\n"
+    "\n"
+    "Run the prefetching loader over OUT and print samples/s and GB/s of window\n"
+    "data served (float32), with the time to open and to the first batch.\n"
+    "\n"
+    "  --context K    half-width of the windows (default 30)\n"
+    "  --batch B      samples per batch (default 1024)\n"
+    "  --threads N    loader worker threads (default: min(CPUs, 4))\n"
+    "  --batches M    batches to time (default 2000); epochs restart as needed\n"
+    "  --sampler S    shuffle (default), sequential or weighted\n";
+
 enum {
     O_UTTS = 256, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_VOCAB, O_THREADS, O_GUARD,
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
-    O_NORMFLAG
+    O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER
 };
 
 static const struct option longopts[] = {
@@ -124,7 +140,9 @@ static const struct option longopts[] = {
     {"json", no_argument, 0, O_JSON},             {"context", required_argument, 0, O_CONTEXT},
     {"frames", required_argument, 0, O_FRAMES},   {"all", no_argument, 0, O_ALL},
     {"out", required_argument, 0, O_OUT},         {"labels", required_argument, 0, O_LABELS},
-    {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
+    {"help", no_argument, 0, O_HELP},             {"batch", required_argument, 0, O_BATCH},
+    {"batches", required_argument, 0, O_BATCHES}, {"sampler", required_argument, 0, O_SAMPLER},
+    {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
 static int allowed(const char *cmd, int opt) {
@@ -138,6 +156,7 @@ static int allowed(const char *cmd, int opt) {
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
+        {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED}},
     };
     if (opt == O_HELP) return 1;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
@@ -225,6 +244,7 @@ int main(int argc, char **argv) {
                         : !strcmp(cmd, "verify") ? usage_verify
                         : !strcmp(cmd, "info")   ? usage_info
                         : !strcmp(cmd, "gather") ? usage_gather
+                        : !strcmp(cmd, "bench-read") ? usage_bench
                                                  : NULL;
     if (!usage) {
         fprintf(stderr, "ctxshard: unknown command '%s'\n", cmd);
@@ -234,6 +254,7 @@ int main(int argc, char **argv) {
     synth_opts so = {100, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0};
     int json = 0, all = 0, have_k = 0;
+    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0};
     uint64_t k = 0, v;
     uint64_t *frames = NULL;
     size_t nframes = 0;
@@ -323,6 +344,21 @@ int main(int argc, char **argv) {
                 return usage_error(usage, "--frames: '%s' is not a list like 0,5,10-20", optarg);
             break;
         case O_ALL: all = 1; break;
+        case O_BATCH:
+            if (parse_u64(optarg, &v) || v == 0 || v > (1u << 24))
+                return usage_error(usage, "--batch: '%s' is not in 1..16777216", optarg);
+            bo.batch = (uint32_t)v;
+            break;
+        case O_BATCHES:
+            if (parse_u64(optarg, &bo.batches) || bo.batches == 0)
+                return usage_error(usage, "--batches: '%s' is not a positive count", optarg);
+            break;
+        case O_SAMPLER:
+            if (!strcmp(optarg, "shuffle")) bo.sampler = CXS_SAMPLER_SHUFFLE;
+            else if (!strcmp(optarg, "sequential")) bo.sampler = CXS_SAMPLER_SEQUENTIAL;
+            else if (!strcmp(optarg, "weighted")) bo.sampler = CXS_SAMPLER_WEIGHTED;
+            else return usage_error(usage, "--sampler: '%s' is not shuffle, sequential or weighted", optarg);
+            break;
         case O_OUT: out = optarg; break;
         case O_LABELS: labels = optarg; break;
         default: break;
@@ -334,6 +370,11 @@ int main(int argc, char **argv) {
         return usage_error(usage, "%s", need == 2 ? "expected RAW and OUT" : "expected one directory");
     }
     const char *a = argv[optind], *b = need == 2 ? argv[optind + 1] : NULL;
+    if (!strcmp(cmd, "bench-read")) {
+        bo.k = have_k ? (uint32_t)k : 30;
+        bo.threads = po.threads ? po.threads : (ncpus() < 4 ? ncpus() : 4);
+        bo.seed = so.seed;
+    }
     if (!po.threads) po.threads = ncpus();
     int ec;
     if (!strcmp(cmd, "synth")) ec = synth_run(a, &so);
@@ -341,6 +382,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "pack")) ec = pack_run(a, b, &po);
     else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);
     else if (!strcmp(cmd, "info")) ec = info_run(a, json);
+    else if (!strcmp(cmd, "bench-read")) ec = bench_read_run(a, &bo);
     else {
         if (!have_k) ec = usage_error(usage, "%s", "--context K is required");
         else if (!out) ec = usage_error(usage, "%s", "--out X.npy is required");

@@ -1,0 +1,9 @@
+#ifndef CXS_TOOL_BENCHREAD_H
+#define CXS_TOOL_BENCHREAD_H
+#include <stdint.h>
+typedef struct bench_read_opts {
+    uint32_t k, batch, threads, sampler;
+    uint64_t batches, seed;
+} bench_read_opts;
+int bench_read_run(const char *dir, const bench_read_opts *o);
+#endif
