@@ -1,6 +1,7 @@
 """Round trip: synth -> pack -> gather every frame at several k (including
 k > guard and utterances shorter than k) for every stored dtype, compared
 exactly with the numpy reference computed from the raw files."""
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +57,51 @@ def main():
         out = os.path.join(tmp, "out-norm")
         run("pack", raw, out, "--normalize", "utterance", "--quiet")
         check(raw, out, tmp, "f32", True, [5])
+        check_stats_and_normalize(raw, os.path.join(tmp, "out-f32"), tmp)
+        check_single_shard(os.path.join(tmp, "out-bf16"), tmp)
+
+
+def check_stats_and_normalize(raw, out, tmp):
+    """The stored statistics are those of the stored values, and gather
+    --normalize applies them (in float32, padding left at 0)."""
+    info = json.loads(subprocess.run([EXE, "info", out, "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    _, utts = reference.dataset(raw, "f32")
+    allf = np.concatenate([f for f, _ in utts]).astype(np.float64)
+    mean, var = np.array(info["stats"]["mean"]), np.array(info["stats"]["var"])
+    assert np.allclose(mean, allf.mean(axis=0), rtol=1e-12, atol=1e-12)
+    assert np.allclose(var, allf.var(axis=0), rtol=1e-9, atol=1e-12)
+    counts = np.bincount(np.concatenate([l for _, l in utts]), minlength=42)
+    assert info["stats"]["label_counts"] == counts.tolist()
+    m32 = mean.astype(np.float32)
+    s32 = np.array([np.float32(1.0 / np.sqrt(v)) if v > 0 else np.float32(1) for v in var])
+    k = 4
+    x = os.path.join(tmp, "xn.npy")
+    run("gather", out, "--context", k, "--all", "--normalize", "--threads", 2, "--out", x)
+    X = np.load(x)
+    ref = []
+    for f, _ in utts:
+        n = ((f - m32) * s32).astype(np.float32)
+        ref.append(reference.windows(n, k))
+    ref = np.concatenate(ref)
+    assert np.array_equal(X.view(np.uint32), ref.view(np.uint32)), "normalised windows differ"
+    print(f"ok: stored statistics and --normalize, {len(X)} frames")
+
+
+def check_single_shard(out, tmp):
+    """A shard opened alone serves the same windows as within its dataset."""
+    info = json.loads(subprocess.run([EXE, "info", out, "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    assert info["shards"] >= 2
+    full, _ = gather_all(out, 12, tmp)
+    start = 0
+    for s in range(info["shards"]):
+        path = os.path.join(out, "shard-%06d.cxs" % s)
+        X, Y = gather_all(path, 12, tmp)
+        assert np.array_equal(X.view(np.uint32), full[start:start + len(X)].view(np.uint32))
+        start += len(X)
+    assert start == len(full)
+    print(f"ok: {info['shards']} shards opened alone")
 
 
 if __name__ == "__main__":
