@@ -46,31 +46,62 @@ typedef struct job {
     int64_t *labels;
 } job;
 
+/* Where one window comes from: real rows a..b (relative to the frame) of
+ * utterance u, zeros for the rest. */
+typedef struct plan {
+    const uint8_t *src; /* row a */
+    int32_t zlo, rows, zhi; /* zero rows before, real rows, zero rows after */
+    uint32_t shard;
+    uint64_t label_index;
+} plan;
+
+#define PLAN_CHUNK 64
+#define PREFETCH_AHEAD 8
+
 static void gather_range(const job *j) {
     const cxs_dataset *ds = j->ds;
     const uint32_t D = ds->meta.dim, k = j->k;
     const size_t W = (2 * (size_t)k + 1) * D;
     const float *mean = (j->flags & CXS_GATHER_NORMALIZE) ? ds->norm_mean : NULL;
     const float *scale = ds->norm_scale;
-    for (size_t i = 0; i < j->n; i++) {
-        uint64_t f = j->frames[i];
-        uint64_t u = cxs_find_utt(ds, f);
-        int64_t T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
-        int64_t t = (int64_t)(f - ds->cum[u]);
-        /* Rows t-k .. t+k; real rows a .. b, zeros around them.  The zeros
-         * are written, not read from the guard, so that any k works and a
-         * damaged guard row is never served. */
-        int64_t lo = t - k, hi = t + k;
-        int64_t a = lo < 0 ? 0 : lo, b = hi >= T ? T - 1 : hi;
-        float *o = j->out + i * W;
-        if (a > lo) memset(o, 0, (size_t)(a - lo) * D * sizeof *o);
-        convert_rows(ds, cxs_row_ptr(ds, u, a), (size_t)(b - a + 1), o + (size_t)(a - lo) * D,
-                     mean, scale);
-        if (hi > b) memset(o + (size_t)(b - lo + 1) * D, 0, (size_t)(hi - b) * D * sizeof *o);
-        if (j->labels) {
-            const shard *sh = &ds->shards[ds->utt_shard[u]];
-            uint64_t li = f - sh->f_start;
-            j->labels[i] = sh->meta.label_width == 1 ? sh->labels[li] : cxs_ld16(sh->labels + 2 * li);
+    plan p[PLAN_CHUNK];
+    /* In chunks: first locate every window (independent lookups whose cache
+     * misses overlap), then copy, prefetching a few windows ahead so that
+     * the random start of each window is in cache when its copy begins. */
+    for (size_t c0 = 0; c0 < j->n; c0 += PLAN_CHUNK) {
+        size_t m = j->n - c0 < PLAN_CHUNK ? j->n - c0 : PLAN_CHUNK;
+        for (size_t i = 0; i < m; i++) {
+            uint64_t f = j->frames[c0 + i];
+            uint64_t u = cxs_find_utt(ds, f);
+            int64_t T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+            int64_t t = (int64_t)(f - ds->cum[u]);
+            /* Rows t-k .. t+k; real rows a .. b, zeros around them.  The
+             * zeros are written, not read from the guard, so that any k works
+             * and a damaged guard row is never served. */
+            int64_t lo = t - k, hi = t + k;
+            int64_t a = lo < 0 ? 0 : lo, b = hi >= T ? T - 1 : hi;
+            p[i].src = cxs_row_ptr(ds, u, a);
+            p[i].zlo = (int32_t)(a - lo);
+            p[i].rows = (int32_t)(b - a + 1);
+            p[i].zhi = (int32_t)(hi - b);
+            p[i].shard = ds->utt_shard[u];
+            p[i].label_index = f - ds->shards[p[i].shard].f_start;
+            if (i < PREFETCH_AHEAD) __builtin_prefetch(p[i].src);
+        }
+        for (size_t i = 0; i < m; i++) {
+            if (i + PREFETCH_AHEAD < m) __builtin_prefetch(p[i + PREFETCH_AHEAD].src);
+            float *o = j->out + (c0 + i) * W;
+            if (p[i].zlo) memset(o, 0, (size_t)p[i].zlo * D * sizeof *o);
+            float *r = o + (size_t)p[i].zlo * D;
+            convert_rows(ds, p[i].src, (size_t)p[i].rows, r, mean, scale);
+            if (p[i].zhi)
+                memset(r + (size_t)p[i].rows * D, 0, (size_t)p[i].zhi * D * sizeof *o);
+            if (j->labels) {
+                const shard *sh = &ds->shards[p[i].shard];
+                uint64_t li = p[i].label_index;
+                j->labels[c0 + i] = sh->meta.label_width == 1 ? sh->labels[li]
+                                                              : cxs_ld16(sh->labels + 2 * li);
+            }
         }
     }
 }

@@ -31,9 +31,17 @@ static inline uint64_t key_of(uint64_t seed, uint64_t epoch, uint64_t i) {
     return mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ mix64(epoch * 0xd1b54a32d192ed03ull + i));
 }
 
-#define FEISTEL_ROUNDS 6
+#define FEISTEL_ROUNDS 4
 
-/* A keyed bijection of [0, 2^(2*half)), restricted to [0, n) by cycle
+/* The round function: one multiply, keyed; the halves are at most 32 bits,
+ * so the high half of the product mixes every input bit. */
+static inline uint64_t round_fn(uint64_t r, uint64_t key) {
+    uint64_t x = (r ^ key) * 0xff51afd7ed558ccdull;
+    return x ^ (x >> 29) ^ (x >> 41);
+}
+
+/* A keyed bijection of [0, 2^(2*half)) (a balanced Feistel network: four
+ * rounds with independent keys, as Luby and Rackoff), restricted to [0, n) by cycle
  * walking (apply again while outside): still a bijection of [0, n), and
  * since the domain is below 4n the walk is short (under 4 steps on average). */
 static uint64_t permute(const cxs_sampler *s, const uint64_t *keys, uint64_t x) {
@@ -42,7 +50,7 @@ static uint64_t permute(const cxs_sampler *s, const uint64_t *keys, uint64_t x) 
     do {
         uint64_t L = x >> h, R = x & mask;
         for (int r = 0; r < FEISTEL_ROUNDS; r++) {
-            uint64_t t = L ^ (mix64(R ^ keys[r]) & mask);
+            uint64_t t = L ^ (round_fn(R, keys[r]) & mask);
             L = R;
             R = t;
         }

@@ -300,7 +300,7 @@ typedef struct cxs_loader_opts {
     uint32_t k;           /* context: windows of (2k+1)*dim floats */
     uint32_t batch_size;  /* >= 1 */
     uint32_t threads;     /* worker threads; 0: min(CPUs, 4) */
-    uint32_t ring;        /* batch buffers; 0: 2*threads + 2 (at least 3) */
+    uint32_t ring;        /* batch buffers; 0: threads + 2 (at least 3) */
     uint32_t flags;       /* CXS_GATHER_NORMALIZE */
     uint32_t drop_last;   /* 1: no short final batch */
     uint32_t labels;      /* 1: gather labels too (needs labels) */
