@@ -76,6 +76,18 @@ int synth_run(const char *root, const synth_opts *o) {
     }
     char *md = path_join(root, "mfcc"), *td = path_join(root, "transcript");
     if (!md || !td) return EXIT_SYSTEM;
+    /* Parents first, like mkdir -p. */
+    for (char *p = md + 1; *p && p < md + strlen(root); p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(md, 0755) != 0 && errno != EEXIST) {
+                warnx_("%s: %s", md, strerror(errno));
+                free(md);
+                free(td);
+                return EXIT_SYSTEM;
+            }
+            *p = '/';
+        }
     if (mkdir(root, 0755) || mkdir(md, 0755) || (o->transcripts && mkdir(td, 0755))) {
         warnx_("%s: %s", root, strerror(errno));
         free(md);

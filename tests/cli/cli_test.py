@@ -355,7 +355,7 @@ class Output(Base):
 
 class Usage(unittest.TestCase):
     def test_help_and_version(self):
-        for cmd in ("synth", "check", "pack", "verify", "info", "gather"):
+        for cmd in ("synth", "check", "pack", "verify", "info", "gather", "bench-read"):
             rc, out, _ = run(cmd, "--help")
             self.assertEqual(rc, 0)
             self.assertTrue(out.startswith("usage: ctxshard " + cmd), out)
@@ -419,6 +419,27 @@ class Usage(unittest.TestCase):
             rc, _, err = run("synth", os.path.join(tmp, "a"), "--utts", 1)
             self.assertEqual(rc, 2)
             self.assertIn("exists and is not empty", err)
+
+    def test_bench_read(self):
+        tiny = os.path.join(SRC, "tests", "golden", "valid", "tiny")
+        for sampler in ("shuffle", "sequential", "weighted"):
+            rc, out, err = run("bench-read", tiny, "--context", 3, "--batch", 2, "--batches", 7,
+                               "--threads", 2, "--sampler", sampler)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("7 batches, 12 samples", out)  # epochs of 2+2+1
+            self.assertIn("samples/s", out)
+            self.assertIn(sampler + " sampler", out)
+        rc, _, err = run("bench-read", tiny, "--batch", 0)
+        self.assertEqual(rc, 2)
+        rc, _, err = run("bench-read", tiny, "--sampler", "random")
+        self.assertEqual(rc, 2)
+        self.assertIn("'random' is not shuffle, sequential or weighted", err)
+
+    def test_synth_makes_parents(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, _, err = run("synth", os.path.join(tmp, "a", "b", "raw"), "--utts", 1, "--quiet")
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(len(os.listdir(os.path.join(tmp, "a", "b", "raw", "mfcc"))), 1)
 
     def test_gather_exact(self):
         tiny = os.path.join(SRC, "tests", "golden", "valid", "tiny")
