@@ -61,10 +61,11 @@ static int start_threads(cxs_loader *l) {
     return l->nthreads ? 0 : -EAGAIN;
 }
 
-static void fill(cxs_loader *l, slot *s, uint64_t b) {
-    uint64_t pos = l->start + b * l->o.batch_size;
+/* Fill slot s with batch b; epoch and pos were read under the lock (a reset
+ * may change them while this runs). */
+static void fill(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64_t pos) {
     size_t n = (size_t)(l->length - pos < l->o.batch_size ? l->length - pos : l->o.batch_size);
-    int rc = cxs_sampler_get(l->sampler, l->epoch, pos, n, s->frames);
+    int rc = cxs_sampler_get(l->sampler, epoch, pos, n, s->frames);
     if (!rc)
         rc = cxs_dataset_gather(l->ds, s->frames, n, l->o.k, l->o.flags, 1, s->x,
                                 l->o.labels ? s->y : NULL);
@@ -85,9 +86,9 @@ static void *worker(void *arg) {
         s->state = SLOT_FILLING;
         s->batch = b;
         l->next_claim++;
-        uint64_t gen = l->generation;
+        uint64_t gen = l->generation, epoch = l->epoch, pos = l->start + b * l->o.batch_size;
         pthread_mutex_unlock(&l->mu);
-        fill(l, s, b);
+        fill(l, s, b, epoch, pos);
         pthread_mutex_lock(&l->mu);
         s->state = gen == l->generation ? SLOT_READY : SLOT_FREE;
         pthread_cond_broadcast(&l->cv_ready);
