@@ -339,8 +339,9 @@ CXS_API int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
 CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
 
 /*
- * Restart at (epoch, start): discards prefetched batches.  The position to
- * save for an exact resume is the last batch's position + n.
+ * Restart at (epoch, start): discards prefetched batches, and the batch the
+ * last cxs_loader_next handed out is no longer valid.  The position to save
+ * for an exact resume is the last batch's position + n.
  */
 CXS_API int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start);
 
