@@ -390,6 +390,25 @@ static int load_features(utt *u, const char *path, const conv_opts *o, char *why
     const uint64_t st = h.fortran_order ? 1 : D, sd = h.fortran_order ? T : 1;
     double *mean = u->tmp, *scale = u->tmp + D;
     memset(u->sum, 0, 2 * D * sizeof(double));
+    if (!o->normalize && o->dtype == CXS_DTYPE_F32 && isz == 4 && !be && !h.fortran_order &&
+        cxs_host_is_le()) {
+        /* The common case, float32 in and out: one copy, then one pass that
+         * sums and looks for an all-ones exponent (NaN or infinity). */
+        memcpy(u->feat, src, T * D * 4);
+        const float *f = (const float *)(const void *)u->feat;
+        const uint32_t *bits = (const uint32_t *)(const void *)u->feat;
+        uint32_t special = 0;
+        for (uint64_t t = 0; t < T; t++)
+            for (uint64_t d = 0; d < D; d++) {
+                double x = f[t * D + d];
+                special |= (uint32_t)((bits[t * D + d] & 0x7f800000u) == 0x7f800000u);
+                u->sum[d] += x;
+                u->sumsq[d] += x * x;
+            }
+        if (!special) return 0;
+        /* Rare: fall through to the generic pass, which names the place. */
+        memset(u->sum, 0, 2 * D * sizeof(double));
+    }
     for (uint64_t d = 0; d < D; d++) {
         mean[d] = 0;
         scale[d] = 1;
@@ -418,19 +437,6 @@ static int load_features(utt *u, const char *path, const conv_opts *o, char *why
         }
     }
     uint8_t *dst = u->feat;
-    if (!o->normalize && o->dtype == CXS_DTYPE_F32 && isz == 4 && !be && !h.fortran_order &&
-        cxs_host_is_le()) {
-        /* The common case: float32 in, float32 out. */
-        memcpy(dst, src, T * D * 4);
-        const float *f = (const float *)(const void *)dst;
-        for (uint64_t t = 0; t < T; t++)
-            for (uint64_t d = 0; d < D; d++) {
-                double x = f[t * D + d];
-                u->sum[d] += x;
-                u->sumsq[d] += x * x;
-            }
-        return 0;
-    }
     for (uint64_t t = 0; t < T; t++)
         for (uint64_t d = 0; d < D; d++) {
             double x = load_elem(src + (t * st + d * sd) * isz, isz, be), s;
