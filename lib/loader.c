@@ -37,6 +37,12 @@ struct cxs_loader {
     uint32_t nring;
     uint64_t next_claim, next_take, generation;
     int held; /* slot handed to the consumer, or -1 */
+    /* External mode: buffers the caller provided, not yet filled (FIFO). */
+    struct {
+        float *x;
+        int64_t *y;
+    } *pool;
+    uint32_t pool_head, pool_count;
     int stop;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready;
@@ -46,6 +52,23 @@ struct cxs_loader {
 };
 
 static void *worker(void *arg);
+
+static void pool_push(cxs_loader *l, float *x, int64_t *y) {
+    uint32_t at = (l->pool_head + l->pool_count++) % l->nring;
+    l->pool[at].x = x;
+    l->pool[at].y = y;
+}
+
+/* Give a slot's buffers back to the pool (external mode) when its batch is
+ * thrown away. */
+static void slot_discard(cxs_loader *l, slot *s) {
+    if (l->o.external && s->x) {
+        pool_push(l, s->x, s->y);
+        s->x = NULL;
+        s->y = NULL;
+    }
+    s->state = SLOT_FREE;
+}
 
 static uint64_t batches_for(const cxs_loader *l) {
     uint64_t left = l->length - l->start, B = l->o.batch_size;
@@ -79,9 +102,15 @@ static void *worker(void *arg) {
     while (!l->stop) {
         uint64_t b = l->next_claim;
         slot *s = b < l->nbatches ? &l->ring[b % l->nring] : NULL;
-        if (!s || s->state != SLOT_FREE) {
+        if (!s || s->state != SLOT_FREE || (l->o.external && !l->pool_count)) {
             pthread_cond_wait(&l->cv_work, &l->mu);
             continue;
+        }
+        if (l->o.external) {
+            s->x = l->pool[l->pool_head].x;
+            s->y = l->pool[l->pool_head].y;
+            l->pool_head = (l->pool_head + 1) % l->nring;
+            l->pool_count--;
         }
         s->state = SLOT_FILLING;
         s->batch = b;
@@ -90,9 +119,13 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&l->mu);
         fill(l, s, b, epoch, pos);
         pthread_mutex_lock(&l->mu);
-        s->state = gen == l->generation ? SLOT_READY : SLOT_FREE;
+        if (gen == l->generation) {
+            s->state = SLOT_READY;
+        } else {
+            slot_discard(l, s);
+            pthread_cond_broadcast(&l->cv_work);
+        }
         pthread_cond_broadcast(&l->cv_ready);
-        if (s->state == SLOT_FREE) pthread_cond_broadcast(&l->cv_work);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -115,11 +148,14 @@ void cxs_loader_free(cxs_loader *l) {
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_ready);
     for (uint32_t i = 0; l->ring && i < l->nring; i++) {
-        free(l->ring[i].x);
-        free(l->ring[i].y);
+        if (!l->o.external) { /* external buffers belong to the caller */
+            free(l->ring[i].x);
+            free(l->ring[i].y);
+        }
         free(l->ring[i].frames);
     }
     free(l->ring);
+    free(l->pool);
     free(l->threads);
     free(l);
 }
@@ -134,6 +170,7 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                       cxs_loader **out) {
     if (!ds || !sampler || !opts || !out || opts->batch_size == 0 || opts->k > 1000000 ||
         opts->threads > 256 || opts->ring > 1024 || (opts->flags & ~CXS_GATHER_NORMALIZE) ||
+        opts->external > 1 ||
         ((opts->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) ||
         (opts->labels && !ds->meta.label_width) || start > cxs_sampler_length(sampler))
         return CXS_E_INVALID;
@@ -160,11 +197,15 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     pthread_cond_init(&l->cv_ready, NULL);
     l->ring = calloc(l->nring, sizeof *l->ring);
     l->threads = calloc(l->o.threads, sizeof *l->threads);
-    int rc = l->ring && l->threads ? 0 : -ENOMEM;
+    l->pool = calloc(l->nring, sizeof *l->pool);
+    int rc = l->ring && l->threads && l->pool ? 0 : -ENOMEM;
     size_t B = l->o.batch_size;
     if (l->window > SIZE_MAX / sizeof(float) / B) rc = CXS_E_INVALID;
     for (uint32_t i = 0; !rc && i < l->nring; i++) {
         slot *s = &l->ring[i];
+        s->frames = malloc(B * sizeof *s->frames);
+        if (!s->frames) rc = -ENOMEM;
+        if (l->o.external) continue;
         size_t bytes = B * l->window * sizeof(float);
         /* 2 MiB-aligned so that the kernel can back the buffer with huge
          * pages: fewer page faults at first use and fewer TLB misses while
@@ -174,8 +215,7 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
         else if (bytes >= (2u << 20)) madvise(s->x, bytes, MADV_HUGEPAGE);
 #endif
         s->y = malloc(B * sizeof *s->y);
-        s->frames = malloc(B * sizeof *s->frames);
-        if (!s->x || !s->y || !s->frames) rc = -ENOMEM;
+        if (!s->x || !s->y) rc = -ENOMEM;
     }
     if (!rc) rc = start_threads(l);
     if (rc) {
@@ -196,7 +236,7 @@ static int respawn(cxs_loader *l) {
     l->generation++;
     l->stop = 0;
     for (uint32_t i = 0; i < l->nring; i++)
-        if ((int)i != l->held) l->ring[i].state = SLOT_FREE;
+        if ((int)i != l->held) slot_discard(l, &l->ring[i]);
     l->next_claim = l->next_take;
     return start_threads(l);
 }
@@ -209,7 +249,9 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     }
     pthread_mutex_lock(&l->mu);
     if (l->held >= 0) {
-        l->ring[l->held].state = SLOT_FREE;
+        slot *h = &l->ring[l->held];
+        if (l->o.external) h->x = NULL, h->y = NULL; /* the caller owns them now */
+        h->state = SLOT_FREE;
         l->held = -1;
         pthread_cond_broadcast(&l->cv_work);
     }
@@ -220,8 +262,15 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     }
     uint32_t i = (uint32_t)(l->next_take % l->nring);
     slot *s = &l->ring[i];
-    while (!(s->state == SLOT_READY && s->batch == l->next_take))
+    while (!(s->state == SLOT_READY && s->batch == l->next_take)) {
+        /* External mode without a buffer for this batch: nothing would ever
+         * fill it. */
+        if (l->o.external && s->state == SLOT_FREE && !l->pool_count) {
+            pthread_mutex_unlock(&l->mu);
+            return CXS_E_INVALID;
+        }
         pthread_cond_wait(&l->cv_ready, &l->mu);
+    }
     int rc = s->rc;
     s->state = SLOT_HELD;
     l->held = (int)i;
@@ -242,9 +291,14 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     }
     pthread_mutex_lock(&l->mu);
     l->generation++;
-    for (uint32_t i = 0; i < l->nring; i++)
-        if (l->ring[i].state == SLOT_READY || l->ring[i].state == SLOT_HELD)
-            l->ring[i].state = SLOT_FREE;
+    for (uint32_t i = 0; i < l->nring; i++) {
+        slot *x = &l->ring[i];
+        if (x->state == SLOT_READY) slot_discard(l, x);
+        else if (x->state == SLOT_HELD) {
+            if (l->o.external) x->x = NULL, x->y = NULL; /* handed out: the caller's */
+            x->state = SLOT_FREE;
+        }
+    }
     l->held = -1;
     l->epoch = epoch;
     l->start = start;
@@ -253,4 +307,25 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     pthread_cond_broadcast(&l->cv_work);
     pthread_mutex_unlock(&l->mu);
     return 0;
+}
+
+int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y) {
+    if (!l || !l->o.external || !x || (l->o.labels && !y)) return CXS_E_INVALID;
+    if (l->pid != getpid()) {
+        int rc = respawn(l);
+        if (rc) return rc;
+    }
+    pthread_mutex_lock(&l->mu);
+    uint32_t owned = l->pool_count;
+    for (uint32_t i = 0; i < l->nring; i++)
+        owned += l->ring[i].x != NULL && l->ring[i].state != SLOT_HELD;
+    int rc = 0;
+    if (owned >= l->nring) {
+        rc = CXS_E_INVALID; /* every slot already has a buffer */
+    } else {
+        pool_push(l, x, y);
+        pthread_cond_broadcast(&l->cv_work);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
 }

@@ -304,9 +304,13 @@ typedef struct cxs_loader_opts {
     uint32_t flags;       /* CXS_GATHER_NORMALIZE */
     uint32_t drop_last;   /* 1: no short final batch */
     uint32_t labels;      /* 1: gather labels too (needs labels) */
+    uint32_t external;    /* 1: batches go into buffers the caller provides with
+                             cxs_loader_provide(), and belong to the caller once
+                             handed out; the loader allocates no batch memory */
 } cxs_loader_opts;
 
-/* A batch handed out by cxs_loader_next; valid until the next call. */
+/* A batch handed out by cxs_loader_next; valid until the next call (its x
+ * and y longer in external mode: they are the caller's buffers). */
 typedef struct cxs_batch {
     const float *x;          /* [n][(2k+1)*dim] */
     const int64_t *y;        /* [n] labels, or NULL */
@@ -337,6 +341,21 @@ CXS_API int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
  * call in the child starts new workers at the child's position.
  */
 CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
+
+/*
+ * External mode: give the loader one buffer pair to fill, x of batch_size *
+ * (2k+1)*dim floats and y of batch_size int64 (NULL when labels are off).
+ * Buffers are filled in the order given; the batch handed out by
+ * cxs_loader_next points into one of them, which from then on is the
+ * caller's again (it stays valid after the next call; the loader never
+ * touches it).  Keep up to `ring` buffers provided to keep every worker busy.
+ * The caller must keep provided buffers alive until they come back in a
+ * batch or the loader is freed.  Returns 0, or CXS_E_INVALID when the
+ * loader is not external or already holds `ring` buffers.  In external mode
+ * cxs_loader_next returns CXS_E_INVALID rather than wait forever when no
+ * buffer is there for the next batch.
+ */
+CXS_API int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y);
 
 /*
  * Restart at (epoch, start): discards prefetched batches, and the batch the

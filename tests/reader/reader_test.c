@@ -133,7 +133,7 @@ TEST(bad_arguments) {
     EXPECT_INT(cxs_sampler_get(s, 0, cxs_sampler_length(s), 1, f), CXS_E_RANGE);
     EXPECT_INT(cxs_sampler_get(s, 0, UINT64_MAX, 2, f), CXS_E_RANGE);
     cxs_loader *ld;
-    cxs_loader_opts lo = {1, 0, 1, 0, 0, 0, 0};
+    cxs_loader_opts lo = {1, 0, 1, 0, 0, 0, 0, 0};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &ld), CXS_E_INVALID); /* batch 0 */
     lo.batch_size = 4;
     lo.k = 5000000;
@@ -318,7 +318,7 @@ static void loader_epoch(uint32_t kind, uint32_t threads, uint32_t batch, uint32
     cxs_sampler_opts so = {kind, 77, 0, 1, 0, 0, NULL};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {3, batch, threads, 0, 0, drop_last, 1};
+    cxs_loader_opts lo = {3, batch, threads, 0, 0, drop_last, 1, 0};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, epoch, start, &l), 0);
     const uint32_t W = 7 * info.dim;
     float *x = malloc((size_t)batch * W * 4);
@@ -365,7 +365,7 @@ TEST(loader_reset_and_early_free) {
     cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 0, 1, 0, 0, NULL};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {2, 256, 3, 4, 0, 0, 0};
+    cxs_loader_opts lo = {2, 256, 3, 4, 0, 0, 0, 0};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
     const cxs_batch *b;
     uint64_t first[256];
@@ -409,6 +409,75 @@ static void *thread_reader(void *arg) {
     j->h = hash_batches(ds, j->seed, 20);
     return NULL;
 }
+
+TEST(loader_external_buffers) {
+    /* Batches land in the caller's buffers and stay the caller's. */
+    cxs_sampler *s;
+    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 8, 0, 1, 0, 0, NULL};
+    EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
+    const uint32_t B = 500, k = 2, W = (2 * k + 1) * info.dim;
+    cxs_loader *l;
+    cxs_loader_opts lo = {k, B, 2, 3, 0, 0, 1, 1};
+    EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
+    const cxs_batch *b;
+    EXPECT_INT(cxs_loader_next(l, &b), CXS_E_INVALID); /* no buffer: an error, not a hang */
+    uint64_t len = cxs_sampler_length(s), nb = (len + B - 1) / B;
+    float **xs = calloc(nb, sizeof *xs);
+    int64_t **ys = calloc(nb, sizeof *ys);
+    for (uint64_t i = 0; i < nb; i++) {
+        xs[i] = malloc((size_t)B * W * 4);
+        ys[i] = malloc(B * 8);
+    }
+    uint64_t given = 0;
+    for (; given < 3; given++) EXPECT_INT(cxs_loader_provide(l, xs[given], ys[given]), 0);
+    EXPECT_INT(cxs_loader_provide(l, xs[0], ys[0]), CXS_E_INVALID); /* ring full */
+    const float *got_x[4096];
+    size_t got_n[4096];
+    uint64_t got = 0;
+    for (;;) {
+        EXPECT_INT(cxs_loader_next(l, &b), 0);
+        if (!b) break;
+        ck_assert(b->x == xs[got] && b->y == ys[got]); /* in the order given */
+        got_x[got] = b->x;
+        got_n[got] = b->n;
+        got++;
+        if (given < nb) {
+            EXPECT_INT(cxs_loader_provide(l, xs[given], ys[given]), 0);
+            given++;
+        }
+    }
+    EXPECT_UINT(got, nb);
+    cxs_loader_free(l);
+    /* Every batch is still intact after the loader is gone. */
+    uint64_t *f = malloc(B * 8);
+    float *x = malloc((size_t)B * W * 4);
+    for (uint64_t i = 0; i < got; i++) {
+        cxs_sampler_get(s, 0, i * B, got_n[i], f);
+        cxs_dataset_gather(ds, f, got_n[i], k, 0, 1, x, NULL);
+        ck_assert(memcmp(x, got_x[i], got_n[i] * W * 4) == 0);
+    }
+    /* Reset hands unfilled buffers back to the queue: nothing is lost. */
+    EXPECT_INT(cxs_loader_create(ds, s, &lo, 1, 0, &l), 0);
+    for (int i = 0; i < 3; i++) EXPECT_INT(cxs_loader_provide(l, xs[i], ys[i]), 0);
+    EXPECT_INT(cxs_loader_next(l, &b), 0);
+    EXPECT_INT(cxs_loader_reset(l, 2, 0), 0);
+    for (int i = 0; i < 6; i++) {
+        EXPECT_INT(cxs_loader_next(l, &b), 0);
+        ck_assert(b != NULL && b->index == (uint64_t)i);
+        EXPECT_INT(cxs_loader_provide(l, (float *)b->x, (int64_t *)b->y), 0); /* recycle */
+    }
+    cxs_loader_free(l);
+    for (uint64_t i = 0; i < nb; i++) {
+        free(xs[i]);
+        free(ys[i]);
+    }
+    free(xs);
+    free(ys);
+    free(f);
+    free(x);
+    cxs_sampler_free(s);
+}
+END_TEST_
 
 TEST(concurrent_threads_and_forks) {
     tjob jobs[8];
@@ -454,7 +523,7 @@ TEST(loader_after_fork) {
     cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 3, 0, 1, 0, 0, NULL};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {4, 300, 2, 0, 0, 0, 1};
+    cxs_loader_opts lo = {4, 300, 2, 0, 0, 0, 1, 0};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
     const cxs_batch *b;
     for (int i = 0; i < 3; i++) EXPECT_INT(cxs_loader_next(l, &b), 0);
@@ -564,7 +633,8 @@ int main(int argc, char **argv) {
     const TTest *tests[] = {gather_matches_views, gather_threads_and_normalize, bad_arguments,
                             shuffle_is_a_permutation, sequential_is_in_order, ranks_partition,
                             weighted_matches_distribution, loader_matches_gather,
-                            loader_reset_and_early_free, concurrent_threads_and_forks,
+                            loader_reset_and_early_free, loader_external_buffers,
+                            concurrent_threads_and_forks,
                             loader_after_fork, single_shard, open_close_repeatedly};
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
         _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
