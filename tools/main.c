@@ -33,8 +33,8 @@ static const char *const usage_top =
     "2 usage error, 3 system error.\n";
 
 static const char *const usage_synth =
-    "usage: ctxshard synth RAW [--utts N] [--dim D] [--seed S] [--dtype f32|f64]\n"
-    "                      [--no-transcripts] [--quiet]\n"
+    "usage: ctxshard synth RAW [--utts N] [--dim D] [--seed S] [--offset I]\n"
+    "                      [--dtype f32|f64] [--no-transcripts] [--quiet]\n"
     "\n"
     "Write a deterministic raw dataset in the HW1P2 layout: RAW/mfcc/<id>.npy\n"
     "([T, D] features) and RAW/transcript/<id>.npy ('<U5' phonemes with [SOS]\n"
@@ -44,6 +44,8 @@ static const char *const usage_synth =
     "  --utts N           utterances (default 100)\n"
     "  --dim D            features per frame (default 28)\n"
     "  --seed S           random seed (default 0); same seed, same bytes\n"
+    "  --offset I         number utterances from I (default 0): with the same seed\n"
+    "                     and disjoint ranges, splits of one dataset (train, dev)\n"
     "  --dtype f32|f64    feature type in the files (default f32)\n"
     "  --no-transcripts   features only, like a test split\n"
     "  --quiet            print nothing on success\n";
@@ -127,7 +129,7 @@ static const char *const usage_bench =
 enum {
     O_UTTS = 256, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_VOCAB, O_THREADS, O_GUARD,
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
-    O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER
+    O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET
 };
 
 static const struct option longopts[] = {
@@ -142,6 +144,7 @@ static const struct option longopts[] = {
     {"out", required_argument, 0, O_OUT},         {"labels", required_argument, 0, O_LABELS},
     {"help", no_argument, 0, O_HELP},             {"batch", required_argument, 0, O_BATCH},
     {"batches", required_argument, 0, O_BATCHES}, {"sampler", required_argument, 0, O_SAMPLER},
+    {"offset", required_argument, 0, O_OFFSET},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -150,7 +153,7 @@ static int allowed(const char *cmd, int opt) {
         const char *cmd;
         int opts[12];
     } table[] = {
-        {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET}},
+        {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_OFFSET}},
         {"check", {O_VOCAB, O_THREADS, O_QUIET}},
         {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET}},
         {"verify", {O_QUIET}},
@@ -251,7 +254,7 @@ int main(int argc, char **argv) {
         fputs(usage_top, stderr);
         return EXIT_USAGE;
     }
-    synth_opts so = {100, 28, 0, 0, 1, 0};
+    synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0};
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0};
@@ -303,6 +306,10 @@ int main(int argc, char **argv) {
             }
             break;
         case O_NOTRANS: so.transcripts = 0; break;
+        case O_OFFSET:
+            if (parse_u64(optarg, &so.offset) || so.offset > 1000000000)
+                return usage_error(usage, "--offset: '%s' is not in 0..1000000000", optarg);
+            break;
         case O_QUIET: so.quiet = po.quiet = 1; break;
         case O_VOCAB: po.vocab_path = optarg; break;
         case O_THREADS:

@@ -107,9 +107,9 @@ int synth_run(const char *root, const synth_opts *o) {
     if (!means) return EXIT_SYSTEM;
     for (int p = 0; p < NPHONES; p++)
         for (uint32_t d = 0; d < D; d++)
-            means[p * D + d] = gauss(&g) * (d == 0 ? 4.0 : 1.5) + (d == 0 ? 12.0 : 0.0);
+            means[p * D + d] = gauss(&g) * (d == 0 ? 1.5 : 0.45) + (d == 0 ? 12.0 : 0.0);
     for (int p = 0; p < NPHONES; p++) {
-        total += p == 0 ? 6.0 : 1.0 / pow((double)p, 0.8);
+        total += p == 0 ? 3.0 : 1.0 / pow((double)p, 0.8);
         cdf[p] = total;
     }
     const size_t maxT = 3500;
@@ -122,7 +122,7 @@ int synth_run(const char *root, const synth_opts *o) {
         goto out;
     }
     uint64_t frames = 0;
-    for (uint64_t i = 0; i < o->utts; i++) {
+    for (uint64_t i = o->offset; i < o->offset + o->utts; i++) {
         rng r = {o->seed * 0x9e3779b97f4a7c15ull ^ (i + 1) * 0xd1b54a32d192ed03ull};
         next64(&r);
         double len = exp(log(1200.0) + 0.35 * gauss(&r));

@@ -3,6 +3,7 @@
 #include <stdint.h>
 typedef struct synth_opts {
     uint64_t utts;
+    uint64_t offset; /* first utterance index: another split with the same phoneme model */
     uint32_t dim;
     uint64_t seed;
     int f64;

@@ -1,0 +1,113 @@
+"""Train a frame-level phoneme classifier (an MLP over context windows) on a
+packed ctxshard dataset, the way a course student would — minus the
+data-loading code.
+
+    /usr/bin/python3 examples/train_mlp.py --train TRAIN --dev DEV [--context 10]
+    /usr/bin/python3 examples/train_mlp.py --synth        # make a small dataset first
+
+Run from the checkout after the README's first command (PYTHONPATH=python is
+set by the script itself when ctxshard is not installed)."""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import ctxshard  # noqa: E402
+import ctxshard.torch as cxt  # noqa: E402
+
+
+def synthesise(work, train_utts, dev_utts):
+    exe = os.path.join(HERE, "..", "build", "tools", "ctxshard")
+    paths = {}
+    for split, n, offset in (("train", train_utts, 0), ("dev", dev_utts, train_utts)):
+        raw, out = os.path.join(work, split + "-raw"), os.path.join(work, split)
+        subprocess.run([exe, "synth", raw, "--utts", str(n), "--offset", str(offset),
+                        "--seed", "1", "--quiet"], check=True)
+        subprocess.run([exe, "pack", raw, out, "--quiet"], check=True)
+        paths[split] = out
+    return paths["train"], paths["dev"]
+
+
+def evaluate(model, path, context, batch_size):
+    loader = cxt.Loader(path, context, batch_size, shuffle=False)
+    correct = total = 0
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+            total += len(y)
+    model.train()
+    return correct / total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train")
+    ap.add_argument("--dev")
+    ap.add_argument("--synth", action="store_true", help="synthesise a small train/dev pair")
+    ap.add_argument("--train-utts", type=int, default=200)
+    ap.add_argument("--dev-utts", type=int, default=40)
+    ap.add_argument("--context", type=int, default=10)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--threads", type=int, default=1, help="loader threads (default 1)")
+    ap.add_argument("--hidden", type=int, default=512, help="first hidden layer width")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    # Cores for the model, not for idle spinning: the loader's threads plus
+    # torch's must not exceed the machine (the classic oversubscription).
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) - a.threads))
+    tmp = None
+    if a.synth:
+        tmp = tempfile.TemporaryDirectory()
+        a.train, a.dev = synthesise(tmp.name, a.train_utts, a.dev_utts)
+    if not a.train:
+        ap.error("give --train (and --dev), or --synth")
+
+    train = ctxshard.open(a.train)
+    stats = train.stats
+    majority = stats.label_counts.max() / stats.count
+    print(f"train: {len(train)} frames, {train.num_utterances} utterances, dim {train.dim}; "
+          f"context {a.context} -> input size {train.input_size(a.context)}; "
+          f"majority class {majority:.1%}")
+    model = nn.Sequential(
+        nn.Linear(train.input_size(a.context), a.hidden), nn.BatchNorm1d(a.hidden), nn.ReLU(),
+        nn.Linear(a.hidden, a.hidden // 2), nn.BatchNorm1d(a.hidden // 2), nn.ReLU(),
+        nn.Linear(a.hidden // 2, train.num_classes))
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+    loss_fn = nn.CrossEntropyLoss()
+    loader = cxt.Loader(train, a.context, a.batch_size, shuffle=True, seed=0,
+                        threads=a.threads)
+    for epoch in range(a.epochs):
+        loader.set_epoch(epoch)
+        t0, seen, total_loss, correct = time.perf_counter(), 0, 0.0, 0
+        for x, y in loader:
+            out = model(x)
+            loss = loss_fn(out, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            seen += len(y)
+            total_loss += loss.item() * len(y)
+            correct += (out.argmax(1) == y).sum().item()
+        dt = time.perf_counter() - t0
+        line = (f"epoch {epoch + 1}: loss {total_loss / seen:.3f}, train accuracy "
+                f"{correct / seen:.1%}, {seen / dt:.0f} samples/s")
+        if a.dev:
+            line += f", dev accuracy {evaluate(model, a.dev, a.context, a.batch_size):.1%}"
+        print(line, flush=True)
+    if tmp:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

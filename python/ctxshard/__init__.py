@@ -1,0 +1,458 @@
+"""ctxshard: packed speech-frame datasets, read at memory speed.
+
+    import ctxshard
+    with ctxshard.open("train.cxs") as ds:
+        len(ds), ds.dim, ds.guard, ds.vocab
+        w = ds.window(12345, 30)               # zero-copy view, (61, D)
+        x, y = ds.gather([1, 2, 3], 30, labels=True)   # float32 [3, 61*D], int64 [3]
+
+A thin ctypes binding over libctxshard; numpy is the only requirement.
+PyTorch adapters are in ctxshard.torch.  Views returned here point into the
+read-only file mapping; they keep it alive, so closing the dataset while
+views exist is safe (the files are unmapped when the last view goes)."""
+import ctypes
+import os
+from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
+
+import numpy as np
+
+from . import _native as _n
+from ._native import lib as _lib
+
+__all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "SEQUENTIAL", "SHUFFLE",
+           "WEIGHTED"]
+
+SEQUENTIAL, SHUFFLE, WEIGHTED = _n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFLE, _n.SAMPLER_WEIGHTED
+
+
+class CtxshardError(Exception):
+    """A dataset is invalid or corrupt (code is the CXS_E_* code)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def _raise(rc, diag=None, what=""):
+    msg = diag.message.decode("utf-8", "replace") if diag is not None and diag.message else ""
+    if not msg:
+        msg = (what + ": " if what else "") + _lib.cxs_strerror(rc).decode()
+    if rc == _n.E_RANGE:
+        raise IndexError(msg)
+    if rc == _n.E_INVALID:
+        raise ValueError(msg)
+    if -4096 < rc < 0:
+        raise OSError(-rc, msg)
+    raise CtxshardError(rc, msg)
+
+
+def version():
+    """Version of the loaded libctxshard."""
+    return _lib.cxs_version().decode()
+
+
+class _Handle:
+    """Owns the C dataset; unmapped when the dataset and all views are gone."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __del__(self):
+        if self.ptr:
+            _lib.cxs_dataset_close(self.ptr)
+            self.ptr = None
+
+
+class _View:
+    """A piece of the mapping as a numpy array interface; keeps it alive."""
+
+    def __init__(self, handle, addr, shape, typestr):
+        self._handle = handle
+        self.__array_interface__ = {"data": (addr, True), "shape": tuple(shape),
+                                    "typestr": typestr, "version": 3}
+
+
+def _view(handle, addr, shape, typestr):
+    a = np.asarray(_View(handle, addr, shape, typestr))
+    a.flags.writeable = False
+    return a
+
+
+_DTYPES = {_n.DTYPE_F32: ("float32", "<f4"), _n.DTYPE_F16: ("float16", "<f2"),
+           _n.DTYPE_BF16: ("bfloat16", "<u2")}
+
+
+class Stats:
+    """Statistics stored at pack time: count, mean and var (float64 [dim]),
+    label_counts (uint64 [vocab]); read-only views."""
+
+    def __init__(self, count, mean, var, label_counts):
+        self.count, self.mean, self.var, self.label_counts = count, mean, var, label_counts
+
+    @property
+    def std(self):
+        return np.sqrt(self.var)
+
+    def __repr__(self):
+        return f"Stats(count={self.count}, dim={len(self.mean) if self.mean is not None else 0})"
+
+
+class Dataset:
+    """An open packed dataset (a directory, its manifest, or one shard file)."""
+
+    def __init__(self, path):
+        ptr = c_void_p()
+        diag = _n.Diag()
+        rc = _lib.cxs_dataset_open(os.fsencode(os.fspath(path)), byref(ptr), byref(diag))
+        if rc:
+            _raise(rc, diag)
+        self.path = os.fspath(path)
+        self._h = _Handle(ptr)
+        info = _n.Info()
+        _lib.cxs_dataset_info(ptr, byref(info))
+        self._info = info
+        self._vocab = None
+        self._labels = None
+        self._ids = None
+
+    # ---- lifetime ---------------------------------------------------------
+    @property
+    def _ptr(self):
+        if self._h is None:
+            raise ValueError("ctxshard: the dataset is closed")
+        return self._h.ptr
+
+    def close(self):
+        """Close the dataset.  Views taken from it stay valid (they hold the
+        mapping) until they are garbage-collected."""
+        self._h = None
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getstate__(self):  # reopened by path in another process
+        return {"path": self.path}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{len(self)} frames"
+        return f"<ctxshard.Dataset {self.path!r}: {state}>"
+
+    # ---- description -------------------------------------------------------
+    def __len__(self):
+        """Number of frames (= samples)."""
+        return self._info.num_frames
+
+    @property
+    def num_frames(self):
+        return self._info.num_frames
+
+    @property
+    def num_utterances(self):
+        return self._info.num_utterances
+
+    @property
+    def num_shards(self):
+        return self._info.num_shards
+
+    @property
+    def dim(self):
+        return self._info.dim
+
+    @property
+    def guard(self):
+        """Zero rows around every utterance: window(i, k) is zero-copy for k <= guard."""
+        return self._info.guard
+
+    @property
+    def dtype(self):
+        """Stored feature type: 'float32', 'float16' or 'bfloat16'."""
+        return _DTYPES[self._info.dtype][0]
+
+    def input_size(self, context):
+        """Features per window for context k: (2k+1)*dim — the first layer's width."""
+        return (2 * int(context) + 1) * self._info.dim
+
+    @property
+    def info(self):
+        i = self._info
+        return {f: getattr(i, f) for f, _ in i._fields_}
+
+    @property
+    def vocab(self):
+        """The phoneme list; label l is vocab[l].  Empty for features only."""
+        if self._vocab is None:
+            out = []
+            for i in range(self._info.vocab_size):
+                p, n = c_void_p(), c_size_t()
+                _lib.cxs_dataset_vocab(self._ptr, i, byref(p), byref(n))
+                out.append(ctypes.string_at(p.value, n.value).decode("utf-8"))
+            self._vocab = out
+        return self._vocab
+
+    @property
+    def num_classes(self):
+        return self._info.vocab_size
+
+    @property
+    def stats(self):
+        """Per-dimension mean/var and the label histogram (None for a shard alone)."""
+        st = _n.Stats()
+        _lib.cxs_dataset_stats(self._ptr, byref(st))
+        if not st.mean:
+            return None
+        D, V = self._info.dim, self._info.vocab_size
+        addr = ctypes.cast
+        mean = _view(self._h, addr(st.mean, c_void_p).value, (D,), "<f8")
+        var = _view(self._h, addr(st.var, c_void_p).value, (D,), "<f8")
+        lc = (_view(self._h, addr(st.label_counts, c_void_p).value, (V,), "<u8")
+              if st.label_counts else None)
+        return Stats(st.count, mean, var, lc)
+
+    @property
+    def skipped(self):
+        """The pack-time skip report: [(id, reason)]."""
+        p, n = c_void_p(), c_size_t()
+        _lib.cxs_dataset_skipped(self._ptr, byref(p), byref(n))
+        if not n.value:
+            return []
+        text = ctypes.string_at(p.value, n.value).decode("utf-8", "replace")
+        return [tuple(line.split("\t", 1)) for line in text.splitlines()]
+
+    def verify(self):
+        """Re-hash every byte; raises CtxshardError naming the first problem."""
+        diag = _n.Diag()
+        rc = _lib.cxs_dataset_verify(self._ptr, None, None, byref(diag))
+        if rc:
+            _raise(rc, diag)
+
+    # ---- frames and utterances ----------------------------------------------
+    def _utt(self, u):
+        n = self._info.num_utterances
+        u = int(u)
+        if u < 0:
+            u += n
+        if not 0 <= u < n:
+            raise IndexError(f"utterance {u} out of range (dataset of {n} utterances)")
+        ut = _n.Utterance()
+        _lib.cxs_dataset_utterance(self._ptr, u, byref(ut))
+        return ut
+
+    def utterance(self, u):
+        """(id, features view [T, dim], labels view [T] or None) of utterance u."""
+        ut = self._utt(u)
+        uid = ctypes.string_at(ut.id, ut.id_len).decode("utf-8", "replace")
+        feats = _view(self._h, ut.features, (ut.num_frames, self._info.dim),
+                      _DTYPES[self._info.dtype][1])
+        labels = None
+        if ut.labels:
+            labels = _view(self._h, ut.labels, (ut.num_frames,),
+                           "|u1" if self._info.label_width == 1 else "<u2")
+        return uid, feats, labels
+
+    def utterance_frames(self, u):
+        """(first global frame, number of frames) of utterance u."""
+        ut = self._utt(u)
+        return ut.first_frame, ut.num_frames
+
+    @property
+    def ids(self):
+        """Utterance ids, in order."""
+        if self._ids is None:
+            out = []
+            for u in range(self._info.num_utterances):
+                ut = self._utt(u)
+                out.append(ctypes.string_at(ut.id, ut.id_len).decode("utf-8", "replace"))
+            self._ids = out
+        return self._ids
+
+    def locate(self, frame):
+        """(utterance, offset within it) of a global frame."""
+        u, off = c_uint64(), c_uint64()
+        rc = _lib.cxs_dataset_locate(self._ptr, self._frame(frame), byref(u), byref(off))
+        if rc:
+            _raise(rc, what=f"frame {frame}")
+        return u.value, off.value
+
+    def _frame(self, i):
+        i = int(i)
+        if i < 0:
+            i += self._info.num_frames
+        if not 0 <= i < self._info.num_frames:
+            raise IndexError(f"frame {i} out of range (dataset of {self._info.num_frames} frames)")
+        return i
+
+    def window(self, i, k):
+        """Zero-copy window of frame i: a read-only view [2k+1, dim] of the
+        stored dtype (bfloat16 as uint16 bits), zero rows past the
+        utterance's borders.  Needs k <= guard; use gather() for any k."""
+        if k > self._info.guard:
+            raise ValueError(f"window: k={k} exceeds the guard ({self._info.guard}); "
+                             "use gather(), which pads any k")
+        p = c_void_p()
+        rc = _lib.cxs_dataset_window(self._ptr, self._frame(i), int(k), byref(p))
+        if rc:
+            _raise(rc, what=f"window({i}, {k})")
+        return _view(self._h, p.value, (2 * k + 1, self._info.dim), _DTYPES[self._info.dtype][1])
+
+    @property
+    def labels(self):
+        """Labels of all frames (uint8, or uint16 beyond 256 symbols): a
+        zero-copy view for a one-shard dataset; with several shards, whose
+        label sections are separate in memory, one read-only copy made on
+        first use (1 byte per frame).  shard_labels(s) is always zero-copy."""
+        if self._labels is None:
+            if not self._info.label_width:
+                raise ValueError("ctxshard: features-only dataset: no labels")
+            if self._info.num_shards == 1:
+                self._labels = self.shard_labels(0)
+            else:
+                a = np.concatenate([self.shard_labels(s) for s in range(self._info.num_shards)])
+                a.flags.writeable = False
+                self._labels = a
+        return self._labels
+
+    def shard_labels(self, s):
+        """Zero-copy view of shard s's labels."""
+        if not self._info.label_width:
+            raise ValueError("ctxshard: features-only dataset: no labels")
+        # The first and last utterances of shard s: binary searches.
+        lo, hi = 0, self._info.num_utterances
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._utt(mid).shard < s:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo >= self._info.num_utterances or self._utt(lo).shard != s:
+            raise IndexError(f"shard {s} out of range (0..{self._info.num_shards - 1})")
+        first = self._utt(lo)
+        lo2, hi2 = lo, self._info.num_utterances
+        while lo2 < hi2:
+            mid = (lo2 + hi2) // 2
+            if self._utt(mid).shard <= s:
+                lo2 = mid + 1
+            else:
+                hi2 = mid
+        last = self._utt(lo2 - 1)
+        n = last.first_frame + last.num_frames - first.first_frame
+        return _view(self._h, first.labels, (n,),
+                     "|u1" if self._info.label_width == 1 else "<u2")
+
+    def label(self, i):
+        v = c_uint32()
+        rc = _lib.cxs_dataset_label(self._ptr, self._frame(i), byref(v))
+        if rc:
+            _raise(rc, what=f"label({i})")
+        return v.value
+
+    # ---- gather --------------------------------------------------------------
+    def _frames_array(self, frames):
+        f = np.asarray(frames)
+        if f.ndim != 1:
+            f = f.reshape(-1)
+        if f.size == 0:
+            return np.empty(0, dtype=np.uint64)
+        if f.dtype.kind not in "iu":
+            raise TypeError(f"frames must be integers, not {f.dtype}")
+        if f.size and (f.min() < 0 or f.max() >= self._info.num_frames):
+            bad = f[(f < 0) | (f >= self._info.num_frames)][0]
+            raise IndexError(f"frame {bad} out of range (dataset of {self._info.num_frames} frames)")
+        return np.ascontiguousarray(f, dtype=np.uint64)
+
+    def gather(self, frames, k, out=None, normalize=False, labels=False, threads=None):
+        """Windows of the given frames as float32 [n, (2k+1)*dim], any k
+        (zero padding past utterance borders), optionally normalised by the
+        stored mean/variance (padding stays 0).  Into `out` when given (a
+        C-contiguous float32 array of that shape).  With labels=True returns
+        (x, y) with y int64 [n].  threads: gather threads (default: up to 4
+        for large batches)."""
+        f = self._frames_array(frames)
+        n, W = f.size, self.input_size(k)
+        if out is None:
+            out = np.empty((n, W), dtype=np.float32)
+        elif (out.dtype != np.float32 or not out.flags.c_contiguous or out.size != n * W
+              or not out.flags.writeable):
+            raise ValueError(f"out must be a writable C-contiguous float32 array of {n}x{W}")
+        y = np.empty(n, dtype=np.int64) if labels else None
+        if threads is None:
+            threads = min(4, os.cpu_count() or 1) if n >= 4096 else 1
+        rc = _lib.cxs_dataset_gather(self._ptr, f.ctypes.data, n, int(k),
+                                     _n.GATHER_NORMALIZE if normalize else 0, int(threads),
+                                     out.ctypes.data, y.ctypes.data if labels else None)
+        if rc:
+            _raise(rc, what="gather")
+        return (out, y) if labels else out
+
+    def labels_of(self, frames):
+        """Labels (int64) of the given frames."""
+        f = self._frames_array(frames)
+        y = np.empty(f.size, dtype=np.int64)
+        if f.size:
+            x = np.empty((f.size, self._info.dim), dtype=np.float32)
+            rc = _lib.cxs_dataset_gather(self._ptr, f.ctypes.data, f.size, 0, 0, 1,
+                                         x.ctypes.data, y.ctypes.data)
+            if rc:
+                _raise(rc, what="labels_of")
+        return y
+
+
+def open(path):  # noqa: A001 - the package's entry point, like io.open
+    """Open a packed dataset (directory, manifest or one shard file)."""
+    return Dataset(path)
+
+
+class Sampler:
+    """Stateless sampler over a dataset: get(epoch, pos, n) -> frames.
+
+    kind: SEQUENTIAL, SHUFFLE (a seeded per-epoch permutation in O(1)
+    memory) or WEIGHTED (with replacement, inverse class frequency by
+    default, or class_weights).  rank/world_size partition every epoch like
+    torch's DistributedSampler (pad by wrapping, or drop_last)."""
+
+    def __init__(self, dataset, kind=SHUFFLE, seed=0, rank=0, world_size=1, drop_last=False,
+                 num_samples=0, class_weights=None):
+        self.dataset = dataset
+        self._weights = None
+        opts = _n.SamplerOpts(kind, seed, rank, world_size, int(bool(drop_last)), num_samples, None)
+        if class_weights is not None:
+            w = np.ascontiguousarray(class_weights, dtype=np.float64)
+            if w.shape != (dataset.num_classes,):
+                raise ValueError(f"class_weights needs {dataset.num_classes} values, got {w.shape}")
+            self._weights = w
+            opts.class_weights = w.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+        ptr = c_void_p()
+        rc = _lib.cxs_sampler_create(dataset._ptr, byref(opts), byref(ptr))
+        if rc:
+            _raise(rc, what="sampler")
+        self._ptr = ptr
+        self._handle = dataset._h  # the dataset must outlive the sampler
+        self.kind, self.seed, self.rank, self.world_size = kind, seed, rank, world_size
+        self.drop_last = drop_last
+
+    def __len__(self):
+        return _lib.cxs_sampler_length(self._ptr)
+
+    def get(self, epoch, pos=0, n=None):
+        """Frames at positions pos .. pos+n-1 of this rank's order in epoch."""
+        if n is None:
+            n = len(self) - pos
+        out = np.empty(n, dtype=np.uint64)
+        rc = _lib.cxs_sampler_get(self._ptr, epoch, pos, n, out.ctypes.data)
+        if rc:
+            _raise(rc, what="sampler.get")
+        return out
+
+    def __del__(self):
+        if getattr(self, "_ptr", None):
+            _lib.cxs_sampler_free(self._ptr)
+            self._ptr = None

@@ -1,0 +1,133 @@
+"""ctypes declarations of libctxshard's public API (lib/include/ctxshard.h).
+
+The library is found, in this order, at $CTXSHARD_LIB, beside this package
+(an installed copy), in the checkout's build/lib, or where the system's
+dynamic loader finds libctxshard.so.0."""
+import ctypes
+import glob
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int64,
+                    c_size_t, c_uint32, c_uint64, c_void_p)
+
+E_BAD_MAGIC = -5001
+E_VERSION = -5002
+E_TRUNCATED = -5003
+E_CORRUPT = -5004
+E_CHECKSUM = -5005
+E_UNSUPPORTED = -5006
+E_INVALID = -5007
+E_RANGE = -5008
+E_INPUT = -5009
+
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
+GATHER_NORMALIZE = 1
+SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_WEIGHTED = 0, 1, 2
+
+
+class Diag(Structure):
+    _fields_ = [("message", c_char * 1024)]
+
+
+class Info(Structure):
+    _fields_ = [("num_frames", c_uint64), ("num_utterances", c_uint64),
+                ("num_shards", c_uint32), ("dim", c_uint32), ("dtype", c_uint32),
+                ("guard", c_uint32), ("vocab_size", c_uint32), ("label_width", c_uint32),
+                ("normalize", c_uint32), ("format_major", c_uint32), ("format_minor", c_uint32),
+                ("shard_size", c_uint64), ("num_skipped", c_uint64),
+                ("on_error_skip", c_uint32), ("min_length", c_uint64),
+                ("max_length", c_uint64), ("total_bytes", c_uint64),
+                ("single_shard", c_uint32)]
+
+
+class Stats(Structure):
+    _fields_ = [("count", c_uint64), ("mean", POINTER(c_double)), ("var", POINTER(c_double)),
+                ("label_counts", POINTER(c_uint64))]
+
+
+class Utterance(Structure):
+    _fields_ = [("id", c_void_p), ("id_len", c_size_t), ("first_frame", c_uint64),
+                ("num_frames", c_uint64), ("shard", c_uint32), ("features", c_void_p),
+                ("labels", c_void_p)]
+
+
+class SamplerOpts(Structure):
+    _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("rank", c_uint32),
+                ("world_size", c_uint32), ("drop_last", c_uint32), ("num_samples", c_uint64),
+                ("class_weights", POINTER(c_double))]
+
+
+class LoaderOpts(Structure):
+    _fields_ = [("k", c_uint32), ("batch_size", c_uint32), ("threads", c_uint32),
+                ("ring", c_uint32), ("flags", c_uint32), ("drop_last", c_uint32),
+                ("labels", c_uint32), ("external", c_uint32)]
+
+
+class Batch(Structure):
+    _fields_ = [("x", c_void_p), ("y", c_void_p), ("frames", c_void_p), ("n", c_size_t),
+                ("index", c_uint64), ("position", c_uint64)]
+
+
+def _find():
+    env = os.environ.get("CTXSHARD_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for pattern in ("libctxshard.so", "libctxshard.so.*"):
+        found = sorted(glob.glob(os.path.join(here, pattern)))
+        if found:
+            return found[0]
+    checkout = os.path.join(here, "..", "..", "build", "lib")
+    found = sorted(glob.glob(os.path.join(checkout, "libctxshard.so*")))
+    if found:
+        return os.path.abspath(found[0])
+    return "libctxshard.so.0"
+
+
+def _load():
+    path = _find()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(
+            f"ctxshard: cannot load the C library ({path}): {e}. Build it with "
+            "`ninja -C build` in the checkout, install it with `meson install -C build`, "
+            "or set CTXSHARD_LIB to the path of libctxshard.so") from None
+    ds = c_void_p
+    sig = {
+        "cxs_strerror": (c_char_p, [c_int]),
+        "cxs_version": (c_char_p, []),
+        "cxs_dataset_open": (c_int, [c_char_p, POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_dataset_close": (None, [ds]),
+        "cxs_dataset_verify": (c_int, [ds, c_void_p, c_void_p, POINTER(Diag)]),
+        "cxs_dataset_info": (None, [ds, POINTER(Info)]),
+        "cxs_dataset_stats": (None, [ds, POINTER(Stats)]),
+        "cxs_dataset_vocab": (c_int, [ds, c_uint32, POINTER(c_void_p), POINTER(c_size_t)]),
+        "cxs_dataset_skipped": (None, [ds, POINTER(c_void_p), POINTER(c_size_t)]),
+        "cxs_dataset_utterance": (c_int, [ds, c_uint64, POINTER(Utterance)]),
+        "cxs_dataset_locate": (c_int, [ds, c_uint64, POINTER(c_uint64), POINTER(c_uint64)]),
+        "cxs_dataset_window": (c_int, [ds, c_uint64, c_uint32, POINTER(c_void_p)]),
+        "cxs_dataset_label": (c_int, [ds, c_uint64, POINTER(c_uint32)]),
+        "cxs_dataset_labels": (c_int, [ds, c_uint64, c_uint64, c_void_p]),
+        "cxs_dataset_gather": (c_int, [ds, c_void_p, c_size_t, c_uint32, c_uint32, ctypes.c_uint,
+                                       c_void_p, c_void_p]),
+        "cxs_sampler_create": (c_int, [ds, POINTER(SamplerOpts), POINTER(c_void_p)]),
+        "cxs_sampler_free": (None, [c_void_p]),
+        "cxs_sampler_length": (c_uint64, [c_void_p]),
+        "cxs_sampler_get": (c_int, [c_void_p, c_uint64, c_uint64, c_size_t, c_void_p]),
+        "cxs_loader_create": (c_int, [ds, c_void_p, POINTER(LoaderOpts), c_uint64, c_uint64,
+                                      POINTER(c_void_p)]),
+        "cxs_loader_next": (c_int, [c_void_p, POINTER(POINTER(Batch))]),
+        "cxs_loader_provide": (c_int, [c_void_p, c_void_p, c_void_p]),
+        "cxs_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
+        "cxs_loader_free": (None, [c_void_p]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+    return lib, path
+
+
+lib, lib_path = _load()
+__all__ = ["lib", "lib_path", "Diag", "Info", "Stats", "Utterance", "SamplerOpts", "LoaderOpts",
+           "Batch", "c_float", "c_int64"]

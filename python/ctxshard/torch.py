@@ -1,0 +1,242 @@
+"""PyTorch adapters for ctxshard.
+
+FrameDataset: a map-style Dataset of (window, label) for users who keep
+their DataLoader and samplers; it fetches whole batches at once through
+__getitems__ (pass collate_fn=ctxshard.torch.collate to skip the per-sample
+stacking).
+
+Loader: the native prefetching loader as an iterable of (x, y) tensors,
+x float32 [B, (2k+1)*D], y int64 [B]; no Python in the hot path, with
+set_epoch(), state_dict()/load_state_dict() for exact mid-epoch resume, and
+rank/world_size from torch.distributed when it is initialised."""
+import collections.abc
+import ctypes
+import os
+import sys
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset as _TorchDataset
+from torch.utils.data._utils.collate import default_collate
+
+from . import SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _native as _n, _raise
+from ._native import lib as _lib
+
+__all__ = ["FrameDataset", "Loader", "collate"]
+
+
+class _Batch(collections.abc.Sequence):
+    """A batch gathered at once, presented as a sequence of (x_i, y_i) so that
+    DataLoader's default collate works; collate() returns the tensors as
+    they are."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def collate(batch):
+    """collate_fn for DataLoader over a FrameDataset: (x, y) without a copy."""
+    if isinstance(batch, _Batch):
+        return batch.x, batch.y
+    return default_collate(batch)
+
+
+class FrameDataset(_TorchDataset):
+    """Frames of a packed dataset as (x, y): x float32 [(2k+1)*D], y int64.
+
+    Works in DataLoader worker processes (forked or spawned): each process
+    opens the dataset on first use; the files are shared through the page
+    cache.  normalize=True applies the stored mean/variance."""
+
+    def __init__(self, path, context, normalize=False):
+        self.path, self.context, self.normalize = os.fspath(path), int(context), normalize
+        self._ds = None
+        ds = self.dataset
+        self.input_size = ds.input_size(self.context)
+        self.num_classes = ds.num_classes
+        self._len = len(ds)
+
+    @property
+    def dataset(self):
+        if self._ds is None:
+            self._ds = Dataset(self.path)
+        return self._ds
+
+    def __getstate__(self):
+        st = dict(self.__dict__)
+        st["_ds"] = None
+        return st
+
+    def __len__(self):
+        return self._len
+
+    def _fetch(self, indices):
+        x, y = self.dataset.gather(indices, self.context, normalize=self.normalize, labels=True)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def __getitem__(self, i):
+        if isinstance(i, (list, tuple, np.ndarray, torch.Tensor)):
+            return self._fetch(np.asarray(i))
+        x, y = self._fetch(np.array([i]))
+        return x[0], y[0]
+
+    def __getitems__(self, indices):
+        return _Batch(*self._fetch(np.asarray(indices)))
+
+
+class _Pair(tuple):
+    """(x, y) arrays of one batch buffer; hashable by identity."""
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
+    def __new__(cls, x, y):
+        return super().__new__(cls, (x, y))
+
+
+def _default_threads():
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+class Loader:
+    """Batches of (x, y) from ctxshard's native prefetching loader.
+
+    Each batch is a fresh pair of tensors that the loader filled in place
+    (no copy), yours to keep.  shuffle: a new seeded permutation every epoch;
+    weighted: class-balanced draws with replacement (class_weights to choose
+    them); rank/world_size: each rank gets an equal, disjoint share of every
+    epoch (defaults from torch.distributed when initialised).  An epoch
+    advances by itself after a complete pass; set_epoch(e) chooses one, and
+    state_dict()/load_state_dict() resume mid-epoch exactly."""
+
+    def __init__(self, path, context, batch_size, shuffle=True, seed=0, drop_last=False,
+                 weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
+                 pin_memory=False, device=None, normalize=False, labels=True, num_samples=0):
+        self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        if rank is None or world_size is None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                rank = dist.get_rank() if rank is None else rank
+                world_size = dist.get_world_size() if world_size is None else world_size
+        self.rank = 0 if rank is None else int(rank)
+        self.world_size = 1 if world_size is None else int(world_size)
+        self.context, self.batch_size = int(context), int(batch_size)
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.drop_last, self.seed = bool(drop_last), int(seed)
+        kind = WEIGHTED if weighted or class_weights is not None else (SHUFFLE if shuffle else SEQUENTIAL)
+        self.sampler = Sampler(self.dataset, kind, self.seed, self.rank, self.world_size,
+                               self.drop_last, num_samples, class_weights)
+        self.threads = _default_threads() if threads is None else int(threads)
+        self.device = torch.device(device) if device is not None else None
+        self.pin_memory = bool(pin_memory) or (self.device is not None and self.device.type == "cuda")
+        self.normalize, self.labels = bool(normalize), bool(labels)
+        self.input_size = self.dataset.input_size(self.context)
+        self.epoch, self._start = 0, 0
+        self._pool, self._busy = [], set()
+
+    def __len__(self):
+        """Batches in a full epoch of this rank."""
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def set_epoch(self, epoch):
+        """Start the next iteration at the beginning of `epoch`."""
+        self.epoch, self._start = int(epoch), 0
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "position": self._start, "seed": self.seed,
+                "batch_size": self.batch_size, "context": self.context, "rank": self.rank,
+                "world_size": self.world_size, "samples_per_epoch": len(self.sampler)}
+
+    def load_state_dict(self, state):
+        for key in ("seed", "world_size", "samples_per_epoch"):
+            mine = self.state_dict()[key]
+            if state.get(key, mine) != mine:
+                raise ValueError(f"state_dict: {key} {state[key]} does not match this loader's {mine}")
+        self.epoch, self._start = int(state["epoch"]), int(state["position"])
+
+    def _buffers(self):
+        """A (x, y) pair of arrays to fill.  Batches are handed out as tensors
+        over these arrays; an array comes back for reuse once no tensor uses
+        it any more (its reference count tells: every tensor sharing its
+        storage keeps it alive), so steady-state iteration allocates nothing
+        and never page-faults, while batches the caller keeps stay intact."""
+        for i in range(len(self._pool)):
+            pair = self._pool[i]
+            if sys.getrefcount(pair[0]) <= 2 and pair not in self._busy:
+                self._busy.add(pair)
+                return pair
+        if self.pin_memory:
+            x = torch.empty((self.batch_size, self.input_size), dtype=torch.float32,
+                            pin_memory=True).numpy()
+            y = torch.empty(self.batch_size, dtype=torch.int64, pin_memory=True).numpy()
+        else:
+            x = np.empty((self.batch_size, self.input_size), dtype=np.float32)
+            y = np.empty(self.batch_size, dtype=np.int64)
+        pair = _Pair(x, y if self.labels else None)
+        self._pool.append(pair)
+        self._busy.add(pair)
+        return pair
+
+    def __iter__(self):
+        ds = self.dataset
+        opts = _n.LoaderOpts(self.context, self.batch_size, self.threads, 0,
+                             _n.GATHER_NORMALIZE if self.normalize else 0, int(self.drop_last),
+                             int(self.labels), 1)
+        ptr = ctypes.c_void_p()
+        rc = _lib.cxs_loader_create(ds._ptr, self.sampler._ptr, ctypes.byref(opts), self.epoch,
+                                    self._start, ctypes.byref(ptr))
+        if rc:
+            _raise(rc, what="loader")
+        pending = {}  # data address -> pair: provided, not yet handed back
+        ring = self.threads + 2
+        bp = ctypes.POINTER(_n.Batch)()
+
+        def provide():
+            pair = self._buffers()
+            rc = _lib.cxs_loader_provide(ptr, pair[0].ctypes.data,
+                                         pair[1].ctypes.data if pair[1] is not None else None)
+            if rc:
+                _raise(rc, what="loader")
+            pending[pair[0].ctypes.data] = pair
+
+        try:
+            for _ in range(ring):
+                provide()
+            while True:
+                rc = _lib.cxs_loader_next(ptr, ctypes.byref(bp))
+                if rc:
+                    _raise(rc, what="loader")
+                if not bp:
+                    break
+                b = bp.contents
+                pair = pending.pop(b.x)
+                n, pos = b.n, b.position
+                x = torch.from_numpy(pair[0])
+                y = torch.from_numpy(pair[1]) if pair[1] is not None else None
+                self._busy.discard(pair)  # reusable once x and y are gone
+                provide()
+                self._start = pos + n
+                if n < self.batch_size:
+                    x = x[:n]
+                    y = y[:n] if y is not None else None
+                if self.device is not None:
+                    x = x.to(self.device, non_blocking=True)
+                    y = y.to(self.device, non_blocking=True) if y is not None else None
+                yield (x, y) if y is not None else x
+            # A complete pass: the next iteration is the next epoch.
+            self.epoch, self._start = self.epoch + 1, 0
+        finally:
+            _lib.cxs_loader_free(ptr)  # joins the workers before the buffers go
+            for pair in pending.values():
+                self._busy.discard(pair)
+            pending.clear()

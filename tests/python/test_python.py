@@ -1,0 +1,295 @@
+"""The Python package: the binding against the C reader (via the CLI's
+gather) and an independent numpy reference; views outliving close; errors;
+FrameDataset inside torch's DataLoader; the native Loader's epochs, resume,
+ranks; the example's training run.
+
+usage: /usr/bin/python3 tests/python/test_python.py BUILD_DIR SOURCE_ROOT"""
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+EXE = os.path.join(BUILD, "tools", "ctxshard")
+os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
+sys.path.insert(0, os.path.join(SRC, "python"))
+sys.path.insert(0, os.path.join(SRC, "tests", "roundtrip"))
+
+import numpy as np  # noqa: E402
+
+import ctxshard  # noqa: E402
+import reference  # noqa: E402
+
+try:
+    import torch  # noqa: E402
+    import ctxshard.torch as cxt  # noqa: E402
+except ImportError:  # torch is optional; its tests are skipped without it
+    torch = None
+
+TMP = tempfile.mkdtemp(prefix="ctxshard-py-")
+
+
+def run(*args):
+    subprocess.run([EXE, *map(str, args)], check=True, stdout=subprocess.DEVNULL)
+
+
+def setUpModule():
+    raw = os.path.join(TMP, "raw")
+    run("synth", raw, "--utts", 12, "--seed", 4, "--quiet")
+    for dt in ("f32", "f16", "bf16"):
+        run("pack", raw, os.path.join(TMP, dt), "--dtype", dt, "--guard", 16, "--shard-size",
+            "600K", "--quiet")
+
+
+def tearDownModule():
+    shutil.rmtree(TMP)
+
+
+class Binding(unittest.TestCase):
+    def setUp(self):
+        self.raw = os.path.join(TMP, "raw")
+        self.ds = ctxshard.open(os.path.join(TMP, "f32"))
+
+    def tearDown(self):
+        self.ds.close()
+
+    def test_description(self):
+        ds = self.ds
+        ids, utts = reference.dataset(self.raw)
+        self.assertEqual(len(ds), sum(len(f) for f, _ in utts))
+        self.assertEqual(ds.num_utterances, len(ids))
+        self.assertEqual(ds.ids, ids)
+        self.assertEqual((ds.dim, ds.guard, ds.dtype), (28, 16, "float32"))
+        self.assertGreater(ds.num_shards, 1)
+        self.assertEqual(ds.vocab, reference.PHONEMES)
+        self.assertEqual(ds.input_size(30), 61 * 28)
+        allf = np.concatenate([f for f, _ in utts]).astype(np.float64)
+        st = ds.stats
+        self.assertTrue(np.allclose(st.mean, allf.mean(0), rtol=1e-12, atol=1e-12))
+        self.assertTrue(np.allclose(st.var, allf.var(0), rtol=1e-9))
+        labels = np.concatenate([l for _, l in utts])
+        self.assertEqual(st.label_counts.tolist(), np.bincount(labels, minlength=42).tolist())
+        self.assertTrue(np.array_equal(ds.labels, labels))
+        ds.verify()
+
+    def test_windows_utterances_and_gather_match_reference(self):
+        for dt in ("f32", "f16", "bf16"):
+            with ctxshard.open(os.path.join(TMP, dt)) as ds:
+                _, utts = reference.dataset(self.raw, dt)
+                frame = 0
+                for u, (feats, labels) in enumerate(utts):
+                    uid, fv, lv = ds.utterance(u)
+                    want = feats if dt != "bf16" else feats.view(np.uint32) >> 16
+                    got = fv.astype(np.float32) if dt != "bf16" else fv
+                    self.assertTrue(np.array_equal(got, want), (dt, u))
+                    self.assertTrue(np.array_equal(lv, labels))
+                    self.assertEqual(ds.utterance_frames(u), (frame, len(feats)))
+                    frame += len(feats)
+                ref = np.concatenate([reference.windows(f, 16) for f, _ in utts])
+                for i in (0, 1, 500, frame - 1):
+                    w = ds.window(i, 16)
+                    self.assertEqual(w.shape, (33, 28))
+                    w32 = w.astype(np.float32) if dt != "bf16" else \
+                        (w.astype(np.uint32) << 16).view(np.float32)
+                    self.assertTrue(np.array_equal(w32.reshape(-1), ref[i]))
+                for k in (0, 3, 16, 40):
+                    ref = np.concatenate([reference.windows(f, k) for f, _ in utts])
+                    idx = np.random.default_rng(k).integers(0, len(ds), 700)
+                    x, y = ds.gather(idx, k, labels=True)
+                    self.assertTrue(np.array_equal(x.view(np.uint32), ref[idx].view(np.uint32)))
+                    self.assertTrue(np.array_equal(y, np.concatenate([l for _, l in utts])[idx]))
+                    out = np.empty_like(x)
+                    self.assertIs(ds.gather(idx, k, out=out, threads=3), out)
+                    self.assertTrue(np.array_equal(out, x))
+
+    def test_gather_matches_cli(self):
+        xpath = os.path.join(TMP, "cli-x.npy")
+        run("gather", os.path.join(TMP, "f32"), "--context", 7, "--frames", "0-99,4000,17",
+            "--out", xpath, "--normalize")
+        frames = list(range(100)) + [4000, 17]
+        self.assertTrue(np.array_equal(np.load(xpath), self.ds.gather(frames, 7, normalize=True)))
+
+    def test_views_survive_close(self):
+        ds = ctxshard.open(os.path.join(TMP, "f32"))
+        w = ds.window(10, 5)
+        _, f, l = ds.utterance(3)
+        st = ds.stats
+        before = (w.copy(), f.copy(), l.copy(), st.mean.copy())
+        ds.close()
+        del ds
+        gc.collect()
+        self.assertTrue(np.array_equal(w, before[0]))
+        self.assertTrue(np.array_equal(f, before[1]))
+        self.assertTrue(np.array_equal(l, before[2]))
+        self.assertTrue(np.array_equal(st.mean, before[3]))
+        self.assertFalse(w.flags.writeable)
+        with self.assertRaises(ValueError):
+            w[0, 0] = 1
+
+    def test_errors(self):
+        ds = self.ds
+        with self.assertRaises(IndexError):
+            ds.window(len(ds), 1)
+        with self.assertRaises(ValueError):
+            ds.window(0, ds.guard + 1)
+        with self.assertRaises(IndexError):
+            ds.gather([0, len(ds)], 2)
+        with self.assertRaises(IndexError):
+            ds.gather([-1], 2)
+        with self.assertRaises(ValueError):
+            ds.gather([0], 2, out=np.empty((1, 5), np.float32))
+        with self.assertRaises(IndexError):
+            ds.utterance(ds.num_utterances)
+        with self.assertRaises(OSError):
+            ctxshard.open(os.path.join(TMP, "nope"))
+        self.assertEqual(ds.gather([], 3).shape, (0, 7 * 28))
+        broken = os.path.join(TMP, "broken")
+        shutil.copytree(os.path.join(TMP, "f32"), broken)
+        p = os.path.join(broken, "manifest.cxs")
+        data = bytearray(open(p, "rb").read())
+        data[5000] ^= 1  # padding after DATASET_META: only verify reads it
+        open(p, "wb").write(bytes(data))
+        with ctxshard.open(broken) as b:
+            with self.assertRaises(ctxshard.CtxshardError) as cm:
+                b.verify()
+            self.assertIn("padding", str(cm.exception))
+        data[4100] ^= 1  # inside DATASET_META: open refuses
+        open(p, "wb").write(bytes(data))
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ctxshard.open(broken)
+        self.assertIn("manifest.cxs", str(cm.exception))
+        self.assertEqual(cm.exception.code, -5005)
+        ds.close()
+        with self.assertRaises(ValueError):
+            ds.gather([0], 1)
+
+    def test_sampler(self):
+        s = ctxshard.Sampler(self.ds, ctxshard.SHUFFLE, seed=3)
+        a = s.get(0)
+        self.assertEqual(sorted(a.tolist()), list(range(len(self.ds))))
+        self.assertFalse(np.array_equal(a, s.get(1)))
+        self.assertTrue(np.array_equal(a[100:200], s.get(0, 100, 100)))
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class Torch(unittest.TestCase):
+    path = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.path = os.path.join(TMP, "f32")
+        cls.ds = ctxshard.open(cls.path)
+
+    def test_frame_dataset_in_dataloader(self):
+        fd = cxt.FrameDataset(self.path, 4)
+        self.assertEqual(len(fd), len(self.ds))
+        self.assertEqual(fd.input_size, 9 * 28)
+        x, y = fd[123]
+        wx, wy = self.ds.gather([123], 4, labels=True)
+        self.assertTrue(torch.equal(x, torch.from_numpy(wx[0])) and int(y) == int(wy[0]))
+        for workers in (0, 2):
+            for collate in (None, cxt.collate):
+                dl = torch.utils.data.DataLoader(
+                    fd, batch_size=256, shuffle=True, num_workers=workers,
+                    generator=torch.Generator().manual_seed(1),
+                    **({"collate_fn": collate} if collate else {}))
+                seen = 0
+                for i, (xb, yb) in enumerate(dl):
+                    self.assertEqual(xb.shape[1], 9 * 28)
+                    if i < 3:  # compare a few batches with the reader directly
+                        pass
+                    seen += len(yb)
+                self.assertEqual(seen, len(fd))
+            # exact content through a sequential sampler
+            dl = torch.utils.data.DataLoader(fd, batch_size=300, num_workers=workers,
+                                             collate_fn=cxt.collate)
+            xb, yb = next(iter(dl))
+            wx, wy = self.ds.gather(range(300), 4, labels=True)
+            self.assertTrue(torch.equal(xb, torch.from_numpy(wx)))
+            self.assertTrue(torch.equal(yb, torch.from_numpy(wy)))
+
+    def epoch(self, loader):
+        xs, ys = [], []
+        for x, y in loader:
+            xs.append(x)
+            ys.append(y)
+        return torch.cat(xs), torch.cat(ys)
+
+    def test_loader_epochs_are_permutations(self):
+        L = cxt.Loader(self.path, 2, 500, shuffle=True, seed=5, threads=2)
+        self.assertEqual(len(L), -(-len(self.ds) // 500))
+        x0, y0 = self.epoch(L)
+        self.assertEqual(L.epoch, 1)  # advanced by itself
+        x1, y1 = self.epoch(L)
+        # the windows of a permutation: same multiset of labels, different order
+        self.assertEqual(len(y0), len(self.ds))
+        self.assertTrue(torch.equal(torch.sort(y0).values, torch.sort(y1).values))
+        self.assertFalse(torch.equal(y0, y1))
+        frames = ctxshard.Sampler(self.ds, ctxshard.SHUFFLE, seed=5).get(0)
+        wx, wy = self.ds.gather(frames, 2, labels=True)
+        self.assertTrue(torch.equal(x0, torch.from_numpy(wx)))
+        self.assertTrue(torch.equal(y0, torch.from_numpy(wy)))
+
+    def test_loader_resume_exactly(self):
+        L = cxt.Loader(self.path, 2, 300, seed=9, threads=2)
+        L.set_epoch(3)
+        full_x, _ = self.epoch(L)
+        L.set_epoch(3)
+        it = iter(L)
+        for _ in range(5):
+            next(it)
+        state = L.state_dict()
+        del it
+        self.assertEqual(state["epoch"], 3)
+        self.assertEqual(state["position"], 1500)
+        M = cxt.Loader(self.path, 2, 300, seed=9, threads=1)
+        M.load_state_dict(state)
+        rest_x, _ = self.epoch(M)
+        self.assertTrue(torch.equal(rest_x, full_x[1500:]))
+        with self.assertRaises(ValueError):
+            cxt.Loader(self.path, 2, 300, seed=10).load_state_dict(state)
+
+    def test_loader_ranks_partition(self):
+        got = []
+        for r in range(3):
+            L = cxt.Loader(self.path, 0, 1000, seed=2, rank=r, world_size=3, drop_last=False)
+            _, y = self.epoch(L)
+            got.append(len(y))
+            s = ctxshard.Sampler(self.ds, ctxshard.SHUFFLE, seed=2, rank=r, world_size=3)
+            self.assertEqual(len(y), len(s))
+        self.assertEqual(len(set(got)), 1)
+        frames = np.concatenate([ctxshard.Sampler(self.ds, ctxshard.SHUFFLE, seed=2, rank=r,
+                                                  world_size=3, drop_last=True).get(0)
+                                 for r in range(3)])
+        self.assertEqual(len(np.unique(frames)), len(frames))
+
+    def test_loader_weighted_and_kept_batches(self):
+        L = cxt.Loader(self.path, 1, 4096, weighted=True, seed=1, num_samples=40000)
+        _, y = self.epoch(L)
+        counts = torch.bincount(y, minlength=42).float()
+        present = (torch.tensor(self.ds.stats.label_counts.astype(np.int64)) > 0)
+        share = counts[present] / counts.sum()
+        self.assertLess(float(share.max() - share.min()), 0.02)  # balanced classes
+        # Batches kept past the next step stay intact (fresh buffers each time).
+        L = cxt.Loader(self.path, 3, 200, shuffle=False)
+        kept = [(x, y) for x, y in L]
+        wx, wy = self.ds.gather(range(len(self.ds)), 3, labels=True)
+        self.assertTrue(torch.equal(torch.cat([x for x, _ in kept]), torch.from_numpy(wx)))
+
+    def test_example_trains(self):
+        out = subprocess.run(
+            [sys.executable, os.path.join(SRC, "examples", "train_mlp.py"), "--synth",
+             "--train-utts", "60", "--dev-utts", "15", "--hidden", "128", "--epochs", "2",
+             "--context", "5"], check=True, capture_output=True, text=True,
+            env=dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))).stdout
+        majority = float(re.search(r"majority class ([\d.]+)%", out).group(1)) / 100
+        dev = float(re.findall(r"dev accuracy ([\d.]+)%", out)[-1]) / 100
+        self.assertGreater(dev, majority + 0.15, out)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=1)
