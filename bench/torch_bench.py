@@ -10,9 +10,11 @@ Rows (samples/s, ratio to row 1, time to first batch, peak RSS):
 4. ctxshard FrameDataset inside DataLoader (batch fetch via __getitems__);
 5. ctxshard Loader (native prefetching loader).
 
-Every row runs in its own process (peak RSS is that process's VmHWM, the
-DataLoader workers' own memory not included), shuffled sampling, the
-consumer touching each batch.  Medians of --repeats runs.
+Every row runs in its own process, shuffled sampling, the consumer touching
+each batch.  Peak RSS is the process's VmHWM (DataLoader workers' own
+memory not included), which counts the pages of ctxshard's mapped files
+that were touched (shared page cache, not the process's own); RssAnon is the
+anonymous memory at the end, the process's own.  Medians of --repeats runs.
 
 usage: /usr/bin/python3 bench/torch_bench.py [--dir DIR] [--utts 1600] [--batches 200]
                                              [--repeats 3] [--markdown FILE]"""
@@ -33,10 +35,10 @@ PHONEMES = ["[SIL]", "AA", "AE", "AH", "AO", "AW", "AY", "B", "CH", "D", "DH", "
             "R", "S", "SH", "T", "TH", "UH", "UW", "V", "W", "Y", "Z", "ZH", "[SOS]", "[EOS]"]
 
 
-def vm_hwm_mb():
+def status_mb(key):
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return -1
 
@@ -106,8 +108,12 @@ def recitation_dataset(raw):
 
 
 def run_row(row, raw, packed, batches):
+    # Every row's imports happen before the clock starts: time to first
+    # batch is the dataset's own set-up.
     import numpy as np
     import torch
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
+    import ctxshard.torch as cxt
     t0 = time.perf_counter()
     g = torch.Generator().manual_seed(0)
     if row in ("naive", "recitation0", "recitation2", "framedataset"):
@@ -116,8 +122,6 @@ def run_row(row, raw, packed, batches):
         elif row.startswith("recitation"):
             ds, workers, collate = recitation_dataset(raw), int(row[-1]), None
         else:
-            sys.path.insert(0, os.path.join(HERE, "..", "python"))
-            import ctxshard.torch as cxt
             ds, workers, collate = cxt.FrameDataset(packed, K), 0, cxt.collate
         kw = {"collate_fn": collate} if collate else {}
         it = iter(torch.utils.data.DataLoader(ds, batch_size=B, shuffle=True, generator=g,
@@ -134,8 +138,6 @@ def run_row(row, raw, packed, batches):
                 yield torch.from_numpy(X[R[idx, None] + off].reshape(B, -1)), torch.from_numpy(Y[idx])
         it = gen()
     else:
-        sys.path.insert(0, os.path.join(HERE, "..", "python"))
-        import ctxshard.torch as cxt
         it = iter(cxt.Loader(packed, K, B, shuffle=True, seed=0))
     x, y = next(it)
     first = time.perf_counter() - t0
@@ -147,7 +149,8 @@ def run_row(row, raw, packed, batches):
         sink += float(x[-1, -1])  # the consumer touches every batch
         n += len(y)
     rate = n / (time.perf_counter() - t1)
-    print(f"rate {rate}\nfirst {first}\nrss {vm_hwm_mb()}\nsink {sink}")
+    print(f"rate {rate}\nfirst {first}\nrss {status_mb('VmHWM')}\nanon {status_mb('RssAnon')}\n"
+          f"sink {sink}")
 
 
 # ---- the driver -------------------------------------------------------------
@@ -193,18 +196,17 @@ def main():
                                   "--packed", packed, "--batches", str(nb)], env=env, check=True,
                                  capture_output=True, text=True).stdout
             results[row].append(dict((l.split()[0], float(l.split()[1])) for l in out.splitlines()))
-    med = {r: {k: statistics.median(x[k] for x in v) for k in ("rate", "first", "rss")}
+    med = {r: {k: statistics.median(x[k] for x in v) for k in ("rate", "first", "rss", "anon")}
            for r, v in results.items()}
     base = med["naive"]["rate"]
-    frames = sum(1 for _ in [0])
     lines = [f"k={K}, B={B}, float32, {a.utts} utterances (synth --seed 2), {os.cpu_count()} CPUs; "
              f"medians of {a.repeats} runs ({a.batches} batches; row 1: one short run)", "",
-             "| reader | samples/s | vs row 1 | first batch | peak RSS |",
-             "|---|---:|---:|---:|---:|"]
+             "| reader | samples/s | vs row 1 | first batch | peak RSS | RssAnon |",
+             "|---|---:|---:|---:|---:|---:|"]
     for row, name in ROWS:
         m = med[row]
         lines.append(f"| {name} | {m['rate']:,.0f} | {m['rate'] / base:,.1f}x | "
-                     f"{m['first'] * 1e3:,.0f} ms | {m['rss']:,.0f} MiB |")
+                     f"{m['first'] * 1e3:,.0f} ms | {m['rss']:,.0f} MiB | {m['anon']:,.0f} MiB |")
     best2 = max(med["recitation0"]["rate"], med["recitation2"]["rate"])
     L = med["loader"]
     init2 = min(med["recitation0"]["first"], med["recitation2"]["first"])
@@ -217,7 +219,6 @@ def main():
     if a.markdown:
         with open(a.markdown, "w") as f:
             f.write(text + "\n")
-    del frames
     if not a.dir:
         shutil.rmtree(work)
 
