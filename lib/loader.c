@@ -241,6 +241,12 @@ static int respawn(cxs_loader *l) {
     return start_threads(l);
 }
 
+static int any_filling(const cxs_loader *l) {
+    for (uint32_t i = 0; i < l->nring; i++)
+        if (l->ring[i].state == SLOT_FILLING) return 1;
+    return 0;
+}
+
 int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     if (!l || !batch) return CXS_E_INVALID;
     if (l->pid != getpid()) {
@@ -264,8 +270,9 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     slot *s = &l->ring[i];
     while (!(s->state == SLOT_READY && s->batch == l->next_take)) {
         /* External mode without a buffer for this batch: nothing would ever
-         * fill it. */
-        if (l->o.external && s->state == SLOT_FREE && !l->pool_count) {
+         * fill it, unless a buffer is still on its way back from a batch a
+         * reset threw away (a slot still filling). */
+        if (l->o.external && s->state == SLOT_FREE && !l->pool_count && !any_filling(l)) {
             pthread_mutex_unlock(&l->mu);
             return CXS_E_INVALID;
         }
