@@ -111,9 +111,12 @@ int vocab_default(vocab *v) {
 int vocab_load(vocab *v, const char *path, char *why, size_t wn) {
     uint8_t *buf = NULL;
     size_t cap = 0, len = 0;
-    int rc = read_file(path, &buf, &cap, &len);
+    int rc = read_file(path, 16u << 20, &buf, &cap, &len);
     if (rc) {
         free(buf);
+        if (rc == READ_NOT_REGULAR) return say(why, wn, "%s: not a regular file", path);
+        if (rc == READ_TOO_LARGE)
+            return say(why, wn, "%s: %zu bytes; a vocabulary file is at most 16 MiB", path, len);
         return say(why, wn, "%s: %s", path, strerror(-rc));
     }
     if (vocab_init(v)) {
@@ -343,23 +346,26 @@ static void store_elem(uint8_t *dst, uint32_t dtype, double x, double *stored) {
     }
 }
 
-/* Read a .npy file into u->buf and parse its header. */
-static int read_npy(utt *u, const char *path, cxs_npy *h, char *why, size_t wn) {
-    size_t len;
-    int rc = read_file(path, &u->buf, &u->buf_cap, &len);
+/* Read a .npy file of at most max bytes into u->buf. */
+static int read_npy_file(utt *u, const char *path, uint64_t max, const char *what, size_t *len,
+                         char *why, size_t wn) {
+    int rc = read_file(path, max, &u->buf, &u->buf_cap, len);
+    if (rc == READ_NOT_REGULAR) return say(why, wn, "%s: not a regular file", path);
+    if (rc == READ_TOO_LARGE)
+        return say(why, wn, "%s: %zu bytes, more than %s can be (%llu bytes at most)", path, *len,
+                   what, (unsigned long long)max);
     if (rc) {
         say(why, wn, "%s: %s", path, strerror(-rc));
         return -2;
     }
-    char r[256];
-    if (cxs_npy_parse(u->buf, len, h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
     return 0;
 }
 
-static int load_features(utt *u, const char *path, const conv_opts *o, char *why, size_t wn) {
+int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, const char *path,
+                    char *why, size_t wn) {
     cxs_npy h;
-    int rc = read_npy(u, path, &h, why, wn);
-    if (rc) return rc;
+    char r[256];
+    if (cxs_npy_parse(buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
     if (h.kind != 'f')
         return say(why, wn, "%s: features have dtype kind '%c', expected float (f2, f4 or f8)",
                    path, h.kind);
@@ -383,7 +389,7 @@ static int load_features(utt *u, const char *path, const conv_opts *o, char *why
     u->T = T;
     u->D = (uint32_t)D;
     u->sumsq = u->sum + D;
-    const uint8_t *src = u->buf + h.data_offset;
+    const uint8_t *src = buf + h.data_offset;
     const uint64_t isz = h.itemsize;
     const int be = h.big_endian && isz > 1;
     /* Element (t, d): C order at t*D+d, Fortran order at d*T+t. */
@@ -505,12 +511,11 @@ static int64_t int_at(const cxs_npy *h, const uint8_t *p, uint64_t j) {
     return (int64_t)v;
 }
 
-static int load_labels(utt *u, const char *path, const char *mfcc, const conv_opts *o, char *why,
-                       size_t wn) {
-    const vocab *v = o->v;
+int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
+                      const char *mfcc, char *why, size_t wn) {
     cxs_npy h;
-    int rc = read_npy(u, path, &h, why, wn);
-    if (rc) return rc;
+    char r[256];
+    if (cxs_npy_parse(buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
     if (h.ndim != 1)
         return say(why, wn, "%s: transcript has %d dimensions, expected a 1-D array", path,
                    h.ndim);
@@ -520,12 +525,16 @@ static int load_labels(utt *u, const char *path, const char *mfcc, const conv_op
     if (h.count != u->T + 2)
         return say(why, wn, "%s: %llu symbols, expected %llu ([SOS], one per frame of %s, [EOS])",
                    path, (unsigned long long)h.count, (unsigned long long)u->T + 2, mfcc);
+    if ((h.kind == 'U' && h.itemsize > 4 * MAX_SYMBOL_CHARS) ||
+        (h.kind == 'S' && h.itemsize > 4 * MAX_SYMBOL_CHARS))
+        return say(why, wn, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
+                            "characters", path, (unsigned long long)h.itemsize, MAX_SYMBOL_CHARS);
     const int lw = v->n <= 256 ? 1 : 2;
     if (grow(&u->labels, &u->labels_cap, u->T * lw)) {
         say(why, wn, "%s: out of memory", path);
         return -2;
     }
-    const uint8_t *src = u->buf + h.data_offset;
+    const uint8_t *src = buf + h.data_offset;
     const int ints = h.kind == 'i' || h.kind == 'u';
     if (ints && (v->sos < 0 || v->eos < 0))
         return say(why, wn, "%s: integer transcripts need [SOS] and [EOS] in the vocabulary",
@@ -587,8 +596,16 @@ static int load_labels(utt *u, const char *path, const char *mfcc, const conv_op
 int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn) {
     if (raw_item_problem(rs, i, why, wn)) return -1;
     const raw_item *it = &rs->items[i];
-    int rc = load_features(u, it->mfcc, o, why, wn);
-    if (rc) return rc;
-    if (o->v && it->transcript) return load_labels(u, it->transcript, it->mfcc, o, why, wn);
-    return 0;
+    size_t len;
+    int rc = read_npy_file(u, it->mfcc, MAX_FEATURE_FILE, "an utterance's features", &len, why, wn);
+    if (!rc) rc = features_decode(u, u->buf, len, o, it->mfcc, why, wn);
+    if (rc || !o->v || !it->transcript) return rc;
+    /* A transcript holds T+2 symbols of at most MAX_SYMBOL_CHARS characters
+     * (4 bytes each as '<U'), after a header: anything larger is refused
+     * before it is read, so a hostile file cannot exhaust memory. */
+    uint64_t max = (1u << 20) + (u->T + 2) * 4ull * MAX_SYMBOL_CHARS;
+    rc = read_npy_file(u, it->transcript, max, "a transcript of this utterance's length", &len,
+                       why, wn);
+    if (!rc) rc = transcript_decode(u, u->buf, len, o->v, it->transcript, it->mfcc, why, wn);
+    return rc;
 }

@@ -71,6 +71,26 @@ typedef struct utt {
     size_t tmp_cap;
 } utt;
 
+/* Limits on raw files: they are read whole, so these bound memory. */
+#define MAX_FEATURE_FILE (1ull << 30) /* 1 GiB: 9.6M frames of 28 float32 */
+#define MAX_SYMBOL_CHARS 1024u
+
+/*
+ * Validate and convert a features file held in memory (buf, len) into u
+ * (u->T, u->D, u->feat, u->sum, u->sumsq).  path names it in messages.
+ * Returns 0, or -1 with "path: reason" in why.
+ */
+int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, const char *path,
+                    char *why, size_t wn);
+
+/*
+ * Validate a transcript held in memory against u->T frames (the length
+ * rule, [SOS]/[EOS], known symbols) into u->labels.  mfcc names the
+ * features file in the length message.  Returns 0 or -1 (why).
+ */
+int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
+                      const char *mfcc, char *why, size_t wn);
+
 /*
  * Read, validate and convert utterance i.  On a problem returns -1 and
  * writes "path: reason" into why; -2 for a system error (also in why).

@@ -113,7 +113,7 @@ int remove_tree(const char *path) {
     return 0;
 }
 
-int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len) {
+int read_file(const char *path, uint64_t max, uint8_t **buf, size_t *cap, size_t *len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
     struct stat st;
@@ -124,7 +124,12 @@ int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return -EISDIR;
+        return READ_NOT_REGULAR;
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        *len = (size_t)st.st_size;
+        return READ_TOO_LARGE;
     }
     size_t want = (size_t)st.st_size;
     if (want + 1 > *cap) {
