@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,39 @@
 #include "raw.h"
 #include "util.h"
 #include "xsum.h"
+
+/* ---- fault injection (testing hook) ----------------------------------- */
+
+/* CXS_PACK_FAULT, read once at the start of a pack, lets the crash-safety
+ * tests stop the packer at exact points: "kill:PHASE:N" sends SIGKILL to
+ * the process the N-th time (from 0) it reaches PHASE (shard-begin, utt,
+ * shard-end, manifest, rename, after-rename), "stall:PHASE:N" sleeps there
+ * (for a test to send a signal meanwhile); "enospc:BYTES" makes every
+ * write fail with ENOSPC once BYTES have been written.  Never set otherwise. */
+static struct {
+    char action[8];
+    char phase[32];
+    long n;
+    uint64_t enospc_after; /* 0: off */
+    uint64_t written;
+} fault;
+
+static void fault_init(void) {
+    memset(&fault, 0, sizeof fault);
+    fault.n = -1;
+    const char *f = getenv("CXS_PACK_FAULT");
+    if (!f) return;
+    unsigned long long b;
+    if (sscanf(f, "enospc:%llu", &b) == 1) fault.enospc_after = b ? b : 1;
+    else if (sscanf(f, "%7[a-z]:%31[a-z-]:%ld", fault.action, fault.phase, &fault.n) != 3)
+        fault.n = -1;
+}
+
+static void fault_point(const char *phase) {
+    if (fault.n < 0 || strcmp(phase, fault.phase) != 0 || fault.n-- != 0) return;
+    if (strcmp(fault.action, "kill") == 0) raise(SIGKILL);
+    if (strcmp(fault.action, "stall") == 0) sleep(10); /* a signal ends it early */
+}
 
 /* ---- the read/convert pipeline --------------------------------------- */
 
@@ -212,6 +246,8 @@ static uint64_t shard_file_size(const packer *k, uint64_t U, uint64_t F, uint64_
 }
 
 static int w_write(swriter *w, const void *p, size_t n) {
+    if (fault.enospc_after && fault.written + n > fault.enospc_after) return -ENOSPC;
+    fault.written += n;
     int rc = write_all(w->fd, p, n);
     w->pos += n;
     return rc;
@@ -237,6 +273,7 @@ static int shard_begin(packer *k) {
     w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) return -errno;
     k->open = 1;
+    fault_point("shard-begin");
     XXH3_64bits_reset(w->fh);
     static const uint8_t page[CXS_PAGE];
     int rc = w_write(w, page, CXS_PAGE);
@@ -258,6 +295,7 @@ static int shard_add(packer *k, const char *id, const utt *u) {
     XXH3_64bits_update(w->fh, k->zero_guard, k->guard_bytes);
     w->feat_len += fb + k->guard_bytes;
     if (k->lw && (rc = bytes_put(&w->labels, u->labels, (size_t)u->T * k->lw))) return rc;
+    fault_point("utt");
     w->U++;
     w->F += u->T;
     size_t il = strlen(id);
@@ -307,6 +345,7 @@ static int shard_end(packer *k) {
     if (close(w->fd) != 0 && !rc) rc = -errno;
     w->fd = -1;
     k->open = 0;
+    fault_point("shard-end");
     if (!rc) {
         uint8_t e[CXS_SHARD_ENTRY_SIZE];
         cxs_shard_entry se = {w->pos, h, w->U, w->F, w->first_u, w->first_f};
@@ -415,6 +454,7 @@ static int write_manifest(packer *k, const vocab *v) {
         sec[n++].flags = 0; /* informational: readers may ignore it */
     }
     if (!rc) rc = w_pad(&w);
+    fault_point("manifest"); /* sections written, header page not yet */
     uint8_t page[CXS_PAGE];
     cxs_container_build(page, CXS_KIND_MANIFEST, w.pos, sec, n);
     if (!rc && pwrite(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
@@ -489,10 +529,12 @@ static int parent_fsync(const char *out) {
 static int commit_output(const char *tmp, const char *out, int replace) {
     int rc = fsync_path(tmp, 1);
     if (rc) return rc;
+    fault_point("rename");
     if (replace) {
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
             /* tmp now holds the previous dataset */
             parent_fsync(out);
+            fault_point("after-rename");
             remove_tree(tmp);
             return 0;
         }
@@ -520,7 +562,9 @@ static int commit_output(const char *tmp, const char *out, int replace) {
         return 0;
     }
     if (rename(tmp, out) != 0) return -errno;
-    return parent_fsync(out);
+    rc = parent_fsync(out);
+    fault_point("after-rename");
+    return rc;
 }
 
 /* ---- the commands ----------------------------------------------------- */
@@ -570,6 +614,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         goto out;
     }
     install_signal_flag();
+    fault_init();
     conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL};
     k.o = o;
     k.tmpdir = tmp;

@@ -1,0 +1,107 @@
+"""Corruption matrix: one flipped byte at many positions of every part of
+every file of a packed dataset (header, section table, each section,
+padding) and truncation at many lengths.  verify reports every case naming
+the file (and the section, for section bytes); open never crashes and
+refuses everything it reads (all but FEATURES and LABELS payload bytes and
+padding, which spec/format.md §8 leaves to verify); gather on whatever
+opens never crashes.
+
+usage: /usr/bin/python3 tests/cli/corruption_test.py BUILD/tools/ctxshard"""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+EXE = os.path.abspath(sys.argv[1])
+NAMES = {1: "SHARD_META", 2: "INDEX", 3: "IDS", 4: "FEATURES", 5: "LABELS", 16: "DATASET_META",
+         17: "SHARD_TABLE", 18: "VOCAB", 19: "STATS", 20: "SKIPPED"}
+PAYLOAD = {4, 5}
+
+
+def run(*args):
+    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True)
+
+
+def layout(path):
+    data = open(path, "rb").read()
+    n = struct.unpack_from("<I", data, 24)[0]
+    secs = []
+    for i in range(n):
+        t, _, off, ln, _ = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
+        secs.append((t, off, ln))
+    return data, n, secs
+
+
+def spread(a, b, count):
+    if b <= a:
+        return []
+    return sorted({a + (b - a - 1) * i // max(count - 1, 1) for i in range(count)})
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="ctxshard-corrupt-")
+    failures, cases = [], {"flip": 0, "truncate": 0}
+    try:
+        raw, ds = os.path.join(tmp, "raw"), os.path.join(tmp, "ds")
+        assert run("synth", raw, "--utts", 6, "--seed", 9, "--quiet").returncode == 0
+        os.remove(os.path.join(raw, "transcript", sorted(os.listdir(os.path.join(raw, "mfcc")))[2]))
+        r = run("pack", raw, ds, "--shard-size", "400K", "--on-error", "skip", "--quiet")
+        assert r.returncode == 0, r.stderr
+        files = sorted(os.listdir(ds))
+        assert len(files) >= 3, files  # manifest and at least two shards
+
+        def check(desc, path, pos, section):
+            r_verify, r_open = run("verify", ds), run("info", ds)
+            msg = r_verify.stderr
+            if r_verify.returncode != 1:
+                failures.append(f"{desc}: verify exit {r_verify.returncode}")
+            elif path not in msg:
+                failures.append(f"{desc}: verify message does not name {path}: {msg.strip()}")
+            elif section is not None and NAMES[section] not in msg:
+                failures.append(f"{desc}: verify message does not name {NAMES[section]}: {msg.strip()}")
+            if r_open.returncode < 0 or r_open.returncode > 1:
+                failures.append(f"{desc}: open crashed or failed oddly ({r_open.returncode})")
+            must_refuse = section is not None and section not in PAYLOAD
+            if must_refuse and r_open.returncode != 1:
+                failures.append(f"{desc}: open accepted a damaged {NAMES[section]}")
+            if r_open.returncode == 0:  # serve from it: never a crash
+                g = run("gather", ds, "--context", 70, "--all", "--out", os.path.join(tmp, "g.npy"))
+                if g.returncode < 0:
+                    failures.append(f"{desc}: gather crashed ({g.returncode})")
+
+        for name in files:
+            path = os.path.join(ds, name)
+            orig, n, secs = layout(path)
+            positions = [(p, None, "header") for p in range(0, 64, 3)]
+            positions += [(p, None, "section table") for p in spread(64, 64 + 32 * n, 24)]
+            end = 64 + 32 * n
+            for t, off, ln in secs:
+                positions += [(p, t, NAMES[t]) for p in spread(off, off + ln, 16)]
+                positions += [(p, None, "padding") for p in spread(end, off, 3)]
+                end = off + ln
+            positions += [(p, None, "padding") for p in spread(end, len(orig), 3)]
+            for pos, section, what in positions:
+                data = bytearray(orig)
+                data[pos] ^= 0x40
+                open(path, "wb").write(bytes(data))
+                cases["flip"] += 1
+                check(f"{name} byte {pos} ({what})", path, pos, section)
+            for cut in spread(0, len(orig), 25):
+                open(path, "wb").write(orig[:cut])
+                cases["truncate"] += 1
+                check(f"{name} cut to {cut} bytes", path, cut, None)
+            open(path, "wb").write(orig)
+        assert run("verify", ds).returncode == 0
+    finally:
+        shutil.rmtree(tmp)
+    print(f"{cases['flip']} flipped bytes and {cases['truncate']} truncations over "
+          f"{len(files)} files; {len(failures)} failures")
+    for f in failures[:40]:
+        print("FAIL", f)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

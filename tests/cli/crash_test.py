@@ -1,0 +1,171 @@
+"""Crash safety of `ctxshard pack`: killed with SIGKILL at every phase (and
+at random moments), and out of disk space (injected, and on a real small
+tmpfs when mounting is allowed): OUT holds either nothing or the previous
+complete dataset, never something partial; nothing half-written opens; a
+rerun succeeds.
+
+usage: /usr/bin/python3 tests/cli/crash_test.py BUILD/tools/ctxshard"""
+import filecmp
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+EXE = os.path.abspath(sys.argv[1])
+
+
+def run(*args, env=None):
+    e = dict(os.environ)
+    e.pop("CXS_PACK_FAULT", None)
+    e.update(env or {})
+    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, env=e)
+
+
+def same_tree(a, b):
+    names = sorted(os.listdir(a))
+    return names == sorted(os.listdir(b)) and all(
+        filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
+
+
+class Crash(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ctxshard-crash-")
+        cls.raw = os.path.join(cls.tmp, "raw")
+        assert run("synth", cls.raw, "--utts", 24, "--seed", 5, "--quiet").returncode == 0
+        # Reference results: a clean pack (the new dataset) and a different
+        # one (the previous dataset that a pack replaces).
+        cls.new = os.path.join(cls.tmp, "ref-new")
+        cls.old = os.path.join(cls.tmp, "ref-old")
+        assert run("pack", cls.raw, cls.new, *cls.opts(), "--quiet").returncode == 0
+        assert run("pack", cls.raw, cls.old, "--dtype", "f16", "--quiet").returncode == 0
+        assert len(os.listdir(cls.new)) >= 4  # several shards
+
+    @staticmethod
+    def opts():
+        return ["--shard-size", "400K", "--threads", "2"]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def work(self, previous):
+        d = tempfile.mkdtemp(dir=self.tmp)
+        out = os.path.join(d, "out")
+        if previous:
+            shutil.copytree(self.old, out)
+        return d, out
+
+    def check_state(self, d, out, previous, allow_new=True):
+        """OUT is the previous dataset, or (once renamed) the new one, or
+        absent; anything else in d is a temporary directory that does not
+        open as a dataset unless it is complete."""
+        if os.path.exists(out):
+            if previous and same_tree(out, self.old):
+                state = "old"
+            else:
+                self.assertTrue(allow_new and same_tree(out, self.new), "OUT holds a mix")
+                state = "new"
+            self.assertEqual(run("verify", out).returncode, 0)
+        else:
+            self.assertFalse(previous, "the previous dataset vanished")
+            state = "none"
+        for name in os.listdir(d):
+            if name == "out":
+                continue
+            self.assertTrue(name.startswith(".out.tmp-"), name)
+            tmpdir = os.path.join(d, name)
+            r = run("info", tmpdir)
+            if r.returncode == 0:  # it opens: then it must be complete and intact
+                self.assertEqual(run("verify", tmpdir).returncode, 0)
+        return state
+
+    def rerun(self, d, out):
+        r = run("pack", self.raw, out, *self.opts(), "--quiet")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(same_tree(out, self.new))
+
+    def test_kill_at_every_phase(self):
+        phases = [("shard-begin", 0), ("shard-begin", 2), ("utt", 0), ("utt", 7), ("utt", 20),
+                  ("shard-end", 0), ("shard-end", 1), ("manifest", 0), ("rename", 0),
+                  ("after-rename", 0)]
+        for previous in (False, True):
+            for phase, n in phases:
+                with self.subTest(phase=phase, n=n, previous=previous):
+                    d, out = self.work(previous)
+                    r = run("pack", self.raw, out, *self.opts(),
+                            env={"CXS_PACK_FAULT": f"kill:{phase}:{n}"})
+                    self.assertEqual(r.returncode, -signal.SIGKILL, r.stderr)
+                    state = self.check_state(d, out, previous)
+                    # Only after the rename may OUT hold the new dataset.
+                    self.assertEqual(state == "new", phase == "after-rename")
+                    self.rerun(d, out)
+
+    def test_kill_at_random_moments(self):
+        rng = random.Random(7)
+        t0 = time.perf_counter()
+        run("pack", self.raw, os.path.join(self.tmp, "timing"), *self.opts(), "--quiet")
+        duration = time.perf_counter() - t0
+        for i in range(16):
+            previous = i % 2 == 1
+            d, out = self.work(previous)
+            p = subprocess.Popen([EXE, "pack", self.raw, out, *self.opts(), "--quiet"])
+            time.sleep(rng.uniform(0, duration * 1.2))
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            self.check_state(d, out, previous)
+            self.rerun(d, out)
+
+    def test_interrupt_cleans_up(self):
+        d, out = self.work(True)
+        # The packer stalls after its 5th utterance; SIGINT arrives then.
+        p = subprocess.Popen([EXE, "pack", self.raw, out, *self.opts(), "--quiet"],
+                             env=dict(os.environ, CXS_PACK_FAULT="stall:utt:4"),
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate()
+        self.assertEqual(p.returncode, 3)
+        self.assertIn("interrupted; nothing written", err)
+        self.assertEqual(self.check_state(d, out, True), "old")
+        self.assertEqual(os.listdir(d), ["out"])  # the temporary directory is gone
+
+    def test_disk_full_injected(self):
+        total = sum(os.path.getsize(os.path.join(self.new, n)) for n in os.listdir(self.new))
+        for limit in (1, 5000, total // 3, total - 10000, total - 1):
+            for previous in (False, True):
+                with self.subTest(limit=limit, previous=previous):
+                    d, out = self.work(previous)
+                    r = run("pack", self.raw, out, *self.opts(), "--quiet",
+                            env={"CXS_PACK_FAULT": f"enospc:{limit}"})
+                    self.assertEqual(r.returncode, 3, r.stderr)
+                    self.assertIn("No space left on device", r.stderr)
+                    self.assertIn(out, r.stderr)
+                    self.assertEqual(self.check_state(d, out, previous),
+                                     "old" if previous else "none")
+                    self.assertEqual(os.listdir(d), ["out"] if previous else [])
+                    self.rerun(d, out)
+
+    def test_disk_full_tmpfs(self):
+        mnt = os.path.join(self.tmp, "small")
+        os.mkdir(mnt)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt],
+                          capture_output=True).returncode != 0:
+            self.skipTest("cannot mount a tmpfs here (needs root)")
+        try:
+            out = os.path.join(mnt, "out")
+            r = run("pack", self.raw, out, "--quiet")
+            self.assertEqual(r.returncode, 3, r.stderr)
+            self.assertIn("No space left on device", r.stderr)
+            self.assertEqual(os.listdir(mnt), [])
+        finally:
+            subprocess.run(["umount", mnt])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=1)
