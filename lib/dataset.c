@@ -66,7 +66,9 @@ static int map_file(const char *path, const uint8_t **map, uint64_t *size, cxs_d
 void cxs_dataset_close(cxs_dataset *ds) {
     if (!ds) return;
     if (ds->shards) {
-        for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+        /* A lone shard may fail before its metadata set num_shards. */
+        uint32_t n = ds->single_shard ? 1 : ds->meta.num_shards;
+        for (uint32_t i = 0; i < n; i++) {
             if (ds->shards[i].map) munmap((void *)ds->shards[i].map, ds->shards[i].size);
             free(ds->shards[i].path);
         }

@@ -1,0 +1,93 @@
+#include "fuzz_common.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *fuzz_dir(void) {
+    static char dir[128];
+    if (!dir[0]) {
+        struct stat st;
+        const char *base = stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp";
+        snprintf(dir, sizeof dir, "%s/cxs-fuzz-%ld", base, (long)getpid());
+        mkdir(dir, 0700);
+    }
+    return dir;
+}
+
+const char *fuzz_write(const char *name, const uint8_t *data, size_t size) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", fuzz_dir(), name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return NULL;
+    size_t off = 0;
+    while (off < size) {
+        ssize_t w = write(fd, data + off, size - off);
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    close(fd);
+    return off == size ? path : NULL;
+}
+
+void fuzz_exercise(cxs_dataset *ds) {
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    cxs_stats st;
+    cxs_dataset_stats(ds, &st);
+    cxs_diag d;
+    (void)cxs_dataset_verify(ds, NULL, NULL, &d);
+    for (uint32_t i = 0; i < in.vocab_size && i < 100; i++) {
+        const char *s;
+        size_t n;
+        (void)cxs_dataset_vocab(ds, i, &s, &n);
+    }
+    for (uint64_t u = 0; u < in.num_utterances && u < 64; u++) {
+        cxs_utterance ut;
+        if (cxs_dataset_utterance(ds, u, &ut) == 0 && ut.num_frames) {
+            volatile uint8_t sink = ((const uint8_t *)ut.features)[0];
+            (void)sink;
+        }
+    }
+    /* Gather every frame (up to a bound) at k=0, inside and beyond the guard. */
+    uint64_t n = in.num_frames < 2048 ? in.num_frames : 2048;
+    uint32_t ks[3] = {0, in.guard, in.guard + 3};
+    uint64_t *frames = malloc((n + 65) * sizeof *frames); /* n, or 64 weighted draws */
+    for (uint64_t i = 0; i < n; i++) frames[i] = (i * 7919) % in.num_frames;
+    for (int j = 0; j < 3 && in.dim <= 4096; j++) {
+        size_t W = (2 * (size_t)ks[j] + 1) * in.dim;
+        if (W * n > (64u << 20)) continue;
+        float *out = malloc(W * n * sizeof *out + 1);
+        int64_t *lab = malloc(n * sizeof *lab + 1);
+        (void)cxs_dataset_gather(ds, frames, n, ks[j], 0, 1, out, in.label_width ? lab : NULL);
+        if (st.mean) (void)cxs_dataset_gather(ds, frames, n, ks[j], CXS_GATHER_NORMALIZE, 2, out, NULL);
+        for (uint64_t i = 0; i < n && i < 64; i++) {
+            const void *w;
+            (void)cxs_dataset_window(ds, frames[i], ks[j], &w);
+        }
+        free(out);
+        free(lab);
+    }
+    if (in.label_width && n) {
+        int64_t *l = malloc(n * sizeof *l);
+        (void)cxs_dataset_labels(ds, 0, n, l);
+        free(l);
+        cxs_sampler *s;
+        cxs_sampler_opts so = {CXS_SAMPLER_WEIGHTED, 1, 0, 1, 0, 64, NULL};
+        if (cxs_sampler_create(ds, &so, &s) == 0) {
+            (void)cxs_sampler_get(s, 0, 0, 64, frames);
+            cxs_sampler_free(s);
+        }
+    }
+    cxs_sampler *s;
+    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 0, 3, 0, 0, NULL};
+    if (cxs_sampler_create(ds, &so, &s) == 0) {
+        uint64_t len = cxs_sampler_length(s);
+        (void)cxs_sampler_get(s, 1, 0, len < n ? len : n, frames);
+        cxs_sampler_free(s);
+    }
+    free(frames);
+}
