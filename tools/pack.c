@@ -65,7 +65,7 @@ static void fault_point(const char *phase) {
 typedef struct slot {
     int ready;
     int status; /* 0 ok, -1 bad input, -2 system error */
-    char why[1024];
+    char why[WHY_SIZE];
     utt u;
 } slot;
 
@@ -570,7 +570,7 @@ static int commit_output(const char *tmp, const char *out, int replace) {
 /* ---- the commands ----------------------------------------------------- */
 
 static int load_vocab(const char *path, vocab *v) {
-    char why[512];
+    char why[WHY_SIZE];
     if (path ? vocab_load(v, path, why, sizeof why) : vocab_default(v)) {
         warnx_("%s", path ? why : "out of memory");
         vocab_free(v);
@@ -581,7 +581,7 @@ static int load_vocab(const char *path, vocab *v) {
 
 int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     raw_set rs;
-    char why[1024];
+    char why[WHY_SIZE];
     if (raw_list(rawdir, &rs, why, sizeof why)) {
         warnx_("%s", why);
         return EXIT_DATA;
@@ -735,7 +735,7 @@ out:
 
 int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int quiet) {
     raw_set rs;
-    char why[1024];
+    char why[WHY_SIZE];
     if (raw_list(rawdir, &rs, why, sizeof why)) {
         warnx_("%s", why);
         return EXIT_DATA;

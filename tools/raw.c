@@ -270,6 +270,14 @@ void raw_free(raw_set *rs) {
 int raw_item_problem(const raw_set *rs, size_t i, char *why, size_t wn) {
     const raw_item *it = &rs->items[i];
     const char *p = it->mfcc ? it->mfcc : it->transcript;
+    size_t n = strlen(it->id);
+    if (n > CXS_MAX_ID_LEN)
+        return say(why, wn, "%s: utterance id is %zu bytes, at most %u allowed", p, n,
+                   CXS_MAX_ID_LEN);
+    for (size_t j = 0; j < n; j++)
+        if ((uint8_t)it->id[j] < 0x20)
+            return say(why, wn, "%s: utterance id holds control byte 0x%02x", p,
+                       (uint8_t)it->id[j]);
     if ((i > 0 && strcmp(rs->items[i - 1].id, it->id) == 0) ||
         (i + 1 < rs->n && strcmp(rs->items[i + 1].id, it->id) == 0))
         return say(why, wn, "%s: duplicate utterance id '%s' (another file has the same name "
@@ -280,14 +288,6 @@ int raw_item_problem(const raw_set *rs, size_t i, char *why, size_t wn) {
     if (rs->has_transcripts && !it->transcript)
         return say(why, wn, "%s: features without a transcript (no %s/transcript/%s.npy)", p,
                    rs->root, it->id);
-    size_t n = strlen(it->id);
-    if (n > CXS_MAX_ID_LEN)
-        return say(why, wn, "%s: utterance id is %zu bytes, at most %u allowed", p, n,
-                   CXS_MAX_ID_LEN);
-    for (size_t j = 0; j < n; j++)
-        if ((uint8_t)it->id[j] < 0x20)
-            return say(why, wn, "%s: utterance id holds control byte 0x%02x", p,
-                       (uint8_t)it->id[j]);
     return 0;
 }
 
@@ -354,10 +354,11 @@ static int read_npy_file(utt *u, const char *path, uint64_t max, const char *wha
     if (rc == READ_TOO_LARGE)
         return say(why, wn, "%s: %zu bytes, more than %s can be (%llu bytes at most)", path, *len,
                    what, (unsigned long long)max);
-    if (rc) {
+    if (rc == -ENOMEM || rc == -EIO || rc == -EMFILE || rc == -ENFILE) {
         say(why, wn, "%s: %s", path, strerror(-rc));
-        return -2;
+        return -2; /* the machine's problem, not the file's */
     }
+    if (rc) return say(why, wn, "%s: %s", path, strerror(-rc));
     return 0;
 }
 

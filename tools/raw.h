@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 #define SOS_SYMBOL "[SOS]"
+/* Room for a message naming two paths of up to PATH_MAX bytes. */
+#define WHY_SIZE 10240
 #define EOS_SYMBOL "[EOS]"
 
 typedef struct vocab {

@@ -114,7 +114,9 @@ int remove_tree(const char *path) {
 }
 
 int read_file(const char *path, uint64_t max, uint8_t **buf, size_t *cap, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
+     * refused as not a regular file); regular files ignore the flag. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return -errno;
     struct stat st;
     if (fstat(fd, &st) != 0) {
