@@ -8,6 +8,7 @@
 #include "ctxshard.h"
 #include "cxs_version.h"
 #include "benchread.h"
+#include "stats.h"
 #include "inspect.h"
 #include "pack.h"
 #include "synth.h"
@@ -27,6 +28,7 @@ static const char *const usage_top =
     "  info OUT       describe a packed dataset\n"
     "  gather OUT     write context windows (and labels) as .npy files\n"
     "  bench-read OUT measure how fast the loader serves windows\n"
+    "  stats OUT      label, length and feature statistics, charts, HTML report\n"
     "\n"
     "`ctxshard <command> --help` describes each command; --version prints\n"
     "the version.  Exit status: 0 success, 1 invalid or corrupt data,\n"
@@ -126,10 +128,32 @@ static const char *const usage_bench =
     "  --batches M    batches to time (default 2000); epochs restart as needed\n"
     "  --sampler S    shuffle (default), sequential or weighted\n";
 
+static const char *const usage_stats =
+    "usage: ctxshard stats OUT [--html FILE] [--svg DIR] [--json] [--no-scan]\n"
+    "                          [--examples N]\n"
+    "       ctxshard stats --compare A B [same options]\n"
+    "\n"
+    "Look at a dataset before training on it: the label distribution (share per\n"
+    "phoneme, imbalance ratio, the weights a weighted sampler would use), the\n"
+    "utterance length histogram, per-dimension mean and standard deviation\n"
+    "(flagging dimensions that look unnormalised), NaN/Inf and all-zero frames\n"
+    "(one pass over the data unless --no-scan), and heatmaps of example\n"
+    "utterances with their phoneme labels.  Text tables on the terminal;\n"
+    "warnings at the end.\n"
+    "\n"
+    "  --html FILE    one self-contained HTML page with every chart\n"
+    "  --svg DIR      the charts as standalone SVG files\n"
+    "  --json         the figures as JSON instead of text\n"
+    "  --no-scan      stored statistics only (no pass over the features)\n"
+    "  --examples N   utterances shown as heatmaps (default 3)\n"
+    "  --compare      two datasets side by side (e.g. train and dev), with a\n"
+    "                 warning wherever they differ sharply\n";
+
 enum {
     O_UTTS = 256, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_VOCAB, O_THREADS, O_GUARD,
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
-    O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET
+    O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
+    O_COMPARE
 };
 
 static const struct option longopts[] = {
@@ -144,7 +168,9 @@ static const struct option longopts[] = {
     {"out", required_argument, 0, O_OUT},         {"labels", required_argument, 0, O_LABELS},
     {"help", no_argument, 0, O_HELP},             {"batch", required_argument, 0, O_BATCH},
     {"batches", required_argument, 0, O_BATCHES}, {"sampler", required_argument, 0, O_SAMPLER},
-    {"offset", required_argument, 0, O_OFFSET},
+    {"offset", required_argument, 0, O_OFFSET},   {"html", required_argument, 0, O_HTML},
+    {"svg", required_argument, 0, O_SVG},         {"no-scan", no_argument, 0, O_NOSCAN},
+    {"examples", required_argument, 0, O_EXAMPLES}, {"compare", no_argument, 0, O_COMPARE},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -160,6 +186,7 @@ static int allowed(const char *cmd, int opt) {
         {"info", {O_JSON}},
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
         {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED}},
+        {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
     };
     if (opt == O_HELP) return 1;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
@@ -248,6 +275,7 @@ int main(int argc, char **argv) {
                         : !strcmp(cmd, "info")   ? usage_info
                         : !strcmp(cmd, "gather") ? usage_gather
                         : !strcmp(cmd, "bench-read") ? usage_bench
+                        : !strcmp(cmd, "stats")      ? usage_stats
                                                  : NULL;
     if (!usage) {
         fprintf(stderr, "ctxshard: unknown command '%s'\n", cmd);
@@ -258,6 +286,8 @@ int main(int argc, char **argv) {
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0};
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0};
+    stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
+    int compare = 0;
     uint64_t k = 0, v;
     uint64_t *frames = NULL;
     size_t nframes = 0;
@@ -351,6 +381,15 @@ int main(int argc, char **argv) {
                 return usage_error(usage, "--frames: '%s' is not a list like 0,5,10-20", optarg);
             break;
         case O_ALL: all = 1; break;
+        case O_HTML: sto.html = optarg; break;
+        case O_SVG: sto.svg_dir = optarg; break;
+        case O_NOSCAN: sto.scan = 0; break;
+        case O_COMPARE: compare = 1; break;
+        case O_EXAMPLES:
+            if (parse_u64(optarg, &v) || v > 8)
+                return usage_error(usage, "--examples: '%s' is not in 0..8", optarg);
+            sto.examples = (unsigned)v;
+            break;
         case O_BATCH:
             if (parse_u64(optarg, &v) || v == 0 || v > (1u << 24))
                 return usage_error(usage, "--batch: '%s' is not in 1..16777216", optarg);
@@ -371,10 +410,11 @@ int main(int argc, char **argv) {
         default: break;
         }
     }
-    int need = !strcmp(cmd, "pack") ? 2 : 1;
+    int need = !strcmp(cmd, "pack") || compare ? 2 : 1;
     if (argc - optind != need) {
         free(frames);
-        return usage_error(usage, "%s", need == 2 ? "expected RAW and OUT" : "expected one directory");
+        return usage_error(usage, "%s", compare ? "--compare expects two datasets"
+                                        : need == 2 ? "expected RAW and OUT" : "expected one directory");
     }
     const char *a = argv[optind], *b = need == 2 ? argv[optind + 1] : NULL;
     if (!strcmp(cmd, "bench-read")) {
@@ -390,6 +430,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);
     else if (!strcmp(cmd, "info")) ec = info_run(a, json);
     else if (!strcmp(cmd, "bench-read")) ec = bench_read_run(a, &bo);
+    else if (!strcmp(cmd, "stats")) {
+        if (json) sto.json = 1;
+        sto.compare = compare ? b : NULL;
+        ec = stats_run(a, &sto);
+    }
     else {
         if (!have_k) ec = usage_error(usage, "%s", "--context K is required");
         else if (!out) ec = usage_error(usage, "%s", "--out X.npy is required");
