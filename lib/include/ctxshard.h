@@ -1,4 +1,5 @@
-/*
+/**
+ * @file ctxshard.h
  * ctxshard.h - the public interface of libctxshard, the reader of packed
  * ctxshard datasets.
  *
@@ -36,46 +37,46 @@ extern "C" {
 #endif
 
 /* ---- error codes ------------------------------------------------------ */
-/* Negative, and below -4095 so that they never collide with -errno. */
-#define CXS_E_BAD_MAGIC   (-5001) /* not a ctxshard file (or byte-swapped) */
-#define CXS_E_VERSION     (-5002) /* major version this reader does not know */
-#define CXS_E_TRUNCATED   (-5003) /* file shorter than its structures claim */
-#define CXS_E_CORRUPT     (-5004) /* structure violates the spec */
-#define CXS_E_CHECKSUM    (-5005) /* XXH3 of a header or section differs */
-#define CXS_E_UNSUPPORTED (-5006) /* valid but uses a feature not built in */
-#define CXS_E_INVALID     (-5007) /* bad argument from the caller */
-#define CXS_E_RANGE       (-5008) /* frame, utterance or index out of range */
-#define CXS_E_INPUT       (-5009) /* a raw input file is invalid (packer) */
+/** Negative, and below -4095 so that they never collide with -errno. */
+#define CXS_E_BAD_MAGIC   (-5001) /**< not a ctxshard file (or byte-swapped) */
+#define CXS_E_VERSION     (-5002) /**< major version this reader does not know */
+#define CXS_E_TRUNCATED   (-5003) /**< file shorter than its structures claim */
+#define CXS_E_CORRUPT     (-5004) /**< structure violates the spec */
+#define CXS_E_CHECKSUM    (-5005) /**< XXH3 of a header or section differs */
+#define CXS_E_UNSUPPORTED (-5006) /**< valid but uses a feature not built in */
+#define CXS_E_INVALID     (-5007) /**< bad argument from the caller */
+#define CXS_E_RANGE       (-5008) /**< frame, utterance or index out of range */
+#define CXS_E_INPUT       (-5009) /**< a raw input file is invalid (packer) */
 
-/* Format version this library writes and reads (spec/format.md). */
+/** Format version this library writes and reads (spec/format.md). */
 #define CXS_FORMAT_MAJOR 1
 #define CXS_FORMAT_MINOR 0
 
-/* Stored feature types. */
+/** Stored feature types. */
 #define CXS_DTYPE_F32  1
 #define CXS_DTYPE_F16  2
 #define CXS_DTYPE_BF16 3
 
-/* Pack-time normalisation modes. */
+/** Pack-time normalisation modes. */
 #define CXS_NORM_NONE      0
 #define CXS_NORM_UTTERANCE 1
 
-/* A diagnostic message: which file, where, what was expected. */
+/** A diagnostic message: which file, where, what was expected. */
 typedef struct cxs_diag {
     char message[1024];
 } cxs_diag;
 
 typedef struct cxs_dataset cxs_dataset;
 
-/* Name of a return code (CXS_E_* or -errno).  Never NULL; static storage. */
+/** Name of a return code (CXS_E_* or -errno).  Never NULL; static storage. */
 CXS_API const char *cxs_strerror(int code);
 
-/* Library version as "MAJOR.MINOR.PATCH"; static storage. */
+/** Library version as "MAJOR.MINOR.PATCH"; static storage. */
 CXS_API const char *cxs_version(void);
 
 /* ---- open / close ----------------------------------------------------- */
 
-/*
+/**
  * Open a packed dataset: its directory, its manifest file, or one shard file
  * alone.  A shard alone has no vocabulary or statistics (vocab_size 0,
  * statistics NULL) but keeps its labels; its frames and utterances are
@@ -92,16 +93,16 @@ CXS_API const char *cxs_version(void);
  */
 CXS_API int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *diag);
 
-/* Unmap and free.  NULL is a no-op.  Every pointer handed out dies here. */
+/** Unmap and free.  NULL is a no-op.  Every pointer handed out dies here. */
 CXS_API void cxs_dataset_close(cxs_dataset *ds);
 
-/*
+/**
  * Progress callback for long operations: done and total in bytes.  Return
  * non-zero to stop the operation (it then returns -ECANCELED).
  */
 typedef int (*cxs_progress_fn)(void *user, uint64_t done, uint64_t total);
 
-/*
+/**
  * Re-hash every byte of every file against the stored XXH3 checksums and
  * check the rules open does not: zero padding and guard rows, labels below
  * the vocabulary size, finite features, utterance ids in strictly increasing
@@ -115,30 +116,30 @@ CXS_API int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress,
 /* ---- description ------------------------------------------------------ */
 
 typedef struct cxs_info {
-    uint64_t num_frames;      /* frames of all utterances, guards excluded */
+    uint64_t num_frames;      /**< frames of all utterances, guards excluded */
     uint64_t num_utterances;
     uint32_t num_shards;
-    uint32_t dim;             /* D: features per frame */
-    uint32_t dtype;           /* CXS_DTYPE_* of the stored features */
-    uint32_t guard;           /* G: zero rows around every utterance */
-    uint32_t vocab_size;      /* 0 for a features-only dataset */
-    uint32_t label_width;     /* bytes per stored label: 0 (no labels), 1 or 2 */
-    uint32_t normalize;       /* CXS_NORM_* applied at pack time */
+    uint32_t dim;             /**< D: features per frame */
+    uint32_t dtype;           /**< CXS_DTYPE_* of the stored features */
+    uint32_t guard;           /**< G: zero rows around every utterance */
+    uint32_t vocab_size;      /**< 0 for a features-only dataset */
+    uint32_t label_width;     /**< bytes per stored label: 0 (no labels), 1 or 2 */
+    uint32_t normalize;       /**< CXS_NORM_* applied at pack time */
     uint32_t format_major;
     uint32_t format_minor;
-    uint64_t shard_size;      /* --shard-size the dataset was packed with */
-    uint64_t num_skipped;     /* utterances left out by --on-error skip */
-    uint32_t on_error_skip;   /* 1 when packed with --on-error skip */
-    uint64_t min_length;      /* shortest utterance, frames */
-    uint64_t max_length;      /* longest utterance, frames */
-    uint64_t total_bytes;     /* all files of the dataset */
-    uint32_t single_shard;    /* 1 when opened from one shard file */
+    uint64_t shard_size;      /**< --shard-size the dataset was packed with */
+    uint64_t num_skipped;     /**< utterances left out by --on-error skip */
+    uint32_t on_error_skip;   /**< 1 when packed with --on-error skip */
+    uint64_t min_length;      /**< shortest utterance, frames */
+    uint64_t max_length;      /**< longest utterance, frames */
+    uint64_t total_bytes;     /**< all files of the dataset */
+    uint32_t single_shard;    /**< 1 when opened from one shard file */
 } cxs_info;
 
-/* Fill *info.  Cannot fail for an open dataset. */
+/** Fill *info.  Cannot fail for an open dataset. */
 CXS_API void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info);
 
-/*
+/**
  * Dataset statistics, computed at pack time over the stored feature values
  * (after conversion and normalisation) and the labels.  Arrays have dim
  * (mean, var) or vocab_size (label_counts) entries and point into the
@@ -147,21 +148,21 @@ CXS_API void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info);
  * NULL.  label_counts is NULL for a features-only dataset.
  */
 typedef struct cxs_stats {
-    uint64_t count;              /* frames the statistics cover */
+    uint64_t count;              /**< frames the statistics cover */
     const double *mean;
     const double *var;
     const uint64_t *label_counts;
 } cxs_stats;
 CXS_API void cxs_dataset_stats(const cxs_dataset *ds, cxs_stats *stats);
 
-/*
+/**
  * Vocabulary symbol i (0 <= i < vocab_size): *sym points into the mapping,
  * is not NUL-terminated and has *len bytes.  Returns 0 or CXS_E_RANGE.
  */
 CXS_API int cxs_dataset_vocab(const cxs_dataset *ds, uint32_t i,
                               const char **sym, size_t *len);
 
-/*
+/**
  * The skip report stored by `pack --on-error skip`: UTF-8 text, one line
  * per utterance left out, "id<TAB>reason\n".  *len is 0 when none.
  */
@@ -170,26 +171,26 @@ CXS_API void cxs_dataset_skipped(const cxs_dataset *ds, const char **text, size_
 /* ---- utterances and frames ------------------------------------------- */
 
 typedef struct cxs_utterance {
-    const char *id;       /* not NUL-terminated; id_len bytes */
+    const char *id;       /**< not NUL-terminated; id_len bytes */
     size_t id_len;
-    uint64_t first_frame; /* global frame number of the utterance's frame 0 */
+    uint64_t first_frame; /**< global frame number of the utterance's frame 0 */
     uint64_t num_frames;
     uint32_t shard;
-    const void *features; /* num_frames * dim elements of the stored dtype */
-    const void *labels;   /* num_frames labels of label_width bytes, or NULL */
+    const void *features; /**< num_frames * dim elements of the stored dtype */
+    const void *labels;   /**< num_frames labels of label_width bytes, or NULL */
 } cxs_utterance;
 
-/* Utterance u (0 <= u < num_utterances).  Returns 0 or CXS_E_RANGE. */
+/** Utterance u (0 <= u < num_utterances).  Returns 0 or CXS_E_RANGE. */
 CXS_API int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out);
 
-/*
+/**
  * Which utterance holds global frame `frame`, and the frame's offset in it.
  * O(log utterances).  Returns 0 or CXS_E_RANGE.
  */
 CXS_API int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame,
                                uint64_t *utterance, uint64_t *offset);
 
-/*
+/**
  * Zero-copy context window of frame `frame`: (2k+1)*dim contiguous stored
  * elements, rows frame-k .. frame+k of its utterance, zero rows where the
  * window passes the utterance's borders.  Needs k <= guard (CXS_E_RANGE
@@ -199,11 +200,11 @@ CXS_API int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame,
 CXS_API int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k,
                                const void **window);
 
-/* Label (vocabulary index) of a frame.  CXS_E_RANGE, or CXS_E_INVALID on a
+/** Label (vocabulary index) of a frame.  CXS_E_RANGE, or CXS_E_INVALID on a
  * dataset without labels. */
 CXS_API int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label);
 
-/*
+/**
  * Labels of `count` consecutive frames first .. first+count-1 (they may span
  * utterances and shards) as int64 into out[count].  CXS_E_RANGE when the
  * range passes the end, CXS_E_INVALID on a features-only dataset.
@@ -211,10 +212,10 @@ CXS_API int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *l
 CXS_API int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count,
                                int64_t *out);
 
-/* cxs_dataset_gather flags. */
-#define CXS_GATHER_NORMALIZE 1u /* (x - mean) / std with the stored statistics */
+/** cxs_dataset_gather flags. */
+#define CXS_GATHER_NORMALIZE 1u /**< (x - mean) / std with the stored statistics */
 
-/*
+/**
  * Copy the windows of n frames as float32 into out[n][(2k+1)*dim], any k:
  * rows past the utterance borders are zero (also with normalisation: padding
  * stays 0 in the normalised space).  Stored float16/bfloat16 are converted
@@ -236,7 +237,7 @@ CXS_API int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, si
 
 /* ---- samplers --------------------------------------------------------- */
 
-/*
+/**
  * A sampler maps (epoch, position) to a global frame number, statelessly:
  * the same seed, epoch and position always give the same frame, so an epoch
  * resumes exactly from its position, and any number of threads or processes
@@ -263,18 +264,18 @@ CXS_API int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, si
 #define CXS_SAMPLER_WEIGHTED 2u
 
 typedef struct cxs_sampler_opts {
-    uint32_t kind;               /* CXS_SAMPLER_* */
+    uint32_t kind;               /**< CXS_SAMPLER_* */
     uint64_t seed;
-    uint32_t rank;               /* 0 .. world_size-1 */
-    uint32_t world_size;         /* 0 or 1: not distributed */
-    uint32_t drop_last;          /* 1: cut the epoch to a multiple of world_size */
-    uint64_t num_samples;        /* WEIGHTED: draws per epoch, all ranks (0: num_frames) */
-    const double *class_weights; /* WEIGHTED: vocab_size weights >= 0, NULL: inverse frequency */
+    uint32_t rank;               /**< 0 .. world_size-1 */
+    uint32_t world_size;         /**< 0 or 1: not distributed */
+    uint32_t drop_last;          /**< 1: cut the epoch to a multiple of world_size */
+    uint64_t num_samples;        /**< WEIGHTED: draws per epoch, all ranks (0: num_frames) */
+    const double *class_weights; /**< WEIGHTED: vocab_size weights >= 0, NULL: inverse frequency */
 } cxs_sampler_opts;
 
 typedef struct cxs_sampler cxs_sampler;
 
-/*
+/**
  * Create a sampler over ds (which must outlive it).  opts NULL means
  * sequential, not distributed.  Returns 0, -ENOMEM, or CXS_E_INVALID (unknown
  * kind, rank >= world_size, weighted on a features-only dataset, weights
@@ -284,10 +285,10 @@ CXS_API int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *op
                                cxs_sampler **out);
 CXS_API void cxs_sampler_free(cxs_sampler *s);
 
-/* Samples per epoch for this rank. */
+/** Samples per epoch for this rank. */
 CXS_API uint64_t cxs_sampler_length(const cxs_sampler *s);
 
-/*
+/**
  * Frames at positions pos .. pos+n-1 of this rank's order for `epoch`, into
  * frames[n].  Thread-safe.  CXS_E_RANGE when pos+n passes the length.
  */
@@ -297,32 +298,32 @@ CXS_API int cxs_sampler_get(const cxs_sampler *s, uint64_t epoch, uint64_t pos, 
 /* ---- the prefetching loader ------------------------------------------- */
 
 typedef struct cxs_loader_opts {
-    uint32_t k;           /* context: windows of (2k+1)*dim floats */
-    uint32_t batch_size;  /* >= 1 */
-    uint32_t threads;     /* worker threads; 0: min(CPUs, 4) */
-    uint32_t ring;        /* batch buffers; 0: threads + 2 (at least 3) */
-    uint32_t flags;       /* CXS_GATHER_NORMALIZE */
-    uint32_t drop_last;   /* 1: no short final batch */
-    uint32_t labels;      /* 1: gather labels too (needs labels) */
+    uint32_t k;           /**< context: windows of (2k+1)*dim floats */
+    uint32_t batch_size;  /**< >= 1 */
+    uint32_t threads;     /**< worker threads; 0: min(CPUs, 4) */
+    uint32_t ring;        /**< batch buffers; 0: threads + 2 (at least 3) */
+    uint32_t flags;       /**< CXS_GATHER_NORMALIZE */
+    uint32_t drop_last;   /**< 1: no short final batch */
+    uint32_t labels;      /**< 1: gather labels too (needs labels) */
     uint32_t external;    /* 1: batches go into buffers the caller provides with
                              cxs_loader_provide(), and belong to the caller once
                              handed out; the loader allocates no batch memory */
 } cxs_loader_opts;
 
-/* A batch handed out by cxs_loader_next; valid until the next call (its x
+/** A batch handed out by cxs_loader_next; valid until the next call (its x
  * and y longer in external mode: they are the caller's buffers). */
 typedef struct cxs_batch {
-    const float *x;          /* [n][(2k+1)*dim] */
-    const int64_t *y;        /* [n] labels, or NULL */
-    const uint64_t *frames;  /* [n] global frame numbers */
-    size_t n;                /* batch_size, or fewer for the last batch */
-    uint64_t index;          /* batch number within the epoch */
-    uint64_t position;       /* sampler position of the first sample */
+    const float *x;          /**< [n][(2k+1)*dim] */
+    const int64_t *y;        /**< [n] labels, or NULL */
+    const uint64_t *frames;  /**< [n] global frame numbers */
+    size_t n;                /**< batch_size, or fewer for the last batch */
+    uint64_t index;          /**< batch number within the epoch */
+    uint64_t position;       /**< sampler position of the first sample */
 } cxs_batch;
 
 typedef struct cxs_loader cxs_loader;
 
-/*
+/**
  * Start worker threads that fill a ring of batch buffers ahead of the
  * consumer, over epoch `epoch` of `sampler` from sampler position `start`
  * (0 for a fresh epoch, or the position saved to resume).  ds and sampler
@@ -333,7 +334,7 @@ CXS_API int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                               const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
                               cxs_loader **out);
 
-/*
+/**
  * Hand back the previous batch (if any) and take the next one, waiting for
  * it if the workers are behind.  *batch is NULL at the end of the epoch.
  * Returns 0, or the first error a worker met.  One consumer at a time.
@@ -342,7 +343,7 @@ CXS_API int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
  */
 CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
 
-/*
+/**
  * External mode: give the loader one buffer pair to fill, x of batch_size *
  * (2k+1)*dim floats and y of batch_size int64 (NULL when labels are off).
  * Buffers are filled in the order given; the batch handed out by
@@ -357,14 +358,14 @@ CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
  */
 CXS_API int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y);
 
-/*
+/**
  * Restart at (epoch, start): discards prefetched batches, and the batch the
  * last cxs_loader_next handed out is no longer valid.  The position to save
  * for an exact resume is the last batch's position + n.
  */
 CXS_API int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start);
 
-/* Stop and join the workers, free the ring.  NULL is a no-op. */
+/** Stop and join the workers, free the ring.  NULL is a no-op. */
 CXS_API void cxs_loader_free(cxs_loader *l);
 
 #ifdef __cplusplus
