@@ -112,7 +112,7 @@ int cxs_container_parse(const uint8_t *p, uint64_t size, uint32_t kind,
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: header offset 24: section count %u, expected 1..%u", path,
                          c.nsections, CXS_MAX_SECTIONS);
-    if (header_hash(p, c.nsections) != c.header_checksum)
+    if (cxs_checksum_differs(header_hash(p, c.nsections), c.header_checksum))
         return cxs_diagf(d, CXS_E_CHECKSUM,
                          "%s: header checksum mismatch (header or section table damaged)", path);
     if (c.kind != kind)

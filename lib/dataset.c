@@ -88,7 +88,7 @@ void cxs_dataset_close(cxs_dataset *ds) {
 /* Hash one section and compare with its table entry. */
 static int check_section_hash(const uint8_t *map, const cxs_section *s, const char *path,
                               cxs_diag *d) {
-    if (cxs_hash(map + s->offset, s->length) != s->checksum)
+    if (cxs_checksum_differs(cxs_hash(map + s->offset, s->length), s->checksum))
         return cxs_diagf(d, CXS_E_CHECKSUM,
                          "%s: section %s (bytes %llu..%llu): checksum mismatch", path,
                          cxs_section_name(s->type), (unsigned long long)s->offset,
@@ -227,7 +227,7 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
                          (unsigned long long)sh->size, (unsigned long long)e->file_size);
     }
     if ((rc = cxs_container_parse(sh->map, sh->size, CXS_KIND_SHARD, &sh->c, path, d))) return rc;
-    if (e && sh->c.header_checksum != e->header_checksum)
+    if (e && cxs_checksum_differs(sh->c.header_checksum, e->header_checksum))
         return cxs_diagf(d, CXS_E_CHECKSUM,
                          "%s: header checksum differs from the manifest's (shard replaced or "
                          "damaged)",

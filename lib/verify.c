@@ -59,7 +59,7 @@ static int hash_plain(vctx *v, const uint8_t *map, const cxs_section *s, const c
         int rc = tick(v, n);
         if (rc) return rc;
     }
-    if (XXH3_64bits_digest(v->st) != s->checksum)
+    if (cxs_checksum_differs(XXH3_64bits_digest(v->st), s->checksum))
         return cxs_diagf(d, CXS_E_CHECKSUM,
                          "%s: section %s (bytes %llu..%llu): checksum mismatch", path,
                          cxs_section_name(s->type), (unsigned long long)s->offset,
@@ -107,7 +107,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
         int rc = tick(v, gbytes + n);
         if (rc) return rc;
     }
-    if (XXH3_64bits_digest(v->st) != s->checksum)
+    if (cxs_checksum_differs(XXH3_64bits_digest(v->st), s->checksum))
         return cxs_diagf(d, CXS_E_CHECKSUM,
                          "%s: section FEATURES (bytes %llu..%llu): checksum mismatch", sh->path,
                          (unsigned long long)s->offset,
