@@ -172,9 +172,17 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     return 0;
 }
 
-/* Per-utterance arrays and the bucket table; needs meta's counts. */
-static int alloc_arrays(cxs_dataset *ds) {
+/* Per-utterance arrays and the bucket table; needs meta's counts.  `bytes`
+ * is the size of the files that must hold them: counts they cannot hold are
+ * refused before anything is allocated for them (every utterance takes 8
+ * INDEX bytes, every frame at least 2 FEATURES bytes). */
+static int alloc_arrays(cxs_dataset *ds, uint64_t bytes, const char *path, cxs_diag *d) {
     uint64_t U = ds->meta.num_utterances;
+    if (U >= bytes / 8 || ds->meta.num_frames > bytes / 2)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: %llu utterances and %llu frames cannot fit in %llu bytes of shards",
+                         path, (unsigned long long)U, (unsigned long long)ds->meta.num_frames,
+                         (unsigned long long)bytes);
     uint64_t nb = (ds->meta.num_frames >> CXS_BUCKET_SHIFT) + 2;
     ds->cum = malloc((U + 1) * sizeof *ds->cum);
     ds->utt_shard = malloc(U * sizeof *ds->utt_shard);
@@ -186,8 +194,8 @@ static int alloc_arrays(cxs_dataset *ds) {
 }
 
 /* A shard opened alone describes the dataset itself. */
-static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, const char *path,
-                             cxs_diag *d) {
+static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, uint64_t size,
+                             const char *path, cxs_diag *d) {
     cxs_dataset_meta *m = &ds->meta;
     m->num_utterances = sm->num_utterances;
     m->num_frames = sm->num_frames;
@@ -205,7 +213,7 @@ static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, const ch
                          "utterances, %llu frames is not valid",
                          path, m->dtype, m->dim, m->guard, m->label_width,
                          (unsigned long long)m->num_utterances, (unsigned long long)m->num_frames);
-    return alloc_arrays(ds);
+    return alloc_arrays(ds, size, path, d);
 }
 
 /* Check shard i against its manifest entry (or, for a shard opened alone,
@@ -245,7 +253,7 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     cxs_shard_meta *sm = &sh->meta;
     if ((rc = cxs_shard_meta_load(sh->map + smeta->offset, smeta->length, sm, path, d))) return rc;
     if (!e) {
-        if ((rc = single_shard_meta(ds, sm, path, d))) return rc;
+        if ((rc = single_shard_meta(ds, sm, sh->size, path, d))) return rc;
         sh->u_start = sh->f_start = 0;
     } else {
         if (sm->index != i || sm->dim != m->dim || sm->guard != m->guard ||
@@ -438,10 +446,25 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
     if ((rc = open_manifest(ds, d))) goto fail;
     uint64_t U = ds->meta.num_utterances;
     ds->shards = calloc(ds->meta.num_shards, sizeof *ds->shards);
-    if (!ds->shards || (rc = alloc_arrays(ds))) {
+    if (!ds->shards) {
         rc = -ENOMEM;
         goto fail;
     }
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+        if (!(ds->shards[i].path = shard_path(dir, i))) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        struct stat sst;
+        if (stat(ds->shards[i].path, &sst) != 0) {
+            int e = errno;
+            rc = cxs_diagf(d, -e, "%s: %s", ds->shards[i].path, strerror(e));
+            goto fail;
+        }
+        bytes += (uint64_t)sst.st_size;
+    }
+    if ((rc = alloc_arrays(ds, bytes, ds->manifest_path, d))) goto fail;
     const uint8_t *table = ds->mmap + cxs_container_find(&ds->mc, CXS_SEC_SHARD_TABLE)->offset;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         cxs_shard_entry e;
@@ -461,10 +484,6 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
                            ds->manifest_path, i, (unsigned long long)e.first_utterance,
                            (unsigned long long)e.num_utterances,
                            (unsigned long long)e.first_frame, (unsigned long long)e.num_frames);
-            goto fail;
-        }
-        if (!(ds->shards[i].path = shard_path(dir, i))) {
-            rc = -ENOMEM;
             goto fail;
         }
         if ((rc = open_shard(ds, i, &e, prev_id, d))) goto fail;
