@@ -450,6 +450,7 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
         rc = -ENOMEM;
         goto fail;
     }
+    const uint8_t *table = ds->mmap + cxs_container_find(&ds->mc, CXS_SEC_SHARD_TABLE)->offset;
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         if (!(ds->shards[i].path = shard_path(dir, i))) {
@@ -462,10 +463,19 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
             rc = cxs_diagf(d, -e, "%s: %s", ds->shards[i].path, strerror(e));
             goto fail;
         }
+        /* A shard of the wrong size is reported as such, before the counts
+         * are checked against the sizes. */
+        cxs_shard_entry se;
+        cxs_shard_entry_load(table + (uint64_t)i * CXS_SHARD_ENTRY_SIZE, &se);
+        if ((uint64_t)sst.st_size != se.file_size) {
+            rc = cxs_diagf(d, (uint64_t)sst.st_size < se.file_size ? CXS_E_TRUNCATED : CXS_E_CORRUPT,
+                           "%s: %llu bytes, the manifest says %llu", ds->shards[i].path,
+                           (unsigned long long)sst.st_size, (unsigned long long)se.file_size);
+            goto fail;
+        }
         bytes += (uint64_t)sst.st_size;
     }
     if ((rc = alloc_arrays(ds, bytes, ds->manifest_path, d))) goto fail;
-    const uint8_t *table = ds->mmap + cxs_container_find(&ds->mc, CXS_SEC_SHARD_TABLE)->offset;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         cxs_shard_entry e;
         if (cxs_shard_entry_load(table + (uint64_t)i * CXS_SHARD_ENTRY_SIZE, &e)) {
