@@ -579,22 +579,31 @@ static int load_vocab(const char *path, vocab *v) {
     return 0;
 }
 
-int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
-    raw_set rs;
+/* List RAW and load the vocabulary its transcripts need (none without
+ * transcripts).  Returns 0 or an exit code, having printed why. */
+static int open_raw(const char *rawdir, const char *vocab_path, raw_set *rs, vocab *v) {
     char why[WHY_SIZE];
-    if (raw_list(rawdir, &rs, why, sizeof why)) {
+    memset(v, 0, sizeof *v);
+    if (raw_list(rawdir, rs, why, sizeof why)) {
         warnx_("%s", why);
         return EXIT_DATA;
     }
-    vocab v = {0};
-    int ec = 0, rc = 0;
+    int ec = rs->has_transcripts ? load_vocab(vocab_path, v) : 0;
+    if (ec) raw_free(rs);
+    return ec;
+}
+
+int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
+    raw_set rs;
+    vocab v;
+    int ec = open_raw(rawdir, o->vocab_path, &rs, &v), rc = 0;
+    if (ec) return ec;
     packer k;
     memset(&k, 0, sizeof k);
     pipeline p = {0};
     char *tmp = NULL;
     int replace;
     double t0 = now_seconds();
-    if (rs.has_transcripts && (ec = load_vocab(o->vocab_path, &v))) goto out;
     int st = out_state(out, &replace);
     if (st < 0) {
         warnx_("%s: %s", out, strerror(-st));
@@ -735,17 +744,9 @@ out:
 
 int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int quiet) {
     raw_set rs;
-    char why[WHY_SIZE];
-    if (raw_list(rawdir, &rs, why, sizeof why)) {
-        warnx_("%s", why);
-        return EXIT_DATA;
-    }
-    vocab v = {0};
-    int ec = 0;
-    if (rs.has_transcripts && (ec = load_vocab(vocab_path, &v))) {
-        raw_free(&rs);
-        return ec;
-    }
+    vocab v;
+    int ec = open_raw(rawdir, vocab_path, &rs, &v);
+    if (ec) return ec;
     conv_opts co = {CXS_DTYPE_F32, CXS_NORM_NONE, rs.has_transcripts ? &v : NULL};
     pipeline p;
     if (pipeline_start(&p, &rs, &co, threads)) {
