@@ -185,7 +185,8 @@ class Loader:
         and never page-faults, while batches the caller keeps stay intact."""
         for i in range(len(self._pool)):
             pair = self._pool[i]
-            if sys.getrefcount(pair[0]) <= 2 and pair not in self._busy:
+            free = sys.getrefcount(pair[0]) <= 2 and (pair[1] is None or sys.getrefcount(pair[1]) <= 2)
+            if free and pair not in self._busy:
                 self._busy.add(pair)
                 return pair
         if self.pin_memory:

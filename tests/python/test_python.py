@@ -274,11 +274,17 @@ class Torch(unittest.TestCase):
         present = (torch.tensor(self.ds.stats.label_counts.astype(np.int64)) > 0)
         share = counts[present] / counts.sum()
         self.assertLess(float(share.max() - share.min()), 0.02)  # balanced classes
-        # Batches kept past the next step stay intact (fresh buffers each time).
+        # Batches kept past the next step stay intact (fresh buffers each time),
+        # also when only the labels, or only a slice, are kept.
         L = cxt.Loader(self.path, 3, 200, shuffle=False)
         kept = [(x, y) for x, y in L]
         wx, wy = self.ds.gather(range(len(self.ds)), 3, labels=True)
         self.assertTrue(torch.equal(torch.cat([x for x, _ in kept]), torch.from_numpy(wx)))
+        ys = [y for _, y in L]
+        self.assertTrue(torch.equal(torch.cat(ys), torch.from_numpy(wy)))
+        heads = [x[:2] for x, _ in L]
+        self.assertTrue(torch.equal(torch.cat(heads), torch.from_numpy(
+            np.concatenate([wx[i:i + 2] for i in range(0, len(wx), 200)]))))
 
     def test_example_trains(self):
         out = subprocess.run(
