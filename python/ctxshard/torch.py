@@ -49,7 +49,8 @@ def collate(batch):
 
 
 class FrameDataset(_TorchDataset):
-    """Frames of a packed dataset as (x, y): x float32 [(2k+1)*D], y int64.
+    """Frames of a packed dataset as (x, y): x float32 [(2k+1)*D], y int64
+    (x alone for a features-only dataset, such as a test split).
 
     Works in DataLoader worker processes (forked or spawned): each process
     opens the dataset on first use; the files are shared through the page
@@ -78,17 +79,23 @@ class FrameDataset(_TorchDataset):
         return self._len
 
     def _fetch(self, indices):
+        if not self.num_classes:  # features only (a test split): no labels
+            return torch.from_numpy(self.dataset.gather(indices, self.context,
+                                                        normalize=self.normalize)), None
         x, y = self.dataset.gather(indices, self.context, normalize=self.normalize, labels=True)
         return torch.from_numpy(x), torch.from_numpy(y)
 
     def __getitem__(self, i):
+        """(x, y), or x alone for a features-only dataset."""
         if isinstance(i, (list, tuple, np.ndarray, torch.Tensor)):
-            return self._fetch(np.asarray(i))
+            x, y = self._fetch(np.asarray(i))
+            return (x, y) if y is not None else x
         x, y = self._fetch(np.array([i]))
-        return x[0], y[0]
+        return (x[0], y[0]) if y is not None else x[0]
 
     def __getitems__(self, indices):
-        return _Batch(*self._fetch(np.asarray(indices)))
+        x, y = self._fetch(np.asarray(indices))
+        return _Batch(x, y) if y is not None else list(x)
 
 
 class _Pair(tuple):

@@ -212,6 +212,21 @@ class Torch(unittest.TestCase):
             self.assertTrue(torch.equal(xb, torch.from_numpy(wx)))
             self.assertTrue(torch.equal(yb, torch.from_numpy(wy)))
 
+    def test_features_only(self):
+        raw = os.path.join(TMP, "raw-test")
+        out = os.path.join(TMP, "test-split")
+        run("synth", raw, "--utts", 2, "--seed", 8, "--no-transcripts", "--quiet")
+        run("pack", raw, out, "--quiet")
+        fd = cxt.FrameDataset(out, 2)
+        x = fd[3]
+        self.assertEqual(tuple(x.shape), (5 * 28,))
+        dl = torch.utils.data.DataLoader(fd, batch_size=64)
+        xb = next(iter(dl))
+        self.assertEqual(tuple(xb.shape), (64, 5 * 28))
+        L = cxt.Loader(out, 2, 100, shuffle=False, labels=False)
+        xs = torch.cat(list(L))
+        self.assertTrue(torch.equal(xs, torch.from_numpy(ctxshard.open(out).gather(range(len(fd)), 2))))
+
     def epoch(self, loader):
         xs, ys = [], []
         for x, y in loader:
