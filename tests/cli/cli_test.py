@@ -268,6 +268,23 @@ class Output(Base):
         rc, _, err = run("pack", self.raw, out, "--quiet", *extra)
         self.assertEqual(rc, 0, err)
 
+    def test_progress_bar_only_on_a_terminal(self):
+        out = os.path.join(self.tmp, "out")
+        rc, _, err = run("pack", self.raw, out)
+        self.assertEqual(rc, 0)
+        self.assertNotIn("pack [", err)  # not a tty: no bar
+        if not shutil.which("script"):
+            self.skipTest("script(1) is not installed")
+        log = os.path.join(self.tmp, "tty.log")
+        for args, bar in (([], True), (["--quiet"], False)):
+            subprocess.run(["script", "-qec", " ".join([EXE, "pack", self.raw, out] + args), log],
+                           check=True, capture_output=True)
+            text = open(log, errors="replace").read()
+            self.assertEqual("pack [" in text and "100% 5/5 utterances" in text, bar, text)
+            rc = subprocess.run(["script", "-qec", f"{EXE} verify {out}", log],
+                                capture_output=True).returncode
+            self.assertEqual(rc, 0)
+
     def test_deterministic_across_threads(self):
         a, b = os.path.join(self.tmp, "a"), os.path.join(self.tmp, "b")
         self.pack(a, "--threads", 1, "--shard-size", "300K")
