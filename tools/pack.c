@@ -8,6 +8,7 @@
  * previous dataset). */
 #include "pack.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -482,19 +483,42 @@ static int out_state(const char *out, int *replace) {
     return 1;
 }
 
-static char *make_tmpdir(const char *out) {
+/* Split OUT into its parent directory and base name (trailing slashes
+ * ignored); both malloc'd. */
+static int split_out(const char *out, char **parent, char **base) {
     char *copy = strdup(out);
-    if (!copy) return NULL;
+    if (!copy) return -1;
     size_t n = strlen(copy);
     while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
     char *slash = strrchr(copy, '/');
-    const char *base = slash ? slash + 1 : copy;
-    const char *parent = slash ? (slash == copy ? "/" : copy) : ".";
+    *base = strdup(slash ? slash + 1 : copy);
     if (slash) *slash = 0;
-    size_t l = strlen(parent) + strlen(base) + 32;
+    *parent = strdup(slash ? (slash == copy ? "/" : copy) : ".");
+    free(copy);
+    return *base && *parent ? 0 : -1;
+}
+
+/* The temporary directory's name carries this host and process, so that a
+ * later pack can tell what a killed pack left from what a running one is
+ * writing: ".OUT.tmp-HOST-PID-XXXXXX". */
+static void host_tag(char *buf, size_t n) {
+    char h[256] = "host";
+    gethostname(h, sizeof h - 1);
+    size_t j = 0;
+    for (size_t i = 0; h[i] && j + 1 < n && j < 32; i++)
+        if ((h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z') || (h[i] >= '0' && h[i] <= '9'))
+            buf[j++] = h[i];
+    buf[j] = 0;
+}
+
+static char *make_tmpdir(const char *out) {
+    char *parent, *base, host[40];
+    if (split_out(out, &parent, &base)) return NULL;
+    host_tag(host, sizeof host);
+    size_t l = strlen(parent) + strlen(base) + 96;
     char *t = malloc(l);
     if (t) {
-        snprintf(t, l, "%s/.%s.tmp-XXXXXX", parent, base);
+        snprintf(t, l, "%s/.%s.tmp-%s-%ld-XXXXXX", parent, base, host, (long)getpid());
         if (!mkdtemp(t)) {
             free(t);
             t = NULL;
@@ -505,8 +529,40 @@ static char *make_tmpdir(const char *out) {
             chmod(t, 0777 & ~um);
         }
     }
-    free(copy);
+    free(parent);
+    free(base);
     return t;
+}
+
+/* Remove what packs of OUT on this host left when they were killed: their
+ * temporary directories whose process no longer exists. */
+static void remove_stale(const char *out, int quiet) {
+    char *parent, *base, host[40];
+    if (split_out(out, &parent, &base)) return;
+    host_tag(host, sizeof host);
+    size_t pl = strlen(base) + strlen(host) + 16;
+    char *prefix = malloc(pl);
+    DIR *d = prefix ? opendir(parent) : NULL;
+    if (d) {
+        snprintf(prefix, pl, ".%s.tmp-%s-", base, host);
+        size_t n = strlen(prefix);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strncmp(e->d_name, prefix, n) != 0) continue;
+            char *end;
+            long pid = strtol(e->d_name + n, &end, 10);
+            if (end == e->d_name + n || *end != '-' || pid <= 0 || pid == (long)getpid()) continue;
+            if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or unknown */
+            char *p = path_join(parent, e->d_name);
+            if (p && remove_tree(p) == 0 && !quiet)
+                warnx_("removed %s, left by an interrupted pack", p);
+            free(p);
+        }
+        closedir(d);
+    }
+    free(prefix);
+    free(parent);
+    free(base);
 }
 
 static int parent_fsync(const char *out) {
@@ -616,6 +672,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         ec = EXIT_USAGE;
         goto out;
     }
+    remove_stale(out, o->quiet);
     tmp = make_tmpdir(out);
     if (!tmp) {
         warnx_("%s: cannot create a temporary directory beside it: %s", out, strerror(errno));

@@ -89,6 +89,8 @@ class Crash(unittest.TestCase):
         r = run("pack", self.raw, out, *self.opts(), "--quiet")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(same_tree(out, self.new))
+        # what the killed pack left behind is gone
+        self.assertEqual(os.listdir(d), ["out"])
 
     def test_kill_at_every_phase(self):
         phases = [("shard-begin", 0), ("shard-begin", 2), ("utt", 0), ("utt", 7), ("utt", 20),
@@ -134,6 +136,24 @@ class Crash(unittest.TestCase):
         self.assertIn("interrupted; nothing written", err)
         self.assertEqual(self.check_state(d, out, True), "old")
         self.assertEqual(os.listdir(d), ["out"])  # the temporary directory is gone
+
+    def test_running_pack_is_not_stale(self):
+        """A second pack removes what dead packs left, never a running one's."""
+        d, out = self.work(True)
+        a = subprocess.Popen([EXE, "pack", self.raw, out, *self.opts(), "--quiet"],
+                             env=dict(os.environ, CXS_PACK_FAULT="stall:utt:4"),
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        running = [n for n in os.listdir(d) if n != "out"]
+        self.assertEqual(len(running), 1)
+        r = run("pack", self.raw, out, *self.opts(), "--quiet")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(d, running[0])))  # still there
+        a.send_signal(signal.SIGINT)
+        a.communicate()
+        self.assertEqual(a.returncode, 3)
+        self.assertEqual(os.listdir(d), ["out"])
+        self.assertTrue(same_tree(out, self.new))
 
     def test_disk_full_injected(self):
         total = sum(os.path.getsize(os.path.join(self.new, n)) for n in os.listdir(self.new))
