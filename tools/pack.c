@@ -672,6 +672,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         ec = EXIT_USAGE;
         goto out;
     }
+    install_signal_flag(); /* before anything exists that a signal would strand */
     remove_stale(out, o->quiet);
     tmp = make_tmpdir(out);
     if (!tmp) {
@@ -679,7 +680,6 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         ec = EXIT_SYSTEM;
         goto out;
     }
-    install_signal_flag();
     fault_init();
     conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL};
     k.o = o;

@@ -26,6 +26,18 @@ def run(*args, env=None):
     return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, env=e)
 
 
+def wait_for_shard(d, timeout=30):
+    """Wait until a pack writing into d has started its first shard."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for n in os.listdir(d):
+            if n.startswith(".out.tmp-") and os.listdir(os.path.join(d, n)):
+                time.sleep(0.3)  # it reaches the stall right after
+                return n
+        time.sleep(0.02)
+    raise AssertionError("the pack did not start")
+
+
 def same_tree(a, b):
     names = sorted(os.listdir(a))
     return names == sorted(os.listdir(b)) and all(
@@ -129,7 +141,7 @@ class Crash(unittest.TestCase):
         p = subprocess.Popen([EXE, "pack", self.raw, out, *self.opts(), "--quiet"],
                              env=dict(os.environ, CXS_PACK_FAULT="stall:utt:4"),
                              stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)
+        wait_for_shard(d)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate()
         self.assertEqual(p.returncode, 3)
@@ -143,9 +155,7 @@ class Crash(unittest.TestCase):
         a = subprocess.Popen([EXE, "pack", self.raw, out, *self.opts(), "--quiet"],
                              env=dict(os.environ, CXS_PACK_FAULT="stall:utt:4"),
                              stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)
-        running = [n for n in os.listdir(d) if n != "out"]
-        self.assertEqual(len(running), 1)
+        running = [wait_for_shard(d)]
         r = run("pack", self.raw, out, *self.opts(), "--quiet")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(os.path.isdir(os.path.join(d, running[0])))  # still there
