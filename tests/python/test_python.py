@@ -304,7 +304,7 @@ class Torch(unittest.TestCase):
     def test_example_trains(self):
         out = subprocess.run(
             [sys.executable, os.path.join(SRC, "examples", "train_mlp.py"), "--synth",
-             "--train-utts", "60", "--dev-utts", "15", "--hidden", "128", "--epochs", "2",
+             "--train-utts", "150", "--dev-utts", "20", "--hidden", "128", "--epochs", "2",
              "--context", "5"], check=True, capture_output=True, text=True,
             env=dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))).stdout
         majority = float(re.search(r"majority class ([\d.]+)%", out).group(1)) / 100
