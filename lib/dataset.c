@@ -630,7 +630,6 @@ int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, in
 int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label) {
     int64_t l;
     int rc = cxs_dataset_labels(ds, frame, 1, &l);
-    if (frame >= ds->meta.num_frames && ds->meta.label_width) return CXS_E_RANGE;
     if (rc) return rc;
     *label = (uint32_t)l;
     return 0;

@@ -234,7 +234,7 @@ typedef struct packer {
     uint32_t vocab_n;
     bytes skipped;
     uint64_t nskipped;
-    uint64_t bytes_in;
+    uint64_t bytes_in, bytes_out;
 } packer;
 
 static uint64_t shard_file_size(const packer *k, uint64_t U, uint64_t F, uint64_t idb) {
@@ -353,6 +353,7 @@ static int shard_end(packer *k) {
         cxs_shard_entry_store(e, &se);
         rc = bytes_put(&k->shard_table, e, sizeof e);
         k->nshards++;
+        k->bytes_out += w->pos;
     }
     return rc;
 }
@@ -458,6 +459,7 @@ static int write_manifest(packer *k, const vocab *v) {
     fault_point("manifest"); /* sections written, header page not yet */
     uint8_t page[CXS_PAGE];
     cxs_container_build(page, CXS_KIND_MANIFEST, w.pos, sec, n);
+    k->bytes_out += w.pos;
     if (!rc && pwrite(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
     if (!rc && fsync(fd) != 0) rc = -errno;
     if (close(fd) != 0 && !rc) rc = -errno;
@@ -735,8 +737,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
                 goto sysfail;
         } else {
             const raw_item *it = &rs.items[i];
-            struct stat fst;
-            if (stat(it->mfcc, &fst) == 0) k.bytes_in += (uint64_t)fst.st_size;
+            k.bytes_in += s->u.file_bytes;
             if ((rc = packer_add(&k, it->id, &s->u))) goto sysfail;
         }
         pipeline_release(&p, i);
@@ -757,14 +758,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     if (!o->quiet) {
         double dt = now_seconds() - t0;
         char a[32], b[32];
-        uint64_t outb = 0;
-        cxs_dataset *ds;
-        if (cxs_dataset_open(out, &ds, NULL) == 0) {
-            cxs_info info;
-            cxs_dataset_info(ds, &info);
-            outb = info.total_bytes;
-            cxs_dataset_close(ds);
-        }
+        uint64_t outb = k.bytes_out;
         printf("packed %llu utterances, %llu frames x %u dims (%s) into %u shard%s in %s\n",
                (unsigned long long)k.U, (unsigned long long)k.F, k.D, cxs_dtype_name(o->dtype),
                k.nshards, k.nshards == 1 ? "" : "s", out);

@@ -599,6 +599,7 @@ int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why,
     const raw_item *it = &rs->items[i];
     size_t len;
     int rc = read_npy_file(u, it->mfcc, MAX_FEATURE_FILE, "an utterance's features", &len, why, wn);
+    u->file_bytes = len;
     if (!rc) rc = features_decode(u, u->buf, len, o, it->mfcc, why, wn);
     if (rc || !o->v || !it->transcript) return rc;
     /* A transcript holds T+2 symbols of at most MAX_SYMBOL_CHARS characters

@@ -60,6 +60,7 @@ typedef struct conv_opts {
 /* An utterance read, validated and converted into its stored form. */
 typedef struct utt {
     uint64_t T;
+    uint64_t file_bytes; /* size of the features file read */
     uint32_t D;
     uint8_t *feat;     /* T*D stored elements */
     size_t feat_cap;
