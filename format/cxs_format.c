@@ -48,11 +48,15 @@ const char *cxs_section_name(uint32_t type) {
     case CXS_SEC_IDS: return "IDS";
     case CXS_SEC_FEATURES: return "FEATURES";
     case CXS_SEC_LABELS: return "LABELS";
+    case CXS_SEC_ZFEATURES: return "ZFEATURES";
+    case CXS_SEC_CHUNKS: return "CHUNKS";
     case CXS_SEC_DATASET_META: return "DATASET_META";
     case CXS_SEC_SHARD_TABLE: return "SHARD_TABLE";
     case CXS_SEC_VOCAB: return "VOCAB";
     case CXS_SEC_STATS: return "STATS";
     case CXS_SEC_SKIPPED: return "SKIPPED";
+    case CXS_SEC_PART_META: return "PART_META";
+    case CXS_SEC_PART_SUMS: return "PART_SUMS";
     default: return "unknown";
     }
 }
@@ -63,7 +67,10 @@ uint64_t cxs_hash(const void *p, size_t n) {
 
 static int known_type(uint32_t kind, uint32_t type) {
     if (kind == CXS_KIND_SHARD)
-        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_LABELS;
+        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_CHUNKS;
+    if (kind == CXS_KIND_PART)
+        return (type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SKIPPED) ||
+               type == CXS_SEC_PART_META || type == CXS_SEC_PART_SUMS;
     return type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SKIPPED;
 }
 
@@ -117,7 +124,8 @@ int cxs_container_parse(const uint8_t *p, uint64_t size, uint32_t kind,
                          "%s: header checksum mismatch (header or section table damaged)", path);
     if (c.kind != kind)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: header offset 12: file kind %u, expected %u (%s)",
-                         path, c.kind, kind, kind == CXS_KIND_SHARD ? "shard" : "manifest");
+                         path, c.kind, kind,
+                         kind == CXS_KIND_SHARD ? "shard" : kind == CXS_KIND_PART ? "part" : "manifest");
     if (c.file_size != size)
         return cxs_diagf(d, c.file_size > size ? CXS_E_TRUNCATED : CXS_E_CORRUPT,
                          "%s: file is %llu bytes, its header says %llu", path,
@@ -178,10 +186,15 @@ const cxs_section *cxs_container_find(const cxs_container *c, uint32_t type) {
 
 uint64_t cxs_container_build(uint8_t page[CXS_PAGE], uint32_t kind, uint64_t file_size,
                              const cxs_section *s, uint32_t n) {
+    return cxs_container_build_v(page, kind, 0, file_size, s, n);
+}
+
+uint64_t cxs_container_build_v(uint8_t page[CXS_PAGE], uint32_t kind, uint32_t minor,
+                               uint64_t file_size, const cxs_section *s, uint32_t n) {
     memset(page, 0, CXS_PAGE);
     memcpy(page, cxs_magic_bytes, 8);
     cxs_st16(page + 8, CXS_FORMAT_MAJOR);
-    cxs_st16(page + 10, CXS_FORMAT_MINOR);
+    cxs_st16(page + 10, (uint16_t)minor);
     cxs_st32(page + 12, kind);
     cxs_st64(page + 16, file_size);
     cxs_st32(page + 24, n);
@@ -251,6 +264,7 @@ void cxs_dataset_meta_store(uint8_t *p, const cxs_dataset_meta *m) {
     cxs_st64(p + 40, m->shard_size);
     cxs_st64(p + 48, m->num_skipped);
     cxs_st32(p + 56, m->on_error);
+    cxs_st32(p + 60, m->compression);
 }
 
 int cxs_dataset_meta_load(const uint8_t *p, uint64_t len, cxs_dataset_meta *m,
@@ -270,9 +284,11 @@ int cxs_dataset_meta_load(const uint8_t *p, uint64_t len, cxs_dataset_meta *m,
     m->shard_size = cxs_ld64(p + 40);
     m->num_skipped = cxs_ld64(p + 48);
     m->on_error = cxs_ld32(p + 56);
-    if (!reserved_zero(p, 60, 64))
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: reserved bytes 60..63 not zero",
-                         path);
+    m->compression = cxs_ld32(p + 60);
+    if (m->compression > CXS_COMPRESS_ZSTD)
+        return cxs_diagf(d, CXS_E_UNSUPPORTED,
+                         "%s: DATASET_META: compression code %u is unknown to this reader", path,
+                         m->compression);
     return 0;
 }
 
@@ -323,5 +339,68 @@ int cxs_strtab_check(const uint8_t *p, uint64_t len, uint64_t n, uint32_t maxlen
                 return cxs_diagf(d, CXS_E_CORRUPT, "%s: %s: string %llu holds control byte 0x%02x",
                                  path, what, (unsigned long long)i, s[j]);
     }
+    return 0;
+}
+
+void cxs_chunks_head_store(uint8_t *p, const cxs_chunks_head *h) {
+    memset(p, 0, CXS_CHUNKS_HEAD);
+    cxs_st32(p, h->codec);
+    cxs_st32(p + 4, h->filter);
+    cxs_st64(p + 8, h->raw_length);
+    cxs_st32(p + 16, h->chunk_rows);
+    cxs_st32(p + 20, (uint32_t)h->level);
+    cxs_st64(p + 24, h->num_chunks);
+}
+
+int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_t row_bytes,
+                    uint64_t zlen, cxs_chunks_head *h, const char *path, cxs_diag *d) {
+    if (len < CXS_CHUNKS_HEAD)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: CHUNKS is %llu bytes, shorter than its head",
+                         path, (unsigned long long)len);
+    h->codec = cxs_ld32(p);
+    h->filter = cxs_ld32(p + 4);
+    h->raw_length = cxs_ld64(p + 8);
+    h->chunk_rows = cxs_ld32(p + 16);
+    h->level = (int32_t)cxs_ld32(p + 20);
+    h->num_chunks = cxs_ld64(p + 24);
+    if (!reserved_zero(p, 32, 64))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: CHUNKS: reserved bytes 32..63 not zero", path);
+    if (h->codec != CXS_COMPRESS_ZSTD)
+        return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: CHUNKS: codec %u is unknown to this reader",
+                         path, h->codec);
+    if (h->filter > CXS_FILTER_SHUFFLE)
+        return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: CHUNKS: filter %u is unknown to this reader",
+                         path, h->filter);
+    if (h->raw_length != raw_length)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: CHUNKS: raw length %llu, the shard's features need %llu", path,
+                         (unsigned long long)h->raw_length, (unsigned long long)raw_length);
+    uint64_t rows = raw_length / row_bytes;
+    if (h->chunk_rows == 0 || (uint64_t)h->chunk_rows * row_bytes > CXS_MAX_CHUNK_BYTES)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: CHUNKS: %u rows per chunk (1 .. %llu for rows of %llu bytes)", path,
+                         h->chunk_rows, (unsigned long long)(CXS_MAX_CHUNK_BYTES / row_bytes),
+                         (unsigned long long)row_bytes);
+    uint64_t want = (rows + h->chunk_rows - 1) / h->chunk_rows;
+    if (h->num_chunks != want || len != CXS_CHUNKS_HEAD + CXS_CHUNK_ENTRY * want)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: CHUNKS: %llu chunks in %llu bytes, expected %llu chunks of %u rows",
+                         path, (unsigned long long)h->num_chunks, (unsigned long long)len,
+                         (unsigned long long)want, h->chunk_rows);
+    uint64_t prev = 0;
+    for (uint64_t c = 0; c < want; c++) {
+        uint64_t end = cxs_ld64(p + CXS_CHUNKS_HEAD + CXS_CHUNK_ENTRY * c);
+        if (end <= prev || end > zlen)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: CHUNKS: chunk %llu ends at %llu after %llu (must increase, up "
+                             "to the ZFEATURES length %llu)",
+                             path, (unsigned long long)c, (unsigned long long)end,
+                             (unsigned long long)prev, (unsigned long long)zlen);
+        prev = end;
+    }
+    if (prev != zlen)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: CHUNKS: chunks end at %llu, ZFEATURES is %llu bytes", path,
+                         (unsigned long long)prev, (unsigned long long)zlen);
     return 0;
 }

@@ -20,6 +20,7 @@ extern const uint8_t cxs_magic_bytes[8];
 
 #define CXS_KIND_SHARD 1u
 #define CXS_KIND_MANIFEST 2u
+#define CXS_KIND_PART 3u /* format 1.1: the manifest of a partial dataset */
 
 /* Section types. */
 #define CXS_SEC_SHARD_META 1u
@@ -27,11 +28,16 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_SEC_IDS 3u
 #define CXS_SEC_FEATURES 4u
 #define CXS_SEC_LABELS 5u
+#define CXS_SEC_ZFEATURES 6u /* format 1.1: compressed FEATURES */
+#define CXS_SEC_CHUNKS 7u    /* format 1.1: ZFEATURES' chunk table */
 #define CXS_SEC_DATASET_META 16u
 #define CXS_SEC_SHARD_TABLE 17u
 #define CXS_SEC_VOCAB 18u
 #define CXS_SEC_STATS 19u
 #define CXS_SEC_SKIPPED 20u
+#define CXS_SEC_PART_META 32u /* format 1.1, part manifests only */
+#define CXS_SEC_PART_SUMS 33u
+#define CXS_PART_META_SIZE 96u
 
 #define CXS_SECF_REQUIRED 1u
 
@@ -39,6 +45,16 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_DATASET_META_SIZE 64u
 #define CXS_SHARD_ENTRY_SIZE 64u
 #define CXS_STATS_HEAD 32u
+#define CXS_CHUNKS_HEAD 64u
+#define CXS_CHUNK_ENTRY 16u
+
+/* Compression codes (DATASET_META offset 60, CHUNKS codec). */
+#define CXS_COMPRESS_NONE 0u
+#define CXS_COMPRESS_ZSTD 1u
+#define CXS_FILTER_NONE 0u
+#define CXS_FILTER_SHUFFLE 1u
+/* A chunk decodes to at most this many bytes (bounds reader memory). */
+#define CXS_MAX_CHUNK_BYTES (64u << 20)
 
 #define CXS_MANIFEST_NAME "manifest.cxs"
 #define CXS_SHARD_NAME_FMT "shard-%06u.cxs"
@@ -91,7 +107,18 @@ typedef struct cxs_dataset_meta {
     uint64_t shard_size;
     uint64_t num_skipped;
     uint32_t on_error;
+    uint32_t compression; /* CXS_COMPRESS_*; format 1.1 */
 } cxs_dataset_meta;
+
+/* The head of a CHUNKS section (format 1.1). */
+typedef struct cxs_chunks_head {
+    uint32_t codec;      /* CXS_COMPRESS_ZSTD */
+    uint32_t filter;     /* CXS_FILTER_* */
+    uint64_t raw_length; /* the bytes FEATURES would hold */
+    uint32_t chunk_rows; /* rows per chunk; the last chunk may have fewer */
+    int32_t level;       /* compression level used (informational) */
+    uint64_t num_chunks;
+} cxs_chunks_head;
 
 typedef struct cxs_shard_entry {
     uint64_t file_size;
@@ -149,6 +176,10 @@ const cxs_section *cxs_container_find(const cxs_container *c, uint32_t type);
  */
 uint64_t cxs_container_build(uint8_t page[CXS_PAGE], uint32_t kind, uint64_t file_size,
                              const cxs_section *s, uint32_t n);
+/* The same, writing minor version `minor` (a writer writes the lowest minor
+ * version whose features a file uses: 1 for compressed datasets, else 0). */
+uint64_t cxs_container_build_v(uint8_t page[CXS_PAGE], uint32_t kind, uint32_t minor,
+                               uint64_t file_size, const cxs_section *s, uint32_t n);
 
 void cxs_shard_meta_store(uint8_t *p, const cxs_shard_meta *m);
 int cxs_shard_meta_load(const uint8_t *p, uint64_t len, cxs_shard_meta *m,
@@ -158,6 +189,12 @@ int cxs_dataset_meta_load(const uint8_t *p, uint64_t len, cxs_dataset_meta *m,
                           const char *path, cxs_diag *d);
 void cxs_shard_entry_store(uint8_t *p, const cxs_shard_entry *e);
 int cxs_shard_entry_load(const uint8_t *p, cxs_shard_entry *e);
+void cxs_chunks_head_store(uint8_t *p, const cxs_chunks_head *h);
+/* Parse and check the head and the chunk table of a CHUNKS section of len
+ * bytes against what the shard needs: raw_length FEATURES bytes of rows of
+ * row_bytes, and a ZFEATURES section of zlen bytes. */
+int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_t row_bytes,
+                    uint64_t zlen, cxs_chunks_head *h, const char *path, cxs_diag *d);
 
 /*
  * A string table: (n+1) u64 offsets relative to the byte after the offset

@@ -81,6 +81,7 @@ void cxs_dataset_close(cxs_dataset *ds) {
     free(ds->bucket);
     free(ds->norm_mean);
     free(ds->norm_scale);
+    cxs_zcache_free(ds->zc);
     free(ds->manifest_path);
     free(ds);
 }
@@ -176,9 +177,15 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
  * is the size of the files that must hold them: counts they cannot hold are
  * refused before anything is allocated for them (every utterance takes 8
  * INDEX bytes, every frame at least 2 FEATURES bytes). */
-static int alloc_arrays(cxs_dataset *ds, uint64_t bytes, const char *path, cxs_diag *d) {
+static int alloc_arrays(cxs_dataset *ds, uint64_t bytes, int compressed, const char *path,
+                        cxs_diag *d) {
     uint64_t U = ds->meta.num_utterances;
-    if (U >= bytes / 8 || ds->meta.num_frames > bytes / 2)
+    /* Compressed features may shrink a lot (all-zero chunks compress
+     * ~10^4-fold); the frame bound is then generous, and the per-frame
+     * array it protects (4 bytes per 4096 frames) stays small. */
+    uint64_t max_frames = compressed ? (bytes > UINT64_MAX / 65536 ? UINT64_MAX : bytes * 65536)
+                                     : bytes / 2;
+    if (U >= bytes / 8 || ds->meta.num_frames > max_frames)
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: %llu utterances and %llu frames cannot fit in %llu bytes of shards",
                          path, (unsigned long long)U, (unsigned long long)ds->meta.num_frames,
@@ -213,7 +220,7 @@ static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, uint64_t
                          "utterances, %llu frames is not valid",
                          path, m->dtype, m->dim, m->guard, m->label_width,
                          (unsigned long long)m->num_utterances, (unsigned long long)m->num_frames);
-    return alloc_arrays(ds, size, path, d);
+    return alloc_arrays(ds, size, ds->compressed, path, d);
 }
 
 /* Check shard i against its manifest entry (or, for a shard opened alone,
@@ -243,12 +250,33 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     const cxs_section *smeta = need(&sh->c, CXS_SEC_SHARD_META, path, &rc, d);
     const cxs_section *sidx = need(&sh->c, CXS_SEC_INDEX, path, &rc, d);
     const cxs_section *sids = need(&sh->c, CXS_SEC_IDS, path, &rc, d);
-    const cxs_section *sfeat = need(&sh->c, CXS_SEC_FEATURES, path, &rc, d);
+    /* Compressed (format 1.1): ZFEATURES and CHUNKS instead of FEATURES. */
+    const cxs_section *sz = cxs_container_find(&sh->c, CXS_SEC_ZFEATURES);
+    const cxs_section *schk = cxs_container_find(&sh->c, CXS_SEC_CHUNKS);
+    int zshard = e ? m->compression == CXS_COMPRESS_ZSTD : sz != NULL;
+    if (!e && i == 0) {
+        ds->compressed = zshard;
+        ds->meta.compression = zshard ? CXS_COMPRESS_ZSTD : CXS_COMPRESS_NONE;
+    }
+    const cxs_section *sfeat = NULL;
+    if (zshard) {
+        sz = need(&sh->c, CXS_SEC_ZFEATURES, path, &rc, d);
+        schk = need(&sh->c, CXS_SEC_CHUNKS, path, &rc, d);
+        if (!rc && cxs_container_find(&sh->c, CXS_SEC_FEATURES))
+            rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: both FEATURES and ZFEATURES are present", path);
+    } else {
+        sfeat = need(&sh->c, CXS_SEC_FEATURES, path, &rc, d);
+        if (!rc && (sz || schk))
+            rc = cxs_diagf(d, CXS_E_CORRUPT,
+                           "%s: a compressed shard in a dataset whose manifest says uncompressed",
+                           path);
+    }
     if (rc) return rc;
     /* Small sections are hashed at open; FEATURES and LABELS by verify. */
     if ((rc = check_section_hash(sh->map, smeta, path, d)) ||
         (rc = check_section_hash(sh->map, sidx, path, d)) ||
-        (rc = check_section_hash(sh->map, sids, path, d)))
+        (rc = check_section_hash(sh->map, sids, path, d)) ||
+        (schk && zshard && (rc = check_section_hash(sh->map, schk, path, d))))
         return rc;
     cxs_shard_meta *sm = &sh->meta;
     if ((rc = cxs_shard_meta_load(sh->map + smeta->offset, smeta->length, sm, path, d))) return rc;
@@ -326,14 +354,31 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     }
     uint64_t rows = F + (U + 1) * (uint64_t)m->guard;
     uint64_t row_bytes = (uint64_t)m->dim * ds->esize;
-    if (rows > UINT64_MAX / row_bytes || sfeat->length != rows * row_bytes)
+    uint64_t flen = zshard ? (rows <= UINT64_MAX / row_bytes ? rows * row_bytes : 0)
+                           : sfeat->length;
+    if (rows > UINT64_MAX / row_bytes || flen != rows * row_bytes)
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: FEATURES is %llu bytes, expected (%llu frames + %llu guard rows) x "
                          "%llu bytes",
-                         path, (unsigned long long)sfeat->length, (unsigned long long)F,
+                         path, (unsigned long long)flen, (unsigned long long)F,
                          (unsigned long long)((U + 1) * (uint64_t)m->guard),
                          (unsigned long long)row_bytes);
-    sh->features = sh->map + sfeat->offset;
+    ds->row_bytes = row_bytes;
+    ds->raw_feature_bytes += flen;
+    if (zshard) {
+        if ((rc = cxs_chunks_load(sh->map + schk->offset, schk->length, flen, row_bytes,
+                                  sz->length, &sh->ch, path, d)))
+            return rc;
+        sh->chunk_table = sh->map + schk->offset + CXS_CHUNKS_HEAD;
+        sh->zdata = sh->map + sz->offset;
+        sh->chunk_base = ds->total_chunks;
+        ds->total_chunks += sh->ch.num_chunks;
+        ds->zbytes += sz->length;
+        size_t cb = (size_t)(sh->ch.chunk_rows * row_bytes);
+        if (cb > ds->max_chunk_bytes) ds->max_chunk_bytes = cb;
+    } else {
+        sh->features = sh->map + sfeat->offset;
+    }
     const cxs_section *slab = cxs_container_find(&sh->c, CXS_SEC_LABELS);
     if (m->label_width) {
         if (!slab)
@@ -398,7 +443,28 @@ static char *shard_path(const char *dir, uint32_t i) {
 }
 
 int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
+    return cxs_dataset_open_ex(path, NULL, out, d);
+}
+
+static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d);
+
+int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset **out,
+                        cxs_diag *d) {
     if (!path || !out) return cxs_diagf(d, CXS_E_INVALID, "cxs_dataset_open: NULL argument");
+    cxs_dataset *ds;
+    int rc = open_impl(path, &ds, d);
+    if (rc) return rc;
+    uint64_t cache = opts ? opts->cache_bytes : CXS_DEFAULT_CACHE_BYTES;
+    if (ds->compressed && (rc = cxs_zcache_create(ds, cache))) {
+        cxs_dataset_close(ds);
+        return cxs_diagf(d, rc, "%s: cannot allocate a chunk cache of %llu bytes", path,
+                         (unsigned long long)cache);
+    }
+    *out = ds;
+    return 0;
+}
+
+static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
     cxs_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) return -ENOMEM;
     char *dir = NULL;
@@ -475,7 +541,8 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
         }
         bytes += (uint64_t)sst.st_size;
     }
-    if ((rc = alloc_arrays(ds, bytes, ds->manifest_path, d))) goto fail;
+    ds->compressed = ds->meta.compression == CXS_COMPRESS_ZSTD;
+    if ((rc = alloc_arrays(ds, bytes, ds->compressed, ds->manifest_path, d))) goto fail;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         cxs_shard_entry e;
         if (cxs_shard_entry_load(table + (uint64_t)i * CXS_SHARD_ENTRY_SIZE, &e)) {
@@ -546,6 +613,27 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
     info->max_length = ds->max_len;
     info->total_bytes = ds->total_bytes;
     info->single_shard = (uint32_t)ds->single_shard;
+    info->compression = ds->compressed ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE;
+    info->feature_bytes = ds->raw_feature_bytes;
+    info->stored_feature_bytes = ds->compressed ? ds->zbytes : ds->raw_feature_bytes;
+    if (ds->compressed) {
+        info->chunk_rows = ds->shards[0].ch.chunk_rows;
+        info->compression_level = ds->shards[0].ch.level;
+        info->shuffle = ds->shards[0].ch.filter == CXS_FILTER_SHUFFLE;
+    }
+}
+
+int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_t first, uint64_t count,
+                              void *out) {
+    if (!ds || (count && !out)) return CXS_E_INVALID;
+    if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
+    uint64_t T = ds->cum[u + 1] - ds->cum[u];
+    if (first > T || count > T - first) return CXS_E_RANGE;
+    if (!count) return 0;
+    zreader zr = {0};
+    int rc = cxs_read_rows(ds, &zr, ds->utt_shard[u], ds->row[u] + first, count, out);
+    cxs_zreader_free(&zr);
+    return rc;
 }
 
 void cxs_dataset_stats(const cxs_dataset *ds, cxs_stats *s) {
@@ -594,13 +682,14 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     out->first_frame = ds->cum[u];
     out->num_frames = ds->cum[u + 1] - ds->cum[u];
     out->shard = ds->utt_shard[u];
-    out->features = cxs_row_ptr(ds, u, 0);
+    out->features = ds->compressed ? NULL : cxs_row_ptr(ds, u, 0);
     out->labels = sh->labels ? sh->labels + (ds->cum[u] - sh->f_start) * sh->meta.label_width
                              : NULL;
     return 0;
 }
 
 int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
+    if (ds->compressed) return CXS_E_UNSUPPORTED;
     if (k > ds->meta.guard || frame >= ds->meta.num_frames) return CXS_E_RANGE;
     uint64_t u = cxs_find_utt(ds, frame);
     *window = cxs_row_ptr(ds, u, (int64_t)(frame - ds->cum[u]) - (int64_t)k);

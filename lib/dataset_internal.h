@@ -8,6 +8,7 @@
 
 #include "ctxshard.h"
 #include "cxs_format.h"
+#include "cxs_zchunk.h"
 
 typedef struct shard {
     char *path;
@@ -18,9 +19,16 @@ typedef struct shard {
     uint64_t u_start, f_start; /* first utterance and frame, dataset numbering */
     const uint8_t *index;
     const uint8_t *ids;
-    const uint8_t *features;
+    const uint8_t *features; /* NULL when compressed */
     const uint8_t *labels;
+    /* Compressed shards (format 1.1): the chunk table and the chunks. */
+    cxs_chunks_head ch;
+    const uint8_t *chunk_table; /* num_chunks entries: u64 end, u64 checksum */
+    const uint8_t *zdata;
+    uint64_t chunk_base;       /* dataset-wide number of this shard's chunk 0 */
 } shard;
+
+struct zcache;
 
 /* The frame -> utterance lookup jumps to a bucket of 2^CXS_BUCKET_SHIFT
  * frames first, then searches the few utterances that meet the bucket. */
@@ -46,7 +54,34 @@ struct cxs_dataset {
     uint64_t total_bytes;
     uint64_t min_len, max_len;
     float *norm_mean, *norm_scale; /* dim each, from the statistics; NULL without */
+    int compressed;
+    uint64_t row_bytes;       /* dim * esize */
+    uint64_t total_chunks;
+    size_t max_chunk_bytes;   /* decoded size of the largest chunk */
+    uint64_t zbytes, raw_feature_bytes;
+    struct zcache *zc;        /* NULL when not compressed or no cache */
 };
+
+/* Per-thread state for reading compressed features: a decoder and scratch
+ * buffers.  Zeroed = not yet set up. */
+typedef struct zreader {
+    ZSTD_DCtx *dc;
+    uint8_t *scratch, *own;
+    int32_t slot; /* cache slot held by the last get, or -1 */
+} zreader;
+
+/* Copy stored rows r0 .. r0+n-1 of shard s's FEATURES layout into dst (n *
+ * row_bytes bytes), decoding chunks of a compressed shard through the cache.
+ * Returns 0, -ENOMEM, CXS_E_CHECKSUM or CXS_E_CORRUPT (a damaged chunk). */
+int cxs_read_rows(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t r0, uint64_t n,
+                  uint8_t *dst);
+/* Decode chunk c of shard s into dst (max_chunk_bytes) with checksum check;
+ * *n gets its decoded size.  No cache. */
+int cxs_decode_chunk(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t c, uint8_t *dst,
+                     size_t *n);
+void cxs_zreader_free(zreader *zr);
+int cxs_zcache_create(cxs_dataset *ds, uint64_t bytes);
+void cxs_zcache_free(struct zcache *zc);
 
 /* Utterance holding frame (< num_frames). */
 static inline uint64_t cxs_find_utt(const cxs_dataset *ds, uint64_t frame) {

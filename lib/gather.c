@@ -1,6 +1,7 @@
 /* gather.c - cxs_dataset_gather(): windows into a caller's buffer. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cxs_convert.h"
@@ -44,12 +45,14 @@ typedef struct job {
     uint32_t flags;
     float *out;
     int64_t *labels;
+    int rc;
 } job;
 
 /* Where one window comes from: real rows a..b (relative to the frame) of
  * utterance u, zeros for the rest. */
 typedef struct plan {
-    const uint8_t *src; /* row a */
+    const uint8_t *src; /* row a (NULL when compressed) */
+    uint64_t row;       /* row a within its shard's FEATURES layout */
     int32_t zlo, rows, zhi; /* zero rows before, real rows, zero rows after */
     uint32_t shard;
     uint64_t label_index;
@@ -58,8 +61,13 @@ typedef struct plan {
 #define PLAN_CHUNK 64
 #define PREFETCH_AHEAD 8
 
-static void gather_range(const job *j) {
+static int gather_range(job *j) {
     const cxs_dataset *ds = j->ds;
+    zreader zr = {0};
+    uint8_t *stage = NULL; /* compressed: the real rows of one window */
+    if (ds->compressed && j->n &&
+        !(stage = malloc((2 * (size_t)j->k + 1) * (size_t)ds->row_bytes)))
+        return j->rc = -ENOMEM;
     const uint32_t D = ds->meta.dim, k = j->k;
     const size_t W = (2 * (size_t)k + 1) * D;
     const float *mean = (j->flags & CXS_GATHER_NORMALIZE) ? ds->norm_mean : NULL;
@@ -80,20 +88,31 @@ static void gather_range(const job *j) {
              * and a damaged guard row is never served. */
             int64_t lo = t - k, hi = t + k;
             int64_t a = lo < 0 ? 0 : lo, b = hi >= T ? T - 1 : hi;
-            p[i].src = cxs_row_ptr(ds, u, a);
+            p[i].src = ds->compressed ? NULL : cxs_row_ptr(ds, u, a);
+            p[i].row = ds->row[u] + (uint64_t)a;
             p[i].zlo = (int32_t)(a - lo);
             p[i].rows = (int32_t)(b - a + 1);
             p[i].zhi = (int32_t)(hi - b);
             p[i].shard = ds->utt_shard[u];
             p[i].label_index = f - ds->shards[p[i].shard].f_start;
-            if (i < PREFETCH_AHEAD) __builtin_prefetch(p[i].src);
+            if (i < PREFETCH_AHEAD && p[i].src) __builtin_prefetch(p[i].src);
         }
         for (size_t i = 0; i < m; i++) {
-            if (i + PREFETCH_AHEAD < m) __builtin_prefetch(p[i + PREFETCH_AHEAD].src);
+            if (i + PREFETCH_AHEAD < m && p[i + PREFETCH_AHEAD].src)
+                __builtin_prefetch(p[i + PREFETCH_AHEAD].src);
+            const uint8_t *src = p[i].src;
+            if (!src) {
+                int rc = cxs_read_rows(ds, &zr, p[i].shard, p[i].row, (uint64_t)p[i].rows, stage);
+                if (rc) {
+                    j->rc = rc;
+                    goto done;
+                }
+                src = stage;
+            }
             float *o = j->out + (c0 + i) * W;
             if (p[i].zlo) memset(o, 0, (size_t)p[i].zlo * D * sizeof *o);
             float *r = o + (size_t)p[i].zlo * D;
-            convert_rows(ds, p[i].src, (size_t)p[i].rows, r, mean, scale);
+            convert_rows(ds, src, (size_t)p[i].rows, r, mean, scale);
             if (p[i].zhi)
                 memset(r + (size_t)p[i].rows * D, 0, (size_t)p[i].zhi * D * sizeof *o);
             if (j->labels) {
@@ -104,6 +123,10 @@ static void gather_range(const job *j) {
             }
         }
     }
+done:
+    free(stage);
+    cxs_zreader_free(&zr);
+    return j->rc;
 }
 
 static void *gather_thread(void *arg) {
@@ -123,16 +146,15 @@ int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, 
     if (threads > n) threads = (unsigned)n;
     if (threads > 256) threads = 256;
     if (threads <= 1) {
-        job j = {ds, frames, n, k, flags, out, labels};
-        gather_range(&j);
-        return 0;
+        job j = {ds, frames, n, k, flags, out, labels, 0};
+        return gather_range(&j);
     }
     job jobs[256];
     pthread_t tid[256];
     unsigned char created[256];
     for (unsigned t = 0; t < threads; t++) {
         size_t a = n * t / threads, b = n * (t + 1) / threads;
-        jobs[t] = (job){ds, frames + a, b - a, k, flags, out + a * W, labels ? labels + a : NULL};
+        jobs[t] = (job){ds, frames + a, b - a, k, flags, out + a * W, labels ? labels + a : NULL, 0};
         /* Thread 0 is the caller; a thread that cannot start is done inline. */
         created[t] = t > 0 && pthread_create(&tid[t], NULL, gather_thread, &jobs[t]) == 0;
     }
@@ -140,5 +162,7 @@ int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, 
         if (!created[t]) gather_range(&jobs[t]);
     for (unsigned t = 1; t < threads; t++)
         if (created[t]) pthread_join(tid[t], NULL);
+    for (unsigned t = 0; t < threads; t++)
+        if (jobs[t].rc) return jobs[t].rc;
     return 0;
 }

@@ -115,6 +115,63 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
     return 0;
 }
 
+/* ZFEATURES (compressed): the section hash, then every chunk decoded
+ * (its own checksum and exact size), checking guard rows and values on the
+ * decoded rows as verify_features does. */
+static int verify_zfeatures(vctx *v, uint32_t si, const cxs_section *s, cxs_diag *d) {
+    const cxs_dataset *ds = v->ds;
+    const struct shard *sh = &ds->shards[si];
+    int rc = hash_plain(v, sh->map, s, sh->path, d);
+    if (rc) return rc;
+    const uint64_t rowb = ds->row_bytes, G = ds->meta.guard, U = sh->meta.num_utterances;
+    uint8_t *buf = malloc(ds->max_chunk_bytes);
+    zreader zr = {0};
+    if (!buf) return -ENOMEM;
+    /* Segments of the row stream: guard 0, utterance 0, guard 1, ... */
+    uint64_t seg = 0, seg_end = G, row = 0, bad;
+    for (uint64_t c = 0; c < sh->ch.num_chunks && !rc; c++) {
+        size_t n;
+        rc = cxs_decode_chunk(ds, &zr, si, c, buf, &n);
+        if (rc) {
+            const uint8_t *e = sh->chunk_table + CXS_CHUNK_ENTRY * c;
+            uint64_t a = c ? cxs_ld64(e - CXS_CHUNK_ENTRY) : 0, b = cxs_ld64(e);
+            rc = cxs_diagf(d, rc,
+                           "%s: ZFEATURES: chunk %llu (bytes %llu..%llu) %s", sh->path,
+                           (unsigned long long)c, (unsigned long long)(s->offset + a),
+                           (unsigned long long)(s->offset + b),
+                           rc == CXS_E_CHECKSUM ? "fails its checksum"
+                                                : "does not decode to its rows");
+            break;
+        }
+        for (uint64_t r = 0; r < n / rowb; r++, row++) {
+            while (row >= seg_end && seg < 2 * U) {
+                seg++;
+                uint64_t len = seg % 2 ? cxs_ld64(sh->index + 8 * (seg / 2 + 1)) -
+                                             cxs_ld64(sh->index + 8 * (seg / 2))
+                                       : G;
+                seg_end += len;
+            }
+            const uint8_t *p = buf + r * rowb;
+            if (seg % 2 == 0 && !zero_range(p, 0, rowb, &bad)) {
+                rc = cxs_diagf(d, CXS_E_CORRUPT,
+                               "%s: ZFEATURES: chunk %llu: guard row %llu is not zero", sh->path,
+                               (unsigned long long)c, (unsigned long long)row);
+                break;
+            }
+            if (seg % 2 == 1 && !finite_rows(p, ds->meta.dim, ds->meta.dtype, &bad)) {
+                rc = cxs_diagf(d, CXS_E_CORRUPT,
+                               "%s: ZFEATURES: utterance %llu holds a NaN or infinity (row %llu)",
+                               sh->path, (unsigned long long)(sh->meta.first_utterance + seg / 2),
+                               (unsigned long long)row);
+                break;
+            }
+        }
+    }
+    free(buf);
+    cxs_zreader_free(&zr);
+    return rc;
+}
+
 static int verify_labels(vctx *v, const struct shard *sh, const cxs_section *s, uint64_t *hist,
                          cxs_diag *d) {
     int rc = hash_plain(v, sh->map, s, sh->path, d);
@@ -155,6 +212,8 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
         for (uint32_t j = 0; j < sh->c.nsections; j++) {
             const cxs_section *s = &sh->c.sections[j];
             if (s->type == CXS_SEC_FEATURES) rc = verify_features(&v, sh, s, d);
+            else if (s->type == CXS_SEC_ZFEATURES && ds->compressed)
+                rc = verify_zfeatures(&v, i, s, d);
             else if (s->type == CXS_SEC_LABELS) rc = verify_labels(&v, sh, s, hist, d);
             else rc = hash_plain(&v, sh->map, s, sh->path, d);
             if (rc) goto out;

@@ -24,6 +24,8 @@ static const char *const usage_top =
     "  synth RAW      write a synthetic raw dataset (RAW/mfcc, RAW/transcript)\n"
     "  check RAW      validate a raw dataset without writing anything\n"
     "  pack RAW OUT   convert a raw dataset into a packed dataset\n"
+    "  convert IN OUT the same dataset compressed (zstd) or uncompressed\n"
+    "  merge PART... OUT  join partial datasets packed with --part I/N\n"
     "  verify OUT     re-hash every byte of a packed dataset\n"
     "  info OUT       describe a packed dataset\n"
     "  gather OUT     write context windows (and labels) as .npy files\n"
@@ -66,6 +68,8 @@ static const char *const usage_pack =
     "usage: ctxshard pack RAW OUT [--dtype f32|f16|bf16] [--guard G]\n"
     "                     [--shard-size SIZE] [--threads N] [--on-error fail|skip]\n"
     "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
+    "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle]\n"
+    "                     [--part I/N]\n"
     "\n"
     "Validate RAW, convert it and write a packed dataset to OUT atomically (a\n"
     "temporary directory beside OUT, fsynced, renamed into place; a previous\n"
@@ -86,7 +90,36 @@ static const char *const usage_pack =
     "  --normalize M      none (default) or utterance: per-utterance mean and\n"
     "                     variance normalisation before storing\n"
     "  --vocab FILE       phoneme list, one symbol per line\n"
-    "  --quiet            no progress bar, no summary\n";
+    "  --quiet            no progress bar, no summary\n"
+    "  --compress zstd[:LEVEL]\n"
+    "                     store features as independently decodable zstd chunks\n"
+    "                     (level 1..19, default 3); read transparently, but no\n"
+    "                     zero-copy windows\n"
+    "  --chunk-size SIZE  decoded bytes per chunk, whole rows (default 256K)\n"
+    "  --no-shuffle       no byte-shuffle filter before zstd\n"
+    "  --part I/N         pack only the I-th of N slices (whole shards) into a\n"
+    "                     partial dataset; join the N parts with ctxshard merge\n";
+
+static const char *const usage_convert =
+    "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress)\n"
+    "                        [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
+    "\n"
+    "Write dataset IN to OUT in the other storage form: compressed features\n"
+    "(zstd chunks) or plain, zero-copy ones.  The result is byte-identical to\n"
+    "packing the raw data directly in that form.  OUT is written atomically.\n";
+
+static const char *const usage_merge =
+    "usage: ctxshard merge PART... OUT [--move] [--quiet]\n"
+    "\n"
+    "Join the partial datasets written by `ctxshard pack RAW PART --part I/N`\n"
+    "(all N of them, any order) into one dataset, byte-identical to a single\n"
+    "`ctxshard pack RAW OUT` with the same options; statistics are merged\n"
+    "exactly.  Shard files are hard-linked into OUT when on the same\n"
+    "filesystem (copied otherwise, or when a shard must be renumbered), so the\n"
+    "parts stay valid.  Parts packed with other options, by another version or\n"
+    "from other inputs are refused.\n"
+    "\n"
+    "  --move    move the shard files instead (the parts are consumed)\n";
 
 static const char *const usage_verify =
     "usage: ctxshard verify OUT [--quiet]\n"
@@ -153,7 +186,7 @@ enum {
     O_UTTS = 256, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_VOCAB, O_THREADS, O_GUARD,
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
-    O_COMPARE
+    O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE
 };
 
 static const struct option longopts[] = {
@@ -171,17 +204,23 @@ static const struct option longopts[] = {
     {"offset", required_argument, 0, O_OFFSET},   {"html", required_argument, 0, O_HTML},
     {"svg", required_argument, 0, O_SVG},         {"no-scan", no_argument, 0, O_NOSCAN},
     {"examples", required_argument, 0, O_EXAMPLES}, {"compare", no_argument, 0, O_COMPARE},
+    {"compress", required_argument, 0, O_COMPRESS}, {"no-compress", no_argument, 0, O_NOCOMPRESS},
+    {"chunk-size", required_argument, 0, O_CHUNK}, {"no-shuffle", no_argument, 0, O_NOSHUFFLE},
+    {"part", required_argument, 0, O_PART},       {"move", no_argument, 0, O_MOVE},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
 static int allowed(const char *cmd, int opt) {
     static const struct {
         const char *cmd;
-        int opts[12];
+        int opts[16];
     } table[] = {
         {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_OFFSET}},
         {"check", {O_VOCAB, O_THREADS, O_QUIET}},
-        {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET}},
+        {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
+                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART}},
+        {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS}},
+        {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
@@ -191,7 +230,7 @@ static int allowed(const char *cmd, int opt) {
     if (opt == O_HELP) return 1;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (strcmp(table[i].cmd, cmd) == 0)
-            for (int j = 0; j < 12 && table[i].opts[j]; j++)
+            for (int j = 0; j < 16 && table[i].opts[j]; j++)
                 if (table[i].opts[j] == opt) return 1;
     return 0;
 }
@@ -271,6 +310,8 @@ int main(int argc, char **argv) {
     const char *usage = !strcmp(cmd, "synth")    ? usage_synth
                         : !strcmp(cmd, "check")  ? usage_check
                         : !strcmp(cmd, "pack")   ? usage_pack
+                        : !strcmp(cmd, "convert") ? usage_convert
+                        : !strcmp(cmd, "merge")  ? usage_merge
                         : !strcmp(cmd, "verify") ? usage_verify
                         : !strcmp(cmd, "info")   ? usage_info
                         : !strcmp(cmd, "gather") ? usage_gather
@@ -283,7 +324,9 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
-    pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0};
+    pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
+                    CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0};
+    int move = 0, have_form = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
@@ -406,15 +449,57 @@ int main(int argc, char **argv) {
             else return usage_error(usage, "--sampler: '%s' is not shuffle, sequential or weighted", optarg);
             break;
         case O_OUT: out = optarg; break;
+        case O_COMPRESS: {
+            char *end;
+            have_form = 1;
+            po.compress = CXS_COMPRESSION_ZSTD;
+            if (!strcmp(optarg, "zstd")) break;
+            long lv = strncmp(optarg, "zstd:", 5) ? -1 : strtol(optarg + 5, &end, 10);
+            if (lv < 1 || lv > 19 || *end)
+                return usage_error(usage, "--compress: '%s' is not zstd or zstd:LEVEL (1..19)", optarg);
+            po.level = (int)lv;
+            break;
+        }
+        case O_NOCOMPRESS:
+            have_form = 1;
+            po.compress = CXS_COMPRESSION_NONE;
+            break;
+        case O_CHUNK:
+            if (parse_size(optarg, &po.chunk_size) || po.chunk_size < 1024 ||
+                po.chunk_size > (64ull << 20))
+                return usage_error(usage, "--chunk-size: '%s' is not a size in 1K..64M", optarg);
+            break;
+        case O_NOSHUFFLE: po.shuffle = 0; break;
+        case O_PART: {
+            unsigned pi, pn;
+            char tail;
+            if (sscanf(optarg, "%u/%u%c", &pi, &pn, &tail) != 2 || pn < 1 || pn > 100000 ||
+                pi < 1 || pi > pn)
+                return usage_error(usage, "--part: '%s' is not I/N with 1 <= I <= N <= 100000", optarg);
+            po.part = pi;
+            po.parts = pn;
+            break;
+        }
+        case O_MOVE: move = 1; break;
         case O_LABELS: labels = optarg; break;
         default: break;
         }
     }
-    int need = !strcmp(cmd, "pack") || compare ? 2 : 1;
+    if (!strcmp(cmd, "merge")) {
+        free(frames);
+        if (argc - optind < 2) return usage_error(usage, "%s", "expected at least one PART and OUT");
+        return merge_run(argv + optind, argc - optind - 1, argv[argc - 1], move, po.quiet);
+    }
+    int need = !strcmp(cmd, "pack") || !strcmp(cmd, "convert") || compare ? 2 : 1;
+    if (!strcmp(cmd, "convert") && !have_form) {
+        free(frames);
+        return usage_error(usage, "%s", "give --compress zstd[:LEVEL] or --no-compress");
+    }
     if (argc - optind != need) {
         free(frames);
         return usage_error(usage, "%s", compare ? "--compare expects two datasets"
-                                        : need == 2 ? "expected RAW and OUT" : "expected one directory");
+                                        : need == 2 ? (strcmp(cmd, "convert") ? "expected RAW and OUT" : "expected IN and OUT")
+                                                    : "expected one directory");
     }
     const char *a = argv[optind], *b = need == 2 ? argv[optind + 1] : NULL;
     if (!strcmp(cmd, "bench-read")) {
@@ -427,6 +512,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) ec = synth_run(a, &so);
     else if (!strcmp(cmd, "check")) ec = check_run(a, po.vocab_path, po.threads, po.quiet);
     else if (!strcmp(cmd, "pack")) ec = pack_run(a, b, &po);
+    else if (!strcmp(cmd, "convert")) ec = convert_run(a, b, &po);
     else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);
     else if (!strcmp(cmd, "info")) ec = info_run(a, json);
     else if (!strcmp(cmd, "bench-read")) ec = bench_read_run(a, &bo);

@@ -20,10 +20,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include "ctxshard.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_zchunk.h"
 #include "raw.h"
 #include "util.h"
 #include "xsum.h"
@@ -74,7 +76,7 @@ typedef struct pipeline {
     const raw_set *rs;
     conv_opts co;
     slot *slots;
-    size_t nslots, next, consumed;
+    size_t nslots, next, consumed, end;
     int stop;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready;
@@ -85,7 +87,7 @@ typedef struct pipeline {
 static void *worker(void *arg) {
     pipeline *p = arg;
     pthread_mutex_lock(&p->mu);
-    while (!p->stop && p->next < p->rs->n) {
+    while (!p->stop && p->next < p->end) {
         if (p->next >= p->consumed + p->nslots) {
             pthread_cond_wait(&p->cv_work, &p->mu);
             continue;
@@ -104,9 +106,13 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static int pipeline_start(pipeline *p, const raw_set *rs, const conv_opts *co, unsigned threads) {
+/* Read items begin .. end-1 of rs. */
+static int pipeline_start(pipeline *p, const raw_set *rs, const conv_opts *co, unsigned threads,
+                          size_t begin, size_t end) {
     memset(p, 0, sizeof *p);
     p->rs = rs;
+    p->next = p->consumed = begin;
+    p->end = end;
     p->co = *co;
     p->nslots = 2 * (size_t)threads + 2;
     p->slots = calloc(p->nslots, sizeof *p->slots);
@@ -212,8 +218,9 @@ typedef struct swriter {
     uint64_t U, F, first_u, first_f;
     uint64_t pos; /* bytes written so far */
     XXH3_state_t *fh;
-    uint64_t feat_len;
-    bytes labels, cum, idoff, ids;
+    uint64_t feat_len;  /* FEATURES bytes (decoded, when compressed) */
+    uint64_t zlen;      /* compressed: ZFEATURES bytes written */
+    bytes labels, cum, idoff, ids, chunks;
 } swriter;
 
 typedef struct packer {
@@ -234,17 +241,19 @@ typedef struct packer {
     uint32_t vocab_n;
     bytes skipped;
     uint64_t nskipped;
-    uint64_t bytes_in, bytes_out;
+    uint64_t bytes_in, bytes_out, feat_out;
+    /* Shard numbering: a part's shards follow the shards of earlier parts. */
+    uint32_t index_base;
+    uint64_t u_base, f_base;
+    const uint32_t *member; /* shard of every listed utterance (pack), or NULL */
+    uint32_t cur_member;
+    /* Compression (format 1.1). */
+    uint32_t minor;
+    uint32_t chunk_rows;
+    size_t chunk_bytes, cfill, zcap;
+    uint8_t *cbuf, *zbuf, *scratch;
+    ZSTD_CCtx *cc;
 } packer;
-
-static uint64_t shard_file_size(const packer *k, uint64_t U, uint64_t F, uint64_t idb) {
-    uint64_t feat = (F + (U + 1) * (uint64_t)k->o->guard) * k->D * k->esize;
-    uint64_t s = CXS_PAGE + cxs_align_page(feat);
-    if (k->lw) s += cxs_align_page(F * k->lw);
-    s += cxs_align_page(8 * (U + 1)) + cxs_align_page(8 * (U + 1) + idb) +
-         cxs_align_page(CXS_SHARD_META_SIZE);
-    return s;
-}
 
 static int w_write(swriter *w, const void *p, size_t n) {
     if (fault.enospc_after && fault.written + n > fault.enospc_after) return -ENOSPC;
@@ -260,12 +269,51 @@ static int w_pad(swriter *w) {
     return pad ? w_write(w, zeros, pad) : 0;
 }
 
+/* Compress the chunk buffered so far and write it. */
+static int flush_chunk(packer *k) {
+    swriter *w = &k->w;
+    if (!k->cfill) return 0;
+    size_t z = cxs_zchunk_encode(k->cc, k->o->level, k->o->shuffle ? CXS_FILTER_SHUFFLE : 0,
+                                 k->esize, k->cbuf, k->cfill, k->scratch, k->zbuf, k->zcap);
+    if (!z) return -EIO;
+    int rc = w_write(w, k->zbuf, z);
+    if (rc) return rc;
+    XXH3_64bits_update(w->fh, k->zbuf, z);
+    w->zlen += z;
+    k->cfill = 0;
+    if ((rc = bytes_put64(&w->chunks, w->zlen))) return rc;
+    return bytes_put64(&w->chunks, cxs_hash(k->zbuf, z));
+}
+
+/* Append n bytes to the shard's FEATURES stream (in chunks, compressed,
+ * when the dataset is). */
+static int feat_put(packer *k, const uint8_t *p, size_t n) {
+    swriter *w = &k->w;
+    w->feat_len += n;
+    if (!k->cc) {
+        XXH3_64bits_update(w->fh, p, n);
+        return w_write(w, p, n);
+    }
+    while (n) {
+        size_t take = k->chunk_bytes - k->cfill < n ? k->chunk_bytes - k->cfill : n;
+        memcpy(k->cbuf + k->cfill, p, take);
+        k->cfill += take;
+        p += take;
+        n -= take;
+        if (k->cfill == k->chunk_bytes) {
+            int rc = flush_chunk(k);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
 static int shard_begin(packer *k) {
     swriter *w = &k->w;
     memset(w, 0, sizeof *w);
-    w->index = k->nshards;
-    w->first_u = k->U;
-    w->first_f = k->F;
+    w->index = k->index_base + k->nshards;
+    w->first_u = k->u_base + k->U;
+    w->first_f = k->f_base + k->F;
     char name[64];
     snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, w->index);
     w->path = path_join(k->tmpdir, name);
@@ -278,9 +326,7 @@ static int shard_begin(packer *k) {
     XXH3_64bits_reset(w->fh);
     static const uint8_t page[CXS_PAGE];
     int rc = w_write(w, page, CXS_PAGE);
-    if (!rc) rc = w_write(w, k->zero_guard, k->guard_bytes);
-    XXH3_64bits_update(w->fh, k->zero_guard, k->guard_bytes);
-    w->feat_len = k->guard_bytes;
+    if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
     if (!rc) rc = bytes_put64(&w->cum, 0);
     if (!rc) rc = bytes_put64(&w->idoff, 0);
     return rc;
@@ -289,12 +335,9 @@ static int shard_begin(packer *k) {
 static int shard_add(packer *k, const char *id, const utt *u) {
     swriter *w = &k->w;
     size_t fb = (size_t)u->T * k->D * k->esize;
-    int rc = w_write(w, u->feat, fb);
-    if (!rc) rc = w_write(w, k->zero_guard, k->guard_bytes);
+    int rc = feat_put(k, u->feat, fb);
+    if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
     if (rc) return rc;
-    XXH3_64bits_update(w->fh, u->feat, fb);
-    XXH3_64bits_update(w->fh, k->zero_guard, k->guard_bytes);
-    w->feat_len += fb + k->guard_bytes;
     if (k->lw && (rc = bytes_put(&w->labels, u->labels, (size_t)u->T * k->lw))) return rc;
     fault_point("utt");
     w->U++;
@@ -318,15 +361,29 @@ static int put_section(swriter *w, cxs_section *s, uint32_t type, const void *p,
 
 static int shard_end(packer *k) {
     swriter *w = &k->w;
-    cxs_section sec[5];
+    cxs_section sec[6];
     uint32_t n = 0;
-    int rc = 0;
-    sec[n].type = CXS_SEC_FEATURES;
+    int rc = flush_chunk(k);
+    sec[n].type = k->cc ? CXS_SEC_ZFEATURES : CXS_SEC_FEATURES;
     sec[n].flags = CXS_SECF_REQUIRED;
     sec[n].offset = CXS_PAGE;
-    sec[n].length = w->feat_len;
+    sec[n].length = k->cc ? w->zlen : w->feat_len;
     sec[n++].checksum = XXH3_64bits_digest(w->fh);
-    if (k->lw) rc = put_section(w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
+    k->feat_out += sec[0].length;
+    if (!rc && k->lw) rc = put_section(w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
+    if (!rc && k->cc) {
+        bytes t = {0};
+        uint8_t head[CXS_CHUNKS_HEAD];
+        uint64_t rows = w->feat_len / ((uint64_t)k->D * k->esize);
+        cxs_chunks_head h = {CXS_COMPRESS_ZSTD, k->o->shuffle ? CXS_FILTER_SHUFFLE : 0,
+                             w->feat_len, k->chunk_rows, k->o->level,
+                             (rows + k->chunk_rows - 1) / k->chunk_rows};
+        cxs_chunks_head_store(head, &h);
+        if (!(rc = bytes_put(&t, head, sizeof head)) &&
+            !(rc = bytes_put(&t, w->chunks.p, w->chunks.n)))
+            rc = put_section(w, &sec[n++], CXS_SEC_CHUNKS, t.p, t.n);
+        free(t.p);
+    }
     if (!rc) rc = put_section(w, &sec[n++], CXS_SEC_INDEX, w->cum.p, w->cum.n);
     bytes ids = {0};
     if (!rc && !(rc = bytes_put(&ids, w->idoff.p, w->idoff.n)) &&
@@ -340,7 +397,7 @@ static int shard_end(packer *k) {
     if (!rc) rc = put_section(w, &sec[n++], CXS_SEC_SHARD_META, meta, sizeof meta);
     if (!rc) rc = w_pad(w);
     uint8_t page[CXS_PAGE];
-    uint64_t h = cxs_container_build(page, CXS_KIND_SHARD, w->pos, sec, n);
+    uint64_t h = cxs_container_build_v(page, CXS_KIND_SHARD, k->minor, w->pos, sec, n);
     if (!rc && pwrite(w->fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
     if (!rc && fsync(w->fd) != 0) rc = -errno;
     if (close(w->fd) != 0 && !rc) rc = -errno;
@@ -366,14 +423,14 @@ static void swriter_free(swriter *w) {
     free(w->cum.p);
     free(w->idoff.p);
     free(w->ids.p);
+    free(w->chunks.p);
     memset(w, 0, sizeof *w);
 }
 
-/* Add one valid utterance: shard rollover, write, statistics. */
-static int packer_add(packer *k, const char *id, const utt *u) {
-    size_t il = strlen(id);
-    if (k->open && k->w.U > 0 &&
-        shard_file_size(k, k->w.U + 1, k->w.F + u->T, k->w.ids.n + il) > k->o->shard_size) {
+/* Add valid utterance i of the listing: shard rollover (to the shard the
+ * plan gave it), write, statistics. */
+static int packer_add(packer *k, size_t i, const char *id, const utt *u) {
+    if (k->open && k->member && k->member[i] != k->cur_member) {
         int rc = shard_end(k);
         swriter_free(&k->w);
         if (rc) return rc;
@@ -381,6 +438,7 @@ static int packer_add(packer *k, const char *id, const utt *u) {
     if (!k->open) {
         int rc = shard_begin(k);
         if (rc) return rc;
+        if (k->member) k->cur_member = k->member[i];
     }
     int rc = shard_add(k, id, u);
     if (rc) return rc;
@@ -398,67 +456,103 @@ static int packer_add(packer *k, const char *id, const utt *u) {
     return 0;
 }
 
-static int write_manifest(packer *k, const vocab *v) {
-    char *path = path_join(k->tmpdir, CXS_MANIFEST_NAME);
+/* The STATS section from the exact sums (spec 7.3). */
+static int stats_bytes(const packer *k, bytes *b) {
+    uint8_t t[8];
+    int rc = bytes_put64(b, k->F);
+    if (!rc) rc = bytes_put64(b, k->minlen);
+    if (!rc) rc = bytes_put64(b, k->maxlen);
+    if (!rc) rc = bytes_put64(b, 0);
+    double *mean = malloc((k->D + 1) * sizeof *mean);
+    if (!mean) rc = -ENOMEM;
+    for (uint32_t d = 0; d < k->D && !rc; d++) {
+        mean[d] = xsum_value(&k->s1[d]) / (double)k->F;
+        cxs_stf64(t, mean[d]);
+        rc = bytes_put(b, t, 8);
+    }
+    for (uint32_t d = 0; d < k->D && !rc; d++) {
+        double var = xsum_value(&k->s2[d]) / (double)k->F - mean[d] * mean[d];
+        cxs_stf64(t, var > 0 ? var : 0.0);
+        rc = bytes_put(b, t, 8);
+    }
+    free(mean);
+    for (uint32_t l = 0; l < k->vocab_n && !rc; l++) rc = bytes_put64(b, k->hist[l]);
+    return rc;
+}
+
+/* PART_SUMS: the exact sums themselves (their non-overlapping partials), so
+ * that a merge rounds the same totals a single pack would. */
+static int part_sums_bytes(const packer *k, bytes *b) {
+    uint8_t t[8];
+    int rc = bytes_put64(b, k->D);
+    if (!rc) rc = bytes_put64(b, k->vocab_n);
+    for (uint32_t d = 0; d < k->D && !rc; d++)
+        for (int which = 0; which < 2 && !rc; which++) {
+            const xsum *x = which ? &k->s2[d] : &k->s1[d];
+            rc = bytes_put64(b, (uint64_t)x->n);
+            for (int j = 0; j < x->n && !rc; j++) {
+                cxs_stf64(t, x->p[j]);
+                rc = bytes_put(b, t, 8);
+            }
+        }
+    for (uint32_t l = 0; l < k->vocab_n && !rc; l++) rc = bytes_put64(b, k->hist[l]);
+    return rc;
+}
+
+
+static int vocab_bytes(const vocab *v, bytes *b) {
+    uint64_t off = 0;
+    int rc = 0;
+    for (uint32_t i = 0; i <= v->n && !rc; i++) {
+        rc = bytes_put64(b, off);
+        if (i < v->n) off += v->lens[i];
+    }
+    for (uint32_t i = 0; i < v->n && !rc; i++) rc = bytes_put(b, v->sym[i], v->lens[i]);
+    return rc;
+}
+
+/* What a manifest (or a part's manifest) holds beyond the packer's state. */
+typedef struct index_file {
+    uint32_t kind;           /* CXS_KIND_MANIFEST or CXS_KIND_PART */
+    const bytes *vocab;      /* VOCAB bytes (k->vocab_n > 0) */
+    const bytes *stats;      /* STATS (manifest) or PART_SUMS (part) */
+    const uint8_t *part_meta; /* part: CXS_PART_META_SIZE bytes */
+} index_file;
+
+static int write_index(packer *k, const index_file *x) {
+    const char *name = x->kind == CXS_KIND_PART ? PART_NAME : CXS_MANIFEST_NAME;
+    char *path = path_join(k->tmpdir, name);
     if (!path) return -ENOMEM;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     free(path);
     if (fd < 0) return -errno;
     swriter w = {.fd = fd, .pos = 0};
-    cxs_section sec[5];
+    cxs_section sec[8];
     uint32_t n = 0;
     static const uint8_t page0[CXS_PAGE];
     int rc = w_write(&w, page0, CXS_PAGE);
     uint8_t meta[CXS_DATASET_META_SIZE];
     cxs_dataset_meta m = {k->U, k->F, k->nshards, k->D, k->o->guard, (uint16_t)k->o->dtype,
                           (uint16_t)k->lw, k->vocab_n, k->o->normalize, k->o->shard_size,
-                          k->nskipped, (uint32_t)k->o->skip_bad};
+                          k->nskipped, (uint32_t)k->o->skip_bad, k->o->compress};
     cxs_dataset_meta_store(meta, &m);
     if (!rc) rc = put_section(&w, &sec[n++], CXS_SEC_DATASET_META, meta, sizeof meta);
-    if (!rc) rc = put_section(&w, &sec[n++], CXS_SEC_SHARD_TABLE, k->shard_table.p, k->shard_table.n);
-    bytes b = {0};
-    if (!rc && k->vocab_n) {
-        uint64_t off = 0;
-        for (uint32_t i = 0; i <= v->n && !rc; i++) {
-            rc = bytes_put64(&b, off);
-            if (i < v->n) off += v->lens[i];
-        }
-        for (uint32_t i = 0; i < v->n && !rc; i++) rc = bytes_put(&b, v->sym[i], v->lens[i]);
-        if (!rc) rc = put_section(&w, &sec[n++], CXS_SEC_VOCAB, b.p, b.n);
-        b.n = 0;
-    }
-    if (!rc) {
-        /* Statistics of the stored values: exact sums rounded once. */
-        uint8_t t[8];
-        rc = bytes_put64(&b, k->F);
-        if (!rc) rc = bytes_put64(&b, k->minlen);
-        if (!rc) rc = bytes_put64(&b, k->maxlen);
-        if (!rc) rc = bytes_put64(&b, 0);
-        double *mean = malloc(k->D * sizeof *mean);
-        if (!mean) rc = -ENOMEM;
-        for (uint32_t d = 0; d < k->D && !rc; d++) {
-            mean[d] = xsum_value(&k->s1[d]) / (double)k->F;
-            cxs_stf64(t, mean[d]);
-            rc = bytes_put(&b, t, 8);
-        }
-        for (uint32_t d = 0; d < k->D && !rc; d++) {
-            double var = xsum_value(&k->s2[d]) / (double)k->F - mean[d] * mean[d];
-            cxs_stf64(t, var > 0 ? var : 0.0);
-            rc = bytes_put(&b, t, 8);
-        }
-        free(mean);
-        for (uint32_t l = 0; l < k->vocab_n && !rc; l++) rc = bytes_put64(&b, k->hist[l]);
-        if (!rc) rc = put_section(&w, &sec[n++], CXS_SEC_STATS, b.p, b.n);
-    }
-    free(b.p);
+    if (!rc && k->shard_table.n)
+        rc = put_section(&w, &sec[n++], CXS_SEC_SHARD_TABLE, k->shard_table.p, k->shard_table.n);
+    if (!rc && k->vocab_n) rc = put_section(&w, &sec[n++], CXS_SEC_VOCAB, x->vocab->p, x->vocab->n);
+    if (!rc)
+        rc = put_section(&w, &sec[n++], x->kind == CXS_KIND_PART ? CXS_SEC_PART_SUMS : CXS_SEC_STATS,
+                         x->stats->p, x->stats->n);
     if (!rc && k->skipped.n) {
         rc = put_section(&w, &sec[n], CXS_SEC_SKIPPED, k->skipped.p, k->skipped.n);
         sec[n++].flags = 0; /* informational: readers may ignore it */
     }
+    if (!rc && x->part_meta)
+        rc = put_section(&w, &sec[n++], CXS_SEC_PART_META, x->part_meta, CXS_PART_META_SIZE);
     if (!rc) rc = w_pad(&w);
     fault_point("manifest"); /* sections written, header page not yet */
     uint8_t page[CXS_PAGE];
-    cxs_container_build(page, CXS_KIND_MANIFEST, w.pos, sec, n);
+    cxs_container_build_v(page, x->kind, x->kind == CXS_KIND_PART ? 1 : k->minor, w.pos, sec, n);
     k->bytes_out += w.pos;
     if (!rc && pwrite(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
     if (!rc && fsync(fd) != 0) rc = -errno;
@@ -466,14 +560,121 @@ static int write_manifest(packer *k, const vocab *v) {
     return rc;
 }
 
+static int write_manifest(packer *k, const vocab *v) {
+    bytes vb = {0}, sb = {0};
+    int rc = k->vocab_n ? vocab_bytes(v, &vb) : 0;
+    if (!rc) rc = stats_bytes(k, &sb);
+    index_file x = {CXS_KIND_MANIFEST, &vb, &sb, NULL};
+    if (!rc) rc = write_index(k, &x);
+    free(vb.p);
+    free(sb.p);
+    return rc;
+}
+
+/* ---- the shard plan --------------------------------------------------- */
+
+/* Which shard every listed utterance goes to, decided before any data is
+ * read so that a part of the list can be packed alone and still cut its
+ * shards where a single pack would.  Utterances are taken greedily in id
+ * order while the uncompressed shard file stays within --shard-size, each
+ * counted with the frames its features header declares (0 when the header
+ * cannot be read) and the width of the first readable header: exactly the
+ * shards of the data when every utterance is valid.  An utterance left out
+ * later under --on-error skip keeps its place; a shard left empty is not
+ * written. */
+typedef struct plan {
+    uint64_t *T;
+    uint32_t *D;
+    uint32_t *member;
+    uint32_t nshards;
+    uint64_t input_hash; /* ids, frames, widths, transcript presence */
+} plan;
+
+typedef struct probe_job {
+    const raw_set *rs;
+    plan *pl;
+    size_t a, b;
+} probe_job;
+
+static void *probe_thread(void *arg) {
+    probe_job *j = arg;
+    for (size_t i = j->a; i < j->b; i++) raw_probe(j->rs, i, &j->pl->T[i], &j->pl->D[i]);
+    return NULL;
+}
+
+static void plan_free(plan *pl) {
+    free(pl->T);
+    free(pl->D);
+    free(pl->member);
+    memset(pl, 0, sizeof *pl);
+}
+
+static int plan_make(plan *pl, const raw_set *rs, const pack_opts *o, uint32_t lw, unsigned threads) {
+    memset(pl, 0, sizeof *pl);
+    size_t n = rs->n;
+    pl->T = calloc(n + 1, sizeof *pl->T);
+    pl->D = calloc(n + 1, sizeof *pl->D);
+    pl->member = calloc(n + 1, sizeof *pl->member);
+    if (!pl->T || !pl->D || !pl->member) return -ENOMEM;
+    /* Headers in parallel: on a network filesystem this is latency-bound. */
+    unsigned nt = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+    if (nt > n) nt = n ? (unsigned)n : 1;
+    probe_job jobs[64];
+    pthread_t tid[64];
+    int started[64] = {0};
+    for (unsigned t = 0; t < nt; t++) {
+        jobs[t] = (probe_job){rs, pl, n * t / nt, n * (t + 1) / nt};
+        started[t] = t > 0 && pthread_create(&tid[t], NULL, probe_thread, &jobs[t]) == 0;
+    }
+    for (unsigned t = 0; t < nt; t++)
+        if (!started[t]) probe_thread(&jobs[t]);
+    for (unsigned t = 1; t < nt; t++)
+        if (started[t]) pthread_join(tid[t], NULL);
+    uint32_t D0 = 0;
+    for (size_t i = 0; i < n && !D0; i++) D0 = pl->D[i];
+    const uint64_t E = cxs_dtype_size(o->dtype), G = o->guard;
+    uint64_t U = 0, F = 0, idb = 0;
+    uint32_t s = 0;
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return -ENOMEM;
+    XXH3_64bits_reset(h);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t il = strlen(rs->items[i].id), T = pl->T[i];
+        uint64_t U1 = U + 1, F1 = F + T, idb1 = idb + il;
+        uint64_t feat = (F1 + (U1 + 1) * G) * D0 * E;
+        uint64_t size = CXS_PAGE + cxs_align_page(feat) + (lw ? cxs_align_page(F1 * lw) : 0) +
+                        cxs_align_page(8 * (U1 + 1)) + cxs_align_page(8 * (U1 + 1) + idb1) +
+                        cxs_align_page(CXS_SHARD_META_SIZE);
+        if (U > 0 && size > o->shard_size) {
+            s++;
+            U = F = idb = 0;
+        }
+        U++;
+        F += T;
+        idb += il;
+        pl->member[i] = s;
+        uint8_t rec[14];
+        cxs_st64(rec, T);
+        cxs_st32(rec + 8, pl->D[i]);
+        rec[12] = rs->items[i].mfcc != NULL;
+        rec[13] = rs->items[i].transcript != NULL;
+        XXH3_64bits_update(h, rs->items[i].id, il + 1);
+        XXH3_64bits_update(h, rec, sizeof rec);
+    }
+    pl->nshards = n ? s + 1 : 0;
+    pl->input_hash = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return 0;
+}
+
 /* ---- output directory ------------------------------------------------- */
 
-static int out_state(const char *out, int *replace) {
+static int out_state(const char *out, const char *marker, int *replace) {
     struct stat st;
     *replace = 0;
     if (lstat(out, &st) != 0) return errno == ENOENT ? 0 : -errno;
     if (!S_ISDIR(st.st_mode)) return 1;
-    char *m = path_join(out, CXS_MANIFEST_NAME);
+    char *m = path_join(out, marker);
     if (!m) return -ENOMEM;
     int has = access(m, F_OK) == 0;
     free(m);
@@ -651,6 +852,92 @@ static int open_raw(const char *rawdir, const char *vocab_path, raw_set *rs, voc
     return ec;
 }
 
+/* Set up what depends on the feature width D, once it is known. */
+static int packer_width(packer *k, uint32_t D) {
+    k->D = D;
+    k->guard_bytes = (size_t)k->o->guard * D * k->esize;
+    k->zero_guard = calloc(1, k->guard_bytes + 1);
+    k->s1 = calloc(D, sizeof *k->s1);
+    k->s2 = calloc(D, sizeof *k->s2);
+    if (!k->zero_guard || !k->s1 || !k->s2) return -ENOMEM;
+    if (k->o->compress == CXS_COMPRESS_ZSTD) {
+        uint64_t rowb = (uint64_t)D * k->esize;
+        uint64_t rows = k->o->chunk_size / rowb;
+        if (rows == 0) rows = 1;
+        if (rows * rowb > CXS_MAX_CHUNK_BYTES) rows = CXS_MAX_CHUNK_BYTES / rowb;
+        k->chunk_rows = (uint32_t)rows;
+        k->chunk_bytes = (size_t)(rows * rowb);
+        k->zcap = cxs_zchunk_bound(k->chunk_bytes);
+        k->cbuf = malloc(k->chunk_bytes);
+        k->scratch = malloc(k->chunk_bytes);
+        k->zbuf = malloc(k->zcap);
+        k->cc = ZSTD_createCCtx();
+        if (!k->cbuf || !k->scratch || !k->zbuf || !k->cc) return -ENOMEM;
+    }
+    return 0;
+}
+
+static void packer_free(packer *k) {
+    if (k->open) close(k->w.fd);
+    k->w.fd = -1;
+    swriter_free(&k->w);
+    free(k->zero_guard);
+    free(k->s1);
+    free(k->s2);
+    free(k->hist);
+    free(k->shard_table.p);
+    free(k->skipped.p);
+    free(k->cbuf);
+    free(k->scratch);
+    free(k->zbuf);
+    if (k->cc) ZSTD_freeCCtx(k->cc);
+    memset(k, 0, sizeof *k);
+}
+
+/* Where the output goes: checks OUT, removes what killed runs left, makes
+ * the temporary directory.  marker is the file whose presence makes OUT a
+ * previous output that may be replaced.  Returns 0 or an exit code. */
+static int output_begin(const char *out, const char *marker, int quiet, char **tmp, int *replace) {
+    int st = out_state(out, marker, replace);
+    if (st < 0) {
+        warnx_("%s: %s", out, strerror(-st));
+        return EXIT_SYSTEM;
+    }
+    if (st > 0) {
+        warnx_("%s: exists and is not a ctxshard %s (no %s); refusing to replace it", out,
+               strcmp(marker, PART_NAME) ? "dataset" : "part", marker);
+        return EXIT_USAGE;
+    }
+    install_signal_flag(); /* before anything exists that a signal would strand */
+    remove_stale(out, quiet);
+    *tmp = make_tmpdir(out);
+    if (!*tmp) {
+        warnx_("%s: cannot create a temporary directory beside it: %s", out, strerror(errno));
+        return EXIT_SYSTEM;
+    }
+    return 0;
+}
+
+static void part_meta_store(uint8_t *p, const pack_opts *o, const plan *pl, const packer *k,
+                            uint32_t s_lo, uint32_t s_hi, size_t i_lo, size_t i_hi, size_t listed) {
+    memset(p, 0, CXS_PART_META_SIZE);
+    cxs_st32(p, o->part);
+    cxs_st32(p + 4, o->parts);
+    cxs_st64(p + 8, listed);
+    cxs_st64(p + 16, pl->input_hash);
+    cxs_st32(p + 24, s_lo);
+    cxs_st32(p + 28, s_hi);
+    cxs_st32(p + 32, pl->nshards);
+    cxs_st32(p + 36, o->compress ? (uint32_t)o->level : 0);
+    cxs_st32(p + 40, o->compress ? k->chunk_rows : 0);
+    cxs_st32(p + 44, o->compress && o->shuffle ? CXS_FILTER_SHUFFLE : 0);
+    cxs_st64(p + 48, k->minlen);
+    cxs_st64(p + 56, k->maxlen);
+    snprintf((char *)p + 64, 16, "%s", cxs_version());
+    cxs_st64(p + 80, i_lo);
+    cxs_st64(p + 88, i_hi);
+}
+
 int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     raw_set rs;
     vocab v;
@@ -659,29 +946,13 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     packer k;
     memset(&k, 0, sizeof k);
     pipeline p = {0};
+    plan pl = {0};
     char *tmp = NULL;
     int replace;
+    const int is_part = o->parts > 0;
     double t0 = now_seconds();
-    int st = out_state(out, &replace);
-    if (st < 0) {
-        warnx_("%s: %s", out, strerror(-st));
-        ec = EXIT_SYSTEM;
+    if ((ec = output_begin(out, is_part ? PART_NAME : CXS_MANIFEST_NAME, o->quiet, &tmp, &replace)))
         goto out;
-    }
-    if (st > 0) {
-        warnx_("%s: exists and is not a ctxshard dataset (no %s); refusing to replace it", out,
-               CXS_MANIFEST_NAME);
-        ec = EXIT_USAGE;
-        goto out;
-    }
-    install_signal_flag(); /* before anything exists that a signal would strand */
-    remove_stale(out, o->quiet);
-    tmp = make_tmpdir(out);
-    if (!tmp) {
-        warnx_("%s: cannot create a temporary directory beside it: %s", out, strerror(errno));
-        ec = EXIT_SYSTEM;
-        goto out;
-    }
     fault_init();
     conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL};
     k.o = o;
@@ -690,15 +961,32 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     k.vocab_n = rs.has_transcripts ? v.n : 0;
     k.lw = k.vocab_n == 0 ? 0 : k.vocab_n <= 256 ? 1 : 2;
     k.minlen = UINT64_MAX;
+    k.minor = o->compress ? 1 : 0;
     k.hist = calloc(k.vocab_n + 1, sizeof *k.hist);
-    if (!k.hist || (rc = pipeline_start(&p, &rs, &co, o->threads))) {
+    if (!k.hist || (rc = plan_make(&pl, &rs, o, k.lw, o->threads))) {
         rc = rc ? rc : -ENOMEM;
         goto sysfail;
     }
+    /* This run's slice: whole shards of the plan, so that parts meet at
+     * shard boundaries; item range [i_lo, i_hi). */
+    uint32_t s_lo = 0, s_hi = pl.nshards;
+    if (is_part) {
+        s_lo = (uint32_t)((uint64_t)pl.nshards * (o->part - 1) / o->parts);
+        s_hi = (uint32_t)((uint64_t)pl.nshards * o->part / o->parts);
+    }
+    size_t i_lo = 0, i_hi = rs.n;
+    while (i_lo < rs.n && pl.member[i_lo] < s_lo) i_lo++;
+    i_hi = i_lo;
+    while (i_hi < rs.n && pl.member[i_hi] < s_hi) i_hi++;
+    k.member = pl.member;
+    k.index_base = s_lo;
+    k.u_base = i_lo;
+    for (size_t i = 0; i < i_lo; i++) k.f_base += pl.T[i];
+    if ((rc = pipeline_start(&p, &rs, &co, o->threads, i_lo, i_hi))) goto sysfail;
     progress bar;
     progress_init(&bar, "pack", o->quiet);
     const char *first_path = NULL;
-    for (size_t i = 0; i < rs.n; i++) {
+    for (size_t i = i_lo; i < i_hi; i++) {
         if (g_interrupted) {
             warnx_("%s: interrupted; nothing written", out);
             ec = EXIT_SYSTEM;
@@ -710,16 +998,8 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
             ec = EXIT_SYSTEM;
             goto out;
         }
-        if (width_check(s, &rs, i, &k.D, &first_path)) {
-            k.guard_bytes = (size_t)o->guard * k.D * k.esize;
-            k.zero_guard = calloc(1, k.guard_bytes + 1);
-            k.s1 = calloc(k.D, sizeof *k.s1);
-            k.s2 = calloc(k.D, sizeof *k.s2);
-            if (!k.zero_guard || !k.s1 || !k.s2) {
-                rc = -ENOMEM;
-                goto sysfail;
-            }
-        }
+        if (width_check(s, &rs, i, &k.D, &first_path) && (rc = packer_width(&k, k.D)))
+            goto sysfail;
         if (s->status == -1) {
             if (!o->skip_bad) {
                 warnx_("%s", s->why);
@@ -738,20 +1018,34 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         } else {
             const raw_item *it = &rs.items[i];
             k.bytes_in += s->u.file_bytes;
-            if ((rc = packer_add(&k, it->id, &s->u))) goto sysfail;
+            if ((rc = packer_add(&k, i, it->id, &s->u))) goto sysfail;
         }
         pipeline_release(&p, i);
-        progress_update(&bar, i + 1, rs.n, "utterances");
+        progress_update(&bar, i + 1 - i_lo, i_hi - i_lo, "utterances");
     }
     progress_done(&bar);
     pipeline_stop(&p);
-    if (k.U == 0) {
+    if (k.U == 0 && !is_part) {
         warnx_("%s: no valid utterance to pack (%llu skipped); nothing written", rawdir,
                (unsigned long long)k.nskipped);
         ec = EXIT_DATA;
         goto out;
     }
-    if ((rc = shard_end(&k)) || (rc = write_manifest(&k, &v))) goto sysfail;
+    if (k.open && (rc = shard_end(&k))) goto sysfail;
+    if (is_part) {
+        uint8_t pm[CXS_PART_META_SIZE];
+        bytes vb = {0}, sb = {0};
+        part_meta_store(pm, o, &pl, &k, s_lo, s_hi, i_lo, i_hi, rs.n);
+        rc = k.vocab_n ? vocab_bytes(&v, &vb) : 0;
+        if (!rc) rc = part_sums_bytes(&k, &sb);
+        index_file x = {CXS_KIND_PART, &vb, &sb, pm};
+        if (!rc) rc = write_index(&k, &x);
+        free(vb.p);
+        free(sb.p);
+        if (rc) goto sysfail;
+    } else if ((rc = write_manifest(&k, &v))) {
+        goto sysfail;
+    }
     if ((rc = commit_output(tmp, out, replace))) goto sysfail;
     free(tmp);
     tmp = NULL;
@@ -759,15 +1053,20 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         double dt = now_seconds() - t0;
         char a[32], b[32];
         uint64_t outb = k.bytes_out;
-        printf("packed %llu utterances, %llu frames x %u dims (%s) into %u shard%s in %s\n",
+        if (is_part)
+            printf("packed part %u of %u: shards %u..%u of %u (%llu listed utterances)\n", o->part,
+                   o->parts, s_lo, s_hi, pl.nshards, (unsigned long long)(i_hi - i_lo));
+        printf("packed %llu utterances, %llu frames x %u dims (%s%s) into %u shard%s in %s\n",
                (unsigned long long)k.U, (unsigned long long)k.F, k.D, cxs_dtype_name(o->dtype),
-               k.nshards, k.nshards == 1 ? "" : "s", out);
+               o->compress ? ", zstd" : "", k.nshards, k.nshards == 1 ? "" : "s", out);
         printf("  read %s, wrote %s in %.2f s (%.0f MB/s of input, %.0f frames/s)\n",
                human_bytes((double)k.bytes_in, a, sizeof a), human_bytes((double)outb, b, sizeof b),
                dt, (double)k.bytes_in / dt / 1e6, (double)k.F / dt);
         if (k.nskipped)
             printf("  skipped %llu bad utterance%s (listed in the dataset: ctxshard info %s)\n",
                    (unsigned long long)k.nskipped, k.nskipped == 1 ? "" : "s", out);
+        if (is_part)
+            printf("  join the parts with: ctxshard merge PART... OUT\n");
     }
     goto out;
 sysfail:
@@ -775,19 +1074,12 @@ sysfail:
     ec = EXIT_SYSTEM;
 out:
     pipeline_stop(&p);
-    if (k.open) close(k.w.fd);
-    k.w.fd = -1;
-    swriter_free(&k.w);
     if (tmp) {
         remove_tree(tmp);
         free(tmp);
     }
-    free(k.zero_guard);
-    free(k.s1);
-    free(k.s2);
-    free(k.hist);
-    free(k.shard_table.p);
-    free(k.skipped.p);
+    packer_free(&k);
+    plan_free(&pl);
     vocab_free(&v);
     raw_free(&rs);
     return ec;
@@ -800,7 +1092,7 @@ int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int 
     if (ec) return ec;
     conv_opts co = {CXS_DTYPE_F32, CXS_NORM_NONE, rs.has_transcripts ? &v : NULL};
     pipeline p;
-    if (pipeline_start(&p, &rs, &co, threads)) {
+    if (pipeline_start(&p, &rs, &co, threads, 0, rs.n)) {
         warnx_("cannot start threads");
         pipeline_stop(&p);
         vocab_free(&v);
@@ -837,4 +1129,552 @@ int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int 
     raw_free(&rs);
     if (ec) return ec;
     return problems ? EXIT_DATA : 0;
+}
+
+/* ---- convert: the same dataset in the other storage form --------------- */
+
+int convert_run(const char *in, const char *out, const pack_opts *oin) {
+    cxs_dataset *ds = NULL;
+    cxs_diag d;
+    cxs_open_opts oo = {64ull << 20};
+    int rc = cxs_dataset_open_ex(in, &oo, &ds, &d);
+    if (rc) {
+        warnx_("%s", d.message);
+        return exit_code_for(rc);
+    }
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    if (info.single_shard) {
+        warnx_("%s: a shard alone; convert needs the dataset directory (its manifest)", in);
+        cxs_dataset_close(ds);
+        return EXIT_USAGE;
+    }
+    pack_opts o = *oin;
+    o.dtype = info.dtype;
+    o.guard = info.guard;
+    o.shard_size = info.shard_size;
+    o.skip_bad = (int)info.on_error_skip;
+    o.normalize = info.normalize;
+    o.parts = 0;
+    packer k;
+    memset(&k, 0, sizeof k);
+    char *tmp = NULL, *id = NULL;
+    uint8_t *feat = NULL;
+    int replace, ec;
+    bytes vb = {0}, sb = {0};
+    double t0 = now_seconds();
+    if ((ec = output_begin(out, CXS_MANIFEST_NAME, o.quiet, &tmp, &replace))) goto out;
+    fault_init();
+    k.o = &o;
+    k.tmpdir = tmp;
+    k.esize = cxs_dtype_size(o.dtype);
+    k.vocab_n = info.vocab_size;
+    k.lw = info.label_width;
+    k.minor = o.compress ? 1 : 0;
+    k.minlen = info.min_length;
+    k.maxlen = info.max_length;
+    feat = malloc((size_t)info.max_length * info.dim * k.esize + 1);
+    id = malloc(CXS_MAX_ID_LEN + 1);
+    if (!feat || !id || (rc = packer_width(&k, info.dim))) {
+        rc = rc ? rc : -ENOMEM;
+        goto sysfail;
+    }
+    progress bar;
+    progress_init(&bar, "convert", o.quiet);
+    uint64_t u = 0;
+    for (uint32_t s = 0; s < info.num_shards; s++) {
+        if ((rc = shard_begin(&k))) goto sysfail;
+        cxs_utterance ut;
+        for (; u < info.num_utterances; u++) {
+            if (g_interrupted) {
+                warnx_("%s: interrupted; nothing written", out);
+                ec = EXIT_SYSTEM;
+                goto out;
+            }
+            cxs_dataset_utterance(ds, u, &ut);
+            if (ut.shard != s) break;
+            if ((rc = cxs_dataset_read_features(ds, u, 0, ut.num_frames, feat))) {
+                warnx_("%s: utterance %llu (%.*s): %s; nothing written", in,
+                       (unsigned long long)u, (int)ut.id_len, ut.id, cxs_strerror(rc));
+                ec = exit_code_for(rc);
+                goto out;
+            }
+            memcpy(id, ut.id, ut.id_len);
+            id[ut.id_len] = 0;
+            utt x;
+            memset(&x, 0, sizeof x);
+            x.T = ut.num_frames;
+            x.feat = feat;
+            x.labels = (uint8_t *)(uintptr_t)ut.labels;
+            k.bytes_in += ut.num_frames * info.dim * k.esize;
+            if ((rc = shard_add(&k, id, &x))) goto sysfail;
+            k.U++;
+            k.F += ut.num_frames;
+            progress_update(&bar, u + 1, info.num_utterances, "utterances");
+        }
+        if ((rc = shard_end(&k))) goto sysfail;
+        swriter_free(&k.w);
+    }
+    progress_done(&bar);
+    /* The manifest's other sections, as they are. */
+    const char *text;
+    size_t tlen;
+    cxs_dataset_skipped(ds, &text, &tlen);
+    k.nskipped = info.num_skipped;
+    if ((rc = bytes_put(&k.skipped, text, tlen))) goto sysfail;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i <= k.vocab_n && !rc; i++) {
+        const char *sym;
+        size_t len = 0;
+        if (i < k.vocab_n) cxs_dataset_vocab(ds, i, &sym, &len);
+        rc = bytes_put64(&vb, off);
+        off += len;
+    }
+    for (uint32_t i = 0; i < k.vocab_n && !rc; i++) {
+        const char *sym;
+        size_t len;
+        cxs_dataset_vocab(ds, i, &sym, &len);
+        rc = bytes_put(&vb, sym, len);
+    }
+    cxs_stats st;
+    cxs_dataset_stats(ds, &st);
+    uint8_t t8[8];
+    if (!rc) rc = bytes_put64(&sb, st.count);
+    if (!rc) rc = bytes_put64(&sb, info.min_length);
+    if (!rc) rc = bytes_put64(&sb, info.max_length);
+    if (!rc) rc = bytes_put64(&sb, 0);
+    for (uint32_t dd = 0; dd < 2 * info.dim && !rc; dd++) {
+        cxs_stf64(t8, dd < info.dim ? st.mean[dd] : st.var[dd - info.dim]);
+        rc = bytes_put(&sb, t8, 8);
+    }
+    for (uint32_t l = 0; l < k.vocab_n && !rc; l++) rc = bytes_put64(&sb, st.label_counts[l]);
+    index_file x = {CXS_KIND_MANIFEST, &vb, &sb, NULL};
+    if (rc || (rc = write_index(&k, &x)) || (rc = commit_output(tmp, out, replace))) goto sysfail;
+    free(tmp);
+    tmp = NULL;
+    if (!o.quiet) {
+        char a[32], b[32];
+        printf("converted %s (%s) to %s (%s) in %.2f s: features %s -> %s\n", in,
+               info.compression ? "zstd" : "uncompressed", out, o.compress ? "zstd" : "uncompressed",
+               now_seconds() - t0, human_bytes((double)info.stored_feature_bytes, a, sizeof a),
+               human_bytes((double)k.feat_out, b, sizeof b));
+    }
+    goto out;
+sysfail:
+    warnx_("%s: %s; nothing written", out, strerror(-rc));
+    ec = EXIT_SYSTEM;
+out:
+    if (tmp) {
+        remove_tree(tmp);
+        free(tmp);
+    }
+    free(vb.p);
+    free(sb.p);
+    free(feat);
+    free(id);
+    packer_free(&k);
+    cxs_dataset_close(ds);
+    return ec;
+}
+
+/* ---- merge: partial datasets into one --------------------------------- */
+
+typedef struct part_in {
+    const char *dir;
+    uint8_t *buf; /* part.cxs, whole */
+    size_t len, cap;
+    cxs_container c;
+    cxs_dataset_meta m;
+    uint32_t part, parts, first_shard, end_shard, total_shards, chunk_rows, filter;
+    int32_t level;
+    uint64_t listed, input_hash, minlen, maxlen;
+    char version[17];
+    const uint8_t *table, *vocab, *sums, *skipped;
+    uint64_t vocab_len, sums_len, skipped_len;
+} part_in;
+
+static const uint8_t *part_section(part_in *p, uint32_t type, uint64_t *len) {
+    const cxs_section *s = cxs_container_find(&p->c, type);
+    if (!s) return NULL;
+    if (len) *len = s->length;
+    return p->buf + s->offset;
+}
+
+/* Read and check PART/part.cxs.  Returns 0 or an exit code (printed). */
+static int part_load(part_in *p, const char *dir) {
+    memset(p, 0, sizeof *p);
+    p->dir = dir;
+    char *path = path_join(dir, PART_NAME);
+    if (!path) return EXIT_SYSTEM;
+    int rc = read_file(path, 1ull << 30, &p->buf, &p->cap, &p->len);
+    cxs_diag d;
+    int ec = 0;
+    if (rc) {
+        struct stat st;
+        char *m = path_join(dir, CXS_MANIFEST_NAME);
+        if (rc == -ENOENT && m && stat(m, &st) == 0)
+            warnx_("%s: a complete dataset, not a part (pack it with --part I/N to merge)", dir);
+        else
+            warnx_("%s: %s", path, rc > 0 ? "not a regular file or too large" : strerror(-rc));
+        free(m);
+        ec = rc == -ENOENT || rc > 0 ? EXIT_DATA : EXIT_SYSTEM;
+        goto out;
+    }
+    if ((rc = cxs_container_parse(p->buf, p->len, CXS_KIND_PART, &p->c, path, &d))) {
+        warnx_("%s", d.message);
+        ec = EXIT_DATA;
+        goto out;
+    }
+    for (uint32_t i = 0; i < p->c.nsections; i++) {
+        const cxs_section *s = &p->c.sections[i];
+        if (cxs_checksum_differs(cxs_hash(p->buf + s->offset, s->length), s->checksum)) {
+            warnx_("%s: section %s: checksum mismatch", path, cxs_section_name(s->type));
+            ec = EXIT_DATA;
+            goto out;
+        }
+    }
+    uint64_t ml = 0, pl = 0;
+    const uint8_t *meta = part_section(p, CXS_SEC_DATASET_META, &ml);
+    const uint8_t *pm = part_section(p, CXS_SEC_PART_META, &pl);
+    p->sums = part_section(p, CXS_SEC_PART_SUMS, &p->sums_len);
+    if (!meta || !pm || pl != CXS_PART_META_SIZE || !p->sums ||
+        cxs_dataset_meta_load(meta, ml, &p->m, path, &d)) {
+        warnx_("%s: not a valid part (DATASET_META, PART_META or PART_SUMS)", path);
+        ec = EXIT_DATA;
+        goto out;
+    }
+    p->part = cxs_ld32(pm);
+    p->parts = cxs_ld32(pm + 4);
+    p->listed = cxs_ld64(pm + 8);
+    p->input_hash = cxs_ld64(pm + 16);
+    p->first_shard = cxs_ld32(pm + 24);
+    p->end_shard = cxs_ld32(pm + 28);
+    p->total_shards = cxs_ld32(pm + 32);
+    p->level = (int32_t)cxs_ld32(pm + 36);
+    p->chunk_rows = cxs_ld32(pm + 40);
+    p->filter = cxs_ld32(pm + 44);
+    p->minlen = cxs_ld64(pm + 48);
+    p->maxlen = cxs_ld64(pm + 56);
+    memcpy(p->version, pm + 64, 16);
+    uint64_t tl = 0;
+    p->table = part_section(p, CXS_SEC_SHARD_TABLE, &tl);
+    p->vocab = part_section(p, CXS_SEC_VOCAB, &p->vocab_len);
+    p->skipped = part_section(p, CXS_SEC_SKIPPED, &p->skipped_len);
+    if (p->part < 1 || p->part > p->parts || tl != (uint64_t)p->m.num_shards * CXS_SHARD_ENTRY_SIZE ||
+        (p->m.vocab_size && !p->vocab)) {
+        warnx_("%s: not a valid part (part number or shard table)", path);
+        ec = EXIT_DATA;
+    }
+out:
+    free(path);
+    return ec;
+}
+
+/* Copy a file (copy_file_range, which may share blocks on the filesystem). */
+static int copy_file(const char *src, const char *dst) {
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return -errno;
+    int outfd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (outfd < 0) {
+        int e = errno;
+        close(in);
+        return -e;
+    }
+    int rc = 0;
+    for (;;) {
+        ssize_t n = copy_file_range(in, NULL, outfd, NULL, 1 << 30, 0);
+        if (n == 0) break;
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno != EXDEV && errno != ENOSYS && errno != EINVAL && errno != EOPNOTSUPP) {
+                rc = -errno;
+                break;
+            }
+            /* Fallback: plain reads and writes. */
+            static uint8_t buf[1 << 20];
+            ssize_t r;
+            while ((r = read(in, buf, sizeof buf)) > 0)
+                if ((rc = write_all(outfd, buf, (size_t)r))) break;
+            if (r < 0) rc = -errno;
+            break;
+        }
+    }
+    if (!rc && fsync(outfd) != 0) rc = -errno;
+    if (close(outfd) != 0 && !rc) rc = -errno;
+    close(in);
+    return rc;
+}
+
+/* Put one part's shard into the output as shard `index` holding utterances
+ * from first_u and frames from first_f: linked when it already says so,
+ * otherwise copied with its SHARD_META and header rewritten.  *e gets its
+ * manifest entry.  Returns 0, -errno, or 1 when the file is not what the
+ * part's table says (message printed). */
+static int place_shard(const char *src, const char *dst, const cxs_shard_entry *pe,
+                       uint32_t index, uint64_t first_u, uint64_t first_f, int *linked,
+                       cxs_shard_entry *e) {
+    int fd = open(src, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        warnx_("%s: %s", src, strerror(errno));
+        return errno == ENOENT ? 1 : -errno;
+    }
+    struct stat st;
+    uint8_t page[CXS_PAGE], meta[CXS_SHARD_META_SIZE];
+    cxs_container c;
+    cxs_diag d;
+    cxs_shard_meta m;
+    const cxs_section *sm = NULL;
+    int bad = fstat(fd, &st) != 0 || (uint64_t)st.st_size != pe->file_size ||
+              pread(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE ||
+              cxs_container_parse(page, pe->file_size, CXS_KIND_SHARD, &c, src, &d) ||
+              cxs_checksum_differs(c.header_checksum, pe->header_checksum) ||
+              !(sm = cxs_container_find(&c, CXS_SEC_SHARD_META)) ||
+              sm->length != CXS_SHARD_META_SIZE ||
+              pread(fd, meta, sizeof meta, (off_t)sm->offset) != (ssize_t)sizeof meta ||
+              cxs_checksum_differs(cxs_hash(meta, sizeof meta), sm->checksum) ||
+              cxs_shard_meta_load(meta, sizeof meta, &m, src, &d) ||
+              m.num_utterances != pe->num_utterances || m.num_frames != pe->num_frames;
+    close(fd);
+    if (bad) {
+        warnx_("%s: does not match its part's shard table (size, header checksum or "
+               "SHARD_META); re-pack that part",
+               src);
+        return 1;
+    }
+    *e = *pe;
+    e->first_utterance = first_u;
+    e->first_frame = first_f;
+    int rc;
+    *linked = 0;
+    if (m.index == index && m.first_utterance == first_u && m.first_frame == first_f) {
+        if (link(src, dst) == 0) {
+            *linked = 1;
+            return 0;
+        }
+        return copy_file(src, dst);
+    }
+    /* Renumber: SHARD_META and the header change, nothing else. */
+    if ((rc = copy_file(src, dst))) return rc;
+    m.index = index;
+    m.first_utterance = first_u;
+    m.first_frame = first_f;
+    cxs_shard_meta_store(meta, &m);
+    cxs_section *ms = (cxs_section *)(uintptr_t)sm;
+    ms->checksum = cxs_hash(meta, sizeof meta);
+    e->header_checksum = cxs_container_build_v(page, CXS_KIND_SHARD, c.minor, c.file_size,
+                                               c.sections, c.nsections);
+    fd = open(dst, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    rc = pwrite(fd, meta, sizeof meta, (off_t)sm->offset) == (ssize_t)sizeof meta &&
+                 pwrite(fd, page, CXS_PAGE, 0) == (ssize_t)CXS_PAGE && fsync(fd) == 0
+             ? 0
+             : -errno;
+    close(fd);
+    return rc;
+}
+
+static int part_cmp(const void *a, const void *b) {
+    const part_in *x = a, *y = b;
+    return (x->part > y->part) - (x->part < y->part);
+}
+
+/* Parts must come from one run of the same command over the same input. */
+static int parts_agree(part_in *ps, int n) {
+    const part_in *a = &ps[0];
+    const part_in *full = NULL; /* a part with utterances: it knows the width */
+    for (int i = 0; i < n; i++)
+        if (ps[i].m.num_utterances && !full) full = &ps[i];
+    if (a->parts != (uint32_t)n) {
+        warnx_("%s is part %u of %u, but %d part%s given: every part is needed", a->dir, a->part,
+               a->parts, n, n == 1 ? " was" : "s were");
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const part_in *p = &ps[i];
+        const char *why = NULL;
+        if (p->part != (uint32_t)i + 1) {
+            warnx_("%s and %s are both part %u", ps[i - 1].dir, p->dir, p->part);
+            return 0;
+        }
+        if (p->parts != a->parts) why = "a different number of parts (--part I/N)";
+        else if (strcmp(p->version, a->version)) why = "another ctxshard version";
+        else if (p->listed != a->listed || p->input_hash != a->input_hash ||
+                 p->total_shards != a->total_shards)
+            why = "different inputs (the listing of RAW: ids, frame counts or files differ)";
+        else if (p->m.guard != a->m.guard || p->m.dtype != a->m.dtype ||
+                 p->m.normalize != a->m.normalize || p->m.shard_size != a->m.shard_size ||
+                 p->m.on_error != a->m.on_error || p->m.label_width != a->m.label_width)
+            why = "different options (--dtype, --guard, --normalize, --shard-size or --on-error)";
+        else if (p->m.compression != a->m.compression || p->level != a->level ||
+                 p->filter != a->filter ||
+                 (full && p->m.num_utterances && p->chunk_rows != full->chunk_rows))
+            why = "different compression options (--compress, --chunk-size or --no-shuffle)";
+        else if (p->m.vocab_size != a->m.vocab_size || p->vocab_len != a->vocab_len ||
+                 (p->vocab_len && memcmp(p->vocab, a->vocab, (size_t)p->vocab_len)))
+            why = "a different vocabulary (--vocab)";
+        else if (full && p->m.num_utterances && p->m.dim != full->m.dim)
+            why = "a different feature width (pack with --on-error fail to see which utterances "
+                  "differ)";
+        else if (i > 0 && p->first_shard != ps[i - 1].end_shard)
+            why = "shard ranges that do not follow on";
+        if (why) {
+            warnx_("%s was packed with %s than %s; refusing to merge", p->dir, why,
+                   p == a ? ps[1].dir : a->dir);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int merge_run(char **dirs, int n, const char *out, int move, int quiet) {
+    part_in *ps = calloc((size_t)n, sizeof *ps);
+    if (!ps) {
+        warnx_("out of memory");
+        return EXIT_SYSTEM;
+    }
+    int ec = 0, rc = 0, replace;
+    packer k;
+    memset(&k, 0, sizeof k);
+    pack_opts o;
+    memset(&o, 0, sizeof o);
+    char *tmp = NULL;
+    double t0 = now_seconds();
+    for (int i = 0; i < n && !ec; i++) ec = part_load(&ps[i], dirs[i]);
+    if (ec) goto out;
+    qsort(ps, (size_t)n, sizeof *ps, part_cmp);
+    if (!parts_agree(ps, n)) {
+        ec = EXIT_DATA;
+        goto out;
+    }
+    uint32_t D = 0;
+    for (int i = 0; i < n; i++)
+        if (ps[i].m.num_utterances) D = ps[i].m.dim;
+    if (D == 0) {
+        warnx_("no part holds a valid utterance; nothing to merge");
+        ec = EXIT_DATA;
+        goto out;
+    }
+    if ((ec = output_begin(out, CXS_MANIFEST_NAME, quiet, &tmp, &replace))) goto out;
+    const cxs_dataset_meta *am = &ps[0].m;
+    o.dtype = am->dtype;
+    o.guard = am->guard;
+    o.shard_size = am->shard_size;
+    o.skip_bad = (int)am->on_error;
+    o.normalize = am->normalize;
+    o.compress = am->compression;
+    k.o = &o;
+    k.tmpdir = tmp;
+    k.esize = cxs_dtype_size(o.dtype);
+    k.vocab_n = am->vocab_size;
+    k.lw = am->label_width;
+    k.minor = o.compress ? 1 : 0;
+    k.minlen = UINT64_MAX;
+    k.D = D;
+    k.s1 = calloc(D, sizeof *k.s1);
+    k.s2 = calloc(D, sizeof *k.s2);
+    k.hist = calloc(k.vocab_n + 1, sizeof *k.hist);
+    if (!k.s1 || !k.s2 || !k.hist) {
+        rc = -ENOMEM;
+        goto sysfail;
+    }
+    uint64_t linked = 0, copied = 0;
+    for (int i = 0; i < n; i++) {
+        part_in *p = &ps[i];
+        /* The exact sums: adding every partial of every part is exact. */
+        const uint8_t *q = p->sums, *end = p->sums + p->sums_len;
+        uint64_t pd = p->sums_len >= 16 ? cxs_ld64(q) : UINT64_MAX, pv = cxs_ld64(q + 8);
+        q += 16;
+        int ok = p->sums_len >= 16 && (pd == D || (pd == 0 && !p->m.num_utterances)) &&
+                 pv == k.vocab_n;
+        for (uint64_t dd = 0; ok && dd < 2 * pd; dd++) {
+            uint64_t cnt = (uint64_t)(end - q) >= 8 ? cxs_ld64(q) : UINT64_MAX;
+            if (cnt > 48 || (uint64_t)(end - q) < 8 + 8 * cnt) {
+                ok = 0;
+                break;
+            }
+            q += 8;
+            for (uint64_t j = 0; j < cnt; j++, q += 8)
+                xsum_add(dd % 2 ? &k.s2[dd / 2] : &k.s1[dd / 2], cxs_ldf64(q));
+        }
+        if (!ok || (uint64_t)(end - q) != 8ull * k.vocab_n) {
+            warnx_("%s: %s: PART_SUMS does not describe %u dimensions and %u labels", p->dir,
+                   PART_NAME, D, k.vocab_n);
+            ec = EXIT_DATA;
+            goto out;
+        }
+        for (uint32_t l = 0; l < k.vocab_n; l++) k.hist[l] += cxs_ld64(q + 8ull * l);
+        if (p->m.num_utterances) {
+            if (p->minlen < k.minlen) k.minlen = p->minlen;
+            if (p->maxlen > k.maxlen) k.maxlen = p->maxlen;
+        }
+        k.nskipped += p->m.num_skipped;
+        if (p->skipped_len && (rc = bytes_put(&k.skipped, p->skipped, (size_t)p->skipped_len)))
+            goto sysfail;
+        /* The shards, renumbered after those of the earlier parts. */
+        for (uint32_t j = 0; j < p->m.num_shards; j++) {
+            if (g_interrupted) {
+                warnx_("%s: interrupted; nothing written", out);
+                ec = EXIT_SYSTEM;
+                goto out;
+            }
+            cxs_shard_entry pe, e;
+            cxs_shard_entry_load(p->table + (uint64_t)j * CXS_SHARD_ENTRY_SIZE, &pe);
+            char name[64];
+            snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, p->first_shard + j);
+            char *src = path_join(p->dir, name);
+            snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, k.nshards);
+            char *dst = path_join(tmp, name);
+            int was_linked = 0;
+            rc = src && dst ? place_shard(src, dst, &pe, k.nshards, k.U, k.F, &was_linked, &e)
+                            : -ENOMEM;
+            free(src);
+            free(dst);
+            if (rc == 1) {
+                ec = EXIT_DATA;
+                goto out;
+            }
+            if (rc) goto sysfail;
+            linked += was_linked;
+            copied += !was_linked;
+            uint8_t eb[CXS_SHARD_ENTRY_SIZE];
+            cxs_shard_entry_store(eb, &e);
+            if ((rc = bytes_put(&k.shard_table, eb, sizeof eb))) goto sysfail;
+            k.nshards++;
+            k.U += e.num_utterances;
+            k.F += e.num_frames;
+            k.bytes_out += e.file_size;
+        }
+    }
+    bytes vb = {0}, sb = {0};
+    if (!(rc = bytes_put(&vb, ps[0].vocab, (size_t)ps[0].vocab_len)) &&
+        !(rc = stats_bytes(&k, &sb))) {
+        index_file x = {CXS_KIND_MANIFEST, &vb, &sb, NULL};
+        rc = write_index(&k, &x);
+    }
+    free(vb.p);
+    free(sb.p);
+    if (rc || (rc = commit_output(tmp, out, replace))) goto sysfail;
+    free(tmp);
+    tmp = NULL;
+    if (move) /* the dataset is complete: the parts go */
+        for (int i = 0; i < n; i++) remove_tree(ps[i].dir);
+    if (!quiet)
+        printf("merged %d part%s into %s: %llu utterances, %llu frames, %u shards (%llu linked, "
+               "%llu copied) in %.2f s\n",
+               n, n == 1 ? "" : "s", out, (unsigned long long)k.U, (unsigned long long)k.F,
+               k.nshards, (unsigned long long)linked, (unsigned long long)copied,
+               now_seconds() - t0);
+    goto out;
+sysfail:
+    warnx_("%s: %s; nothing written", out, strerror(-rc));
+    ec = EXIT_SYSTEM;
+out:
+    if (tmp) {
+        remove_tree(tmp);
+        free(tmp);
+    }
+    for (int i = 0; i < n; i++) free(ps[i].buf);
+    free(ps);
+    packer_free(&k);
+    return ec;
 }

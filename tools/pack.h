@@ -13,7 +13,16 @@ typedef struct pack_opts {
     uint32_t normalize;
     const char *vocab_path;
     int quiet;
+    uint32_t compress;   /* CXS_COMPRESS_NONE or CXS_COMPRESS_ZSTD */
+    int level;           /* zstd level */
+    uint64_t chunk_size; /* decoded bytes per chunk (whole rows, at most this) */
+    int shuffle;         /* byte-shuffle filter before zstd */
+    uint32_t part, parts; /* --part I/N: 1 <= part <= parts; parts 0: the whole */
 } pack_opts;
+
+#define DEFAULT_LEVEL 3
+#define DEFAULT_CHUNK_SIZE (256ull << 10)
+#define PART_NAME "part.cxs"
 
 #define DEFAULT_GUARD 64u
 #define DEFAULT_SHARD_SIZE (1ull << 30)
@@ -21,6 +30,11 @@ typedef struct pack_opts {
 
 /* Returns an exit code; prints its own messages. */
 int pack_run(const char *raw, const char *out, const pack_opts *o);
+/* `ctxshard convert IN OUT`: the same dataset in the other form (o gives the
+ * compression, threads and quiet; the rest comes from IN). */
+int convert_run(const char *in, const char *out, const pack_opts *o);
+/* `ctxshard merge PART... OUT` (merge.c). */
+int merge_run(char **parts, int nparts, const char *out, int move, int quiet);
 int check_run(const char *raw, const char *vocab_path, unsigned threads, int quiet);
 
 #endif

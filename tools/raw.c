@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ctxshard.h"
 #include "cxs_convert.h"
@@ -609,5 +611,39 @@ int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why,
     rc = read_npy_file(u, it->transcript, max, "a transcript of this utterance's length", &len,
                        why, wn);
     if (!rc) rc = transcript_decode(u, u->buf, len, o->v, it->transcript, it->mfcc, why, wn);
+    return rc;
+}
+
+int raw_probe(const raw_set *rs, size_t i, uint64_t *T, uint32_t *D) {
+    *T = 0;
+    *D = 0;
+    const raw_item *it = &rs->items[i];
+    if (!it->mfcc) return -1;
+    int fd = open(it->mfcc, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    uint8_t head[12], *buf = NULL;
+    int rc = -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 12 ||
+        pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head)
+        goto out;
+    /* The whole header (magic, version, length, dictionary), no data. */
+    uint64_t hend = head[6] == 1 ? 10 + (uint64_t)cxs_ld16(head + 8) : 12 + (uint64_t)cxs_ld32(head + 8);
+    if (hend > (1u << 20) || hend > (uint64_t)st.st_size || !(buf = malloc((size_t)hend)) ||
+        pread(fd, buf, (size_t)hend, 0) != (ssize_t)hend)
+        goto out;
+    cxs_npy h;
+    char r[256];
+    /* The parser reads only the header bytes; the size lets it check that
+     * the data the shape promises is what the file holds. */
+    if (cxs_npy_parse(buf, (uint64_t)st.st_size, &h, r, sizeof r) == 0 && h.ndim == 2 &&
+        h.data_offset <= hend && h.shape[1] > 0 && h.shape[1] <= CXS_MAX_DIM) {
+        *T = h.shape[0];
+        *D = (uint32_t)h.shape[1];
+        rc = 0;
+    }
+out:
+    free(buf);
+    close(fd);
     return rc;
 }

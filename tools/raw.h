@@ -101,4 +101,9 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
 int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn);
 void utt_free(utt *u);
 
+/* Frames and width of item i from its features file's header alone (no
+ * data read, nothing validated beyond the header).  Returns 0, or -1 with
+ * *T = *D = 0 when the header cannot be read. */
+int raw_probe(const raw_set *rs, size_t i, uint64_t *T, uint32_t *D);
+
 #endif

@@ -93,6 +93,35 @@ CXS_API const char *cxs_version(void);
  */
 CXS_API int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *diag);
 
+/** Default size of the decoded-chunk cache of a compressed dataset. */
+#define CXS_DEFAULT_CACHE_BYTES (256ull << 20)
+
+/** Options of cxs_dataset_open_ex(). */
+typedef struct cxs_open_opts {
+    /**
+     * Compressed datasets only: bytes of decoded chunks kept in memory and
+     * shared by every thread reading the dataset (a bounded, thread-safe
+     * cache with CLOCK replacement).  0 disables caching: every read
+     * decodes the chunks it touches.  Uncompressed datasets ignore it.
+     */
+    uint64_t cache_bytes;
+} cxs_open_opts;
+
+/**
+ * cxs_dataset_open() with options; opts NULL means the defaults
+ * (cache_bytes = CXS_DEFAULT_CACHE_BYTES).  A compressed dataset (format
+ * 1.1, `ctxshard pack --compress zstd`) opens like any other: only its chunk
+ * tables are read at open; windows and gathers decode the chunks they
+ * touch, checking each chunk's checksum first, so a damaged chunk is an
+ * error (CXS_E_CHECKSUM or CXS_E_CORRUPT), never wrong data.  Zero-copy
+ * access is not available there: cxs_dataset_window() returns
+ * CXS_E_UNSUPPORTED and cxs_utterance.features is NULL; use
+ * cxs_dataset_gather() and cxs_dataset_read_features(), which work on both
+ * forms.
+ */
+CXS_API int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts,
+                                cxs_dataset **out, cxs_diag *diag);
+
 /** Unmap and free.  NULL is a no-op.  Every pointer handed out dies here. */
 CXS_API void cxs_dataset_close(cxs_dataset *ds);
 
@@ -134,7 +163,17 @@ typedef struct cxs_info {
     uint64_t max_length;      /**< longest utterance, frames */
     uint64_t total_bytes;     /**< all files of the dataset */
     uint32_t single_shard;    /**< 1 when opened from one shard file */
+    uint32_t compression;     /**< CXS_COMPRESSION_* of the feature sections */
+    uint32_t chunk_rows;      /**< compressed: FEATURES rows per chunk */
+    int32_t compression_level; /**< compressed: the level it was packed with */
+    uint32_t shuffle;         /**< compressed: 1 when the byte-shuffle filter is on */
+    uint64_t feature_bytes;   /**< FEATURES bytes, guard rows included, uncompressed */
+    uint64_t stored_feature_bytes; /**< what they take on disk (compressed or not) */
 } cxs_info;
+
+/** cxs_info.compression */
+#define CXS_COMPRESSION_NONE 0u
+#define CXS_COMPRESSION_ZSTD 1u
 
 /** Fill *info.  Cannot fail for an open dataset. */
 CXS_API void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info);
@@ -176,12 +215,23 @@ typedef struct cxs_utterance {
     uint64_t first_frame; /**< global frame number of the utterance's frame 0 */
     uint64_t num_frames;
     uint32_t shard;
-    const void *features; /**< num_frames * dim elements of the stored dtype */
+    const void *features; /**< num_frames * dim elements of the stored dtype;
+                               NULL for a compressed dataset (copy them out
+                               with cxs_dataset_read_features) */
     const void *labels;   /**< num_frames labels of label_width bytes, or NULL */
 } cxs_utterance;
 
 /** Utterance u (0 <= u < num_utterances).  Returns 0 or CXS_E_RANGE. */
 CXS_API int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out);
+
+/**
+ * Copy frames first .. first+count-1 of utterance u, in the stored dtype
+ * (count * dim elements, little-endian), into out.  Works on compressed and
+ * uncompressed datasets alike.  Returns 0, CXS_E_RANGE, CXS_E_INVALID,
+ * -ENOMEM, or CXS_E_CHECKSUM / CXS_E_CORRUPT for a damaged compressed chunk.
+ */
+CXS_API int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_t first,
+                                      uint64_t count, void *out);
 
 /**
  * Which utterance holds global frame `frame`, and the frame's offset in it.
@@ -195,7 +245,8 @@ CXS_API int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame,
  * elements, rows frame-k .. frame+k of its utterance, zero rows where the
  * window passes the utterance's borders.  Needs k <= guard (CXS_E_RANGE
  * otherwise: use cxs_dataset_gather, which pads any k).  The pointer is
- * read-only and valid until close.
+ * read-only and valid until close.  CXS_E_UNSUPPORTED on a compressed
+ * dataset (no zero-copy view exists there).
  */
 CXS_API int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k,
                                const void **window);
@@ -227,9 +278,11 @@ CXS_API int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t c
  * (created for the call); 0 or 1 uses the calling thread.  Windows never
  * depend on the thread count.
  *
- * Returns 0, CXS_E_RANGE (a frame past the end; nothing is written) or
+ * Returns 0, CXS_E_RANGE (a frame past the end; nothing is written),
  * CXS_E_INVALID (k above 1,000,000, NULL buffers with n > 0, labels asked of
- * a features-only dataset, unknown flags).
+ * a features-only dataset, unknown flags), and on a compressed dataset
+ * -ENOMEM, CXS_E_CHECKSUM or CXS_E_CORRUPT when a chunk cannot be decoded
+ * (out then holds partial results and must not be used).
  */
 CXS_API int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n,
                                uint32_t k, uint32_t flags, unsigned threads, float *out,
