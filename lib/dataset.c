@@ -509,7 +509,21 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
         goto fail;
     }
     snprintf(ds->manifest_path, ml, "%s/%s", dir, CXS_MANIFEST_NAME);
-    if ((rc = open_manifest(ds, d))) goto fail;
+    if ((rc = open_manifest(ds, d))) {
+        /* A partial dataset (pack --part I/N) has part.cxs instead. */
+        size_t pl = strlen(dir) + 16;
+        char *pp = rc == -ENOENT ? malloc(pl) : NULL;
+        if (pp) {
+            snprintf(pp, pl, "%s/part.cxs", dir);
+            if (access(pp, F_OK) == 0)
+                rc = cxs_diagf(d, CXS_E_UNSUPPORTED,
+                               "%s: a partial dataset (pack --part I/N), not a dataset: join "
+                               "all the parts with `ctxshard merge PART... OUT` first",
+                               dir);
+            free(pp);
+        }
+        goto fail;
+    }
     uint64_t U = ds->meta.num_utterances;
     ds->shards = calloc(ds->meta.num_shards, sizeof *ds->shards);
     if (!ds->shards) {

@@ -103,6 +103,11 @@ int info_run(const char *dir, int json) {
                "\"normalize\": \"%s\", \"on_error\": \"%s\"},\n",
                cxs_dtype_name(in.dtype), in.guard, (unsigned long long)in.shard_size,
                norm_name(in.normalize), in.on_error_skip ? "skip" : "fail");
+        printf("  \"storage\": {\"compression\": \"%s\", \"level\": %d, \"chunk_rows\": %u, "
+               "\"shuffle\": %s, \"feature_bytes\": %llu, \"stored_feature_bytes\": %llu},\n",
+               in.compression ? "zstd" : "none", in.compression_level, in.chunk_rows,
+               in.shuffle ? "true" : "false", (unsigned long long)in.feature_bytes,
+               (unsigned long long)in.stored_feature_bytes);
         printf("  \"label_width\": %u,\n  \"vocab\": [", in.label_width);
         for (uint32_t i = 0; i < in.vocab_size; i++) {
             const char *s;
@@ -132,8 +137,21 @@ int info_run(const char *dir, int json) {
     printf("frames        %llu (per utterance: min %llu, mean %.1f, max %llu)\n",
            (unsigned long long)in.num_frames, (unsigned long long)in.min_length, mean_len,
            (unsigned long long)in.max_length);
-    printf("features      %u x %s, guard %u row%s (zero-copy windows for context k <= %u)\n", in.dim,
-           cxs_dtype_name(in.dtype), in.guard, in.guard == 1 ? "" : "s", in.guard);
+    if (in.compression)
+        printf("features      %u x %s, guard %u row%s (no zero-copy windows: compressed)\n",
+               in.dim, cxs_dtype_name(in.dtype), in.guard, in.guard == 1 ? "" : "s");
+    else
+        printf("features      %u x %s, guard %u row%s (zero-copy windows for context k <= %u)\n",
+               in.dim, cxs_dtype_name(in.dtype), in.guard, in.guard == 1 ? "" : "s", in.guard);
+    if (in.compression)
+        printf("storage       zstd level %d, %u rows per chunk, %s; features %s -> %s (%.2fx)\n",
+               in.compression_level, in.chunk_rows, in.shuffle ? "byte shuffle" : "no filter",
+               human_bytes((double)in.feature_bytes, b, sizeof b),
+               human_bytes((double)in.stored_feature_bytes, c, sizeof c),
+               in.stored_feature_bytes ? (double)in.feature_bytes / (double)in.stored_feature_bytes
+                                       : 0.0);
+    else
+        printf("storage       uncompressed (zero-copy)\n");
     if (in.vocab_size)
         printf("labels        %u symbols, %s per frame\n", in.vocab_size,
                in.label_width == 1 ? "uint8" : "uint16");

@@ -98,12 +98,21 @@ class Stats:
 
 
 class Dataset:
-    """An open packed dataset (a directory, its manifest, or one shard file)."""
+    """An open packed dataset (a directory, its manifest, or one shard file).
 
-    def __init__(self, path):
+    cache_bytes: for a compressed dataset (``pack --compress zstd``), the
+    memory kept for decoded chunks, shared by every thread (default 256 MiB;
+    0 decodes on every read).  Compressed datasets serve gather(), the
+    loaders and utterance() (a copy) as usual, but no zero-copy views:
+    window() raises there."""
+
+    def __init__(self, path, cache_bytes=None):
         ptr = c_void_p()
         diag = _n.Diag()
-        rc = _lib.cxs_dataset_open(os.fsencode(os.fspath(path)), byref(ptr), byref(diag))
+        self._cache_bytes = cache_bytes
+        opts = _n.OpenOpts(_n.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes))
+        rc = _lib.cxs_dataset_open_ex(os.fsencode(os.fspath(path)), byref(opts), byref(ptr),
+                                      byref(diag))
         if rc:
             _raise(rc, diag)
         self.path = os.fspath(path)
@@ -138,10 +147,10 @@ class Dataset:
         self.close()
 
     def __getstate__(self):  # reopened by path in another process
-        return {"path": self.path}
+        return {"path": self.path, "cache_bytes": self._cache_bytes}
 
     def __setstate__(self, state):
-        self.__init__(state["path"])
+        self.__init__(state["path"], state.get("cache_bytes"))
 
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} frames"
@@ -177,6 +186,11 @@ class Dataset:
     def dtype(self):
         """Stored feature type: 'float32', 'float16' or 'bfloat16'."""
         return _DTYPES[self._info.dtype][0]
+
+    @property
+    def compressed(self):
+        """True for zstd-compressed features (no zero-copy views)."""
+        return self._info.compression == _n.COMPRESSION_ZSTD
 
     def input_size(self, context):
         """Features per window for context k: (2k+1)*dim — the first layer's width."""
@@ -248,11 +262,21 @@ class Dataset:
         return ut
 
     def utterance(self, u):
-        """(id, features view [T, dim], labels view [T] or None) of utterance u."""
+        """(id, features [T, dim], labels view [T] or None) of utterance u:
+        the features are a zero-copy view, or for a compressed dataset a
+        fresh read-only array decoded from its chunks."""
         ut = self._utt(u)
         uid = ctypes.string_at(ut.id, ut.id_len).decode("utf-8", "replace")
-        feats = _view(self._h, ut.features, (ut.num_frames, self._info.dim),
-                      _DTYPES[self._info.dtype][1])
+        typestr = _DTYPES[self._info.dtype][1]
+        if ut.features:
+            feats = _view(self._h, ut.features, (ut.num_frames, self._info.dim), typestr)
+        else:
+            feats = np.empty((ut.num_frames, self._info.dim), dtype=np.dtype(typestr))
+            rc = _lib.cxs_dataset_read_features(self._ptr, int(u) % self._info.num_utterances,
+                                                0, ut.num_frames, feats.ctypes.data)
+            if rc:
+                _raise(rc, what=f"utterance {u}")
+            feats.flags.writeable = False
         labels = None
         if ut.labels:
             labels = _view(self._h, ut.labels, (ut.num_frames,),
@@ -295,6 +319,9 @@ class Dataset:
         """Zero-copy window of frame i: a read-only view [2k+1, dim] of the
         stored dtype (bfloat16 as uint16 bits), zero rows past the
         utterance's borders.  Needs k <= guard; use gather() for any k."""
+        if self.compressed:
+            raise ValueError("window: a compressed dataset has no zero-copy views; "
+                             "use gather() or utterance()")
         if k > self._info.guard:
             raise ValueError(f"window: k={k} exceeds the guard ({self._info.guard}); "
                              "use gather(), which pads any k")
@@ -406,9 +433,10 @@ class Dataset:
         return y
 
 
-def open(path):  # noqa: A001 - the package's entry point, like io.open
-    """Open a packed dataset (directory, manifest or one shard file)."""
-    return Dataset(path)
+def open(path, cache_bytes=None):  # noqa: A001 - the package's entry point, like io.open
+    """Open a packed dataset (directory, manifest or one shard file);
+    cache_bytes: see Dataset."""
+    return Dataset(path, cache_bytes)
 
 
 class Sampler:

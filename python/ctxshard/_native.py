@@ -20,6 +20,8 @@ E_RANGE = -5008
 E_INPUT = -5009
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
+COMPRESSION_NONE, COMPRESSION_ZSTD = 0, 1
+DEFAULT_CACHE_BYTES = 256 << 20
 GATHER_NORMALIZE = 1
 SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_WEIGHTED = 0, 1, 2
 
@@ -36,7 +38,14 @@ class Info(Structure):
                 ("shard_size", c_uint64), ("num_skipped", c_uint64),
                 ("on_error_skip", c_uint32), ("min_length", c_uint64),
                 ("max_length", c_uint64), ("total_bytes", c_uint64),
-                ("single_shard", c_uint32)]
+                ("single_shard", c_uint32), ("compression", c_uint32),
+                ("chunk_rows", c_uint32), ("compression_level", ctypes.c_int32),
+                ("shuffle", c_uint32), ("feature_bytes", c_uint64),
+                ("stored_feature_bytes", c_uint64)]
+
+
+class OpenOpts(Structure):
+    _fields_ = [("cache_bytes", c_uint64)]
 
 
 class Stats(Structure):
@@ -97,6 +106,9 @@ def _load():
         "cxs_strerror": (c_char_p, [c_int]),
         "cxs_version": (c_char_p, []),
         "cxs_dataset_open": (c_int, [c_char_p, POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_dataset_open_ex": (c_int, [c_char_p, POINTER(OpenOpts), POINTER(c_void_p),
+                                        POINTER(Diag)]),
+        "cxs_dataset_read_features": (c_int, [ds, c_uint64, c_uint64, c_uint64, c_void_p]),
         "cxs_dataset_close": (None, [ds]),
         "cxs_dataset_verify": (c_int, [ds, c_void_p, c_void_p, POINTER(Diag)]),
         "cxs_dataset_info": (None, [ds, POINTER(Info)]),
@@ -129,5 +141,5 @@ def _load():
 
 
 lib, lib_path = _load()
-__all__ = ["lib", "lib_path", "Diag", "Info", "Stats", "Utterance", "SamplerOpts", "LoaderOpts",
+__all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Utterance", "SamplerOpts", "LoaderOpts",
            "Batch", "c_float", "c_int64"]
