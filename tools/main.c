@@ -95,7 +95,8 @@ static const char *const usage_pack =
     "                     store features as independently decodable zstd chunks\n"
     "                     (level 1..19, default 3); read transparently, but no\n"
     "                     zero-copy windows\n"
-    "  --chunk-size SIZE  decoded bytes per chunk, whole rows (default 256K)\n"
+    "  --chunk-size SIZE  decoded bytes per chunk, rounded down to whole rows\n"
+    "                     (at least one; default 256K)\n"
     "  --no-shuffle       no byte-shuffle filter before zstd\n"
     "  --part I/N         pack only the I-th of N slices (whole shards) into a\n"
     "                     partial dataset; join the N parts with ctxshard merge\n";
@@ -465,9 +466,9 @@ int main(int argc, char **argv) {
             po.compress = CXS_COMPRESSION_NONE;
             break;
         case O_CHUNK:
-            if (parse_size(optarg, &po.chunk_size) || po.chunk_size < 1024 ||
+            if (parse_size(optarg, &po.chunk_size) || po.chunk_size < 1 ||
                 po.chunk_size > (64ull << 20))
-                return usage_error(usage, "--chunk-size: '%s' is not a size in 1K..64M", optarg);
+                return usage_error(usage, "--chunk-size: '%s' is not a size in 1..64M", optarg);
             break;
         case O_NOSHUFFLE: po.shuffle = 0; break;
         case O_PART: {

@@ -31,7 +31,9 @@ static float value(uint64_t frame, int64_t row, int d) {
     return frame < 3 ? utt_a[t][d] : utt_b[t][d];
 }
 
-static void valid(const char *dir) {
+/* valid/tiny, or valid/tiny-zstd (compressed: 3 chunks of 3 rows, same
+ * decoded values, no zero-copy views). */
+static void valid(const char *dir, int compressed) {
     cxs_dataset *ds;
     cxs_diag dg;
     int rc = cxs_dataset_open(dir, &ds, &dg);
@@ -46,6 +48,9 @@ static void valid(const char *dir) {
     CHECK(in.dim == 2 && in.guard == 1 && in.dtype == CXS_DTYPE_F32);
     CHECK(in.vocab_size == 5 && in.label_width == 1 && in.format_major == 1);
     CHECK(in.min_length == 2 && in.max_length == 3);
+    CHECK(in.format_minor == (compressed ? 1u : 0u));
+    CHECK(in.compression == (compressed ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE));
+    if (compressed) CHECK(in.chunk_rows == 3 && in.shuffle == 1 && in.feature_bytes == 64);
     CHECK(cxs_dataset_verify(ds, NULL, NULL, &dg) == 0);
     const char *sym;
     size_t n;
@@ -74,6 +79,10 @@ static void valid(const char *dir) {
         CHECK(cxs_dataset_label(ds, f, &l) == 0 && l == labels[f]);
         for (uint32_t k = 0; k <= 1; k++) {
             const void *w;
+            if (compressed) {
+                CHECK(cxs_dataset_window(ds, f, k, &w) == CXS_E_UNSUPPORTED);
+                continue;
+            }
             CHECK(cxs_dataset_window(ds, f, k, &w) == 0);
             const float *x = w;
             for (int64_t r = -(int64_t)k; r <= (int64_t)k; r++)
@@ -90,8 +99,15 @@ static void valid(const char *dir) {
     const void *w;
     uint64_t ut, off, bad = 5;
     float out[6];
-    CHECK(cxs_dataset_window(ds, 0, 2, &w) == CXS_E_RANGE); /* k > guard: no view */
-    CHECK(cxs_dataset_window(ds, 5, 0, &w) == CXS_E_RANGE);
+    float feats[6];
+    CHECK(cxs_dataset_read_features(ds, 0, 0, 3, feats) == 0);
+    for (int i = 0; i < 6; i++) CHECK(feats[i] == (float)(i + 1));
+    CHECK(cxs_dataset_read_features(ds, 1, 1, 2, feats) == CXS_E_RANGE);
+    CHECK(compressed ? u.features == NULL : u.features != NULL);
+    if (!compressed) {
+        CHECK(cxs_dataset_window(ds, 0, 2, &w) == CXS_E_RANGE); /* k > guard: no view */
+        CHECK(cxs_dataset_window(ds, 5, 0, &w) == CXS_E_RANGE);
+    }
     CHECK(cxs_dataset_locate(ds, 5, &ut, &off) == CXS_E_RANGE);
     CHECK(cxs_dataset_gather(ds, &bad, 1, 1, 0, 1, out, NULL) == CXS_E_RANGE);
     CHECK(cxs_dataset_gather(ds, NULL, 0, 1, 0, 4, NULL, NULL) == 0);
@@ -148,7 +164,9 @@ int main(int argc, char **argv) {
     if (argc != 2) return 2;
     char p[4096];
     snprintf(p, sizeof p, "%s/valid/tiny", argv[1]);
-    valid(p);
+    valid(p, 0);
+    snprintf(p, sizeof p, "%s/valid/tiny-zstd", argv[1]);
+    valid(p, 1);
     snprintf(p, sizeof p, "%s/invalid", argv[1]);
     invalid(p);
     if (failures) fprintf(stderr, "%d failures\n", failures);
