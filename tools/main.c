@@ -96,7 +96,7 @@ static const char *const usage_pack =
     "                     (level 1..19, default 3); read transparently, but no\n"
     "                     zero-copy windows\n"
     "  --chunk-size SIZE  decoded bytes per chunk, rounded down to whole rows\n"
-    "                     (at least one; default 256K)\n"
+    "                     (at least one; default 64K)\n"
     "  --no-shuffle       no byte-shuffle filter before zstd\n"
     "  --part I/N         pack only the I-th of N slices (whole shards) into a\n"
     "                     partial dataset; join the N parts with ctxshard merge\n";

@@ -21,7 +21,7 @@ typedef struct pack_opts {
 } pack_opts;
 
 #define DEFAULT_LEVEL 3
-#define DEFAULT_CHUNK_SIZE (256ull << 10)
+#define DEFAULT_CHUNK_SIZE (64ull << 10)
 #define PART_NAME "part.cxs"
 
 #define DEFAULT_GUARD 64u
