@@ -47,7 +47,7 @@ void fuzz_exercise(cxs_dataset *ds) {
     }
     for (uint64_t u = 0; u < in.num_utterances && u < 64; u++) {
         cxs_utterance ut;
-        if (cxs_dataset_utterance(ds, u, &ut) == 0 && ut.num_frames) {
+        if (cxs_dataset_utterance(ds, u, &ut) == 0 && ut.num_frames && ut.features) {
             volatile uint8_t sink = ((const uint8_t *)ut.features)[0];
             (void)sink;
         }
