@@ -32,6 +32,7 @@ const char *cxs_strerror(int code) {
     case CXS_E_INVALID: return "invalid argument";
     case CXS_E_RANGE: return "out of range";
     case CXS_E_INPUT: return "invalid input file";
+    case CXS_E_DEVICE: return "GPU error";
     default:
         if (code < 0 && code > -4096) return strerror(-code);
         return "unknown error";

@@ -83,6 +83,9 @@ void cxs_zreader_free(zreader *zr);
 int cxs_zcache_create(cxs_dataset *ds, uint64_t bytes);
 void cxs_zcache_free(struct zcache *zc);
 
+/* The options a sampler was created with (kind, seed, rank, world size). */
+const cxs_sampler_opts *cxs_sampler_options(const cxs_sampler *s);
+
 /* Utterance holding frame (< num_frames). */
 static inline uint64_t cxs_find_utt(const cxs_dataset *ds, uint64_t frame) {
     uint64_t b = frame >> CXS_BUCKET_SHIFT;

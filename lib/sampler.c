@@ -236,3 +236,5 @@ int cxs_sampler_get(const cxs_sampler *s, uint64_t epoch, uint64_t pos, size_t n
     }
     return 0;
 }
+
+const cxs_sampler_opts *cxs_sampler_options(const cxs_sampler *s) { return &s->o; }

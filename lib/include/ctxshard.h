@@ -47,6 +47,7 @@ extern "C" {
 #define CXS_E_INVALID     (-5007) /**< bad argument from the caller */
 #define CXS_E_RANGE       (-5008) /**< frame, utterance or index out of range */
 #define CXS_E_INPUT       (-5009) /**< a raw input file is invalid (packer) */
+#define CXS_E_DEVICE      (-5010) /**< a CUDA error (ctxshard_gpu.h; the message names it) */
 
 /** Format version this library writes and reads (spec/format.md). */
 #define CXS_FORMAT_MAJOR 1

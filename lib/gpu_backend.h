@@ -1,0 +1,74 @@
+/* gpu_backend.h - the few device operations the GPU loader needs, behind a
+ * table: gpu_cuda.cu implements them with the CUDA runtime, gpu_emu.c on
+ * the host.  The loader's logic (gpu.c) is written once against this table,
+ * so the CPU test suites run all of it.  (Never installed.) */
+#ifndef CXS_GPU_BACKEND_H
+#define CXS_GPU_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu_expand.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A window expansion launch: n samples into out[n][(2k+1)*D] (float32, or
+ * bfloat16 bits when out_bf16), labels into y[n] when y is not NULL.
+ * Resident: frames[n] are global frame numbers, located through cum[U+1]
+ * and urow[U] (device row of every utterance's frame 0) and labels read
+ * from lab (uint16 per global frame).  Pool: desc[n] say it all. */
+typedef struct gpu_expand_args {
+    const void *feat;        /* device features, stored dtype */
+    uint32_t dtype, D, k;
+    int out_bf16;
+    const float *mean, *scale; /* device, D each; NULL: no normalisation */
+    size_t n;
+    const uint64_t *frames;  /* resident */
+    const uint64_t *cum, *urow;
+    uint64_t num_utts;
+    const uint16_t *lab;
+    const cxs_x_desc *desc;  /* pool */
+    void *out;
+    int64_t *y;
+} gpu_expand_args;
+
+typedef struct gpu_backend {
+    const char *name;
+    /* Every int function returns 0 or a backend error code (> 0) that
+     * error_string() names. */
+    const char *(*error_string)(int err);
+    int (*set_device)(int dev);
+    int (*mem_info)(uint64_t *free_bytes, uint64_t *total_bytes);
+    int (*register_supported)(int dev, int *yes);
+    int (*dev_alloc)(void **p, size_t n);
+    void (*dev_free)(void *p);
+    int (*host_alloc)(void **p, size_t n); /* pinned */
+    void (*host_free)(void *p);
+    int (*host_register)(void *p, size_t n); /* read-only; may fail: fall back */
+    void (*host_unregister)(void *p);
+    int (*stream_create)(void **s);
+    void (*stream_destroy)(void *s);
+    int (*event_create)(void **e);
+    void (*event_destroy)(void *e);
+    int (*event_record)(void *e, void *s);
+    int (*stream_wait)(void *s, void *e);
+    int (*event_sync)(void *e);
+    int (*stream_sync)(void *s);
+    int (*copy_h2d)(void *dst, const void *src, size_t n, void *s);
+    int (*expand)(const gpu_expand_args *a, void *s);
+} gpu_backend;
+
+extern const gpu_backend cxs_gpu_emu;
+#ifdef CXS_HAVE_CUDA
+extern const gpu_backend cxs_gpu_cuda;
+/* Fill in what the CUDA runtime says about `dev` (ctxshard_gpu.h). */
+struct cxs_gpu_probe_info;
+int cxs_gpu_cuda_probe(int dev, struct cxs_gpu_probe_info *info);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,192 @@
+/* gpu_cuda.cu - the GPU backend on the CUDA runtime: memory, streams,
+ * events, copies, and the window-expansion kernel.  The loader's logic is
+ * in gpu.c; the arithmetic is gpu_expand.h, shared with the host emulation
+ * that the CPU tests check against cxs_dataset_gather. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctxshard_gpu.h"
+#include "gpu_backend.h"
+
+static const char *cu_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
+
+static int cu_set_device(int dev) { return (int)cudaSetDevice(dev); }
+
+static int cu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+    *free_bytes = f, *total_bytes = t;
+    return (int)e;
+}
+
+static int cu_register_supported(int dev, int *yes) {
+    int v = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&v, cudaDevAttrHostRegisterReadOnlySupported, dev);
+    *yes = e == cudaSuccess && v;
+    return (int)e;
+}
+
+static int cu_dev_alloc(void **p, size_t n) { return (int)cudaMalloc(p, n ? n : 1); }
+static void cu_dev_free(void *p) { cudaFree(p); }
+static int cu_host_alloc(void **p, size_t n) {
+    return (int)cudaHostAlloc(p, n ? n : 1, cudaHostAllocPortable);
+}
+static void cu_host_free(void *p) { cudaFreeHost(p); }
+
+static int cu_host_register(void *p, size_t n) {
+    cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterReadOnly | cudaHostRegisterPortable);
+    if (e != cudaSuccess) cudaGetLastError(); /* not sticky: clear it, the caller falls back */
+    return (int)e;
+}
+static void cu_host_unregister(void *p) { cudaHostUnregister(p); }
+
+static int cu_stream_create(void **s) {
+    cudaStream_t st;
+    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) *s = (void *)st;
+    return (int)e;
+}
+static void cu_stream_destroy(void *s) { cudaStreamDestroy((cudaStream_t)s); }
+
+static int cu_event_create(void **ev) {
+    cudaEvent_t e;
+    cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (r == cudaSuccess) *ev = (void *)e;
+    return (int)r;
+}
+static void cu_event_destroy(void *e) { cudaEventDestroy((cudaEvent_t)e); }
+static int cu_event_record(void *e, void *s) {
+    return (int)cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s);
+}
+static int cu_stream_wait(void *s, void *e) {
+    return (int)cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0);
+}
+static int cu_event_sync(void *e) { return (int)cudaEventSynchronize((cudaEvent_t)e); }
+static int cu_stream_sync(void *s) { return (int)cudaStreamSynchronize((cudaStream_t)s); }
+static int cu_copy_h2d(void *dst, const void *src, size_t n, void *s) {
+    return (int)cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, (cudaStream_t)s);
+}
+
+/* One block per sample (grid-stride), threads laid out (element d of a row,
+ * row of the window): a warp reads and writes consecutive elements of one
+ * row, so both sides coalesce; no division anywhere.  Thread (0,0) locates
+ * the sample once for the block. */
+template <bool POOL, bool BF16>
+__global__ void expand_kernel(gpu_expand_args a) {
+    __shared__ uint64_t s_row0;
+    __shared__ uint32_t s_T, s_t;
+    const size_t W = (2 * (size_t)a.k + 1) * a.D;
+    for (size_t i = blockIdx.x; i < a.n; i += gridDim.x) {
+        if (threadIdx.x == 0 && threadIdx.y == 0) {
+            int64_t label;
+            if (POOL) {
+                cxs_x_desc dsc = a.desc[i];
+                s_row0 = dsc.row0, s_T = dsc.T, s_t = dsc.t;
+                label = dsc.label;
+            } else {
+                uint64_t f = a.frames[i], u = cxs_x_locate(a.cum, a.num_utts, f);
+                s_row0 = a.urow[u];
+                s_T = (uint32_t)(a.cum[u + 1] - a.cum[u]);
+                s_t = (uint32_t)(f - a.cum[u]);
+                label = a.lab ? (int64_t)a.lab[f] : 0;
+            }
+            if (a.y) a.y[i] = label;
+        }
+        __syncthreads();
+        const uint64_t row0 = s_row0;
+        const uint32_t T = s_T, t = s_t;
+        for (uint32_t r = threadIdx.y; r <= 2 * a.k; r += blockDim.y)
+            for (uint32_t d = threadIdx.x; d < a.D; d += blockDim.x) {
+                float v = cxs_x_value(a.feat, a.dtype, a.D, row0, T, t, a.k, r, d, a.mean,
+                                      a.scale);
+                size_t j = i * W + (size_t)r * a.D + d;
+                if (BF16)
+                    ((uint16_t *)a.out)[j] = cxs_x_to_bf16(v);
+                else
+                    ((float *)a.out)[j] = v;
+            }
+        __syncthreads(); /* the shared sample is rewritten for the next i */
+    }
+}
+
+static int cu_expand(const gpu_expand_args *a, void *s) {
+    if (!a->n) return 0;
+    /* 32 lanes along the row (fewer for narrow rows, so that the block's
+     * threads are not mostly idle), the rest of 256 along the window. */
+    unsigned bx = a->D >= 32 ? 32 : (a->D >= 16 ? 16 : 8), by = 256 / bx;
+    if (by > 2 * a->k + 1) by = 2 * a->k + 1;
+    dim3 block(bx, by);
+    unsigned grid = a->n < (1u << 20) ? (unsigned)a->n : (1u << 20);
+    cudaStream_t st = (cudaStream_t)s;
+    if (a->desc) {
+        if (a->out_bf16) expand_kernel<true, true><<<grid, block, 0, st>>>(*a);
+        else expand_kernel<true, false><<<grid, block, 0, st>>>(*a);
+    } else {
+        if (a->out_bf16) expand_kernel<false, true><<<grid, block, 0, st>>>(*a);
+        else expand_kernel<false, false><<<grid, block, 0, st>>>(*a);
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" const gpu_backend cxs_gpu_cuda = {
+    "CUDA",
+    cu_error_string,
+    cu_set_device,
+    cu_mem_info,
+    cu_register_supported,
+    cu_dev_alloc,
+    cu_dev_free,
+    cu_host_alloc,
+    cu_host_free,
+    cu_host_register,
+    cu_host_unregister,
+    cu_stream_create,
+    cu_stream_destroy,
+    cu_event_create,
+    cu_event_destroy,
+    cu_event_record,
+    cu_stream_wait,
+    cu_event_sync,
+    cu_stream_sync,
+    cu_copy_h2d,
+    cu_expand,
+};
+
+extern "C" int cxs_gpu_cuda_probe(int dev, cxs_gpu_probe_info *info) {
+    cudaRuntimeGetVersion(&info->runtime_version);
+    cudaDriverGetVersion(&info->driver_version);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(info->reason, sizeof info->reason, "no usable CUDA device: %s (%s)",
+                 cudaGetErrorString(e), cudaGetErrorName(e));
+        return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+                       e == cudaErrorNotSupported || e == cudaErrorSystemDriverMismatch
+                   ? CXS_E_UNSUPPORTED
+                   : CXS_E_DEVICE;
+    }
+    info->device_count = n;
+    if (dev < 0 || dev >= n) {
+        snprintf(info->reason, sizeof info->reason, "no CUDA device %d (%d present)", dev, n);
+        return CXS_E_UNSUPPORTED;
+    }
+    cudaDeviceProp p;
+    if ((e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess || (e = cudaSetDevice(dev)) != cudaSuccess) {
+        snprintf(info->reason, sizeof info->reason, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+        return CXS_E_DEVICE;
+    }
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->compute_major = p.major, info->compute_minor = p.minor;
+    int ro = 0;
+    cu_register_supported(dev, &ro);
+    info->register_read_only = ro;
+    size_t f = 0, t = 0;
+    if ((e = cudaMemGetInfo(&f, &t)) != cudaSuccess) {
+        snprintf(info->reason, sizeof info->reason, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+        return CXS_E_DEVICE;
+    }
+    info->free_bytes = f, info->total_bytes = t;
+    return 0;
+}

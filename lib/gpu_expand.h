@@ -1,0 +1,118 @@
+/* gpu_expand.h - the window-expansion arithmetic of the GPU path, written
+ * once for both compilers: the CUDA kernels (gpu_cuda.cu) and the host
+ * emulation (gpu_emu.c) include it, and the emulation is checked against
+ * cxs_dataset_gather() frame by frame in the CPU test suites, so the index
+ * math that runs on the device is the math the CPU tests exercise.
+ * (Never installed.) */
+#ifndef CXS_GPU_EXPAND_H
+#define CXS_GPU_EXPAND_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define CXS_HD __host__ __device__ __forceinline__
+#else
+#define CXS_HD static inline
+#endif
+
+/* Stored element types and output types, as in ctxshard.h / ctxshard_gpu.h. */
+#define CXS_X_F32 1
+#define CXS_X_F16 2
+#define CXS_X_BF16 3
+
+/* One sample of a batch, as the pool kernel receives it (the resident kernel
+ * derives the same from a frame number): the device row of the utterance's
+ * frame 0, the utterance length T, the frame's offset t, and its label. */
+typedef struct cxs_x_desc {
+    uint64_t row0;
+    uint32_t T;
+    uint32_t t;
+    int64_t label;
+} cxs_x_desc;
+
+/* Largest u in [0, n) with cum[u] <= frame (cum ascending, cum[0] = 0,
+ * frame < cum[n]): the utterance holding a global frame. */
+CXS_HD uint64_t cxs_x_locate(const uint64_t *cum, uint64_t n, uint64_t frame) {
+    uint64_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (cum[mid] <= frame)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* IEEE binary16 bits -> float32, exactly (subnormals, infinities, NaN). */
+CXS_HD float cxs_x_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu, bits;
+    if (e == 0x1f) {
+        bits = sign | 0x7f800000u | (m << 13);
+    } else if (e) {
+        bits = sign | ((e + 112u) << 23) | (m << 13);
+    } else if (m) { /* subnormal: normalise */
+        e = 113;
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            e--;
+        }
+        bits = sign | (e << 23) | ((m & 0x3ffu) << 13);
+    } else {
+        bits = sign;
+    }
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.u = bits;
+    return v.f;
+}
+
+CXS_HD float cxs_x_bf16(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+
+/* float32 -> bfloat16 bits, round to nearest even; NaN stays a quiet NaN. */
+CXS_HD uint16_t cxs_x_to_bf16(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+    uint32_t r = 0x7fffu + ((v.u >> 16) & 1u);
+    return (uint16_t)((v.u + r) >> 16);
+}
+
+/* Stored element i of a little-endian feature buffer as float32.  (The GPU
+ * path runs on little-endian hosts only; ctxshard_gpu.h says so.) */
+CXS_HD float cxs_x_load(const void *feat, uint32_t dtype, uint64_t i) {
+    if (dtype == CXS_X_F32) return ((const float *)feat)[i];
+    uint16_t h = ((const uint16_t *)feat)[i];
+    return dtype == CXS_X_F16 ? cxs_x_f16(h) : cxs_x_bf16(h);
+}
+
+/* Element (r, d) of the window of frame t of an utterance of T frames whose
+ * frame 0 is device row row0: window row r (0 <= r <= 2k) is the
+ * utterance's frame t - k + r, element d (< D) of it.  Frames outside
+ * 0 .. T-1 are written as 0, never read, so a guard row is never served and
+ * any k works, as in cxs_dataset_gather.  Real rows are normalised as
+ * (x - mean[d]) * scale[d] when mean is given: the same float operations,
+ * in the same order, as the CPU gather. */
+CXS_HD float cxs_x_value(const void *feat, uint32_t dtype, uint32_t D, uint64_t row0,
+                         uint32_t T, uint32_t t, uint32_t k, uint32_t r, uint32_t d,
+                         const float *mean, const float *scale) {
+    int64_t src = (int64_t)t - (int64_t)k + (int64_t)r;
+    if (src < 0 || src >= (int64_t)T) return 0.0f;
+    float x = cxs_x_load(feat, dtype, (row0 + (uint64_t)src) * D + d);
+    if (mean) x = (x - mean[d]) * scale[d];
+    return x;
+}
+
+#endif

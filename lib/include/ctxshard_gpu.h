@@ -1,0 +1,187 @@
+/* ctxshard_gpu.h - batches of context windows delivered into GPU memory.
+ *
+ * Part of libctxshard.  Every function here exists in every build; a
+ * library built without CUDA (or run where no device is usable) answers
+ * CXS_E_UNSUPPORTED with the reason, and cxs_gpu_probe() says which.  The
+ * CUDA runtime is linked statically and finds the driver at run time, so
+ * the library loads and the CPU API works on machines without a GPU.
+ *
+ * Three ways to feed a device (cxs_gpu_opts.mode):
+ *
+ *  - CXS_GPU_STREAM: the CPU loader (cxs_loader) gathers windows into a
+ *    ring of pinned staging buffers; a copy stream uploads buffer i while
+ *    the workers fill i+1 and the consumer computes on i-1.  Events order
+ *    everything: the consumer's stream waits on the upload's event, the
+ *    host never synchronises with the device in the steady state.  Moves
+ *    (2k+1)*D floats per sample over PCIe.
+ *  - CXS_GPU_RESIDENT: the feature sections are uploaded once (in chunks,
+ *    overlapped; straight from the file mapping when the device can
+ *    register read-only host memory; through GPUDirect Storage when asked
+ *    and available), then each batch sends only its frame numbers and a
+ *    kernel expands the windows in device memory (zero rows past utterance
+ *    borders, float16/bfloat16 converted, normalisation applied).  Labels
+ *    are resident too.  Moves 8 bytes per sample.
+ *  - CXS_GPU_POOL: for data larger than the memory budget: a device pool of
+ *    whole utterances, sampled from, refreshed in the background.  Every
+ *    frame crosses PCIe once per epoch and is served exactly once per epoch;
+ *    the order is less random than a full shuffle (see cxs_gpu_opts.mode
+ *    below and the user guide).
+ *  - CXS_GPU_AUTO: resident when the features fit the budget, else stream.
+ *
+ * Device pointers handed out are valid until the next cxs_gpu_loader_next()
+ * (or reset/free) on the same loader: work the caller enqueues on its
+ * stream before that call is ordered before the memory is reused.
+ *
+ * Little-endian hosts only (CXS_E_UNSUPPORTED otherwise).
+ */
+#ifndef CTXSHARD_GPU_H
+#define CTXSHARD_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxshard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** cxs_gpu_opts.device / cxs_gpu_probe: run on the host instead of a GPU.
+ * "Device" memory is ordinary host memory, copies are memcpy, kernels run as
+ * loops of the same arithmetic, streams and events are synchronous.  For
+ * tests and debugging on machines without a GPU: every mode, every index
+ * computation and every buffer handover runs as it would on a device. */
+#define CXS_GPU_EMULATE (-1)
+
+typedef struct cxs_gpu_probe_info {
+    int32_t usable;              /**< 1 when a loader can be created on this device */
+    int32_t built_with_cuda;     /**< 1 when the library holds the CUDA path */
+    int32_t device_count;
+    int32_t runtime_version;     /**< e.g. 13000 */
+    int32_t driver_version;      /**< 0 when no driver */
+    int32_t compute_major, compute_minor;
+    int32_t register_read_only;  /**< cudaHostRegisterReadOnly is supported */
+    int32_t gds;                 /**< libcufile could be loaded */
+    uint64_t total_bytes, free_bytes;
+    char name[256];
+    char reason[512];            /**< why not usable; empty when usable */
+} cxs_gpu_probe_info;
+
+/**
+ * Whether `device` (a CUDA ordinal, or CXS_GPU_EMULATE) can be used, and
+ * why not.  Fills *info always (info must not be NULL).  Returns 0 when
+ * usable, CXS_E_UNSUPPORTED (built without CUDA, no driver, no such
+ * device) or CXS_E_DEVICE (the runtime reported an error) otherwise.
+ * Creates the device's primary context (as any CUDA call would).
+ */
+CXS_API int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info);
+
+/** cxs_gpu_opts.mode */
+#define CXS_GPU_AUTO 0u
+#define CXS_GPU_STREAM 1u
+#define CXS_GPU_RESIDENT 2u
+#define CXS_GPU_POOL 3u
+
+/** cxs_gpu_opts.out_dtype: what x holds. */
+#define CXS_GPU_OUT_F32 0u
+#define CXS_GPU_OUT_BF16 1u  /**< bfloat16, rounded to nearest even */
+
+/** cxs_gpu_opts.paths: fast paths of the resident/pool upload. */
+#define CXS_GPU_NO_REGISTER 1u /**< never cudaHostRegister the mapping */
+#define CXS_GPU_GDS 2u         /**< try GPUDirect Storage (libcufile) for whole sections */
+
+typedef struct cxs_gpu_opts {
+    int32_t device;          /**< CUDA ordinal, or CXS_GPU_EMULATE */
+    uint32_t mode;           /**< CXS_GPU_* */
+    uint64_t budget_bytes;   /**< device memory the resident data/pool may take;
+                                  0: 80% of the device's free memory */
+    uint32_t k;              /**< context: windows of (2k+1)*dim elements */
+    uint32_t batch_size;     /**< >= 1 */
+    uint32_t flags;          /**< CXS_GATHER_NORMALIZE */
+    uint32_t out_dtype;      /**< CXS_GPU_OUT_* */
+    uint32_t labels;         /**< 1: y too (needs labels) */
+    uint32_t drop_last;      /**< 1: no short final batch */
+    uint32_t threads;        /**< CPU threads (stream: loader workers; uploads) 0: auto */
+    uint32_t slots;          /**< stream: pinned staging buffers, >= 3 (0: threads + 2,
+                                  at least 3); resident/pool: upload chunks in flight */
+    uint32_t pool_segments;  /**< pool: segments the budget is cut into, >= 3 (0: 4) */
+    uint32_t paths;          /**< CXS_GPU_NO_REGISTER | CXS_GPU_GDS */
+} cxs_gpu_opts;
+
+/** A batch in device memory. */
+typedef struct cxs_gpu_batch {
+    void *x;                 /**< device [n][(2k+1)*dim], float32 or bfloat16 */
+    int64_t *y;              /**< device [n] labels, or NULL */
+    const uint64_t *frames;  /**< host [n]: the global frame numbers served */
+    size_t n;                /**< batch_size, or fewer for the last batch */
+    uint64_t index;          /**< batch number within the epoch */
+    uint64_t position;       /**< stream/resident: sampler position of the first
+                                  sample; pool: samples served before it */
+} cxs_gpu_batch;
+
+/** What a loader chose and did (cxs_gpu_loader_describe). */
+typedef struct cxs_gpu_loader_info {
+    uint32_t mode;             /**< the mode in use (never AUTO) */
+    uint32_t upload_path;      /**< resident/pool: 0 pinned staging, 1 registered
+                                    mapping, 2 GPUDirect Storage */
+    uint64_t device_bytes;     /**< device memory held */
+    uint64_t uploaded_bytes;   /**< bytes sent host -> device so far */
+    double upload_seconds;     /**< resident: wall time of the initial upload */
+    uint64_t pool_utterances;  /**< pool: utterances per segment (mean) */
+    char reason[256];          /**< why this mode (AUTO) or path */
+} cxs_gpu_loader_info;
+
+typedef struct cxs_gpu_loader cxs_gpu_loader;
+
+/**
+ * Create a loader that delivers epoch `epoch` of `sampler` from position
+ * `start` into device memory.  ds and sampler must outlive the loader.
+ *
+ * Stream and resident modes serve the sampler's order exactly (the same
+ * frames, in the same batches, as cxs_loader).  Pool mode draws its own
+ * order: each epoch permutes the utterances (seeded by the sampler's seed
+ * and the epoch; a distributed sampler's rank takes every world_size-th
+ * utterance), cuts them into segments of the budget / pool_segments, keeps
+ * pool_segments - 1 resident while the next uploads, and serves each frame
+ * of the resident segments exactly once, in random order, the oldest
+ * segment drained first; it needs a shuffle sampler and start 0.
+ *
+ * Returns 0; CXS_E_UNSUPPORTED (no CUDA / no device; diag says why);
+ * CXS_E_INVALID (bad options, labels of a features-only dataset, bfloat16
+ * output in stream mode, pool mode without a shuffle sampler or from start > 0); CXS_E_RANGE (resident does not fit the budget, a pool
+ * segment cannot hold the longest utterance); CXS_E_DEVICE; -ENOMEM; or an
+ * error reading a compressed chunk during the upload.  diag may be NULL.
+ */
+CXS_API int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
+                                  const cxs_gpu_opts *opts, uint64_t epoch, uint64_t start,
+                                  cxs_gpu_loader **out, cxs_diag *diag);
+
+/**
+ * The next batch, in device memory, ready for work enqueued on `stream` (a
+ * cudaStream_t; NULL for the legacy default stream): the stream is made to
+ * wait for the batch's upload/expansion, the host does not wait for the
+ * device.  *batch is NULL at the end of the epoch.  The previous batch's
+ * memory is reused after the work already enqueued on `stream`.  One
+ * consumer, one stream per loader.  Returns 0 or the first error (then
+ * cxs_gpu_loader_error() has the message).
+ */
+CXS_API int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch);
+
+/** Restart at (epoch, start), as cxs_loader_reset (pool: start must be 0).
+ * Resident data stays on the device. */
+CXS_API int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start);
+
+/** What the loader chose (mode, upload path) and has moved. */
+CXS_API void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info);
+
+/** The message of the last error, "" when none.  Valid until the next call. */
+CXS_API const char *cxs_gpu_loader_error(const cxs_gpu_loader *l);
+
+/** Wait for the loader's own work, free its device and pinned memory, its
+ * streams and events.  NULL is a no-op. */
+CXS_API void cxs_gpu_loader_free(cxs_gpu_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CTXSHARD_GPU_H */

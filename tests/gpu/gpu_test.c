@@ -1,0 +1,517 @@
+/* The GPU loader (ctxshard_gpu.h) against cxs_dataset_gather, frame by
+ * frame and bit for bit, in every mode, on float32, float16 and
+ * compressed bfloat16 data.
+ *
+ * usage: gpu_test CTXSHARD_EXE emulate   host emulation: runs everywhere
+ *                                         (suite reader)
+ *        gpu_test CTXSHARD_EXE cuda      a real device: exit 77 when none
+ *                                         (suite cuda)
+ *
+ * The same checks run in both modes; only how device memory is read back
+ * differs.  The emulation runs the loader's whole logic (rings, events
+ * order, pool rounds, uploads) and the kernel's arithmetic (gpu_expand.h)
+ * on the host, so the CPU suites test everything but the CUDA calls. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctxshard.h"
+#include "ctxshard_gpu.h"
+#include "cxs_test.h"
+
+#ifdef CXS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+static int device = CXS_GPU_EMULATE;
+static void *stream; /* the consumer's stream (a real one on a device) */
+static char dir[256];
+static char path_f32[300], path_f16[300], path_bf16z[300], path_nolab[300];
+
+static void to_host(void *dst, const void *src, size_t n) {
+    if (device == CXS_GPU_EMULATE) {
+        memcpy(dst, src, n);
+        return;
+    }
+#ifdef CXS_HAVE_CUDA
+    /* ordered after the loader's work: the batch is ready for `stream` */
+    ck_assert_int_eq(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, (cudaStream_t)stream), 0);
+    ck_assert_int_eq(cudaStreamSynchronize((cudaStream_t)stream), 0);
+#endif
+}
+
+static uint16_t bf16_rne(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static cxs_dataset *open_ds(const char *p) {
+    cxs_dataset *ds;
+    cxs_diag d;
+    ck_assert_msg(cxs_dataset_open(p, &ds, &d) == 0, "%s", d.message);
+    return ds;
+}
+
+static cxs_gpu_opts base_opts(uint32_t mode, uint32_t k, uint32_t B) {
+    cxs_gpu_opts o;
+    memset(&o, 0, sizeof o);
+    o.device = device;
+    o.mode = mode;
+    o.k = k;
+    o.batch_size = B;
+    o.labels = 1;
+    o.threads = 2;
+    return o;
+}
+
+/* One epoch: every batch equals the CPU gather of its frames; returns the
+ * frames served (caller frees) and their count. */
+static uint64_t *run_epoch(cxs_dataset *ds, cxs_sampler *s, const cxs_gpu_opts *o,
+                           uint64_t epoch, uint64_t start, uint64_t *count, cxs_gpu_loader_info *li) {
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    const size_t W = (2 * (size_t)o->k + 1) * info.dim, B = o->batch_size;
+    cxs_gpu_loader *l;
+    cxs_diag d;
+    int rc = cxs_gpu_loader_create(ds, s, o, epoch, start, &l, &d);
+    ck_assert_msg(rc == 0, "create: %s (%s)", cxs_strerror(rc), d.message);
+    float *ref = malloc(B * W * 4), *got = malloc(B * W * 4);
+    uint16_t *got16 = malloc(B * W * 2);
+    int64_t *yref = malloc(B * 8), *ygot = malloc(B * 8);
+    uint64_t cap = info.num_frames + 1, n = 0, *served = malloc(cap * 8);
+    uint64_t expect_pos = start, idx = 0;
+    for (;;) {
+        const cxs_gpu_batch *b;
+        rc = cxs_gpu_loader_next(l, stream, &b);
+        ck_assert_msg(rc == 0, "next: %s (%s)", cxs_strerror(rc), cxs_gpu_loader_error(l));
+        if (!b) break;
+        ck_assert_uint_le(b->n, B);
+        ck_assert_uint_eq(b->index, idx++);
+        if (o->mode != CXS_GPU_POOL) {
+            /* exactly the sampler's order */
+            ck_assert_uint_eq(b->position, expect_pos);
+            uint64_t *f = malloc(b->n * 8);
+            ck_assert_int_eq(cxs_sampler_get(s, epoch, b->position, b->n, f), 0);
+            ck_assert(memcmp(f, b->frames, b->n * 8) == 0);
+            free(f);
+            expect_pos += b->n;
+        }
+        ck_assert_int_eq(cxs_dataset_gather(ds, b->frames, b->n, o->k, o->flags, 1, ref, yref), 0);
+        if (o->out_dtype == CXS_GPU_OUT_BF16) {
+            to_host(got16, b->x, b->n * W * 2);
+            for (size_t i = 0; i < b->n * W; i++) EXPECT_LOOP(got16[i] == bf16_rne(ref[i]));
+        } else {
+            to_host(got, b->x, b->n * W * 4);
+            ck_assert_msg(memcmp(got, ref, b->n * W * 4) == 0, "batch %llu differs from the CPU gather",
+                          (unsigned long long)b->index);
+        }
+        if (o->labels) {
+            to_host(ygot, b->y, b->n * 8);
+            ck_assert(memcmp(ygot, yref, b->n * 8) == 0);
+        } else {
+            ck_assert_ptr_null(b->y);
+        }
+        ck_assert_uint_le(n + b->n, cap);
+        memcpy(served + n, b->frames, b->n * 8);
+        n += b->n;
+    }
+    const cxs_gpu_batch *b;
+    ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0); /* the end stays the end */
+    ck_assert_ptr_null(b);
+    if (li) cxs_gpu_loader_describe(l, li);
+    cxs_gpu_loader_free(l);
+    free(ref);
+    free(got);
+    free(got16);
+    free(yref);
+    free(ygot);
+    *count = n;
+    return served;
+}
+
+static cxs_sampler *sampler(cxs_dataset *ds, uint32_t kind, uint32_t rank, uint32_t world) {
+    cxs_sampler_opts so;
+    memset(&so, 0, sizeof so);
+    so.kind = kind, so.seed = 7, so.rank = rank, so.world_size = world;
+    cxs_sampler *s;
+    ck_assert_int_eq(cxs_sampler_create(ds, &so, &s), 0);
+    return s;
+}
+
+static void check_modes(const char *p, uint32_t k, uint32_t B, uint32_t flags, uint32_t paths) {
+    cxs_dataset *ds = open_ds(p);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], k, B);
+        o.flags = flags;
+        o.paths = paths;
+        if (modes[m] == CXS_GPU_POOL) /* a pool of 4 segments of ~1/8 of the data */
+            o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        uint64_t n;
+        cxs_gpu_loader_info li;
+        uint64_t *f = run_epoch(ds, s, &o, 3, 0, &n, &li);
+        ck_assert_uint_eq(li.mode, modes[m]);
+        ck_assert_uint_eq(n, info.num_frames);
+        if (modes[m] == CXS_GPU_POOL) { /* every frame exactly once */
+            unsigned char *seen = calloc(info.num_frames, 1);
+            for (uint64_t i = 0; i < n; i++) {
+                EXPECT_LOOP(f[i] < info.num_frames && !seen[f[i]]);
+                seen[f[i]] = 1;
+            }
+            free(seen);
+            /* the pool turned over: a segment holds a fraction of the data */
+            ck_assert_uint_gt(li.pool_utterances, 0);
+            ck_assert_uint_lt(li.pool_utterances * 4, info.num_utterances);
+        }
+        if (modes[m] == CXS_GPU_RESIDENT) {
+            uint32_t want = info.compression || (paths & CXS_GPU_NO_REGISTER) ? 0 : 1;
+            /* GPUDirect Storage, when asked for and present, may take over */
+            if (!((paths & CXS_GPU_GDS) && li.upload_path == 2)) ck_assert_uint_eq(li.upload_path, want);
+            ck_assert_uint_ge(li.uploaded_bytes, info.feature_bytes);
+        }
+        free(f);
+    }
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+
+TEST(modes_f32) { check_modes(path_f32, 12, 37, 0, 0); }
+END_TEST_
+TEST(modes_f32_normalized_staged) { check_modes(path_f32, 3, 64, CXS_GATHER_NORMALIZE, CXS_GPU_NO_REGISTER); }
+END_TEST_
+TEST(modes_f16_wide_context) { check_modes(path_f16, 30, 50, 0, CXS_GPU_GDS); }
+END_TEST_
+TEST(modes_bf16_compressed) { check_modes(path_bf16z, 9, 41, CXS_GATHER_NORMALIZE, 0); }
+END_TEST_
+
+TEST(bf16_output_and_drop_last) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SEQUENTIAL, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_RESIDENT, 4, 100);
+    o.out_dtype = CXS_GPU_OUT_BF16;
+    o.drop_last = 1;
+    uint64_t n;
+    free(run_epoch(ds, s, &o, 0, 0, &n, NULL));
+    ck_assert_uint_eq(n, info.num_frames / 100 * 100);
+    cxs_sampler_free(s);
+    /* pool mode with bfloat16 output and labels off */
+    s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    o = base_opts(CXS_GPU_POOL, 4, 100);
+    o.out_dtype = CXS_GPU_OUT_BF16;
+    o.labels = 0;
+    o.pool_segments = 5;
+    o.budget_bytes = info.feature_bytes / 3 + (2u << 20);
+    free(run_epoch(ds, s, &o, 1, 0, &n, NULL));
+    ck_assert_uint_eq(n, info.num_frames);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+TEST(resume_and_reset) {
+    /* stream and resident resume at a position exactly (run_epoch checks
+     * the positions against the sampler); a reset restarts cleanly */
+    cxs_dataset *ds = open_ds(path_f16);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM};
+    for (int m = 0; m < 2; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 6, 64);
+        uint64_t n, start = info.num_frames / 2 + 3;
+        free(run_epoch(ds, s, &o, 2, start, &n, NULL));
+        ck_assert_uint_eq(n, info.num_frames - start);
+        cxs_gpu_loader *l;
+        ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, NULL), 0);
+        const cxs_gpu_batch *b;
+        for (int i = 0; i < 5; i++) ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+        ck_assert_int_eq(cxs_gpu_loader_reset(l, 4, 128), 0);
+        ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+        ck_assert_uint_eq(b->position, 128);
+        ck_assert_uint_eq(b->index, 0);
+        uint64_t f[64];
+        ck_assert_int_eq(cxs_sampler_get(s, 4, 128, 64, f), 0);
+        ck_assert(memcmp(f, b->frames, sizeof f) == 0);
+        cxs_gpu_loader_free(l); /* mid-epoch, batches in flight */
+    }
+    /* pool: a reset starts the next epoch over, every frame once again */
+    cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 6, 64);
+    o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+    cxs_gpu_loader *l;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, NULL), 0);
+    const cxs_gpu_batch *b;
+    for (int i = 0; i < 7; i++) ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+    ck_assert_int_eq(cxs_gpu_loader_reset(l, 1, 5), CXS_E_INVALID);
+    ck_assert_int_eq(cxs_gpu_loader_reset(l, 1, 0), 0);
+    unsigned char *seen = calloc(info.num_frames, 1);
+    uint64_t n = 0;
+    while (cxs_gpu_loader_next(l, stream, &b) == 0 && b) {
+        for (size_t i = 0; i < b->n; i++) {
+            EXPECT_LOOP(!seen[b->frames[i]]);
+            seen[b->frames[i]] = 1;
+        }
+        n += b->n;
+    }
+    ck_assert_uint_eq(n, info.num_frames);
+    free(seen);
+    cxs_gpu_loader_free(l);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+TEST(pool_ranks) {
+    /* ranks take disjoint utterances and the same number of samples */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    unsigned char *seen = calloc(info.num_frames, 1);
+    uint64_t counts[3];
+    for (uint32_t r = 0; r < 3; r++) {
+        cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, r, 3);
+        cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 2, 33);
+        o.budget_bytes = info.feature_bytes / 4 + (2u << 20);
+        uint64_t *f = run_epoch(ds, s, &o, 5, 0, &counts[r], NULL);
+        for (uint64_t i = 0; i < counts[r]; i++) {
+            EXPECT_LOOP(!seen[f[i]]);
+            seen[f[i]] = 1;
+        }
+        free(f);
+        cxs_sampler_free(s);
+    }
+    ck_assert_uint_eq(counts[0], counts[1]);
+    ck_assert_uint_eq(counts[1], counts[2]);
+    ck_assert_uint_gt(counts[0] * 3, info.num_frames * 2 / 3);
+    free(seen);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+TEST(pool_segments_smaller_than_a_batch) {
+    /* three segments of barely the longest utterance, batches spanning
+     * several rounds: segments turn over inside one batch */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint64_t B = 8000, W = 5 * info.dim;
+    cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 2, (uint32_t)B);
+    o.pool_segments = 3;
+    o.budget_bytes = 3 * (B * W * 4 + B * 8 + B * 24) + 3 * (info.max_length + 50) * info.dim * 4;
+    uint64_t n;
+    cxs_gpu_loader_info li;
+    uint64_t *f = run_epoch(ds, s, &o, 0, 0, &n, &li);
+    ck_assert_uint_eq(n, info.num_frames);
+    ck_assert_uint_le(li.pool_utterances, 2);
+    unsigned char *seen = calloc(info.num_frames, 1);
+    for (uint64_t i = 0; i < n; i++) {
+        EXPECT_LOOP(!seen[f[i]]);
+        seen[f[i]] = 1;
+    }
+    free(seen);
+    free(f);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+TEST(mode_selection) {
+    cxs_dataset *ds = open_ds(path_f32), *nolab = open_ds(path_nolab);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_sampler *seq = sampler(ds, CXS_SAMPLER_SEQUENTIAL, 0, 1);
+    cxs_sampler *s2 = sampler(nolab, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_loader *l;
+    cxs_gpu_loader_info li;
+    cxs_diag d;
+    /* auto: resident when it fits the budget, stream otherwise */
+    cxs_gpu_opts o = base_opts(CXS_GPU_AUTO, 8, 32);
+    o.budget_bytes = 4 * info.feature_bytes + (2u << 20);
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), 0);
+    cxs_gpu_loader_describe(l, &li);
+    ck_assert_uint_eq(li.mode, CXS_GPU_RESIDENT);
+    EXPECT_STR_HAS(li.reason, "within the budget");
+    cxs_gpu_loader_free(l);
+    o.budget_bytes = info.feature_bytes / 2;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), 0);
+    cxs_gpu_loader_describe(l, &li);
+    ck_assert_uint_eq(li.mode, CXS_GPU_STREAM);
+    EXPECT_STR_HAS(li.reason, "more than the budget");
+    cxs_gpu_loader_free(l);
+    /* resident asked for, does not fit: refused with the sizes */
+    o.mode = CXS_GPU_RESIDENT;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_RANGE);
+    EXPECT_STR_HAS(d.message, "resident mode needs");
+    /* a pool segment must hold the longest utterance */
+    o.mode = CXS_GPU_POOL;
+    o.budget_bytes = info.max_length * info.dim * 4 * 2;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_RANGE);
+    EXPECT_STR_HAS(d.message, "longest utterance");
+    o.budget_bytes = 0;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, seq, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "shuffle sampler");
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 10, &l, &d), CXS_E_INVALID);
+    /* option refusals */
+    o = base_opts(CXS_GPU_STREAM, 8, 32);
+    o.out_dtype = CXS_GPU_OUT_BF16;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "float32 only");
+    o = base_opts(CXS_GPU_RESIDENT, 8, 0);
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    o = base_opts(7, 8, 8);
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    o = base_opts(CXS_GPU_RESIDENT, 8, 8);
+    ck_assert_int_eq(cxs_gpu_loader_create(nolab, s2, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "features-only");
+    o.labels = 0;
+    o.flags = CXS_GATHER_NORMALIZE; /* a single-shard-free dataset has statistics */
+    ck_assert_int_eq(cxs_gpu_loader_create(nolab, s2, &o, 0, 0, &l, &d), 0);
+    cxs_gpu_loader_free(l);
+    o = base_opts(CXS_GPU_POOL, 8, 8);
+    o.pool_segments = 2;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    ck_assert_int_eq(cxs_gpu_loader_create(NULL, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    cxs_gpu_loader_free(NULL);
+    cxs_sampler_free(s);
+    cxs_sampler_free(seq);
+    cxs_sampler_free(s2);
+    cxs_dataset_close(ds);
+    cxs_dataset_close(nolab);
+}
+END_TEST_
+
+TEST(device_probe) {
+    /* Without a usable device a real-device loader is refused with the
+     * probe's reason; with one, the probe describes it. */
+    cxs_gpu_probe_info pi;
+    int rc = cxs_gpu_probe(0, &pi);
+    ck_assert_int_eq(rc == 0, pi.usable);
+    ck_assert_int_eq(cxs_gpu_probe(CXS_GPU_EMULATE, &pi), 0);
+    ck_assert(pi.usable && pi.free_bytes > 0);
+    rc = cxs_gpu_probe(0, &pi);
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_AUTO, 8, 32);
+    o.device = 0;
+    cxs_gpu_loader *l = NULL;
+    cxs_diag d;
+    if (rc) {
+        ck_assert(pi.reason[0]);
+        ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), rc);
+        EXPECT_STR_HAS(d.message, pi.reason);
+    } else {
+        ck_assert(pi.name[0] && pi.total_bytes > 0);
+        ck_assert_int_eq(cxs_gpu_probe(pi.device_count, &pi), CXS_E_UNSUPPORTED);
+        EXPECT_STR_HAS(pi.reason, "no CUDA device");
+    }
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+#ifdef CXS_HAVE_CUDA
+TEST(no_leaked_device_memory) {
+    /* free returns every byte: device memory after create/use/free cycles
+     * equals what it was after the first (which warms the context up) */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    size_t f0 = 0, f1 = 0, t;
+    for (int round = 0; round < 3; round++) {
+        const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+        for (int m = 0; m < 3; m++) {
+            cxs_gpu_opts o = base_opts(modes[m], 10, 128);
+            o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+            if (modes[m] == CXS_GPU_RESIDENT) o.budget_bytes = 0;
+            cxs_gpu_loader *l;
+            ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, NULL), 0);
+            const cxs_gpu_batch *b;
+            for (int i = 0; i < 4; i++) ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+            cxs_gpu_loader_free(l);
+        }
+        ck_assert_int_eq(cudaDeviceSynchronize(), 0);
+        ck_assert_int_eq(cudaMemGetInfo(round == 0 ? &f0 : &f1, &t), 0);
+    }
+    ck_assert_uint_eq(f0, f1);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+#endif
+
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    if (strcmp(argv[2], "cuda") == 0) {
+        cxs_gpu_probe_info pi;
+        if (cxs_gpu_probe(0, &pi) != 0) {
+            printf("SKIP: %s\n", pi.reason);
+            return 77;
+        }
+        device = 0;
+#ifdef CXS_HAVE_CUDA
+        cudaStream_t st;
+        if (cudaSetDevice(0) || cudaStreamCreate(&st)) return 3;
+        stream = st;
+#else
+        return 77;
+#endif
+    } else if (strcmp(argv[2], "emulate") != 0) {
+        return 2;
+    }
+    snprintf(dir, sizeof dir, "/tmp/cxs-gpu-XXXXXX");
+    if (!mkdtemp(dir)) return 3;
+    snprintf(path_f32, sizeof path_f32, "%s/f32", dir);
+    snprintf(path_f16, sizeof path_f16, "%s/f16", dir);
+    snprintf(path_bf16z, sizeof path_bf16z, "%s/bf16z", dir);
+    snprintf(path_nolab, sizeof path_nolab, "%s/nolab", dir);
+    char cmd[4096];
+    const char *x = argv[1];
+    /* several shards, guard rows narrower than some contexts */
+    snprintf(cmd, sizeof cmd,
+             "'%s' synth '%s/raw' --utts 70 --seed 5 --quiet && "
+             "'%s' pack '%s/raw' '%s' --guard 8 --shard-size 1M --quiet && "
+             "'%s' pack '%s/raw' '%s' --dtype f16 --guard 4 --shard-size 700K --quiet && "
+             "'%s' pack '%s/raw' '%s' --dtype bf16 --compress zstd --chunk-size 20K --quiet && "
+             "mkdir '%s/raw2' && cp -r '%s/raw/mfcc' '%s/raw2/' && "
+             "'%s' pack '%s/raw2' '%s' --quiet",
+             x, dir, x, dir, path_f32, x, dir, path_f16, x, dir, path_bf16z, dir, dir, dir, x, dir,
+             path_nolab);
+    if (system(cmd) != 0) return 3;
+    const TTest *tests[] = {
+        modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
+        bf16_output_and_drop_last, resume_and_reset, pool_ranks, pool_segments_smaller_than_a_batch,
+        mode_selection, device_probe,
+#ifdef CXS_HAVE_CUDA
+        no_leaked_device_memory,
+#endif
+    };
+    int n = (int)(sizeof tests / sizeof *tests);
+    if (device == CXS_GPU_EMULATE) {
+#ifdef CXS_HAVE_CUDA
+        n--; /* device memory accounting needs a device */
+#endif
+    }
+    Suite *su = suite_create(device == CXS_GPU_EMULATE ? "gpu-emulated" : "cuda");
+    TCase *tc = tcase_create("all");
+    tcase_set_timeout(tc, 300);
+    for (int i = 0; i < n; i++) _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
+    suite_add_tcase(su, tc);
+    SRunner *r = srunner_create(su);
+    if (device != CXS_GPU_EMULATE) srunner_set_fork_status(r, CK_NOFORK); /* a CUDA context does not survive fork */
+    srunner_run_all(r, CK_NORMAL);
+    int rc = srunner_ntests_failed(r) ? 1 : 0;
+    srunner_free(r);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) return 3;
+    return rc;
+}
