@@ -148,6 +148,7 @@ struct cxs_gpu_loader {
     int rc;
     char err[512];
     cxs_gpu_loader_info info;
+    uint64_t uploaded;           /* atomic: the feeder and refresher add to it */
     cxs_gpu_batch batch;
     void *work, *copy;           /* the loader's streams */
     float *d_mean, *d_scale;
@@ -266,7 +267,7 @@ static int up_flush(cxs_gpu_loader *l, uploader *u) {
     unsigned c = u->cur;
     BE(l, l->be->copy_h2d(u->dst, u->buf[c], u->fill, u->stream));
     BE(l, l->be->event_record(u->ev[c], u->stream));
-    __atomic_add_fetch(&l->info.uploaded_bytes, u->fill, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&l->uploaded, u->fill, __ATOMIC_RELAXED);
     u->busy[c] = 1;
     u->cur = (c + 1) % u->n;
     u->fill = 0;
@@ -495,7 +496,7 @@ static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
             }
             done += (uint64_t)r;
         }
-        l->info.uploaded_bytes += done;
+        __atomic_add_fetch(&l->uploaded, done, __ATOMIC_RELAXED);
         g.handle_deregister(fh);
         close(fd);
     }
@@ -540,7 +541,7 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
                 int e = l->be->copy_h2d(l->d_feat + srow[s] * rb + done, sh->features + done, m,
                                         l->copy);
                 if (e) rc = dfail(l, e, "copy from the registered mapping");
-                else l->info.uploaded_bytes += m;
+                else __atomic_add_fetch(&l->uploaded, m, __ATOMIC_RELAXED);
             }
         }
         if (!rc) {
@@ -1105,7 +1106,7 @@ static void *feeder_main(void *arg) {
         memcpy(s->frames, b->frames, b->n * 8);
         s->n = b->n, s->index = b->index, s->position = b->position;
         s->used = 1;
-        __atomic_add_fetch(&l->info.uploaded_bytes, b->n * (l->W * 4 + (b->y ? 8 : 0)),
+        __atomic_add_fetch(&l->uploaded, b->n * (l->W * 4 + (b->y ? 8 : 0)),
                            __ATOMIC_RELAXED);
         pthread_mutex_lock(&l->mu);
         l->filled++;
@@ -1426,7 +1427,7 @@ int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
 void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info) {
     if (!l || !info) return;
     *info = l->info;
-    info->uploaded_bytes = __atomic_load_n(&l->info.uploaded_bytes, __ATOMIC_RELAXED);
+    info->uploaded_bytes = __atomic_load_n(&l->uploaded, __ATOMIC_RELAXED);
     if (l->mode == CXS_GPU_POOL && l->p.nblocks)
         info->pool_utterances = l->p.nu / l->p.nblocks;
 }

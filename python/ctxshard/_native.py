@@ -18,6 +18,7 @@ E_UNSUPPORTED = -5006
 E_INVALID = -5007
 E_RANGE = -5008
 E_INPUT = -5009
+E_DEVICE = -5010
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
 COMPRESSION_NONE, COMPRESSION_ZSTD = 0, 1
@@ -76,6 +77,40 @@ class Batch(Structure):
                 ("index", c_uint64), ("position", c_uint64)]
 
 
+GPU_EMULATE = -1
+GPU_AUTO, GPU_STREAM, GPU_RESIDENT, GPU_POOL = 0, 1, 2, 3
+GPU_OUT_F32, GPU_OUT_BF16 = 0, 1
+GPU_NO_REGISTER, GPU_GDS = 1, 2
+
+
+class GpuProbeInfo(Structure):
+    _fields_ = [("usable", ctypes.c_int32), ("built_with_cuda", ctypes.c_int32),
+                ("device_count", ctypes.c_int32), ("runtime_version", ctypes.c_int32),
+                ("driver_version", ctypes.c_int32), ("compute_major", ctypes.c_int32),
+                ("compute_minor", ctypes.c_int32), ("register_read_only", ctypes.c_int32),
+                ("gds", ctypes.c_int32), ("total_bytes", c_uint64), ("free_bytes", c_uint64),
+                ("name", c_char * 256), ("reason", c_char * 512)]
+
+
+class GpuOpts(Structure):
+    _fields_ = [("device", ctypes.c_int32), ("mode", c_uint32), ("budget_bytes", c_uint64),
+                ("k", c_uint32), ("batch_size", c_uint32), ("flags", c_uint32),
+                ("out_dtype", c_uint32), ("labels", c_uint32), ("drop_last", c_uint32),
+                ("threads", c_uint32), ("slots", c_uint32), ("pool_segments", c_uint32),
+                ("paths", c_uint32)]
+
+
+class GpuBatch(Structure):
+    _fields_ = [("x", c_void_p), ("y", c_void_p), ("frames", c_void_p), ("n", c_size_t),
+                ("index", c_uint64), ("position", c_uint64)]
+
+
+class GpuLoaderInfo(Structure):
+    _fields_ = [("mode", c_uint32), ("upload_path", c_uint32), ("device_bytes", c_uint64),
+                ("uploaded_bytes", c_uint64), ("upload_seconds", c_double),
+                ("pool_utterances", c_uint64), ("reason", c_char * 256)]
+
+
 def _find():
     env = os.environ.get("CTXSHARD_LIB")
     if env:
@@ -132,6 +167,14 @@ def _load():
         "cxs_loader_provide": (c_int, [c_void_p, c_void_p, c_void_p]),
         "cxs_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
         "cxs_loader_free": (None, [c_void_p]),
+        "cxs_gpu_probe": (c_int, [ctypes.c_int32, POINTER(GpuProbeInfo)]),
+        "cxs_gpu_loader_create": (c_int, [ds, c_void_p, POINTER(GpuOpts), c_uint64, c_uint64,
+                                          POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_gpu_loader_next": (c_int, [c_void_p, c_void_p, POINTER(POINTER(GpuBatch))]),
+        "cxs_gpu_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
+        "cxs_gpu_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
+        "cxs_gpu_loader_error": (c_char_p, [c_void_p]),
+        "cxs_gpu_loader_free": (None, [c_void_p]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
@@ -142,4 +185,4 @@ def _load():
 
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Utterance", "SamplerOpts", "LoaderOpts",
-           "Batch", "c_float", "c_int64"]
+           "Batch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuLoaderInfo", "c_float", "c_int64"]

@@ -8,7 +8,10 @@ stacking).
 Loader: the native prefetching loader as an iterable of (x, y) tensors,
 x float32 [B, (2k+1)*D], y int64 [B]; no Python in the hot path, with
 set_epoch(), state_dict()/load_state_dict() for exact mid-epoch resume, and
-rank/world_size from torch.distributed when it is initialised."""
+rank/world_size from torch.distributed when it is initialised.  With
+device='cuda' the batches are delivered into GPU memory by the library
+(ctxshard.gpu: stream, resident or pool mode) and come out as CUDA tensors
+without a host copy, ordered on the current torch stream."""
 import collections.abc
 import ctypes
 import mmap
@@ -21,6 +24,7 @@ from torch.utils.data import Dataset as _TorchDataset
 from torch.utils.data._utils.collate import default_collate
 
 from . import SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _native as _n, _raise
+from . import gpu as _gpu
 from ._native import lib as _lib
 
 __all__ = ["FrameDataset", "Loader", "collate"]
@@ -126,6 +130,18 @@ def _default_threads():
     return max(1, min(4, os.cpu_count() or 1))
 
 
+class _CudaArray:
+    """A device buffer described by __cuda_array_interface__, for
+    torch.as_tensor to wrap without a copy.  No 'stream' entry: the loader
+    has already made the consumer's stream wait for the data."""
+
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, ptr, shape, typestr):
+        self.__cuda_array_interface__ = {"data": (int(ptr), False), "shape": tuple(shape),
+                                         "typestr": typestr, "strides": None, "version": 2}
+
+
 class Loader:
     """Batches of (x, y) from ctxshard's native prefetching loader.
 
@@ -135,11 +151,25 @@ class Loader:
     them); rank/world_size: each rank gets an equal, disjoint share of every
     epoch (defaults from torch.distributed when initialised).  An epoch
     advances by itself after a complete pass; set_epoch(e) chooses one, and
-    state_dict()/load_state_dict() resume mid-epoch exactly."""
+    state_dict()/load_state_dict() resume mid-epoch exactly.
+
+    device='cuda' (or 'cuda:N'): batches are written into GPU memory by the
+    library and yielded as CUDA tensors over its buffers, ready on the
+    current torch stream.  They are valid until the next batch is taken
+    (clone() what you keep).  gpu_mode: 'auto' (resident when the features
+    fit gpu_budget bytes, default 80% of free device memory; else stream),
+    'stream', 'resident' or 'pool' (see ctxshard.gpu; pool draws its own
+    order, epoch by epoch, and cannot resume mid-epoch).  gpu_dtype:
+    torch.float32 or torch.bfloat16 (resident and pool).  When the library
+    has no usable GPU path (built without CUDA, no driver), the loader falls
+    back to pinned host batches copied with non_blocking=True; gpu_mode then
+    reads 'host' and gpu_reason says why.  gpu_emulate=True runs the GPU
+    path on the host (CPU tensors), for tests."""
 
     def __init__(self, path, context, batch_size, shuffle=True, seed=0, drop_last=False,
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
-                 pin_memory=False, device=None, normalize=False, labels=True, num_samples=0):
+                 pin_memory=False, device=None, normalize=False, labels=True, num_samples=0,
+                 gpu_mode="auto", gpu_budget=None, gpu_dtype=None, gpu_emulate=False):
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
         if rank is None or world_size is None:
             dist = torch.distributed
@@ -157,11 +187,31 @@ class Loader:
                                self.drop_last, num_samples, class_weights)
         self.threads = _default_threads() if threads is None else int(threads)
         self.device = torch.device(device) if device is not None else None
-        self.pin_memory = bool(pin_memory) or (self.device is not None and self.device.type == "cuda")
         self.normalize, self.labels = bool(normalize), bool(labels)
         self.input_size = self.dataset.input_size(self.context)
         self.epoch, self._start = 0, 0
         self._pool, self._busy = [], set()
+        # The GPU path: chosen here, the device loader created on first use
+        # and kept across epochs (a resident upload happens once).
+        if gpu_mode not in _gpu.MODES:
+            raise ValueError(f"gpu_mode must be one of {sorted(_gpu.MODES)}, not {gpu_mode!r}")
+        if gpu_dtype not in (None, torch.float32, torch.bfloat16):
+            raise ValueError("gpu_dtype must be torch.float32 or torch.bfloat16")
+        self._gpu_opts, self._gl, self.gpu_info = None, None, None
+        self.gpu_mode, self.gpu_reason = None, ""
+        if gpu_emulate or (self.device is not None and self.device.type == "cuda"):
+            dev = _gpu.EMULATE if gpu_emulate else (self.device.index or 0)
+            probe = _gpu.probe(dev)
+            if probe["usable"]:
+                self.gpu_mode = gpu_mode
+                self._gpu_opts = dict(device=dev, mode=gpu_mode, budget=gpu_budget,
+                                      out_dtype="bfloat16" if gpu_dtype == torch.bfloat16 else "float32")
+                if dev != _gpu.EMULATE:
+                    self.device = torch.device("cuda", dev)
+            else:
+                self.gpu_mode, self.gpu_reason = "host", probe["reason"]
+        self.pin_memory = bool(pin_memory) or (self.device is not None and self.device.type == "cuda"
+                                               and self._gpu_opts is None)
 
     def __len__(self):
         """Batches in a full epoch of this rank."""
@@ -208,7 +258,60 @@ class Loader:
         self._busy.add(pair)
         return pair
 
+    def _wrap(self, ptr, shape, dtype):
+        """A tensor over device (or, emulated, host) memory, no copy."""
+        typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
+        if self._gpu_opts["device"] == _gpu.EMULATE:
+            ct = {"<f4": ctypes.c_float, "<i2": ctypes.c_int16, "<i8": ctypes.c_int64}[typestr]
+            arr = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ct)), shape=shape)
+            t = torch.from_numpy(arr)
+        else:
+            t = torch.as_tensor(_CudaArray(ptr, shape, typestr), device=self.device)
+        return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+
+    def _iter_gpu(self):
+        o = self._gpu_opts
+        if self._gl is None:
+            self._gl = _gpu.GpuLoader(self.dataset, self.sampler, self.context, self.batch_size,
+                                      device=o["device"], mode=o["mode"], budget=o["budget"],
+                                      normalize=self.normalize, labels=self.labels,
+                                      drop_last=self.drop_last, threads=self.threads,
+                                      out_dtype=o["out_dtype"], epoch=self.epoch,
+                                      start=self._start)
+            self.gpu_info = self._gl.info()
+            self.gpu_mode = self.gpu_info["mode"]
+        else:
+            self._gl.reset(self.epoch, self._start)
+        pool = self.gpu_mode == "pool"
+        xdtype = torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32
+        emulated = o["device"] == _gpu.EMULATE
+        while True:
+            stream = None if emulated else torch.cuda.current_stream(self.device).cuda_stream
+            b = self._gl.next(stream)
+            if b is None:
+                break
+            if not pool:  # pool mode draws its own order: no mid-epoch position
+                self._start = b.position + b.n
+            x = self._wrap(b.x, (b.n, self.input_size), xdtype)
+            if b.y is None:
+                yield x
+            else:
+                yield x, self._wrap(b.y, (b.n,), torch.int64)
+        self.epoch, self._start = self.epoch + 1, 0
+
+    def close(self):
+        """Free the GPU loader's device memory now (also done when the
+        Loader is collected).  Batches handed out become invalid."""
+        if self._gl is not None:
+            self._gl.close()
+            self._gl = None
+
     def __iter__(self):
+        if self._gpu_opts is not None:
+            return self._iter_gpu()
+        return self._iter_host()
+
+    def _iter_host(self):
         ds = self.dataset
         opts = _n.LoaderOpts(self.context, self.batch_size, self.threads, 0,
                              _n.GATHER_NORMALIZE if self.normalize else 0, int(self.drop_last),

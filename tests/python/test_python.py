@@ -175,6 +175,62 @@ class Binding(unittest.TestCase):
         self.assertTrue(np.array_equal(a[100:200], s.get(0, 100, 100)))
 
 
+class Gpu(unittest.TestCase):
+    """ctxshard.gpu through ctypes, emulated on the host (every struct and
+    pointer crosses the binding as it would with a device)."""
+
+    def setUp(self):
+        self.ds = ctxshard.open(os.path.join(TMP, "f16"))
+
+    def tearDown(self):
+        self.ds.close()
+
+    def host(self, ptr, shape, ctype):
+        import ctypes
+        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctype)), shape=shape).copy()
+
+    def test_probe(self):
+        import ctxshard.gpu as g
+        p = g.probe(0)
+        if not p["usable"]:
+            self.assertTrue(p["reason"])
+        e = g.probe(g.EMULATE)
+        self.assertTrue(e["usable"] and e["free_bytes"] > 0)
+
+    def test_every_mode_matches_gather(self):
+        import ctypes
+        import ctxshard.gpu as g
+        s = ctxshard.Sampler(self.ds, ctxshard.SHUFFLE, seed=8)
+        k, W = 20, self.ds.input_size(20)  # wider than the guard (16)
+        for mode in ("resident", "stream", "pool"):
+            # pool: the batch ring and 4 segments of 3 longest utterances
+            info = self.ds.info
+            budget = (3 * 97 * (W * 4 + 8 + 24) + 4 * 3 * info["max_length"] * info["dim"] * 2
+                      if mode == "pool" else None)
+            with g.GpuLoader(self.ds, s, k, 97, device=g.EMULATE, mode=mode, budget=budget,
+                             normalize=True, epoch=2) as L:
+                self.assertEqual(L.info()["mode"], mode)
+                seen = []
+                while True:
+                    b = L.next()
+                    if b is None:
+                        break
+                    x = self.host(b.x, (b.n, W), ctypes.c_float)
+                    y = self.host(b.y, (b.n,), ctypes.c_int64)
+                    rx, ry = self.ds.gather(b.frames, k, normalize=True, labels=True)
+                    self.assertTrue(np.array_equal(x, rx) and np.array_equal(y, ry), mode)
+                    seen.append(b.frames)
+                seen = np.concatenate(seen)
+                self.assertEqual(sorted(seen.tolist()), list(range(len(self.ds))))
+                if mode != "pool":
+                    self.assertTrue(np.array_equal(seen, s.get(2)))
+        with self.assertRaises(ValueError):
+            g.GpuLoader(self.ds, s, 4, 8, device=g.EMULATE, mode="stream", out_dtype="bfloat16")
+        with self.assertRaises(IndexError) as cm:
+            g.GpuLoader(self.ds, s, 4, 8, device=g.EMULATE, mode="resident", budget=1000)
+        self.assertIn("resident mode needs", str(cm.exception))
+
+
 @unittest.skipIf(torch is None, "torch is not installed")
 class Torch(unittest.TestCase):
     path = None
@@ -267,6 +323,64 @@ class Torch(unittest.TestCase):
         self.assertTrue(torch.equal(rest_x, full_x[1500:]))
         with self.assertRaises(ValueError):
             cxt.Loader(self.path, 2, 300, seed=10).load_state_dict(state)
+
+    def test_gpu_loader_emulated(self):
+        # stream and resident deliver exactly the host loader's batches,
+        # epoch after epoch (the device loader is kept and reset)
+        for mode in ("stream", "resident"):
+            G = cxt.Loader(self.path, 6, 700, seed=4, threads=2, gpu_emulate=True, gpu_mode=mode)
+            H = cxt.Loader(self.path, 6, 700, seed=4, threads=2)
+            for epoch in range(2):
+                # a device batch is valid until the next one: keep clones
+                got = [(x.clone(), y.clone()) for x, y in G]
+                want = list(H)
+                self.assertEqual(len(got), len(want))
+                for (gx, gy), (hx, hy) in zip(got, want):
+                    self.assertTrue(torch.equal(gx, hx) and torch.equal(gy, hy))
+                self.assertEqual(sum(len(y) for _, y in got), len(self.ds))
+                self.assertEqual(G.epoch, epoch + 1)
+            self.assertEqual(G.gpu_mode, mode)
+            # resume mid-epoch from a state_dict
+            G.set_epoch(5)
+            it = iter(G)
+            for _ in range(3):
+                next(it)
+            del it
+            state = G.state_dict()
+            self.assertEqual(state["position"], 2100)
+            M = cxt.Loader(self.path, 6, 700, seed=4, gpu_emulate=True, gpu_mode=mode)
+            M.load_state_dict(state)
+            rest = torch.cat([y.clone() for _, y in M])
+            H.set_epoch(5)
+            full = torch.cat([y for _, y in H])
+            self.assertTrue(torch.equal(rest, full[2100:]))
+            G.close()
+        # pool with bfloat16 output: each frame once per epoch (the label
+        # multiset), values the bfloat16 rounding of the float32 windows
+        P = cxt.Loader(self.path, 3, 512, seed=1, gpu_emulate=True, gpu_mode="pool",
+                       gpu_budget=(3 * 512 * (self.ds.input_size(3) * 2 + 8 + 24)
+                                   + 4 * 3 * self.ds.info["max_length"] * self.ds.dim * 4),
+                       gpu_dtype=torch.bfloat16)
+        ys = []
+        for x, y in P:
+            self.assertEqual(x.dtype, torch.bfloat16)
+            self.assertEqual(x.shape[1], self.ds.input_size(3))
+            ys.append(y.clone())
+        ys = torch.cat(ys)
+        counts = torch.bincount(ys, minlength=len(self.ds.stats.label_counts))
+        self.assertTrue(np.array_equal(counts.numpy(), self.ds.stats.label_counts.astype(np.int64)))
+        self.assertEqual(P.gpu_info["mode"], "pool")
+
+    def test_gpu_fallback_without_device(self):
+        import ctxshard.gpu as g
+        if g.probe(0)["usable"]:
+            self.skipTest("a CUDA device is usable here")
+        L = cxt.Loader(self.path, 2, 64, device="cuda")
+        self.assertEqual(L.gpu_mode, "host")
+        self.assertTrue(L.gpu_reason)
+        self.assertTrue(L.pin_memory)
+        with self.assertRaises(ValueError):
+            cxt.Loader(self.path, 2, 64, device="cuda", gpu_mode="fast")
 
     def test_loader_ranks_partition(self):
         got = []

@@ -1,0 +1,156 @@
+"""Batches of context windows delivered into GPU memory (ctxshard_gpu.h).
+
+    import ctxshard.gpu
+    ctxshard.gpu.probe(0)            # {'usable': True, 'name': 'NVIDIA H200', ...}
+
+For PyTorch, use ctxshard.torch.Loader(..., device='cuda'), which yields
+CUDA tensors over these buffers.  GpuLoader is the framework-free layer: its
+batches are raw device pointers, valid until the next call to next().
+
+Modes: 'stream' (the CPU loader fills pinned buffers, a copy stream uploads
+them), 'resident' (features uploaded once; each batch sends its frame
+numbers and a kernel expands the windows on the device), 'pool' (a device
+pool of whole utterances refreshed in the background, for data larger than
+the memory budget), 'auto' (resident when it fits the budget, else stream).
+
+device=EMULATE runs everything on the host ("device" pointers are host
+memory): for tests and debugging without a GPU."""
+import ctypes
+from ctypes import byref, c_void_p
+
+import numpy as np
+
+from . import _native as _n
+from . import _raise
+from ._native import lib as _lib
+
+__all__ = ["probe", "GpuLoader", "EMULATE", "MODES"]
+
+EMULATE = _n.GPU_EMULATE
+MODES = {"auto": _n.GPU_AUTO, "stream": _n.GPU_STREAM, "resident": _n.GPU_RESIDENT,
+         "pool": _n.GPU_POOL}
+MODE_NAMES = {v: k for k, v in MODES.items()}
+UPLOAD_PATHS = {0: "pinned staging", 1: "registered mapping", 2: "GPUDirect Storage"}
+
+
+def probe(device=0):
+    """What the library sees of CUDA device `device`: a dict with 'usable'
+    and, when not, 'reason' (built without CUDA, no driver, no device)."""
+    info = _n.GpuProbeInfo()
+    _lib.cxs_gpu_probe(int(device), byref(info))
+    return {
+        "usable": bool(info.usable), "built_with_cuda": bool(info.built_with_cuda),
+        "device_count": info.device_count, "name": info.name.decode("utf-8", "replace"),
+        "compute_capability": (info.compute_major, info.compute_minor),
+        "total_bytes": info.total_bytes, "free_bytes": info.free_bytes,
+        "runtime_version": info.runtime_version, "driver_version": info.driver_version,
+        "register_read_only": bool(info.register_read_only), "gds": bool(info.gds),
+        "reason": info.reason.decode("utf-8", "replace"),
+    }
+
+
+class GpuBatch:
+    """One batch in device memory: x and y are device addresses (ints; y is
+    None without labels), valid until the loader's next call; frames is a
+    numpy copy of the global frame numbers served."""
+
+    __slots__ = ("x", "y", "frames", "n", "index", "position")
+
+    def __init__(self, b):
+        self.x, self.y, self.n = b.x, b.y, b.n
+        self.index, self.position = b.index, b.position
+        self.frames = np.ctypeslib.as_array(ctypes.cast(b.frames, ctypes.POINTER(ctypes.c_uint64)),
+                                            shape=(b.n,)).copy() if b.n else np.empty(0, np.uint64)
+
+
+class GpuLoader:
+    """The C GPU loader over a Dataset and a Sampler (both must stay open).
+
+    context/batch_size as everywhere; mode: 'auto', 'stream', 'resident' or
+    'pool'; budget: device bytes the resident data or pool may take (None:
+    80% of free memory); out_dtype: 'float32' or 'bfloat16' (resident and
+    pool); register=False: never pin the file mapping (always staged
+    copies); gds=True: try GPUDirect Storage for the resident upload."""
+
+    def __init__(self, dataset, sampler, context, batch_size, device=0, mode="auto", budget=None,
+                 normalize=False, labels=True, drop_last=False, threads=None, slots=0,
+                 pool_segments=0, out_dtype="float32", register=True, gds=False, epoch=0,
+                 start=0):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {sorted(MODES)}, not {mode!r}")
+        if out_dtype not in ("float32", "bfloat16"):
+            raise ValueError("out_dtype must be 'float32' or 'bfloat16'")
+        self.dataset, self.sampler = dataset, sampler
+        self.context, self.batch_size = int(context), int(batch_size)
+        self.out_dtype = out_dtype
+        self.input_size = dataset.input_size(self.context)
+        opts = _n.GpuOpts()
+        opts.device = int(device)
+        opts.mode = MODES[mode]
+        opts.budget_bytes = int(budget or 0)
+        opts.k, opts.batch_size = self.context, self.batch_size
+        opts.flags = _n.GATHER_NORMALIZE if normalize else 0
+        opts.out_dtype = _n.GPU_OUT_BF16 if out_dtype == "bfloat16" else _n.GPU_OUT_F32
+        opts.labels, opts.drop_last = int(bool(labels)), int(bool(drop_last))
+        opts.threads = int(threads or 0)
+        opts.slots, opts.pool_segments = int(slots), int(pool_segments)
+        opts.paths = (0 if register else _n.GPU_NO_REGISTER) | (_n.GPU_GDS if gds else 0)
+        self._ptr = c_void_p()
+        diag = _n.Diag()
+        rc = _lib.cxs_gpu_loader_create(dataset._ptr, sampler._ptr, byref(opts), int(epoch),
+                                        int(start), byref(self._ptr), byref(diag))
+        if rc:
+            self._ptr = None
+            _raise(rc, diag, what="GPU loader")
+        self._keep = (dataset._h, sampler)  # both must outlive the C loader
+        self._bp = ctypes.POINTER(_n.GpuBatch)()
+
+    def next(self, stream=None):
+        """The next batch, ready for work on `stream` (a cudaStream_t as an
+        int, e.g. torch.cuda.current_stream().cuda_stream; None: the
+        default stream), or None at the end of the epoch."""
+        rc = _lib.cxs_gpu_loader_next(self._live(), stream or None, byref(self._bp))
+        if rc:
+            _fail(rc, _lib.cxs_gpu_loader_error(self._ptr))
+        return GpuBatch(self._bp.contents) if self._bp else None
+
+    def reset(self, epoch, start=0):
+        rc = _lib.cxs_gpu_loader_reset(self._live(), int(epoch), int(start))
+        if rc:
+            _fail(rc, _lib.cxs_gpu_loader_error(self._ptr))
+
+    def info(self):
+        """The mode in use and why, the upload path, bytes held and moved."""
+        li = _n.GpuLoaderInfo()
+        _lib.cxs_gpu_loader_describe(self._live(), byref(li))
+        return {"mode": MODE_NAMES[li.mode], "upload_path": UPLOAD_PATHS.get(li.upload_path),
+                "device_bytes": li.device_bytes, "uploaded_bytes": li.uploaded_bytes,
+                "upload_seconds": li.upload_seconds, "pool_utterances": li.pool_utterances,
+                "reason": li.reason.decode("utf-8", "replace")}
+
+    def _live(self):
+        if not self._ptr:
+            raise ValueError("GPU loader is closed")
+        return self._ptr
+
+    def close(self):
+        """Free the device and pinned memory (waits for the loader's work)."""
+        if getattr(self, "_ptr", None):
+            _lib.cxs_gpu_loader_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _fail(rc, message):
+    """Raise the error of rc with the loader's own message."""
+    d = _n.Diag()
+    d.message = (message or b"")[:1023]
+    _raise(rc, d, what="GPU loader")
