@@ -1432,4 +1432,11 @@ void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info)
         info->pool_utterances = l->p.nu / l->p.nblocks;
 }
 
+int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, void *dst,
+                            size_t n) {
+    if (!l || (n && (!src || !dst))) return CXS_E_INVALID;
+    int e = l->be->copy_d2h_sync(dst, src, n, stream);
+    return e ? dfail(l, e, "download") : 0;
+}
+
 const char *cxs_gpu_loader_error(const cxs_gpu_loader *l) { return l ? l->err : ""; }

@@ -57,6 +57,7 @@ typedef struct gpu_backend {
     int (*event_sync)(void *e);
     int (*stream_sync)(void *s);
     int (*copy_h2d)(void *dst, const void *src, size_t n, void *s);
+    int (*copy_d2h_sync)(void *dst, const void *src, size_t n, void *s); /* waits */
     int (*expand)(const gpu_expand_args *a, void *s);
 } gpu_backend;
 

@@ -68,6 +68,12 @@ static int cu_copy_h2d(void *dst, const void *src, size_t n, void *s) {
     return (int)cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, (cudaStream_t)s);
 }
 
+static int cu_copy_d2h_sync(void *dst, const void *src, size_t n, void *s) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, (cudaStream_t)s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)s);
+    return (int)e;
+}
+
 /* One block per sample (grid-stride), threads laid out (element d of a row,
  * row of the window): a warp reads and writes consecutive elements of one
  * row, so both sides coalesce; no division anywhere.  Thread (0,0) locates
@@ -150,6 +156,7 @@ extern "C" const gpu_backend cxs_gpu_cuda = {
     cu_event_sync,
     cu_stream_sync,
     cu_copy_h2d,
+    cu_copy_d2h_sync,
     cu_expand,
 };
 

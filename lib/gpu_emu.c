@@ -56,6 +56,11 @@ static int emu_copy(void *dst, const void *src, size_t n, void *s) {
     return 0;
 }
 
+static int emu_copy_back(void *dst, const void *src, size_t n, void *s) {
+    memcpy(dst, src, n);
+    return 0;
+}
+
 static int emu_expand(const gpu_expand_args *a, void *s) {
     const size_t W = (2 * (size_t)a->k + 1) * a->D;
     for (size_t i = 0; i < a->n; i++) {
@@ -108,5 +113,6 @@ const gpu_backend cxs_gpu_emu = {
     emu_sync,
     emu_sync,
     emu_copy,
+    emu_copy_back,
     emu_expand,
 };

@@ -62,17 +62,6 @@ int verify_run(const char *dir, int quiet) {
     return 0;
 }
 
-static void json_str(const char *s, size_t n) {
-    putchar('"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
 static const char *norm_name(uint32_t n) { return n == CXS_NORM_UTTERANCE ? "utterance" : "none"; }
 
 int info_run(const char *dir, int json) {
@@ -89,7 +78,7 @@ int info_run(const char *dir, int json) {
     double mean_len = (double)in.num_frames / (double)in.num_utterances;
     if (json) {
         printf("{\n  \"path\": ");
-        json_str(dir, strlen(dir));
+        json_print_string(dir, strlen(dir));
         printf(",\n  \"format_version\": \"%u.%u\",\n", in.format_major, in.format_minor);
         printf("  \"utterances\": %llu,\n  \"frames\": %llu,\n", (unsigned long long)in.num_utterances,
                (unsigned long long)in.num_frames);
@@ -114,7 +103,7 @@ int info_run(const char *dir, int json) {
             size_t n;
             cxs_dataset_vocab(ds, i, &s, &n);
             if (i) printf(", ");
-            json_str(s, n);
+            json_print_string(s, n);
         }
         printf("],\n  \"stats\": {\"count\": %llu, \"mean\": [", (unsigned long long)st.count);
         for (uint32_t d = 0; st.mean && d < in.dim; d++) printf("%s%.17g", d ? ", " : "", st.mean[d]);
@@ -124,7 +113,7 @@ int info_run(const char *dir, int json) {
         for (uint32_t i = 0; st.label_counts && i < in.vocab_size; i++)
             printf("%s%llu", i ? ", " : "", (unsigned long long)st.label_counts[i]);
         printf("]},\n  \"skipped\": %llu,\n  \"skipped_report\": ", (unsigned long long)in.num_skipped);
-        json_str(skipped ? skipped : "", skipped_len);
+        json_print_string(skipped ? skipped : "", skipped_len);
         printf("\n}\n");
         cxs_dataset_close(ds);
         return 0;

@@ -8,6 +8,8 @@
 #include "ctxshard.h"
 #include "cxs_version.h"
 #include "benchread.h"
+#include "ctxshard_gpu.h"
+#include "gpucmd.h"
 #include "stats.h"
 #include "inspect.h"
 #include "pack.h"
@@ -30,6 +32,7 @@ static const char *const usage_top =
     "  info OUT       describe a packed dataset\n"
     "  gather OUT     write context windows (and labels) as .npy files\n"
     "  bench-read OUT measure how fast the loader serves windows\n"
+    "  gpu [OUT]      the GPU path: device probe; batches delivered to the device\n"
     "  stats OUT      label, length and feature statistics, charts, HTML report\n"
     "\n"
     "`ctxshard <command> --help` describes each command; --version prints\n"
@@ -148,6 +151,31 @@ static const char *const usage_gather =
     "                padding stays 0\n"
     "  --threads N   gather threads (default: all CPUs)\n";
 
+static const char *const usage_gpu =
+    "usage: ctxshard gpu [OUT] [--device N | --emulate] [--mode auto|stream|resident|pool]\n"
+    "                  [--context K] [--batch B] [--batches M] [--budget SIZE]\n"
+    "                  [--threads N] [--normalize] [--bf16] [--check] [--seed S] [--json]\n"
+    "\n"
+    "Without OUT: whether the GPU path can run here (built with CUDA, driver,\n"
+    "device, memory, fast paths) and why not; exit status 3 when it cannot.\n"
+    "With OUT: run the GPU loader over the dataset (shuffled) and print the mode\n"
+    "it chose and why, the upload, and samples/s delivered into device memory.\n"
+    "\n"
+    "  --device N     CUDA device (default 0)\n"
+    "  --emulate      run the GPU path on the host (no GPU needed)\n"
+    "  --mode M       auto (default: resident when it fits the budget), stream,\n"
+    "                 resident or pool\n"
+    "  --context K    half-width of the windows (default 30)\n"
+    "  --batch B      samples per batch (default 1024)\n"
+    "  --batches M    batches to serve (default: one epoch)\n"
+    "  --budget SIZE  device memory for resident data or the pool (default 80%%\n"
+    "                 of free memory)\n"
+    "  --threads N    CPU threads of the stream mode's loader\n"
+    "  --normalize    normalise with the dataset's stored statistics\n"
+    "  --bf16         deliver bfloat16 windows (resident and pool)\n"
+    "  --check        read every batch back and compare it with the CPU gather,\n"
+    "                 bit for bit (exit status 1 on a difference)\n"
+    "  --json         one JSON object\n";
 static const char *const usage_bench =
     "usage: ctxshard bench-read OUT [--context K] [--batch B] [--threads N]\n"
     "                           [--batches M] [--sampler shuffle|sequential|weighted]\n"
@@ -187,7 +215,8 @@ enum {
     O_UTTS = 256, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_VOCAB, O_THREADS, O_GUARD,
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
-    O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE
+    O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
+    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK
 };
 
 static const struct option longopts[] = {
@@ -208,6 +237,9 @@ static const struct option longopts[] = {
     {"compress", required_argument, 0, O_COMPRESS}, {"no-compress", no_argument, 0, O_NOCOMPRESS},
     {"chunk-size", required_argument, 0, O_CHUNK}, {"no-shuffle", no_argument, 0, O_NOSHUFFLE},
     {"part", required_argument, 0, O_PART},       {"move", no_argument, 0, O_MOVE},
+    {"device", required_argument, 0, O_DEVICE},   {"emulate", no_argument, 0, O_EMULATE},
+    {"mode", required_argument, 0, O_MODE},       {"budget", required_argument, 0, O_BUDGET},
+    {"bf16", no_argument, 0, O_BF16},             {"check", no_argument, 0, O_CHECK},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -227,6 +259,8 @@ static int allowed(const char *cmd, int opt) {
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
         {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED}},
         {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
+        {"gpu", {O_DEVICE, O_EMULATE, O_MODE, O_CONTEXT, O_BATCH, O_BATCHES, O_BUDGET, O_THREADS,
+                 O_NORMFLAG, O_BF16, O_CHECK, O_SEED, O_JSON}},
     };
     if (opt == O_HELP) return 1;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
@@ -318,6 +352,7 @@ int main(int argc, char **argv) {
                         : !strcmp(cmd, "gather") ? usage_gather
                         : !strcmp(cmd, "bench-read") ? usage_bench
                         : !strcmp(cmd, "stats")      ? usage_stats
+                        : !strcmp(cmd, "gpu")        ? usage_gpu
                                                  : NULL;
     if (!usage) {
         fprintf(stderr, "ctxshard: unknown command '%s'\n", cmd);
@@ -331,6 +366,7 @@ int main(int argc, char **argv) {
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
+    gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
     int compare = 0;
     uint64_t k = 0, v;
     uint64_t *frames = NULL;
@@ -341,7 +377,7 @@ int main(int argc, char **argv) {
     /* gather's --normalize is a flag; pack's takes a mode. */
     struct option opts[sizeof longopts / sizeof *longopts];
     memcpy(opts, longopts, sizeof opts);
-    if (!strcmp(cmd, "gather"))
+    if (!strcmp(cmd, "gather") || !strcmp(cmd, "gpu"))
         for (size_t i = 0; opts[i].name; i++)
             if (!strcmp(opts[i].name, "normalize")) {
                 opts[i].has_arg = no_argument;
@@ -482,6 +518,25 @@ int main(int argc, char **argv) {
             break;
         }
         case O_MOVE: move = 1; break;
+        case O_DEVICE:
+            if (parse_u64(optarg, &v) || v > 1024)
+                return usage_error(usage, "--device: '%s' is not a device number", optarg);
+            go.device = (int32_t)v;
+            break;
+        case O_EMULATE: go.device = CXS_GPU_EMULATE; break;
+        case O_MODE:
+            if (!strcmp(optarg, "auto")) go.mode = CXS_GPU_AUTO;
+            else if (!strcmp(optarg, "stream")) go.mode = CXS_GPU_STREAM;
+            else if (!strcmp(optarg, "resident")) go.mode = CXS_GPU_RESIDENT;
+            else if (!strcmp(optarg, "pool")) go.mode = CXS_GPU_POOL;
+            else return usage_error(usage, "--mode: '%s' is not auto, stream, resident or pool", optarg);
+            break;
+        case O_BUDGET:
+            if (parse_size(optarg, &go.budget) || !go.budget)
+                return usage_error(usage, "--budget: '%s' is not a size", optarg);
+            break;
+        case O_BF16: go.bf16 = 1; break;
+        case O_CHECK: go.check = 1; break;
         case O_LABELS: labels = optarg; break;
         default: break;
         }
@@ -490,6 +545,18 @@ int main(int argc, char **argv) {
         free(frames);
         if (argc - optind < 2) return usage_error(usage, "%s", "expected at least one PART and OUT");
         return merge_run(argv + optind, argc - optind - 1, argv[argc - 1], move, po.quiet);
+    }
+    if (!strcmp(cmd, "gpu")) {
+        free(frames);
+        if (argc - optind > 1) return usage_error(usage, "%s", "expected at most one directory");
+        if (have_k) go.k = (uint32_t)k;
+        go.batch = bo.batch;
+        go.batches = bo.batches == 2000 ? 0 : bo.batches;
+        go.threads = po.threads;
+        go.normalize = po.normalize;
+        go.seed = so.seed;
+        go.json = json;
+        return gpu_cmd_run(argc > optind ? argv[optind] : NULL, &go);
     }
     int need = !strcmp(cmd, "pack") || !strcmp(cmd, "convert") || compare ? 2 : 1;
     if (!strcmp(cmd, "convert") && !have_form) {

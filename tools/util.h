@@ -40,6 +40,8 @@ unsigned ncpus(void);
 /* Human-readable byte count into buf. */
 const char *human_bytes(double bytes, char *buf, size_t n);
 double now_seconds(void);
+/* s[n] as a JSON string literal on stdout. */
+void json_print_string(const char *s, size_t n);
 
 /* Progress bar on stderr, shown only on a terminal. */
 typedef struct progress {

@@ -174,6 +174,15 @@ CXS_API int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t sta
 /** What the loader chose (mode, upload path) and has moved. */
 CXS_API void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info);
 
+/**
+ * Copy n bytes of device memory at src (a batch's x or y, say) to host dst,
+ * after the work enqueued on `stream`, and wait for the copy.  For checks,
+ * tools and debugging, not a fast path.  Returns 0, CXS_E_INVALID or
+ * CXS_E_DEVICE.
+ */
+CXS_API int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, void *dst,
+                                    size_t n);
+
 /** The message of the last error, "" when none.  Valid until the next call. */
 CXS_API const char *cxs_gpu_loader_error(const cxs_gpu_loader *l);
 

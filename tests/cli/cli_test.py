@@ -452,6 +452,54 @@ class Usage(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("'random' is not shuffle, sequential or weighted", err)
 
+    def test_gpu(self):
+        # the probe: exit 3 with the reason when no device is usable
+        rc, out, err = run("gpu", "--json")
+        import json
+        probe = json.loads(out)
+        self.assertEqual(rc, 0 if probe["usable"] else 3)
+        if not probe["usable"]:
+            self.assertTrue(probe["reason"])
+        rc, out, err = run("gpu", "--emulate")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("host emulation", out)
+        # every mode, every batch read back and compared with the CPU gather
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        raw, ds = os.path.join(tmp, "raw"), os.path.join(tmp, "ds")
+        rc, _, err = run("synth", raw, "--utts", 9, "--seed", 2, "--quiet")
+        self.assertEqual(rc, 0, err)
+        rc, _, err = run("pack", raw, ds, "--guard", 2, "--quiet")
+        self.assertEqual(rc, 0, err)
+        budgets = {"auto": "2M", "stream": "2M", "resident": "8M", "pool": "3500K"}
+        for mode in ("auto", "stream", "resident", "pool"):
+            rc, out, err = run("gpu", ds, "--emulate", "--mode", mode, "--context", 5, "--batch", 333,
+                               "--check", "--budget", budgets[mode], "--threads", 2)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("every window and label equals the CPU gather", out)
+            self.assertIn("mode          " + ("stream" if mode == "auto" else mode), out)
+        rc, out, err = run("gpu", ds, "--emulate", "--mode", "resident", "--bf16", "--normalize",
+                           "--check", "--batches", 3, "--json")
+        self.assertEqual(rc, 0, err)
+        got = json.loads(out)
+        self.assertEqual((got["mode"], got["batches"], got["checked"]), ("resident", 3, True))
+        self.assertEqual(got["upload_path"], "registered mapping")
+        # options that cannot work: usage errors with the reason
+        rc, _, err = run("gpu", ds, "--emulate", "--mode", "resident", "--budget", "100K")
+        self.assertEqual(rc, 2)
+        self.assertIn("resident mode needs", err)
+        rc, _, err = run("gpu", ds, "--emulate", "--mode", "stream", "--bf16")
+        self.assertEqual(rc, 2)
+        self.assertIn("float32 only", err)
+        rc, _, err = run("gpu", ds, "--mode", "fast")
+        self.assertEqual(rc, 2)
+        rc, _, err = run("gpu", ds, ds)
+        self.assertEqual(rc, 2)
+        if not probe["usable"]:
+            rc, _, err = run("gpu", ds)
+            self.assertEqual(rc, 3)
+            self.assertIn(probe["reason"], _ + err)
+
     def test_synth_makes_parents(self):
         with tempfile.TemporaryDirectory() as tmp:
             rc, _, err = run("synth", os.path.join(tmp, "a", "b", "raw"), "--utts", 1, "--quiet")
