@@ -1358,6 +1358,9 @@ fail:
 int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch) {
     if (!l || !batch) return CXS_E_INVALID;
     if (l->rc) return l->rc;
+    /* the CUDA runtime's current device is per thread: the caller's thread
+     * may not be the one that created the loader */
+    l->be->set_device(l->dev);
     gslot *c = NULL;
     int rc;
     if (l->mode == CXS_GPU_STREAM) {

@@ -200,7 +200,12 @@ class Loader:
         self._gpu_opts, self._gl, self.gpu_info = None, None, None
         self.gpu_mode, self.gpu_reason = None, ""
         if gpu_emulate or (self.device is not None and self.device.type == "cuda"):
-            dev = _gpu.EMULATE if gpu_emulate else (self.device.index or 0)
+            if gpu_emulate:
+                dev = _gpu.EMULATE
+            elif self.device.index is not None:
+                dev = self.device.index
+            else:
+                dev = torch.cuda.current_device() if torch.cuda.is_available() else 0
             probe = _gpu.probe(dev)
             if probe["usable"]:
                 self.gpu_mode = gpu_mode

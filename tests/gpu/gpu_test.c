@@ -501,6 +501,10 @@ int main(int argc, char **argv) {
         n--; /* device memory accounting needs a device */
 #endif
     }
+    /* CXS_GPU_TEST_QUICK=1: one test per mode and data type, for slow
+     * runs (compute-sanitizer's racecheck and synccheck) */
+    const char *quick = getenv("CXS_GPU_TEST_QUICK");
+    if (quick && *quick == '1') n = 4;
     Suite *su = suite_create(device == CXS_GPU_EMULATE ? "gpu-emulated" : "cuda");
     TCase *tc = tcase_create("all");
     tcase_set_timeout(tc, 300);
