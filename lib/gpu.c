@@ -157,6 +157,7 @@ struct cxs_gpu_loader {
     uint64_t cur;
     int primed;
     gslot *handed;
+    void *last_stream;           /* the consumer's stream of the last next() */
     /* resident */
     uint8_t *d_feat;
     uint64_t *d_cum, *d_urow;
@@ -234,7 +235,7 @@ int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info) {
     return rc;
 #else
     snprintf(info->reason, sizeof info->reason,
-             "libctxshard was built without CUDA (nvcc was not found at build time)");
+             "libctxshard was built without CUDA (no nvcc at build time, or -Dcuda=disabled)");
     return CXS_E_UNSUPPORTED;
 #endif
 }
@@ -1385,6 +1386,7 @@ int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **b
             if ((rc = launch(l, &l->slot[l->cur % NSLOT]))) return l->rc = rc;
         }
     }
+    l->last_stream = stream;
     if (!c->n) {
         *batch = NULL;
         return 0;
@@ -1409,7 +1411,11 @@ int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
     l->rc = 0;
     l->err[0] = 0;
     l->epoch = epoch, l->pos = start, l->index = 0;
-    l->handed = NULL;
+    if (l->handed) { /* the caller's work on it may still be queued */
+        int e = l->be->event_record(l->handed->ev_consumed, l->last_stream);
+        if (e) return l->rc = dfail(l, e, "event_record");
+        l->handed = NULL;
+    }
     if (l->mode == CXS_GPU_STREAM) {
         stream_stop(l);
         int rc = stream_start(l);
