@@ -92,6 +92,8 @@ typedef struct uploader {
     void *ev[MAX_UP];
     int busy[MAX_UP];
     uint8_t *dst; /* device address of buf[cur]'s first byte */
+    char *err;    /* where its messages go: the thread that uses it owns it */
+    size_t errlen;
 } uploader;
 
 /* Pool mode: one segment of the device pool and the block it holds. */
@@ -242,15 +244,28 @@ int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info) {
 
 /* ---- staged uploads ----------------------------------------------------- */
 
-static int up_init(cxs_gpu_loader *l, uploader *u, void *stream, unsigned n, size_t row_bytes) {
+static int ufail(const cxs_gpu_loader *l, uploader *u, int err, const char *what) {
+    snprintf(u->err, u->errlen, "%s: %s failed: %s", l->be->name, what, l->be->error_string(err));
+    return CXS_E_DEVICE;
+}
+
+#define UBE(l, u, call)                                     \
+    do {                                                    \
+        int be_err_ = (call);                               \
+        if (be_err_) return ufail((l), (u), be_err_, #call); \
+    } while (0)
+
+static int up_init(cxs_gpu_loader *l, uploader *u, void *stream, unsigned n, size_t row_bytes,
+                   char *err, size_t errlen) {
     memset(u, 0, sizeof *u);
     u->stream = stream;
+    u->err = err, u->errlen = errlen;
     u->n = n < 2 ? 2 : (n > MAX_UP ? MAX_UP : n);
     /* whole rows per buffer, at least one */
     u->bytes = UP_CHUNK < row_bytes ? row_bytes : UP_CHUNK - UP_CHUNK % row_bytes;
     for (unsigned i = 0; i < u->n; i++) {
-        BE(l, l->be->host_alloc((void **)&u->buf[i], u->bytes));
-        BE(l, l->be->event_create(&u->ev[i]));
+        UBE(l, u, l->be->host_alloc((void **)&u->buf[i], u->bytes));
+        UBE(l, u, l->be->event_create(&u->ev[i]));
     }
     return 0;
 }
@@ -266,15 +281,15 @@ static void up_free(cxs_gpu_loader *l, uploader *u) {
 static int up_flush(cxs_gpu_loader *l, uploader *u) {
     if (!u->fill) return 0;
     unsigned c = u->cur;
-    BE(l, l->be->copy_h2d(u->dst, u->buf[c], u->fill, u->stream));
-    BE(l, l->be->event_record(u->ev[c], u->stream));
+    UBE(l, u, l->be->copy_h2d(u->dst, u->buf[c], u->fill, u->stream));
+    UBE(l, u, l->be->event_record(u->ev[c], u->stream));
     __atomic_add_fetch(&l->uploaded, u->fill, __ATOMIC_RELAXED);
     u->busy[c] = 1;
     u->cur = (c + 1) % u->n;
     u->fill = 0;
     u->dst = NULL;
     if (u->busy[u->cur]) { /* the copy engine still reads the buffer we fill next */
-        BE(l, l->be->event_sync(u->ev[u->cur]));
+        UBE(l, u, l->be->event_sync(u->ev[u->cur]));
         u->busy[u->cur] = 0;
     }
     return 0;
@@ -329,9 +344,11 @@ static int up_rows(cxs_gpu_loader *l, uploader *u, zreader *zr, uint32_t s, uint
             continue;
         }
         if (m > n) m = n;
-        if ((rc = cxs_read_rows(ds, zr, s, r0, m, p)))
-            return lfail(l, rc, "%s: cannot decode features: %s", ds->shards[s].path,
-                         cxs_strerror(rc));
+        if ((rc = cxs_read_rows(ds, zr, s, r0, m, p))) {
+            snprintf(u->err, u->errlen, "%s: cannot decode features: %s", ds->shards[s].path,
+                     cxs_strerror(rc));
+            return rc;
+        }
         up_commit(u, (size_t)(m * rb));
         r0 += m, n -= m, dst += m * rb;
     }
@@ -341,7 +358,7 @@ static int up_rows(cxs_gpu_loader *l, uploader *u, zreader *zr, uint32_t s, uint
 static int up_finish(cxs_gpu_loader *l, uploader *u) {
     int rc = up_flush(l, u);
     if (rc) return rc;
-    BE(l, l->be->stream_sync(u->stream));
+    UBE(l, u, l->be->stream_sync(u->stream));
     for (unsigned i = 0; i < u->n; i++) u->busy[i] = 0;
     return 0;
 }
@@ -582,7 +599,7 @@ static int resident_setup(cxs_gpu_loader *l) {
     }
     l->info.device_bytes += srow[S] * rb + (2 * U + 1) * 8 + (l->o.labels ? F * 2 : 0);
     double t0 = now_s();
-    if ((rc = up_init(l, &up, l->copy, l->o.slots, rb))) goto out;
+    if ((rc = up_init(l, &up, l->copy, l->o.slots, rb, l->err, sizeof l->err))) goto out;
     if ((l->o.paths & CXS_GPU_GDS) && gds_upload(l, srow) == 0) {
         l->info.upload_path = 2;
     } else if ((rc = registered_upload(l, srow)) == 0) {
@@ -774,11 +791,12 @@ static int pool_load(cxs_gpu_loader *l, uint32_t g, uint64_t b, zreader *zr) {
         uint64_t u = sg->uid[i];
         int rc = up_rows(l, &p->up, zr, ds->utt_shard[u], ds->row[u], ds->cum[u + 1] - ds->cum[u],
                          base + sg->ustart[i] * ds->row_bytes);
-        if (rc) return pfail(p, rc, "%s", l->err);
+        if (rc) return rc; /* the message is in p->err */
     }
-    if ((e = up_flush(l, &p->up)) || (e = l->be->event_record(sg->ev_loaded, p->copy)))
-        return pfail(p, e < 0 ? e : CXS_E_DEVICE, "%s: upload: %s", l->be->name,
-                     e > 0 ? l->be->error_string(e) : l->err);
+    int rc = up_flush(l, &p->up);
+    if (rc) return rc;
+    if ((e = l->be->event_record(sg->ev_loaded, p->copy)))
+        return pfail(p, CXS_E_DEVICE, "%s: event_record: %s", l->be->name, l->be->error_string(e));
     return 0;
 }
 
@@ -864,8 +882,9 @@ static int pool_setup(cxs_gpu_loader *l) {
         BE(l, l->be->event_create(&sg->ev_loaded));
         BE(l, l->be->event_create(&sg->ev_freed));
     }
-    int rc = up_init(l, &p->up, l->copy, l->o.slots, rb);
+    int rc = up_init(l, &p->up, l->copy, l->o.slots, rb, l->err, sizeof l->err);
     if (rc) return rc;
+    p->up.err = p->err, p->up.errlen = sizeof p->err; /* from now on the refresher's */
     p->copy = l->copy;
     return pool_start(l);
 }
