@@ -51,16 +51,23 @@ def probe(device=0):
 
 class GpuBatch:
     """One batch in device memory: x and y are device addresses (ints; y is
-    None without labels), valid until the loader's next call; frames is a
-    numpy copy of the global frame numbers served."""
+    None without labels), valid until the loader's next call; frames (the
+    global frame numbers served) is read, as a numpy copy, on first use."""
 
-    __slots__ = ("x", "y", "frames", "n", "index", "position")
+    __slots__ = ("x", "y", "n", "index", "position", "_frames_ptr", "_frames")
 
     def __init__(self, b):
         self.x, self.y, self.n = b.x, b.y, b.n
         self.index, self.position = b.index, b.position
-        self.frames = np.ctypeslib.as_array(ctypes.cast(b.frames, ctypes.POINTER(ctypes.c_uint64)),
-                                            shape=(b.n,)).copy() if b.n else np.empty(0, np.uint64)
+        self._frames_ptr, self._frames = b.frames, None
+
+    @property
+    def frames(self):
+        if self._frames is None:
+            p = ctypes.cast(self._frames_ptr, ctypes.POINTER(ctypes.c_uint64))
+            self._frames = (np.ctypeslib.as_array(p, shape=(self.n,)).copy() if self.n
+                            else np.empty(0, np.uint64))
+        return self._frames
 
 
 class GpuLoader:

@@ -197,7 +197,7 @@ class Loader:
             raise ValueError(f"gpu_mode must be one of {sorted(_gpu.MODES)}, not {gpu_mode!r}")
         if gpu_dtype not in (None, torch.float32, torch.bfloat16):
             raise ValueError("gpu_dtype must be torch.float32 or torch.bfloat16")
-        self._gpu_opts, self._gl, self.gpu_info = None, None, None
+        self._gpu_opts, self._gl, self.gpu_info, self._views = None, None, None, {}
         self.gpu_mode, self.gpu_reason = None, ""
         if gpu_emulate or (self.device is not None and self.device.type == "cuda"):
             if gpu_emulate:
@@ -264,7 +264,18 @@ class Loader:
         return pair
 
     def _wrap(self, ptr, shape, dtype):
-        """A tensor over device (or, emulated, host) memory, no copy."""
+        """A tensor over device (or, emulated, host) memory, no copy.  The
+        loader's buffers are a fixed ring, so the tensor of each (buffer,
+        length) is made once and handed out again for later batches in it."""
+        key = (ptr, shape, dtype)
+        t = self._views.get(key)
+        if t is None:
+            if len(self._views) > 64:  # a few short batches: never many
+                self._views.clear()
+            t = self._views[key] = self._make_view(ptr, shape, dtype)
+        return t
+
+    def _make_view(self, ptr, shape, dtype):
         typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
         if self._gpu_opts["device"] == _gpu.EMULATE:
             ct = {"<f4": ctypes.c_float, "<i2": ctypes.c_int16, "<i8": ctypes.c_int64}[typestr]
@@ -307,6 +318,7 @@ class Loader:
     def close(self):
         """Free the GPU loader's device memory now (also done when the
         Loader is collected).  Batches handed out become invalid."""
+        self._views.clear()
         if self._gl is not None:
             self._gl.close()
             self._gl = None
