@@ -104,6 +104,7 @@ typedef struct pseg {
     uint64_t *ustart;   /* local row of each, nutt + 1 */
     uint32_t *pend;     /* local rows not yet served */
     uint64_t npend, nframes;
+    uint64_t quota;     /* frames it serves in the current round */
     size_t cap_utt;
     void *ev_loaded, *ev_freed;
     int freed_once;
@@ -131,7 +132,7 @@ typedef struct pool {
     uint32_t loading;
     /* consumer side */
     uint32_t *active, nactive;         /* oldest first */
-    uint32_t *drained, ndrained;       /* drained, not yet given back */
+    uint64_t joined;                   /* blocks joined this epoch */
     uint64_t round_left;
     uint64_t rng;
     uploader up;
@@ -745,7 +746,7 @@ static int pool_plan(cxs_gpu_loader *l) {
     p->served = 0;
     p->round_left = 0;
     p->nactive = 0;
-    p->ndrained = 0;
+    p->joined = 0;
     return 0;
 }
 
@@ -871,7 +872,6 @@ static int pool_setup(cxs_gpu_loader *l) {
     l->info.device_bytes += p->S * p->seg_rows * rb;
     if (!(p->seg = calloc(p->S, sizeof *p->seg)) || !(p->freeq = calloc(p->S, 4)) ||
         !(p->loadq = calloc(p->S, 4)) || !(p->active = calloc(p->S, 4)) ||
-        !(p->drained = calloc(p->S, 4)) ||
         !(p->uorder = malloc((l->ds->meta.num_utterances + 1) * 8)) ||
         !(p->bstart = malloc((l->ds->meta.num_utterances + 2) * 8)))
         return lfail(l, -ENOMEM, "out of memory");
@@ -907,72 +907,32 @@ static void pool_free(cxs_gpu_loader *l) {
     free(p->freeq);
     free(p->loadq);
     free(p->active);
-    free(p->drained);
     free(p->uorder);
     free(p->bstart);
     p->d_pool = NULL, p->seg = NULL, p->uorder = p->bstart = NULL;
-    p->freeq = p->loadq = p->active = p->drained = NULL;
+    p->freeq = p->loadq = p->active = NULL;
 }
 
-/* Start a round: free the drained oldest segment, join what has loaded
- * (waiting while fewer than S-1 are resident and more are coming),
- * and size the round so that the oldest is drained by its end.  *any = 0
- * when nothing is left this epoch. */
+/* Start a round: give every drained segment back to the refresher, join
+ * loaded segments in block order until S-1 are resident (waiting for the
+ * uploads when needed: which blocks are resident never depends on timing,
+ * so an epoch's order depends only on the seed), and set each segment's
+ * share of the round: the one of age i (0 the oldest) serves
+ * ceil(unserved / (i + 1)) frames, so that the oldest is drained by the
+ * round's end and, in the steady state, every resident segment gives a
+ * round the same number of frames.  The caller has enqueued every kernel
+ * that reads the segments given back.  *any = 0 when nothing is left this
+ * epoch. */
 static int pool_round(cxs_gpu_loader *l, int *any) {
     pool *p = &l->p;
-    if (p->nactive && p->seg[p->active[0]].npend == 0) {
-        /* drained; given back to the refresher once the batch being drawn,
-         * which may still need its rows, is enqueued (pool_release) */
-        p->drained[p->ndrained++] = p->active[0];
-        memmove(p->active, p->active + 1, (p->nactive - 1) * sizeof *p->active);
-        p->nactive--;
-    }
-    int rc = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (p->lq_len) {
-            uint32_t g = p->loadq[p->lq_head];
-            p->lq_head = (p->lq_head + 1) % p->S;
-            p->lq_len--;
-            int e = l->be->stream_wait(l->work, p->seg[g].ev_loaded);
-            if (e) {
-                rc = dfail(l, e, "stream_wait for a pool segment");
-                break;
-            }
-            p->active[p->nactive++] = g;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < p->nactive; i++) {
+        uint32_t g = p->active[i];
+        if (p->seg[g].npend) {
+            p->active[kept++] = g;
+            continue;
         }
-        if (rc) break;
-        if (p->rc) {
-            rc = lfail(l, p->rc, "pool refresh: %s", p->err);
-            break;
-        }
-        /* Wait for loads while fewer than S-1 segments are resident or
-         * drained-but-not-given-back (these cannot be refilled before the
-         * batch being drawn is enqueued, so waiting for them would never
-         * end); the rest are free or loading, and come. */
-        int more = p->next_block < p->nblocks || p->loading;
-        if (!more || p->nactive + p->ndrained >= p->S - 1) break;
-        pthread_cond_wait(&p->cv, &p->mu);
-    }
-    pthread_mutex_unlock(&p->mu);
-    if (rc) return rc;
-    *any = p->nactive > 0;
-    if (!*any) return 0;
-    pseg *o = &p->seg[p->active[0]];
-    uint64_t others = 0;
-    for (uint32_t i = 1; i < p->nactive; i++) others += p->seg[p->active[i]].npend;
-    uint64_t extra = o->nframes - o->npend;
-    p->round_left = o->npend + (extra < others ? extra : others);
-    return 0;
-}
-
-/* Give the drained segments to the refresher: its copies into them wait
- * for everything enqueued on the work stream so far, the kernels reading
- * them included. */
-static int pool_release(cxs_gpu_loader *l) {
-    pool *p = &l->p;
-    for (uint32_t i = 0; i < p->ndrained; i++) {
-        uint32_t g = p->drained[i];
+        /* the refresher's copies into it wait for the kernels reading it */
         BE(l, l->be->event_record(p->seg[g].ev_freed, l->work));
         p->seg[g].freed_once = 1;
         pthread_mutex_lock(&p->mu);
@@ -981,7 +941,40 @@ static int pool_release(cxs_gpu_loader *l) {
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
-    p->ndrained = 0;
+    p->nactive = kept;
+    int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    /* At most S-1 resident: one segment is always free or loading, so the
+     * refresher can always make progress while we wait. */
+    while (p->nactive < p->S - 1 && p->joined < p->nblocks) {
+        if (p->rc) {
+            rc = lfail(l, p->rc, "pool refresh: %s", p->err);
+            break;
+        }
+        if (!p->lq_len) {
+            pthread_cond_wait(&p->cv, &p->mu);
+            continue;
+        }
+        uint32_t g = p->loadq[p->lq_head];
+        p->lq_head = (p->lq_head + 1) % p->S;
+        p->lq_len--;
+        int e = l->be->stream_wait(l->work, p->seg[g].ev_loaded);
+        if (e) {
+            rc = dfail(l, e, "stream_wait for a pool segment");
+            break;
+        }
+        p->active[p->nactive++] = g;
+        p->joined++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (rc) return rc;
+    p->round_left = 0;
+    for (uint32_t i = 0; i < p->nactive; i++) {
+        pseg *sg = &p->seg[p->active[i]];
+        sg->quota = (sg->npend + i) / (i + 1);
+        p->round_left += sg->quota;
+    }
+    *any = p->round_left > 0;
     return 0;
 }
 
@@ -993,28 +986,55 @@ static uint32_t pool_take(pool *p, pseg *sg) {
     return r;
 }
 
-static int pool_draw(cxs_gpu_loader *l, gslot *s, size_t want) {
+/* Expand samples a .. b-1 of slot s (their descriptors are drawn). */
+static int pool_expand(cxs_gpu_loader *l, gslot *s, size_t a, size_t b) {
+    if (a == b) return 0;
+    BE(l, l->be->copy_h2d((cxs_x_desc *)s->d_in + a, (cxs_x_desc *)s->h_in + a,
+                          (b - a) * sizeof(cxs_x_desc), l->work));
+    gpu_expand_args x;
+    expand_args(l, s, &x);
+    x.n = b - a;
+    x.desc = (const cxs_x_desc *)s->d_in + a;
+    x.feat = l->p.d_pool;
+    x.out = (uint8_t *)s->d_x + a * l->W * l->xelem;
+    x.y = s->d_y ? s->d_y + a : NULL;
+    BE(l, l->be->expand(&x, l->work));
+    return 0;
+}
+
+/* Draw a batch into slot s and enqueue its expansion.  When a round ends
+ * inside the batch, the samples drawn so far are expanded first, so that
+ * the drained segment can be given back before the next round starts. */
+static int pool_launch(cxs_gpu_loader *l, gslot *s) {
     const cxs_dataset *ds = l->ds;
     pool *p = &l->p;
     cxs_x_desc *desc = s->h_in;
-    size_t n = 0;
+    const size_t want = l->o.batch_size;
+    if (s->used) {
+        BE(l, l->be->event_sync(s->ev_ready)); /* h_in's last copies are done */
+        BE(l, l->be->stream_wait(l->work, s->ev_consumed)); /* and its buffers free */
+    }
+    s->index = l->index, s->position = p->served;
+    size_t n = 0, done = 0;
+    int rc;
     while (n < want && p->served < p->quota) {
         if (!p->round_left) {
-            int any = 0, rc = pool_round(l, &any);
-            if (rc) return rc;
+            int any = 0;
+            if ((rc = pool_expand(l, s, done, n))) return rc;
+            done = n;
+            if ((rc = pool_round(l, &any))) return rc;
             if (!any) break;
         }
-        pseg *o = &p->seg[p->active[0]], *sg = o;
-        if (rng_below(&p->rng, p->round_left) >= o->npend) {
-            uint64_t others = 0;
-            for (uint32_t i = 1; i < p->nactive; i++) others += p->seg[p->active[i]].npend;
-            uint64_t r = rng_below(&p->rng, others);
-            for (uint32_t i = 1; i < p->nactive; i++) {
-                sg = &p->seg[p->active[i]];
-                if (r < sg->npend) break;
-                r -= sg->npend;
-            }
+        /* a segment with probability proportional to its share left: a
+         * uniformly random interleaving of the shares */
+        uint64_t r = rng_below(&p->rng, p->round_left);
+        pseg *sg = NULL;
+        for (uint32_t i = 0; i < p->nactive; i++) {
+            sg = &p->seg[p->active[i]];
+            if (r < sg->quota) break;
+            r -= sg->quota;
         }
+        sg->quota--;
         p->round_left--;
         uint32_t row = pool_take(p, sg);
         /* the utterance holding the row: last ustart <= row */
@@ -1038,28 +1058,13 @@ static int pool_draw(cxs_gpu_loader *l, gslot *s, size_t want) {
         n++;
         p->served++;
     }
-    s->n = n;
-    return 0;
-}
-
-static int pool_launch(cxs_gpu_loader *l, gslot *s) {
-    if (s->used) BE(l, l->be->event_sync(s->ev_ready)); /* h_in's last copy is done */
-    s->index = l->index, s->position = l->p.served;
-    int rc = pool_draw(l, s, l->o.batch_size);
-    if (rc) return rc;
-    if (s->n < l->o.batch_size && l->o.drop_last) s->n = 0;
-    if (!s->n) return pool_release(l);
-    if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));
-    BE(l, l->be->copy_h2d(s->d_in, s->h_in, s->n * sizeof(cxs_x_desc), l->work));
-    gpu_expand_args a;
-    expand_args(l, s, &a);
-    a.desc = s->d_in;
-    a.feat = l->p.d_pool;
-    BE(l, l->be->expand(&a, l->work));
+    if ((rc = pool_expand(l, s, done, n))) return rc;
+    /* the end, or a short last batch dropped (what it expanded is unused) */
+    s->n = n < want && l->o.drop_last ? 0 : n;
     BE(l, l->be->event_record(s->ev_ready, l->work));
     s->used = 1;
-    l->index++;
-    return pool_release(l);
+    if (s->n) l->index++;
+    return 0;
 }
 
 /* ---- stream mode ------------------------------------------------------------ */

@@ -301,6 +301,43 @@ TEST(pool_ranks) {
 }
 END_TEST_
 
+TEST(pool_order_is_deterministic_and_mixed) {
+    /* the order depends on (seed, epoch) only, never on how fast uploads
+     * finish; a batch mixes the utterances of several resident segments */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 1, 256);
+    o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+    uint64_t n1, n2, n3;
+    cxs_gpu_loader_info li;
+    uint64_t *a = run_epoch(ds, s, &o, 4, 0, &n1, &li);
+    o.slots = 7; /* other upload chunking: other timing */
+    uint64_t *b = run_epoch(ds, s, &o, 4, 0, &n2, NULL);
+    uint64_t *c = run_epoch(ds, s, &o, 5, 0, &n3, NULL);
+    ck_assert_uint_eq(n1, n2);
+    ck_assert(memcmp(a, b, n1 * 8) == 0);
+    ck_assert(n3 == n1 && memcmp(a, c, n1 * 8) != 0);
+    /* every batch draws from the three resident segments: the first
+     * batch's 256 frames come from more utterances than one segment holds */
+    uint64_t seen[256], nu = 0;
+    for (int i = 0; i < 256; i++) {
+        uint64_t u, t;
+        ck_assert_int_eq(cxs_dataset_locate(ds, a[i], &u, &t), 0);
+        int dup = 0;
+        for (uint64_t j = 0; j < nu; j++) dup |= seen[j] == u;
+        if (!dup) seen[nu++] = u;
+    }
+    ck_assert_uint_gt(nu, li.pool_utterances * 2);
+    free(a);
+    free(b);
+    free(c);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
 TEST(pool_segments_smaller_than_a_batch) {
     /* three segments of barely the longest utterance, batches spanning
      * several rounds: segments turn over inside one batch */
@@ -495,7 +532,8 @@ int main(int argc, char **argv) {
     if (system(cmd) != 0) return 3;
     const TTest *tests[] = {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
-        bf16_output_and_drop_last, resume_and_reset, pool_ranks, pool_segments_smaller_than_a_batch,
+        bf16_output_and_drop_last, resume_and_reset, pool_ranks, pool_order_is_deterministic_and_mixed,
+        pool_segments_smaller_than_a_batch,
         mode_selection, device_probe,
 #ifdef CXS_HAVE_CUDA
         no_leaked_device_memory,
