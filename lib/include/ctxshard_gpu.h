@@ -139,12 +139,15 @@ typedef struct cxs_gpu_loader cxs_gpu_loader;
  *
  * Stream and resident modes serve the sampler's order exactly (the same
  * frames, in the same batches, as cxs_loader).  Pool mode draws its own
- * order: each epoch permutes the utterances (seeded by the sampler's seed
- * and the epoch; a distributed sampler's rank takes every world_size-th
- * utterance), cuts them into segments of the budget / pool_segments, keeps
- * pool_segments - 1 resident while the next uploads, and serves each frame
- * of the resident segments exactly once, in random order, the oldest
- * segment drained first; it needs a shuffle sampler and start 0.
+ * order, a function of the sampler's seed and the epoch only: each epoch
+ * permutes the utterances (a distributed sampler's rank takes every
+ * world_size-th one, and every rank serves the smallest rank's frame count),
+ * cuts them into blocks of budget / pool_segments, keeps pool_segments - 1
+ * blocks resident while the next uploads, and serves every frame exactly
+ * once: in rounds, the resident block of age i (0 the oldest) giving
+ * ceil(unserved / (i + 1)) of its frames, drawn at random and interleaved
+ * at random, so that the oldest is drained each round and makes room for
+ * the next.  It needs a shuffle sampler and start 0.
  *
  * Returns 0; CXS_E_UNSUPPORTED (no CUDA / no device; diag says why);
  * CXS_E_INVALID (bad options, labels of a features-only dataset, bfloat16
