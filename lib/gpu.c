@@ -891,9 +891,8 @@ static int pool_setup(cxs_gpu_loader *l) {
 
 static void pool_free(cxs_gpu_loader *l) {
     pool *p = &l->p;
-    if (!p->seg) return;
     pool_stop(l);
-    for (uint32_t g = 0; g < p->S; g++) {
+    for (uint32_t g = 0; p->seg && g < p->S; g++) {
         pseg *sg = &p->seg[g];
         free(sg->pend);
         free(sg->uid);
@@ -1247,10 +1246,13 @@ static int stream_next(cxs_gpu_loader *l, void *stream, gslot **out) {
 
 /* ---- the API -------------------------------------------------------------- */
 
+/* Stop the threads and let the loader's own work finish before anything
+ * it reads is freed. */
 static void loader_release(cxs_gpu_loader *l) {
     if (l->mode == CXS_GPU_STREAM) stream_stop(l);
-    pool_free(l);
+    pool_stop(l);
     if (l->work) l->be->stream_sync(l->work);
+    pool_free(l);
 }
 
 void cxs_gpu_loader_free(cxs_gpu_loader *l) {
