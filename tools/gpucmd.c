@@ -10,6 +10,7 @@
 
 #include "ctxshard.h"
 #include "ctxshard_gpu.h"
+#include "cxs_convert.h"
 #include "util.h"
 
 static const char *mode_name(uint32_t m) {
@@ -48,13 +49,6 @@ static void print_probe(int32_t dev, const cxs_gpu_probe_info *p, int json) {
                p->register_read_only ? "yes" : "no", p->gds ? "libcufile found" : "no libcufile");
     else
         printf("not usable    %s\n", p->reason);
-}
-
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
@@ -137,7 +131,7 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
                 goto out;
             }
             for (size_t i = 0; i < b->n * W; i++)
-                if (o->bf16 ? got16[i] != to_bf16(ref[i]) : memcmp(&got[i], &ref[i], 4) != 0) {
+                if (o->bf16 ? got16[i] != cxs_to_bf16(ref[i]) : memcmp(&got[i], &ref[i], 4) != 0) {
                     fprintf(stderr, "%s: batch %llu: the window of frame %llu differs from the CPU "
                             "gather at element %zu\n", dir, (unsigned long long)b->index,
                             (unsigned long long)b->frames[i / W], i % W);
