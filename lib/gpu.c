@@ -49,9 +49,13 @@ typedef struct gds_lib {
     ssize_t (*read)(void *fh, void *base, size_t size, off_t file_off, off_t buf_off);
 } gds_lib;
 
+/* CXS_CUFILE names the library file when it is not on the loader's path
+ * (pip's nvidia-cufile keeps it in site-packages/nvidia/cufile/lib). */
 static int gds_load(gds_lib *g) {
     memset(g, 0, sizeof *g);
-    if (!(g->so = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL)) &&
+    const char *env = getenv("CXS_CUFILE");
+    if (!(env && *env && (g->so = dlopen(env, RTLD_NOW | RTLD_LOCAL))) &&
+        !(g->so = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL)) &&
         !(g->so = dlopen("libcufile.so", RTLD_NOW | RTLD_LOCAL)))
         return -1;
     *(void **)&g->driver_open = dlsym(g->so, "cuFileDriverOpen");

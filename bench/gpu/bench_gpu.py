@@ -25,7 +25,11 @@ the packed dataset's utterances (the same arrays np.load would give; loading
 16,000 .npy files would only lengthen the run, not change the row).
 
 usage: python3 bench/gpu/bench_gpu.py [--build build] [--dir DIR] [--utts 16000]
-           [--repeats 1] [--json FILE] [--markdown FILE] [--quick]"""
+           [--repeats 1] [--json FILE] [--markdown FILE] [--jsonl FILE] [--quick]
+           [--deadline SECONDS]
+--quick: B=1024 only, fewer batches, 4,000 utterances unless --utts says.
+Rows are written as each finishes (--jsonl appends, --json and --markdown
+are rewritten), so a run cut short keeps what it measured."""
 import argparse
 import json
 import os
@@ -237,10 +241,17 @@ def main():
     ap.add_argument("--markdown")
     ap.add_argument("--quick", action="store_true", help="one size, fewer batches")
     ap.add_argument("--timeout", type=int, default=240, help="seconds per row process")
+    ap.add_argument("--jsonl", help="each row appended as one JSON line as it finishes")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds from the start after which no row starts and a row's "
+                         "timer is cut to what is left (0: none)")
     a = ap.parse_args()
     if a.row:
         run_row(a)
         return
+    t_begin = time.monotonic()
+    if a.quick and a.utts == 16000:
+        a.utts = 4000  # about 5M frames: data, rows and uploads within ~4 minutes
     exe = os.path.join(a.build, "tools", "ctxshard")
     work = a.dir or tempfile.mkdtemp(prefix="ctxshard-gpu-bench-")
     raw = os.path.join(work, "raw")
@@ -270,34 +281,53 @@ def main():
                     nb = max(8, (a.batches if B == 1024 else a.batches // 4) // (4 if row == "dataloader" else 1))
                     if a.quick:
                         nb = max(8, nb // 2)
+                    limit = a.timeout
+                    if a.deadline:
+                        limit = min(limit, int(a.deadline - (time.monotonic() - t_begin)))
+                        if limit < 20:
+                            log(f"{row} {dt} B={B}: not started, past the deadline")
+                            continue
                     cmd = [sys.executable, __file__, "--row", row, "--packed", os.path.join(work, dt),
                            "--batch", str(B), "--batches", str(nb), "--dim", str(a.dim),
                            "--threads", str(a.threads)]
                     try:
                         p = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                           timeout=a.timeout)
+                                           timeout=limit)
                         if p.returncode:
                             log(f"{row} {dt} B={B}: failed\n{p.stderr[-3000:]}")
                             continue
                         r = json.loads(p.stdout.strip().splitlines()[-1])
                     except subprocess.TimeoutExpired:
-                        log(f"{row} {dt} B={B}: timed out after {a.timeout} s")
+                        log(f"{row} {dt} B={B}: timed out after {limit} s")
                         continue
                     r.update(row=row, dtype=dt, batch=B, rep=rep)
                     results.append(r)
                     log(json.dumps(r))
-    table = summarise(results, a.dim)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"frames": frames, "dim": a.dim, "k": K, "results": results,
-                       "summary": table}, f, indent=1)
-    md = markdown(table, frames, a.dim)
+                    write(a, results, frames)  # what finished survives a cut run
+    md = write(a, results, frames, append=False)
     print(md)
-    if a.markdown:
-        with open(a.markdown, "w") as f:
-            f.write(md)
     if not a.dir:
         shutil.rmtree(work)
+
+
+def write(a, results, frames, append=True):
+    """Write the rows so far: --jsonl gets the last one, --json and
+    --markdown are rewritten whole.  Returns the markdown table."""
+    if append and a.jsonl and results:
+        with open(a.jsonl, "a") as f:
+            f.write(json.dumps(results[-1]) + "\n")
+    table = summarise(results, a.dim)
+    if a.json:
+        with open(a.json + ".tmp", "w") as f:
+            json.dump({"frames": frames, "dim": a.dim, "k": K, "results": results,
+                       "summary": table}, f, indent=1)
+        os.replace(a.json + ".tmp", a.json)
+    md = markdown(table, frames, a.dim)
+    if a.markdown:
+        with open(a.markdown + ".tmp", "w") as f:
+            f.write(md)
+        os.replace(a.markdown + ".tmp", a.markdown)
+    return md
 
 
 def summarise(results, dim):
