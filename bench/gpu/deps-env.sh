@@ -1,4 +1,5 @@
-# bench/gpu/deps-env.sh: sourced (". bench/gpu/deps-env.sh DEBS PREFIX")
+# shellcheck shell=sh
+# bench/gpu/deps-env.sh: sourced, then "cxs_deps_env DEBS PREFIX",
 # by run-device.sh and by its test.  Unpacks every .deb of DEBS (made by
 # bench/gpu/deps.sh) into PREFIX, afresh, fixes what the packages' .pc files
 # assume about an installed system, and points pkg-config, the compiler and
