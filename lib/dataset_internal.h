@@ -85,6 +85,11 @@ void cxs_zcache_free(struct zcache *zc);
 
 /* The options a sampler was created with (kind, seed, rank, world size). */
 const cxs_sampler_opts *cxs_sampler_options(const cxs_sampler *s);
+/* Global position (within the epoch, padding wrapped) of this rank's
+ * position pos. */
+uint64_t cxs_sampler_global(const cxs_sampler *s, uint64_t pos);
+/* The block schedule of a block sampler, NULL for other kinds. */
+struct cxs_block_sched *cxs_sampler_blocks(const cxs_sampler *s);
 
 /* Utterance holding frame (< num_frames). */
 static inline uint64_t cxs_find_utt(const cxs_dataset *ds, uint64_t frame) {

@@ -7,13 +7,16 @@
  * strictly in order.  A reset or a fork bumps `generation`, so a worker that
  * was filling for the old position throws its batch away. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "blocks.h"
 #include "dataset_internal.h"
+#include "readahead.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
@@ -49,6 +52,7 @@ struct cxs_loader {
     pthread_t *threads;
     uint32_t nthreads;
     pid_t pid;
+    cxs_readahead ra; /* the helper thread; see readahead.h */
 };
 
 static void *worker(void *arg);
@@ -77,6 +81,7 @@ static uint64_t batches_for(const cxs_loader *l) {
 
 static int start_threads(cxs_loader *l) {
     l->nthreads = 0;
+    if (cxs_ra_start(&l->ra)) return -EAGAIN;
     for (uint32_t t = 0; t < l->o.threads; t++) {
         if (pthread_create(&l->threads[t], NULL, worker, l) != 0) break;
         l->nthreads++;
@@ -86,12 +91,16 @@ static int start_threads(cxs_loader *l) {
 
 /* Fill slot s with batch b; epoch and pos were read under the lock (a reset
  * may change them while this runs). */
-static void fill(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64_t pos) {
+static void fill(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64_t pos, uint64_t gen) {
     size_t n = (size_t)(l->length - pos < l->o.batch_size ? l->length - pos : l->o.batch_size);
-    int rc = cxs_sampler_get(l->sampler, epoch, pos, n, s->frames);
+    cxs_ra_batch rb;
+    int rc = l->ra.kind == CXS_RA_BLOCKS
+                 ? cxs_ra_batch_frames(&l->ra, l->sampler, epoch, pos, n, s->frames, gen, &rb)
+                 : cxs_sampler_get(l->sampler, epoch, pos, n, s->frames);
     if (!rc)
         rc = cxs_dataset_gather(l->ds, s->frames, n, l->o.k, l->o.flags, 1, s->x,
                                 l->o.labels ? s->y : NULL);
+    if (l->ra.kind == CXS_RA_BLOCKS) cxs_ra_batch_done(&l->ra, &rb);
     s->rc = rc;
     s->pub = (cxs_batch){s->x, l->o.labels ? s->y : NULL, s->frames, n, b, pos};
 }
@@ -117,7 +126,8 @@ static void *worker(void *arg) {
         l->next_claim++;
         uint64_t gen = l->generation, epoch = l->epoch, pos = l->start + b * l->o.batch_size;
         pthread_mutex_unlock(&l->mu);
-        fill(l, s, b, epoch, pos);
+        cxs_ra_claimed(&l->ra);
+        fill(l, s, b, epoch, pos, gen);
         pthread_mutex_lock(&l->mu);
         if (gen == l->generation) {
             s->state = SLOT_READY;
@@ -135,15 +145,18 @@ static void stop_threads(cxs_loader *l) {
     pthread_mutex_lock(&l->mu);
     l->stop = 1;
     pthread_cond_broadcast(&l->cv_work);
+    cxs_ra_wake(&l->ra);
     pthread_mutex_unlock(&l->mu);
     for (uint32_t t = 0; t < l->nthreads; t++) pthread_join(l->threads[t], NULL);
     l->nthreads = 0;
+    cxs_ra_stop(&l->ra);
 }
 
 void cxs_loader_free(cxs_loader *l) {
     if (!l) return;
     /* In a forked child the parent's workers do not exist: nothing to join. */
     if (l->pid == getpid()) stop_threads(l);
+    cxs_ra_destroy(&l->ra);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_ready);
@@ -170,7 +183,7 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                       cxs_loader **out) {
     if (!ds || !sampler || !opts || !out || opts->batch_size == 0 || opts->k > 1000000 ||
         opts->threads > 256 || opts->ring > 1024 || (opts->flags & ~CXS_GATHER_NORMALIZE) ||
-        opts->external > 1 ||
+        opts->external > 1 || opts->readahead > CXS_READAHEAD_OFF ||
         ((opts->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) ||
         (opts->labels && !ds->meta.label_width) || start > cxs_sampler_length(sampler))
         return CXS_E_INVALID;
@@ -200,6 +213,10 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     l->pool = calloc(l->nring, sizeof *l->pool);
     int rc = l->ring && l->threads && l->pool ? 0 : -ENOMEM;
     size_t B = l->o.batch_size;
+    if (!rc)
+        rc = cxs_ra_init(&l->ra, ds, sampler, l->o.readahead != CXS_READAHEAD_OFF, B, l->o.k,
+                         &l->mu, &l->generation, &l->epoch, &l->start, &l->next_claim,
+                         &l->nbatches, &l->stop);
     if (l->window > SIZE_MAX / sizeof(float) / B) rc = CXS_E_INVALID;
     for (uint32_t i = 0; !rc && i < l->nring; i++) {
         slot *s = &l->ring[i];
@@ -232,6 +249,7 @@ static int respawn(cxs_loader *l) {
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv_work, NULL);
     pthread_cond_init(&l->cv_ready, NULL);
+    cxs_ra_after_fork(&l->ra);
     l->pid = getpid();
     l->generation++;
     l->stop = 0;
@@ -312,6 +330,7 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     l->nbatches = batches_for(l);
     l->next_claim = l->next_take = 0;
     pthread_cond_broadcast(&l->cv_work);
+    cxs_ra_wake(&l->ra);
     pthread_mutex_unlock(&l->mu);
     return 0;
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "cxs_le.h"
 #include "dataset_internal.h"
 
@@ -19,6 +20,9 @@ struct cxs_sampler {
     uint64_t *class_start; /* nclass+1 offsets into members */
     void *members;        /* frames grouped by class: u32 or u64 */
     int wide;
+    /* block */
+    cxs_block_sched bs;
+    uint64_t block_bytes;
 };
 
 static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
@@ -166,20 +170,32 @@ void cxs_sampler_free(cxs_sampler *s) {
     free(s->thresh);
     free(s->class_start);
     free(s->members);
+    cxs_block_sched_destroy(&s->bs);
     free(s);
 }
 
-int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts, cxs_sampler **out) {
-    if (!ds || !out) return CXS_E_INVALID;
+int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts, cxs_sampler **out,
+                          cxs_diag *d) {
+    if (!ds || !out) return cxs_diagf(d, CXS_E_INVALID, "sampler: no dataset or no result pointer");
     cxs_sampler_opts o;
     memset(&o, 0, sizeof o);
     if (opts) o = *opts;
     if (o.world_size == 0) o.world_size = 1;
-    if (o.kind > CXS_SAMPLER_WEIGHTED || o.rank >= o.world_size || o.drop_last > 1)
-        return CXS_E_INVALID;
-    if (o.kind == CXS_SAMPLER_WEIGHTED && !ds->meta.label_width) return CXS_E_INVALID;
+    if (o.kind > CXS_SAMPLER_BLOCK)
+        return cxs_diagf(d, CXS_E_INVALID, "sampler: unknown kind %u", o.kind);
+    if (o.rank >= o.world_size)
+        return cxs_diagf(d, CXS_E_INVALID, "sampler: rank %u is not below world_size %u", o.rank,
+                         o.world_size);
+    if (o.drop_last > 1) return cxs_diagf(d, CXS_E_INVALID, "sampler: drop_last must be 0 or 1");
+    if (o.kind == CXS_SAMPLER_WEIGHTED && !ds->meta.label_width)
+        return cxs_diagf(d, CXS_E_INVALID, "sampler: weighted sampling needs labels; the dataset has none");
+    if (o.kind == CXS_SAMPLER_BLOCK && !o.memory_bytes)
+        return cxs_diagf(d, CXS_E_INVALID, "block sampler: memory_bytes (the memory budget) is required");
+    if (o.blocks > 1024)
+        return cxs_diagf(d, CXS_E_INVALID, "block sampler: blocks %u is above 1024", o.blocks);
+    if (!o.blocks) o.blocks = 8;
     cxs_sampler *s = calloc(1, sizeof *s);
-    if (!s) return -ENOMEM;
+    if (!s) return cxs_diagf(d, -ENOMEM, "sampler: out of memory");
     s->ds = ds;
     s->o = o;
     s->n = ds->meta.num_frames;
@@ -188,12 +204,32 @@ int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts, cxs_
         int rc = build_weighted(s);
         if (rc) {
             cxs_sampler_free(s);
-            return rc;
+            return cxs_diagf(d, rc, "weighted sampler: %s", cxs_strerror(rc));
         }
         s->o.class_weights = NULL; /* not kept: the caller's array may go */
     }
-    uint64_t W = o.world_size;
-    s->length = o.drop_last ? s->n / W : s->n / W + (s->n % W != 0);
+    if (o.kind == CXS_SAMPLER_BLOCK) {
+        /* `blocks` resident while the next one is read: blocks + 1 in the
+         * budget. */
+        s->block_bytes = o.memory_bytes / (o.blocks + 1ull);
+        char why[sizeof d->message];
+        cxs_diag bd;
+        int rc = cxs_block_sched_init(&s->bs, ds, o.seed, s->block_bytes / ds->row_bytes,
+                                      ds->meta.guard, o.blocks, &bd);
+        if (rc) {
+            memcpy(why, bd.message, sizeof why);
+            cxs_sampler_free(s);
+            return cxs_diagf(d, rc, "block sampler: the memory budget of %llu bytes over %u+1 blocks: %s",
+                             (unsigned long long)o.memory_bytes, o.blocks, why);
+        }
+    }
+    if (o.origin > s->n) {
+        cxs_sampler_free(s);
+        return cxs_diagf(d, CXS_E_INVALID, "sampler: origin %llu is past the epoch's %llu samples",
+                         (unsigned long long)o.origin, (unsigned long long)s->n);
+    }
+    uint64_t W = o.world_size, left = s->n - o.origin;
+    s->length = o.drop_last ? left / W : left / W + (left % W != 0);
     uint32_t bits = 1;
     while (bits < 64 && (1ull << bits) < s->n) bits++;
     s->half = (bits + 1) / 2;
@@ -202,13 +238,50 @@ int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts, cxs_
     return 0;
 }
 
+int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts, cxs_sampler **out) {
+    return cxs_sampler_create_ex(ds, opts, out, NULL);
+}
+
+uint64_t cxs_sampler_block_bytes(const cxs_sampler *s) {
+    return s && s->o.kind == CXS_SAMPLER_BLOCK ? s->block_bytes : 0;
+}
+
+uint64_t cxs_sampler_num_blocks(const cxs_sampler *s, uint64_t epoch) {
+    if (!s || s->o.kind != CXS_SAMPLER_BLOCK) return 0;
+    cxs_block_plan *p;
+    if (cxs_block_plan_get((cxs_block_sched *)&s->bs, epoch, &p)) return 0;
+    uint64_t n = p->nblocks;
+    cxs_block_plan_put((cxs_block_sched *)&s->bs, p);
+    return n;
+}
+
+uint64_t cxs_sampler_global(const cxs_sampler *s, uint64_t pos) {
+    return (s->o.origin + s->o.rank + pos * s->o.world_size) % s->n;
+}
+
+cxs_block_sched *cxs_sampler_blocks(const cxs_sampler *s) {
+    return s->o.kind == CXS_SAMPLER_BLOCK ? (cxs_block_sched *)&s->bs : NULL;
+}
+
 uint64_t cxs_sampler_length(const cxs_sampler *s) { return s->length; }
 
 int cxs_sampler_get(const cxs_sampler *s, uint64_t epoch, uint64_t pos, size_t n,
                     uint64_t *frames) {
     if (!s || (n && !frames)) return CXS_E_INVALID;
     if (pos > s->length || n > s->length - pos) return CXS_E_RANGE;
-    const uint64_t W = s->o.world_size, r = s->o.rank;
+    const uint64_t W = s->o.world_size, r = s->o.rank + s->o.origin;
+    if (s->o.kind == CXS_SAMPLER_BLOCK) {
+        /* the schedule is shared and thread-safe; the sampler stays const
+         * to its users */
+        cxs_block_sched *bs = (cxs_block_sched *)&s->bs;
+        cxs_block_plan *p;
+        int rc = cxs_block_plan_get(bs, epoch, &p);
+        if (rc) return rc;
+        for (size_t i = 0; i < n; i++)
+            frames[i] = cxs_block_plan_frame(p, (r + (pos + i) * W) % s->n, NULL);
+        cxs_block_plan_put(bs, p);
+        return 0;
+    }
     uint64_t keys[FEISTEL_ROUNDS];
     for (int i = 0; i < FEISTEL_ROUNDS; i++) keys[i] = key_of(s->o.seed, epoch, (uint64_t)i);
     for (size_t i = 0; i < n; i++) {

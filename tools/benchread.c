@@ -8,6 +8,20 @@
 #include "ctxshard.h"
 #include "util.h"
 
+/* Bytes this process made the kernel read from storage (page cache
+ * misses, read-ahead included); UINT64_MAX when /proc/self/io is not
+ * there. */
+static uint64_t read_bytes(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f) return UINT64_MAX;
+    char line[128];
+    unsigned long long v = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "read_bytes: %llu", &v) == 1;
+    fclose(f);
+    return found ? v : UINT64_MAX;
+}
+
 int bench_read_run(const char *dir, const bench_read_opts *o) {
     cxs_dataset *ds;
     cxs_diag d = {{0}};
@@ -20,18 +34,21 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     double t_open = now_seconds() - t0;
     cxs_info in;
     cxs_dataset_info(ds, &in);
-    cxs_sampler_opts so = {o->sampler, o->seed, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = o->sampler, .seed = o->seed, .world_size = 1,
+                           .memory_bytes = o->memory};
     cxs_sampler *s = NULL;
     cxs_loader *l = NULL;
     int ec = 0;
     double t1 = now_seconds();
-    if ((rc = cxs_sampler_create(ds, &so, &s))) {
-        warnx_("%s: cannot create the sampler: %s", dir, cxs_strerror(rc));
+    if ((rc = cxs_sampler_create_ex(ds, &so, &s, &d))) {
+        warnx_("%s: cannot create the sampler: %s", dir, d.message[0] ? d.message : cxs_strerror(rc));
         ec = exit_code_for(rc);
         goto out;
     }
     double t_sampler = now_seconds() - t1;
-    cxs_loader_opts lo = {o->k, o->batch, o->threads, 0, 0, 0, in.label_width ? 1u : 0u, 0};
+    cxs_loader_opts lo = {.k = o->k, .batch_size = o->batch, .threads = o->threads,
+                          .labels = in.label_width ? 1u : 0u};
+    uint64_t io0 = read_bytes();
     t1 = now_seconds();
     if ((rc = cxs_loader_create(ds, s, &lo, 0, 0, &l))) {
         warnx_("%s: cannot start the loader: %s", dir, cxs_strerror(rc));
@@ -58,7 +75,9 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     }
     double dt = now_seconds() - start;
     double bytes = (double)samples * (2.0 * o->k + 1) * in.dim * sizeof(float);
-    static const char *names[] = {"sequential", "shuffle", "weighted"};
+    uint64_t io1 = read_bytes();
+    uint64_t io = io0 == UINT64_MAX || io1 == UINT64_MAX ? UINT64_MAX : io1 - io0;
+    static const char *names[] = {"sequential", "shuffle", "weighted", "block"};
     printf("%s: %llu frames, dim %u, %s; k=%u, batch %u, %u thread%s, %s sampler\n", dir,
            (unsigned long long)in.num_frames, in.dim,
            in.dtype == CXS_DTYPE_F32 ? "float32" : in.dtype == CXS_DTYPE_F16 ? "float16" : "bfloat16",
@@ -68,6 +87,13 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     printf("  %llu batches, %llu samples in %.3f s: %.0f samples/s, %.2f GB/s of window data\n",
            (unsigned long long)batches, (unsigned long long)samples, dt, (double)samples / dt,
            bytes / dt / 1e9);
+    if (o->sampler == CXS_SAMPLER_BLOCK)
+        printf("  memory %llu bytes: blocks of %llu bytes, %llu blocks an epoch\n",
+               (unsigned long long)o->memory, (unsigned long long)cxs_sampler_block_bytes(s),
+               (unsigned long long)cxs_sampler_num_blocks(s, 0));
+    if (io != UINT64_MAX)
+        printf("  read from disk: %llu bytes (%.2f of the features)\n", (unsigned long long)io,
+               (double)io / (double)in.feature_bytes);
 out:
     cxs_loader_free(l);
     cxs_sampler_free(s);

@@ -4,6 +4,7 @@
 typedef struct bench_read_opts {
     uint32_t k, batch, threads, sampler;
     uint64_t batches, seed;
+    uint64_t memory; /* block sampler's budget */
 } bench_read_opts;
 int bench_read_run(const char *dir, const bench_read_opts *o);
 #endif

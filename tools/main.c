@@ -178,17 +178,20 @@ static const char *const usage_gpu =
     "  --json         one JSON object\n";
 static const char *const usage_bench =
     "usage: ctxshard bench-read OUT [--context K] [--batch B] [--threads N]\n"
-    "                           [--batches M] [--sampler shuffle|sequential|weighted]\n"
-    "                           [--seed S]\n"
+    "                           [--batches M] [--sampler shuffle|sequential|weighted|block]\n"
+    "                           [--memory SIZE] [--seed S]\n"
     "\n"
     "Run the prefetching loader over OUT and print samples/s and GB/s of window\n"
-    "data served (float32), with the time to open and to the first batch.\n"
+    "data served (float32), with the time to open and to the first batch, and\n"
+    "the bytes the process read from disk (/proc/self/io read_bytes).\n"
     "\n"
     "  --context K    half-width of the windows (default 30)\n"
     "  --batch B      samples per batch (default 1024)\n"
     "  --threads N    loader worker threads (default: min(CPUs, 4))\n"
     "  --batches M    batches to time (default 2000); epochs restart as needed\n"
-    "  --sampler S    shuffle (default), sequential or weighted\n";
+    "  --sampler S    shuffle (default), sequential, weighted, or block (for data\n"
+    "                 larger than memory: needs --memory)\n"
+    "  --memory SIZE  block sampler: the page cache it may use (e.g. 1G)\n";
 
 static const char *const usage_stats =
     "usage: ctxshard stats OUT [--html FILE] [--svg DIR] [--json] [--no-scan]\n"
@@ -216,7 +219,7 @@ enum {
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
-    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK
+    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY
 };
 
 static const struct option longopts[] = {
@@ -240,6 +243,7 @@ static const struct option longopts[] = {
     {"device", required_argument, 0, O_DEVICE},   {"emulate", no_argument, 0, O_EMULATE},
     {"mode", required_argument, 0, O_MODE},       {"budget", required_argument, 0, O_BUDGET},
     {"bf16", no_argument, 0, O_BF16},             {"check", no_argument, 0, O_CHECK},
+    {"memory", required_argument, 0, O_MEMORY},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -257,7 +261,7 @@ static int allowed(const char *cmd, int opt) {
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
-        {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED}},
+        {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY}},
         {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
         {"gpu", {O_DEVICE, O_EMULATE, O_MODE, O_CONTEXT, O_BATCH, O_BATCHES, O_BUDGET, O_THREADS,
                  O_NORMFLAG, O_BF16, O_CHECK, O_SEED, O_JSON}},
@@ -483,7 +487,12 @@ int main(int argc, char **argv) {
             if (!strcmp(optarg, "shuffle")) bo.sampler = CXS_SAMPLER_SHUFFLE;
             else if (!strcmp(optarg, "sequential")) bo.sampler = CXS_SAMPLER_SEQUENTIAL;
             else if (!strcmp(optarg, "weighted")) bo.sampler = CXS_SAMPLER_WEIGHTED;
-            else return usage_error(usage, "--sampler: '%s' is not shuffle, sequential or weighted", optarg);
+            else if (!strcmp(optarg, "block")) bo.sampler = CXS_SAMPLER_BLOCK;
+            else return usage_error(usage, "--sampler: '%s' is not shuffle, sequential, weighted or block", optarg);
+            break;
+        case O_MEMORY:
+            if (parse_size(optarg, &bo.memory) || !bo.memory)
+                return usage_error(usage, "--memory: '%s' is not a size (bytes, or with K, M, G)", optarg);
             break;
         case O_OUT: out = optarg; break;
         case O_COMPRESS: {

@@ -307,15 +307,41 @@ CXS_API int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, si
  *   alias table over classes and a per-class frame list: 4 bytes per frame,
  *   8 beyond 2^32 frames, built at create time in one pass over the labels).
  *
+ * CXS_SAMPLER_BLOCK: for data larger than memory (or cold on disk): a
+ *   permutation of all frames per epoch, like SHUFFLE, drawn so that only a
+ *   few blocks of the data are needed at a time.  The features are cut, in
+ *   storage order, into blocks of whole utterances of memory_bytes /
+ *   (blocks + 1) bytes each (guard rows included; a block never spans two
+ *   shards; the first cut moves by a seeded amount every epoch, so the
+ *   neighbours an utterance shares a block with change).  The blocks are
+ *   taken in a seeded random order; the epoch is a sequence of rounds, round
+ *   t drawing a uniformly random order of one 1/blocks share of each of the
+ *   `blocks` blocks t-blocks+1 .. t, so every block is needed for `blocks`
+ *   consecutive rounds and every frame comes exactly once.  Stateless like
+ *   the others: (seed, epoch, position) gives the frame, in O(log #blocks);
+ *   the epoch's block table (O(#utterances) to build, 48 bytes a block) is
+ *   kept for the last epochs asked.  The loader reads the next block
+ *   sequentially ahead of use and lets drained ones go (cxs_loader_opts).
+ *
  * Distributed training: rank r of world_size w sees positions r, r+w,
  * r+2w, ... of the global order, as torch's DistributedSampler does: with
  * drop_last 0 the order is padded by wrapping around to a multiple of w, with
  * drop_last 1 it is cut to one, so every rank gets the same count and
  * together they cover the epoch without overlap (beyond the padding).
+ *
+ * Elastic resume: a run's state is (seed, epoch, global position), the
+ * global position being origin + position * world_size of any rank when all
+ * ranks stand at the same position.  A sampler created with `origin` = G
+ * starts its ranks at global position G of every epoch it is used for:
+ * rank r sees G + r, G + r + w, ... (the remainder of the epoch, padded or
+ * cut as above), so a run saved on N ranks continues on M ranks, or with
+ * another thread count, in the same global order with nothing repeated or
+ * lost.  Use origin 0 (a new sampler) for the epochs after the resumed one.
  */
 #define CXS_SAMPLER_SEQUENTIAL 0u
 #define CXS_SAMPLER_SHUFFLE 1u
 #define CXS_SAMPLER_WEIGHTED 2u
+#define CXS_SAMPLER_BLOCK 3u
 
 typedef struct cxs_sampler_opts {
     uint32_t kind;               /**< CXS_SAMPLER_* */
@@ -325,6 +351,9 @@ typedef struct cxs_sampler_opts {
     uint32_t drop_last;          /**< 1: cut the epoch to a multiple of world_size */
     uint64_t num_samples;        /**< WEIGHTED: draws per epoch, all ranks (0: num_frames) */
     const double *class_weights; /**< WEIGHTED: vocab_size weights >= 0, NULL: inverse frequency */
+    uint64_t origin;             /**< global position where every epoch starts (elastic resume) */
+    uint64_t memory_bytes;       /**< BLOCK: page cache the order may use (required) */
+    uint32_t blocks;             /**< BLOCK: blocks a round draws from, 1..1024 (0: 8) */
 } cxs_sampler_opts;
 
 typedef struct cxs_sampler cxs_sampler;
@@ -337,6 +366,21 @@ typedef struct cxs_sampler cxs_sampler;
  */
 CXS_API int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts,
                                cxs_sampler **out);
+
+/**
+ * cxs_sampler_create with a diagnostic: on failure diag (may be NULL) says
+ * which option is wrong and why.  Besides cxs_sampler_create's refusals:
+ * CXS_E_INVALID for a block sampler without memory_bytes, blocks above
+ * 1024, an origin past the epoch, and CXS_E_RANGE for a memory budget whose
+ * blocks are smaller than the longest utterance (both sizes named).
+ */
+CXS_API int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts,
+                                  cxs_sampler **out, cxs_diag *diag);
+
+/** Block sampler: the size in bytes of one block (memory_bytes / (blocks +
+ * 1)), and the number of blocks of `epoch`; 0 for other kinds. */
+CXS_API uint64_t cxs_sampler_block_bytes(const cxs_sampler *s);
+CXS_API uint64_t cxs_sampler_num_blocks(const cxs_sampler *s, uint64_t epoch);
 CXS_API void cxs_sampler_free(cxs_sampler *s);
 
 /** Samples per epoch for this rank. */
@@ -362,7 +406,28 @@ typedef struct cxs_loader_opts {
     uint32_t external;    /* 1: batches go into buffers the caller provides with
                              cxs_loader_provide(), and belong to the caller once
                              handed out; the loader allocates no batch memory */
+    uint32_t readahead;   /**< reading ahead of the workers, by a helper thread
+                               (uncompressed data only; see below): 0 auto,
+                               CXS_READAHEAD_OFF none */
 } cxs_loader_opts;
+
+/**
+ * cxs_loader_opts.readahead.  With the default (0) a helper thread works
+ * ahead of the gather so that it reads memory, not disk:
+ *  - BLOCK sampler: the next block is read sequentially (POSIX_FADV_WILLNEED
+ *    then pread in 4 MiB steps) before a worker needs it; a worker whose
+ *    batch needs a block still being read waits for it rather than fault
+ *    page by page; a drained block is dropped from the page cache
+ *    (MADV_DONTNEED and POSIX_FADV_DONTNEED), so the cache holds about
+ *    memory_bytes of the dataset.
+ *  - other samplers: the feature mapping is marked MADV_RANDOM (a fault
+ *    reads a page, not the kernel's read-around) and the pages of the
+ *    windows of the next CXS_READAHEAD_BATCHES batches are requested with
+ *    MADV_WILLNEED, many reads in flight, while the workers copy.
+ * CXS_READAHEAD_OFF: none of this (the mapping's advice is left alone).
+ */
+#define CXS_READAHEAD_OFF 1u
+#define CXS_READAHEAD_BATCHES 2u
 
 /** A batch handed out by cxs_loader_next; valid until the next call (its x
  * and y longer in external mode: they are the caller's buffers). */

@@ -1,0 +1,226 @@
+/* blocks.c - the block schedule (see blocks.h). */
+#include "blocks.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rng_next(uint64_t *st) {
+    return mix64(*st += 0x9e3779b97f4a7c15ull);
+}
+
+/* Uniform in [0, n), n > 0 (Lemire's multiply, rejection for exactness). */
+static uint64_t rng_below(uint64_t *st, uint64_t n) {
+    for (;;) {
+        unsigned __int128 m = (unsigned __int128)rng_next(st) * n;
+        uint64_t lo = (uint64_t)m;
+        if (lo >= n || lo >= (0 - n) % n) return (uint64_t)(m >> 64);
+    }
+}
+
+/* A keyed bijection of [0, n): a four-round balanced Feistel network over
+ * the next power of four, restricted to [0, n) by cycle walking (the
+ * sampler's shuffle does the same over all frames). */
+static uint64_t permute(uint64_t x, uint64_t n, uint64_t key) {
+    if (n <= 1) return 0;
+    uint32_t bits = 1;
+    while (bits < 64 && (1ull << bits) < n) bits++;
+    const uint32_t h = (bits + 1) / 2;
+    const uint64_t mask = (1ull << h) - 1;
+    uint64_t k[4];
+    for (int r = 0; r < 4; r++) k[r] = mix64(key + 0x632be59bd9b4e019ull * (uint64_t)(r + 1));
+    do {
+        uint64_t L = x >> h, R = x & mask;
+        for (int r = 0; r < 4; r++) {
+            uint64_t y = (R ^ k[r]) * 0xff51afd7ed558ccdull;
+            uint64_t t = L ^ ((y ^ (y >> 29) ^ (y >> 41)) & mask);
+            L = R;
+            R = t;
+        }
+        x = (L << h) | R;
+    } while (x >= n);
+    return x;
+}
+
+static uint64_t utt_frames(const cxs_dataset *ds, uint64_t u) { return ds->cum[u + 1] - ds->cum[u]; }
+
+int cxs_block_sched_init(cxs_block_sched *bs, const cxs_dataset *ds, uint64_t seed,
+                         uint64_t block_rows, uint32_t guard_rows, uint32_t R, cxs_diag *d) {
+    memset(bs, 0, sizeof *bs);
+    if (R < 1) return cxs_diagf(d, CXS_E_INVALID, "a block schedule needs at least one block a round");
+    if (block_rows < ds->max_len + guard_rows)
+        return cxs_diagf(d, CXS_E_RANGE,
+                         "a block of %llu bytes cannot hold the longest utterance (%llu bytes: "
+                         "%llu frames and %u guard rows of %llu bytes)",
+                         (unsigned long long)(block_rows * ds->row_bytes),
+                         (unsigned long long)((ds->max_len + guard_rows) * ds->row_bytes),
+                         (unsigned long long)ds->max_len, guard_rows,
+                         (unsigned long long)ds->row_bytes);
+    bs->ds = ds;
+    bs->seed = seed;
+    bs->block_rows = block_rows;
+    bs->guard_rows = guard_rows;
+    bs->R = R;
+    pthread_mutex_init(&bs->mu, NULL);
+    return 0;
+}
+
+static void plan_free(cxs_block_plan *p) {
+    if (!p) return;
+    free(p->blk);
+    free(p->rstart);
+    free(p);
+}
+
+void cxs_block_sched_destroy(cxs_block_sched *bs) {
+    if (!bs->ds) return;
+    for (int i = 0; i < CXS_BLOCK_PLANS; i++) plan_free(bs->cache[i]);
+    pthread_mutex_destroy(&bs->mu);
+    bs->ds = NULL;
+}
+
+/* Shares of block j (in epoch order): it is drawn from in rounds
+ * max(0, j-R+1) .. j. */
+static inline uint64_t shares(uint64_t j, uint32_t R) { return j < R ? j + 1 : R; }
+static inline uint64_t first_round(uint64_t j, uint32_t R) { return j < R ? 0 : j - R + 1; }
+
+static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan **out) {
+    const cxs_dataset *ds = bs->ds;
+    const uint64_t U = ds->meta.num_utterances, G = bs->guard_rows;
+    cxs_block_plan *p = calloc(1, sizeof *p);
+    if (!p) return -ENOMEM;
+    p->epoch = epoch;
+    p->R = bs->R;
+    p->frames = ds->meta.num_frames;
+    p->key = mix64(mix64(bs->seed ^ 0x243f6a8885a308d3ull) + mix64(epoch + 0x13198a2e03707344ull));
+    /* At most one block per utterance, plus the first cut and one per
+     * shard boundary. */
+    p->blk = malloc((U + ds->meta.num_shards + 1) * sizeof *p->blk);
+    if (!p->blk) {
+        plan_free(p);
+        return -ENOMEM;
+    }
+    /* The first block ends early by a seeded number of rows, which moves
+     * every cut of the epoch: which utterances share a block changes. */
+    uint64_t st = p->key;
+    uint64_t target = bs->block_rows - rng_below(&st, bs->block_rows);
+    uint64_t n = 0, rows = 0;
+    for (uint64_t u = 0; u < U; u++) {
+        uint64_t T = utt_frames(ds, u) + G;
+        if (n == 0 || rows + T > target || ds->utt_shard[u] != p->blk[n - 1].shard) {
+            if (n) target = bs->block_rows;
+            cxs_block *b = &p->blk[n++];
+            b->u0 = u;
+            b->f0 = ds->cum[u];
+            b->shard = ds->utt_shard[u];
+            rows = 0;
+        }
+        rows += T;
+        p->blk[n - 1].u1 = u + 1;
+    }
+    for (uint64_t j = 0; j < n; j++) {
+        cxs_block *b = &p->blk[j];
+        b->nf = ds->cum[b->u1] - b->f0;
+        const shard *sh = &ds->shards[b->shard];
+        if (sh->features) {
+            uint64_t r0 = ds->row[b->u0] - sh->meta.guard;
+            uint64_t r1 = ds->row[b->u1 - 1] + utt_frames(ds, b->u1 - 1) + sh->meta.guard;
+            b->off = (uint64_t)(sh->features - sh->map) + r0 * ds->row_bytes;
+            b->len = (r1 - r0) * ds->row_bytes;
+        }
+    }
+    /* The blocks' order: Fisher-Yates from the epoch's key. */
+    for (uint64_t i = n; i > 1; i--) {
+        uint64_t j = rng_below(&st, i);
+        cxs_block t = p->blk[i - 1];
+        p->blk[i - 1] = p->blk[j];
+        p->blk[j] = t;
+    }
+    p->nblocks = n;
+    /* Round t holds share t - first_round(j) of every block j in t .. t+R-1;
+     * share s of a block of F frames is its permuted positions
+     * [F*s/c, F*(s+1)/c) for c shares. */
+    p->rstart = calloc(n + 1, sizeof *p->rstart);
+    if (!p->rstart) {
+        plan_free(p);
+        return -ENOMEM;
+    }
+    for (uint64_t j = 0; j < n; j++) {
+        uint64_t c = shares(j, bs->R), F = p->blk[j].nf, t0 = first_round(j, bs->R);
+        for (uint64_t s = 0; s < c; s++) p->rstart[t0 + s + 1] += F * (s + 1) / c - F * s / c;
+    }
+    for (uint64_t t = 0; t < n; t++) p->rstart[t + 1] += p->rstart[t];
+    *out = p;
+    return 0;
+}
+
+int cxs_block_plan_get(cxs_block_sched *bs, uint64_t epoch, cxs_block_plan **out) {
+    pthread_mutex_lock(&bs->mu);
+    for (int i = 0; i < CXS_BLOCK_PLANS; i++) {
+        cxs_block_plan *p = bs->cache[i];
+        if (p && p->epoch == epoch) {
+            p->refs++;
+            pthread_mutex_unlock(&bs->mu);
+            *out = p;
+            return 0;
+        }
+    }
+    /* Built under the lock: O(#utterances), once an epoch, and the
+     * threads that asked for the same epoch wait for it rather than build
+     * it again. */
+    cxs_block_plan *p;
+    int rc = plan_build(bs, epoch, &p);
+    if (!rc) {
+        cxs_block_plan *old = bs->cache[bs->next_evict];
+        if (old && old->refs == 0) plan_free(old);
+        else if (old) old->refs = -old->refs; /* freed by its last user */
+        bs->cache[bs->next_evict] = p;
+        bs->next_evict = (bs->next_evict + 1) % CXS_BLOCK_PLANS;
+        p->refs = 1;
+        *out = p;
+    }
+    pthread_mutex_unlock(&bs->mu);
+    return rc;
+}
+
+/* refs < 0: evicted from the cache, -refs users left. */
+void cxs_block_plan_put(cxs_block_sched *bs, cxs_block_plan *p) {
+    pthread_mutex_lock(&bs->mu);
+    if (p->refs > 0) p->refs--;
+    else if (++p->refs == 0) plan_free(p);
+    pthread_mutex_unlock(&bs->mu);
+}
+
+uint64_t cxs_block_plan_round(const cxs_block_plan *p, uint64_t g) {
+    uint64_t lo = 0, hi = p->nblocks; /* last t with rstart[t] <= g */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (p->rstart[mid] <= g) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+uint64_t cxs_block_plan_frame(const cxs_block_plan *p, uint64_t g, uint64_t *block) {
+    const uint64_t t = cxs_block_plan_round(p, g), N = p->rstart[t + 1] - p->rstart[t];
+    uint64_t y = permute(g - p->rstart[t], N, mix64(p->key ^ mix64(2 * t + 1)));
+    uint64_t jend = t + p->R < p->nblocks ? t + p->R : p->nblocks;
+    for (uint64_t j = t; j < jend; j++) {
+        const cxs_block *b = &p->blk[j];
+        uint64_t c = shares(j, p->R), s = t - first_round(j, p->R), F = b->nf;
+        uint64_t lo = F * s / c, len = F * (s + 1) / c - lo;
+        if (y < len) {
+            if (block) *block = j;
+            return b->f0 + permute(lo + y, F, mix64(p->key ^ mix64(2 * j + 2)));
+        }
+        y -= len;
+    }
+    if (block) *block = t; /* not reached: the round's shares sum to N */
+    return p->blk[t].f0;
+}

@@ -1,0 +1,301 @@
+/* readahead.c - the loader's helper thread (see readahead.h). */
+#define _GNU_SOURCE
+#include "readahead.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+enum { ABSENT, READING, READ };
+
+#define STEP (4u << 20) /* pread size: large enough to run at the disk's sequential rate */
+
+static uintptr_t page_size(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (uintptr_t)p : 4096;
+}
+
+int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, int on,
+                size_t batch, uint32_t k, pthread_mutex_t *mu, const uint64_t *generation,
+                const uint64_t *epoch, const uint64_t *start, const uint64_t *next_claim,
+                const uint64_t *nbatches, const int *stop) {
+    memset(ra, 0, sizeof *ra);
+    ra->ds = ds, ra->sampler = s, ra->batch = batch, ra->k = k;
+    ra->mu = mu, ra->generation = generation, ra->epoch = epoch, ra->start = start;
+    ra->next_claim = next_claim, ra->nbatches = nbatches, ra->stop = stop;
+    ra->gen = UINT64_MAX;
+    uint32_t kind = cxs_sampler_options(s)->kind;
+    /* Compressed data goes through the chunk cache, not the mapping; a
+     * sequential order is what the kernel's own read-ahead does best. */
+    if (!on || ds->compressed || kind == CXS_SAMPLER_SEQUENTIAL) return 0;
+    ra->kind = kind == CXS_SAMPLER_BLOCK ? CXS_RA_BLOCKS : CXS_RA_PAGES;
+    pthread_cond_init(&ra->cv, NULL);
+    if (ra->kind == CXS_RA_BLOCKS) {
+        ra->fds = malloc(ds->meta.num_shards * sizeof *ra->fds);
+        ra->scratch = malloc(STEP);
+        if (!ra->fds || !ra->scratch) return -ENOMEM;
+        for (uint32_t i = 0; i < ds->meta.num_shards; i++) ra->fds[i] = -1;
+    } else {
+        if (!(ra->frames = malloc(batch * sizeof *ra->frames))) return -ENOMEM;
+        /* A fault reads the page it needs, not the kernel's read-around of
+         * up to read_ahead_kb: a random window needs a few pages. */
+        const uintptr_t P = page_size();
+        for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+            const shard *sh = &ds->shards[i];
+            uintptr_t a = (uintptr_t)sh->features & ~(P - 1), e = (uintptr_t)(sh->map + sh->size);
+            if (sh->features) madvise((void *)a, e - a, MADV_RANDOM);
+        }
+    }
+    return 0;
+}
+
+static void drop_plan(cxs_readahead *ra);
+
+void cxs_ra_destroy(cxs_readahead *ra) {
+    if (ra->kind == CXS_RA_NONE) return;
+    drop_plan(ra);
+    for (uint32_t i = 0; ra->fds && i < ra->ds->meta.num_shards; i++)
+        if (ra->fds[i] >= 0) close(ra->fds[i]);
+    free(ra->fds);
+    free(ra->scratch);
+    free(ra->frames);
+    pthread_cond_destroy(&ra->cv);
+    ra->kind = CXS_RA_NONE;
+}
+
+void cxs_ra_after_fork(cxs_readahead *ra) {
+    if (ra->kind != CXS_RA_NONE) pthread_cond_init(&ra->cv, NULL);
+    ra->running = 0;
+}
+
+void cxs_ra_wake(cxs_readahead *ra) {
+    if (ra->kind != CXS_RA_NONE) pthread_cond_broadcast(&ra->cv);
+}
+
+void cxs_ra_claimed(cxs_readahead *ra) {
+    if (ra->kind == CXS_RA_NONE) return;
+    pthread_mutex_lock(ra->mu);
+    pthread_cond_broadcast(&ra->cv);
+    pthread_mutex_unlock(ra->mu);
+}
+
+static int shard_fd(cxs_readahead *ra, uint32_t s) {
+    if (ra->fds[s] < 0) ra->fds[s] = open(ra->ds->shards[s].path, O_RDONLY | O_CLOEXEC);
+    return ra->fds[s];
+}
+
+/* Read block b into the page cache: the whole range asked for at once
+ * (many requests in flight), then read in STEP pieces, which returns when
+ * it is there.  Errors are left to the workers' own reads to meet. */
+static void read_block(cxs_readahead *ra, const cxs_block *b) {
+    int fd = shard_fd(ra, b->shard);
+    if (fd < 0 || !b->len) return;
+    posix_fadvise(fd, (off_t)b->off, (off_t)b->len, POSIX_FADV_WILLNEED);
+    for (uint64_t at = 0; at < b->len;) {
+        size_t n = b->len - at < STEP ? (size_t)(b->len - at) : STEP;
+        ssize_t got = pread(fd, ra->scratch, n, (off_t)(b->off + at));
+        if (got <= 0) return;
+        at += (uint64_t)got;
+    }
+}
+
+/* Let block b go: out of this process's page tables and out of the page
+ * cache (whole pages only: the edges may hold a neighbour's guard rows). */
+static void drop_block(cxs_readahead *ra, const cxs_block *b) {
+    if (!b->len) return;
+    const shard *sh = &ra->ds->shards[b->shard];
+    const uintptr_t P = page_size();
+    uintptr_t a = ((uintptr_t)(sh->map + b->off) + P - 1) & ~(P - 1);
+    uintptr_t e = (uintptr_t)(sh->map + b->off + b->len) & ~(P - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+    int fd = shard_fd(ra, b->shard);
+    if (fd >= 0) posix_fadvise(fd, (off_t)b->off, (off_t)b->len, POSIX_FADV_DONTNEED);
+}
+
+/* Under mu: the blocks' state of an earlier position or epoch goes (what
+ * was read is dropped). */
+static void drop_plan(cxs_readahead *ra) {
+    if (!ra->plan) return;
+    for (uint64_t j = 0; j < ra->plan->nblocks; j++)
+        if (ra->state[j] == READ) drop_block(ra, &ra->plan->blk[j]);
+    cxs_block_plan_put(cxs_sampler_blocks(ra->sampler), ra->plan);
+    ra->plan = NULL;
+    free(ra->state);
+    free(ra->need);
+    ra->state = NULL, ra->need = NULL;
+}
+
+/* Under mu: follow the loader to its current generation.  Returns 0 or
+ * -ENOMEM (then without a plan: the workers do not wait). */
+static int sync_gen(cxs_readahead *ra) {
+    if (ra->gen == *ra->generation) return ra->kind == CXS_RA_BLOCKS && !ra->plan ? -ENOMEM : 0;
+    ra->gen = *ra->generation;
+    ra->advised = 0;
+    if (ra->kind != CXS_RA_BLOCKS) return 0;
+    if (ra->plan && ra->plan->epoch == *ra->epoch) {
+        /* the same epoch from another position: keep what is read */
+        memset(ra->need, 0, ra->plan->nblocks * sizeof *ra->need);
+        for (uint64_t j = 0; j < ra->plan->nblocks; j++)
+            if (ra->state[j] == READING) ra->state[j] = ABSENT;
+        return 0;
+    }
+    drop_plan(ra);
+    cxs_block_plan *p;
+    if (cxs_block_plan_get(cxs_sampler_blocks(ra->sampler), *ra->epoch, &p)) return -ENOMEM;
+    ra->state = calloc(p->nblocks, 1);
+    ra->need = calloc(p->nblocks, sizeof *ra->need);
+    ra->plan = p;
+    if (!ra->state || !ra->need) {
+        drop_plan(ra);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static void blocks_loop(cxs_readahead *ra) {
+    pthread_mutex_lock(ra->mu);
+    while (!*ra->stop) {
+        if (sync_gen(ra)) {
+            pthread_cond_wait(&ra->cv, ra->mu);
+            continue;
+        }
+        const cxs_block_plan *P = ra->plan;
+        const uint64_t n = P->nblocks, gen = ra->gen;
+        /* The window: the blocks of the next batch's round, and one more. */
+        uint64_t t = n, hi = 0;
+        if (*ra->next_claim < *ra->nbatches) {
+            uint64_t pos = *ra->start + *ra->next_claim * ra->batch;
+            t = cxs_block_plan_round(P, cxs_sampler_global(ra->sampler, pos));
+            hi = t + P->R < n ? t + P->R : n - 1;
+        }
+        uint64_t pick = n, drop = n;
+        for (uint64_t j = 0; j < n && pick == n; j++)
+            if (ra->need[j] && ra->state[j] == ABSENT) pick = j;
+        for (uint64_t j = t; j <= hi && j < n && pick == n; j++)
+            if (ra->state[j] == ABSENT) pick = j;
+        for (uint64_t j = 0; j < n && pick == n && drop == n; j++)
+            if (ra->state[j] == READ && !ra->need[j] && (j < t || j > hi)) drop = j;
+        if (pick < n) {
+            ra->state[pick] = READING;
+            cxs_block b = P->blk[pick];
+            pthread_mutex_unlock(ra->mu);
+            read_block(ra, &b);
+            pthread_mutex_lock(ra->mu);
+            if (ra->gen == gen && ra->plan == P && ra->state[pick] == READING) ra->state[pick] = READ;
+            pthread_cond_broadcast(&ra->cv);
+        } else if (drop < n) {
+            ra->state[drop] = ABSENT;
+            cxs_block b = P->blk[drop];
+            pthread_mutex_unlock(ra->mu);
+            drop_block(ra, &b);
+            pthread_mutex_lock(ra->mu);
+        } else {
+            pthread_cond_wait(&ra->cv, ra->mu);
+        }
+    }
+    pthread_mutex_unlock(ra->mu);
+}
+
+/* Ask for the pages of every window of one batch. */
+static void advise_batch(cxs_readahead *ra, size_t n) {
+    const cxs_dataset *ds = ra->ds;
+    const uintptr_t P = page_size();
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = cxs_find_utt(ds, ra->frames[i]);
+        int64_t t = (int64_t)(ra->frames[i] - ds->cum[u]), T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+        int64_t lo = t - (int64_t)ra->k, hi = t + (int64_t)ra->k + 1;
+        if (lo < 0) lo = 0; /* beyond the utterance: zeros, from the guard or not read */
+        if (hi > T) hi = T;
+        uintptr_t a = (uintptr_t)cxs_row_ptr(ds, u, lo) & ~(P - 1);
+        uintptr_t e = (uintptr_t)cxs_row_ptr(ds, u, hi);
+        madvise((void *)a, e - a, MADV_WILLNEED);
+    }
+}
+
+static void pages_loop(cxs_readahead *ra) {
+    const uint64_t len = cxs_sampler_length(ra->sampler);
+    pthread_mutex_lock(ra->mu);
+    while (!*ra->stop) {
+        sync_gen(ra);
+        if (ra->advised < *ra->next_claim) ra->advised = *ra->next_claim;
+        uint64_t lim = *ra->next_claim + CXS_READAHEAD_BATCHES;
+        if (lim > *ra->nbatches) lim = *ra->nbatches;
+        if (ra->advised >= lim) {
+            pthread_cond_wait(&ra->cv, ra->mu);
+            continue;
+        }
+        uint64_t b = ra->advised++, epoch = *ra->epoch, pos = *ra->start + b * ra->batch;
+        size_t n = len - pos < ra->batch ? (size_t)(len - pos) : ra->batch;
+        pthread_mutex_unlock(ra->mu);
+        if (!cxs_sampler_get(ra->sampler, epoch, pos, n, ra->frames)) advise_batch(ra, n);
+        pthread_mutex_lock(ra->mu);
+    }
+    pthread_mutex_unlock(ra->mu);
+}
+
+static void *ra_main(void *arg) {
+    cxs_readahead *ra = arg;
+    if (ra->kind == CXS_RA_BLOCKS) blocks_loop(ra);
+    else pages_loop(ra);
+    return NULL;
+}
+
+int cxs_ra_start(cxs_readahead *ra) {
+    if (ra->kind == CXS_RA_NONE || ra->running) return 0;
+    if (pthread_create(&ra->th, NULL, ra_main, ra)) return -EAGAIN;
+    ra->running = 1;
+    return 0;
+}
+
+void cxs_ra_stop(cxs_readahead *ra) {
+    if (!ra->running) return;
+    pthread_join(ra->th, NULL);
+    ra->running = 0;
+}
+
+int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch, uint64_t pos,
+                        size_t n, uint64_t *frames, uint64_t gen, cxs_ra_batch *rb) {
+    cxs_block_sched *bs = cxs_sampler_blocks(s);
+    rb->plan = NULL, rb->nj = 0, rb->gen = UINT64_MAX;
+    if (pos > cxs_sampler_length(s) || n > cxs_sampler_length(s) - pos) return CXS_E_RANGE;
+    int rc = cxs_block_plan_get(bs, epoch, &rb->plan);
+    if (rc) return rc;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t j;
+        frames[i] = cxs_block_plan_frame(rb->plan, cxs_sampler_global(s, pos + i), &j);
+        uint32_t q = 0;
+        while (q < rb->nj && rb->j[q] != j) q++;
+        if (q == rb->nj && rb->nj < CXS_RA_MAX_BLOCKS) rb->j[rb->nj++] = j;
+    }
+    pthread_mutex_lock(ra->mu);
+    if (gen == *ra->generation && !sync_gen(ra) && ra->plan->epoch == epoch) {
+        rb->gen = gen;
+        for (uint32_t q = 0; q < rb->nj; q++) ra->need[rb->j[q]]++;
+        pthread_cond_broadcast(&ra->cv);
+        for (uint32_t q = 0; q < rb->nj;) {
+            if (*ra->stop || ra->gen != gen) break;
+            if (ra->state[rb->j[q]] == READ) {
+                q++;
+                continue;
+            }
+            pthread_cond_wait(&ra->cv, ra->mu);
+        }
+    }
+    pthread_mutex_unlock(ra->mu);
+    return 0;
+}
+
+void cxs_ra_batch_done(cxs_readahead *ra, cxs_ra_batch *rb) {
+    if (!rb->plan) return;
+    pthread_mutex_lock(ra->mu);
+    if (rb->gen == ra->gen && ra->plan) {
+        for (uint32_t q = 0; q < rb->nj; q++) ra->need[rb->j[q]]--;
+        pthread_cond_broadcast(&ra->cv);
+    }
+    pthread_mutex_unlock(ra->mu);
+    cxs_block_plan_put(cxs_sampler_blocks(ra->sampler), rb->plan);
+    rb->plan = NULL;
+}

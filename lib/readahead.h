@@ -1,0 +1,85 @@
+/* readahead.h - the loader's helper thread: reading ahead of the workers
+ * and letting go of what they are done with (internal).
+ *
+ * Block sampler (CXS_RA_BLOCKS): the helper reads blocks sequentially into
+ * the page cache, in the epoch's block order, up to one block past those
+ * the next batch to claim draws from, and drops every block that neither
+ * that window nor a batch being filled needs.  A worker registers the
+ * blocks of its batch and waits until they are read, so a cold epoch never
+ * faults page by page.  Which blocks are read never changes the order:
+ * the frames come from the sampler alone.
+ *
+ * Other samplers (CXS_RA_PAGES): the feature mapping is marked MADV_RANDOM
+ * and the helper asks (MADV_WILLNEED) for the pages of the windows of the
+ * next CXS_READAHEAD_BATCHES batches to claim, so that many reads are in
+ * flight while the workers copy.
+ *
+ * Every field the helper shares with the workers lives under the loader's
+ * lock (mu), which the helper borrows; the loader's own fields it reads are
+ * passed as pointers. */
+#ifndef CXS_READAHEAD_H
+#define CXS_READAHEAD_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "blocks.h"
+#include "dataset_internal.h"
+
+enum { CXS_RA_NONE, CXS_RA_BLOCKS, CXS_RA_PAGES };
+
+#define CXS_RA_MAX_BLOCKS 64 /* blocks one batch waits for; more are faulted in */
+
+typedef struct cxs_readahead {
+    int kind;
+    const cxs_dataset *ds;
+    const cxs_sampler *sampler;
+    size_t batch;
+    uint32_t k;
+    /* the loader's, under *mu */
+    pthread_mutex_t *mu;
+    const uint64_t *generation, *epoch, *start, *next_claim, *nbatches;
+    const int *stop;
+    /* the helper's */
+    pthread_cond_t cv; /* the helper waits for work, workers for blocks */
+    pthread_t th;
+    int running;
+    int *fds;          /* per shard, -1 until opened */
+    uint8_t *scratch;  /* pread target */
+    uint64_t *frames;  /* pages: one batch's frames */
+    uint64_t gen;      /* generation the state below belongs to */
+    uint64_t advised;  /* pages: batches below this were asked for */
+    cxs_block_plan *plan; /* blocks: the epoch's plan, or NULL */
+    uint8_t *state;       /* per block: ABSENT, READING, READ */
+    uint32_t *need;       /* per block: batches being filled that draw on it */
+} cxs_readahead;
+
+/* One batch's blocks, between cxs_ra_batch_frames and cxs_ra_batch_done. */
+typedef struct cxs_ra_batch {
+    cxs_block_plan *plan;
+    uint64_t gen;
+    uint32_t nj;
+    uint64_t j[CXS_RA_MAX_BLOCKS];
+} cxs_ra_batch;
+
+/* Choose the kind (none when !on, compressed, or sequential) and set up;
+ * nothing starts yet.  Returns 0 or -ENOMEM. */
+int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, int on,
+                size_t batch, uint32_t k, pthread_mutex_t *mu, const uint64_t *generation,
+                const uint64_t *epoch, const uint64_t *start, const uint64_t *next_claim,
+                const uint64_t *nbatches, const int *stop);
+int cxs_ra_start(cxs_readahead *ra);   /* the thread; 0 or -EAGAIN */
+void cxs_ra_stop(cxs_readahead *ra);   /* join it (the loader set *stop and woke it) */
+void cxs_ra_destroy(cxs_readahead *ra);
+void cxs_ra_after_fork(cxs_readahead *ra);
+void cxs_ra_wake(cxs_readahead *ra);   /* under mu */
+void cxs_ra_claimed(cxs_readahead *ra); /* a batch was claimed */
+
+/* Block sampler: the frames of this rank's positions pos .. pos+n-1 of
+ * epoch, then wait (not under mu) until their blocks are read, unless the
+ * loader moved on (gen) or stops.  Returns 0 or -ENOMEM. */
+int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch, uint64_t pos,
+                        size_t n, uint64_t *frames, uint64_t gen, cxs_ra_batch *rb);
+void cxs_ra_batch_done(cxs_readahead *ra, cxs_ra_batch *rb);
+
+#endif
