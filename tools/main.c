@@ -368,7 +368,7 @@ int main(int argc, char **argv) {
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0};
     int move = 0, have_form = 0;
     int json = 0, all = 0, have_k = 0;
-    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0};
+    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
     int compare = 0;

@@ -420,7 +420,7 @@ typedef struct cxs_loader_opts {
  *    page by page; a drained block is dropped from the page cache
  *    (MADV_DONTNEED and POSIX_FADV_DONTNEED), so the cache holds about
  *    memory_bytes of the dataset.
- *  - other samplers: the feature mapping is marked MADV_RANDOM (a fault
+ *  - SHUFFLE and WEIGHTED samplers (uncompressed): the feature mapping is marked MADV_RANDOM (a fault
  *    reads a page, not the kernel's read-around) and the pages of the
  *    windows of the next CXS_READAHEAD_BATCHES batches are requested with
  *    MADV_WILLNEED, many reads in flight, while the workers copy.
