@@ -23,12 +23,13 @@
 #include <zstd.h>
 
 #include "ctxshard.h"
+#include "ctxshard_writer.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
 #include "cxs_zchunk.h"
 #include "raw.h"
 #include "util.h"
-#include "xsum.h"
+#include "cxs_xsum.h"
 
 /* ---- fault injection (testing hook) ----------------------------------- */
 
@@ -236,7 +237,7 @@ typedef struct packer {
     bytes shard_table;
     uint32_t nshards;
     uint64_t U, F, minlen, maxlen;
-    xsum *s1, *s2; /* per dimension, exact over all utterances */
+    cxs_xsum *s1, *s2; /* per dimension, exact over all utterances */
     uint64_t *hist;
     uint32_t vocab_n;
     bytes skipped;
@@ -443,8 +444,8 @@ static int packer_add(packer *k, size_t i, const char *id, const utt *u) {
     int rc = shard_add(k, id, u);
     if (rc) return rc;
     for (uint32_t d = 0; d < k->D; d++) {
-        xsum_add(&k->s1[d], u->sum[d]);
-        xsum_add(&k->s2[d], u->sumsq[d]);
+        cxs_xsum_add(&k->s1[d], u->sum[d]);
+        cxs_xsum_add(&k->s2[d], u->sumsq[d]);
     }
     if (k->lw)
         for (uint64_t t = 0; t < u->T; t++)
@@ -466,12 +467,12 @@ static int stats_bytes(const packer *k, bytes *b) {
     double *mean = malloc((k->D + 1) * sizeof *mean);
     if (!mean) rc = -ENOMEM;
     for (uint32_t d = 0; d < k->D && !rc; d++) {
-        mean[d] = xsum_value(&k->s1[d]) / (double)k->F;
+        mean[d] = cxs_xsum_value(&k->s1[d]) / (double)k->F;
         cxs_stf64(t, mean[d]);
         rc = bytes_put(b, t, 8);
     }
     for (uint32_t d = 0; d < k->D && !rc; d++) {
-        double var = xsum_value(&k->s2[d]) / (double)k->F - mean[d] * mean[d];
+        double var = cxs_xsum_value(&k->s2[d]) / (double)k->F - mean[d] * mean[d];
         cxs_stf64(t, var > 0 ? var : 0.0);
         rc = bytes_put(b, t, 8);
     }
@@ -488,7 +489,7 @@ static int part_sums_bytes(const packer *k, bytes *b) {
     if (!rc) rc = bytes_put64(b, k->vocab_n);
     for (uint32_t d = 0; d < k->D && !rc; d++)
         for (int which = 0; which < 2 && !rc; which++) {
-            const xsum *x = which ? &k->s2[d] : &k->s1[d];
+            const cxs_xsum *x = which ? &k->s2[d] : &k->s1[d];
             rc = bytes_put64(b, (uint64_t)x->n);
             for (int j = 0; j < x->n && !rc; j++) {
                 cxs_stf64(t, x->p[j]);
@@ -938,34 +939,37 @@ static void part_meta_store(uint8_t *p, const pack_opts *o, const plan *pl, cons
     cxs_st64(p + 88, i_hi);
 }
 
+/* Print what cxs_writer_create said; the exit code. */
+static int create_failed(int rc, const cxs_diag *d) {
+    warnx_("%s", d->message);
+    return rc == -EEXIST ? EXIT_USAGE : EXIT_SYSTEM;
+}
+
+static void say_stale(const cxs_writer *w, const char *out, int quiet) {
+    cxs_writer_info wi;
+    cxs_writer_info_get(w, &wi);
+    if (wi.stale_removed && !quiet)
+        warnx_("removed %u temporary director%s beside %s, left by an interrupted pack",
+               wi.stale_removed, wi.stale_removed == 1 ? "y" : "ies", out);
+}
+
 int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     raw_set rs;
     vocab v;
     int ec = open_raw(rawdir, o->vocab_path, &rs, &v), rc = 0;
     if (ec) return ec;
-    packer k;
-    memset(&k, 0, sizeof k);
     pipeline p = {0};
     plan pl = {0};
-    char *tmp = NULL;
-    int replace;
+    cxs_writer *w = NULL;
+    cxs_diag d;
     const int is_part = o->parts > 0;
     double t0 = now_seconds();
-    if ((ec = output_begin(out, is_part ? PART_NAME : CXS_MANIFEST_NAME, o->quiet, &tmp, &replace)))
+    const uint32_t vocab_n = rs.has_transcripts ? v.n : 0;
+    const uint32_t lw = vocab_n == 0 ? 0 : vocab_n <= 256 ? 1 : 2;
+    if ((rc = plan_make(&pl, &rs, o, lw, o->threads))) {
+        warnx_("%s: %s; nothing written", out, strerror(-rc));
+        ec = EXIT_SYSTEM;
         goto out;
-    fault_init();
-    conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL};
-    k.o = o;
-    k.tmpdir = tmp;
-    k.esize = cxs_dtype_size(o->dtype);
-    k.vocab_n = rs.has_transcripts ? v.n : 0;
-    k.lw = k.vocab_n == 0 ? 0 : k.vocab_n <= 256 ? 1 : 2;
-    k.minlen = UINT64_MAX;
-    k.minor = o->compress ? 1 : 0;
-    k.hist = calloc(k.vocab_n + 1, sizeof *k.hist);
-    if (!k.hist || (rc = plan_make(&pl, &rs, o, k.lw, o->threads))) {
-        rc = rc ? rc : -ENOMEM;
-        goto sysfail;
     }
     /* This run's slice: whole shards of the plan, so that parts meet at
      * shard boundaries; item range [i_lo, i_hi). */
@@ -978,14 +982,45 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     while (i_lo < rs.n && pl.member[i_lo] < s_lo) i_lo++;
     i_hi = i_lo;
     while (i_hi < rs.n && pl.member[i_hi] < s_hi) i_hi++;
-    k.member = pl.member;
-    k.index_base = s_lo;
-    k.u_base = i_lo;
-    for (size_t i = 0; i < i_lo; i++) k.f_base += pl.T[i];
-    if ((rc = pipeline_start(&p, &rs, &co, o->threads, i_lo, i_hi))) goto sysfail;
+    uint64_t f_base = 0;
+    for (size_t i = 0; i < i_lo; i++) f_base += pl.T[i];
+    cxs_writer_part part = {o->part, o->parts, s_lo, s_hi, pl.nshards, i_lo, f_base,
+                            rs.n, i_lo, i_hi, pl.input_hash};
+    cxs_writer_opts wo;
+    cxs_writer_opts_init(&wo);
+    wo.dtype = o->dtype;
+    wo.guard = o->guard;
+    wo.shard_size = o->shard_size;
+    wo.normalize = o->normalize;
+    wo.compression = o->compress;
+    wo.level = o->level;
+    wo.chunk_size = o->chunk_size;
+    wo.shuffle = (uint32_t)o->shuffle;
+    wo.vocab_size = vocab_n;
+    wo.vocab = (const char *const *)v.sym;
+    wo.on_error_skip = (uint32_t)o->skip_bad;
+    /* The plan cuts the shards, so that a part cuts them where a whole
+     * pack would. */
+    wo.flags = CXS_WRITER_MANUAL_CUT;
+    wo.part = is_part ? &part : NULL;
+    install_signal_flag(); /* before anything exists that a signal would strand */
+    if ((rc = cxs_writer_create(out, &wo, &w, &d))) {
+        ec = create_failed(rc, &d);
+        goto out;
+    }
+    say_stale(w, out, o->quiet);
+    conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL};
+    if ((rc = pipeline_start(&p, &rs, &co, o->threads, i_lo, i_hi))) {
+        warnx_("%s: %s; nothing written", out, strerror(-rc));
+        ec = EXIT_SYSTEM;
+        goto out;
+    }
     progress bar;
     progress_init(&bar, "pack", o->quiet);
     const char *first_path = NULL;
+    uint32_t D = 0, cur = 0;
+    int have = 0;
+    uint64_t bytes_in = 0;
     for (size_t i = i_lo; i < i_hi; i++) {
         if (g_interrupted) {
             warnx_("%s: interrupted; nothing written", out);
@@ -998,8 +1033,8 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
             ec = EXIT_SYSTEM;
             goto out;
         }
-        if (width_check(s, &rs, i, &k.D, &first_path) && (rc = packer_width(&k, k.D)))
-            goto sysfail;
+        width_check(s, &rs, i, &D, &first_path);
+        const raw_item *it = &rs.items[i];
         if (s->status == -1) {
             if (!o->skip_bad) {
                 warnx_("%s", s->why);
@@ -1009,76 +1044,69 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
                 goto out;
             }
             if (!o->quiet) warnx_("skipped: %s", s->why);
-            k.nskipped++;
-            if ((rc = bytes_put(&k.skipped, rs.items[i].id, strlen(rs.items[i].id))) ||
-                (rc = bytes_put(&k.skipped, "\t", 1)) ||
-                (rc = bytes_put(&k.skipped, s->why, strlen(s->why))) ||
-                (rc = bytes_put(&k.skipped, "\n", 1)))
-                goto sysfail;
+            if ((rc = cxs_writer_skip(w, it->id, s->why))) {
+                warnx_("%s: %s; nothing written", out, strerror(-rc));
+                ec = EXIT_SYSTEM;
+                goto out;
+            }
         } else {
-            const raw_item *it = &rs.items[i];
-            k.bytes_in += s->u.file_bytes;
-            if ((rc = packer_add(&k, i, it->id, &s->u))) goto sysfail;
+            bytes_in += s->u.file_bytes;
+            if (have && pl.member[i] != cur && (rc = cxs_writer_cut(w, &d))) goto addfail;
+            cur = pl.member[i];
+            have = 1;
+            cxs_writer_utt u = {s->u.feat, s->u.T, s->u.D, o->dtype, 0, 0, 0,
+                                lw ? s->u.labels : NULL, lw ? s->u.T : 0, lw, 1};
+            if ((rc = cxs_writer_add(w, it->id, &u, &d))) goto addfail;
         }
         pipeline_release(&p, i);
         progress_update(&bar, i + 1 - i_lo, i_hi - i_lo, "utterances");
     }
     progress_done(&bar);
     pipeline_stop(&p);
-    if (k.U == 0 && !is_part) {
+    cxs_writer_info wi;
+    cxs_writer_info_get(w, &wi);
+    if (wi.num_utterances == 0 && !is_part) {
         warnx_("%s: no valid utterance to pack (%llu skipped); nothing written", rawdir,
-               (unsigned long long)k.nskipped);
+               (unsigned long long)wi.num_skipped);
         ec = EXIT_DATA;
         goto out;
     }
-    if (k.open && (rc = shard_end(&k))) goto sysfail;
-    if (is_part) {
-        uint8_t pm[CXS_PART_META_SIZE];
-        bytes vb = {0}, sb = {0};
-        part_meta_store(pm, o, &pl, &k, s_lo, s_hi, i_lo, i_hi, rs.n);
-        rc = k.vocab_n ? vocab_bytes(&v, &vb) : 0;
-        if (!rc) rc = part_sums_bytes(&k, &sb);
-        index_file x = {CXS_KIND_PART, &vb, &sb, pm};
-        if (!rc) rc = write_index(&k, &x);
-        free(vb.p);
-        free(sb.p);
-        if (rc) goto sysfail;
-    } else if ((rc = write_manifest(&k, &v))) {
-        goto sysfail;
+    rc = cxs_writer_commit(w, &wi, &d);
+    w = NULL;
+    if (rc) {
+        warnx_("%s", d.message);
+        ec = EXIT_SYSTEM;
+        goto out;
     }
-    if ((rc = commit_output(tmp, out, replace))) goto sysfail;
-    free(tmp);
-    tmp = NULL;
     if (!o->quiet) {
         double dt = now_seconds() - t0;
         char a[32], b[32];
-        uint64_t outb = k.bytes_out;
         if (is_part)
             printf("packed part %u of %u: shards %u..%u of %u (%llu listed utterances)\n", o->part,
                    o->parts, s_lo, s_hi, pl.nshards, (unsigned long long)(i_hi - i_lo));
         printf("packed %llu utterances, %llu frames x %u dims (%s%s) into %u shard%s in %s\n",
-               (unsigned long long)k.U, (unsigned long long)k.F, k.D, cxs_dtype_name(o->dtype),
-               o->compress ? ", zstd" : "", k.nshards, k.nshards == 1 ? "" : "s", out);
+               (unsigned long long)wi.num_utterances, (unsigned long long)wi.num_frames, wi.dim,
+               cxs_dtype_name(o->dtype), o->compress ? ", zstd" : "", wi.num_shards,
+               wi.num_shards == 1 ? "" : "s", out);
         printf("  read %s, wrote %s in %.2f s (%.0f MB/s of input, %.0f frames/s)\n",
-               human_bytes((double)k.bytes_in, a, sizeof a), human_bytes((double)outb, b, sizeof b),
-               dt, (double)k.bytes_in / dt / 1e6, (double)k.F / dt);
-        if (k.nskipped)
+               human_bytes((double)bytes_in, a, sizeof a),
+               human_bytes((double)wi.bytes_written, b, sizeof b), dt,
+               (double)bytes_in / dt / 1e6, (double)wi.num_frames / dt);
+        if (wi.num_skipped)
             printf("  skipped %llu bad utterance%s (listed in the dataset: ctxshard info %s)\n",
-                   (unsigned long long)k.nskipped, k.nskipped == 1 ? "" : "s", out);
+                   (unsigned long long)wi.num_skipped, wi.num_skipped == 1 ? "" : "s", out);
         if (is_part)
             printf("  join the parts with: ctxshard merge PART... OUT\n");
     }
     goto out;
-sysfail:
-    warnx_("%s: %s; nothing written", out, strerror(-rc));
-    ec = EXIT_SYSTEM;
+addfail:
+    /* The reader threads validated the utterance: a refusal here is the
+     * system's (disk full, out of memory). */
+    warnx_("%s%s", d.message, rc == CXS_E_INPUT ? "" : "; nothing written");
+    ec = rc == CXS_E_INPUT ? EXIT_DATA : EXIT_SYSTEM;
 out:
     pipeline_stop(&p);
-    if (tmp) {
-        remove_tree(tmp);
-        free(tmp);
-    }
-    packer_free(&k);
+    cxs_writer_abort(w);
     plan_free(&pl);
     vocab_free(&v);
     raw_free(&rs);
@@ -1149,130 +1177,125 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
         cxs_dataset_close(ds);
         return EXIT_USAGE;
     }
-    pack_opts o = *oin;
-    o.dtype = info.dtype;
-    o.guard = info.guard;
-    o.shard_size = info.shard_size;
-    o.skip_bad = (int)info.on_error_skip;
-    o.normalize = info.normalize;
-    o.parts = 0;
-    packer k;
-    memset(&k, 0, sizeof k);
-    char *tmp = NULL, *id = NULL;
+    cxs_writer *w = NULL;
+    char **sym = NULL, *id = NULL;
     uint8_t *feat = NULL;
-    int replace, ec;
-    bytes vb = {0}, sb = {0};
+    int ec = 0;
     double t0 = now_seconds();
-    if ((ec = output_begin(out, CXS_MANIFEST_NAME, o.quiet, &tmp, &replace))) goto out;
-    fault_init();
-    k.o = &o;
-    k.tmpdir = tmp;
-    k.esize = cxs_dtype_size(o.dtype);
-    k.vocab_n = info.vocab_size;
-    k.lw = info.label_width;
-    k.minor = o.compress ? 1 : 0;
-    k.minlen = info.min_length;
-    k.maxlen = info.max_length;
-    feat = malloc((size_t)info.max_length * info.dim * k.esize + 1);
+    const size_t esize = info.dtype == CXS_DTYPE_F32 ? 4 : 2;
+    cxs_writer_opts wo;
+    cxs_writer_opts_init(&wo);
+    wo.dtype = info.dtype;
+    wo.guard = info.guard;
+    wo.shard_size = info.shard_size;
+    wo.normalize = info.normalize;
+    wo.on_error_skip = info.on_error_skip;
+    wo.compression = oin->compress;
+    wo.level = oin->level;
+    wo.chunk_size = oin->chunk_size;
+    wo.shuffle = (uint32_t)oin->shuffle;
+    wo.flags = CXS_WRITER_MANUAL_CUT; /* the shards of IN, as they are */
+    sym = calloc(info.vocab_size + 1, sizeof *sym);
+    feat = malloc((size_t)info.max_length * info.dim * esize + 1);
     id = malloc(CXS_MAX_ID_LEN + 1);
-    if (!feat || !id || (rc = packer_width(&k, info.dim))) {
-        rc = rc ? rc : -ENOMEM;
+    if (!sym || !feat || !id) {
+        rc = -ENOMEM;
         goto sysfail;
     }
-    progress bar;
-    progress_init(&bar, "convert", o.quiet);
-    uint64_t u = 0;
-    for (uint32_t s = 0; s < info.num_shards; s++) {
-        if ((rc = shard_begin(&k))) goto sysfail;
-        cxs_utterance ut;
-        for (; u < info.num_utterances; u++) {
-            if (g_interrupted) {
-                warnx_("%s: interrupted; nothing written", out);
-                ec = EXIT_SYSTEM;
-                goto out;
-            }
-            cxs_dataset_utterance(ds, u, &ut);
-            if (ut.shard != s) break;
-            if ((rc = cxs_dataset_read_features(ds, u, 0, ut.num_frames, feat))) {
-                warnx_("%s: utterance %llu (%.*s): %s; nothing written", in,
-                       (unsigned long long)u, (int)ut.id_len, ut.id, cxs_strerror(rc));
-                ec = exit_code_for(rc);
-                goto out;
-            }
-            memcpy(id, ut.id, ut.id_len);
-            id[ut.id_len] = 0;
-            utt x;
-            memset(&x, 0, sizeof x);
-            x.T = ut.num_frames;
-            x.feat = feat;
-            x.labels = (uint8_t *)(uintptr_t)ut.labels;
-            k.bytes_in += ut.num_frames * info.dim * k.esize;
-            if ((rc = shard_add(&k, id, &x))) goto sysfail;
-            k.U++;
-            k.F += ut.num_frames;
-            progress_update(&bar, u + 1, info.num_utterances, "utterances");
+    for (uint32_t i = 0; i < info.vocab_size; i++) {
+        const char *s;
+        size_t len;
+        cxs_dataset_vocab(ds, i, &s, &len);
+        if (!(sym[i] = strndup(s, len))) {
+            rc = -ENOMEM;
+            goto sysfail;
         }
-        if ((rc = shard_end(&k))) goto sysfail;
-        swriter_free(&k.w);
+    }
+    wo.vocab_size = info.vocab_size;
+    wo.vocab = (const char *const *)sym;
+    install_signal_flag();
+    if ((rc = cxs_writer_create(out, &wo, &w, &d))) {
+        ec = create_failed(rc, &d);
+        goto out;
+    }
+    say_stale(w, out, oin->quiet);
+    progress bar;
+    progress_init(&bar, "convert", oin->quiet);
+    uint32_t cur = 0;
+    for (uint64_t u = 0; u < info.num_utterances; u++) {
+        if (g_interrupted) {
+            warnx_("%s: interrupted; nothing written", out);
+            ec = EXIT_SYSTEM;
+            goto out;
+        }
+        cxs_utterance ut;
+        cxs_dataset_utterance(ds, u, &ut);
+        if (ut.shard != cur && (rc = cxs_writer_cut(w, &d))) goto addfail;
+        cur = ut.shard;
+        if ((rc = cxs_dataset_read_features(ds, u, 0, ut.num_frames, feat))) {
+            warnx_("%s: utterance %llu (%.*s): %s; nothing written", in, (unsigned long long)u,
+                   (int)ut.id_len, ut.id, cxs_strerror(rc));
+            ec = exit_code_for(rc);
+            goto out;
+        }
+        memcpy(id, ut.id, ut.id_len);
+        id[ut.id_len] = 0;
+        cxs_writer_utt x = {feat, ut.num_frames, info.dim, info.dtype, 0, 0, 0,
+                            ut.labels, ut.labels ? ut.num_frames : 0, info.label_width, 1};
+        if ((rc = cxs_writer_add(w, id, &x, &d))) goto addfail;
+        progress_update(&bar, u + 1, info.num_utterances, "utterances");
     }
     progress_done(&bar);
-    /* The manifest's other sections, as they are. */
+    /* The list of skipped utterances, line by line as it is. */
     const char *text;
     size_t tlen;
     cxs_dataset_skipped(ds, &text, &tlen);
-    k.nskipped = info.num_skipped;
-    if ((rc = bytes_put(&k.skipped, text, tlen))) goto sysfail;
-    uint64_t off = 0;
-    for (uint32_t i = 0; i <= k.vocab_n && !rc; i++) {
-        const char *sym;
-        size_t len = 0;
-        if (i < k.vocab_n) cxs_dataset_vocab(ds, i, &sym, &len);
-        rc = bytes_put64(&vb, off);
-        off += len;
+    for (size_t a = 0; a < tlen;) {
+        const char *nl = memchr(text + a, '\n', tlen - a), *tab;
+        size_t end = nl ? (size_t)(nl - text) : tlen;
+        char *line = strndup(text + a, end - a);
+        if (!line) {
+            rc = -ENOMEM;
+            goto sysfail;
+        }
+        tab = strchr(line, '\t');
+        if (tab) line[tab - line] = 0;
+        rc = cxs_writer_skip(w, line, tab ? line + (tab - line) + 1 : "");
+        free(line);
+        if (rc) goto sysfail;
+        a = end + 1;
     }
-    for (uint32_t i = 0; i < k.vocab_n && !rc; i++) {
-        const char *sym;
-        size_t len;
-        cxs_dataset_vocab(ds, i, &sym, &len);
-        rc = bytes_put(&vb, sym, len);
+    cxs_writer_info wi;
+    rc = cxs_writer_commit(w, &wi, &d);
+    w = NULL;
+    if (rc) {
+        warnx_("%s", d.message);
+        ec = EXIT_SYSTEM;
+        goto out;
     }
-    cxs_stats st;
-    cxs_dataset_stats(ds, &st);
-    uint8_t t8[8];
-    if (!rc) rc = bytes_put64(&sb, st.count);
-    if (!rc) rc = bytes_put64(&sb, info.min_length);
-    if (!rc) rc = bytes_put64(&sb, info.max_length);
-    if (!rc) rc = bytes_put64(&sb, 0);
-    for (uint32_t dd = 0; dd < 2 * info.dim && !rc; dd++) {
-        cxs_stf64(t8, dd < info.dim ? st.mean[dd] : st.var[dd - info.dim]);
-        rc = bytes_put(&sb, t8, 8);
-    }
-    for (uint32_t l = 0; l < k.vocab_n && !rc; l++) rc = bytes_put64(&sb, st.label_counts[l]);
-    index_file x = {CXS_KIND_MANIFEST, &vb, &sb, NULL};
-    if (rc || (rc = write_index(&k, &x)) || (rc = commit_output(tmp, out, replace))) goto sysfail;
-    free(tmp);
-    tmp = NULL;
-    if (!o.quiet) {
+    if (!oin->quiet) {
         char a[32], b[32];
         printf("converted %s (%s) to %s (%s) in %.2f s: features %s -> %s\n", in,
-               info.compression ? "zstd" : "uncompressed", out, o.compress ? "zstd" : "uncompressed",
-               now_seconds() - t0, human_bytes((double)info.stored_feature_bytes, a, sizeof a),
-               human_bytes((double)k.feat_out, b, sizeof b));
+               info.compression ? "zstd" : "uncompressed", out,
+               oin->compress ? "zstd" : "uncompressed", now_seconds() - t0,
+               human_bytes((double)info.stored_feature_bytes, a, sizeof a),
+               human_bytes((double)wi.feature_bytes, b, sizeof b));
     }
+    goto out;
+addfail:
+    warnx_("%s%s", d.message, rc == CXS_E_INPUT ? "" : "; nothing written");
+    ec = rc == CXS_E_INPUT ? EXIT_DATA : EXIT_SYSTEM;
     goto out;
 sysfail:
     warnx_("%s: %s; nothing written", out, strerror(-rc));
     ec = EXIT_SYSTEM;
 out:
-    if (tmp) {
-        remove_tree(tmp);
-        free(tmp);
-    }
-    free(vb.p);
-    free(sb.p);
+    cxs_writer_abort(w);
+    if (sym)
+        for (uint32_t i = 0; i < info.vocab_size; i++) free(sym[i]);
+    free(sym);
     free(feat);
     free(id);
-    packer_free(&k);
     cxs_dataset_close(ds);
     return ec;
 }
@@ -1594,7 +1617,7 @@ int merge_run(char **dirs, int n, const char *out, int move, int quiet) {
             }
             q += 8;
             for (uint64_t j = 0; j < cnt; j++, q += 8)
-                xsum_add(dd % 2 ? &k.s2[dd / 2] : &k.s1[dd / 2], cxs_ldf64(q));
+                cxs_xsum_add(dd % 2 ? &k.s2[dd / 2] : &k.s1[dd / 2], cxs_ldf64(q));
         }
         if (!ok || (uint64_t)(end - q) != 8ull * k.vocab_n) {
             warnx_("%s: %s: PART_SUMS does not describe %u dimensions and %u labels", p->dir,

@@ -1,8 +1,8 @@
-#include "xsum.h"
+#include "cxs_xsum.h"
 
 #include <math.h>
 
-void xsum_add(xsum *s, double x) {
+void cxs_xsum_add(cxs_xsum *s, double x) {
     int i = 0;
     for (int j = 0; j < s->n; j++) {
         double y = s->p[j];
@@ -20,7 +20,7 @@ void xsum_add(xsum *s, double x) {
     s->n = i;
 }
 
-double xsum_value(const xsum *s) {
+double cxs_xsum_value(const cxs_xsum *s) {
     int n = s->n;
     if (n == 0) return 0.0;
     double hi = s->p[--n], lo = 0.0;

@@ -1,0 +1,135 @@
+/* cxs_features.c - features into their stored form (cxs_features.h). */
+#include "cxs_features.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cxs_convert.h"
+#include "cxs_format.h"
+#include "cxs_le.h"
+
+#define ST_F32 CXS_DTYPE_F32
+#define ST_F16 CXS_DTYPE_F16
+#define NORM_NONE CXS_NORM_NONE
+
+size_t cxs_in_size(uint32_t type) {
+    switch (type) {
+    case CXS_IN_F32: return 4;
+    case CXS_IN_F16:
+    case CXS_IN_BF16: return 2;
+    case CXS_IN_F64: return 8;
+    default: return 0;
+    }
+}
+
+static double load_elem(const uint8_t *p, uint32_t type, int be) {
+    if (type == CXS_IN_F32) {
+        uint32_t b = be ? __builtin_bswap32(cxs_ld32(p)) : cxs_ld32(p);
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    if (type == CXS_IN_F64) {
+        uint64_t b = be ? __builtin_bswap64(cxs_ld64(p)) : cxs_ld64(p);
+        double dd;
+        memcpy(&dd, &b, 8);
+        return dd;
+    }
+    uint16_t h = be ? __builtin_bswap16(cxs_ld16(p)) : cxs_ld16(p);
+    return type == CXS_IN_F16 ? cxs_f16_to_f32(h) : cxs_bf16_to_f32(h);
+}
+
+static void store_elem(uint8_t *dst, uint32_t dtype, double x, double *stored) {
+    if (dtype == ST_F32) {
+        float f = cxs_to_f32(x);
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        cxs_st32(dst, b);
+        *stored = f;
+    } else if (dtype == ST_F16) {
+        uint16_t h = cxs_to_f16(x);
+        cxs_st16(dst, h);
+        *stored = cxs_f16_to_f32(h);
+    } else {
+        uint16_t h = cxs_to_bf16(x);
+        cxs_st16(dst, h);
+        *stored = cxs_bf16_to_f32(h);
+    }
+}
+
+int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint8_t *dst,
+                         double *sum, double *sumsq, double *tmp, char *why, size_t wn) {
+    const uint64_t T = s->T, D = s->D;
+    const size_t es = dtype == ST_F32 ? 4 : 2;
+    const int be = s->big_endian && cxs_in_size(s->type) > 1;
+    const uint8_t *src = s->data;
+    const int64_t rs = s->row_stride, cs = s->col_stride;
+    double *mean = tmp, *scale = tmp + D;
+    memset(sum, 0, D * sizeof(double));
+    memset(sumsq, 0, D * sizeof(double));
+    if (normalize == NORM_NONE && dtype == ST_F32 && s->type == CXS_IN_F32 && !be &&
+        cs == 4 && rs == (int64_t)(4 * D) && cxs_host_is_le()) {
+        /* The common case, float32 in and out: one copy, then one pass that
+         * sums and looks for an all-ones exponent (NaN or infinity). */
+        memcpy(dst, src, T * D * 4);
+        const float *f = (const float *)(const void *)dst;
+        const uint32_t *bits = (const uint32_t *)(const void *)dst;
+        uint32_t special = 0;
+        for (uint64_t t = 0; t < T; t++)
+            for (uint64_t d = 0; d < D; d++) {
+                double x = f[t * D + d];
+                special |= (uint32_t)((bits[t * D + d] & 0x7f800000u) == 0x7f800000u);
+                sum[d] += x;
+                sumsq[d] += x * x;
+            }
+        if (!special) return 0;
+        /* Rare: fall through to the generic pass, which names the place. */
+        memset(sum, 0, D * sizeof(double));
+        memset(sumsq, 0, D * sizeof(double));
+    }
+    for (uint64_t d = 0; d < D; d++) {
+        mean[d] = 0;
+        scale[d] = 1;
+    }
+#define AT(t, d) (src + (int64_t)(t) * rs + (int64_t)(d) * cs)
+    for (uint64_t t = 0; t < T; t++)
+        for (uint64_t d = 0; d < D; d++) {
+            double x = load_elem(AT(t, d), s->type, be);
+            if (!isfinite(x)) {
+                snprintf(why, wn, "%s at frame %llu, dimension %llu", isnan(x) ? "NaN" : "infinity",
+                         (unsigned long long)t, (unsigned long long)d);
+                return -1;
+            }
+            if (normalize != NORM_NONE) {
+                mean[d] += x;
+                sumsq[d] += x * x; /* scratch: reset below */
+            }
+        }
+    if (normalize != NORM_NONE) {
+        /* Per-utterance mean/variance normalisation: (x - mean) / std, with
+         * std taken as 1 for a constant dimension (spec/format.md). */
+        for (uint64_t d = 0; d < D; d++) {
+            mean[d] /= (double)T;
+            double var = sumsq[d] / (double)T - mean[d] * mean[d];
+            double sdv = var > 0 ? sqrt(var) : 0;
+            scale[d] = sdv > 0 ? 1.0 / sdv : 1.0;
+            sumsq[d] = 0;
+        }
+    }
+    for (uint64_t t = 0; t < T; t++)
+        for (uint64_t d = 0; d < D; d++) {
+            double x = load_elem(AT(t, d), s->type, be), v;
+            if (normalize != NORM_NONE) x = (x - mean[d]) * scale[d];
+            store_elem(dst + (t * D + d) * es, dtype, x, &v);
+            if (!isfinite(v)) {
+                snprintf(why, wn, "value %g at frame %llu, dimension %llu overflows %s", x,
+                         (unsigned long long)t, (unsigned long long)d, cxs_dtype_name(dtype));
+                return -1;
+            }
+            sum[d] += v;
+            sumsq[d] += v * v;
+        }
+#undef AT
+    return 0;
+}

@@ -1,0 +1,45 @@
+/* cxs_features.h - conversion of one utterance's features into their
+ * stored form (spec "Stored features"): type conversion, pack-time
+ * normalisation, the finiteness rule and the per-dimension sums the
+ * statistics are built from.  Shared by the writer (lib/writer.c) and the
+ * packer's reader threads (tools/raw.c), so both store the same bytes and
+ * sum the same values. */
+#ifndef CXS_FEATURES_H
+#define CXS_FEATURES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Input element types: the stored ones (1 f32, 2 f16, 3 bf16) and f64. */
+#define CXS_IN_F32 1u
+#define CXS_IN_F16 2u
+#define CXS_IN_BF16 3u
+#define CXS_IN_F64 4u
+
+/* A [T, D] matrix of floats somewhere in memory: element (t, d) at
+ * data + t*row_stride + d*col_stride (bytes), of type `type`, little- or
+ * big-endian. */
+typedef struct cxs_fsrc {
+    const uint8_t *data;
+    uint64_t T, D;
+    uint32_t type;
+    int big_endian;
+    int64_t row_stride, col_stride;
+} cxs_fsrc;
+
+/* Bytes per element of an input type (0 when unknown). */
+size_t cxs_in_size(uint32_t type);
+
+/*
+ * Convert s into dst (T*D elements of the stored dtype, little-endian, C
+ * order), normalising per utterance when normalize is CXS_NORM_UTTERANCE,
+ * and add every stored value (as a double) into sum[d] and its square into
+ * sumsq[d], frame by frame (sum and sumsq: D doubles each, zeroed here).
+ * tmp: 2*D doubles of scratch.  Returns 0, or -1 with the reason in why
+ * ("NaN at frame 5, dimension 2", "value 1e+06 at frame 0, dimension 1
+ * overflows f16"), without a file name: the caller adds it.
+ */
+int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint8_t *dst,
+                         double *sum, double *sumsq, double *tmp, char *why, size_t wn);
+
+#endif

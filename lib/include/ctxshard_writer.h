@@ -1,0 +1,194 @@
+/**
+ * @file ctxshard_writer.h
+ * ctxshard_writer.h - the writer of libctxshard: a packed dataset built
+ * from utterances held in memory, one at a time.
+ *
+ * Every byte of the format is written here: `ctxshard pack` (a directory
+ * of .npy files), `ctxshard convert` and the Python `ctxshard.Writer` are
+ * clients of this API.  The writer applies the packer's rules: the feature
+ * width is fixed by the first utterance, values must be finite once
+ * stored, labels must lie in the vocabulary, ids must be 1..1024 bytes
+ * without control bytes and arrive in strictly increasing byte order (an
+ * id out of order is refused, naming both ids: the reader relies on the
+ * order).  Statistics (per-dimension mean and variance, label histogram)
+ * are computed exactly as the packer computes them, so the same utterances
+ * give byte-identical output whichever client wrote them.
+ *
+ * Output is atomic: everything is written into a temporary directory
+ * beside OUT (".OUT.tmp-HOST-PID-XXXXXX"), fsynced, and renamed into place
+ * by cxs_writer_commit(); a previous dataset at OUT is replaced only then.
+ * An abort, a failed commit, a crash or a full disk leaves OUT as it was
+ * (a temporary directory left by a killed process is removed by the next
+ * writer of the same OUT on the same host).
+ *
+ * A rejected utterance (CXS_E_INPUT, the id and the reason in diag) leaves
+ * the writer as it was: the caller may skip it (cxs_writer_skip() records
+ * it in the dataset) or abort.  A writer is not thread-safe: one thread at
+ * a time.  Return codes are those of ctxshard.h.
+ */
+#ifndef CTXSHARD_WRITER_H
+#define CTXSHARD_WRITER_H
+
+#include "ctxshard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A dataset being written (opaque). */
+typedef struct cxs_writer cxs_writer;
+
+/** Input element type of cxs_writer_utt.type beyond the stored types
+ *  (CXS_DTYPE_F32, CXS_DTYPE_F16, CXS_DTYPE_BF16): float64, never stored. */
+#define CXS_DTYPE_F64 4
+
+/** Defaults of cxs_writer_opts_init(). */
+#define CXS_WRITER_DEFAULT_GUARD 64u
+#define CXS_WRITER_DEFAULT_SHARD_SIZE (1ull << 30)
+#define CXS_WRITER_MIN_SHARD_SIZE (16ull << 10)
+#define CXS_WRITER_DEFAULT_LEVEL 3
+#define CXS_WRITER_DEFAULT_CHUNK_SIZE (64ull << 10)
+
+/** cxs_writer_opts.flags: shards end only at cxs_writer_cut() (a client
+ *  that plans its shards itself); shard_size is then only recorded. */
+#define CXS_WRITER_MANUAL_CUT 1u
+
+/**
+ * A part of a dataset split into N slices (`ctxshard pack --part I/N`):
+ * the writer writes part.cxs (spec "Partial datasets") instead of a
+ * manifest, numbering shards, utterances and frames from the slice's
+ * start.  The fields describe the client's shard plan, recorded so that
+ * `ctxshard merge` can check that the parts belong together.
+ */
+typedef struct cxs_writer_part {
+    uint32_t part, parts;           /**< 1 <= part <= parts */
+    uint32_t first_shard, end_shard; /**< this slice's shards of the plan */
+    uint32_t total_shards;           /**< shards of the whole plan */
+    uint64_t first_utterance;        /**< listed items before the slice */
+    uint64_t first_frame;            /**< frames before the slice */
+    uint64_t listed;                 /**< items of the whole listing */
+    uint64_t first_item, end_item;   /**< the slice's items of the listing */
+    uint64_t input_hash;             /**< the client's hash of its listing */
+} cxs_writer_part;
+
+/** Options of cxs_writer_create(); start from cxs_writer_opts_init(). */
+typedef struct cxs_writer_opts {
+    uint32_t dtype;       /**< stored CXS_DTYPE_F32 (default), F16 or BF16 */
+    uint32_t guard;       /**< zero rows around utterances, 0..4096 (64) */
+    uint64_t shard_size;  /**< largest shard file in bytes, >= 16 KiB (1 GiB);
+                               a longer single utterance gets its own shard */
+    uint32_t normalize;   /**< CXS_NORM_NONE (default) or CXS_NORM_UTTERANCE */
+    uint32_t compression; /**< CXS_COMPRESSION_NONE (default) or _ZSTD */
+    int32_t level;        /**< zstd level 1..19 (3) */
+    uint64_t chunk_size;  /**< decoded bytes per chunk, whole rows (64 KiB) */
+    uint32_t shuffle;     /**< byte-shuffle filter before zstd (1) */
+    uint32_t vocab_size;  /**< symbols in vocab; 0: features only */
+    const char *const *vocab; /**< vocab_size NUL-terminated symbols, copied */
+    uint32_t on_error_skip; /**< recorded: the source leaves bad utterances
+                                 out (cxs_writer_skip) rather than failing */
+    uint32_t flags;       /**< CXS_WRITER_* */
+    const cxs_writer_part *part; /**< NULL: a whole dataset */
+} cxs_writer_opts;
+
+/** One utterance for cxs_writer_add(). */
+typedef struct cxs_writer_utt {
+    const void *data;     /**< element (t, d) at data + t*row_stride + d*col_stride */
+    uint64_t frames;      /**< T >= 1 */
+    uint64_t dim;         /**< D, 1..65536, equal for every utterance */
+    uint32_t type;        /**< CXS_DTYPE_F32, F16, BF16 or F64 */
+    uint32_t big_endian;  /**< elements are big-endian (else little-endian) */
+    int64_t row_stride;   /**< bytes between frames; 0 with col_stride 0: C order */
+    int64_t col_stride;   /**< bytes between dimensions */
+    /** Labels, one per frame (count == frames), or the HW1P2 transcript
+     *  form (count == frames + 2: [SOS], one per frame, [EOS], checked and
+     *  stripped).  NULL with count 0 on a features-only dataset. */
+    const void *labels;
+    uint64_t label_count;
+    uint32_t label_size;  /**< bytes per label in host order: 1, 2 (unsigned),
+                               4 or 8 (signed) */
+    uint32_t stored;      /**< 1: data already holds the stored values
+                               (the dataset's dtype, normalised when it
+                               normalises, little-endian, C order): taken as
+                               they are, still checked finite */
+} cxs_writer_utt;
+
+/** Counts of a writer so far (cxs_writer_info) or of the committed dataset. */
+typedef struct cxs_writer_info {
+    uint64_t num_utterances; /**< added */
+    uint64_t num_frames;
+    uint64_t num_skipped;    /**< recorded by cxs_writer_skip */
+    uint32_t num_shards;     /**< finished shards */
+    uint32_t dim;            /**< 0 until the first utterance */
+    uint64_t bytes_written;  /**< bytes of finished files */
+    uint64_t feature_bytes;  /**< bytes of finished feature sections (stored) */
+    uint32_t stale_removed;  /**< temporary directories of killed writers removed */
+} cxs_writer_info;
+
+/** Fill o with the defaults (float32, guard 64, 1 GiB shards, no
+ *  compression, level 3, 64 KiB chunks, shuffle on, no vocabulary). */
+CXS_API void cxs_writer_opts_init(cxs_writer_opts *o);
+
+/**
+ * Start a dataset at out.  Checks the options and OUT: OUT may be absent,
+ * an empty directory, or a previous dataset (a directory holding
+ * manifest.cxs, or part.cxs for a part), which is replaced at commit.
+ * Removes the temporary directories that killed writers of OUT on this
+ * host left, then creates this writer's.  On success *w owns it.
+ *
+ * Returns 0; CXS_E_INVALID for a bad option; -EEXIST when OUT is something
+ * else (nothing is touched); -errno when OUT cannot be examined or the
+ * temporary directory cannot be made.  diag says which.
+ */
+CXS_API int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer **w,
+                              cxs_diag *diag);
+
+/**
+ * Validate, convert and append one utterance (into the current shard, or
+ * a new one when it would pass shard_size).  The id is a NUL-terminated
+ * string.  Conversion to the stored type rounds to nearest even from the
+ * input value; CXS_NORM_UTTERANCE stores (x - mean) / std per dimension
+ * (std 1 for a constant dimension), like the packer.
+ *
+ * Returns 0; CXS_E_INPUT for an utterance the rules refuse ("ID: reason"
+ * in diag; the writer is unchanged and stays usable); CXS_E_INVALID for a
+ * bad argument; -errno (-ENOSPC, -EIO, -ENOMEM) for a system failure,
+ * after which the writer can only be aborted.
+ */
+CXS_API int cxs_writer_add(cxs_writer *w, const char *id, const cxs_writer_utt *u,
+                           cxs_diag *diag);
+
+/**
+ * Record that utterance id was left out for a reason (one line of the
+ * dataset's SKIPPED list: `ctxshard info` shows it).  Returns 0 or -ENOMEM.
+ */
+CXS_API int cxs_writer_skip(cxs_writer *w, const char *id, const char *reason);
+
+/**
+ * End the current shard now: the next utterance starts a new one (needed
+ * only with CXS_WRITER_MANUAL_CUT).  No-op when no shard is open.  Returns
+ * 0 or -errno.
+ */
+CXS_API int cxs_writer_cut(cxs_writer *w, cxs_diag *diag);
+
+/** Counts so far into *info.  Returns 0. */
+CXS_API int cxs_writer_info_get(const cxs_writer *w, cxs_writer_info *info);
+
+/**
+ * Finish: the last shard, the manifest (or part.cxs), fsync, and the
+ * rename into place.  Frees the writer whatever the outcome; on failure
+ * nothing is left behind and a previous dataset at OUT is untouched.
+ * info (may be NULL) gets the final counts on success.
+ *
+ * Returns 0; CXS_E_INVALID when no utterance was added to a whole dataset;
+ * -errno (-ENOSPC, -EIO, ...) when writing or renaming failed.
+ */
+CXS_API int cxs_writer_commit(cxs_writer *w, cxs_writer_info *info, cxs_diag *diag);
+
+/** Discard everything written and free the writer.  NULL is a no-op. */
+CXS_API void cxs_writer_abort(cxs_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

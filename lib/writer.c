@@ -1,0 +1,797 @@
+/* writer.c - the writer (ctxshard_writer.h): shards, statistics, the
+ * manifest (or a part's part.cxs).  Every byte of the format that the
+ * project writes is written here; the packer, convert and the Python
+ * Writer are clients.  Output goes into a temporary directory that
+ * writer_out.c renames into place at commit. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "ctxshard_writer.h"
+#include "cxs_features.h"
+#include "cxs_format.h"
+#include "cxs_le.h"
+#include "cxs_xsum.h"
+#include "cxs_zchunk.h"
+#include "writer_internal.h"
+
+#define PART_NAME "part.cxs"
+#define SOS_SYMBOL "[SOS]"
+#define EOS_SYMBOL "[EOS]"
+
+/* ---- growable byte buffer -------------------------------------------- */
+
+typedef struct bytes {
+    uint8_t *p;
+    size_t n, cap;
+} bytes;
+
+static int bytes_put(bytes *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        while (nc < b->n + n) nc *= 2;
+        uint8_t *np = realloc(b->p, nc);
+        if (!np) return -ENOMEM;
+        b->p = np;
+        b->cap = nc;
+    }
+    if (n) memcpy(b->p + b->n, src, n);
+    b->n += n;
+    return 0;
+}
+
+static int bytes_put64(bytes *b, uint64_t v) {
+    uint8_t t[8];
+    cxs_st64(t, v);
+    return bytes_put(b, t, 8);
+}
+
+/* ---- state ------------------------------------------------------------ */
+
+typedef struct swriter {
+    int fd;
+    char *path;
+    uint32_t index;
+    uint64_t U, F, first_u, first_f;
+    uint64_t pos; /* bytes written so far */
+    XXH3_state_t *fh;
+    uint64_t feat_len; /* FEATURES bytes (decoded, when compressed) */
+    uint64_t zlen;     /* compressed: ZFEATURES bytes written */
+    bytes labels, cum, idoff, ids, chunks;
+} swriter;
+
+struct cxs_writer {
+    cxs_writer_opts o;
+    cxs_writer_part part;
+    int is_part;
+    char *out, *tmpdir;
+    int replace;
+    cxs_wfault fault;
+    uint32_t D;
+    size_t esize;
+    uint32_t lw;
+    uint8_t *zero_guard; /* G zero rows */
+    size_t guard_bytes;
+    swriter w;
+    int open;
+    bytes shard_table;
+    uint32_t nshards;
+    uint64_t U, F, minlen, maxlen;
+    cxs_xsum *s1, *s2; /* per dimension, exact over all utterances */
+    uint64_t *hist;
+    uint32_t vocab_n;
+    int64_t sos, eos;
+    bytes vocab; /* the VOCAB section */
+    bytes skipped;
+    uint64_t nskipped;
+    uint64_t bytes_out, feat_out;
+    uint32_t stale_removed;
+    /* Compression (format 1.1). */
+    uint32_t minor;
+    uint32_t chunk_rows;
+    size_t chunk_bytes, cfill, zcap;
+    uint8_t *cbuf, *zbuf, *scratch;
+    ZSTD_CCtx *cc;
+    /* One utterance being added. */
+    uint8_t *conv, *lab;
+    size_t conv_cap, lab_cap;
+    double *sums; /* 4*D: sum, sumsq, scratch */
+    size_t sums_cap;
+    char *last_id;
+    size_t last_len;
+    int broken; /* a system error: only abort remains */
+};
+
+static int grow(void *pp, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    void *n = realloc(*(void **)pp, need);
+    if (!n) return -ENOMEM;
+    *(void **)pp = n;
+    *cap = need;
+    return 0;
+}
+
+/* ---- shard writing ---------------------------------------------------- */
+
+static int w_write(cxs_writer *k, swriter *w, const void *p, size_t n) {
+    cxs_wfault *f = &k->fault;
+    if (f->enospc_after && f->written + n > f->enospc_after) return -ENOSPC;
+    f->written += n;
+    int rc = cxs_write_all(w->fd, p, n);
+    w->pos += n;
+    return rc;
+}
+
+static int w_pad(cxs_writer *k, swriter *w) {
+    static const uint8_t zeros[CXS_PAGE];
+    size_t pad = (size_t)(cxs_align_page(w->pos) - w->pos);
+    return pad ? w_write(k, w, zeros, pad) : 0;
+}
+
+/* Compress the chunk buffered so far and write it. */
+static int flush_chunk(cxs_writer *k) {
+    swriter *w = &k->w;
+    if (!k->cfill) return 0;
+    size_t z = cxs_zchunk_encode(k->cc, k->o.level, k->o.shuffle ? CXS_FILTER_SHUFFLE : 0,
+                                 k->esize, k->cbuf, k->cfill, k->scratch, k->zbuf, k->zcap);
+    if (!z) return -EIO;
+    int rc = w_write(k, w, k->zbuf, z);
+    if (rc) return rc;
+    XXH3_64bits_update(w->fh, k->zbuf, z);
+    w->zlen += z;
+    k->cfill = 0;
+    if ((rc = bytes_put64(&w->chunks, w->zlen))) return rc;
+    return bytes_put64(&w->chunks, cxs_hash(k->zbuf, z));
+}
+
+/* Append n bytes to the shard's FEATURES stream (in chunks, compressed,
+ * when the dataset is). */
+static int feat_put(cxs_writer *k, const uint8_t *p, size_t n) {
+    swriter *w = &k->w;
+    w->feat_len += n;
+    if (!k->cc) {
+        XXH3_64bits_update(w->fh, p, n);
+        return w_write(k, w, p, n);
+    }
+    while (n) {
+        size_t take = k->chunk_bytes - k->cfill < n ? k->chunk_bytes - k->cfill : n;
+        memcpy(k->cbuf + k->cfill, p, take);
+        k->cfill += take;
+        p += take;
+        n -= take;
+        if (k->cfill == k->chunk_bytes) {
+            int rc = flush_chunk(k);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+static int shard_begin(cxs_writer *k) {
+    swriter *w = &k->w;
+    memset(w, 0, sizeof *w);
+    w->index = k->part.first_shard + k->nshards;
+    w->first_u = k->part.first_utterance + k->U;
+    w->first_f = k->part.first_frame + k->F;
+    char name[64];
+    snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, w->index);
+    w->path = cxs_path_join(k->tmpdir, name);
+    w->fh = XXH3_createState();
+    if (!w->path || !w->fh) return -ENOMEM;
+    w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0) return -errno;
+    k->open = 1;
+    cxs_wfault_point(&k->fault, "shard-begin");
+    XXH3_64bits_reset(w->fh);
+    static const uint8_t page[CXS_PAGE];
+    int rc = w_write(k, w, page, CXS_PAGE);
+    if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
+    if (!rc) rc = bytes_put64(&w->cum, 0);
+    if (!rc) rc = bytes_put64(&w->idoff, 0);
+    return rc;
+}
+
+static int shard_add(cxs_writer *k, const char *id, size_t il, uint64_t T, const uint8_t *feat,
+                     const uint8_t *labels) {
+    swriter *w = &k->w;
+    size_t fb = (size_t)T * k->D * k->esize;
+    int rc = feat_put(k, feat, fb);
+    if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
+    if (rc) return rc;
+    if (k->lw && (rc = bytes_put(&w->labels, labels, (size_t)T * k->lw))) return rc;
+    cxs_wfault_point(&k->fault, "utt");
+    w->U++;
+    w->F += T;
+    if ((rc = bytes_put(&w->ids, id, il)) || (rc = bytes_put64(&w->cum, w->F)) ||
+        (rc = bytes_put64(&w->idoff, w->ids.n)))
+        return rc;
+    return 0;
+}
+
+static int put_section(cxs_writer *k, swriter *w, cxs_section *s, uint32_t type, const void *p,
+                       size_t n) {
+    int rc = w_pad(k, w);
+    s->type = type;
+    s->flags = CXS_SECF_REQUIRED;
+    s->offset = w->pos;
+    s->length = n;
+    s->checksum = cxs_hash(p, n);
+    return rc ? rc : w_write(k, w, p, n);
+}
+
+static void swriter_free(swriter *w) {
+    if (w->fd > 0) close(w->fd);
+    free(w->path);
+    if (w->fh) XXH3_freeState(w->fh);
+    free(w->labels.p);
+    free(w->cum.p);
+    free(w->idoff.p);
+    free(w->ids.p);
+    free(w->chunks.p);
+    memset(w, 0, sizeof *w);
+}
+
+static int shard_end(cxs_writer *k) {
+    swriter *w = &k->w;
+    cxs_section sec[6];
+    uint32_t n = 0;
+    int rc = flush_chunk(k);
+    sec[n].type = k->cc ? CXS_SEC_ZFEATURES : CXS_SEC_FEATURES;
+    sec[n].flags = CXS_SECF_REQUIRED;
+    sec[n].offset = CXS_PAGE;
+    sec[n].length = k->cc ? w->zlen : w->feat_len;
+    sec[n++].checksum = XXH3_64bits_digest(w->fh);
+    k->feat_out += sec[0].length;
+    if (!rc && k->lw) rc = put_section(k, w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
+    if (!rc && k->cc) {
+        bytes t = {0};
+        uint8_t head[CXS_CHUNKS_HEAD];
+        uint64_t rows = w->feat_len / ((uint64_t)k->D * k->esize);
+        cxs_chunks_head h = {CXS_COMPRESS_ZSTD, k->o.shuffle ? CXS_FILTER_SHUFFLE : 0,
+                             w->feat_len, k->chunk_rows, k->o.level,
+                             (rows + k->chunk_rows - 1) / k->chunk_rows};
+        cxs_chunks_head_store(head, &h);
+        if (!(rc = bytes_put(&t, head, sizeof head)) &&
+            !(rc = bytes_put(&t, w->chunks.p, w->chunks.n)))
+            rc = put_section(k, w, &sec[n++], CXS_SEC_CHUNKS, t.p, t.n);
+        free(t.p);
+    }
+    if (!rc) rc = put_section(k, w, &sec[n++], CXS_SEC_INDEX, w->cum.p, w->cum.n);
+    bytes ids = {0};
+    if (!rc && !(rc = bytes_put(&ids, w->idoff.p, w->idoff.n)) &&
+        !(rc = bytes_put(&ids, w->ids.p, w->ids.n)))
+        rc = put_section(k, w, &sec[n++], CXS_SEC_IDS, ids.p, ids.n);
+    free(ids.p);
+    uint8_t meta[CXS_SHARD_META_SIZE];
+    cxs_shard_meta m = {w->index, k->D, w->U, w->F, w->first_u, w->first_f, k->o.guard,
+                        (uint16_t)k->o.dtype, (uint16_t)k->lw};
+    cxs_shard_meta_store(meta, &m);
+    if (!rc) rc = put_section(k, w, &sec[n++], CXS_SEC_SHARD_META, meta, sizeof meta);
+    if (!rc) rc = w_pad(k, w);
+    uint8_t page[CXS_PAGE];
+    uint64_t h = cxs_container_build_v(page, CXS_KIND_SHARD, k->minor, w->pos, sec, n);
+    if (!rc && pwrite(w->fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
+    if (!rc && fsync(w->fd) != 0) rc = -errno;
+    if (close(w->fd) != 0 && !rc) rc = -errno;
+    w->fd = -1;
+    k->open = 0;
+    cxs_wfault_point(&k->fault, "shard-end");
+    if (!rc) {
+        uint8_t e[CXS_SHARD_ENTRY_SIZE];
+        cxs_shard_entry se = {w->pos, h, w->U, w->F, w->first_u, w->first_f};
+        cxs_shard_entry_store(e, &se);
+        rc = bytes_put(&k->shard_table, e, sizeof e);
+        k->nshards++;
+        k->bytes_out += w->pos;
+    }
+    swriter_free(w);
+    return rc;
+}
+
+/* ---- manifest --------------------------------------------------------- */
+
+/* The STATS section from the exact sums (spec 7.3). */
+static int stats_bytes(const cxs_writer *k, bytes *b) {
+    uint8_t t[8];
+    int rc = bytes_put64(b, k->F);
+    if (!rc) rc = bytes_put64(b, k->minlen);
+    if (!rc) rc = bytes_put64(b, k->maxlen);
+    if (!rc) rc = bytes_put64(b, 0);
+    double *mean = malloc((k->D + 1) * sizeof *mean);
+    if (!mean) rc = -ENOMEM;
+    for (uint32_t d = 0; d < k->D && !rc; d++) {
+        mean[d] = cxs_xsum_value(&k->s1[d]) / (double)k->F;
+        cxs_stf64(t, mean[d]);
+        rc = bytes_put(b, t, 8);
+    }
+    for (uint32_t d = 0; d < k->D && !rc; d++) {
+        double var = cxs_xsum_value(&k->s2[d]) / (double)k->F - mean[d] * mean[d];
+        cxs_stf64(t, var > 0 ? var : 0.0);
+        rc = bytes_put(b, t, 8);
+    }
+    free(mean);
+    for (uint32_t l = 0; l < k->vocab_n && !rc; l++) rc = bytes_put64(b, k->hist[l]);
+    return rc;
+}
+
+/* PART_SUMS: the exact sums themselves (their non-overlapping partials), so
+ * that a merge rounds the same totals a single pack would. */
+static int part_sums_bytes(const cxs_writer *k, bytes *b) {
+    uint8_t t[8];
+    int rc = bytes_put64(b, k->D);
+    if (!rc) rc = bytes_put64(b, k->vocab_n);
+    for (uint32_t d = 0; d < k->D && !rc; d++)
+        for (int which = 0; which < 2 && !rc; which++) {
+            const cxs_xsum *x = which ? &k->s2[d] : &k->s1[d];
+            rc = bytes_put64(b, (uint64_t)x->n);
+            for (int j = 0; j < x->n && !rc; j++) {
+                cxs_stf64(t, x->p[j]);
+                rc = bytes_put(b, t, 8);
+            }
+        }
+    for (uint32_t l = 0; l < k->vocab_n && !rc; l++) rc = bytes_put64(b, k->hist[l]);
+    return rc;
+}
+
+static void part_meta_store(uint8_t *p, const cxs_writer *k) {
+    const cxs_writer_part *pt = &k->part;
+    const cxs_writer_opts *o = &k->o;
+    memset(p, 0, CXS_PART_META_SIZE);
+    cxs_st32(p, pt->part);
+    cxs_st32(p + 4, pt->parts);
+    cxs_st64(p + 8, pt->listed);
+    cxs_st64(p + 16, pt->input_hash);
+    cxs_st32(p + 24, pt->first_shard);
+    cxs_st32(p + 28, pt->end_shard);
+    cxs_st32(p + 32, pt->total_shards);
+    cxs_st32(p + 36, o->compression ? (uint32_t)o->level : 0);
+    cxs_st32(p + 40, o->compression ? k->chunk_rows : 0);
+    cxs_st32(p + 44, o->compression && o->shuffle ? CXS_FILTER_SHUFFLE : 0);
+    cxs_st64(p + 48, k->minlen);
+    cxs_st64(p + 56, k->maxlen);
+    snprintf((char *)p + 64, 16, "%s", cxs_version());
+    cxs_st64(p + 80, pt->first_item);
+    cxs_st64(p + 88, pt->end_item);
+}
+
+static int write_index(cxs_writer *k) {
+    const uint32_t kind = k->is_part ? CXS_KIND_PART : CXS_KIND_MANIFEST;
+    bytes stats = {0};
+    int rc = k->is_part ? part_sums_bytes(k, &stats) : stats_bytes(k, &stats);
+    char *path = cxs_path_join(k->tmpdir, k->is_part ? PART_NAME : CXS_MANIFEST_NAME);
+    int fd = -1;
+    if (!rc && !path) rc = -ENOMEM;
+    if (!rc && (fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) rc = -errno;
+    free(path);
+    if (rc) {
+        free(stats.p);
+        return rc;
+    }
+    swriter w = {.fd = fd, .pos = 0};
+    cxs_section sec[8];
+    uint32_t n = 0;
+    static const uint8_t page0[CXS_PAGE];
+    rc = w_write(k, &w, page0, CXS_PAGE);
+    uint8_t meta[CXS_DATASET_META_SIZE];
+    cxs_dataset_meta m = {k->U, k->F, k->nshards, k->D, k->o.guard, (uint16_t)k->o.dtype,
+                          (uint16_t)k->lw, k->vocab_n, k->o.normalize, k->o.shard_size,
+                          k->nskipped, k->o.on_error_skip, k->o.compression};
+    cxs_dataset_meta_store(meta, &m);
+    if (!rc) rc = put_section(k, &w, &sec[n++], CXS_SEC_DATASET_META, meta, sizeof meta);
+    if (!rc && k->shard_table.n)
+        rc = put_section(k, &w, &sec[n++], CXS_SEC_SHARD_TABLE, k->shard_table.p, k->shard_table.n);
+    if (!rc && k->vocab_n) rc = put_section(k, &w, &sec[n++], CXS_SEC_VOCAB, k->vocab.p, k->vocab.n);
+    if (!rc)
+        rc = put_section(k, &w, &sec[n++], k->is_part ? CXS_SEC_PART_SUMS : CXS_SEC_STATS,
+                         stats.p, stats.n);
+    if (!rc && k->skipped.n) {
+        rc = put_section(k, &w, &sec[n], CXS_SEC_SKIPPED, k->skipped.p, k->skipped.n);
+        sec[n++].flags = 0; /* informational: readers may ignore it */
+    }
+    uint8_t pm[CXS_PART_META_SIZE];
+    if (!rc && k->is_part) {
+        part_meta_store(pm, k);
+        rc = put_section(k, &w, &sec[n++], CXS_SEC_PART_META, pm, CXS_PART_META_SIZE);
+    }
+    if (!rc) rc = w_pad(k, &w);
+    cxs_wfault_point(&k->fault, "manifest"); /* sections written, header page not yet */
+    uint8_t page[CXS_PAGE];
+    cxs_container_build_v(page, kind, k->is_part ? 1 : k->minor, w.pos, sec, n);
+    k->bytes_out += w.pos;
+    if (!rc && pwrite(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
+    if (!rc && fsync(fd) != 0) rc = -errno;
+    if (close(fd) != 0 && !rc) rc = -errno;
+    free(stats.p);
+    return rc;
+}
+
+/* ---- the API ---------------------------------------------------------- */
+
+void cxs_writer_opts_init(cxs_writer_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->dtype = CXS_DTYPE_F32;
+    o->guard = CXS_WRITER_DEFAULT_GUARD;
+    o->shard_size = CXS_WRITER_DEFAULT_SHARD_SIZE;
+    o->normalize = CXS_NORM_NONE;
+    o->compression = CXS_COMPRESSION_NONE;
+    o->level = CXS_WRITER_DEFAULT_LEVEL;
+    o->chunk_size = CXS_WRITER_DEFAULT_CHUNK_SIZE;
+    o->shuffle = 1;
+}
+
+static int check_opts(const cxs_writer_opts *o, const char *out, cxs_diag *d) {
+    if (o->dtype < CXS_DTYPE_F32 || o->dtype > CXS_DTYPE_BF16)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: unknown stored dtype %u", out, o->dtype);
+    if (o->guard > CXS_MAX_GUARD)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: guard %u is above %u", out, o->guard,
+                         CXS_MAX_GUARD);
+    if (o->shard_size < CXS_WRITER_MIN_SHARD_SIZE)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: shard size %llu is below %llu bytes", out,
+                         (unsigned long long)o->shard_size,
+                         (unsigned long long)CXS_WRITER_MIN_SHARD_SIZE);
+    if (o->normalize > CXS_NORM_UTTERANCE)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: unknown normalisation %u", out, o->normalize);
+    if (o->compression > CXS_COMPRESSION_ZSTD)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: unknown compression %u", out, o->compression);
+    if (o->compression && (o->level < 1 || o->level > 19 || o->chunk_size == 0))
+        return cxs_diagf(d, CXS_E_INVALID, "%s: zstd level must be 1..19 and chunks non-empty",
+                         out);
+    if (o->vocab_size > CXS_MAX_VOCAB || (o->vocab_size && !o->vocab))
+        return cxs_diagf(d, CXS_E_INVALID, "%s: vocabulary of %u symbols (at most %u)", out,
+                         o->vocab_size, CXS_MAX_VOCAB);
+    for (uint32_t i = 0; i < o->vocab_size; i++) {
+        const char *s = o->vocab[i];
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > CXS_MAX_SYMBOL_LEN)
+            return cxs_diagf(d, CXS_E_INVALID, "%s: symbol %u is %zu bytes, must be 1..%u", out,
+                             i + 1, n, CXS_MAX_SYMBOL_LEN);
+        for (size_t j = 0; j < n; j++)
+            if ((uint8_t)s[j] < 0x20)
+                return cxs_diagf(d, CXS_E_INVALID, "%s: symbol %u holds a control byte", out,
+                                 i + 1);
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(o->vocab[j], s) == 0)
+                return cxs_diagf(d, CXS_E_INVALID, "%s: symbol '%s' appears twice", out, s);
+    }
+    const cxs_writer_part *p = o->part;
+    if (p && (p->part < 1 || p->part > p->parts || p->first_shard > p->end_shard))
+        return cxs_diagf(d, CXS_E_INVALID, "%s: part %u of %u", out, p->part, p->parts);
+    return 0;
+}
+
+int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer **wp,
+                      cxs_diag *d) {
+    cxs_writer_opts def;
+    if (!opts) {
+        cxs_writer_opts_init(&def);
+        opts = &def;
+    }
+    if (!out || !*out || !wp) return cxs_diagf(d, CXS_E_INVALID, "no output path");
+    int rc = check_opts(opts, out, d);
+    if (rc) return rc;
+    cxs_writer *k = calloc(1, sizeof *k);
+    if (!k) return cxs_diagf(d, -ENOMEM, "%s: out of memory", out);
+    k->o = *opts;
+    k->o.vocab = NULL;
+    k->o.part = NULL;
+    if (opts->part) {
+        k->part = *opts->part;
+        k->is_part = 1;
+    }
+    k->esize = cxs_dtype_size(k->o.dtype);
+    k->vocab_n = k->o.vocab_size;
+    k->lw = k->vocab_n == 0 ? 0 : k->vocab_n <= 256 ? 1 : 2;
+    k->minlen = UINT64_MAX;
+    k->minor = k->o.compression ? 1 : 0;
+    k->sos = k->eos = -1;
+    k->hist = calloc(k->vocab_n + 1, sizeof *k->hist);
+    k->out = strdup(out);
+    if (!k->hist || !k->out) rc = -ENOMEM;
+    /* The VOCAB section: offsets, then the symbols. */
+    uint64_t off = 0;
+    for (uint32_t i = 0; i <= k->vocab_n && !rc; i++) {
+        rc = bytes_put64(&k->vocab, off);
+        if (i < k->vocab_n) off += strlen(opts->vocab[i]);
+    }
+    for (uint32_t i = 0; i < k->vocab_n && !rc; i++) {
+        rc = bytes_put(&k->vocab, opts->vocab[i], strlen(opts->vocab[i]));
+        if (strcmp(opts->vocab[i], SOS_SYMBOL) == 0) k->sos = i;
+        if (strcmp(opts->vocab[i], EOS_SYMBOL) == 0) k->eos = i;
+    }
+    if (rc) {
+        cxs_writer_abort(k);
+        return cxs_diagf(d, rc, "%s: out of memory", out);
+    }
+    const char *marker = k->is_part ? PART_NAME : CXS_MANIFEST_NAME;
+    int st = cxs_out_state(out, marker, &k->replace);
+    if (st != 0) {
+        cxs_writer_abort(k);
+        if (st < 0) return cxs_diagf(d, st, "%s: %s", out, strerror(-st));
+        return cxs_diagf(d, -EEXIST,
+                         "%s: exists and is not a ctxshard %s (no %s); refusing to replace it",
+                         out, k->is_part ? "part" : "dataset", marker);
+    }
+    k->stale_removed = cxs_remove_stale(out);
+    k->tmpdir = cxs_make_tmpdir(out);
+    if (!k->tmpdir) {
+        int e = errno ? errno : ENOMEM;
+        cxs_writer_abort(k);
+        return cxs_diagf(d, -e, "%s: cannot create a temporary directory beside it: %s", out,
+                         strerror(e));
+    }
+    cxs_wfault_init(&k->fault);
+    *wp = k;
+    return 0;
+}
+
+/* Set up what depends on the feature width D, once it is known. */
+static int set_width(cxs_writer *k, uint32_t D) {
+    k->guard_bytes = (size_t)k->o.guard * D * k->esize;
+    k->zero_guard = calloc(1, k->guard_bytes + 1);
+    k->s1 = calloc(D, sizeof *k->s1);
+    k->s2 = calloc(D, sizeof *k->s2);
+    if (!k->zero_guard || !k->s1 || !k->s2) return -ENOMEM;
+    if (k->o.compression == CXS_COMPRESSION_ZSTD) {
+        uint64_t rowb = (uint64_t)D * k->esize;
+        uint64_t rows = k->o.chunk_size / rowb;
+        if (rows == 0) rows = 1;
+        if (rows * rowb > CXS_MAX_CHUNK_BYTES) rows = CXS_MAX_CHUNK_BYTES / rowb;
+        k->chunk_rows = (uint32_t)rows;
+        k->chunk_bytes = (size_t)(rows * rowb);
+        k->zcap = cxs_zchunk_bound(k->chunk_bytes);
+        k->cbuf = malloc(k->chunk_bytes);
+        k->scratch = malloc(k->chunk_bytes);
+        k->zbuf = malloc(k->zcap);
+        k->cc = ZSTD_createCCtx();
+        if (!k->cbuf || !k->scratch || !k->zbuf || !k->cc) return -ENOMEM;
+    }
+    k->D = D;
+    return 0;
+}
+
+static int64_t label_at(const void *p, uint32_t size, uint64_t j) {
+    switch (size) {
+    case 1: return ((const uint8_t *)p)[j];
+    case 2: return ((const uint16_t *)p)[j];
+    case 4: return ((const int32_t *)p)[j];
+    default: return ((const int64_t *)p)[j];
+    }
+}
+
+/* Check the labels of u against the vocabulary into k->lab (label width,
+ * little-endian).  Messages follow the packer's for integer transcripts. */
+static int take_labels(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_diag *d) {
+    const uint64_t T = u->frames, n = u->label_count;
+    if (!k->lw) {
+        if (u->labels || n)
+            return cxs_diagf(d, CXS_E_INVALID, "%s: labels given, but the dataset has no "
+                             "vocabulary (features only)", id);
+        return 0;
+    }
+    if (!u->labels)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: no labels (the dataset has a vocabulary)", id);
+    if (u->label_size != 1 && u->label_size != 2 && u->label_size != 4 && u->label_size != 8)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: label size %u (1, 2, 4 or 8 bytes)", id,
+                         u->label_size);
+    const int framed = n == T + 2;
+    if (n != T && !framed)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: %llu labels, expected %llu (one per frame) or "
+                         "%llu ([SOS], one per frame, [EOS])", id, (unsigned long long)n,
+                         (unsigned long long)T, (unsigned long long)T + 2);
+    if (framed && (k->sos < 0 || k->eos < 0))
+        return cxs_diagf(d, CXS_E_INPUT, "%s: integer transcripts need [SOS] and [EOS] in the "
+                         "vocabulary", id);
+    if (grow(&k->lab, &k->lab_cap, T * k->lw + 1)) return cxs_diagf(d, -ENOMEM, "out of memory");
+    const char *where = framed ? "position" : "frame";
+    for (uint64_t j = 0; j < n; j++) {
+        int64_t idx = label_at(u->labels, u->label_size, j);
+        if (idx < 0 || idx >= (int64_t)k->vocab_n)
+            return cxs_diagf(d, CXS_E_INPUT, "%s: %s %llu: label %lld is outside the vocabulary "
+                             "(0..%u)", id, where, (unsigned long long)j, (long long)idx,
+                             k->vocab_n - 1);
+        if (framed && (j == 0 || j + 1 == n)) {
+            int64_t want = j == 0 ? k->sos : k->eos;
+            if (idx != want)
+                return cxs_diagf(d, CXS_E_INPUT, "%s: position %llu: label %lld, expected %s "
+                                 "(%lld)", id, (unsigned long long)j, (long long)idx,
+                                 j == 0 ? SOS_SYMBOL : EOS_SYMBOL, (long long)want);
+            continue;
+        }
+        if (idx == k->sos || idx == k->eos)
+            return cxs_diagf(d, CXS_E_INPUT, "%s: %s %llu: %s inside the transcript", id, where,
+                             (unsigned long long)j, idx == k->sos ? SOS_SYMBOL : EOS_SYMBOL);
+        uint64_t t = framed ? j - 1 : j;
+        if (k->lw == 1) k->lab[t] = (uint8_t)idx;
+        else cxs_st16(k->lab + 2 * t, (uint16_t)idx);
+    }
+    return 0;
+}
+
+/* Whether the plan rule ends the shard before an utterance of T frames
+ * and an id of il bytes: the uncompressed shard file would pass
+ * shard_size (the packer's plan applies the same formula). */
+static int would_overflow(const cxs_writer *k, uint64_t T, uint64_t il) {
+    const swriter *w = &k->w;
+    if (!k->open || w->U == 0) return 0;
+    const uint64_t E = k->esize, G = k->o.guard, D = k->D, lw = k->lw;
+    uint64_t U1 = w->U + 1, F1 = w->F + T, idb1 = w->ids.n + il;
+    uint64_t feat = (F1 + (U1 + 1) * G) * D * E;
+    uint64_t size = CXS_PAGE + cxs_align_page(feat) + (lw ? cxs_align_page(F1 * lw) : 0) +
+                    cxs_align_page(8 * (U1 + 1)) + cxs_align_page(8 * (U1 + 1) + idb1) +
+                    cxs_align_page(CXS_SHARD_META_SIZE);
+    return size > k->o.shard_size;
+}
+
+int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_diag *d) {
+    if (!k || !id || !u) return cxs_diagf(d, CXS_E_INVALID, "NULL writer, id or utterance");
+    if (k->broken)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: the writer failed earlier; abort it", k->out);
+    size_t il = strlen(id);
+    if (il == 0) return cxs_diagf(d, CXS_E_INPUT, "utterance id is empty");
+    if (il > CXS_MAX_ID_LEN)
+        return cxs_diagf(d, CXS_E_INPUT, "%.64s...: utterance id is %zu bytes, at most %u allowed",
+                         id, il, CXS_MAX_ID_LEN);
+    for (size_t j = 0; j < il; j++)
+        if ((uint8_t)id[j] < 0x20)
+            return cxs_diagf(d, CXS_E_INPUT, "%s: utterance id holds control byte 0x%02x", id,
+                             (uint8_t)id[j]);
+    if (k->last_id) {
+        int c = memcmp(k->last_id, id, il < k->last_len ? il : k->last_len);
+        if (c == 0) c = k->last_len < il ? -1 : k->last_len > il;
+        if (c == 0) return cxs_diagf(d, CXS_E_INPUT, "%s: duplicate utterance id", id);
+        if (c > 0)
+            return cxs_diagf(d, CXS_E_INPUT, "%s: utterance id comes after '%s': ids must arrive "
+                             "in increasing byte order", id, k->last_id);
+    }
+    const uint64_t T = u->frames, D = u->dim;
+    size_t isz = cxs_in_size(u->type);
+    if (!u->data || isz == 0)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: no features or unknown element type %u", id,
+                         u->type);
+    if (T == 0) return cxs_diagf(d, CXS_E_INPUT, "%s: empty utterance (0 frames)", id);
+    if (D == 0 || D > CXS_MAX_DIM)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: feature dimension %llu, expected 1..%u", id,
+                         (unsigned long long)D, CXS_MAX_DIM);
+    if (k->D && D != k->D)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: %llu features per frame, expected %u like the "
+                         "first utterance", id, (unsigned long long)D, k->D);
+    if (T > (SIZE_MAX / 2) / (D * 8))
+        return cxs_diagf(d, CXS_E_INPUT, "%s: %llu frames is too large", id,
+                         (unsigned long long)T);
+    if (u->stored && (u->type != k->o.dtype || u->big_endian))
+        return cxs_diagf(d, CXS_E_INVALID, "%s: stored features must be the dataset's dtype, "
+                         "little-endian", id);
+    int rc = take_labels(k, id, u, d);
+    if (rc) return rc;
+    cxs_fsrc s = {u->data, T, D, u->type, (int)u->big_endian, u->row_stride, u->col_stride};
+    if (s.row_stride == 0 && s.col_stride == 0) {
+        s.col_stride = (int64_t)isz;
+        s.row_stride = (int64_t)(isz * D);
+    }
+    if (grow(&k->conv, &k->conv_cap, T * D * k->esize) ||
+        grow(&k->sums, &k->sums_cap, 4 * D * sizeof(double)))
+        return cxs_diagf(d, -ENOMEM, "%s: out of memory", id);
+    char why[256];
+    /* Stored values are taken as they are: converting them into their own
+     * type is exact, and it checks them and sums them the same way. */
+    if (cxs_features_convert(&s, k->o.dtype, u->stored ? CXS_NORM_NONE : k->o.normalize, k->conv,
+                             k->sums, k->sums + D, k->sums + 2 * D, why, sizeof why))
+        return cxs_diagf(d, CXS_E_INPUT, "%s: %s", id, why);
+    /* Accepted: from here on a failure is the system's. */
+    char *nid = malloc(il + 1);
+    if (!nid) return cxs_diagf(d, -ENOMEM, "%s: out of memory", id);
+    memcpy(nid, id, il + 1);
+    if (!k->D && (rc = set_width(k, (uint32_t)D))) goto fail;
+    if (!(k->o.flags & CXS_WRITER_MANUAL_CUT) && would_overflow(k, T, il) && (rc = shard_end(k)))
+        goto fail;
+    if (!k->open && (rc = shard_begin(k))) goto fail;
+    if ((rc = shard_add(k, id, il, T, k->conv, k->lab))) goto fail;
+    for (uint32_t dd = 0; dd < k->D; dd++) {
+        cxs_xsum_add(&k->s1[dd], k->sums[dd]);
+        cxs_xsum_add(&k->s2[dd], k->sums[D + dd]);
+    }
+    if (k->lw)
+        for (uint64_t t = 0; t < T; t++)
+            k->hist[k->lw == 1 ? k->lab[t] : cxs_ld16(k->lab + 2 * t)]++;
+    k->U++;
+    k->F += T;
+    if (T < k->minlen) k->minlen = T;
+    if (T > k->maxlen) k->maxlen = T;
+    free(k->last_id);
+    k->last_id = nid;
+    k->last_len = il;
+    return 0;
+fail:
+    free(nid);
+    k->broken = 1;
+    return cxs_diagf(d, rc, "%s: %s", k->out, strerror(-rc));
+}
+
+int cxs_writer_skip(cxs_writer *k, const char *id, const char *reason) {
+    if (!k || !id || !reason) return CXS_E_INVALID;
+    int rc;
+    if ((rc = bytes_put(&k->skipped, id, strlen(id))) || (rc = bytes_put(&k->skipped, "\t", 1)) ||
+        (rc = bytes_put(&k->skipped, reason, strlen(reason))) ||
+        (rc = bytes_put(&k->skipped, "\n", 1)))
+        return rc;
+    k->nskipped++;
+    return 0;
+}
+
+int cxs_writer_cut(cxs_writer *k, cxs_diag *d) {
+    if (!k) return CXS_E_INVALID;
+    if (!k->open) return 0;
+    int rc = shard_end(k);
+    if (rc) {
+        k->broken = 1;
+        return cxs_diagf(d, rc, "%s: %s", k->out, strerror(-rc));
+    }
+    return 0;
+}
+
+int cxs_writer_info_get(const cxs_writer *k, cxs_writer_info *info) {
+    if (!k || !info) return CXS_E_INVALID;
+    memset(info, 0, sizeof *info);
+    info->num_utterances = k->U;
+    info->num_frames = k->F;
+    info->num_skipped = k->nskipped;
+    info->num_shards = k->nshards;
+    info->dim = k->D;
+    info->bytes_written = k->bytes_out;
+    info->feature_bytes = k->feat_out;
+    info->stale_removed = k->stale_removed;
+    return 0;
+}
+
+int cxs_writer_commit(cxs_writer *k, cxs_writer_info *info, cxs_diag *d) {
+    if (!k) return cxs_diagf(d, CXS_E_INVALID, "NULL writer");
+    int rc = 0;
+    if (k->broken) rc = cxs_diagf(d, CXS_E_INVALID, "%s: the writer failed earlier; nothing "
+                                  "written", k->out);
+    else if (k->U == 0 && !k->is_part)
+        rc = cxs_diagf(d, CXS_E_INVALID, "%s: no utterance added (%llu skipped); nothing written",
+                       k->out, (unsigned long long)k->nskipped);
+    else if ((k->open && (rc = shard_end(k))) || (rc = write_index(k)) ||
+             (rc = cxs_commit_output(&k->fault, k->tmpdir, k->out, k->replace)))
+        cxs_diagf(d, rc, "%s: %s; nothing written", k->out, strerror(-rc));
+    if (!rc) {
+        free(k->tmpdir); /* renamed: nothing to remove */
+        k->tmpdir = NULL;
+        if (info) cxs_writer_info_get(k, info);
+    }
+    cxs_writer_abort(k);
+    return rc;
+}
+
+void cxs_writer_abort(cxs_writer *k) {
+    if (!k) return;
+    if (k->open) close(k->w.fd);
+    k->w.fd = -1;
+    swriter_free(&k->w);
+    if (k->tmpdir) {
+        cxs_remove_tree(k->tmpdir);
+        free(k->tmpdir);
+    }
+    free(k->out);
+    free(k->zero_guard);
+    free(k->s1);
+    free(k->s2);
+    free(k->hist);
+    free(k->vocab.p);
+    free(k->shard_table.p);
+    free(k->skipped.p);
+    free(k->cbuf);
+    free(k->scratch);
+    free(k->zbuf);
+    if (k->cc) ZSTD_freeCCtx(k->cc);
+    free(k->conv);
+    free(k->lab);
+    free(k->sums);
+    free(k->last_id);
+    free(k);
+}

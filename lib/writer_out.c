@@ -1,0 +1,239 @@
+/* writer_out.c - where a writer's output goes: OUT's state, the temporary
+ * directory beside it, the removal of what killed writers left, and the
+ * atomic commit (fsync, rename or RENAME_EXCHANGE, fsync of the parent).
+ * Also the fault-injection hook the crash-safety tests drive. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "writer_internal.h"
+
+/* CXS_PACK_FAULT, read when a writer is created, lets the crash-safety
+ * tests stop a writer at exact points: "kill:PHASE:N" sends SIGKILL to the
+ * process the N-th time (from 0) it reaches PHASE (shard-begin, utt,
+ * shard-end, manifest, rename, after-rename), "stall:PHASE:N" sleeps there
+ * (for a test to send a signal meanwhile); "enospc:BYTES" makes every
+ * write fail with ENOSPC once BYTES have been written.  Never set
+ * otherwise. */
+void cxs_wfault_init(cxs_wfault *f) {
+    memset(f, 0, sizeof *f);
+    f->n = -1;
+    const char *e = getenv("CXS_PACK_FAULT");
+    if (!e) return;
+    unsigned long long b;
+    if (sscanf(e, "enospc:%llu", &b) == 1) f->enospc_after = b ? b : 1;
+    else if (sscanf(e, "%7[a-z]:%31[a-z-]:%ld", f->action, f->phase, &f->n) != 3)
+        f->n = -1;
+}
+
+void cxs_wfault_point(cxs_wfault *f, const char *phase) {
+    if (f->n < 0 || strcmp(phase, f->phase) != 0 || f->n-- != 0) return;
+    if (strcmp(f->action, "kill") == 0) raise(SIGKILL);
+    if (strcmp(f->action, "stall") == 0) sleep(10); /* a signal ends it early */
+}
+
+char *cxs_path_join(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    char *p = malloc(la + lb + 2);
+    if (!p) return NULL;
+    memcpy(p, a, la);
+    p[la] = '/';
+    memcpy(p + la + 1, b, lb + 1);
+    return p;
+}
+
+int cxs_write_all(int fd, const void *buf, size_t n) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int fsync_path(const char *path, int is_dir) {
+    int fd = open(path, (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = fsync(fd) ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+int cxs_remove_tree(const char *path) {
+    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0) return -errno;
+    return 0;
+}
+
+int cxs_out_state(const char *out, const char *marker, int *replace) {
+    struct stat st;
+    *replace = 0;
+    if (lstat(out, &st) != 0) return errno == ENOENT ? 0 : -errno;
+    if (!S_ISDIR(st.st_mode)) return 1;
+    char *m = cxs_path_join(out, marker);
+    if (!m) return -ENOMEM;
+    int has = access(m, F_OK) == 0;
+    free(m);
+    if (has) {
+        *replace = 1;
+        return 0;
+    }
+    if (rmdir(out) == 0) return 0; /* an empty directory: take its place */
+    return 1;
+}
+
+/* Split OUT into its parent directory and base name (trailing slashes
+ * ignored); both malloc'd. */
+static int split_out(const char *out, char **parent, char **base) {
+    char *copy = strdup(out);
+    if (!copy) return -1;
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
+    char *slash = strrchr(copy, '/');
+    *base = strdup(slash ? slash + 1 : copy);
+    if (slash) *slash = 0;
+    *parent = strdup(slash ? (slash == copy ? "/" : copy) : ".");
+    free(copy);
+    return *base && *parent ? 0 : -1;
+}
+
+/* The temporary directory's name carries this host and process, so that a
+ * later writer can tell what a killed one left from what a running one is
+ * writing: ".OUT.tmp-HOST-PID-XXXXXX". */
+static void host_tag(char *buf, size_t n) {
+    char h[256] = "host";
+    gethostname(h, sizeof h - 1);
+    size_t j = 0;
+    for (size_t i = 0; h[i] && j + 1 < n && j < 32; i++)
+        if ((h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z') || (h[i] >= '0' && h[i] <= '9'))
+            buf[j++] = h[i];
+    buf[j] = 0;
+}
+
+char *cxs_make_tmpdir(const char *out) {
+    char *parent, *base, host[40];
+    if (split_out(out, &parent, &base)) return NULL;
+    host_tag(host, sizeof host);
+    size_t l = strlen(parent) + strlen(base) + 96;
+    char *t = malloc(l);
+    if (t) {
+        snprintf(t, l, "%s/.%s.tmp-%s-%ld-XXXXXX", parent, base, host, (long)getpid());
+        if (!mkdtemp(t)) {
+            free(t);
+            t = NULL;
+        } else {
+            /* mkdtemp makes it 0700; the dataset gets the usual mode. */
+            mode_t um = umask(0);
+            umask(um);
+            chmod(t, 0777 & ~um);
+        }
+    }
+    free(parent);
+    free(base);
+    return t;
+}
+
+uint32_t cxs_remove_stale(const char *out) {
+    char *parent, *base, host[40];
+    uint32_t removed = 0;
+    if (split_out(out, &parent, &base)) return 0;
+    host_tag(host, sizeof host);
+    size_t pl = strlen(base) + strlen(host) + 16;
+    char *prefix = malloc(pl);
+    DIR *d = prefix ? opendir(parent) : NULL;
+    if (d) {
+        snprintf(prefix, pl, ".%s.tmp-%s-", base, host);
+        size_t n = strlen(prefix);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strncmp(e->d_name, prefix, n) != 0) continue;
+            char *end;
+            long pid = strtol(e->d_name + n, &end, 10);
+            if (end == e->d_name + n || *end != '-' || pid <= 0 || pid == (long)getpid()) continue;
+            if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or unknown */
+            char *p = cxs_path_join(parent, e->d_name);
+            if (p && cxs_remove_tree(p) == 0) removed++;
+            free(p);
+        }
+        closedir(d);
+    }
+    free(prefix);
+    free(parent);
+    free(base);
+    return removed;
+}
+
+static int parent_fsync(const char *out) {
+    char *copy = strdup(out);
+    if (!copy) return -ENOMEM;
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
+    char *slash = strrchr(copy, '/');
+    int rc;
+    if (!slash) rc = fsync_path(".", 1);
+    else if (slash == copy) rc = fsync_path("/", 1);
+    else {
+        *slash = 0;
+        rc = fsync_path(copy, 1);
+    }
+    free(copy);
+    return rc;
+}
+
+int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, int replace) {
+    int rc = fsync_path(tmp, 1);
+    if (rc) return rc;
+    cxs_wfault_point(f, "rename");
+    if (replace) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
+            /* tmp now holds the previous dataset */
+            parent_fsync(out);
+            cxs_wfault_point(f, "after-rename");
+            cxs_remove_tree(tmp);
+            return 0;
+        }
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -errno;
+        /* No atomic exchange on this filesystem: move the old dataset aside
+         * first.  A crash in between leaves it complete under the .old name. */
+        size_t l = strlen(tmp) + 8;
+        char *old = malloc(l);
+        if (!old) return -ENOMEM;
+        snprintf(old, l, "%s.old", tmp);
+        if (rename(out, old) != 0) {
+            int e = errno;
+            free(old);
+            return -e;
+        }
+        if (rename(tmp, out) != 0) {
+            int e = errno;
+            rename(old, out);
+            free(old);
+            return -e;
+        }
+        parent_fsync(out);
+        cxs_remove_tree(old);
+        free(old);
+        return 0;
+    }
+    if (rename(tmp, out) != 0) return -errno;
+    rc = parent_fsync(out);
+    cxs_wfault_point(f, "after-rename");
+    return rc;
+}
