@@ -31,7 +31,7 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
         goto out;
     }
     double t_sampler = now_seconds() - t1;
-    cxs_loader_opts lo = {o->k, o->batch, o->threads, 0, 0, 0, in.label_width ? 1u : 0u, 0};
+    cxs_loader_opts lo = {o->k, o->batch, o->threads, 0, 0, 0, in.label_width ? 1u : 0u, 0, NULL};
     t1 = now_seconds();
     if ((rc = cxs_loader_create(ds, s, &lo, 0, 0, &l))) {
         warnx_("%s: cannot start the loader: %s", dir, cxs_strerror(rc));
