@@ -42,7 +42,7 @@ static double median(double *v, int n) {
 /* Samples/s of the loader over `batches` batches from the epoch's start. */
 static double run_loader(cxs_dataset *ds, cxs_sampler *s, uint32_t k, uint32_t B,
                          uint32_t threads, uint64_t batches, volatile float *sink) {
-    cxs_loader_opts lo = {k, B, threads, 0, 0, 0, 1, 0};
+    cxs_loader_opts lo = {k, B, threads, 0, 0, 0, 1, 0, NULL};
     cxs_loader *l;
     if (cxs_loader_create(ds, s, &lo, 1, 0, &l)) exit(1);
     const cxs_batch *b;
@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     cxs_sampler *s;
     cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 0, 1, 0, 0, NULL};
     if (cxs_sampler_create(ds, &so, &s)) return 1;
-    cxs_loader_opts lo = {k, B, 2, 0, 0, 0, 1, 0};
+    cxs_loader_opts lo = {k, B, 2, 0, 0, 0, 1, 0, NULL};
     cxs_loader *l;
     if (cxs_loader_create(ds, s, &lo, 0, 0, &l)) return 1;
     const cxs_batch *b;

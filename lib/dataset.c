@@ -157,6 +157,15 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     ds->stats = ds->mmap + ss->offset;
     if (cxs_ld64(ds->stats + 24) != 0)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: reserved bytes 24..31 not zero", mp);
+    for (uint32_t j = 0; j < m->dim; j++) {
+        double mean = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * j);
+        double var = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * ((uint64_t)m->dim + j));
+        if (!isfinite(mean) || !isfinite(var) || var < 0)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: STATS: dimension %u has mean %g and variance %g (must be "
+                             "finite, the variance >= 0)",
+                             mp, j, mean, var);
+    }
     if (m->vocab_size) {
         const cxs_section *sv = need(&ds->mc, CXS_SEC_VOCAB, mp, &rc, d);
         if (rc) return rc;
@@ -418,8 +427,9 @@ static int finish_open(cxs_dataset *ds) {
         for (uint32_t dd = 0; dd < D; dd++) {
             double mean = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * dd);
             double var = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * (D + dd));
-            ds->norm_mean[dd] = (float)mean;
-            ds->norm_scale[dd] = var > 0 ? (float)(1.0 / sqrt(var)) : 1.0f;
+            /* Spec section 7.4; open has checked both finite, var >= 0. */
+            ds->norm_mean[dd] = mean;
+            ds->norm_scale[dd] = var > 0 ? 1.0 / sqrt(var) : 1.0;
         }
     }
     return 0;

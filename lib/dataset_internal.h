@@ -53,7 +53,9 @@ struct cxs_dataset {
     size_t esize;
     uint64_t total_bytes;
     uint64_t min_len, max_len;
-    float *norm_mean, *norm_scale; /* dim each, from the statistics; NULL without */
+    /* Read-time normalisation constants (spec section 7.4) from the stored
+     * statistics, dim each; NULL without statistics. */
+    double *norm_mean, *norm_scale;
     int compressed;
     uint64_t row_bytes;       /* dim * esize */
     uint64_t total_chunks;
@@ -111,5 +113,19 @@ static inline const uint8_t *cxs_row_ptr(const cxs_dataset *ds, uint64_t u, int6
     const shard *sh = &ds->shards[ds->utt_shard[u]];
     return sh->features + (uint64_t)((int64_t)ds->row[u] + t) * ds->meta.dim * ds->esize;
 }
+
+/* The normalisation constants of spec section 7.4 for `norm` (NULL: the
+ * dataset's own statistics): mean[d] = the mean, scale[d] = 1 / sqrt(var)
+ * in binary64, or 1 when var is 0.  *out is malloc'd, 2*dim doubles (means
+ * then scales).  CXS_E_INVALID when norm does not fit ds (dim, NULL
+ * arrays, a mean or variance not finite, a negative variance) or ds has no
+ * statistics; -ENOMEM. */
+int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out);
+
+/* cxs_dataset_gather with explicit constants: mean/scale NULL means no
+ * normalisation. */
+int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
+                    const double *mean, const double *scale, unsigned threads, float *out,
+                    int64_t *labels);
 
 #endif

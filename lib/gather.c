@@ -1,5 +1,6 @@
 /* gather.c - cxs_dataset_gather(): windows into a caller's buffer. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 /* Convert n stored elements (whole rows) to float32, normalising when
  * mean/scale are given (row-wise over dim D). */
 static void convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows, float *dst,
-                         const float *mean, const float *scale) {
+                         const double *mean, const double *scale) {
     const uint32_t D = ds->meta.dim;
     const size_t n = rows * D;
     switch (ds->meta.dtype) {
@@ -32,9 +33,41 @@ static void convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows,
         for (size_t i = 0; i < n; i++) dst[i] = cxs_bf16_to_f32(cxs_ld16(src + 2 * i));
         break;
     }
+    /* Spec section 7.4: binary64 difference, binary64 product, one rounding
+     * to binary32 (the same operations as gpu_expand.h's cxs_x_value). */
     if (mean)
         for (size_t r = 0; r < rows; r++, dst += D)
-            for (uint32_t d = 0; d < D; d++) dst[d] = (dst[d] - mean[d]) * scale[d];
+            for (uint32_t d = 0; d < D; d++)
+                dst[d] = (float)(((double)dst[d] - mean[d]) * scale[d]);
+}
+
+int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out) {
+    const uint32_t D = ds->meta.dim;
+    const double *mean, *var;
+    if (norm) {
+        if (norm->dim != D || !norm->mean || !norm->var) return CXS_E_INVALID;
+        mean = norm->mean, var = norm->var;
+    } else {
+        if (!ds->norm_mean) return CXS_E_INVALID;
+        mean = ds->norm_mean, var = NULL;
+    }
+    double *c = malloc(2 * (size_t)D * sizeof *c);
+    if (!c) return -ENOMEM;
+    for (uint32_t d = 0; d < D; d++) {
+        if (!var) { /* the dataset's own, already computed at open */
+            c[d] = ds->norm_mean[d];
+            c[D + d] = ds->norm_scale[d];
+            continue;
+        }
+        if (!isfinite(mean[d]) || !isfinite(var[d]) || var[d] < 0) {
+            free(c);
+            return CXS_E_INVALID;
+        }
+        c[d] = mean[d];
+        c[D + d] = var[d] > 0 ? 1.0 / sqrt(var[d]) : 1.0;
+    }
+    *out = c;
+    return 0;
 }
 
 typedef struct job {
@@ -42,7 +75,7 @@ typedef struct job {
     const uint64_t *frames;
     size_t n;
     uint32_t k;
-    uint32_t flags;
+    const double *mean, *scale;
     float *out;
     int64_t *labels;
     int rc;
@@ -70,8 +103,7 @@ static int gather_range(job *j) {
         return j->rc = -ENOMEM;
     const uint32_t D = ds->meta.dim, k = j->k;
     const size_t W = (2 * (size_t)k + 1) * D;
-    const float *mean = (j->flags & CXS_GATHER_NORMALIZE) ? ds->norm_mean : NULL;
-    const float *scale = ds->norm_scale;
+    const double *mean = j->mean, *scale = j->scale;
     plan p[PLAN_CHUNK];
     /* In chunks: first locate every window (independent lookups whose cache
      * misses overlap), then copy, prefetching a few windows ahead so that
@@ -134,19 +166,18 @@ static void *gather_thread(void *arg) {
     return NULL;
 }
 
-int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
-                       uint32_t flags, unsigned threads, float *out, int64_t *labels) {
-    if (!ds || (n && (!frames || !out)) || k > 1000000 || (flags & ~CXS_GATHER_NORMALIZE))
-        return CXS_E_INVALID;
+int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
+                    const double *mean, const double *scale, unsigned threads, float *out,
+                    int64_t *labels) {
+    if (!ds || (n && (!frames || !out)) || k > 1000000) return CXS_E_INVALID;
     if (labels && !ds->meta.label_width) return CXS_E_INVALID;
-    if ((flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) return CXS_E_INVALID;
     for (size_t i = 0; i < n; i++)
         if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
     const size_t W = (2 * (size_t)k + 1) * ds->meta.dim;
     if (threads > n) threads = (unsigned)n;
     if (threads > 256) threads = 256;
     if (threads <= 1) {
-        job j = {ds, frames, n, k, flags, out, labels, 0};
+        job j = {ds, frames, n, k, mean, scale, out, labels, 0};
         return gather_range(&j);
     }
     job jobs[256];
@@ -154,7 +185,8 @@ int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, 
     unsigned char created[256];
     for (unsigned t = 0; t < threads; t++) {
         size_t a = n * t / threads, b = n * (t + 1) / threads;
-        jobs[t] = (job){ds, frames + a, b - a, k, flags, out + a * W, labels ? labels + a : NULL, 0};
+        jobs[t] = (job){ds, frames + a, b - a, k, mean, scale, out + a * W,
+                        labels ? labels + a : NULL, 0};
         /* Thread 0 is the caller; a thread that cannot start is done inline. */
         created[t] = t > 0 && pthread_create(&tid[t], NULL, gather_thread, &jobs[t]) == 0;
     }
@@ -165,4 +197,26 @@ int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, 
     for (unsigned t = 0; t < threads; t++)
         if (jobs[t].rc) return jobs[t].rc;
     return 0;
+}
+
+int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
+                       uint32_t flags, unsigned threads, float *out, int64_t *labels) {
+    if (!ds || (flags & ~CXS_GATHER_NORMALIZE)) return CXS_E_INVALID;
+    if ((flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) return CXS_E_INVALID;
+    return cxs_gather_impl(ds, frames, n, k,
+                           (flags & CXS_GATHER_NORMALIZE) ? ds->norm_mean : NULL,
+                           ds->norm_scale, threads, out, labels);
+}
+
+int cxs_dataset_gather_norm(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
+                            const cxs_norm *norm, unsigned threads, float *out,
+                            int64_t *labels) {
+    if (!ds) return CXS_E_INVALID;
+    if (!norm) return cxs_gather_impl(ds, frames, n, k, NULL, NULL, threads, out, labels);
+    double *c;
+    int rc = cxs_norm_constants(ds, norm, &c);
+    if (rc) return rc;
+    rc = cxs_gather_impl(ds, frames, n, k, c, c + ds->meta.dim, threads, out, labels);
+    free(c);
+    return rc;
 }

@@ -158,7 +158,11 @@ struct cxs_gpu_loader {
     uint64_t uploaded;           /* atomic: the feeder and refresher add to it */
     cxs_gpu_batch batch;
     void *work, *copy;           /* the loader's streams */
-    float *d_mean, *d_scale;
+    double *d_mean, *d_scale;
+    /* The statistics opts->norm gave, copied (means, then variances) so that
+     * the stream mode's CPU loader can be restarted after create. */
+    double *norm_mv;
+    cxs_norm norm;
     /* resident / pool batch ring */
     gslot slot[NSLOT];
     uint64_t cur;
@@ -1167,6 +1171,7 @@ static int stream_start(cxs_gpu_loader *l) {
     lo.k = l->o.k, lo.batch_size = l->o.batch_size, lo.threads = l->o.threads;
     lo.ring = l->nstage, lo.flags = l->o.flags, lo.drop_last = l->o.drop_last;
     lo.labels = l->o.labels, lo.external = 1;
+    lo.norm = l->o.norm;
     int rc = cxs_loader_create(l->ds, l->sampler, &lo, l->epoch, l->pos, &l->cl);
     if (rc) return lfail(l, rc, "CPU loader: %s", cxs_strerror(rc));
     for (uint32_t i = 0; i < l->nstage; i++)
@@ -1281,6 +1286,7 @@ void cxs_gpu_loader_free(cxs_gpu_loader *l) {
         if (dev[i]) l->be->dev_free(dev[i]);
     if (l->work) l->be->stream_destroy(l->work);
     if (l->copy) l->be->stream_destroy(l->copy);
+    free(l->norm_mv);
     free(l);
 }
 
@@ -1293,8 +1299,18 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
         return cxs_diagf(diag, CXS_E_INVALID, "unknown output type %u", o->out_dtype);
     if (o->flags & ~CXS_GATHER_NORMALIZE)
         return cxs_diagf(diag, CXS_E_INVALID, "unknown flags 0x%x", o->flags);
-    if ((o->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean)
+    if ((o->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean && !o->norm)
         return cxs_diagf(diag, CXS_E_INVALID, "normalisation asked of a dataset without statistics");
+    if ((o->flags & CXS_GATHER_NORMALIZE) && o->norm) {
+        double *c;
+        int rc = cxs_norm_constants(ds, o->norm, &c);
+        if (rc)
+            return cxs_diagf(diag, rc,
+                             "normalisation statistics: dim %u (the dataset's is %u), or a mean "
+                             "or variance missing, not finite or negative",
+                             o->norm->dim, ds->meta.dim);
+        free(c);
+    }
     if (o->labels && !ds->meta.label_width)
         return cxs_diagf(diag, CXS_E_INVALID, "labels asked of a features-only dataset");
     if (o->drop_last > 1 || o->labels > 1)
@@ -1345,6 +1361,18 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     l->xelem = opts->out_dtype == CXS_GPU_OUT_BF16 ? 2 : 4;
     l->epoch = epoch, l->pos = start;
     l->mode = CXS_GPU_STREAM; /* until planned: what free() must undo */
+    l->o.norm = NULL;
+    if ((opts->flags & CXS_GATHER_NORMALIZE) && opts->norm) {
+        size_t D = ds->meta.dim;
+        if (!(l->norm_mv = malloc(2 * D * sizeof *l->norm_mv))) {
+            rc = lfail(l, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        memcpy(l->norm_mv, opts->norm->mean, D * sizeof *l->norm_mv);
+        memcpy(l->norm_mv + D, opts->norm->var, D * sizeof *l->norm_mv);
+        l->norm = (cxs_norm){(uint32_t)D, l->norm_mv, l->norm_mv + D};
+        l->o.norm = &l->norm;
+    }
     uint64_t budget = opts->budget_bytes ? opts->budget_bytes : pi.free_bytes / 5 * 4;
     int e;
     if ((e = be->set_device(l->dev))) {
@@ -1358,15 +1386,22 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
         goto fail;
     }
     if ((opts->flags & CXS_GATHER_NORMALIZE) && l->mode != CXS_GPU_STREAM) {
-        const size_t nb = (size_t)l->D * sizeof(float);
+        const size_t nb = (size_t)l->D * sizeof(double);
+        double *c;
+        if ((rc = cxs_norm_constants(ds, l->o.norm, &c))) {
+            rc = lfail(l, rc, "normalisation constants: %s", cxs_strerror(rc));
+            goto fail;
+        }
         if ((e = be->dev_alloc((void **)&l->d_mean, nb)) ||
             (e = be->dev_alloc((void **)&l->d_scale, nb)) ||
-            (e = be->copy_h2d(l->d_mean, ds->norm_mean, nb, l->work)) ||
-            (e = be->copy_h2d(l->d_scale, ds->norm_scale, nb, l->work)) ||
+            (e = be->copy_h2d(l->d_mean, c, nb, l->work)) ||
+            (e = be->copy_h2d(l->d_scale, c + l->D, nb, l->work)) ||
             (e = be->stream_sync(l->work))) {
+            free(c);
             rc = dfail(l, e, "upload of the normalisation constants");
             goto fail;
         }
+        free(c);
     }
     if (l->mode == CXS_GPU_STREAM) {
         rc = stream_setup(l);

@@ -23,7 +23,7 @@ typedef struct gpu_expand_args {
     const void *feat;        /* device features, stored dtype */
     uint32_t dtype, D, k;
     int out_bf16;
-    const float *mean, *scale; /* device, D each; NULL: no normalisation */
+    const double *mean, *scale; /* device, D each (spec 7.4 constants); NULL: none */
     size_t n;
     const uint64_t *frames;  /* resident */
     const uint64_t *cum, *urow;

@@ -102,16 +102,18 @@ CXS_HD float cxs_x_load(const void *feat, uint32_t dtype, uint64_t i) {
  * frame 0 is device row row0: window row r (0 <= r <= 2k) is the
  * utterance's frame t - k + r, element d (< D) of it.  Frames outside
  * 0 .. T-1 are written as 0, never read, so a guard row is never served and
- * any k works, as in cxs_dataset_gather.  Real rows are normalised as
- * (x - mean[d]) * scale[d] when mean is given: the same float operations,
- * in the same order, as the CPU gather. */
+ * any k works, as in cxs_dataset_gather.  Real rows are normalised when
+ * mean is given, as spec/format.md section 7.4 defines it: the float32
+ * value widened to binary64, minus mean[d], times scale[d] (both binary64,
+ * correctly rounded: no fused multiply-add can apply to (a - b) * c), then
+ * rounded once to binary32 -- the operations of the CPU gather. */
 CXS_HD float cxs_x_value(const void *feat, uint32_t dtype, uint32_t D, uint64_t row0,
                          uint32_t T, uint32_t t, uint32_t k, uint32_t r, uint32_t d,
-                         const float *mean, const float *scale) {
+                         const double *mean, const double *scale) {
     int64_t src = (int64_t)t - (int64_t)k + (int64_t)r;
     if (src < 0 || src >= (int64_t)T) return 0.0f;
     float x = cxs_x_load(feat, dtype, (row0 + (uint64_t)src) * D + d);
-    if (mean) x = (x - mean[d]) * scale[d];
+    if (mean) x = (float)(((double)x - mean[d]) * scale[d]);
     return x;
 }
 

@@ -35,6 +35,7 @@ struct cxs_loader {
     const cxs_sampler *sampler;
     cxs_loader_opts o;
     size_t window; /* floats per sample */
+    double *norm;  /* normalisation constants (means, then scales), or NULL */
     uint64_t epoch, start, nbatches, length;
     slot *ring;
     uint32_t nring;
@@ -98,8 +99,9 @@ static void fill(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64_t po
                  ? cxs_ra_batch_frames(&l->ra, l->sampler, epoch, pos, n, s->frames, gen, &rb)
                  : cxs_sampler_get(l->sampler, epoch, pos, n, s->frames);
     if (!rc)
-        rc = cxs_dataset_gather(l->ds, s->frames, n, l->o.k, l->o.flags, 1, s->x,
-                                l->o.labels ? s->y : NULL);
+        rc = cxs_gather_impl(l->ds, s->frames, n, l->o.k, l->norm,
+                             l->norm ? l->norm + l->ds->meta.dim : NULL, 1, s->x,
+                             l->o.labels ? s->y : NULL);
     if (l->ra.kind == CXS_RA_BLOCKS) cxs_ra_batch_done(&l->ra, &rb);
     s->rc = rc;
     s->pub = (cxs_batch){s->x, l->o.labels ? s->y : NULL, s->frames, n, b, pos};
@@ -170,6 +172,7 @@ void cxs_loader_free(cxs_loader *l) {
     free(l->ring);
     free(l->pool);
     free(l->threads);
+    free(l->norm);
     free(l);
 }
 
@@ -184,7 +187,7 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     if (!ds || !sampler || !opts || !out || opts->batch_size == 0 || opts->k > 1000000 ||
         opts->threads > 256 || opts->ring > 1024 || (opts->flags & ~CXS_GATHER_NORMALIZE) ||
         opts->external > 1 || opts->readahead > CXS_READAHEAD_OFF ||
-        ((opts->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) ||
+        ((opts->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean && !opts->norm) ||
         (opts->labels && !ds->meta.label_width) || start > cxs_sampler_length(sampler))
         return CXS_E_INVALID;
     cxs_loader *l = calloc(1, sizeof *l);
@@ -192,6 +195,14 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     l->ds = ds;
     l->sampler = sampler;
     l->o = *opts;
+    l->o.norm = NULL; /* copied into l->norm; the caller's may go */
+    if ((opts->flags & CXS_GATHER_NORMALIZE)) {
+        int nrc = cxs_norm_constants(ds, opts->norm, &l->norm);
+        if (nrc) {
+            free(l);
+            return nrc;
+        }
+    }
     if (!l->o.threads) l->o.threads = default_threads();
     /* One slot filling per worker, one ready ahead, one with the consumer:
      * more only evicts the batches from the cache before they are used. */

@@ -233,7 +233,7 @@ static void warnings_one(const rep *r, sbuf *w) {
     if (nflag)
         sb_printf(w, "%u of %u dimensions look unnormalised (mean beyond +-1 or std outside "
                      "0.5..2): normalise (pack --normalize utterance, or gather/Loader with "
-                     "normalize)\n",
+                     "normalize), every split with the training split's statistics\n",
                   nflag, r->in.dim);
     if (r->scanned && r->nonfinite)
         sb_printf(w, "%llu NaN or infinite values: the dataset is damaged (run ctxshard verify)\n",

@@ -49,9 +49,11 @@ extern "C" {
 #define CXS_E_INPUT       (-5009) /**< a raw input file is invalid (packer) */
 #define CXS_E_DEVICE      (-5010) /**< a CUDA error (ctxshard_gpu.h; the message names it) */
 
-/** Format version this library writes and reads (spec/format.md). */
+/** Format version this library reads and writes (spec/format.md): it reads
+ * every minor version of this major, and writes the lowest minor version a
+ * file needs (1.0 for an uncompressed dataset, 1.1 for a compressed one). */
 #define CXS_FORMAT_MAJOR 1
-#define CXS_FORMAT_MINOR 0
+#define CXS_FORMAT_MINOR 1
 
 /** Stored feature types. */
 #define CXS_DTYPE_F32  1
@@ -268,13 +270,30 @@ CXS_API int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t c
 #define CXS_GATHER_NORMALIZE 1u /**< (x - mean) / std with the stored statistics */
 
 /**
+ * Statistics to normalise with (spec/format.md section 7.4): dim means and
+ * dim population variances in float64, as cxs_stats holds them.  Normalise
+ * every split (train, dev, test) with the *training* split's statistics:
+ * fill this from cxs_dataset_stats() of the training dataset, or from
+ * arrays of your own.  The arrays are read when the call (or the loader's
+ * create) is made; they need not outlive it.
+ */
+typedef struct cxs_norm {
+    uint32_t dim;        /**< must equal the dataset's dim */
+    const double *mean;  /**< dim finite means */
+    const double *var;   /**< dim finite variances >= 0 (0: that dimension is only centred) */
+} cxs_norm;
+
+/**
  * Copy the windows of n frames as float32 into out[n][(2k+1)*dim], any k:
  * rows past the utterance borders are zero (also with normalisation: padding
  * stays 0 in the normalised space).  Stored float16/bfloat16 are converted
  * exactly.  With CXS_GATHER_NORMALIZE every real row is normalised by the
- * dataset's stored per-dimension mean and variance, (x - mean) / sqrt(var),
- * a dimension with zero variance being only centred (CXS_E_INVALID when the
- * dataset has no statistics).  When labels is not NULL, the frames' labels
+ * dataset's stored per-dimension mean and variance, (x - mean) / sqrt(var)
+ * computed in float64 and rounded once to float32 exactly as spec/format.md
+ * section 7.4 defines it, a dimension with zero variance being only
+ * centred (CXS_E_INVALID when the dataset has no statistics).  To normalise
+ * a dev or test split with the training split's statistics, use
+ * cxs_dataset_gather_norm().  When labels is not NULL, the frames' labels
  * go there as int64.  `threads` > 1 splits the batch over that many threads
  * (created for the call); 0 or 1 uses the calling thread.  Windows never
  * depend on the thread count.
@@ -288,6 +307,18 @@ CXS_API int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t c
 CXS_API int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n,
                                uint32_t k, uint32_t flags, unsigned threads, float *out,
                                int64_t *labels);
+
+/**
+ * cxs_dataset_gather() normalising with the given statistics rather than the
+ * dataset's own: dev and test normalised with train's.  norm NULL: no
+ * normalisation.  The arithmetic is the spec's (section 7.4), as with
+ * CXS_GATHER_NORMALIZE.  Returns what cxs_dataset_gather returns, and
+ * CXS_E_INVALID when norm's dim differs from the dataset's, an array is
+ * NULL, a mean or variance is not finite or a variance is negative.
+ */
+CXS_API int cxs_dataset_gather_norm(const cxs_dataset *ds, const uint64_t *frames, size_t n,
+                                    uint32_t k, const cxs_norm *norm, unsigned threads,
+                                    float *out, int64_t *labels);
 
 /* ---- samplers --------------------------------------------------------- */
 
@@ -406,6 +437,9 @@ typedef struct cxs_loader_opts {
     uint32_t external;    /* 1: batches go into buffers the caller provides with
                              cxs_loader_provide(), and belong to the caller once
                              handed out; the loader allocates no batch memory */
+    const cxs_norm *norm; /**< with CXS_GATHER_NORMALIZE: normalise with these
+                               statistics (train's) instead of the dataset's own;
+                               NULL: the dataset's.  Copied at create. */
     uint32_t readahead;   /**< reading ahead of the workers, by a helper thread
                                (uncompressed data only; see below): 0 auto,
                                CXS_READAHEAD_OFF none */

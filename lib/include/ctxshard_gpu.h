@@ -106,6 +106,9 @@ typedef struct cxs_gpu_opts {
                                   at least 3); resident/pool: upload chunks in flight */
     uint32_t pool_segments;  /**< pool: segments the budget is cut into, >= 3 (0: 4) */
     uint32_t paths;          /**< CXS_GPU_NO_REGISTER | CXS_GPU_GDS */
+    const cxs_norm *norm;    /**< with CXS_GATHER_NORMALIZE: these statistics (train's)
+                                  instead of the dataset's own; NULL: the dataset's.
+                                  Copied at create. */
 } cxs_gpu_opts;
 
 /** A batch in device memory. */

@@ -396,10 +396,41 @@ class Dataset:
             raise IndexError(f"frame {bad} out of range (dataset of {self._info.num_frames} frames)")
         return np.ascontiguousarray(f, dtype=np.uint64)
 
+    def _norm(self, normalize):
+        """A native Norm for `normalize` when it names statistics (another
+        Dataset -- train's -- or a (mean, var) pair of arrays), with the
+        float64 arrays it points to (keep them alive); None for True/False."""
+        if normalize is True or normalize is False or normalize is None:
+            return None, None
+        if isinstance(normalize, Dataset):
+            st = normalize.stats
+            if st is None:
+                raise ValueError("normalize: that dataset has no statistics")
+            mean, var = st.mean, st.var
+        else:
+            try:
+                mean, var = normalize
+            except (TypeError, ValueError):
+                raise TypeError("normalize must be True, False, a Dataset (the training "
+                                "split) or a (mean, var) pair of arrays") from None
+        mean = np.ascontiguousarray(mean, dtype=np.float64).reshape(-1)
+        var = np.ascontiguousarray(var, dtype=np.float64).reshape(-1)
+        if mean.size != self.dim or var.size != self.dim:
+            raise ValueError(f"normalize: statistics of {mean.size} and {var.size} dimensions, "
+                             f"this dataset has {self.dim}")
+        if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var >= 0).all()):
+            raise ValueError("normalize: means and variances must be finite, variances >= 0")
+        dp = ctypes.POINTER(ctypes.c_double)
+        nrm = _n.Norm(self.dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp))
+        return nrm, (mean, var)
+
     def gather(self, frames, k, out=None, normalize=False, labels=False, threads=None):
         """Windows of the given frames as float32 [n, (2k+1)*dim], any k
-        (zero padding past utterance borders), optionally normalised by the
-        stored mean/variance (padding stays 0).  Into `out` when given (a
+        (zero padding past utterance borders), optionally normalised
+        (spec/format.md section 7.4; padding stays 0): normalize=True uses
+        this dataset's own stored mean/variance; normalize=train_ds (another
+        Dataset) or normalize=(mean, var) uses those statistics -- normalise
+        dev and test with the training split's.  Into `out` when given (a
         C-contiguous float32 array of that shape).  With labels=True returns
         (x, y) with y int64 [n].  threads: gather threads (default: up to 4
         for large batches)."""
@@ -413,9 +444,16 @@ class Dataset:
         y = np.empty(n, dtype=np.int64) if labels else None
         if threads is None:
             threads = min(4, os.cpu_count() or 1) if n >= 4096 else 1
-        rc = _lib.cxs_dataset_gather(self._ptr, f.ctypes.data, n, int(k),
-                                     _n.GATHER_NORMALIZE if normalize else 0, int(threads),
-                                     out.ctypes.data, y.ctypes.data if labels else None)
+        nrm, keep = self._norm(normalize)
+        if nrm is not None:
+            rc = _lib.cxs_dataset_gather_norm(self._ptr, f.ctypes.data, n, int(k),
+                                              ctypes.byref(nrm), int(threads), out.ctypes.data,
+                                              y.ctypes.data if labels else None)
+        else:
+            rc = _lib.cxs_dataset_gather(self._ptr, f.ctypes.data, n, int(k),
+                                         _n.GATHER_NORMALIZE if normalize else 0, int(threads),
+                                         out.ctypes.data, y.ctypes.data if labels else None)
+        del keep
         if rc:
             _raise(rc, what="gather")
         return (out, y) if labels else out

@@ -66,10 +66,14 @@ class SamplerOpts(Structure):
                 ("class_weights", POINTER(c_double))]
 
 
+class Norm(Structure):
+    _fields_ = [("dim", c_uint32), ("mean", POINTER(c_double)), ("var", POINTER(c_double))]
+
+
 class LoaderOpts(Structure):
     _fields_ = [("k", c_uint32), ("batch_size", c_uint32), ("threads", c_uint32),
                 ("ring", c_uint32), ("flags", c_uint32), ("drop_last", c_uint32),
-                ("labels", c_uint32), ("external", c_uint32)]
+                ("labels", c_uint32), ("external", c_uint32), ("norm", POINTER(Norm))]
 
 
 class Batch(Structure):
@@ -97,7 +101,7 @@ class GpuOpts(Structure):
                 ("k", c_uint32), ("batch_size", c_uint32), ("flags", c_uint32),
                 ("out_dtype", c_uint32), ("labels", c_uint32), ("drop_last", c_uint32),
                 ("threads", c_uint32), ("slots", c_uint32), ("pool_segments", c_uint32),
-                ("paths", c_uint32)]
+                ("paths", c_uint32), ("norm", POINTER(Norm))]
 
 
 class GpuBatch(Structure):
@@ -157,6 +161,8 @@ def _load():
         "cxs_dataset_labels": (c_int, [ds, c_uint64, c_uint64, c_void_p]),
         "cxs_dataset_gather": (c_int, [ds, c_void_p, c_size_t, c_uint32, c_uint32, ctypes.c_uint,
                                        c_void_p, c_void_p]),
+        "cxs_dataset_gather_norm": (c_int, [ds, c_void_p, c_size_t, c_uint32, POINTER(Norm),
+                                            ctypes.c_uint, c_void_p, c_void_p]),
         "cxs_sampler_create": (c_int, [ds, POINTER(SamplerOpts), POINTER(c_void_p)]),
         "cxs_sampler_free": (None, [c_void_p]),
         "cxs_sampler_length": (c_uint64, [c_void_p]),

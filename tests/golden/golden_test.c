@@ -96,6 +96,27 @@ static void valid(const char *dir, int compressed) {
                 for (int d = 0; d < 2; d++) CHECK(out[(r + k) * 2 + d] == value(f, r, d));
         }
     }
+    /* Read-time normalisation (spec section 7.4, Appendix A): each stored
+     * value v of frame f becomes nv[f] (both dimensions round alike here),
+     * padding stays +0.0.  Bits, so that any other rounding fails. */
+    static const uint32_t nv[5] = {0xbf9fbfc6, 0xbf449d42, 0xbe9375f2, 0x3f697abf, 0x3fb22e84};
+    for (uint64_t f = 0; f < 5; f++) {
+        float outn[6];
+        CHECK(cxs_dataset_gather(ds, &f, 1, 1, CXS_GATHER_NORMALIZE, 1, outn, NULL) == 0);
+        for (int r = -1; r <= 1; r++)
+            for (int d = 0; d < 2; d++) {
+                uint32_t bits, want = 0;
+                memcpy(&bits, &outn[(r + 1) * 2 + d], 4);
+                int64_t src = (int64_t)f + r, lo = f < 3 ? 0 : 3, hi = f < 3 ? 3 : 5;
+                if (src >= lo && src < hi) want = nv[src];
+                CHECK(bits == want);
+            }
+        /* The same through cxs_dataset_gather_norm with the stored statistics. */
+        cxs_norm nm = {2, st.mean, st.var};
+        float outm[6];
+        CHECK(cxs_dataset_gather_norm(ds, &f, 1, 1, &nm, 1, outm, NULL) == 0 &&
+              memcmp(outm, outn, sizeof outn) == 0);
+    }
     const void *w;
     uint64_t ut, off, bad = 5;
     float out[6];

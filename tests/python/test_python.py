@@ -113,6 +113,59 @@ class Binding(unittest.TestCase):
         frames = list(range(100)) + [4000, 17]
         self.assertTrue(np.array_equal(np.load(xpath), self.ds.gather(frames, 7, normalize=True)))
 
+    def test_normalize_is_the_spec(self):
+        """gather(normalize=...) and the GPU kernel's arithmetic (host
+        emulation, resident mode) against an independent numpy reading of
+        spec/format.md section 7.4, bit for bit, for every dtype and a k
+        beyond the guard; and with another dataset's statistics."""
+        import ctypes
+        import ctxshard.gpu as g
+
+        def spec(windows, mask, mean, var):
+            s = np.where(var > 0, 1.0 / np.sqrt(var), 1.0)
+            D = mean.size
+            x = windows.reshape(len(windows), -1, D).astype(np.float64)
+            y = ((x - mean) * s).astype(np.float32)
+            return np.where(mask.reshape(y.shape), y, np.float32(0)).reshape(windows.shape)
+
+        for dt in ("f32", "f16", "bf16"):
+            with ctxshard.open(os.path.join(TMP, dt)) as ds, \
+                    ctxshard.open(os.path.join(TMP, "f32")) as other:
+                _, utts = reference.dataset(self.raw, dt)
+                st, ost = ds.stats, other.stats
+                for k in (0, 3, 20):
+                    ref = np.concatenate([reference.windows(f, k) for f, _ in utts])
+                    mask = np.concatenate([reference.windows(np.ones_like(f), k)
+                                           for f, _ in utts]) != 0
+                    idx = np.random.default_rng(k).integers(0, len(ds), 500)
+                    want = spec(ref[idx], mask[idx], st.mean, st.var)
+                    got = ds.gather(idx, k, normalize=True)
+                    self.assertTrue(np.array_equal(got.view(np.uint32), want.view(np.uint32)),
+                                    (dt, k, int((got != want).sum())))
+                    want_o = spec(ref[idx], mask[idx], ost.mean, ost.var)
+                    for norm in (other, (ost.mean, ost.var)):
+                        got = ds.gather(idx, k, normalize=norm)
+                        self.assertTrue(np.array_equal(got.view(np.uint32),
+                                                       want_o.view(np.uint32)), (dt, k))
+                # The GPU expansion (gpu_expand.h), emulated on the host.
+                k = 20
+                ref = np.concatenate([reference.windows(f, k) for f, _ in utts])
+                mask = np.concatenate([reference.windows(np.ones_like(f), k)
+                                       for f, _ in utts]) != 0
+                s = ctxshard.Sampler(ds, ctxshard.SHUFFLE, seed=3)
+                with g.GpuLoader(ds, s, k, 128, device=g.EMULATE, mode="resident",
+                                 normalize=True) as L:
+                    b = L.next()
+                    x = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
+                                              shape=(b.n, ds.input_size(k))).copy()
+                    fr = np.asarray(b.frames)
+                    want = spec(ref[fr], mask[fr], st.mean, st.var)
+                    self.assertTrue(np.array_equal(x.view(np.uint32), want.view(np.uint32)), dt)
+        with self.assertRaises(ValueError):
+            self.ds.gather([0], 2, normalize=(np.zeros(3), np.ones(3)))
+        with self.assertRaises(ValueError):
+            self.ds.gather([0], 2, normalize=(np.zeros(28), -np.ones(28)))
+
     def test_views_survive_close(self):
         ds = ctxshard.open(os.path.join(TMP, "f32"))
         w = ds.window(10, 5)

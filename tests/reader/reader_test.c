@@ -133,7 +133,7 @@ TEST(bad_arguments) {
     EXPECT_INT(cxs_sampler_get(s, 0, cxs_sampler_length(s), 1, f), CXS_E_RANGE);
     EXPECT_INT(cxs_sampler_get(s, 0, UINT64_MAX, 2, f), CXS_E_RANGE);
     cxs_loader *ld;
-    cxs_loader_opts lo = {1, 0, 1, 0, 0, 0, 0, 0};
+    cxs_loader_opts lo = {1, 0, 1, 0, 0, 0, 0, 0, NULL};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &ld), CXS_E_INVALID); /* batch 0 */
     lo.batch_size = 4;
     lo.k = 5000000;
@@ -318,7 +318,7 @@ static void loader_epoch(uint32_t kind, uint32_t threads, uint32_t batch, uint32
     cxs_sampler_opts so = {kind, 77, 0, 1, 0, 0, NULL};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {3, batch, threads, 0, 0, drop_last, 1, 0};
+    cxs_loader_opts lo = {3, batch, threads, 0, 0, drop_last, 1, 0, NULL};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, epoch, start, &l), 0);
     const uint32_t W = 7 * info.dim;
     float *x = malloc((size_t)batch * W * 4);
@@ -365,7 +365,7 @@ TEST(loader_reset_and_early_free) {
     cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 0, 1, 0, 0, NULL};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {2, 256, 3, 4, 0, 0, 0, 0};
+    cxs_loader_opts lo = {2, 256, 3, 4, 0, 0, 0, 0, NULL};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
     const cxs_batch *b;
     uint64_t first[256];
@@ -417,7 +417,7 @@ TEST(loader_external_buffers) {
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     const uint32_t B = 500, k = 2, W = (2 * k + 1) * info.dim;
     cxs_loader *l;
-    cxs_loader_opts lo = {k, B, 2, 3, 0, 0, 1, 1};
+    cxs_loader_opts lo = {k, B, 2, 3, 0, 0, 1, 1, NULL};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
     const cxs_batch *b;
     EXPECT_INT(cxs_loader_next(l, &b), CXS_E_INVALID); /* no buffer: an error, not a hang */
@@ -526,7 +526,7 @@ TEST(loader_after_fork) {
     cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 3, 0, 1, 0, 0, NULL};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {4, 300, 2, 0, 0, 0, 1, 0};
+    cxs_loader_opts lo = {4, 300, 2, 0, 0, 0, 1, 0, NULL};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
     const cxs_batch *b;
     for (int i = 0; i < 3; i++) EXPECT_INT(cxs_loader_next(l, &b), 0);
