@@ -14,6 +14,7 @@
 #include "inspect.h"
 #include "pack.h"
 #include "synth.h"
+#include "warm.h"
 #include "util.h"
 
 static const char *const usage_top =
@@ -32,6 +33,7 @@ static const char *const usage_top =
     "  info OUT       describe a packed dataset\n"
     "  gather OUT     write context windows (and labels) as .npy files\n"
     "  bench-read OUT measure how fast the loader serves windows\n"
+    "  warm OUT       read a dataset into the page cache at the disk's rate\n"
     "  gpu [OUT]      the GPU path: device probe; batches delivered to the device\n"
     "  stats OUT      label, length and feature statistics, charts, HTML report\n"
     "\n"
@@ -193,6 +195,22 @@ static const char *const usage_bench =
     "                 larger than memory: needs --memory)\n"
     "  --memory SIZE  block sampler: the page cache it may use (e.g. 1G)\n";
 
+static const char *const usage_warm =
+    "usage: ctxshard warm OUT [--force] [--quiet] [--json]\n"
+    "\n"
+    "Read every file of the dataset once, sequentially in large blocks, so that\n"
+    "it sits in the page cache before training reads it at random (a cold\n"
+    "shuffle otherwise faults it in window by window, far below the disk's\n"
+    "rate).  Prints the bytes read and the rate.  When the part of the dataset\n"
+    "not yet cached is larger than the memory available (MemAvailable, or the\n"
+    "room under the memory cgroup limit; CTXSHARD_MEMORY_AVAILABLE overrides\n"
+    "both), it reads nothing and says so: use the block sampler there.\n"
+    "Exit status 3 when it does not fit.\n"
+    "\n"
+    "  --force   warm even when it does not fit\n"
+    "  --quiet   no progress bar, no summary\n"
+    "  --json    the figures as one JSON object\n";
+
 static const char *const usage_stats =
     "usage: ctxshard stats OUT [--html FILE] [--svg DIR] [--json] [--no-scan]\n"
     "                          [--examples N]\n"
@@ -219,7 +237,7 @@ enum {
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
-    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY
+    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE
 };
 
 static const struct option longopts[] = {
@@ -244,6 +262,7 @@ static const struct option longopts[] = {
     {"mode", required_argument, 0, O_MODE},       {"budget", required_argument, 0, O_BUDGET},
     {"bf16", no_argument, 0, O_BF16},             {"check", no_argument, 0, O_CHECK},
     {"memory", required_argument, 0, O_MEMORY},
+    {"force", no_argument, 0, O_FORCE},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -262,6 +281,7 @@ static int allowed(const char *cmd, int opt) {
         {"info", {O_JSON}},
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
         {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY}},
+        {"warm", {O_FORCE, O_QUIET, O_JSON}},
         {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
         {"gpu", {O_DEVICE, O_EMULATE, O_MODE, O_CONTEXT, O_BATCH, O_BATCHES, O_BUDGET, O_THREADS,
                  O_NORMFLAG, O_BF16, O_CHECK, O_SEED, O_JSON}},
@@ -356,6 +376,7 @@ int main(int argc, char **argv) {
                         : !strcmp(cmd, "gather") ? usage_gather
                         : !strcmp(cmd, "bench-read") ? usage_bench
                         : !strcmp(cmd, "stats")      ? usage_stats
+                        : !strcmp(cmd, "warm")       ? usage_warm
                         : !strcmp(cmd, "gpu")        ? usage_gpu
                                                  : NULL;
     if (!usage) {
@@ -371,7 +392,7 @@ int main(int argc, char **argv) {
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
-    int compare = 0;
+    int compare = 0, force = 0;
     uint64_t k = 0, v;
     uint64_t *frames = NULL;
     size_t nframes = 0;
@@ -546,6 +567,7 @@ int main(int argc, char **argv) {
             break;
         case O_BF16: go.bf16 = 1; break;
         case O_CHECK: go.check = 1; break;
+        case O_FORCE: force = 1; break;
         case O_LABELS: labels = optarg; break;
         default: break;
         }
@@ -593,6 +615,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);
     else if (!strcmp(cmd, "info")) ec = info_run(a, json);
     else if (!strcmp(cmd, "bench-read")) ec = bench_read_run(a, &bo);
+    else if (!strcmp(cmd, "warm")) ec = warm_run(a, force, po.quiet, json);
     else if (!strcmp(cmd, "stats")) {
         if (json) sto.json = 1;
         sto.compare = compare ? b : NULL;

@@ -145,6 +145,64 @@ typedef int (*cxs_progress_fn)(void *user, uint64_t done, uint64_t total);
 CXS_API int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress,
                                void *user, cxs_diag *diag);
 
+/* ---- memory and the page cache --------------------------------------- */
+
+/** What cxs_memory_probe() found. */
+typedef struct cxs_memory {
+    uint64_t available;        /**< bytes a dataset can take in the page cache:
+                                    the smaller of the two below, or the
+                                    environment's figure */
+    uint64_t mem_available;    /**< MemAvailable of /proc/meminfo */
+    uint64_t cgroup_limit;     /**< tightest memory cgroup limit over this
+                                    process's cgroup and its ancestors; 0: none */
+    uint64_t cgroup_available; /**< that limit minus the memory in use in the
+                                    cgroup that is not page cache */
+    uint32_t from_env;         /**< 1: `available` is CTXSHARD_MEMORY_AVAILABLE */
+} cxs_memory;
+
+/**
+ * How much memory the page cache can give a dataset here: MemAvailable of
+ * /proc/meminfo, lowered to the room left under the memory cgroup limit
+ * (v1 or v2) when the process is in a limited cgroup.  The environment
+ * variable CTXSHARD_MEMORY_AVAILABLE (bytes, or with a K/M/G/T suffix)
+ * replaces the measurement, for a job that knows its share better than the
+ * kernel does, and for tests.  Returns 0, CXS_E_INVALID (the variable is not
+ * a size; diag says so), or -errno when /proc/meminfo cannot be read.
+ */
+CXS_API int cxs_memory_probe(cxs_memory *out, cxs_diag *diag);
+
+/** cxs_dataset_warm flags. */
+#define CXS_WARM_FORCE 1u /**< warm even when the dataset does not fit */
+
+/** What cxs_dataset_warm() did. */
+typedef struct cxs_warm_result {
+    uint64_t total_bytes;   /**< all files of the dataset */
+    uint64_t cached_before; /**< of those, bytes already in the page cache */
+    uint64_t bytes_read;    /**< bytes read (all of them: cached ones cost no I/O) */
+    double seconds;         /**< wall time of the call */
+    uint32_t fits;          /**< 1: the uncached part fitted in memory.available */
+    cxs_memory memory;      /**< the figures the decision was made on */
+} cxs_warm_result;
+
+/**
+ * Pull every file of the dataset into the page cache: one sequential pass,
+ * file by file, in large reads, so a cold dataset loads at the disk's
+ * sequential rate instead of one random page fault per window.  Before
+ * reading, it compares the bytes not yet cached (mincore) with
+ * cxs_memory_probe()'s figure; when they do not fit it reads nothing and
+ * returns -ENOMEM with a message naming both sizes and the block sampler
+ * (warming data larger than memory evicts what it read first), unless
+ * flags has CXS_WARM_FORCE.  progress (may be NULL) is called after every
+ * read with bytes done and the total; a non-zero return stops it
+ * (-ECANCELED).  Thread-safe; reads through its own file descriptors, so
+ * it may run in a background thread while loaders read the mapping (the
+ * dataset must stay open until it returns).  *result (may be NULL) is
+ * written on success.  Returns 0, -ENOMEM (does not fit, diag says so),
+ * -ECANCELED, -errno (a file cannot be opened or read), CXS_E_INVALID.
+ */
+CXS_API int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn progress,
+                             void *user, cxs_warm_result *result, cxs_diag *diag);
+
 /* ---- description ------------------------------------------------------ */
 
 typedef struct cxs_info {

@@ -11,6 +11,7 @@ PyTorch adapters are in ctxshard.torch.  Views returned here point into the
 read-only file mapping; they keep it alive, so closing the dataset while
 views exist is safe (the files are unmapped when the last view goes)."""
 import ctypes
+import errno
 import os
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 
@@ -19,8 +20,8 @@ import numpy as np
 from . import _native as _n
 from ._native import lib as _lib
 
-__all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "SEQUENTIAL", "SHUFFLE",
-           "WEIGHTED"]
+__all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "memory_available",
+           "SEQUENTIAL", "SHUFFLE", "WEIGHTED"]
 
 SEQUENTIAL, SHUFFLE, WEIGHTED = _n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFLE, _n.SAMPLER_WEIGHTED
 
@@ -49,6 +50,20 @@ def _raise(rc, diag=None, what=""):
 def version():
     """Version of the loaded libctxshard."""
     return _lib.cxs_version().decode()
+
+
+def memory_available():
+    """Bytes of memory the page cache can give a dataset here, as a dict:
+    available (what decisions use), mem_available (/proc/meminfo),
+    cgroup_limit (0 when the process is not in a limited memory cgroup),
+    cgroup_available, from_env (True when CTXSHARD_MEMORY_AVAILABLE set it)."""
+    m, diag = _n.Memory(), _n.Diag()
+    rc = _lib.cxs_memory_probe(byref(m), byref(diag))
+    if rc:
+        _raise(rc, diag)
+    return {"available": m.available, "mem_available": m.mem_available,
+            "cgroup_limit": m.cgroup_limit, "cgroup_available": m.cgroup_available,
+            "from_env": bool(m.from_env)}
 
 
 class _Handle:
@@ -155,6 +170,51 @@ class Dataset:
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} frames"
         return f"<ctxshard.Dataset {self.path!r}: {state}>"
+
+    # ---- the page cache ------------------------------------------------------
+    @property
+    def nbytes(self):
+        """Bytes of all the dataset's files (what warming reads)."""
+        return self._info.total_bytes
+
+    def fits_in_memory(self):
+        """True when all the dataset's files fit in the memory available
+        (memory_available()['available'])."""
+        return self._info.total_bytes <= memory_available()["available"]
+
+    def warm(self, force=False, progress=None, stop=None):
+        """Read every file of the dataset into the page cache, sequentially
+        in large blocks (the disk's rate, instead of one random fault per
+        window during a cold first epoch).  Returns a dict: total_bytes,
+        cached_before, bytes_read, seconds, fits, available.  When the part
+        not yet cached does not fit in the memory available it reads nothing
+        and raises MemoryError naming the block sampler, unless force=True.
+        progress(done, total) is called as it goes; stop, a
+        threading.Event, cancels it (InterruptedError).  Releases the GIL
+        while reading, so it may run in a thread (Loader(prefetch=True)
+        does)."""
+        h = self._h  # held: the dataset stays open until this returns
+        if h is None:
+            raise ValueError("ctxshard: the dataset is closed")
+
+        def tick(_user, done, total):
+            if progress is not None:
+                progress(done, total)
+            return 1 if stop is not None and stop.is_set() else 0
+
+        fn = _n.PROGRESS_FN(tick)
+        r, diag = _n.WarmResult(), _n.Diag()
+        rc = _lib.cxs_dataset_warm(h.ptr, _n.WARM_FORCE if force else 0, fn, None, byref(r),
+                                   byref(diag))
+        if rc == -errno.ENOMEM and diag.message:
+            raise MemoryError(diag.message.decode("utf-8", "replace"))
+        if rc == -errno.ECANCELED:
+            raise InterruptedError(f"{self.path}: warming stopped")
+        if rc:
+            _raise(rc, diag, what="warm")
+        return {"total_bytes": r.total_bytes, "cached_before": r.cached_before,
+                "bytes_read": r.bytes_read, "seconds": r.seconds, "fits": bool(r.fits),
+                "available": r.memory.available}
 
     # ---- description -------------------------------------------------------
     def __len__(self):

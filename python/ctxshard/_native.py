@@ -76,6 +76,22 @@ class LoaderOpts(Structure):
                 ("labels", c_uint32), ("external", c_uint32), ("norm", POINTER(Norm))]
 
 
+class Memory(Structure):
+    _fields_ = [("available", c_uint64), ("mem_available", c_uint64),
+                ("cgroup_limit", c_uint64), ("cgroup_available", c_uint64),
+                ("from_env", c_uint32)]
+
+
+class WarmResult(Structure):
+    _fields_ = [("total_bytes", c_uint64), ("cached_before", c_uint64),
+                ("bytes_read", c_uint64), ("seconds", c_double), ("fits", c_uint32),
+                ("memory", Memory)]
+
+
+WARM_FORCE = 1
+PROGRESS_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, c_uint64)
+
+
 class Batch(Structure):
     _fields_ = [("x", c_void_p), ("y", c_void_p), ("frames", c_void_p), ("n", c_size_t),
                 ("index", c_uint64), ("position", c_uint64)]
@@ -151,6 +167,9 @@ def _load():
         "cxs_dataset_close": (None, [ds]),
         "cxs_dataset_verify": (c_int, [ds, c_void_p, c_void_p, POINTER(Diag)]),
         "cxs_dataset_info": (None, [ds, POINTER(Info)]),
+        "cxs_memory_probe": (c_int, [POINTER(Memory), POINTER(Diag)]),
+        "cxs_dataset_warm": (c_int, [ds, c_uint32, PROGRESS_FN, c_void_p, POINTER(WarmResult),
+                                     POINTER(Diag)]),
         "cxs_dataset_stats": (None, [ds, POINTER(Stats)]),
         "cxs_dataset_vocab": (c_int, [ds, c_uint32, POINTER(c_void_p), POINTER(c_size_t)]),
         "cxs_dataset_skipped": (None, [ds, POINTER(c_void_p), POINTER(c_size_t)]),
@@ -190,5 +209,5 @@ def _load():
 
 
 lib, lib_path = _load()
-__all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Utterance", "SamplerOpts", "LoaderOpts",
+__all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
            "Batch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuLoaderInfo", "c_float", "c_int64"]

@@ -17,13 +17,15 @@ import ctypes
 import mmap
 import os
 import sys
+import threading
+import warnings
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset as _TorchDataset
 from torch.utils.data._utils.collate import default_collate
 
-from . import SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _native as _n, _raise
+from . import SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _native as _n, _raise, memory_available
 from . import gpu as _gpu
 from ._native import lib as _lib
 
@@ -169,8 +171,11 @@ class Loader:
     def __init__(self, path, context, batch_size, shuffle=True, seed=0, drop_last=False,
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
                  pin_memory=False, device=None, normalize=False, labels=True, num_samples=0,
-                 gpu_mode="auto", gpu_budget=None, gpu_dtype=None, gpu_emulate=False):
+                 gpu_mode="auto", gpu_budget=None, gpu_dtype=None, gpu_emulate=False,
+                 prefetch=True):
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        self._warm_thread, self._warm_stop = None, threading.Event()
+        self._start_prefetch(bool(prefetch), shuffle and not (weighted or class_weights is not None))
         if rank is None or world_size is None:
             dist = torch.distributed
             if dist.is_available() and dist.is_initialized():
@@ -217,6 +222,42 @@ class Loader:
                 self.gpu_mode, self.gpu_reason = "host", probe["reason"]
         self.pin_memory = bool(pin_memory) or (self.device is not None and self.device.type == "cuda"
                                                and self._gpu_opts is None)
+
+    def _start_prefetch(self, prefetch, shuffled):
+        """prefetch: warm the dataset into the page cache in a background
+        thread when it fits in the memory available (a cold first epoch then
+        reads at the disk's sequential rate instead of one random fault per
+        window; a dataset already cached costs one mincore pass).  A full
+        shuffle over a dataset larger than that memory thrashes: say so once,
+        and name the block sampler."""
+        mem = memory_available()["available"]
+        size = self.dataset.nbytes
+        if size > mem:
+            if shuffled:
+                warnings.warn(
+                    f"ctxshard: {self.dataset.path} ({size / 2**30:.2f} GiB) is larger than the "
+                    f"memory available ({mem / 2**30:.2f} GiB): a full shuffle reads it at "
+                    "random, one disk read per window, every epoch.  Use the block sampler, "
+                    "Loader(..., shuffle=\"block\", memory=...), which reads blocks of "
+                    "utterances sequentially within that budget.", UserWarning, stacklevel=3)
+            return
+        if not prefetch:
+            return
+        ds, stop = self.dataset, self._warm_stop
+
+        def work():
+            try:
+                ds.warm(stop=stop)
+            except Exception:  # noqa: BLE001 - a failed warm-up only costs speed
+                pass
+
+        self._warm_thread = threading.Thread(target=work, name="ctxshard-warm", daemon=True)
+        self._warm_thread.start()
+
+    def wait_prefetch(self):
+        """Wait until the background warm-up (prefetch=True) is done."""
+        if self._warm_thread is not None:
+            self._warm_thread.join()
 
     def __len__(self):
         """Batches in a full epoch of this rank."""
@@ -319,6 +360,10 @@ class Loader:
         """Free the GPU loader's device memory now (also done when the
         Loader is collected).  Batches handed out become invalid."""
         self._views.clear()
+        self._warm_stop.set()
+        if self._warm_thread is not None:
+            self._warm_thread.join()
+            self._warm_thread = None
         if self._gl is not None:
             self._gl.close()
             self._gl = None

@@ -479,5 +479,73 @@ class Torch(unittest.TestCase):
         self.assertGreater(dev, majority + 0.15, out)
 
 
+class Warm(unittest.TestCase):
+    """Dataset.warm(), Loader(prefetch=) and the warning for a full shuffle
+    over data larger than memory (CTXSHARD_MEMORY_AVAILABLE plays a small
+    machine)."""
+
+    def setUp(self):
+        self.path = os.path.join(TMP, "f32")
+        self.size = sum(os.path.getsize(os.path.join(self.path, n)) for n in os.listdir(self.path))
+        os.environ.pop("CTXSHARD_MEMORY_AVAILABLE", None)
+
+    def tearDown(self):
+        os.environ.pop("CTXSHARD_MEMORY_AVAILABLE", None)
+
+    def test_warm(self):
+        seen = []
+        with ctxshard.open(self.path) as ds:
+            self.assertEqual(ds.nbytes, self.size)
+            r = ds.warm(progress=lambda done, total: seen.append((done, total)))
+        self.assertEqual(r["bytes_read"], self.size)
+        self.assertTrue(r["fits"])
+        self.assertEqual(seen[-1], (self.size, self.size))
+        self.assertEqual([d for d, _ in seen], sorted(d for d, _ in seen))
+
+    def test_warm_does_not_fit(self):
+        os.environ["CTXSHARD_MEMORY_AVAILABLE"] = "4K"
+        self.assertEqual(ctxshard.memory_available()["available"], 4096)
+        self.assertTrue(ctxshard.memory_available()["from_env"])
+        with ctxshard.open(self.path) as ds:
+            self.assertFalse(ds.fits_in_memory())
+            with self.assertRaisesRegex(MemoryError, "does not fit.*block sampler"):
+                ds.warm()
+            self.assertFalse(ds.warm(force=True)["fits"])
+        os.environ["CTXSHARD_MEMORY_AVAILABLE"] = "plenty"
+        with self.assertRaisesRegex(ValueError, "CTXSHARD_MEMORY_AVAILABLE: 'plenty'"):
+            ctxshard.memory_available()
+
+    def test_warm_stops(self):
+        import threading
+        stop = threading.Event()
+        stop.set()
+        with ctxshard.open(self.path) as ds, self.assertRaises(InterruptedError):
+            ds.warm(stop=stop)
+
+    @unittest.skipIf(torch is None, "torch not installed")
+    def test_loader_prefetch_and_warning(self):
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            ld = cxt.Loader(self.path, 3, 64, prefetch=True)
+            self.assertIsNotNone(ld._warm_thread)  # fits: warming in the background
+            n = sum(len(y) for _, y in ld)
+            ld.wait_prefetch()
+            ld.close()
+            self.assertIsNone(cxt.Loader(self.path, 3, 64, prefetch=False)._warm_thread)
+        self.assertEqual(n, len(ctxshard.open(self.path)))
+        self.assertEqual([x for x in w if "block" in str(x.message)], [])
+        os.environ["CTXSHARD_MEMORY_AVAILABLE"] = "4K"
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            ld = cxt.Loader(self.path, 3, 64, prefetch=True)
+            self.assertIsNone(ld._warm_thread)  # does not fit: no warm-up
+            cxt.Loader(self.path, 3, 64, shuffle=False)  # sequential: no warning
+        msgs = [str(x.message) for x in w if "block" in str(x.message)]
+        self.assertEqual(len(msgs), 1, msgs)
+        self.assertIn('shuffle="block"', msgs[0])
+        self.assertIn("larger than the memory available", msgs[0])
+
+
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1], verbosity=1)

@@ -1,0 +1,294 @@
+/* warm.c - cxs_memory_probe() and cxs_dataset_warm(): how much memory the
+ * page cache may use here, and pulling a dataset into it sequentially. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctxshard.h"
+#include "dataset_internal.h"
+
+/* Reads of 8 MiB: bench/warm_methods.c measured pread, readahead(2) and
+ * MADV_WILLNEED over 1..64 MiB blocks on a cold dataset; every large
+ * sequential read reaches the disk's rate, pread is the one whose progress is
+ * the bytes actually read (the other two return before or while the kernel
+ * reads) and whose errors come back (an EIO of readahead is lost), and from
+ * 4 MiB up the block size no longer matters.  The copy into the buffer costs
+ * a few percent of one core at disk speed. */
+#define WARM_BLOCK (8u << 20)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* "123", "64K", "1.5G": bytes.  Returns 0 or -1. */
+static int parse_bytes(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0) return -1;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') end++;
+    if (*end == 'B') end++;
+    if (*end || v * mul > 1.8e19) return -1;
+    *out = (uint64_t)(v * mul);
+    return 0;
+}
+
+/* Value of "Key:   123 kB" in /proc/meminfo, in bytes; 0 when absent. */
+static int meminfo_available(uint64_t *out) {
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (!f) return -errno;
+    char line[256];
+    int rc = -ENOENT;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            *out = (uint64_t)kb * 1024;
+            rc = 0;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* First unsigned number of a file ("max" and unreadable files: -1). */
+static int read_u64_file(const char *path, uint64_t *out) {
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    unsigned long long v;
+    int ok = fscanf(f, "%llu", &v) == 1;
+    fclose(f);
+    if (!ok) return -1;
+    *out = v;
+    return 0;
+}
+
+/* "key value" in a memory.stat file. */
+static uint64_t stat_field(const char *path, const char *key) {
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    char name[128];
+    unsigned long long v;
+    uint64_t r = 0;
+    while (fscanf(f, "%127s %llu", name, &v) == 2)
+        if (!strcmp(name, key)) {
+            r = v;
+            break;
+        }
+    fclose(f);
+    return r;
+}
+
+/* The tightest limit of the memory cgroup this process is in and of its
+ * ancestors (limits nest), and what is left under it: the limit minus the
+ * memory in use that is not page cache (the cache is reclaimed first, so it
+ * is room a dataset can take).  v2: /sys/fs/cgroup/<path>/memory.max; v1:
+ * /sys/fs/cgroup/memory/<path>/memory.limit_in_bytes.  *limit stays 0 when
+ * there is no limit (or no cgroup file system). */
+static void cgroup_memory(uint64_t *limit, uint64_t *avail) {
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f) return;
+    char line[4096], v2[4096] = "", v1[4096] = "";
+    int have_v2 = 0, have_v1 = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c1 = *c2 = 0;
+        if (!strcmp(line, "0") && c1[1] == 0) {
+            snprintf(v2, sizeof v2, "%s", c2 + 1);
+            have_v2 = 1;
+        } else {
+            /* v1: a comma-separated controller list containing "memory". */
+            for (char *tok = c1 + 1; tok && *tok;) {
+                char *comma = strchr(tok, ',');
+                size_t len = comma ? (size_t)(comma - tok) : strlen(tok);
+                if (len == 6 && !strncmp(tok, "memory", 6)) {
+                    snprintf(v1, sizeof v1, "%s", c2 + 1);
+                    have_v1 = 1;
+                }
+                tok = comma ? comma + 1 : NULL;
+            }
+        }
+    }
+    fclose(f);
+    const char *root = have_v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup";
+    char *dir = have_v1 ? v1 : v2;
+    if (!have_v1 && !have_v2) return;
+    char path[4200];
+    /* Walk from the process's own cgroup up to the root. */
+    for (;;) {
+        uint64_t lim, usage, cache;
+        snprintf(path, sizeof path, "%s%s/%s", root, dir,
+                 have_v1 ? "memory.limit_in_bytes" : "memory.max");
+        /* v1 writes "no limit" as a huge page-rounded number. */
+        if (!read_u64_file(path, &lim) && lim < (1ull << 60)) {
+            snprintf(path, sizeof path, "%s%s/%s", root, dir,
+                     have_v1 ? "memory.usage_in_bytes" : "memory.current");
+            if (read_u64_file(path, &usage)) usage = 0;
+            snprintf(path, sizeof path, "%s%s/memory.stat", root, dir);
+            cache = stat_field(path, have_v1 ? "total_cache" : "file");
+            uint64_t used = usage > cache ? usage - cache : 0;
+            uint64_t left = lim > used ? lim - used : 0;
+            if (!*limit || lim < *limit) *limit = lim;
+            if (!*avail || left < *avail) *avail = left;
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash || !dir[0] || (slash == dir && !dir[1])) break;
+        *slash = 0;
+        if (!dir[0]) {
+            /* The root cgroup itself has no limit files worth reading. */
+            break;
+        }
+    }
+}
+
+int cxs_memory_probe(cxs_memory *out, cxs_diag *d) {
+    if (!out) return CXS_E_INVALID;
+    cxs_memory m;
+    memset(&m, 0, sizeof m);
+    const char *env = getenv("CTXSHARD_MEMORY_AVAILABLE");
+    if (env && *env) {
+        if (parse_bytes(env, &m.available))
+            return cxs_diagf(d, CXS_E_INVALID,
+                             "CTXSHARD_MEMORY_AVAILABLE: '%s' is not a size (bytes, or with "
+                             "a K, M, G or T suffix)", env);
+        m.from_env = 1;
+        *out = m;
+        return 0;
+    }
+    int rc = meminfo_available(&m.mem_available);
+    if (rc) return cxs_diagf(d, rc, "/proc/meminfo: no MemAvailable (%s)", cxs_strerror(rc));
+    cgroup_memory(&m.cgroup_limit, &m.cgroup_available);
+    m.available = m.mem_available;
+    if (m.cgroup_limit && m.cgroup_available < m.available) m.available = m.cgroup_available;
+    *out = m;
+    return 0;
+}
+
+/* Bytes of the dataset's files already in the page cache (mincore over the
+ * mappings open made; no page is touched). */
+static uint64_t resident_bytes(const cxs_dataset *ds) {
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    enum { VEC = 1u << 16 };
+    unsigned char *vec = malloc(VEC);
+    if (!vec) return 0;
+    uint64_t total = 0;
+    uint32_t n = ds->single_shard ? 1 : ds->meta.num_shards;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *map = ds->shards[i].map;
+        uint64_t size = ds->shards[i].size;
+        for (uint64_t off = 0; off < size; off += (uint64_t)VEC * page) {
+            uint64_t len = size - off < (uint64_t)VEC * page ? size - off : (uint64_t)VEC * page;
+            size_t pages = (size_t)((len + page - 1) / page);
+            if (mincore((void *)(map + off), (size_t)len, vec)) break;
+            for (size_t p = 0; p < pages; p++)
+                if (vec[p] & 1) total += p + 1 == pages ? len - (uint64_t)p * page : page;
+        }
+    }
+    free(vec);
+    return total;
+}
+
+static void human(uint64_t b, char *buf, size_t n) {
+    if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)b / (1ull << 30));
+    else snprintf(buf, n, "%.1f MiB", (double)b / (1ull << 20));
+}
+
+int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn progress, void *user,
+                     cxs_warm_result *result, cxs_diag *d) {
+    if (!ds || (flags & ~CXS_WARM_FORCE)) return CXS_E_INVALID;
+    cxs_warm_result r;
+    memset(&r, 0, sizeof r);
+    double t0 = now_s();
+    r.total_bytes = ds->total_bytes;
+    r.cached_before = resident_bytes(ds);
+    int rc = cxs_memory_probe(&r.memory, d);
+    if (rc) return rc;
+    uint64_t need = r.total_bytes - (r.cached_before < r.total_bytes ? r.cached_before : r.total_bytes);
+    if (need > r.memory.available) {
+        r.fits = 0;
+        if (!(flags & CXS_WARM_FORCE)) {
+            char a[32], b[32], c[32];
+            human(r.total_bytes, a, sizeof a);
+            human(r.memory.available, b, sizeof b);
+            human(r.memory.cgroup_limit, c, sizeof c);
+            return cxs_diagf(d, -ENOMEM,
+                             "%s: the dataset (%s, %s of it not cached) does not fit in the "
+                             "memory available (%s%s%s%s): warming it would evict what it "
+                             "read first.  Read it with the block sampler instead, which "
+                             "keeps only a memory budget's worth of it in the cache "
+                             "(Loader(shuffle=\"block\", memory=...), bench-read --sampler "
+                             "block --memory SIZE)",
+                             ds->manifest_path, a,
+                             need == r.total_bytes ? "all" : "part",
+                             b, r.memory.from_env ? ", CTXSHARD_MEMORY_AVAILABLE" : "",
+                             r.memory.cgroup_limit && !r.memory.from_env
+                                 ? ", memory cgroup limit " : "",
+                             r.memory.cgroup_limit && !r.memory.from_env ? c : "");
+        }
+    } else {
+        r.fits = 1;
+    }
+    uint8_t *buf = malloc(WARM_BLOCK);
+    if (!buf) return -ENOMEM;
+    uint64_t done = 0;
+    uint32_t n = ds->single_shard ? 1 : ds->meta.num_shards;
+    /* The manifest (small) first, then each shard from start to end. */
+    for (uint32_t i = 0; i <= n && !rc; i++) {
+        const char *path = i == n ? ds->manifest_path : ds->shards[i].path;
+        if (i == n && ds->single_shard) break;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            rc = cxs_diagf(d, -e, "%s: %s", path, strerror(e));
+            break;
+        }
+        /* Tell the kernel the whole file is read in order: a larger
+         * read-ahead window keeps the disk busy between two preads. */
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        uint64_t size = i == n ? ds->msize : ds->shards[i].size;
+        for (uint64_t off = 0; off < size;) {
+            size_t want = size - off < WARM_BLOCK ? (size_t)(size - off) : WARM_BLOCK;
+            ssize_t got = pread(fd, buf, want, (off_t)off);
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                int e = got < 0 ? errno : EIO;
+                rc = cxs_diagf(d, got < 0 ? -e : CXS_E_TRUNCATED, "%s: read at offset %" PRIu64
+                               " failed: %s", path, off, got < 0 ? strerror(e) : "file shrank");
+                break;
+            }
+            off += (uint64_t)got;
+            done += (uint64_t)got;
+            if (progress && progress(user, done, r.total_bytes)) {
+                rc = -ECANCELED;
+                break;
+            }
+        }
+        close(fd);
+    }
+    free(buf);
+    r.bytes_read = done;
+    r.seconds = now_s() - t0;
+    if (rc == -ECANCELED) return rc;
+    if (rc) return rc;
+    if (result) *result = r;
+    return 0;
+}
