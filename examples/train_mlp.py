@@ -15,7 +15,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+try:
+    import ctxshard  # noqa: F401  (installed: pip install .)
+except ImportError:
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -25,13 +28,15 @@ import ctxshard.torch as cxt  # noqa: E402
 
 
 def synthesise(work, train_utts, dev_utts):
-    exe = os.path.join(HERE, "..", "build", "tools", "ctxshard")
+    # the installed command, or the checkout's build: whichever ctxshard this imported
+    exe = [sys.executable, "-m", "ctxshard"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(ctxshard.__file__)))
     paths = {}
     for split, n, offset in (("train", train_utts, 0), ("dev", dev_utts, train_utts)):
         raw, out = os.path.join(work, split + "-raw"), os.path.join(work, split)
-        subprocess.run([exe, "synth", raw, "--utts", str(n), "--offset", str(offset),
-                        "--seed", "1", "--quiet"], check=True)
-        subprocess.run([exe, "pack", raw, out, "--quiet"], check=True)
+        subprocess.run([*exe, "synth", raw, "--utts", str(n), "--offset", str(offset),
+                        "--seed", "1", "--quiet"], check=True, env=env)
+        subprocess.run([*exe, "pack", raw, out, "--quiet"], check=True, env=env)
         paths[split] = out
     return paths["train"], paths["dev"]
 

@@ -13,6 +13,7 @@
 #include "stats.h"
 #include "inspect.h"
 #include "pack.h"
+#include "partenv.h"
 #include "synth.h"
 #include "warm.h"
 #include "util.h"
@@ -74,7 +75,7 @@ static const char *const usage_pack =
     "                     [--shard-size SIZE] [--threads N] [--on-error fail|skip]\n"
     "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle]\n"
-    "                     [--part I/N]\n"
+    "                     [--part I/N|env]\n"
     "\n"
     "Validate RAW, convert it and write a packed dataset to OUT atomically (a\n"
     "temporary directory beside OUT, fsynced, renamed into place; a previous\n"
@@ -104,7 +105,11 @@ static const char *const usage_pack =
     "                     (at least one; default 64K)\n"
     "  --no-shuffle       no byte-shuffle filter before zstd\n"
     "  --part I/N         pack only the I-th of N slices (whole shards) into a\n"
-    "                     partial dataset; join the N parts with ctxshard merge\n";
+    "                     partial dataset; join the N parts with ctxshard merge\n"
+    "  --part env         I/N from the job launcher: a Slurm array task\n"
+    "                     (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN + 1 of\n"
+    "                     SLURM_ARRAY_TASK_COUNT) or an MPI rank (rank + 1 of size:\n"
+    "                     OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK)\n";
 
 static const char *const usage_convert =
     "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress)\n"
@@ -387,7 +392,7 @@ int main(int argc, char **argv) {
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0};
-    int move = 0, have_form = 0;
+    int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
@@ -540,9 +545,11 @@ int main(int argc, char **argv) {
         case O_PART: {
             unsigned pi, pn;
             char tail;
+            part_env = !strcmp(optarg, "env");
+            if (part_env) break;
             if (sscanf(optarg, "%u/%u%c", &pi, &pn, &tail) != 2 || pn < 1 || pn > 100000 ||
                 pi < 1 || pi > pn)
-                return usage_error(usage, "--part: '%s' is not I/N with 1 <= I <= N <= 100000", optarg);
+                return usage_error(usage, "--part: '%s' is not I/N with 1 <= I <= N <= 100000, or env", optarg);
             po.part = pi;
             po.parts = pn;
             break;
@@ -605,6 +612,15 @@ int main(int argc, char **argv) {
         bo.k = have_k ? (uint32_t)k : 30;
         bo.threads = po.threads ? po.threads : (ncpus() < 4 ? ncpus() : 4);
         bo.seed = so.seed;
+    }
+    if (part_env) {
+        char from[256], err[512];
+        if (part_from_env(&po.part, &po.parts, from, sizeof from, err, sizeof err)) {
+            free(frames);
+            warnx_("--part env: %s", err);
+            return EXIT_USAGE;
+        }
+        if (!po.quiet) fprintf(stderr, "ctxshard pack: part %u/%u (%s)\n", po.part, po.parts, from);
     }
     if (!po.threads) po.threads = ncpus();
     int ec;

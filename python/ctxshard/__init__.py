@@ -18,6 +18,7 @@ from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 import numpy as np
 
 from . import _native as _n
+from ._version import __version__
 from ._native import lib as _lib
 
 __all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "memory_available",
@@ -48,7 +49,8 @@ def _raise(rc, diag=None, what=""):
 
 
 def version():
-    """Version of the loaded libctxshard."""
+    """Version of the loaded libctxshard (the package refuses to load any
+    other than its own, __version__)."""
     return _lib.cxs_version().decode()
 
 

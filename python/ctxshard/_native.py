@@ -1,13 +1,16 @@
 """ctypes declarations of libctxshard's public API (lib/include/ctxshard.h).
 
 The library is found, in this order, at $CTXSHARD_LIB, beside this package
-(an installed copy), in the checkout's build/lib, or where the system's
-dynamic loader finds libctxshard.so.0."""
+(where `pip install .` puts it), in the checkout's build/lib, or where the
+system's dynamic loader finds libctxshard.so.0 (after `meson install`).  It
+must be the package's own version: the structures below are its ABI."""
 import ctypes
 import glob
 import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int64,
                     c_size_t, c_uint32, c_uint64, c_void_p)
+
+from ._version import __version__
 
 E_BAD_MAGIC = -5001
 E_VERSION = -5002
@@ -205,6 +208,12 @@ def _load():
         f = getattr(lib, name)
         f.restype = res
         f.argtypes = args
+    found = lib.cxs_version().decode()
+    if found != __version__:
+        raise ImportError(
+            f"ctxshard: the C library {path} is version {found}, this package is {__version__}: "
+            "rebuild it (`ninja -C build`), reinstall the package (`pip install .`), or point "
+            "CTXSHARD_LIB at a libctxshard.so of the same version")
     return lib, path
 
 

@@ -3,7 +3,10 @@ gather) and an independent numpy reference; views outliving close; errors;
 FrameDataset inside torch's DataLoader; the native Loader's epochs, resume,
 ranks; the example's training run.
 
-usage: /usr/bin/python3 tests/python/test_python.py BUILD_DIR SOURCE_ROOT"""
+usage: /usr/bin/python3 tests/python/test_python.py BUILD_DIR SOURCE_ROOT
+       PYTHON tests/python/test_python.py --installed SOURCE_ROOT
+The second form tests the package pip installed into PYTHON's environment
+(scripts/test-installed.sh): imported from there, the command from its bin."""
 import gc
 import os
 import re
@@ -13,10 +16,17 @@ import sys
 import tempfile
 import unittest
 
-BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-EXE = os.path.join(BUILD, "tools", "ctxshard")
-os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
-sys.path.insert(0, os.path.join(SRC, "python"))
+import sysconfig  # noqa: E402
+
+INSTALLED = sys.argv[1] == "--installed"
+if INSTALLED:
+    SRC = os.path.abspath(sys.argv[2])
+    EXE = os.path.join(sysconfig.get_path("scripts"), "ctxshard")
+else:
+    BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    EXE = os.path.join(BUILD, "tools", "ctxshard")
+    os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
+    sys.path.insert(0, os.path.join(SRC, "python"))
 sys.path.insert(0, os.path.join(SRC, "tests", "roundtrip"))
 
 import numpy as np  # noqa: E402
@@ -473,7 +483,8 @@ class Torch(unittest.TestCase):
             [sys.executable, os.path.join(SRC, "examples", "train_mlp.py"), "--synth",
              "--train-utts", "150", "--dev-utts", "20", "--hidden", "128", "--epochs", "2",
              "--context", "5"], check=True, capture_output=True, text=True,
-            env=dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))).stdout
+            env=os.environ if INSTALLED else dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+        ).stdout
         majority = float(re.search(r"majority class ([\d.]+)%", out).group(1)) / 100
         dev = float(re.findall(r"dev accuracy ([\d.]+)%", out)[-1]) / 100
         self.assertGreater(dev, majority + 0.15, out)
@@ -545,6 +556,55 @@ class Warm(unittest.TestCase):
         self.assertEqual(len(msgs), 1, msgs)
         self.assertIn('shuffle="block"', msgs[0])
         self.assertIn("larger than the memory available", msgs[0])
+
+
+class Installation(unittest.TestCase):
+    """One version everywhere; the command as `ctxshard` and `python -m
+    ctxshard`; installed, the package and its library come from the
+    environment, found with no variable."""
+
+    def test_one_version(self):
+        meson = re.search(r"project\('ctxshard'.*?version\s*:\s*'([^']+)'",
+                          open(os.path.join(SRC, "meson.build")).read(), re.S).group(1)
+        self.assertEqual(ctxshard.__version__, meson)
+        self.assertEqual(ctxshard.version(), meson)  # the C library's cxs_version()
+        cli = subprocess.run([EXE, "--version"], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(cli.split()[:2], ["ctxshard", meson])
+        mod = subprocess.run([sys.executable, "-m", "ctxshard", "--version"], capture_output=True,
+                             text=True, check=True, env=self.env()).stdout
+        self.assertEqual(mod, cli)
+        if INSTALLED:
+            import importlib.metadata
+            self.assertEqual(importlib.metadata.version("ctxshard"), meson)
+
+    def env(self):
+        return os.environ if INSTALLED else dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+
+    def test_python_m_is_the_command(self):
+        failed = []
+        for argv in ([EXE], [sys.executable, "-m", "ctxshard"]):
+            p = subprocess.run([*argv, "info", os.path.join(TMP, "nonexistent")],
+                               capture_output=True, text=True, env=self.env())
+            self.assertNotEqual(p.returncode, 0, p.stderr)
+            self.assertIn("nonexistent", p.stderr)
+            failed.append((p.returncode, p.stderr))
+            p = subprocess.run([*argv, "info", os.path.join(TMP, "f16"), "--json"],
+                               capture_output=True, text=True, env=self.env(), check=True)
+            self.assertIn('"dtype"', p.stdout)
+        self.assertEqual(failed[0], failed[1])  # same exit status, same message
+
+    @unittest.skipUnless(INSTALLED, "tests an installed package")
+    def test_installed_layout(self):
+        self.assertNotIn("PYTHONPATH", os.environ)
+        self.assertNotIn("CTXSHARD_LIB", os.environ)
+        pkg = os.path.dirname(os.path.abspath(ctxshard.__file__))
+        self.assertFalse(pkg.startswith(SRC + os.sep), pkg)
+        self.assertTrue(pkg.startswith(sys.prefix + os.sep), pkg)
+        from ctxshard import _native
+        self.assertEqual(os.path.dirname(os.path.abspath(_native.lib_path)), pkg)
+        from ctxshard.__main__ import command
+        self.assertEqual(command(), os.path.join(pkg, "bin", "ctxshard"))
+        self.assertTrue(os.path.isfile(EXE), EXE)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+#!/bin/sh
+# The Python package as users install it: build a wheel with pip (meson-python,
+# no package index), install it into a fresh virtual environment that sees
+# Debian's numpy and torch, and run the python suite and the CLI tests
+# against it from a directory outside the checkout, with no PYTHONPATH or
+# CTXSHARD_LIB.  Extra arguments go to `pip wheel` (e.g.
+# --config-settings=setup-args=-Dcuda=disabled).  Work in build-wheel/.
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+work=$src/build-wheel
+rm -rf "$work"
+mkdir -p "$work"
+/usr/bin/python3 -m pip wheel --no-deps --no-build-isolation --wheel-dir "$work/dist" "$@" "$src"
+/usr/bin/python3 -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/pip" install --no-index "$work"/dist/ctxshard-*.whl
+py=$work/venv/bin/python
+exe=$work/venv/bin/ctxshard
+run=$(mktemp -d)
+cd "$run"
+unset PYTHONPATH CTXSHARD_LIB
+echo "== the installed package: $($exe --version), $("$py" -c 'import ctxshard; print(ctxshard.__file__)')"
+"$py" -W ignore "$src/tests/python/test_python.py" --installed "$src"
+"$py" "$src/tests/python/dist_test.py" --installed "$src"
+"$py" "$src/tests/cli/parallel_test.py" "$exe" "$src"
+"$py" -W ignore "$src/tests/cli/cli_test.py" "$exe" "$src"
+"$py" -W ignore "$src/tests/cli/hostile_test.py" "$exe"
+"$py" -W ignore "$src/tests/cli/stats_test.py" "$exe"
+"$py" "$src/tests/cli/corruption_test.py" "$exe"
+"$py" -W ignore "$src/tests/cli/crash_test.py" "$exe"
+cd "$src"
+rm -rf "$run"
+echo "== the installed package passed"
