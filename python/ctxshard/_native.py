@@ -66,7 +66,8 @@ class Utterance(Structure):
 class SamplerOpts(Structure):
     _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("rank", c_uint32),
                 ("world_size", c_uint32), ("drop_last", c_uint32), ("num_samples", c_uint64),
-                ("class_weights", POINTER(c_double))]
+                ("class_weights", POINTER(c_double)), ("origin", c_uint64),
+                ("memory_bytes", c_uint64), ("blocks", c_uint32)]
 
 
 class Norm(Structure):
@@ -76,7 +77,8 @@ class Norm(Structure):
 class LoaderOpts(Structure):
     _fields_ = [("k", c_uint32), ("batch_size", c_uint32), ("threads", c_uint32),
                 ("ring", c_uint32), ("flags", c_uint32), ("drop_last", c_uint32),
-                ("labels", c_uint32), ("external", c_uint32), ("norm", POINTER(Norm))]
+                ("labels", c_uint32), ("external", c_uint32), ("norm", POINTER(Norm)),
+                ("readahead", c_uint32)]
 
 
 class Memory(Structure):
