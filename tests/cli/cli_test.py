@@ -378,7 +378,7 @@ class Usage(unittest.TestCase):
             self.assertTrue(out.startswith("usage: ctxshard " + cmd), out)
         rc, out, _ = run("--version")
         self.assertEqual(rc, 0)
-        self.assertRegex(out, r"^ctxshard \d+\.\d+\.\d+ \(format 1\.0\)\n$")
+        self.assertRegex(out, r"^ctxshard \d+\.\d+\.\d+ \(format 1\.1\)\n$")
 
     def test_usage_errors(self):
         for args in (["frobnicate"], ["pack", "onlyone"], ["pack", "a", "b", "--dtype", "f8"],
@@ -450,7 +450,7 @@ class Usage(unittest.TestCase):
         self.assertEqual(rc, 2)
         rc, _, err = run("bench-read", tiny, "--sampler", "random")
         self.assertEqual(rc, 2)
-        self.assertIn("'random' is not shuffle, sequential or weighted", err)
+        self.assertIn("'random' is not shuffle, sequential, weighted or block", err)
 
     def test_gpu(self):
         # the probe: exit 3 with the reason when no device is usable
