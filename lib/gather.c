@@ -138,7 +138,7 @@ int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, 
                        uint32_t flags, unsigned threads, float *out, int64_t *labels) {
     if (!ds || (n && (!frames || !out)) || k > 1000000 || (flags & ~CXS_GATHER_NORMALIZE))
         return CXS_E_INVALID;
-    if (labels && !ds->meta.label_width) return CXS_E_INVALID;
+    if (labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
     if ((flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) return CXS_E_INVALID;
     for (size_t i = 0; i < n; i++)
         if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;

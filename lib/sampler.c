@@ -177,7 +177,7 @@ int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts, cxs_
     if (o.world_size == 0) o.world_size = 1;
     if (o.kind > CXS_SAMPLER_WEIGHTED || o.rank >= o.world_size || o.drop_last > 1)
         return CXS_E_INVALID;
-    if (o.kind == CXS_SAMPLER_WEIGHTED && !ds->meta.label_width) return CXS_E_INVALID;
+    if (o.kind == CXS_SAMPLER_WEIGHTED && !ds->meta.label_width) return CXS_E_NO_LABELS;
     cxs_sampler *s = calloc(1, sizeof *s);
     if (!s) return -ENOMEM;
     s->ds = ds;

@@ -10,13 +10,9 @@
 
 int bench_read_run(const char *dir, const bench_read_opts *o) {
     cxs_dataset *ds;
-    cxs_diag d = {{0}};
     double t0 = now_seconds();
-    int rc = cxs_dataset_open(dir, &ds, &d);
-    if (rc) {
-        fprintf(stderr, "%s\n", d.message[0] ? d.message : cxs_strerror(rc));
-        return exit_code_for(rc);
-    }
+    int rc = open_dataset(dir, NULL, &ds);
+    if (rc) return rc;
     double t_open = now_seconds() - t0;
     cxs_info in;
     cxs_dataset_info(ds, &in);
@@ -25,6 +21,14 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     cxs_loader *l = NULL;
     int ec = 0;
     double t1 = now_seconds();
+    if (o->sampler == CXS_SAMPLER_WEIGHTED && !in.label_width) {
+        warnx_("%s: --sampler weighted needs labels (it balances the classes), and this "
+               "dataset has none (features only, like a test split): use --sampler shuffle "
+               "or sequential",
+               dir);
+        ec = EXIT_USAGE;
+        goto out;
+    }
     if ((rc = cxs_sampler_create(ds, &so, &s))) {
         warnx_("%s: cannot create the sampler: %s", dir, cxs_strerror(rc));
         ec = exit_code_for(rc);

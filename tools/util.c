@@ -18,9 +18,19 @@ volatile int g_interrupted;
 
 int exit_code_for(int rc) {
     if (rc == 0) return 0;
-    if (rc == CXS_E_INVALID) return EXIT_USAGE;
+    if (rc == CXS_E_INVALID || rc == CXS_E_NO_LABELS) return EXIT_USAGE;
     if (rc < 0 && rc > -4096) return EXIT_SYSTEM;
     return EXIT_DATA;
+}
+
+int open_dataset(const char *path, const cxs_open_opts *opts, cxs_dataset **ds) {
+    cxs_diag d = {{0}};
+    int rc = cxs_dataset_open_ex(path, opts, ds, &d);
+    if (rc) {
+        warnx_("%s", d.message[0] ? d.message : cxs_strerror(rc));
+        return exit_code_for(rc);
+    }
+    return 0;
 }
 
 void warnx_(const char *fmt, ...) {

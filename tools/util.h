@@ -14,6 +14,13 @@
 /* Exit code for a library return code. */
 int exit_code_for(int rc);
 
+/* Open a packed dataset (opts may be NULL); on failure print "ctxshard:
+ * <the library's message>" (which says what a wrong path most likely is)
+ * and return the exit code. */
+struct cxs_dataset;
+struct cxs_open_opts;
+int open_dataset(const char *path, const struct cxs_open_opts *opts, struct cxs_dataset **ds);
+
 /* Print "ctxshard: message" to stderr. */
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
