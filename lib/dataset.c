@@ -33,6 +33,7 @@ const char *cxs_strerror(int code) {
     case CXS_E_RANGE: return "out of range";
     case CXS_E_INPUT: return "invalid input file";
     case CXS_E_DEVICE: return "GPU error";
+    case CXS_E_NO_LABELS: return "the dataset has no labels (features only, like a test split)";
     default:
         if (code < 0 && code > -4096) return strerror(-code);
         return "unknown error";
@@ -532,6 +533,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
                                "all the parts with `ctxshard merge PART... OUT` first",
                                dir);
             free(pp);
+            if (pp && rc == -ENOENT) rc = cxs_explain_not_dataset(path, S_ISDIR(st.st_mode), d);
         }
         goto fail;
     }
@@ -722,7 +724,7 @@ int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const 
 }
 
 int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, int64_t *out) {
-    if (!ds->meta.label_width) return CXS_E_INVALID;
+    if (!ds->meta.label_width) return CXS_E_NO_LABELS;
     if (first > ds->meta.num_frames || count > ds->meta.num_frames - first) return CXS_E_RANGE;
     if (!count) return 0;
     uint32_t si = ds->utt_shard[cxs_find_utt(ds, first)];

@@ -84,6 +84,9 @@ int cxs_decode_chunk(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t c,
 void cxs_zreader_free(zreader *zr);
 int cxs_zcache_create(cxs_dataset *ds, uint64_t bytes);
 void cxs_zcache_free(struct zcache *zc);
+/* open_hint.c: a diagnostic (CXS_E_INVALID) for a path that is not a
+ * dataset and holds no manifest.cxs, saying what it most likely is. */
+int cxs_explain_not_dataset(const char *path, int path_is_dir, cxs_diag *d);
 
 /* The options a sampler was created with (kind, seed, rank, world size). */
 const cxs_sampler_opts *cxs_sampler_options(const cxs_sampler *s);

@@ -170,7 +170,7 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
                     const double *mean, const double *scale, unsigned threads, float *out,
                     int64_t *labels) {
     if (!ds || (n && (!frames || !out)) || k > 1000000) return CXS_E_INVALID;
-    if (labels && !ds->meta.label_width) return CXS_E_INVALID;
+    if (labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
     for (size_t i = 0; i < n; i++)
         if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
     const size_t W = (2 * (size_t)k + 1) * ds->meta.dim;

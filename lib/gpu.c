@@ -1312,7 +1312,9 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
         free(c);
     }
     if (o->labels && !ds->meta.label_width)
-        return cxs_diagf(diag, CXS_E_INVALID, "labels asked of a features-only dataset");
+        return cxs_diagf(diag, CXS_E_NO_LABELS,
+                         "labels asked of a dataset that has none (features only, like a test "
+                         "split): set labels to 0");
     if (o->drop_last > 1 || o->labels > 1)
         return cxs_diagf(diag, CXS_E_INVALID, "drop_last and labels are 0 or 1");
     if (o->pool_segments && o->pool_segments < 3)

@@ -165,6 +165,15 @@ extern "C" int cxs_gpu_cuda_probe(int dev, cxs_gpu_probe_info *info) {
     cudaDriverGetVersion(&info->driver_version);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess && info->driver_version == 0) {
+        /* No libcuda at all: the runtime then reports an "insufficient
+         * driver version", which sends people hunting for an upgrade. */
+        cudaGetLastError();
+        snprintf(info->reason, sizeof info->reason,
+                 "no NVIDIA driver found (libcuda.so.1 cannot be loaded): install the NVIDIA "
+                 "driver on a machine with a GPU, or read batches on the CPU");
+        return CXS_E_UNSUPPORTED;
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
         snprintf(info->reason, sizeof info->reason, "no usable CUDA device: %s (%s)",

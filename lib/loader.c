@@ -188,8 +188,9 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
         opts->threads > 256 || opts->ring > 1024 || (opts->flags & ~CXS_GATHER_NORMALIZE) ||
         opts->external > 1 || opts->readahead > CXS_READAHEAD_OFF ||
         ((opts->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean && !opts->norm) ||
-        (opts->labels && !ds->meta.label_width) || start > cxs_sampler_length(sampler))
+        start > cxs_sampler_length(sampler))
         return CXS_E_INVALID;
+    if (opts->labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
     cxs_loader *l = calloc(1, sizeof *l);
     if (!l) return -ENOMEM;
     l->ds = ds;

@@ -188,7 +188,7 @@ int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts, c
                          o.world_size);
     if (o.drop_last > 1) return cxs_diagf(d, CXS_E_INVALID, "sampler: drop_last must be 0 or 1");
     if (o.kind == CXS_SAMPLER_WEIGHTED && !ds->meta.label_width)
-        return cxs_diagf(d, CXS_E_INVALID, "sampler: weighted sampling needs labels; the dataset has none");
+        return cxs_diagf(d, CXS_E_NO_LABELS, "sampler: weighted sampling needs labels; the dataset has none (features only, like a test split)");
     if (o.kind == CXS_SAMPLER_BLOCK && !o.memory_bytes)
         return cxs_diagf(d, CXS_E_INVALID, "block sampler: memory_bytes (the memory budget) is required");
     if (o.blocks > 1024)

@@ -24,22 +24,27 @@ static uint64_t read_bytes(void) {
 
 int bench_read_run(const char *dir, const bench_read_opts *o) {
     cxs_dataset *ds;
-    cxs_diag d = {{0}};
     double t0 = now_seconds();
-    int rc = cxs_dataset_open(dir, &ds, &d);
-    if (rc) {
-        fprintf(stderr, "%s\n", d.message[0] ? d.message : cxs_strerror(rc));
-        return exit_code_for(rc);
-    }
+    int rc = open_dataset(dir, NULL, &ds);
+    if (rc) return rc;
     double t_open = now_seconds() - t0;
     cxs_info in;
     cxs_dataset_info(ds, &in);
     cxs_sampler_opts so = {.kind = o->sampler, .seed = o->seed, .world_size = 1,
                            .memory_bytes = o->memory};
+    cxs_diag d = {{0}};
     cxs_sampler *s = NULL;
     cxs_loader *l = NULL;
     int ec = 0;
     double t1 = now_seconds();
+    if (o->sampler == CXS_SAMPLER_WEIGHTED && !in.label_width) {
+        warnx_("%s: --sampler weighted needs labels (it balances the classes), and this "
+               "dataset has none (features only, like a test split): use --sampler shuffle "
+               "or sequential",
+               dir);
+        ec = EXIT_USAGE;
+        goto out;
+    }
     if ((rc = cxs_sampler_create_ex(ds, &so, &s, &d))) {
         warnx_("%s: cannot create the sampler: %s", dir, d.message[0] ? d.message : cxs_strerror(rc));
         ec = exit_code_for(rc);

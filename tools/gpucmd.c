@@ -40,7 +40,10 @@ static void print_probe(int32_t dev, const cxs_gpu_probe_info *p, int json) {
         printf("device        %d: %s, compute %d.%d, %.1f GiB (%.1f GiB free)\n", dev, p->name,
                p->compute_major, p->compute_minor, p->total_bytes / 1073741824.0,
                p->free_bytes / 1073741824.0);
-    if (p->runtime_version)
+    if (p->runtime_version && !p->driver_version)
+        printf("CUDA          runtime %d.%d, no NVIDIA driver found\n", p->runtime_version / 1000,
+               p->runtime_version % 1000 / 10);
+    else if (p->runtime_version)
         printf("CUDA          runtime %d.%d, driver %d.%d\n", p->runtime_version / 1000,
                p->runtime_version % 1000 / 10, p->driver_version / 1000,
                p->driver_version % 1000 / 10);
@@ -59,12 +62,9 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
         return prc ? EXIT_SYSTEM : 0;
     }
     cxs_dataset *ds;
+    int rc = open_dataset(dir, NULL, &ds);
+    if (rc) return rc;
     cxs_diag d = {{0}};
-    int rc = cxs_dataset_open(dir, &ds, &d);
-    if (rc) {
-        fprintf(stderr, "%s\n", d.message[0] ? d.message : cxs_strerror(rc));
-        return exit_code_for(rc);
-    }
     cxs_info in;
     cxs_dataset_info(ds, &in);
     cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, o->seed, 0, 1, 0, 0, NULL};

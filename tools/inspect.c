@@ -16,15 +16,7 @@
 #include "cxs_npy.h"
 #include "util.h"
 
-static int open_or_report(const char *dir, cxs_dataset **ds) {
-    cxs_diag d = {{0}};
-    int rc = cxs_dataset_open(dir, ds, &d);
-    if (rc) {
-        fprintf(stderr, "%s\n", d.message[0] ? d.message : cxs_strerror(rc));
-        return exit_code_for(rc);
-    }
-    return 0;
-}
+static int open_or_report(const char *dir, cxs_dataset **ds) { return open_dataset(dir, NULL, ds); }
 
 static int on_progress(void *user, uint64_t done, uint64_t total) {
     progress_update(user, done >> 20, total >> 20, "MiB");

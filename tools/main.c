@@ -625,8 +625,9 @@ int main(int argc, char **argv) {
     if (!po.threads) po.threads = ncpus();
     int ec;
     if (!strcmp(cmd, "synth")) ec = synth_run(a, &so);
-    else if (!strcmp(cmd, "check")) ec = check_run(a, po.vocab_path, po.threads, po.quiet);
-    else if (!strcmp(cmd, "pack")) ec = pack_run(a, b, &po);
+    else if (!strcmp(cmd, "check"))
+        ec = (ec = raw_path_hint(cmd, a, NULL)) ? ec : check_run(a, po.vocab_path, po.threads, po.quiet);
+    else if (!strcmp(cmd, "pack")) ec = (ec = raw_path_hint(cmd, a, b)) ? ec : pack_run(a, b, &po);
     else if (!strcmp(cmd, "convert")) ec = convert_run(a, b, &po);
     else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);
     else if (!strcmp(cmd, "info")) ec = info_run(a, json);

@@ -124,12 +124,8 @@ static int scan(rep *r) {
 static int rep_load(rep *r, const char *path, int do_scan) {
     memset(r, 0, sizeof *r);
     r->path = path;
-    cxs_diag d = {{0}};
-    int rc = cxs_dataset_open(path, &r->ds, &d);
-    if (rc) {
-        fprintf(stderr, "%s\n", d.message[0] ? d.message : cxs_strerror(rc));
-        return exit_code_for(rc);
-    }
+    int rc = open_dataset(path, NULL, &r->ds);
+    if (rc) return rc;
     cxs_dataset_info(r->ds, &r->in);
     cxs_dataset_stats(r->ds, &r->st);
     if (!r->st.mean) {

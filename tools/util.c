@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -18,9 +19,97 @@ volatile int g_interrupted;
 
 int exit_code_for(int rc) {
     if (rc == 0) return 0;
-    if (rc == CXS_E_INVALID) return EXIT_USAGE;
+    if (rc == CXS_E_INVALID || rc == CXS_E_NO_LABELS) return EXIT_USAGE;
     if (rc < 0 && rc > -4096) return EXIT_SYSTEM;
     return EXIT_DATA;
+}
+
+int open_dataset(const char *path, const cxs_open_opts *opts, cxs_dataset **ds) {
+    cxs_diag d = {{0}};
+    int rc = cxs_dataset_open_ex(path, opts, ds, &d);
+    if (rc) {
+        warnx_("%s", d.message[0] ? d.message : cxs_strerror(rc));
+        return exit_code_for(rc);
+    }
+    return 0;
+}
+
+static int has(const char *dir, const char *name, int want_dir) {
+    char p[4096];
+    struct stat st;
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, name) >= sizeof p) return 0;
+    return stat(p, &st) == 0 && (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+}
+
+static int visible(const struct dirent *e) { return e->d_name[0] != '.'; }
+
+int raw_path_hint(const char *cmd, const char *raw, const char *out) {
+    struct stat st;
+    if (stat(raw, &st) != 0 || !S_ISDIR(st.st_mode) || has(raw, "mfcc", 1)) {
+        /* Swapped: RAW does not exist (it is the output to be) and OUT is raw. */
+        if (out && stat(raw, &st) != 0 && has(out, "mfcc", 1)) {
+            warnx_("%s: no such directory, and %s is a raw dataset: RAW and OUT swapped? "
+                   "ctxshard %s %s %s",
+                   raw, out, cmd, out, raw);
+            return EXIT_USAGE;
+        }
+        return 0; /* a raw dataset, or something the packer explains itself */
+    }
+    if (has(raw, "manifest.cxs", 0) || has(raw, "part.cxs", 0)) {
+        if (out && has(out, "mfcc", 1))
+            warnx_("%s: a packed dataset, and %s is a raw one: RAW and OUT swapped? ctxshard "
+                   "%s %s %s",
+                   raw, out, cmd, out, raw);
+        else
+            warnx_("%s: a packed dataset, not a raw one (RAW/mfcc/*.npy): %s reads the raw "
+                   "split; `ctxshard verify %s` checks a packed one",
+                   raw, cmd, raw);
+        return EXIT_USAGE;
+    }
+    /* RAW/mfcc given for RAW, or RAW's parent that holds the splits. */
+    size_t n = strlen(raw);
+    while (n > 1 && raw[n - 1] == '/') n--;
+    char up[4096];
+    snprintf(up, sizeof up, "%.*s", (int)n, raw);
+    char *slash = strrchr(up, '/');
+    const char *base = slash ? slash + 1 : up;
+    if (!strcmp(base, "mfcc") || !strcmp(base, "transcript")) {
+        if (slash == up) slash[1] = 0;
+        else if (slash) *slash = 0;
+        else snprintf(up, sizeof up, ".");
+        if (has(up, "mfcc", 1)) {
+            warnx_("%s: this is the %s/ folder; give the split directory that holds it: "
+                   "ctxshard %s %s%s%s",
+                   raw, base, cmd, up, out ? " " : "", out ? out : "");
+            return EXIT_USAGE;
+        }
+    }
+    struct dirent **list;
+    int m = scandir(raw, &list, visible, alphasort);
+    char names[1024] = "";
+    size_t o = 0, found = 0, shown = 0;
+    for (int i = 0; i < m; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", raw, list[i]->d_name);
+        if (has(p, "mfcc", 1)) {
+            if (shown < 3 && o < sizeof names)
+                o += (size_t)snprintf(names + o, sizeof names - o, "%s%s%s%s",
+                                      shown ? " or " : "", raw,
+                                      raw[strlen(raw) - 1] == '/' ? "" : "/", list[i]->d_name);
+            shown += shown < 3;
+            found++;
+        }
+        free(list[i]);
+    }
+    if (m > 0) free(list);
+    if (found) {
+        warnx_("%s: holds %zu raw split%s, not one: did you mean %s%s? Give one split: "
+               "ctxshard %s RAW%s",
+               raw, found, found == 1 ? "" : "s", names, found > 3 ? ", ..." : "", cmd,
+               out ? " OUT" : "");
+        return EXIT_USAGE;
+    }
+    return 0;
 }
 
 void warnx_(const char *fmt, ...) {

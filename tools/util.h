@@ -14,6 +14,19 @@
 /* Exit code for a library return code. */
 int exit_code_for(int rc);
 
+/* Open a packed dataset (opts may be NULL); on failure print "ctxshard:
+ * <the library's message>" (which says what a wrong path most likely is)
+ * and return the exit code. */
+struct cxs_dataset;
+struct cxs_open_opts;
+int open_dataset(const char *path, const struct cxs_open_opts *opts, struct cxs_dataset **ds);
+
+/* pack and check: a RAW (and OUT) of the wrong shape said in words before
+ * the packer runs: a packed dataset given as RAW, RAW and OUT swapped,
+ * RAW/mfcc instead of RAW, the parent of several splits.  Returns 0 when
+ * nothing is recognised, else the exit code after printing the message. */
+int raw_path_hint(const char *cmd, const char *raw, const char *out);
+
 /* Print "ctxshard: message" to stderr. */
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -48,6 +48,7 @@ extern "C" {
 #define CXS_E_RANGE       (-5008) /**< frame, utterance or index out of range */
 #define CXS_E_INPUT       (-5009) /**< a raw input file is invalid (packer) */
 #define CXS_E_DEVICE      (-5010) /**< a CUDA error (ctxshard_gpu.h; the message names it) */
+#define CXS_E_NO_LABELS   (-5011) /**< labels asked of a features-only dataset (a test split) */
 
 /** Format version this library reads and writes (spec/format.md): it reads
  * every minor version of this major, and writes the lowest minor version a
@@ -92,7 +93,10 @@ CXS_API const char *cxs_version(void);
  *
  * Returns 0, -errno (the directory or a shard cannot be opened or mapped),
  * CXS_E_BAD_MAGIC, CXS_E_VERSION, CXS_E_TRUNCATED, CXS_E_CORRUPT,
- * CXS_E_CHECKSUM or CXS_E_UNSUPPORTED.  diag may be NULL.
+ * CXS_E_CHECKSUM or CXS_E_UNSUPPORTED, or CXS_E_INVALID when the path
+ * exists but is no dataset (no manifest.cxs): the message then says what it
+ * looks like (a raw dataset to pack first, a folder of datasets with their
+ * names, a file unrelated to ctxshard).  diag may be NULL.
  */
 CXS_API int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *diag);
 
@@ -312,14 +316,14 @@ CXS_API int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame,
 CXS_API int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k,
                                const void **window);
 
-/** Label (vocabulary index) of a frame.  CXS_E_RANGE, or CXS_E_INVALID on a
- * dataset without labels. */
+/** Label (vocabulary index) of a frame.  CXS_E_RANGE, or CXS_E_NO_LABELS on
+ * a dataset without labels. */
 CXS_API int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label);
 
 /**
  * Labels of `count` consecutive frames first .. first+count-1 (they may span
  * utterances and shards) as int64 into out[count].  CXS_E_RANGE when the
- * range passes the end, CXS_E_INVALID on a features-only dataset.
+ * range passes the end, CXS_E_NO_LABELS on a features-only dataset.
  */
 CXS_API int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count,
                                int64_t *out);
@@ -357,8 +361,8 @@ typedef struct cxs_norm {
  * depend on the thread count.
  *
  * Returns 0, CXS_E_RANGE (a frame past the end; nothing is written),
- * CXS_E_INVALID (k above 1,000,000, NULL buffers with n > 0, labels asked of
- * a features-only dataset, unknown flags), and on a compressed dataset
+ * CXS_E_INVALID (k above 1,000,000, NULL buffers with n > 0, unknown flags),
+ * CXS_E_NO_LABELS (labels asked of a features-only dataset), and on a compressed dataset
  * -ENOMEM, CXS_E_CHECKSUM or CXS_E_CORRUPT when a chunk cannot be decoded
  * (out then holds partial results and must not be used).
  */
@@ -449,9 +453,10 @@ typedef struct cxs_sampler cxs_sampler;
 
 /**
  * Create a sampler over ds (which must outlive it).  opts NULL means
- * sequential, not distributed.  Returns 0, -ENOMEM, or CXS_E_INVALID (unknown
- * kind, rank >= world_size, weighted on a features-only dataset, weights
- * negative, not finite or all zero over the classes present).
+ * sequential, not distributed.  Returns 0, -ENOMEM, CXS_E_NO_LABELS
+ * (weighted on a features-only dataset: the weights come from the labels),
+ * or CXS_E_INVALID (unknown kind, rank >= world_size, weights negative, not
+ * finite or all zero over the classes present).
  */
 CXS_API int cxs_sampler_create(const cxs_dataset *ds, const cxs_sampler_opts *opts,
                                cxs_sampler **out);
@@ -538,8 +543,9 @@ typedef struct cxs_loader cxs_loader;
  * Start worker threads that fill a ring of batch buffers ahead of the
  * consumer, over epoch `epoch` of `sampler` from sampler position `start`
  * (0 for a fresh epoch, or the position saved to resume).  ds and sampler
- * must outlive the loader.  Returns 0, -ENOMEM, -EAGAIN (threads), or
- * CXS_E_INVALID.
+ * must outlive the loader.  Returns 0, -ENOMEM, -EAGAIN (threads),
+ * CXS_E_NO_LABELS (labels set on a features-only dataset: check
+ * cxs_info.label_width), or CXS_E_INVALID.
  */
 CXS_API int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                               const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,

@@ -153,8 +153,8 @@ typedef struct cxs_gpu_loader cxs_gpu_loader;
  * the next.  It needs a shuffle sampler and start 0.
  *
  * Returns 0; CXS_E_UNSUPPORTED (no CUDA / no device; diag says why);
- * CXS_E_INVALID (bad options, labels of a features-only dataset, bfloat16
- * output in stream mode, pool mode without a shuffle sampler or from start > 0); CXS_E_RANGE (resident does not fit the budget, a pool
+ * CXS_E_NO_LABELS (labels of a features-only dataset); CXS_E_INVALID (bad
+ * options, bfloat16 output in stream mode, pool mode without a shuffle sampler or from start > 0); CXS_E_RANGE (resident does not fit the budget, a pool
  * segment cannot hold the longest utterance); CXS_E_DEVICE; -ENOMEM; or an
  * error reading a compressed chunk during the upload.  diag may be NULL.
  */

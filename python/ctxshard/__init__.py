@@ -17,6 +17,7 @@ from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 
 import numpy as np
 
+from . import _args as _a
 from . import _native as _n
 from ._version import __version__
 from ._native import lib as _lib
@@ -43,6 +44,10 @@ def _raise(rc, diag=None, what=""):
         raise IndexError(msg)
     if rc == _n.E_INVALID:
         raise ValueError(msg)
+    if rc == _n.E_NO_LABELS:
+        raise ValueError((what + ": " if what and not diag else "") +
+                         "labels asked of a dataset that has none (features only, like a test "
+                         "split): pass labels=False")
     if -4096 < rc < 0:
         raise OSError(-rc, msg)
     raise CtxshardError(rc, msg)
@@ -124,12 +129,13 @@ class Dataset:
     window() raises there."""
 
     def __init__(self, path, cache_bytes=None):
+        path = _a.path("open", "path", path)
+        cache_bytes = _a.optional_integer("open", "cache_bytes", cache_bytes, 0)
         ptr = c_void_p()
         diag = _n.Diag()
         self._cache_bytes = cache_bytes
-        opts = _n.OpenOpts(_n.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes))
-        rc = _lib.cxs_dataset_open_ex(os.fsencode(os.fspath(path)), byref(opts), byref(ptr),
-                                      byref(diag))
+        opts = _n.OpenOpts(_n.DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes)
+        rc = _lib.cxs_dataset_open_ex(os.fsencode(path), byref(opts), byref(ptr), byref(diag))
         if rc:
             _raise(rc, diag)
         self.path = os.fspath(path)
@@ -256,7 +262,8 @@ class Dataset:
 
     def input_size(self, context):
         """Features per window for context k: (2k+1)*dim — the first layer's width."""
-        return (2 * int(context) + 1) * self._info.dim
+        k = _a.integer("input_size", "context", context, 0, 1000000)
+        return (2 * k + 1) * self._info.dim
 
     @property
     def info(self):
@@ -305,20 +312,24 @@ class Dataset:
         return [tuple(line.split("\t", 1)) for line in text.splitlines()]
 
     def verify(self):
-        """Re-hash every byte; raises CtxshardError naming the first problem."""
+        """Re-hash every byte and check every padding byte.  Returns the
+        report, a dict of shards, utterances, frames, bytes and seconds;
+        raises CtxshardError naming the first problem (file, section,
+        offset) when the dataset is damaged."""
+        import time
         diag = _n.Diag()
+        t0 = time.monotonic()
         rc = _lib.cxs_dataset_verify(self._ptr, None, None, byref(diag))
         if rc:
             _raise(rc, diag)
+        i = self._info
+        return {"ok": True, "path": self.path, "shards": i.num_shards,
+                "utterances": i.num_utterances, "frames": i.num_frames,
+                "bytes": i.total_bytes, "seconds": time.monotonic() - t0}
 
     # ---- frames and utterances ----------------------------------------------
-    def _utt(self, u):
-        n = self._info.num_utterances
-        u = int(u)
-        if u < 0:
-            u += n
-        if not 0 <= u < n:
-            raise IndexError(f"utterance {u} out of range (dataset of {n} utterances)")
+    def _utt(self, u, func="utterance"):
+        u = _a.index(func, "u", u, self._info.num_utterances, "utterances")
         ut = _n.Utterance()
         _lib.cxs_dataset_utterance(self._ptr, u, byref(ut))
         return ut
@@ -334,8 +345,8 @@ class Dataset:
             feats = _view(self._h, ut.features, (ut.num_frames, self._info.dim), typestr)
         else:
             feats = np.empty((ut.num_frames, self._info.dim), dtype=np.dtype(typestr))
-            rc = _lib.cxs_dataset_read_features(self._ptr, int(u) % self._info.num_utterances,
-                                                0, ut.num_frames, feats.ctypes.data)
+            rc = _lib.cxs_dataset_read_features(self._ptr, int(u), 0, ut.num_frames,
+                                                feats.ctypes.data)
             if rc:
                 _raise(rc, what=f"utterance {u}")
             feats.flags.writeable = False
@@ -347,7 +358,7 @@ class Dataset:
 
     def utterance_frames(self, u):
         """(first global frame, number of frames) of utterance u."""
-        ut = self._utt(u)
+        ut = self._utt(u, "utterance_frames")
         return ut.first_frame, ut.num_frames
 
     @property
@@ -364,23 +375,21 @@ class Dataset:
     def locate(self, frame):
         """(utterance, offset within it) of a global frame."""
         u, off = c_uint64(), c_uint64()
-        rc = _lib.cxs_dataset_locate(self._ptr, self._frame(frame), byref(u), byref(off))
+        rc = _lib.cxs_dataset_locate(self._ptr, self._frame(frame, "locate", "frame"), byref(u),
+                                     byref(off))
         if rc:
             _raise(rc, what=f"frame {frame}")
         return u.value, off.value
 
-    def _frame(self, i):
-        i = int(i)
-        if i < 0:
-            i += self._info.num_frames
-        if not 0 <= i < self._info.num_frames:
-            raise IndexError(f"frame {i} out of range (dataset of {self._info.num_frames} frames)")
-        return i
+    def _frame(self, i, func, name="i"):
+        return _a.index(func, name, i, self._info.num_frames, "frames")
 
     def window(self, i, k):
         """Zero-copy window of frame i: a read-only view [2k+1, dim] of the
         stored dtype (bfloat16 as uint16 bits), zero rows past the
         utterance's borders.  Needs k <= guard; use gather() for any k."""
+        i = self._frame(i, "window")
+        k = _a.integer("window", "k", k, 0, None)
         if self.compressed:
             raise ValueError("window: a compressed dataset has no zero-copy views; "
                              "use gather() or utterance()")
@@ -388,7 +397,7 @@ class Dataset:
             raise ValueError(f"window: k={k} exceeds the guard ({self._info.guard}); "
                              "use gather(), which pads any k")
         p = c_void_p()
-        rc = _lib.cxs_dataset_window(self._ptr, self._frame(i), int(k), byref(p))
+        rc = _lib.cxs_dataset_window(self._ptr, i, k, byref(p))
         if rc:
             _raise(rc, what=f"window({i}, {k})")
         return _view(self._h, p.value, (2 * k + 1, self._info.dim), _DTYPES[self._info.dtype][1])
@@ -412,6 +421,7 @@ class Dataset:
 
     def shard_labels(self, s):
         """Zero-copy view of shard s's labels."""
+        s = _a.index("shard_labels", "s", s, self._info.num_shards, "shards")
         if not self._info.label_width:
             raise ValueError("ctxshard: features-only dataset: no labels")
         # The first and last utterances of shard s: binary searches.
@@ -439,23 +449,29 @@ class Dataset:
 
     def label(self, i):
         v = c_uint32()
-        rc = _lib.cxs_dataset_label(self._ptr, self._frame(i), byref(v))
+        rc = _lib.cxs_dataset_label(self._ptr, self._frame(i, "label"), byref(v))
         if rc:
             _raise(rc, what=f"label({i})")
         return v.value
 
     # ---- gather --------------------------------------------------------------
-    def _frames_array(self, frames):
+    def _frames_array(self, frames, func):
+        if isinstance(frames, (str, bytes)) or np.isscalar(frames):
+            raise TypeError(f"{func}: frames={frames!r} is a {type(frames).__name__}, expected "
+                            "a sequence or 1-D array of frame numbers")
         f = np.asarray(frames)
         if f.ndim != 1:
             f = f.reshape(-1)
         if f.size == 0:
             return np.empty(0, dtype=np.uint64)
         if f.dtype.kind not in "iu":
-            raise TypeError(f"frames must be integers, not {f.dtype}")
-        if f.size and (f.min() < 0 or f.max() >= self._info.num_frames):
-            bad = f[(f < 0) | (f >= self._info.num_frames)][0]
-            raise IndexError(f"frame {bad} out of range (dataset of {self._info.num_frames} frames)")
+            raise TypeError(f"{func}: frames hold {f.dtype} values, expected integers "
+                            "(frame numbers)")
+        n = self._info.num_frames
+        if f.size and (f.min() < 0 or f.max() >= n):
+            bad = f[(f < 0) | (f >= n)][0]
+            raise IndexError(f"{func}: frame {bad} is out of range: expected 0..{n - 1} "
+                             f"(the dataset has {n} frames)")
         return np.ascontiguousarray(f, dtype=np.uint64)
 
     def _norm(self, normalize):
@@ -496,13 +512,25 @@ class Dataset:
         C-contiguous float32 array of that shape).  With labels=True returns
         (x, y) with y int64 [n].  threads: gather threads (default: up to 4
         for large batches)."""
-        f = self._frames_array(frames)
+        f = self._frames_array(frames, "gather")
+        k = _a.integer("gather", "k", k, 0, 1000000)
+        normalize = _a.flag("gather", "normalize", normalize)
+        labels = _a.flag("gather", "labels", labels)
+        threads = _a.optional_integer("gather", "threads", threads, 1, 256)
+        if labels and not self._info.label_width:
+            raise ValueError("gather: labels=True, but the dataset has no labels (features "
+                             "only, like a test split): pass labels=False")
+        if normalize and self.stats is None:
+            raise ValueError("gather: normalize=True, but there are no stored statistics (a "
+                             "shard opened alone): open the dataset directory")
         n, W = f.size, self.input_size(k)
         if out is None:
             out = np.empty((n, W), dtype=np.float32)
-        elif (out.dtype != np.float32 or not out.flags.c_contiguous or out.size != n * W
-              or not out.flags.writeable):
-            raise ValueError(f"out must be a writable C-contiguous float32 array of {n}x{W}")
+        elif (not isinstance(out, np.ndarray) or out.dtype != np.float32
+              or not out.flags.c_contiguous or out.size != n * W or not out.flags.writeable):
+            raise ValueError(f"gather: out must be a writable C-contiguous float32 array of "
+                             f"{n}x{W}, not {getattr(out, 'dtype', type(out).__name__)} "
+                             f"{getattr(out, 'shape', '')}")
         y = np.empty(n, dtype=np.int64) if labels else None
         if threads is None:
             threads = min(4, os.cpu_count() or 1) if n >= 4096 else 1
@@ -522,7 +550,10 @@ class Dataset:
 
     def labels_of(self, frames):
         """Labels (int64) of the given frames."""
-        f = self._frames_array(frames)
+        f = self._frames_array(frames, "labels_of")
+        if not self._info.label_width:
+            raise ValueError("labels_of: the dataset has no labels (features only, like a test "
+                             "split)")
         y = np.empty(f.size, dtype=np.int64)
         if f.size:
             x = np.empty((f.size, self._info.dim), dtype=np.float32)
@@ -549,13 +580,34 @@ class Sampler:
 
     def __init__(self, dataset, kind=SHUFFLE, seed=0, rank=0, world_size=1, drop_last=False,
                  num_samples=0, class_weights=None):
+        f = "Sampler"
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"{f}: dataset={dataset!r} is a {type(dataset).__name__}, expected "
+                            "a ctxshard.Dataset (ctxshard.open(path))")
+        kind = _a.integer(f, "kind", kind, SEQUENTIAL, WEIGHTED,
+                          "ctxshard.SEQUENTIAL, SHUFFLE or WEIGHTED")
+        seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
+        world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
+        rank = _a.integer(f, "rank", rank, 0, world_size - 1,
+                          f"0..world_size-1 = 0..{world_size - 1}")
+        drop_last = _a.flag(f, "drop_last", drop_last)
+        num_samples = _a.integer(f, "num_samples", num_samples, 0, None,
+                                 "0 (one epoch's worth) or a positive count")
+        if kind == WEIGHTED and not dataset.num_classes:
+            raise ValueError(f"{f}: weighted sampling needs labels (it balances the classes), "
+                             "and the dataset has none (features only, like a test split)")
+        if class_weights is not None and kind != WEIGHTED:
+            raise ValueError(f"{f}: class_weights apply to kind=WEIGHTED only")
         self.dataset = dataset
         self._weights = None
-        opts = _n.SamplerOpts(kind, seed, rank, world_size, int(bool(drop_last)), num_samples, None)
+        opts = _n.SamplerOpts(kind, seed, rank, world_size, int(drop_last), num_samples, None)
         if class_weights is not None:
             w = np.ascontiguousarray(class_weights, dtype=np.float64)
             if w.shape != (dataset.num_classes,):
-                raise ValueError(f"class_weights needs {dataset.num_classes} values, got {w.shape}")
+                raise ValueError(f"{f}: class_weights needs {dataset.num_classes} values (one "
+                                 f"per class), got shape {w.shape}")
+            if not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+                raise ValueError(f"{f}: class_weights must be finite, >= 0 and not all 0")
             self._weights = w
             opts.class_weights = w.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         ptr = c_void_p()
@@ -572,6 +624,11 @@ class Sampler:
 
     def get(self, epoch, pos=0, n=None):
         """Frames at positions pos .. pos+n-1 of this rank's order in epoch."""
+        epoch = _a.integer("Sampler.get", "epoch", epoch, 0, 2**64 - 1)
+        pos = _a.integer("Sampler.get", "pos", pos, 0, len(self),
+                         f"0..{len(self)} (the epoch's length)")
+        n = _a.optional_integer("Sampler.get", "n", n, 0, len(self) - pos,
+                                f"0..{len(self) - pos} (what is left of the epoch from pos)")
         if n is None:
             n = len(self) - pos
         out = np.empty(n, dtype=np.uint64)

@@ -1,0 +1,76 @@
+"""Argument checks shared by every public function, so that one rule holds
+everywhere and every refusal names the function, the argument, the value
+and what is allowed:
+
+- integers are Python or numpy integers: a float (even 3.0), a string or a
+  bool is refused (TypeError), never truncated or compared;
+- negative values are refused where they make no sense (ValueError); frame
+  and utterance numbers are never wrapped Python-style (IndexError);
+- flags are bools (True/False, numpy bools), not 0/1 or strings;
+- paths are str, bytes or os.PathLike."""
+import numbers
+import os
+
+import numpy as np
+
+
+def _show(value):
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def integer(func, name, value, lo=None, hi=None, allowed=None, exc=ValueError):
+    """value as an int, checked against lo..hi (inclusive; None: unbounded)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        kind = type(value).__name__
+        raise TypeError(f"{func}: {name}={_show(value)} is a {kind}, expected an integer"
+                        + (f" ({allowed})" if allowed else ""))
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        if allowed is None:
+            allowed = (f"{lo}..{hi}" if hi is not None else f"at least {lo}") if lo is not None \
+                else f"at most {hi}"
+        raise exc(f"{func}: {name}={v} is out of range: expected {allowed}")
+    return v
+
+
+def optional_integer(func, name, value, lo=None, hi=None, allowed=None):
+    return None if value is None else integer(func, name, value, lo, hi, allowed)
+
+
+def flag(func, name, value):
+    """A bool; numpy bools too."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{func}: {name}={_show(value)} is a {type(value).__name__}, expected "
+                        "True or False")
+    return bool(value)
+
+
+def optional_flag(func, name, value):
+    """None (the default: decided by the dataset) or a bool."""
+    return None if value is None else flag(func, name, value)
+
+
+def path(func, name, value):
+    """A filesystem path: str, bytes or os.PathLike."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{func}: {name}={_show(value)} is a {type(value).__name__}, expected a "
+                        "path (str or os.PathLike)")
+    p = os.fspath(value)
+    if not p:
+        raise ValueError(f"{func}: {name} is empty, expected the path of a packed dataset")
+    return p
+
+
+def index(func, name, value, n, what):
+    """A frame or utterance number in 0..n-1 (IndexError otherwise)."""
+    return integer(func, name, value, 0, n - 1, exc=IndexError,
+                   allowed=f"0..{n - 1} (the dataset has {n} {what})" if n else
+                   f"nothing (the dataset has no {what})")
+
+
+def choice(func, name, value, options):
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{func}: {name}={_show(value)} is not one of "
+                         + ", ".join(repr(o) for o in options))
+    return value
