@@ -514,13 +514,14 @@ class Dataset:
         for large batches)."""
         f = self._frames_array(frames, "gather")
         k = _a.integer("gather", "k", k, 0, 1000000)
-        normalize = _a.flag("gather", "normalize", normalize)
+        if not isinstance(normalize, (Dataset, tuple, list)):  # statistics: see _norm
+            normalize = _a.flag("gather", "normalize", normalize)
         labels = _a.flag("gather", "labels", labels)
         threads = _a.optional_integer("gather", "threads", threads, 1, 256)
         if labels and not self._info.label_width:
             raise ValueError("gather: labels=True, but the dataset has no labels (features "
                              "only, like a test split): pass labels=False")
-        if normalize and self.stats is None:
+        if normalize is True and self.stats is None:
             raise ValueError("gather: normalize=True, but there are no stored statistics (a "
                              "shard opened alone): open the dataset directory")
         n, W = f.size, self.input_size(k)

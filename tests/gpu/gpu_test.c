@@ -413,8 +413,8 @@ TEST(mode_selection) {
     o = base_opts(7, 8, 8);
     ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
     o = base_opts(CXS_GPU_RESIDENT, 8, 8);
-    ck_assert_int_eq(cxs_gpu_loader_create(nolab, s2, &o, 0, 0, &l, &d), CXS_E_INVALID);
-    EXPECT_STR_HAS(d.message, "features-only");
+    ck_assert_int_eq(cxs_gpu_loader_create(nolab, s2, &o, 0, 0, &l, &d), CXS_E_NO_LABELS);
+    EXPECT_STR_HAS(d.message, "features only");
     o.labels = 0;
     o.flags = CXS_GATHER_NORMALIZE; /* a single-shard-free dataset has statistics */
     ck_assert_int_eq(cxs_gpu_loader_create(nolab, s2, &o, 0, 0, &l, &d), 0);
