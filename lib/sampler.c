@@ -224,9 +224,10 @@ int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts, c
         }
     }
     if (o.origin > s->n) {
+        const uint64_t n = s->n; /* s is gone after the free */
         cxs_sampler_free(s);
         return cxs_diagf(d, CXS_E_INVALID, "sampler: origin %llu is past the epoch's %llu samples",
-                         (unsigned long long)o.origin, (unsigned long long)s->n);
+                         (unsigned long long)o.origin, (unsigned long long)n);
     }
     uint64_t W = o.world_size, left = s->n - o.origin;
     s->length = o.drop_last ? left / W : left / W + (left % W != 0);

@@ -510,11 +510,12 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
     const char *marker = k->is_part ? PART_NAME : CXS_MANIFEST_NAME;
     int st = cxs_out_state(out, marker, &k->replace);
     if (st != 0) {
+        const int is_part = k->is_part; /* k is gone after the abort */
         cxs_writer_abort(k);
         if (st < 0) return cxs_diagf(d, st, "%s: %s", out, strerror(-st));
         return cxs_diagf(d, -EEXIST,
                          "%s: exists and is not a ctxshard %s (no %s); refusing to replace it",
-                         out, k->is_part ? "part" : "dataset", marker);
+                         out, is_part ? "part" : "dataset", marker);
     }
     k->stale_removed = cxs_remove_stale(out);
     k->tmpdir = cxs_make_tmpdir(out);
