@@ -47,17 +47,6 @@ static struct {
     uint64_t written;
 } fault;
 
-static void fault_init(void) {
-    memset(&fault, 0, sizeof fault);
-    fault.n = -1;
-    const char *f = getenv("CXS_PACK_FAULT");
-    if (!f) return;
-    unsigned long long b;
-    if (sscanf(f, "enospc:%llu", &b) == 1) fault.enospc_after = b ? b : 1;
-    else if (sscanf(f, "%7[a-z]:%31[a-z-]:%ld", fault.action, fault.phase, &fault.n) != 3)
-        fault.n = -1;
-}
-
 static void fault_point(const char *phase) {
     if (fault.n < 0 || strcmp(phase, fault.phase) != 0 || fault.n-- != 0) return;
     if (strcmp(fault.action, "kill") == 0) raise(SIGKILL);
@@ -270,86 +259,6 @@ static int w_pad(swriter *w) {
     return pad ? w_write(w, zeros, pad) : 0;
 }
 
-/* Compress the chunk buffered so far and write it. */
-static int flush_chunk(packer *k) {
-    swriter *w = &k->w;
-    if (!k->cfill) return 0;
-    size_t z = cxs_zchunk_encode(k->cc, k->o->level, k->o->shuffle ? CXS_FILTER_SHUFFLE : 0,
-                                 k->esize, k->cbuf, k->cfill, k->scratch, k->zbuf, k->zcap);
-    if (!z) return -EIO;
-    int rc = w_write(w, k->zbuf, z);
-    if (rc) return rc;
-    XXH3_64bits_update(w->fh, k->zbuf, z);
-    w->zlen += z;
-    k->cfill = 0;
-    if ((rc = bytes_put64(&w->chunks, w->zlen))) return rc;
-    return bytes_put64(&w->chunks, cxs_hash(k->zbuf, z));
-}
-
-/* Append n bytes to the shard's FEATURES stream (in chunks, compressed,
- * when the dataset is). */
-static int feat_put(packer *k, const uint8_t *p, size_t n) {
-    swriter *w = &k->w;
-    w->feat_len += n;
-    if (!k->cc) {
-        XXH3_64bits_update(w->fh, p, n);
-        return w_write(w, p, n);
-    }
-    while (n) {
-        size_t take = k->chunk_bytes - k->cfill < n ? k->chunk_bytes - k->cfill : n;
-        memcpy(k->cbuf + k->cfill, p, take);
-        k->cfill += take;
-        p += take;
-        n -= take;
-        if (k->cfill == k->chunk_bytes) {
-            int rc = flush_chunk(k);
-            if (rc) return rc;
-        }
-    }
-    return 0;
-}
-
-static int shard_begin(packer *k) {
-    swriter *w = &k->w;
-    memset(w, 0, sizeof *w);
-    w->index = k->index_base + k->nshards;
-    w->first_u = k->u_base + k->U;
-    w->first_f = k->f_base + k->F;
-    char name[64];
-    snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, w->index);
-    w->path = path_join(k->tmpdir, name);
-    w->fh = XXH3_createState();
-    if (!w->path || !w->fh) return -ENOMEM;
-    w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (w->fd < 0) return -errno;
-    k->open = 1;
-    fault_point("shard-begin");
-    XXH3_64bits_reset(w->fh);
-    static const uint8_t page[CXS_PAGE];
-    int rc = w_write(w, page, CXS_PAGE);
-    if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
-    if (!rc) rc = bytes_put64(&w->cum, 0);
-    if (!rc) rc = bytes_put64(&w->idoff, 0);
-    return rc;
-}
-
-static int shard_add(packer *k, const char *id, const utt *u) {
-    swriter *w = &k->w;
-    size_t fb = (size_t)u->T * k->D * k->esize;
-    int rc = feat_put(k, u->feat, fb);
-    if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
-    if (rc) return rc;
-    if (k->lw && (rc = bytes_put(&w->labels, u->labels, (size_t)u->T * k->lw))) return rc;
-    fault_point("utt");
-    w->U++;
-    w->F += u->T;
-    size_t il = strlen(id);
-    if ((rc = bytes_put(&w->ids, id, il)) || (rc = bytes_put64(&w->cum, w->F)) ||
-        (rc = bytes_put64(&w->idoff, w->ids.n)))
-        return rc;
-    return 0;
-}
-
 static int put_section(swriter *w, cxs_section *s, uint32_t type, const void *p, size_t n) {
     int rc = w_pad(w);
     s->type = type;
@@ -358,62 +267,6 @@ static int put_section(swriter *w, cxs_section *s, uint32_t type, const void *p,
     s->length = n;
     s->checksum = cxs_hash(p, n);
     return rc ? rc : w_write(w, p, n);
-}
-
-static int shard_end(packer *k) {
-    swriter *w = &k->w;
-    cxs_section sec[6];
-    uint32_t n = 0;
-    int rc = flush_chunk(k);
-    sec[n].type = k->cc ? CXS_SEC_ZFEATURES : CXS_SEC_FEATURES;
-    sec[n].flags = CXS_SECF_REQUIRED;
-    sec[n].offset = CXS_PAGE;
-    sec[n].length = k->cc ? w->zlen : w->feat_len;
-    sec[n++].checksum = XXH3_64bits_digest(w->fh);
-    k->feat_out += sec[0].length;
-    if (!rc && k->lw) rc = put_section(w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
-    if (!rc && k->cc) {
-        bytes t = {0};
-        uint8_t head[CXS_CHUNKS_HEAD];
-        uint64_t rows = w->feat_len / ((uint64_t)k->D * k->esize);
-        cxs_chunks_head h = {CXS_COMPRESS_ZSTD, k->o->shuffle ? CXS_FILTER_SHUFFLE : 0,
-                             w->feat_len, k->chunk_rows, k->o->level,
-                             (rows + k->chunk_rows - 1) / k->chunk_rows};
-        cxs_chunks_head_store(head, &h);
-        if (!(rc = bytes_put(&t, head, sizeof head)) &&
-            !(rc = bytes_put(&t, w->chunks.p, w->chunks.n)))
-            rc = put_section(w, &sec[n++], CXS_SEC_CHUNKS, t.p, t.n);
-        free(t.p);
-    }
-    if (!rc) rc = put_section(w, &sec[n++], CXS_SEC_INDEX, w->cum.p, w->cum.n);
-    bytes ids = {0};
-    if (!rc && !(rc = bytes_put(&ids, w->idoff.p, w->idoff.n)) &&
-        !(rc = bytes_put(&ids, w->ids.p, w->ids.n)))
-        rc = put_section(w, &sec[n++], CXS_SEC_IDS, ids.p, ids.n);
-    free(ids.p);
-    uint8_t meta[CXS_SHARD_META_SIZE];
-    cxs_shard_meta m = {w->index, k->D, w->U, w->F, w->first_u, w->first_f, k->o->guard,
-                        (uint16_t)k->o->dtype, (uint16_t)k->lw};
-    cxs_shard_meta_store(meta, &m);
-    if (!rc) rc = put_section(w, &sec[n++], CXS_SEC_SHARD_META, meta, sizeof meta);
-    if (!rc) rc = w_pad(w);
-    uint8_t page[CXS_PAGE];
-    uint64_t h = cxs_container_build_v(page, CXS_KIND_SHARD, k->minor, w->pos, sec, n);
-    if (!rc && pwrite(w->fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
-    if (!rc && fsync(w->fd) != 0) rc = -errno;
-    if (close(w->fd) != 0 && !rc) rc = -errno;
-    w->fd = -1;
-    k->open = 0;
-    fault_point("shard-end");
-    if (!rc) {
-        uint8_t e[CXS_SHARD_ENTRY_SIZE];
-        cxs_shard_entry se = {w->pos, h, w->U, w->F, w->first_u, w->first_f};
-        cxs_shard_entry_store(e, &se);
-        rc = bytes_put(&k->shard_table, e, sizeof e);
-        k->nshards++;
-        k->bytes_out += w->pos;
-    }
-    return rc;
 }
 
 static void swriter_free(swriter *w) {
@@ -426,35 +279,6 @@ static void swriter_free(swriter *w) {
     free(w->ids.p);
     free(w->chunks.p);
     memset(w, 0, sizeof *w);
-}
-
-/* Add valid utterance i of the listing: shard rollover (to the shard the
- * plan gave it), write, statistics. */
-static int packer_add(packer *k, size_t i, const char *id, const utt *u) {
-    if (k->open && k->member && k->member[i] != k->cur_member) {
-        int rc = shard_end(k);
-        swriter_free(&k->w);
-        if (rc) return rc;
-    }
-    if (!k->open) {
-        int rc = shard_begin(k);
-        if (rc) return rc;
-        if (k->member) k->cur_member = k->member[i];
-    }
-    int rc = shard_add(k, id, u);
-    if (rc) return rc;
-    for (uint32_t d = 0; d < k->D; d++) {
-        cxs_xsum_add(&k->s1[d], u->sum[d]);
-        cxs_xsum_add(&k->s2[d], u->sumsq[d]);
-    }
-    if (k->lw)
-        for (uint64_t t = 0; t < u->T; t++)
-            k->hist[k->lw == 1 ? u->labels[t] : cxs_ld16(u->labels + 2 * t)]++;
-    k->U++;
-    k->F += u->T;
-    if (u->T < k->minlen) k->minlen = u->T;
-    if (u->T > k->maxlen) k->maxlen = u->T;
-    return 0;
 }
 
 /* The STATS section from the exact sums (spec 7.3). */
@@ -481,36 +305,6 @@ static int stats_bytes(const packer *k, bytes *b) {
     return rc;
 }
 
-/* PART_SUMS: the exact sums themselves (their non-overlapping partials), so
- * that a merge rounds the same totals a single pack would. */
-static int part_sums_bytes(const packer *k, bytes *b) {
-    uint8_t t[8];
-    int rc = bytes_put64(b, k->D);
-    if (!rc) rc = bytes_put64(b, k->vocab_n);
-    for (uint32_t d = 0; d < k->D && !rc; d++)
-        for (int which = 0; which < 2 && !rc; which++) {
-            const cxs_xsum *x = which ? &k->s2[d] : &k->s1[d];
-            rc = bytes_put64(b, (uint64_t)x->n);
-            for (int j = 0; j < x->n && !rc; j++) {
-                cxs_stf64(t, x->p[j]);
-                rc = bytes_put(b, t, 8);
-            }
-        }
-    for (uint32_t l = 0; l < k->vocab_n && !rc; l++) rc = bytes_put64(b, k->hist[l]);
-    return rc;
-}
-
-
-static int vocab_bytes(const vocab *v, bytes *b) {
-    uint64_t off = 0;
-    int rc = 0;
-    for (uint32_t i = 0; i <= v->n && !rc; i++) {
-        rc = bytes_put64(b, off);
-        if (i < v->n) off += v->lens[i];
-    }
-    for (uint32_t i = 0; i < v->n && !rc; i++) rc = bytes_put(b, v->sym[i], v->lens[i]);
-    return rc;
-}
 
 /* What a manifest (or a part's manifest) holds beyond the packer's state. */
 typedef struct index_file {
@@ -558,17 +352,6 @@ static int write_index(packer *k, const index_file *x) {
     if (!rc && pwrite(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
     if (!rc && fsync(fd) != 0) rc = -errno;
     if (close(fd) != 0 && !rc) rc = -errno;
-    return rc;
-}
-
-static int write_manifest(packer *k, const vocab *v) {
-    bytes vb = {0}, sb = {0};
-    int rc = k->vocab_n ? vocab_bytes(v, &vb) : 0;
-    if (!rc) rc = stats_bytes(k, &sb);
-    index_file x = {CXS_KIND_MANIFEST, &vb, &sb, NULL};
-    if (!rc) rc = write_index(k, &x);
-    free(vb.p);
-    free(sb.p);
     return rc;
 }
 
@@ -853,31 +636,6 @@ static int open_raw(const char *rawdir, const char *vocab_path, raw_set *rs, voc
     return ec;
 }
 
-/* Set up what depends on the feature width D, once it is known. */
-static int packer_width(packer *k, uint32_t D) {
-    k->D = D;
-    k->guard_bytes = (size_t)k->o->guard * D * k->esize;
-    k->zero_guard = calloc(1, k->guard_bytes + 1);
-    k->s1 = calloc(D, sizeof *k->s1);
-    k->s2 = calloc(D, sizeof *k->s2);
-    if (!k->zero_guard || !k->s1 || !k->s2) return -ENOMEM;
-    if (k->o->compress == CXS_COMPRESS_ZSTD) {
-        uint64_t rowb = (uint64_t)D * k->esize;
-        uint64_t rows = k->o->chunk_size / rowb;
-        if (rows == 0) rows = 1;
-        if (rows * rowb > CXS_MAX_CHUNK_BYTES) rows = CXS_MAX_CHUNK_BYTES / rowb;
-        k->chunk_rows = (uint32_t)rows;
-        k->chunk_bytes = (size_t)(rows * rowb);
-        k->zcap = cxs_zchunk_bound(k->chunk_bytes);
-        k->cbuf = malloc(k->chunk_bytes);
-        k->scratch = malloc(k->chunk_bytes);
-        k->zbuf = malloc(k->zcap);
-        k->cc = ZSTD_createCCtx();
-        if (!k->cbuf || !k->scratch || !k->zbuf || !k->cc) return -ENOMEM;
-    }
-    return 0;
-}
-
 static void packer_free(packer *k) {
     if (k->open) close(k->w.fd);
     k->w.fd = -1;
@@ -917,26 +675,6 @@ static int output_begin(const char *out, const char *marker, int quiet, char **t
         return EXIT_SYSTEM;
     }
     return 0;
-}
-
-static void part_meta_store(uint8_t *p, const pack_opts *o, const plan *pl, const packer *k,
-                            uint32_t s_lo, uint32_t s_hi, size_t i_lo, size_t i_hi, size_t listed) {
-    memset(p, 0, CXS_PART_META_SIZE);
-    cxs_st32(p, o->part);
-    cxs_st32(p + 4, o->parts);
-    cxs_st64(p + 8, listed);
-    cxs_st64(p + 16, pl->input_hash);
-    cxs_st32(p + 24, s_lo);
-    cxs_st32(p + 28, s_hi);
-    cxs_st32(p + 32, pl->nshards);
-    cxs_st32(p + 36, o->compress ? (uint32_t)o->level : 0);
-    cxs_st32(p + 40, o->compress ? k->chunk_rows : 0);
-    cxs_st32(p + 44, o->compress && o->shuffle ? CXS_FILTER_SHUFFLE : 0);
-    cxs_st64(p + 48, k->minlen);
-    cxs_st64(p + 56, k->maxlen);
-    snprintf((char *)p + 64, 16, "%s", cxs_version());
-    cxs_st64(p + 80, i_lo);
-    cxs_st64(p + 88, i_hi);
 }
 
 /* Print what cxs_writer_create said; the exit code. */
