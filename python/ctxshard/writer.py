@@ -161,6 +161,9 @@ class Writer:
         self.vocab = tuple(syms) if syms is not None else None
         self._index = {s: i for i, s in enumerate(syms)} if syms else None
         if syms:
+            self._order = np.argsort(np.array(syms), kind="stable")
+            self._sorted = np.array(syms)[self._order]
+        if syms:
             enc = [s.encode("utf-8") for s in syms]
             arr = (c_char_p * len(enc))(*enc)
             o.vocab_size, o.vocab = len(enc), ctypes_cast(arr)
@@ -304,16 +307,21 @@ class Writer:
             raise TypeError(f"Writer.add: {shown}: labels have dtype {lab.dtype}: expected "
                             "vocabulary indices (integers) or symbols (str)")
         where = "position" if lab.size == T + 2 else "frame"
-        idx = np.empty(lab.size, dtype=np.int64)
-        get = self._index.get
-        for j, s in enumerate(lab.tolist()):
-            if isinstance(s, bytes):
-                s = s.decode("utf-8", "replace")
-            i = get(s)
-            if i is None:
-                raise RejectedUtterance(shown, f"{where} {j}: unknown symbol '{s}'")
-            idx[j] = i
-        return idx
+        if lab.dtype.kind == "O":
+            if not all(isinstance(s, str) for s in lab.tolist()):
+                raise TypeError(f"Writer.add: {shown}: labels must be vocabulary indices "
+                                "(integers) or symbols (str)")
+            lab = lab.astype(str) if lab.size else np.zeros(0, "<U1")
+        elif lab.dtype.kind == "S":
+            lab = np.char.decode(lab, "utf-8", "replace")
+        # vectorised lookup: the position of each symbol in the sorted vocabulary
+        pos = np.searchsorted(self._sorted, lab)
+        pos[pos == len(self._sorted)] = 0
+        ok = self._sorted[pos] == lab
+        if not ok.all():
+            j = int(np.argmin(ok))
+            raise RejectedUtterance(shown, f"{where} {j}: unknown symbol '{lab[j]}'")
+        return np.ascontiguousarray(self._order[pos], dtype=np.int64)
 
 
 def ctypes_cast(arr):
@@ -425,8 +433,7 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
         name = os.fsdecode(i) + ".npy"
         mp = os.path.join(mdir, name)
         try:
-            x = np.load(mp, mmap_mode="r", allow_pickle=False)
-            x = np.array(x)  # read it here, in the reading thread
+            x = np.load(mp, allow_pickle=False)  # read here, in the reading thread
         except (OSError, ValueError) as e:
             return mp, None, None, f"{mp}: {e}"
         t, tp = None, None
