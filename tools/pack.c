@@ -732,6 +732,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     wo.normalize = o->normalize;
     wo.compression = o->compress;
     wo.level = o->level;
+    wo.threads = o->threads; /* compression threads: the same bytes for any N */
     wo.chunk_size = o->chunk_size;
     wo.shuffle = (uint32_t)o->shuffle;
     wo.vocab_size = vocab_n;
@@ -930,6 +931,7 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
     wo.on_error_skip = info.on_error_skip;
     wo.compression = oin->compress;
     wo.level = oin->level;
+    wo.threads = oin->threads;
     wo.chunk_size = oin->chunk_size;
     wo.shuffle = (uint32_t)oin->shuffle;
     wo.flags = CXS_WRITER_MANUAL_CUT; /* the shards of IN, as they are */

@@ -118,7 +118,7 @@ class Writer:
 
     Writer(out, dtype="float32", vocab=None, guard=64, shard_size="1G",
            compress=None, chunk_size="64K", shuffle=True, normalize=None,
-           on_error="raise")
+           on_error="raise", threads=None)
 
     - dtype: stored type, "float32", "float16" or "bfloat16" (round to
       nearest even; features may come in float16, float32 or float64);
@@ -129,7 +129,9 @@ class Writer:
     - normalize: None or "utterance" (per-utterance mean/variance, stored);
     - on_error: "raise" (add raises RejectedUtterance) or "skip" (add
       records the utterance as skipped, listed by `ctxshard info`, and
-      returns False).
+      returns False);
+    - threads: compression threads (default: all CPUs); the bytes are the
+      same for any number.
 
     Nothing is visible at out until commit() (or the end of a `with`
     block): everything is written into a temporary directory beside it,
@@ -138,7 +140,8 @@ class Writer:
     full disk leave out as it was.  Not thread-safe."""
 
     def __init__(self, out, dtype="float32", vocab=None, guard=64, shard_size="1G",
-                 compress=None, chunk_size="64K", shuffle=True, normalize=None, on_error="raise"):
+                 compress=None, chunk_size="64K", shuffle=True, normalize=None, on_error="raise",
+                 threads=None):
         f = "Writer"
         out = _a.path(f, "out", out)
         o = _n.WriterOpts()
@@ -149,6 +152,8 @@ class Writer:
         o.compression, o.level = _compression(f, compress)
         o.chunk_size = _size(f, "chunk_size", chunk_size)
         o.shuffle = int(_a.flag(f, "shuffle", shuffle))
+        threads = _a.optional_integer(f, "threads", threads, 1, 256)
+        o.threads = (os.cpu_count() or 1) if threads is None else threads
         if normalize in (None, False, "none"):
             o.normalize = _n.NORM_NONE
         elif normalize == "utterance":
@@ -415,7 +420,8 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     transcripts, like the command).  on_error: "fail" (nothing written on a
     bad utterance) or "skip" (left out and listed).  progress: a callable
     (done, total), True for a bar (tqdm when installed), or None.  threads:
-    files read ahead in parallel (default: all CPUs).  Returns the counts
+    files read ahead, and compression threads (default: all CPUs).  Returns
+    the counts
     (Writer.commit)."""
     f = "pack"
     raw = _a.path(f, "raw", raw)
@@ -452,7 +458,7 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
 
     w = Writer(out, dtype=dtype, vocab=vocab, guard=guard, shard_size=shard_size,
                compress=compress, chunk_size=chunk_size, shuffle=shuffle, normalize=normalize,
-               on_error="skip" if on_error == "skip" else "raise")
+               on_error="skip" if on_error == "skip" else "raise", threads=nthreads)
     w._on_error = "raise"  # (recorded as skip in the dataset; pack words the message itself)
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=nthreads) as pool:

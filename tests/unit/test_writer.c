@@ -211,6 +211,17 @@ TEST(every_input_form_same_bytes) {
     ck_assert_int_eq(write_form(at("zref"), F_C32, &o), 0);
     ck_assert_int_eq(write_form(at("zbig"), F_BIG, &o), 0);
     ck_assert(same_files(at("zref"), at("zbig")));
+    /* compression threads: chunks come back in order, the same bytes */
+    for (uint32_t t = 2; t <= 5; t += 3) {
+        o.threads = t;
+        ck_assert_int_eq(write_form(at("zthreads"), F_FORTRAN, &o), 0);
+        ck_assert_msg(same_files(at("zref"), at("zthreads")), "%u threads", t);
+    }
+    o.threads = CXS_WRITER_MAX_THREADS + 1;
+    cxs_writer *w;
+    cxs_diag dg;
+    ck_assert_int_eq(cxs_writer_create(at("x"), &o, &w, &dg), CXS_E_INVALID);
+    o.threads = 0;
     ck_assert(!same_files(at("ref"), at("zref")));
     rm_rf(dir);
 }
