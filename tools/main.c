@@ -113,11 +113,12 @@ static const char *const usage_pack =
 
 static const char *const usage_convert =
     "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress)\n"
-    "                        [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
+    "                        [--chunk-size SIZE] [--no-shuffle] [--threads N] [--quiet]\n"
     "\n"
     "Write dataset IN to OUT in the other storage form: compressed features\n"
     "(zstd chunks) or plain, zero-copy ones.  The result is byte-identical to\n"
-    "packing the raw data directly in that form.  OUT is written atomically.\n";
+    "packing the raw data directly in that form.  OUT is written atomically.\n"
+    "--threads N compresses on N threads (default: all CPUs), same bytes.\n";
 
 static const char *const usage_merge =
     "usage: ctxshard merge PART... OUT [--move] [--quiet]\n"
