@@ -4,12 +4,13 @@
 # Debian's numpy and torch, and run the python suite and the CLI tests
 # against it from a directory outside the checkout, with no PYTHONPATH or
 # CTXSHARD_LIB.  Extra arguments go to `pip wheel` (e.g.
-# --config-settings=setup-args=-Dcuda=disabled).  Work in build-wheel/.
+# --config-settings=setup-args=-Dcuda=disabled).  Works in a temporary
+# directory outside the checkout (removed at the end), so nothing can be
+# imported from the checkout by accident.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
-work=$src/build-wheel
-rm -rf "$work"
-mkdir -p "$work"
+work=$(mktemp -d "${TMPDIR:-/tmp}/ctxshard-wheel-XXXXXX")
+trap 'rm -rf "$work"' EXIT
 /usr/bin/python3 -m pip wheel --no-deps --no-build-isolation --wheel-dir "$work/dist" "$@" "$src"
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
 "$work/venv/bin/pip" install --no-index "$work"/dist/ctxshard-*.whl

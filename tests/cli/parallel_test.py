@@ -47,7 +47,8 @@ def same_tree(a, b):
 
 
 def recipe(name, data):
-    text = open(os.path.join(SRC, "docs", "guide.md")).read()
+    with open(os.path.join(SRC, "docs", "guide.md"), encoding="utf-8") as f:
+        text = f.read()
     m = re.search(r"<!-- recipe: " + name + r" -->\s*```sh\n(.*?)```", text, re.S)
     assert m, f"docs/guide.md has no recipe '{name}'"
     block = m.group(1)

@@ -76,7 +76,7 @@ class Distributed(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="ctxshard-dist-")
         raw, cls.path = os.path.join(cls.tmp, "raw"), os.path.join(cls.tmp, "packed")
-        subprocess.run([*EXE, "synth", raw, "--utts", "5", "--seed", "3", "--quiet"], check=True)
+        subprocess.run([*EXE, "synth", raw, "--utts", "5", "--seed", "1", "--quiet"], check=True)
         subprocess.run([*EXE, "pack", raw, cls.path, "--guard", "4", "--shard-size", "300K",
                         "--quiet"], check=True)
         import ctxshard
