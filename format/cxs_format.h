@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctxshard.h"
+#include "ctxshard_base.h"
 
 #define CXS_PAGE 4096u
 #define CXS_HEADER_SIZE 64u
