@@ -1,8 +1,11 @@
-/* pack.h - the packer and the raw-dataset checker. */
+/* pack.h - the commands that read raw datasets or write packed ones:
+ * pack (pack.c), check (check.c), convert (convert.c), merge (merge.c). */
 #ifndef CXS_TOOL_PACK_H
 #define CXS_TOOL_PACK_H
 
 #include <stdint.h>
+
+#include "ctxshard_writer.h"
 
 typedef struct pack_opts {
     uint32_t dtype;
@@ -30,11 +33,17 @@ typedef struct pack_opts {
 
 /* Returns an exit code; prints its own messages. */
 int pack_run(const char *raw, const char *out, const pack_opts *o);
-/* `ctxshard convert IN OUT`: the same dataset in the other form (o gives the
+/* `ctxshard convert IN OUT` (convert.c): the same dataset in the other form (o gives the
  * compression, threads and quiet; the rest comes from IN). */
 int convert_run(const char *in, const char *out, const pack_opts *o);
 /* `ctxshard merge PART... OUT` (merge.c). */
 int merge_run(char **parts, int nparts, const char *out, int move, int quiet);
+/* `ctxshard check RAW` (check.c). */
 int check_run(const char *raw, const char *vocab_path, unsigned threads, int quiet);
+
+/* Print what cxs_writer_create said; the exit code. */
+int create_failed(int rc, const cxs_diag *d);
+/* Say that the writer removed what killed writers of OUT left. */
+void say_stale(const cxs_writer *w, const char *out, int quiet);
 
 #endif
