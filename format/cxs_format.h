@@ -57,6 +57,7 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_MAX_CHUNK_BYTES (64u << 20)
 
 #define CXS_MANIFEST_NAME "manifest.cxs"
+#define CXS_PART_NAME "part.cxs" /* a part's manifest (format 1.1) */
 #define CXS_SHARD_NAME_FMT "shard-%06u.cxs"
 
 #define CXS_MAX_DIM 65536u

@@ -25,7 +25,6 @@ typedef struct pack_opts {
 
 #define DEFAULT_LEVEL 3
 #define DEFAULT_CHUNK_SIZE (64ull << 10)
-#define PART_NAME "part.cxs"
 
 #define DEFAULT_GUARD 64u
 #define DEFAULT_SHARD_SIZE (1ull << 30)
