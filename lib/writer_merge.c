@@ -196,8 +196,8 @@ static int parts_opts(const part_in *a, cxs_writer_opts *o, char ***sym, cxs_dia
     if (V && cxs_strtab_check(a->vocab, a->vocab_len, V, CXS_MAX_SYMBOL_LEN, "VOCAB", a->dir, d))
         return CXS_E_INPUT;
     if (!(*sym = calloc((size_t)V + 1, sizeof **sym))) return cxs_diagf(d, -ENOMEM, "out of memory");
-    const uint8_t *text = a->vocab + 8 * ((uint64_t)V + 1);
     for (uint32_t i = 0; i < V; i++) {
+        const uint8_t *text = a->vocab + 8 * ((uint64_t)V + 1);
         uint64_t b = cxs_ld64(a->vocab + 8ull * i), e = cxs_ld64(a->vocab + 8ull * (i + 1));
         if (!((*sym)[i] = strndup((const char *)text + b, (size_t)(e - b))))
             return cxs_diagf(d, -ENOMEM, "out of memory");

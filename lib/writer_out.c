@@ -20,10 +20,11 @@
 /* CXS_PACK_FAULT, read when a writer is created, lets the crash-safety
  * tests stop a writer at exact points: "kill:PHASE:N" sends SIGKILL to the
  * process the N-th time (from 0) it reaches PHASE (shard-begin, utt,
- * shard-end, manifest, rename, after-rename), "stall:PHASE:N" sleeps there
+ * shard-end, manifest, rename, after-rename; a merge reaches shard-end
+ * after each shard it places), "stall:PHASE:N" sleeps there
  * (for a test to send a signal meanwhile); "enospc:BYTES" makes every
- * write fail with ENOSPC once BYTES have been written.  Never set
- * otherwise. */
+ * write fail with ENOSPC once BYTES have been written (a merge counts the
+ * shards it copies).  Never set otherwise. */
 void cxs_wfault_init(cxs_wfault *f) {
     memset(f, 0, sizeof *f);
     f->n = -1;
