@@ -143,6 +143,13 @@ static inline uint64_t cxs_align_page(uint64_t x) {
     return (x + CXS_PAGE - 1) & ~(uint64_t)(CXS_PAGE - 1);
 }
 
+/* Bytes of an uncompressed shard file holding U utterances, F frames in
+ * all and id_bytes bytes of ids, of D features of esize bytes, guard rows
+ * G and labels of lw bytes (0: none): what the writer and the packer's
+ * shard plan compare with the shard size, so both cut shards alike. */
+uint64_t cxs_shard_file_size(uint64_t U, uint64_t F, uint64_t id_bytes, uint64_t D,
+                             uint64_t esize, uint64_t G, uint64_t lw);
+
 /* XXH3-64, seed 0. */
 uint64_t cxs_hash(const void *p, size_t n);
 

@@ -396,11 +396,7 @@ static int would_overflow(const cxs_writer *k, uint64_t T, uint64_t il) {
     if (!k->open || w->U == 0) return 0;
     const uint64_t E = k->esize, G = k->o.guard, D = k->D, lw = k->lw;
     uint64_t U1 = w->U + 1, F1 = w->F + T, idb1 = w->ids.n + il;
-    uint64_t feat = (F1 + (U1 + 1) * G) * D * E;
-    uint64_t size = CXS_PAGE + cxs_align_page(feat) + (lw ? cxs_align_page(F1 * lw) : 0) +
-                    cxs_align_page(8 * (U1 + 1)) + cxs_align_page(8 * (U1 + 1) + idb1) +
-                    cxs_align_page(CXS_SHARD_META_SIZE);
-    return size > k->o.shard_size;
+    return cxs_shard_file_size(U1, F1, idb1, D, E, G, lw) > k->o.shard_size;
 }
 
 int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_diag *d) {

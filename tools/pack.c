@@ -89,10 +89,7 @@ static int plan_make(plan *pl, const raw_set *rs, const pack_opts *o, uint32_t l
     for (size_t i = 0; i < n; i++) {
         uint64_t il = strlen(rs->items[i].id), T = pl->T[i];
         uint64_t U1 = U + 1, F1 = F + T, idb1 = idb + il;
-        uint64_t feat = (F1 + (U1 + 1) * G) * D0 * E;
-        uint64_t size = CXS_PAGE + cxs_align_page(feat) + (lw ? cxs_align_page(F1 * lw) : 0) +
-                        cxs_align_page(8 * (U1 + 1)) + cxs_align_page(8 * (U1 + 1) + idb1) +
-                        cxs_align_page(CXS_SHARD_META_SIZE);
+        uint64_t size = cxs_shard_file_size(U1, F1, idb1, D0, E, G, lw);
         if (U > 0 && size > o->shard_size) {
             s++;
             U = F = idb = 0;
