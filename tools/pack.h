@@ -23,12 +23,12 @@ typedef struct pack_opts {
     uint32_t part, parts; /* --part I/N: 1 <= part <= parts; parts 0: the whole */
 } pack_opts;
 
-#define DEFAULT_LEVEL 3
-#define DEFAULT_CHUNK_SIZE (64ull << 10)
-
-#define DEFAULT_GUARD 64u
-#define DEFAULT_SHARD_SIZE (1ull << 30)
-#define MIN_SHARD_SIZE (16ull << 10)
+/* The command's defaults are the writer's. */
+#define DEFAULT_LEVEL CXS_WRITER_DEFAULT_LEVEL
+#define DEFAULT_CHUNK_SIZE CXS_WRITER_DEFAULT_CHUNK_SIZE
+#define DEFAULT_GUARD CXS_WRITER_DEFAULT_GUARD
+#define DEFAULT_SHARD_SIZE CXS_WRITER_DEFAULT_SHARD_SIZE
+#define MIN_SHARD_SIZE CXS_WRITER_MIN_SHARD_SIZE
 
 /* Returns an exit code; prints its own messages. */
 int pack_run(const char *raw, const char *out, const pack_opts *o);
