@@ -21,6 +21,7 @@
 #include "cxs_xsum.h"
 #include "cxs_zchunk.h"
 #include "writer_internal.h"
+#include "zpool.h"
 
 #define SOS_SYMBOL "[SOS]"
 #define EOS_SYMBOL "[EOS]"
@@ -36,20 +37,28 @@ static int grow(void *pp, size_t *cap, size_t need) {
 
 /* ---- shard writing ---------------------------------------------------- */
 
-/* Compress the chunk buffered so far and write it. */
-static int flush_chunk(cxs_writer *k) {
+/* One compressed chunk, in order: into ZFEATURES and the chunk table. */
+static int chunk_out(void *user, const uint8_t *z, size_t zn) {
+    cxs_writer *k = user;
     swriter *w = &k->w;
-    if (!k->cfill) return 0;
-    size_t z = cxs_zchunk_encode(k->cc, k->o.level, k->o.shuffle ? CXS_FILTER_SHUFFLE : 0,
-                                 k->esize, k->cbuf, k->cfill, k->scratch, k->zbuf, k->zcap);
-    if (!z) return -EIO;
-    int rc = cxs_w_write(k, w, k->zbuf, z);
+    int rc = cxs_w_write(k, w, z, zn);
     if (rc) return rc;
-    XXH3_64bits_update(w->fh, k->zbuf, z);
-    w->zlen += z;
-    k->cfill = 0;
+    XXH3_64bits_update(w->fh, z, zn);
+    w->zlen += zn;
     if ((rc = cxs_bytes_put64(&w->chunks, w->zlen))) return rc;
-    return cxs_bytes_put64(&w->chunks, cxs_hash(k->zbuf, z));
+    return cxs_bytes_put64(&w->chunks, cxs_hash(z, zn));
+}
+
+/* Compress the chunk being filled: here, or queued to the compression
+ * threads (which hand chunks back in order, so the bytes are the same). */
+static int flush_chunk(cxs_writer *k) {
+    if (!k->cfill) return 0;
+    size_t n = k->cfill;
+    k->cfill = 0;
+    if (k->zp) return cxs_zpool_put(k->zp, k->cbuf, n, chunk_out, k);
+    size_t z = cxs_zchunk_encode(k->cc, k->o.level, k->o.shuffle ? CXS_FILTER_SHUFFLE : 0,
+                                 k->esize, k->cbuf, n, k->scratch, k->zbuf, k->zcap);
+    return z ? chunk_out(k, k->zbuf, z) : -EIO;
 }
 
 /* Append n bytes to the shard's FEATURES stream (in chunks, compressed,
@@ -133,6 +142,7 @@ static int shard_end(cxs_writer *k) {
     cxs_section sec[6];
     uint32_t n = 0;
     int rc = flush_chunk(k);
+    if (!rc && k->zp) rc = cxs_zpool_drain(k->zp, chunk_out, k);
     sec[n].type = k->cc ? CXS_SEC_ZFEATURES : CXS_SEC_FEATURES;
     sec[n].flags = CXS_SECF_REQUIRED;
     sec[n].offset = CXS_PAGE;
@@ -213,6 +223,9 @@ static int check_opts(const cxs_writer_opts *o, const char *out, cxs_diag *d) {
         return cxs_diagf(d, CXS_E_INVALID, "%s: unknown normalisation %u", out, o->normalize);
     if (o->compression > CXS_COMPRESSION_ZSTD)
         return cxs_diagf(d, CXS_E_INVALID, "%s: unknown compression %u", out, o->compression);
+    if (o->threads > CXS_WRITER_MAX_THREADS)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: %u compression threads (at most %u)", out,
+                         o->threads, CXS_WRITER_MAX_THREADS);
     if (o->compression && (o->level < 1 || o->level > 19 || o->chunk_size == 0))
         return cxs_diagf(d, CXS_E_INVALID, "%s: zstd level must be 1..19 and chunks non-empty",
                          out);
@@ -325,6 +338,11 @@ int cxs_writer_set_width(cxs_writer *k, uint32_t D) {
         k->zbuf = malloc(k->zcap);
         k->cc = ZSTD_createCCtx();
         if (!k->cbuf || !k->scratch || !k->zbuf || !k->cc) return -ENOMEM;
+        if (k->o.threads > 1) {
+            int rc = cxs_zpool_create(k->o.threads, k->chunk_bytes, k->o.level,
+                                      k->o.shuffle ? CXS_FILTER_SHUFFLE : 0, k->esize, &k->zp);
+            if (rc) return rc;
+        }
     }
     k->D = D;
     return 0;
@@ -560,6 +578,7 @@ void cxs_writer_abort(cxs_writer *k) {
     free(k->cbuf);
     free(k->scratch);
     free(k->zbuf);
+    cxs_zpool_free(k->zp); /* first: its workers are done with nothing of k's */
     if (k->cc) ZSTD_freeCCtx(k->cc);
     free(k->conv);
     free(k->lab);

@@ -13,6 +13,7 @@
 #include "ctxshard_writer.h"
 #include "cxs_format.h"
 #include "cxs_xsum.h"
+#include "zpool.h"
 
 /* The fault-injection state (writer_out.c). */
 typedef struct cxs_wfault {
@@ -94,6 +95,7 @@ struct cxs_writer {
     size_t chunk_bytes, cfill, zcap;
     uint8_t *cbuf, *zbuf, *scratch;
     ZSTD_CCtx *cc;
+    cxs_zpool *zp; /* compression threads (opts.threads > 1), or NULL */
     /* One utterance being added. */
     uint8_t *conv, *lab;
     size_t conv_cap, lab_cap;

@@ -89,8 +89,8 @@ static const char *const usage_pack =
     "                     with context k <= G are zero-copy views\n"
     "  --shard-size SIZE  largest shard file, bytes with K/M/G suffix (default\n"
     "                     1G); a single longer utterance gets a shard of its own\n"
-    "  --threads N        reader threads (default: all CPUs); the output is\n"
-    "                     byte-identical for any N\n"
+    "  --threads N        reader and compression threads (default: all CPUs);\n"
+    "                     the output is byte-identical for any N\n"
     "  --on-error P       fail (default): write nothing on a bad utterance;\n"
     "                     skip: leave it out and list it in the dataset\n"
     "  --normalize M      none (default) or utterance: per-utterance mean and\n"
@@ -113,11 +113,12 @@ static const char *const usage_pack =
 
 static const char *const usage_convert =
     "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress)\n"
-    "                        [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
+    "                        [--chunk-size SIZE] [--no-shuffle] [--threads N] [--quiet]\n"
     "\n"
     "Write dataset IN to OUT in the other storage form: compressed features\n"
     "(zstd chunks) or plain, zero-copy ones.  The result is byte-identical to\n"
-    "packing the raw data directly in that form.  OUT is written atomically.\n";
+    "packing the raw data directly in that form.  OUT is written atomically.\n"
+    "--threads N compresses on N threads (default: all CPUs), same bytes.\n";
 
 static const char *const usage_merge =
     "usage: ctxshard merge PART... OUT [--move] [--quiet]\n"

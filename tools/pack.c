@@ -169,6 +169,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     wo.normalize = o->normalize;
     wo.compression = o->compress;
     wo.level = o->level;
+    wo.threads = o->threads; /* compression threads: the same bytes for any N */
     wo.chunk_size = o->chunk_size;
     wo.shuffle = (uint32_t)o->shuffle;
     wo.vocab_size = vocab_n;

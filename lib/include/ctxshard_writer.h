@@ -48,6 +48,7 @@ typedef struct cxs_writer cxs_writer;
 #define CXS_WRITER_MIN_SHARD_SIZE (16ull << 10)
 #define CXS_WRITER_DEFAULT_LEVEL 3
 #define CXS_WRITER_DEFAULT_CHUNK_SIZE (64ull << 10)
+#define CXS_WRITER_MAX_THREADS 256u
 
 /** cxs_writer_opts.flags: shards end only at cxs_writer_cut() (a client
  *  that plans its shards itself); shard_size is then only recorded. */
@@ -88,6 +89,10 @@ typedef struct cxs_writer_opts {
                                  out (cxs_writer_skip) rather than failing */
     uint32_t flags;       /**< CXS_WRITER_* */
     const cxs_writer_part *part; /**< NULL: a whole dataset */
+    uint32_t threads;     /**< compression threads: 0 or 1 compress in the
+                               calling thread; N > 1 start N workers (chunks
+                               come back in order: the same bytes for any N;
+                               at most CXS_WRITER_MAX_THREADS) */
 } cxs_writer_opts;
 
 /** One utterance for cxs_writer_add(). */

@@ -23,7 +23,7 @@ from ._version import __version__
 from ._native import lib as _lib
 
 __all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "memory_available",
-           "SEQUENTIAL", "SHUFFLE", "WEIGHTED"]
+           "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "Writer", "RejectedUtterance", "pack", "PHONEMES"]
 
 SEQUENTIAL, SHUFFLE, WEIGHTED = _n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFLE, _n.SAMPLER_WEIGHTED
 
@@ -642,3 +642,6 @@ class Sampler:
         if getattr(self, "_ptr", None):
             _lib.cxs_sampler_free(self._ptr)
             self._ptr = None
+
+
+from .writer import PHONEMES, RejectedUtterance, Writer, pack  # noqa: E402 (uses _raise above)

@@ -137,6 +137,32 @@ class GpuLoaderInfo(Structure):
                 ("pool_utterances", c_uint64), ("reason", c_char * 256)]
 
 
+class WriterOpts(Structure):
+    _fields_ = [("dtype", c_uint32), ("guard", c_uint32), ("shard_size", c_uint64),
+                ("normalize", c_uint32), ("compression", c_uint32), ("level", ctypes.c_int32),
+                ("chunk_size", c_uint64), ("shuffle", c_uint32), ("vocab_size", c_uint32),
+                ("vocab", POINTER(c_char_p)), ("on_error_skip", c_uint32), ("flags", c_uint32),
+                ("part", c_void_p), ("threads", c_uint32)]
+
+
+class WriterUtt(Structure):
+    _fields_ = [("data", c_void_p), ("frames", c_uint64), ("dim", c_uint64), ("type", c_uint32),
+                ("big_endian", c_uint32), ("row_stride", c_int64), ("col_stride", c_int64),
+                ("labels", c_void_p), ("label_count", c_uint64), ("label_size", c_uint32),
+                ("stored", c_uint32)]
+
+
+class WriterInfo(Structure):
+    _fields_ = [("num_utterances", c_uint64), ("num_frames", c_uint64),
+                ("num_skipped", c_uint64), ("num_shards", c_uint32), ("dim", c_uint32),
+                ("bytes_written", c_uint64), ("feature_bytes", c_uint64),
+                ("stale_removed", c_uint32)]
+
+
+DTYPE_F64 = 4  # a writer's input type (never stored)
+NORM_NONE, NORM_UTTERANCE = 0, 1
+
+
 def _find():
     env = os.environ.get("CTXSHARD_LIB")
     if env:
@@ -206,6 +232,14 @@ def _load():
         "cxs_gpu_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
         "cxs_gpu_loader_error": (c_char_p, [c_void_p]),
         "cxs_gpu_loader_free": (None, [c_void_p]),
+        "cxs_writer_opts_init": (None, [POINTER(WriterOpts)]),
+        "cxs_writer_create": (c_int, [c_char_p, POINTER(WriterOpts), POINTER(c_void_p),
+                                      POINTER(Diag)]),
+        "cxs_writer_add": (c_int, [c_void_p, c_char_p, POINTER(WriterUtt), POINTER(Diag)]),
+        "cxs_writer_skip": (c_int, [c_void_p, c_char_p, c_char_p]),
+        "cxs_writer_info_get": (c_int, [c_void_p, POINTER(WriterInfo)]),
+        "cxs_writer_commit": (c_int, [c_void_p, POINTER(WriterInfo), POINTER(Diag)]),
+        "cxs_writer_abort": (None, [c_void_p]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
@@ -222,4 +256,5 @@ def _load():
 
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
-           "Batch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuLoaderInfo", "c_float", "c_int64"]
+           "Batch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
+           "WriterInfo", "c_float", "c_int64"]

@@ -1,0 +1,499 @@
+"""Writing datasets: ctxshard.Writer (utterances from memory) and
+ctxshard.pack (a raw HW1P2 directory), both through libctxshard's writer,
+the code behind `ctxshard pack`: the same utterances give the same bytes.
+
+    with ctxshard.Writer("train.cxs", vocab="phonemes", dtype="float16") as w:
+        for utt_id, feats, phones in my_corpus():    # feats: [T, D] floats
+            w.add(utt_id, feats, labels=phones)      # symbols, or vocabulary indices
+    # committed here; an exception inside the block leaves nothing behind
+"""
+import concurrent.futures
+import os
+import sys
+from ctypes import POINTER, byref, c_char_p, c_void_p
+
+import numpy as np
+
+from . import _args as _a
+from . import _native as _n
+from ._native import lib as _lib
+
+__all__ = ["Writer", "RejectedUtterance", "pack", "PHONEMES"]
+
+# The vocabulary `ctxshard pack` uses when RAW has transcripts and no
+# --vocab is given: HW1P2's 40 phonemes, then [SOS] and [EOS].
+PHONEMES = (
+    "[SIL]", "AA", "AE", "AH", "AO", "AW", "AY", "B", "CH", "D", "DH", "EH", "ER", "EY",
+    "F", "G", "HH", "IH", "IY", "JH", "K", "L", "M", "N", "NG", "OW", "OY", "P",
+    "R", "S", "SH", "T", "TH", "UH", "UW", "V", "W", "Y", "Z", "ZH", "[SOS]", "[EOS]")
+
+_STORED = {"float32": _n.DTYPE_F32, "f32": _n.DTYPE_F32, "float16": _n.DTYPE_F16,
+           "f16": _n.DTYPE_F16, "bfloat16": _n.DTYPE_BF16, "bf16": _n.DTYPE_BF16}
+_INPUT = {2: _n.DTYPE_F16, 4: _n.DTYPE_F32, 8: _n.DTYPE_F64}
+_LITTLE_HOST = sys.byteorder == "little"
+
+
+class RejectedUtterance(ValueError):
+    """Writer.add refused an utterance (the rules of `ctxshard pack`): id is
+    the utterance, reason what is wrong.  The writer is unchanged and stays
+    usable: skip it (Writer.skip records it in the dataset) or abort."""
+
+    def __init__(self, utt_id, reason):
+        super().__init__(f"{utt_id}: {reason}")
+        self.id = utt_id
+        self.reason = reason
+
+
+def _size(func, name, value):
+    """Bytes as an int, or a string with a K/M/G/T suffix ("1G", "64K")."""
+    if isinstance(value, str):
+        s = value.strip().upper()
+        mult = 1
+        if s[-1:] in ("K", "M", "G", "T"):
+            mult = 1 << (10 * ("KMGT".index(s[-1]) + 1))
+            s = s[:-1]
+        if not s.isdigit():
+            raise ValueError(f"{func}: {name}={value!r} is not a size: bytes, or a number with "
+                             "K, M, G or T (\"64K\", \"1G\")")
+        return int(s) * mult
+    return _a.integer(func, name, value, lo=1)
+
+
+def _stored_dtype(func, value):
+    key = value
+    if not isinstance(value, str):
+        try:
+            key = np.dtype(value).name
+        except TypeError:
+            key = None
+    if key not in _STORED:
+        raise ValueError(f"{func}: dtype={value!r} is not a stored type: 'float32' (default), "
+                         "'float16' or 'bfloat16'")
+    return _STORED[key]
+
+
+def _vocab_list(func, vocab):
+    """None, "phonemes", a path to a file of one symbol per line, or symbols."""
+    if vocab is None:
+        return None
+    if isinstance(vocab, str) and vocab == "phonemes":
+        return list(PHONEMES)
+    if isinstance(vocab, (str, bytes, os.PathLike)):
+        path = os.fspath(vocab)
+        try:
+            with open(path, "rb") as f:
+                text = f.read()
+        except OSError as e:
+            raise OSError(e.errno, f"{func}: vocab={path!r}: {e.strerror}") from None
+        lines = text.decode("utf-8", "replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        for i, s in enumerate(lines):
+            if not s.strip():
+                raise ValueError(f"{func}: {path}: line {i + 1} is empty (one symbol per line, "
+                                 "no blank lines)")
+        return [s.rstrip("\r") for s in lines]
+    syms = list(vocab)
+    if not all(isinstance(s, str) for s in syms):
+        raise TypeError(f"{func}: vocab must be None, 'phonemes', a file, or a list of str")
+    return syms
+
+
+def _compression(func, compress):
+    """(codec, level) from None/False, True, "zstd", "zstd:LEVEL" or a level."""
+    if compress is None or compress is False:
+        return _n.COMPRESSION_NONE, 3
+    if compress is True or compress == "zstd":
+        return _n.COMPRESSION_ZSTD, 3
+    if isinstance(compress, str) and compress.startswith("zstd:") and compress[5:].isdigit():
+        return _n.COMPRESSION_ZSTD, int(compress[5:])
+    if not isinstance(compress, str):
+        return _n.COMPRESSION_ZSTD, _a.integer(func, "compress", compress, 1, 19)
+    raise ValueError(f"{func}: compress={compress!r}: expected None, 'zstd', 'zstd:LEVEL' "
+                     "(1..19) or a level")
+
+
+class Writer:
+    """A packed dataset being written at out, one utterance at a time.
+
+    Writer(out, dtype="float32", vocab=None, guard=64, shard_size="1G",
+           compress=None, chunk_size="64K", shuffle=True, normalize=None,
+           on_error="raise", threads=None)
+
+    - dtype: stored type, "float32", "float16" or "bfloat16" (round to
+      nearest even; features may come in float16, float32 or float64);
+    - vocab: None (features only), "phonemes" (HW1P2's 42 symbols, what
+      `ctxshard pack` uses), a file of one symbol per line, or a list of str;
+    - compress: None, "zstd", "zstd:LEVEL" or a level 1..19; chunk_size and
+      shuffle are its options;
+    - normalize: None or "utterance" (per-utterance mean/variance, stored);
+    - on_error: "raise" (add raises RejectedUtterance) or "skip" (add
+      records the utterance as skipped, listed by `ctxshard info`, and
+      returns False);
+    - threads: compression threads (default: all CPUs); the bytes are the
+      same for any number.
+
+    Nothing is visible at out until commit() (or the end of a `with`
+    block): everything is written into a temporary directory beside it,
+    fsynced and renamed into place; a previous dataset at out is replaced
+    only then.  abort(), an exception in the `with` block, a crash or a
+    full disk leave out as it was.  Not thread-safe."""
+
+    def __init__(self, out, dtype="float32", vocab=None, guard=64, shard_size="1G",
+                 compress=None, chunk_size="64K", shuffle=True, normalize=None, on_error="raise",
+                 threads=None):
+        f = "Writer"
+        out = _a.path(f, "out", out)
+        o = _n.WriterOpts()
+        _lib.cxs_writer_opts_init(byref(o))
+        o.dtype = _stored_dtype(f, dtype)
+        o.guard = _a.integer(f, "guard", guard, 0, 4096)
+        o.shard_size = _size(f, "shard_size", shard_size)
+        o.compression, o.level = _compression(f, compress)
+        o.chunk_size = _size(f, "chunk_size", chunk_size)
+        o.shuffle = int(_a.flag(f, "shuffle", shuffle))
+        threads = _a.optional_integer(f, "threads", threads, 1, 256)
+        o.threads = (os.cpu_count() or 1) if threads is None else threads
+        if normalize in (None, False, "none"):
+            o.normalize = _n.NORM_NONE
+        elif normalize == "utterance":
+            o.normalize = _n.NORM_UTTERANCE
+        else:
+            raise ValueError(f"{f}: normalize={normalize!r}: expected None or 'utterance'")
+        self._on_error = _a.choice(f, "on_error", on_error, ("raise", "skip"))
+        o.on_error_skip = int(on_error == "skip")
+        syms = _vocab_list(f, vocab)
+        self.vocab = tuple(syms) if syms is not None else None
+        self._index = {s: i for i, s in enumerate(syms)} if syms else None
+        if syms:
+            self._order = np.argsort(np.array(syms), kind="stable")
+            self._sorted = np.array(syms)[self._order]
+        if syms:
+            enc = [s.encode("utf-8") for s in syms]
+            arr = (c_char_p * len(enc))(*enc)
+            o.vocab_size, o.vocab = len(enc), ctypes_cast(arr)
+        self.path = out
+        self._w = c_void_p()
+        diag = _n.Diag()
+        rc = _lib.cxs_writer_create(os.fsencode(out), byref(o), byref(self._w), byref(diag))
+        if rc:
+            self._w = None
+            _raise_write(rc, diag)
+
+    # -- the life cycle ---------------------------------------------------
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+        return False
+
+    def __del__(self):
+        if getattr(self, "_w", None):
+            _lib.cxs_writer_abort(self._w)
+            self._w = None
+
+    def _live(self, what):
+        if not self._w:
+            raise ValueError(f"Writer.{what}: the writer is closed (committed or aborted)")
+        return self._w
+
+    @property
+    def closed(self):
+        return not self._w
+
+    def commit(self):
+        """Finish the dataset and rename it into place.  Returns the final
+        counts (see info).  The writer is closed afterwards, whatever the
+        outcome; on failure nothing is left behind."""
+        w = self._live("commit")
+        self._w = None
+        info, diag = _n.WriterInfo(), _n.Diag()
+        rc = _lib.cxs_writer_commit(w, byref(info), byref(diag))
+        if rc:
+            _raise_write(rc, diag)
+        return _info_dict(info)
+
+    def abort(self):
+        """Discard everything written; out stays as it was.  Idempotent."""
+        if self._w:
+            _lib.cxs_writer_abort(self._w)
+            self._w = None
+
+    @property
+    def info(self):
+        """Counts so far: num_utterances, num_frames, num_skipped, num_shards
+        (finished), dim (0 before the first utterance), bytes_written."""
+        info = _n.WriterInfo()
+        _lib.cxs_writer_info_get(self._live("info"), byref(info))
+        return _info_dict(info)
+
+    # -- utterances -------------------------------------------------------
+
+    def skip(self, utt_id, reason):
+        """Record that utt_id was left out, and why (`ctxshard info` lists it)."""
+        rc = _lib.cxs_writer_skip(self._live("skip"), _id_bytes(utt_id),
+                                  str(reason).encode("utf-8", "replace"))
+        if rc:
+            raise MemoryError("Writer.skip: out of memory")
+
+    def add(self, utt_id, x, labels=None):
+        """Append one utterance: utt_id (str or bytes; ids must increase in
+        byte order), x [T, D] float16/32/64 in any memory order and byte
+        order (numpy array or anything numpy.asarray takes), labels (with a
+        vocabulary): T vocabulary indices or symbols, or the HW1P2
+        transcript form [SOS], T symbols, [EOS].  Returns True; a refused
+        utterance raises RejectedUtterance (on_error="raise") or is
+        recorded as skipped and add returns False (on_error="skip")."""
+        w = self._live("add")
+        bid = _id_bytes(utt_id)
+        shown = bid.decode("utf-8", "replace")
+        try:
+            u, keep = self._utterance(shown, x, labels)
+        except RejectedUtterance as e:
+            return self._rejected(w, bid, e)
+        diag = _n.Diag()
+        rc = _lib.cxs_writer_add(w, bid, byref(u), byref(diag))
+        del keep
+        if rc == 0:
+            return True
+        msg = diag.message.decode("utf-8", "replace")
+        if rc == _n.E_INPUT:
+            reason = msg[len(shown) + 2:] if msg.startswith(shown + ": ") else msg
+            return self._rejected(w, bid, RejectedUtterance(shown, reason))
+        _raise_write(rc, diag)
+
+    def _rejected(self, w, bid, e):
+        if self._on_error == "raise":
+            raise e
+        if _lib.cxs_writer_skip(w, bid, e.reason.encode("utf-8", "replace")):
+            raise MemoryError("Writer.add: out of memory")
+        return False
+
+    def _utterance(self, shown, x, labels):
+        a = np.asarray(x)
+        if a.dtype.kind != "f" or a.dtype.itemsize not in _INPUT:
+            raise RejectedUtterance(shown, f"features have dtype {a.dtype}, expected float16, "
+                                    "float32 or float64")
+        if a.ndim != 2:
+            raise RejectedUtterance(shown, f"features have {a.ndim} dimensions, expected 2 "
+                                    "(frames, dim)")
+        T, D = a.shape
+        if T and D and a.strides == (0, 0):  # broadcast: 0,0 would mean C order
+            a = np.ascontiguousarray(a)
+        u = _n.WriterUtt()
+        u.data, u.frames, u.dim = a.ctypes.data, T, D
+        u.type = _INPUT[a.dtype.itemsize]
+        bo = a.dtype.byteorder
+        u.big_endian = int(bo == ">" or (bo == "=" and not _LITTLE_HOST))
+        u.row_stride, u.col_stride = a.strides
+        keep = [a]
+        if labels is not None:
+            lab = self._labels(shown, labels, T)
+            keep.append(lab)
+            u.labels, u.label_count, u.label_size = lab.ctypes.data, lab.size, 8
+        return u, keep
+
+    def _labels(self, shown, labels, T):
+        if self._index is None:
+            raise ValueError(f"Writer.add: {shown}: labels given, but the writer has no "
+                             "vocabulary (features only): pass vocab= to Writer")
+        lab = np.asarray(labels)
+        if lab.ndim != 1:
+            raise RejectedUtterance(shown, f"labels have {lab.ndim} dimensions, expected one "
+                                    "label per frame")
+        if lab.dtype.kind in "iu":
+            return np.ascontiguousarray(lab, dtype=np.int64)
+        if lab.dtype.kind not in "USO":
+            raise TypeError(f"Writer.add: {shown}: labels have dtype {lab.dtype}: expected "
+                            "vocabulary indices (integers) or symbols (str)")
+        where = "position" if lab.size == T + 2 else "frame"
+        if lab.dtype.kind == "O":
+            if not all(isinstance(s, str) for s in lab.tolist()):
+                raise TypeError(f"Writer.add: {shown}: labels must be vocabulary indices "
+                                "(integers) or symbols (str)")
+            lab = lab.astype(str) if lab.size else np.zeros(0, "<U1")
+        elif lab.dtype.kind == "S":
+            lab = np.char.decode(lab, "utf-8", "replace")
+        # vectorised lookup: the position of each symbol in the sorted vocabulary
+        pos = np.searchsorted(self._sorted, lab)
+        pos[pos == len(self._sorted)] = 0
+        ok = self._sorted[pos] == lab
+        if not ok.all():
+            j = int(np.argmin(ok))
+            raise RejectedUtterance(shown, f"{where} {j}: unknown symbol '{lab[j]}'")
+        return np.ascontiguousarray(self._order[pos], dtype=np.int64)
+
+
+def ctypes_cast(arr):
+    from ctypes import cast
+    return cast(arr, POINTER(c_char_p))
+
+
+def _id_bytes(utt_id):
+    if isinstance(utt_id, bytes):
+        return utt_id
+    if isinstance(utt_id, str):
+        return utt_id.encode("utf-8", "surrogateescape")
+    raise TypeError(f"Writer: utterance id {utt_id!r} is a {type(utt_id).__name__}, expected "
+                    "str or bytes")
+
+
+def _info_dict(info):
+    return {"num_utterances": info.num_utterances, "num_frames": info.num_frames,
+            "num_skipped": info.num_skipped, "num_shards": info.num_shards, "dim": info.dim,
+            "bytes_written": info.bytes_written}
+
+
+def _raise_write(rc, diag):
+    from . import _raise
+    _raise(rc, diag)
+
+
+# -- pack: a raw HW1P2 directory through the Writer ---------------------------
+
+def _listing(raw):
+    """(ids, features paths, transcript paths or None) in byte order of ids."""
+    mdir = os.path.join(raw, "mfcc")
+    if not os.path.isdir(raw):
+        raise FileNotFoundError(f"pack: {raw}: not a directory")
+    if not os.path.isdir(mdir):
+        raise FileNotFoundError(f"pack: {mdir}: no mfcc/ directory (expected {mdir}/<id>.npy)")
+    tdir = os.path.join(raw, "transcript")
+    have_t = os.path.isdir(tdir)
+
+    def ids_of(d):
+        return {os.fsencode(n)[:-4] for n in os.listdir(d)
+                if n.endswith(".npy") and not n.startswith(".")}
+    ids = ids_of(mdir)
+    if not ids:
+        raise ValueError(f"pack: {mdir}: no .npy files")
+    if have_t:
+        tids = ids_of(tdir)
+        for i in sorted(ids ^ tids):
+            name = os.fsdecode(i)
+            if i in tids:
+                raise ValueError(f"pack: {tdir}/{name}.npy: transcript without features "
+                                 f"(no {mdir}/{name}.npy)")
+            raise ValueError(f"pack: {mdir}/{name}.npy: features without a transcript "
+                             f"(no {tdir}/{name}.npy)")
+    order = sorted(ids)
+    return order, mdir, tdir if have_t else None
+
+
+def _progress_fn(progress, total):
+    if callable(progress):
+        return progress, None
+    if not progress:
+        return None, None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        bar = tqdm(total=total, unit="utt", desc="pack")
+        return (lambda done, n: bar.update(done - bar.n)), bar
+    state = {"last": -1}
+
+    def text(done, n):
+        pct = 100 * done // max(n, 1)
+        if pct != state["last"]:
+            state["last"] = pct
+            sys.stderr.write(f"\rpack: {done}/{n} utterances ({pct}%)")
+            if done == n:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+    return text, None
+
+
+def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compress=None,
+         chunk_size="64K", shuffle=True, normalize=None, on_error="fail", progress=None,
+         threads=None):
+    """Pack a raw directory in the HW1P2 layout (RAW/mfcc/<id>.npy, and
+    RAW/transcript/<id>.npy when there are labels) into out, in this
+    process: the same rules and the same bytes as `ctxshard pack RAW OUT`
+    with the same options (vocab defaults to the phonemes when there are
+    transcripts, like the command).  on_error: "fail" (nothing written on a
+    bad utterance) or "skip" (left out and listed).  progress: a callable
+    (done, total), True for a bar (tqdm when installed), or None.  threads:
+    files read ahead, and compression threads (default: all CPUs).  Returns
+    the counts
+    (Writer.commit)."""
+    f = "pack"
+    raw = _a.path(f, "raw", raw)
+    out = _a.path(f, "out", out)
+    on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
+    nthreads = _a.optional_integer(f, "threads", threads, 1, 1024) or os.cpu_count() or 1
+    ids, mdir, tdir = _listing(raw)
+    if tdir is not None and vocab is None:
+        vocab = "phonemes"
+    if tdir is None:
+        vocab = None
+    report, bar = _progress_fn(progress, len(ids))
+
+    def load(i):
+        name = os.fsdecode(i) + ".npy"
+        mp = os.path.join(mdir, name)
+        try:
+            x = np.load(mp, allow_pickle=False)  # read here, in the reading thread
+        except (OSError, ValueError) as e:
+            return mp, None, None, f"{mp}: {e}"
+        t, tp = None, None
+        if tdir is not None:
+            tp = os.path.join(tdir, name)
+            try:
+                t = np.load(tp, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                return mp, None, None, f"{tp}: {e}"
+            if t.ndim == 1 and t.dtype.kind in "iu":
+                pass
+            elif t.ndim != 1 or t.dtype.kind not in "US":
+                return mp, None, None, (f"{tp}: transcript has dtype kind '{t.dtype.kind}', "
+                                        "expected strings (U, S) or integers")
+        return mp, x, (tp, t), None
+
+    w = Writer(out, dtype=dtype, vocab=vocab, guard=guard, shard_size=shard_size,
+               compress=compress, chunk_size=chunk_size, shuffle=shuffle, normalize=normalize,
+               on_error="skip" if on_error == "skip" else "raise", threads=nthreads)
+    w._on_error = "raise"  # (recorded as skip in the dataset; pack words the message itself)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=nthreads) as pool:
+            ahead = 2 * nthreads
+            futs = [pool.submit(load, i) for i in ids[:ahead]]
+            for n, i in enumerate(ids):
+                mp, x, tr, err = futs[n].result()
+                futs[n] = None
+                if n + ahead < len(ids):
+                    futs.append(pool.submit(load, ids[n + ahead]))
+                if err is None:
+                    tp, t = tr
+                    if t is not None and x.ndim == 2 and t.size != x.shape[0] + 2:
+                        err = (f"{tp}: {t.size} symbols, expected {x.shape[0] + 2} ([SOS], one "
+                               f"per frame of {mp}, [EOS])")
+                    else:
+                        try:
+                            w.add(i, x, labels=t)
+                        except RejectedUtterance as e:
+                            err = f"{tp if _about_labels(e.reason) else mp}: {e.reason}"
+                if err is not None:
+                    if on_error == "fail":
+                        raise ValueError(f"pack: {err} (nothing written; on_error='skip' leaves "
+                                         "bad utterances out)")
+                    w.skip(i, err)
+                if report:
+                    report(n + 1, len(ids))
+        return w.commit()
+    finally:
+        w.abort()
+        if bar is not None:
+            bar.close()
+
+
+def _about_labels(reason):
+    return reason.startswith(("position ", "frame ")) and ("symbol" in reason or "label" in
+                                                          reason or "inside" in reason) \
+        or "labels" in reason

@@ -1,0 +1,417 @@
+"""ctxshard.Writer and ctxshard.pack: byte-identical to `ctxshard pack` of
+the same utterances written as files (stored dtypes, input dtypes, memory
+orders, byte orders, compression, labels in every form, features only,
+shard sizes, normalisation); every packer rejection reproduced with the same
+reason, the writer usable after it; abort, exceptions and kill -9 during a
+commit leave nothing; progress; the from_audio example end to end.
+
+usage: /usr/bin/python3 tests/python/writer_test.py BUILD_DIR SOURCE_ROOT"""
+import filecmp
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+EXE = os.path.join(BUILD, "tools", "ctxshard")
+os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
+sys.path.insert(0, os.path.join(SRC, "python"))
+
+import numpy as np  # noqa: E402
+
+import ctxshard  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="ctxshard-writer-")
+
+
+def run(*args, check=True):
+    return subprocess.run([EXE, *map(str, args)], check=check, capture_output=True, text=True)
+
+
+def same_dataset(a, b):
+    """The two directories hold the same files, byte for byte."""
+    fa, fb = sorted(os.listdir(a)), sorted(os.listdir(b))
+    if fa != fb:
+        return f"files differ: {fa} vs {fb}"
+    for f in fa:
+        if not filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False):
+            return f"{f} differs"
+    return None
+
+
+def raw_utterances(raw):
+    """[(id, features, transcript or None)] of a raw directory, in id order."""
+    out = []
+    for f in sorted(glob.glob(os.path.join(raw, "mfcc", "*.npy"))):
+        i = os.path.basename(f)[:-4]
+        t = f.replace(os.sep + "mfcc" + os.sep, os.sep + "transcript" + os.sep)
+        out.append((i, np.load(f), np.load(t) if os.path.exists(t) else None))
+    return out
+
+
+def no_leftovers(test, parent):
+    left = [n for n in os.listdir(parent) if ".tmp-" in n]
+    test.assertEqual(left, [], f"temporary directories left in {parent}")
+
+
+def setUpModule():
+    run("synth", os.path.join(TMP, "raw"), "--utts", 24, "--seed", 9, "--quiet")
+    run("synth", os.path.join(TMP, "raw64"), "--utts", 10, "--seed", 3, "--dtype", "f64",
+        "--quiet")
+    run("synth", os.path.join(TMP, "test"), "--utts", 10, "--seed", 5, "--no-transcripts",
+        "--quiet")
+    # float16 input files (synth writes f32 or f64)
+    r16 = os.path.join(TMP, "raw16")
+    shutil.copytree(os.path.join(TMP, "raw"), r16)
+    for f in glob.glob(os.path.join(r16, "mfcc", "*.npy")):
+        np.save(f, np.load(f).astype(np.float16))
+
+
+def tearDownModule():
+    shutil.rmtree(TMP)
+
+
+class Identity(unittest.TestCase):
+    CASES = [  # (raw, CLI options, Writer/pack keywords)
+        ("raw", [], {}),
+        ("raw", ["--dtype", "f16", "--shard-size", "200K"], {"dtype": "float16",
+                                                              "shard_size": "200K"}),
+        ("raw", ["--dtype", "bf16", "--guard", 0], {"dtype": "bfloat16", "guard": 0}),
+        ("raw", ["--compress", "zstd", "--shard-size", "300K"], {"compress": "zstd",
+                                                                 "shard_size": 300 << 10}),
+        ("raw", ["--compress", "zstd:7", "--dtype", "f16", "--chunk-size", "8K", "--no-shuffle"],
+         {"compress": 7, "dtype": "f16", "chunk_size": "8K", "shuffle": False, "threads": 3}),
+        ("raw", ["--compress", "zstd", "--threads", "1"], {"compress": "zstd", "threads": 2}),
+        ("raw", ["--normalize", "utterance", "--guard", 5], {"normalize": "utterance",
+                                                             "guard": 5}),
+        ("raw64", ["--dtype", "f16"], {"dtype": np.float16}),
+        ("raw16", ["--shard-size", "100K"], {"shard_size": "100K"}),
+        ("test", [], {}),
+        ("test", ["--compress", "zstd", "--dtype", "bf16"], {"compress": "zstd",
+                                                             "dtype": "bfloat16"}),
+    ]
+
+    def test_writer_and_pack_match_the_command(self):
+        for n, (raw, cli, kw) in enumerate(self.CASES):
+            with self.subTest(raw=raw, cli=cli):
+                src = os.path.join(TMP, raw)
+                ref, viapack, viaw = (os.path.join(TMP, f"id{n}-{s}") for s in "cpw")
+                run("pack", src, ref, "--quiet", *cli)
+                ctxshard.pack(src, viapack, **kw)
+                self.assertIsNone(same_dataset(ref, viapack))
+                utts = raw_utterances(src)
+                vocab = "phonemes" if utts[0][2] is not None else None
+                with ctxshard.Writer(viaw, vocab=vocab, **kw) as w:
+                    for i, x, t in utts:
+                        self.assertTrue(w.add(i, x, labels=t))
+                self.assertIsNone(same_dataset(ref, viaw))
+
+    def test_memory_orders_byte_orders_and_label_forms(self):
+        utts = raw_utterances(os.path.join(TMP, "raw"))[:8]
+        ref = os.path.join(TMP, "forms-ref")
+        with ctxshard.Writer(ref, vocab="phonemes", shard_size="200K") as w:
+            for i, x, t in utts:
+                w.add(i, x, labels=t)
+        index = {s: j for j, s in enumerate(ctxshard.PHONEMES)}
+        forms = {
+            "fortran": lambda x, t: (np.asfortranarray(x), t),
+            "big-endian": lambda x, t: (x.astype(">f4"), t),
+            "float64": lambda x, t: (x.astype(np.float64), t),
+            "negative strides": lambda x, t: (np.ascontiguousarray(x[::-1])[::-1], t),
+            "column slice": lambda x, t: (np.concatenate([x, x], 1)[:, :x.shape[1]], t),
+            "symbols per frame": lambda x, t: (x, t[1:-1]),
+            "indices, transcript form": lambda x, t: (x, np.array([index[s] for s in t],
+                                                                  dtype=np.int32)),
+            "indices per frame": lambda x, t: (x, np.array([index[s] for s in t[1:-1]],
+                                                           dtype=np.uint8)),
+            "list of str": lambda x, t: (x.tolist(), list(t)),
+            "big-endian int64": lambda x, t: (x, np.array([index[s] for s in t], dtype=">i8")),
+        }
+        for name, form in forms.items():
+            with self.subTest(form=name):
+                out = os.path.join(TMP, "forms-" + name.replace(" ", "-"))
+                with ctxshard.Writer(out, vocab="phonemes", shard_size="200K") as w:
+                    for i, x, t in utts:
+                        xx, tt = form(x, t)
+                        w.add(i, xx, labels=tt)
+                self.assertIsNone(same_dataset(ref, out))
+
+    def test_served_windows_equal_the_arrays(self):
+        rng = np.random.default_rng(1)
+        xs = [rng.standard_normal((int(rng.integers(1, 90)), 5)).astype(np.float32)
+              for _ in range(7)]
+        out = os.path.join(TMP, "served")
+        with ctxshard.Writer(out, guard=3) as w:
+            for n, x in enumerate(xs):
+                w.add(f"u{n:02d}", x)
+        with ctxshard.open(out) as ds:
+            self.assertEqual((ds.num_utterances, ds.dim, ds.guard), (7, 5, 3))
+            allx = np.concatenate(xs)
+            got = ds.gather(np.arange(len(allx)), 0)
+            np.testing.assert_array_equal(got, allx)
+            self.assertEqual(ds.vocab, [])
+
+
+class Rejections(unittest.TestCase):
+    """Each bad utterance as files, through `ctxshard pack --on-error skip`,
+    and through the Writer: the same reason; the Writer stays usable."""
+
+    def test_same_reasons_as_the_packer(self):
+        good = raw_utterances(os.path.join(TMP, "raw"))[:10]
+        bad = {}  # id -> (features, transcript)
+        i, x, t = good[1]
+        x = x.copy()
+        x[3, 2] = np.nan
+        bad[i] = (x, t)
+        i, x, t = good[2]
+        x = x.copy()
+        x[0, 0] = np.inf
+        bad[i] = (x, t)
+        i, x, t = good[3]
+        bad[i] = (x[:, :20].copy(), t)
+        i, x, t = good[4]
+        t = t.copy()
+        t[5] = "ZZ"
+        bad[i] = (x, t)
+        i, x, t = good[5]
+        t = t.copy()
+        t[7] = "[SOS]"
+        bad[i] = (x, t)
+        i, x, t = good[6]
+        bad[i] = (x.astype(np.float64) * 1e300, t)  # overflows float32
+        i, x, t = good[7]
+        bad[i] = (x[:0].copy(), t[:2].copy())  # empty
+        raw = os.path.join(TMP, "badraw")
+        os.makedirs(os.path.join(raw, "mfcc"))
+        os.makedirs(os.path.join(raw, "transcript"))
+        for i, x, t in good:
+            x, t = bad.get(i, (x, t))
+            np.save(os.path.join(raw, "mfcc", i + ".npy"), x)
+            np.save(os.path.join(raw, "transcript", i + ".npy"), t)
+        cli = os.path.join(TMP, "bad-cli")
+        run("pack", raw, cli, "--on-error", "skip", "--quiet")
+        with ctxshard.open(cli) as ds:
+            cli_reasons = {i: r.split(": ", 1)[1] for i, r in ds.skipped}
+        self.assertEqual(set(cli_reasons), set(bad))
+        out = os.path.join(TMP, "bad-writer")
+        with ctxshard.Writer(out, vocab="phonemes") as w:
+            for i, x, t in good:
+                if i in bad:
+                    with self.assertRaises(ctxshard.RejectedUtterance) as cm:
+                        w.add(i, *bad[i][:1], labels=bad[i][1])
+                    self.assertEqual(cm.exception.id, i)
+                    self.assertTrue(str(cm.exception).startswith(i + ": "))
+                    # the packer's reason, less what only a file has (its path)
+                    self.assertEqual(cm.exception.reason.split(" (")[0],
+                                     cli_reasons[i].split(" (")[0], i)
+                    w.skip(i, cli_reasons[i])
+                else:
+                    self.assertTrue(w.add(i, x, labels=t))
+        # the writer went on: the same dataset as the packer's, bar the path in the skip list
+        with ctxshard.open(out) as a, ctxshard.open(cli) as b:
+            self.assertEqual(a.ids, b.ids)
+            np.testing.assert_array_equal(a.gather(np.arange(len(a)), 2),
+                                          b.gather(np.arange(len(b)), 2))
+            np.testing.assert_array_equal(a.labels, b.labels)
+
+        # on_error="skip": add returns False and the dataset lists it
+        out2 = os.path.join(TMP, "bad-skip")
+        with ctxshard.Writer(out2, vocab="phonemes", on_error="skip") as w:
+            results = {i: w.add(i, *bad.get(i, (x, t))[:1], labels=bad.get(i, (x, t))[1])
+                       for i, x, t in good}
+        self.assertEqual({i for i, ok in results.items() if not ok}, set(bad))
+        with ctxshard.open(out2) as ds:
+            self.assertEqual({i for i, _ in ds.skipped}, set(bad))
+            self.assertEqual(ds.info["on_error_skip"], 1)
+
+    def test_writer_rules(self):
+        out = os.path.join(TMP, "rules")
+        x = np.ones((4, 3), np.float32)
+        with ctxshard.Writer(out, vocab=["a", "b", "c"]) as w:
+            w.add("m", x, labels=[0, 1, 2, 1])
+            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "b: utterance id comes after "
+                                        "'m': ids must arrive in increasing byte order"):
+                w.add("b", x, labels=[0, 0, 0, 0])
+            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "duplicate utterance id"):
+                w.add("m", x, labels=[0, 0, 0, 0])
+            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "label 3 is outside the "
+                                        r"vocabulary \(0..2\)"):
+                w.add("n", x, labels=[0, 3, 0, 0])
+            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "5 labels, expected 4"):
+                w.add("n", x, labels=[0, 1, 0, 0, 1])
+            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "frame 2: unknown symbol 'z'"):
+                w.add("n", x, labels=["a", "b", "z", "c"])
+            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "dtype int64, expected float"):
+                w.add("n", np.ones((4, 3), np.int64), labels=[0] * 4)
+            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "3 dimensions, expected 2"):
+                w.add("n", np.ones((4, 3, 1), np.float32), labels=[0] * 4)
+            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "control byte"):
+                w.add("n\x01", x, labels=[0] * 4)
+            with self.assertRaisesRegex(TypeError, "labels have dtype float64"):
+                w.add("n", x, labels=np.zeros(4))
+            self.assertEqual(w.info["num_utterances"], 1)
+            w.add("n", x.astype(">f8"), labels=np.array(["c", "c", "b", "a"]))
+        with ctxshard.open(out) as ds:
+            self.assertEqual(ds.ids, ["m", "n"])
+            np.testing.assert_array_equal(ds.labels, [0, 1, 2, 1, 2, 2, 1, 0])
+        with ctxshard.Writer(os.path.join(TMP, "rules2")) as w:
+            with self.assertRaisesRegex(ValueError, "no vocabulary"):
+                w.add("a", x, labels=[0, 0, 0, 0])
+            w.add("a", x)
+
+    def test_bad_options(self):
+        out = os.path.join(TMP, "opts")
+        for kw, err, pat in [({"dtype": "int8"}, ValueError, "not a stored type"),
+                             ({"guard": -1}, ValueError, "guard"),
+                             ({"guard": 2.0}, TypeError, "guard"),
+                             ({"shard_size": "12Q"}, ValueError, "not a size"),
+                             ({"shard_size": 100}, ValueError, "below"),
+                             ({"compress": "lz4"}, ValueError, "compress"),
+                             ({"normalize": "global"}, ValueError, "normalize"),
+                             ({"vocab": ["a", "a"]}, ValueError, "appears twice"),
+                             ({"on_error": "ignore"}, ValueError, "on_error")]:
+            with self.subTest(kw=kw):
+                with self.assertRaisesRegex(err, pat):
+                    ctxshard.Writer(out, **kw)
+                self.assertFalse(os.path.exists(out))
+        no_leftovers(self, TMP)
+
+
+class Atomic(unittest.TestCase):
+    def test_abort_and_exceptions_leave_nothing(self):
+        d = tempfile.mkdtemp(dir=TMP)
+        out = os.path.join(d, "out")
+        x = np.ones((50, 4), np.float32)
+        w = ctxshard.Writer(out, shard_size="16K")
+        for n in range(20):
+            w.add(f"u{n:03d}", x)
+        self.assertGreater(w.info["num_shards"], 1)
+        w.abort()
+        self.assertEqual(os.listdir(d), [])
+        with self.assertRaisesRegex(ValueError, "closed"):
+            w.add("v", x)
+        with self.assertRaises(KeyError):
+            with ctxshard.Writer(out) as w:
+                w.add("a", x)
+                raise KeyError("boom")
+        self.assertEqual(os.listdir(d), [])
+        # a previous dataset survives a failed replacement
+        with ctxshard.Writer(out) as w:
+            w.add("a", x)
+        before = {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)}
+        with self.assertRaises(RuntimeError):
+            with ctxshard.Writer(out) as w:
+                w.add("b", x * 2)
+                raise RuntimeError
+        self.assertEqual({f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)},
+                         before)
+        self.assertEqual(sorted(os.listdir(d)), ["out"])
+        # a writer dropped without commit leaves nothing either
+        w = ctxshard.Writer(os.path.join(d, "dropped"))
+        w.add("a", x)
+        del w
+        self.assertEqual(sorted(os.listdir(d)), ["out"])
+        # an empty dataset is refused at commit, and leaves nothing
+        with self.assertRaisesRegex(ValueError, "no utterance added"):
+            with ctxshard.Writer(os.path.join(d, "empty")):
+                pass
+        self.assertEqual(sorted(os.listdir(d)), ["out"])
+        # something that is not a dataset is never replaced
+        os.mkdir(os.path.join(d, "mine"))
+        open(os.path.join(d, "mine", "notes.txt"), "w").close()
+        with self.assertRaisesRegex(OSError, "not a ctxshard dataset"):
+            ctxshard.Writer(os.path.join(d, "mine"))
+
+    def test_kill_during_commit(self):
+        """kill -9 at each phase of a Writer's commit: OUT is absent, or the
+        previous dataset, intact; the next writer removes the leftovers."""
+        d = tempfile.mkdtemp(dir=TMP)
+        out = os.path.join(d, "out")
+        script = textwrap.dedent(f"""
+            import sys; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+            import numpy as np, ctxshard
+            with ctxshard.Writer({out!r}, shard_size="16K", vocab=["a", "b"]) as w:
+                for n in range(12):
+                    w.add(f"u{{n:03d}}", np.full((60, 4), float(sys.argv[1]), np.float32),
+                          labels=[n % 2] * 60)
+        """)
+        env = dict(os.environ)
+        for previous in (False, True):
+            if previous:
+                subprocess.run([sys.executable, "-c", script, "1"], check=True, env=env)
+                ref = {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)}
+            for phase in ("shard-end", "manifest", "rename"):
+                with self.subTest(previous=previous, phase=phase):
+                    r = subprocess.run([sys.executable, "-c", script, "2"],
+                                       env=dict(env, CXS_PACK_FAULT=f"kill:{phase}:0"))
+                    self.assertEqual(r.returncode, -signal.SIGKILL)
+                    if previous:
+                        self.assertEqual({f: open(os.path.join(out, f), "rb").read()
+                                          for f in os.listdir(out)}, ref)
+                    else:
+                        self.assertFalse(os.path.exists(out))
+                        self.assertNotEqual(run("info", out, check=False).returncode, 0)
+        self.assertTrue(any(".tmp-" in n for n in os.listdir(d)))  # killed writers' leftovers
+        subprocess.run([sys.executable, "-c", script, "3"], check=True, env=env)
+        self.assertEqual(sorted(os.listdir(d)), ["out"])
+        with ctxshard.open(out) as ds:
+            self.assertEqual(ds.num_utterances, 12)
+            self.assertEqual(float(ds.window(0, 0)[0, 0]), 3.0)
+
+
+class Pack(unittest.TestCase):
+    def test_progress_and_failures(self):
+        seen = []
+        out = os.path.join(TMP, "pack-progress")
+        info = ctxshard.pack(os.path.join(TMP, "raw"), out,
+                             progress=lambda done, total: seen.append((done, total)))
+        self.assertEqual(seen[-1], (24, 24))
+        self.assertEqual([d for d, _ in seen], list(range(1, 25)))
+        self.assertEqual(info["num_utterances"], 24)
+        raw = os.path.join(TMP, "packbad")
+        shutil.copytree(os.path.join(TMP, "raw"), raw)
+        victim = sorted(glob.glob(os.path.join(raw, "mfcc", "*.npy")))[3]
+        x = np.load(victim)
+        x[1, 1] = np.nan
+        np.save(victim, x)
+        with self.assertRaisesRegex(ValueError, "NaN at frame 1, dimension 1 .*nothing written"):
+            ctxshard.pack(raw, os.path.join(TMP, "pack-bad"))
+        self.assertFalse(os.path.exists(os.path.join(TMP, "pack-bad")))
+        ctxshard.pack(raw, os.path.join(TMP, "pack-skip"), on_error="skip")
+        run("pack", raw, os.path.join(TMP, "pack-skip-cli"), "--on-error", "skip", "--quiet")
+        self.assertIsNone(same_dataset(os.path.join(TMP, "pack-skip"),
+                                       os.path.join(TMP, "pack-skip-cli")))
+        os.remove(victim.replace("mfcc", "transcript"))
+        with self.assertRaisesRegex(ValueError, "features without a transcript"):
+            ctxshard.pack(raw, os.path.join(TMP, "pack-bad"))
+        with self.assertRaisesRegex(FileNotFoundError, "no mfcc/ directory"):
+            ctxshard.pack(TMP, os.path.join(TMP, "pack-bad"))
+        no_leftovers(self, TMP)
+
+
+class FromAudio(unittest.TestCase):
+    def test_example(self):
+        try:
+            import torchaudio  # noqa: F401
+        except ImportError:
+            self.skipTest("torchaudio is not installed (Debian: python3-torchaudio)")
+        d = tempfile.mkdtemp(dir=TMP)
+        ex = os.path.join(SRC, "examples", "from_audio.py")
+        r = subprocess.run([sys.executable, ex, "--demo", os.path.join(d, "wav"),
+                            os.path.join(d, "out")], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(SRC, "python")))
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        self.assertIn("served", r.stdout)
+        with ctxshard.open(os.path.join(d, "out")) as ds:
+            self.assertEqual(ds.dim, 28)
+            self.assertGreater(ds.num_utterances, 1)
+            self.assertEqual(ds.num_classes, len(ctxshard.PHONEMES))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
