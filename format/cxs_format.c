@@ -23,6 +23,14 @@ int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...) {
     return code;
 }
 
+uint64_t cxs_shard_file_size(uint64_t U, uint64_t F, uint64_t id_bytes, uint64_t D,
+                             uint64_t esize, uint64_t G, uint64_t lw) {
+    uint64_t feat = (F + (U + 1) * G) * D * esize;
+    return CXS_PAGE + cxs_align_page(feat) + (lw ? cxs_align_page(F * lw) : 0) +
+           cxs_align_page(8 * (U + 1)) + cxs_align_page(8 * (U + 1) + id_bytes) +
+           cxs_align_page(CXS_SHARD_META_SIZE);
+}
+
 size_t cxs_dtype_size(uint32_t dtype) {
     switch (dtype) {
     case CXS_DTYPE_F32: return 4;

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctxshard.h"
+#include "ctxshard_base.h"
 
 #define CXS_PAGE 4096u
 #define CXS_HEADER_SIZE 64u
@@ -57,6 +57,7 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_MAX_CHUNK_BYTES (64u << 20)
 
 #define CXS_MANIFEST_NAME "manifest.cxs"
+#define CXS_PART_NAME "part.cxs" /* a part's manifest (format 1.1) */
 #define CXS_SHARD_NAME_FMT "shard-%06u.cxs"
 
 #define CXS_MAX_DIM 65536u
@@ -141,6 +142,13 @@ const char *cxs_section_name(uint32_t type);
 static inline uint64_t cxs_align_page(uint64_t x) {
     return (x + CXS_PAGE - 1) & ~(uint64_t)(CXS_PAGE - 1);
 }
+
+/* Bytes of an uncompressed shard file holding U utterances, F frames in
+ * all and id_bytes bytes of ids, of D features of esize bytes, guard rows
+ * G and labels of lw bytes (0: none): what the writer and the packer's
+ * shard plan compare with the shard size, so both cut shards alike. */
+uint64_t cxs_shard_file_size(uint64_t U, uint64_t F, uint64_t id_bytes, uint64_t D,
+                             uint64_t esize, uint64_t G, uint64_t lw);
 
 /* XXH3-64, seed 0. */
 uint64_t cxs_hash(const void *p, size_t n);

@@ -1,8 +1,10 @@
-/* writer.c - the writer (ctxshard_writer.h): shards, statistics, the
- * manifest (or a part's part.cxs).  Every byte of the format that the
- * project writes is written here; the packer, convert and the Python
- * Writer are clients.  Output goes into a temporary directory that
- * writer_out.c renames into place at commit. */
+/* writer.c - the writer (ctxshard_writer.h): utterances checked, converted
+ * and written into shards, and the statistics.  The manifest (or a part's
+ * part.cxs) is writer_manifest.c's, the merge of parts writer_merge.c's.
+ * Every byte of the format that the project writes is written by these
+ * files; the packer, convert, merge and the Python Writer are clients.
+ * Output goes into a temporary directory that writer_out.c renames into
+ * place at commit. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -21,93 +23,8 @@
 #include "writer_internal.h"
 #include "zpool.h"
 
-#define PART_NAME "part.cxs"
 #define SOS_SYMBOL "[SOS]"
 #define EOS_SYMBOL "[EOS]"
-
-/* ---- growable byte buffer -------------------------------------------- */
-
-typedef struct bytes {
-    uint8_t *p;
-    size_t n, cap;
-} bytes;
-
-static int bytes_put(bytes *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->n + n) nc *= 2;
-        uint8_t *np = realloc(b->p, nc);
-        if (!np) return -ENOMEM;
-        b->p = np;
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->n, src, n);
-    b->n += n;
-    return 0;
-}
-
-static int bytes_put64(bytes *b, uint64_t v) {
-    uint8_t t[8];
-    cxs_st64(t, v);
-    return bytes_put(b, t, 8);
-}
-
-/* ---- state ------------------------------------------------------------ */
-
-typedef struct swriter {
-    int fd;
-    char *path;
-    uint32_t index;
-    uint64_t U, F, first_u, first_f;
-    uint64_t pos; /* bytes written so far */
-    XXH3_state_t *fh;
-    uint64_t feat_len; /* FEATURES bytes (decoded, when compressed) */
-    uint64_t zlen;     /* compressed: ZFEATURES bytes written */
-    bytes labels, cum, idoff, ids, chunks;
-} swriter;
-
-struct cxs_writer {
-    cxs_writer_opts o;
-    cxs_writer_part part;
-    int is_part;
-    char *out, *tmpdir;
-    int replace;
-    cxs_wfault fault;
-    uint32_t D;
-    size_t esize;
-    uint32_t lw;
-    uint8_t *zero_guard; /* G zero rows */
-    size_t guard_bytes;
-    swriter w;
-    int open;
-    bytes shard_table;
-    uint32_t nshards;
-    uint64_t U, F, minlen, maxlen;
-    cxs_xsum *s1, *s2; /* per dimension, exact over all utterances */
-    uint64_t *hist;
-    uint32_t vocab_n;
-    int64_t sos, eos;
-    bytes vocab; /* the VOCAB section */
-    bytes skipped;
-    uint64_t nskipped;
-    uint64_t bytes_out, feat_out;
-    uint32_t stale_removed;
-    /* Compression (format 1.1). */
-    uint32_t minor;
-    uint32_t chunk_rows;
-    size_t chunk_bytes, cfill, zcap;
-    uint8_t *cbuf, *zbuf, *scratch;
-    ZSTD_CCtx *cc;
-    cxs_zpool *zp; /* compression threads (opts.threads > 1), or NULL */
-    /* One utterance being added. */
-    uint8_t *conv, *lab;
-    size_t conv_cap, lab_cap;
-    double *sums; /* 4*D: sum, sumsq, scratch */
-    size_t sums_cap;
-    char *last_id;
-    size_t last_len;
-    int broken; /* a system error: only abort remains */
-};
 
 static int grow(void *pp, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
@@ -120,32 +37,16 @@ static int grow(void *pp, size_t *cap, size_t need) {
 
 /* ---- shard writing ---------------------------------------------------- */
 
-static int w_write(cxs_writer *k, swriter *w, const void *p, size_t n) {
-    cxs_wfault *f = &k->fault;
-    if (f->enospc_after && f->written + n > f->enospc_after) return -ENOSPC;
-    f->written += n;
-    int rc = cxs_write_all(w->fd, p, n);
-    w->pos += n;
-    return rc;
-}
-
-static int w_pad(cxs_writer *k, swriter *w) {
-    static const uint8_t zeros[CXS_PAGE];
-    size_t pad = (size_t)(cxs_align_page(w->pos) - w->pos);
-    return pad ? w_write(k, w, zeros, pad) : 0;
-}
-
-/* Compress the chunk buffered so far and write it. */
 /* One compressed chunk, in order: into ZFEATURES and the chunk table. */
 static int chunk_out(void *user, const uint8_t *z, size_t zn) {
     cxs_writer *k = user;
     swriter *w = &k->w;
-    int rc = w_write(k, w, z, zn);
+    int rc = cxs_w_write(k, w, z, zn);
     if (rc) return rc;
     XXH3_64bits_update(w->fh, z, zn);
     w->zlen += zn;
-    if ((rc = bytes_put64(&w->chunks, w->zlen))) return rc;
-    return bytes_put64(&w->chunks, cxs_hash(z, zn));
+    if ((rc = cxs_bytes_put64(&w->chunks, w->zlen))) return rc;
+    return cxs_bytes_put64(&w->chunks, cxs_hash(z, zn));
 }
 
 /* Compress the chunk being filled: here, or queued to the compression
@@ -167,7 +68,7 @@ static int feat_put(cxs_writer *k, const uint8_t *p, size_t n) {
     w->feat_len += n;
     if (!k->cc) {
         XXH3_64bits_update(w->fh, p, n);
-        return w_write(k, w, p, n);
+        return cxs_w_write(k, w, p, n);
     }
     while (n) {
         size_t take = k->chunk_bytes - k->cfill < n ? k->chunk_bytes - k->cfill : n;
@@ -200,10 +101,10 @@ static int shard_begin(cxs_writer *k) {
     cxs_wfault_point(&k->fault, "shard-begin");
     XXH3_64bits_reset(w->fh);
     static const uint8_t page[CXS_PAGE];
-    int rc = w_write(k, w, page, CXS_PAGE);
+    int rc = cxs_w_write(k, w, page, CXS_PAGE);
     if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
-    if (!rc) rc = bytes_put64(&w->cum, 0);
-    if (!rc) rc = bytes_put64(&w->idoff, 0);
+    if (!rc) rc = cxs_bytes_put64(&w->cum, 0);
+    if (!rc) rc = cxs_bytes_put64(&w->idoff, 0);
     return rc;
 }
 
@@ -214,25 +115,14 @@ static int shard_add(cxs_writer *k, const char *id, size_t il, uint64_t T, const
     int rc = feat_put(k, feat, fb);
     if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
     if (rc) return rc;
-    if (k->lw && (rc = bytes_put(&w->labels, labels, (size_t)T * k->lw))) return rc;
+    if (k->lw && (rc = cxs_bytes_put(&w->labels, labels, (size_t)T * k->lw))) return rc;
     cxs_wfault_point(&k->fault, "utt");
     w->U++;
     w->F += T;
-    if ((rc = bytes_put(&w->ids, id, il)) || (rc = bytes_put64(&w->cum, w->F)) ||
-        (rc = bytes_put64(&w->idoff, w->ids.n)))
+    if ((rc = cxs_bytes_put(&w->ids, id, il)) || (rc = cxs_bytes_put64(&w->cum, w->F)) ||
+        (rc = cxs_bytes_put64(&w->idoff, w->ids.n)))
         return rc;
     return 0;
-}
-
-static int put_section(cxs_writer *k, swriter *w, cxs_section *s, uint32_t type, const void *p,
-                       size_t n) {
-    int rc = w_pad(k, w);
-    s->type = type;
-    s->flags = CXS_SECF_REQUIRED;
-    s->offset = w->pos;
-    s->length = n;
-    s->checksum = cxs_hash(p, n);
-    return rc ? rc : w_write(k, w, p, n);
 }
 
 static void swriter_free(swriter *w) {
@@ -259,7 +149,7 @@ static int shard_end(cxs_writer *k) {
     sec[n].length = k->cc ? w->zlen : w->feat_len;
     sec[n++].checksum = XXH3_64bits_digest(w->fh);
     k->feat_out += sec[0].length;
-    if (!rc && k->lw) rc = put_section(k, w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
+    if (!rc && k->lw) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
     if (!rc && k->cc) {
         bytes t = {0};
         uint8_t head[CXS_CHUNKS_HEAD];
@@ -268,23 +158,23 @@ static int shard_end(cxs_writer *k) {
                              w->feat_len, k->chunk_rows, k->o.level,
                              (rows + k->chunk_rows - 1) / k->chunk_rows};
         cxs_chunks_head_store(head, &h);
-        if (!(rc = bytes_put(&t, head, sizeof head)) &&
-            !(rc = bytes_put(&t, w->chunks.p, w->chunks.n)))
-            rc = put_section(k, w, &sec[n++], CXS_SEC_CHUNKS, t.p, t.n);
+        if (!(rc = cxs_bytes_put(&t, head, sizeof head)) &&
+            !(rc = cxs_bytes_put(&t, w->chunks.p, w->chunks.n)))
+            rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_CHUNKS, t.p, t.n);
         free(t.p);
     }
-    if (!rc) rc = put_section(k, w, &sec[n++], CXS_SEC_INDEX, w->cum.p, w->cum.n);
+    if (!rc) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_INDEX, w->cum.p, w->cum.n);
     bytes ids = {0};
-    if (!rc && !(rc = bytes_put(&ids, w->idoff.p, w->idoff.n)) &&
-        !(rc = bytes_put(&ids, w->ids.p, w->ids.n)))
-        rc = put_section(k, w, &sec[n++], CXS_SEC_IDS, ids.p, ids.n);
+    if (!rc && !(rc = cxs_bytes_put(&ids, w->idoff.p, w->idoff.n)) &&
+        !(rc = cxs_bytes_put(&ids, w->ids.p, w->ids.n)))
+        rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_IDS, ids.p, ids.n);
     free(ids.p);
     uint8_t meta[CXS_SHARD_META_SIZE];
     cxs_shard_meta m = {w->index, k->D, w->U, w->F, w->first_u, w->first_f, k->o.guard,
                         (uint16_t)k->o.dtype, (uint16_t)k->lw};
     cxs_shard_meta_store(meta, &m);
-    if (!rc) rc = put_section(k, w, &sec[n++], CXS_SEC_SHARD_META, meta, sizeof meta);
-    if (!rc) rc = w_pad(k, w);
+    if (!rc) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_SHARD_META, meta, sizeof meta);
+    if (!rc) rc = cxs_w_pad(k, w);
     uint8_t page[CXS_PAGE];
     uint64_t h = cxs_container_build_v(page, CXS_KIND_SHARD, k->minor, w->pos, sec, n);
     if (!rc && pwrite(w->fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
@@ -297,128 +187,11 @@ static int shard_end(cxs_writer *k) {
         uint8_t e[CXS_SHARD_ENTRY_SIZE];
         cxs_shard_entry se = {w->pos, h, w->U, w->F, w->first_u, w->first_f};
         cxs_shard_entry_store(e, &se);
-        rc = bytes_put(&k->shard_table, e, sizeof e);
+        rc = cxs_bytes_put(&k->shard_table, e, sizeof e);
         k->nshards++;
         k->bytes_out += w->pos;
     }
     swriter_free(w);
-    return rc;
-}
-
-/* ---- manifest --------------------------------------------------------- */
-
-/* The STATS section from the exact sums (spec 7.3). */
-static int stats_bytes(const cxs_writer *k, bytes *b) {
-    uint8_t t[8];
-    int rc = bytes_put64(b, k->F);
-    if (!rc) rc = bytes_put64(b, k->minlen);
-    if (!rc) rc = bytes_put64(b, k->maxlen);
-    if (!rc) rc = bytes_put64(b, 0);
-    double *mean = malloc((k->D + 1) * sizeof *mean);
-    if (!mean) rc = -ENOMEM;
-    for (uint32_t d = 0; d < k->D && !rc; d++) {
-        mean[d] = cxs_xsum_value(&k->s1[d]) / (double)k->F;
-        cxs_stf64(t, mean[d]);
-        rc = bytes_put(b, t, 8);
-    }
-    for (uint32_t d = 0; d < k->D && !rc; d++) {
-        double var = cxs_xsum_value(&k->s2[d]) / (double)k->F - mean[d] * mean[d];
-        cxs_stf64(t, var > 0 ? var : 0.0);
-        rc = bytes_put(b, t, 8);
-    }
-    free(mean);
-    for (uint32_t l = 0; l < k->vocab_n && !rc; l++) rc = bytes_put64(b, k->hist[l]);
-    return rc;
-}
-
-/* PART_SUMS: the exact sums themselves (their non-overlapping partials), so
- * that a merge rounds the same totals a single pack would. */
-static int part_sums_bytes(const cxs_writer *k, bytes *b) {
-    uint8_t t[8];
-    int rc = bytes_put64(b, k->D);
-    if (!rc) rc = bytes_put64(b, k->vocab_n);
-    for (uint32_t d = 0; d < k->D && !rc; d++)
-        for (int which = 0; which < 2 && !rc; which++) {
-            const cxs_xsum *x = which ? &k->s2[d] : &k->s1[d];
-            rc = bytes_put64(b, (uint64_t)x->n);
-            for (int j = 0; j < x->n && !rc; j++) {
-                cxs_stf64(t, x->p[j]);
-                rc = bytes_put(b, t, 8);
-            }
-        }
-    for (uint32_t l = 0; l < k->vocab_n && !rc; l++) rc = bytes_put64(b, k->hist[l]);
-    return rc;
-}
-
-static void part_meta_store(uint8_t *p, const cxs_writer *k) {
-    const cxs_writer_part *pt = &k->part;
-    const cxs_writer_opts *o = &k->o;
-    memset(p, 0, CXS_PART_META_SIZE);
-    cxs_st32(p, pt->part);
-    cxs_st32(p + 4, pt->parts);
-    cxs_st64(p + 8, pt->listed);
-    cxs_st64(p + 16, pt->input_hash);
-    cxs_st32(p + 24, pt->first_shard);
-    cxs_st32(p + 28, pt->end_shard);
-    cxs_st32(p + 32, pt->total_shards);
-    cxs_st32(p + 36, o->compression ? (uint32_t)o->level : 0);
-    cxs_st32(p + 40, o->compression ? k->chunk_rows : 0);
-    cxs_st32(p + 44, o->compression && o->shuffle ? CXS_FILTER_SHUFFLE : 0);
-    cxs_st64(p + 48, k->minlen);
-    cxs_st64(p + 56, k->maxlen);
-    snprintf((char *)p + 64, 16, "%s", cxs_version());
-    cxs_st64(p + 80, pt->first_item);
-    cxs_st64(p + 88, pt->end_item);
-}
-
-static int write_index(cxs_writer *k) {
-    const uint32_t kind = k->is_part ? CXS_KIND_PART : CXS_KIND_MANIFEST;
-    bytes stats = {0};
-    int rc = k->is_part ? part_sums_bytes(k, &stats) : stats_bytes(k, &stats);
-    char *path = cxs_path_join(k->tmpdir, k->is_part ? PART_NAME : CXS_MANIFEST_NAME);
-    int fd = -1;
-    if (!rc && !path) rc = -ENOMEM;
-    if (!rc && (fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) rc = -errno;
-    free(path);
-    if (rc) {
-        free(stats.p);
-        return rc;
-    }
-    swriter w = {.fd = fd, .pos = 0};
-    cxs_section sec[8];
-    uint32_t n = 0;
-    static const uint8_t page0[CXS_PAGE];
-    rc = w_write(k, &w, page0, CXS_PAGE);
-    uint8_t meta[CXS_DATASET_META_SIZE];
-    cxs_dataset_meta m = {k->U, k->F, k->nshards, k->D, k->o.guard, (uint16_t)k->o.dtype,
-                          (uint16_t)k->lw, k->vocab_n, k->o.normalize, k->o.shard_size,
-                          k->nskipped, k->o.on_error_skip, k->o.compression};
-    cxs_dataset_meta_store(meta, &m);
-    if (!rc) rc = put_section(k, &w, &sec[n++], CXS_SEC_DATASET_META, meta, sizeof meta);
-    if (!rc && k->shard_table.n)
-        rc = put_section(k, &w, &sec[n++], CXS_SEC_SHARD_TABLE, k->shard_table.p, k->shard_table.n);
-    if (!rc && k->vocab_n) rc = put_section(k, &w, &sec[n++], CXS_SEC_VOCAB, k->vocab.p, k->vocab.n);
-    if (!rc)
-        rc = put_section(k, &w, &sec[n++], k->is_part ? CXS_SEC_PART_SUMS : CXS_SEC_STATS,
-                         stats.p, stats.n);
-    if (!rc && k->skipped.n) {
-        rc = put_section(k, &w, &sec[n], CXS_SEC_SKIPPED, k->skipped.p, k->skipped.n);
-        sec[n++].flags = 0; /* informational: readers may ignore it */
-    }
-    uint8_t pm[CXS_PART_META_SIZE];
-    if (!rc && k->is_part) {
-        part_meta_store(pm, k);
-        rc = put_section(k, &w, &sec[n++], CXS_SEC_PART_META, pm, CXS_PART_META_SIZE);
-    }
-    if (!rc) rc = w_pad(k, &w);
-    cxs_wfault_point(&k->fault, "manifest"); /* sections written, header page not yet */
-    uint8_t page[CXS_PAGE];
-    cxs_container_build_v(page, kind, k->is_part ? 1 : k->minor, w.pos, sec, n);
-    k->bytes_out += w.pos;
-    if (!rc && pwrite(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
-    if (!rc && fsync(fd) != 0) rc = -errno;
-    if (close(fd) != 0 && !rc) rc = -errno;
-    free(stats.p);
     return rc;
 }
 
@@ -510,11 +283,11 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
     /* The VOCAB section: offsets, then the symbols. */
     uint64_t off = 0;
     for (uint32_t i = 0; i <= k->vocab_n && !rc; i++) {
-        rc = bytes_put64(&k->vocab, off);
+        rc = cxs_bytes_put64(&k->vocab, off);
         if (i < k->vocab_n) off += strlen(opts->vocab[i]);
     }
     for (uint32_t i = 0; i < k->vocab_n && !rc; i++) {
-        rc = bytes_put(&k->vocab, opts->vocab[i], strlen(opts->vocab[i]));
+        rc = cxs_bytes_put(&k->vocab, opts->vocab[i], strlen(opts->vocab[i]));
         if (strcmp(opts->vocab[i], SOS_SYMBOL) == 0) k->sos = i;
         if (strcmp(opts->vocab[i], EOS_SYMBOL) == 0) k->eos = i;
     }
@@ -522,7 +295,7 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
         cxs_writer_abort(k);
         return cxs_diagf(d, rc, "%s: out of memory", out);
     }
-    const char *marker = k->is_part ? PART_NAME : CXS_MANIFEST_NAME;
+    const char *marker = k->is_part ? CXS_PART_NAME : CXS_MANIFEST_NAME;
     int st = cxs_out_state(out, marker, &k->replace);
     if (st != 0) {
         const int is_part = k->is_part; /* k is gone after the abort */
@@ -546,7 +319,7 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
 }
 
 /* Set up what depends on the feature width D, once it is known. */
-static int set_width(cxs_writer *k, uint32_t D) {
+int cxs_writer_set_width(cxs_writer *k, uint32_t D) {
     k->guard_bytes = (size_t)k->o.guard * D * k->esize;
     k->zero_guard = calloc(1, k->guard_bytes + 1);
     k->s1 = calloc(D, sizeof *k->s1);
@@ -641,11 +414,7 @@ static int would_overflow(const cxs_writer *k, uint64_t T, uint64_t il) {
     if (!k->open || w->U == 0) return 0;
     const uint64_t E = k->esize, G = k->o.guard, D = k->D, lw = k->lw;
     uint64_t U1 = w->U + 1, F1 = w->F + T, idb1 = w->ids.n + il;
-    uint64_t feat = (F1 + (U1 + 1) * G) * D * E;
-    uint64_t size = CXS_PAGE + cxs_align_page(feat) + (lw ? cxs_align_page(F1 * lw) : 0) +
-                    cxs_align_page(8 * (U1 + 1)) + cxs_align_page(8 * (U1 + 1) + idb1) +
-                    cxs_align_page(CXS_SHARD_META_SIZE);
-    return size > k->o.shard_size;
+    return cxs_shard_file_size(U1, F1, idb1, D, E, G, lw) > k->o.shard_size;
 }
 
 int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_diag *d) {
@@ -707,7 +476,7 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
     char *nid = malloc(il + 1);
     if (!nid) return cxs_diagf(d, -ENOMEM, "%s: out of memory", id);
     memcpy(nid, id, il + 1);
-    if (!k->D && (rc = set_width(k, (uint32_t)D))) goto fail;
+    if (!k->D && (rc = cxs_writer_set_width(k, (uint32_t)D))) goto fail;
     if (!(k->o.flags & CXS_WRITER_MANUAL_CUT) && would_overflow(k, T, il) && (rc = shard_end(k)))
         goto fail;
     if (!k->open && (rc = shard_begin(k))) goto fail;
@@ -736,9 +505,9 @@ fail:
 int cxs_writer_skip(cxs_writer *k, const char *id, const char *reason) {
     if (!k || !id || !reason) return CXS_E_INVALID;
     int rc;
-    if ((rc = bytes_put(&k->skipped, id, strlen(id))) || (rc = bytes_put(&k->skipped, "\t", 1)) ||
-        (rc = bytes_put(&k->skipped, reason, strlen(reason))) ||
-        (rc = bytes_put(&k->skipped, "\n", 1)))
+    if ((rc = cxs_bytes_put(&k->skipped, id, strlen(id))) || (rc = cxs_bytes_put(&k->skipped, "\t", 1)) ||
+        (rc = cxs_bytes_put(&k->skipped, reason, strlen(reason))) ||
+        (rc = cxs_bytes_put(&k->skipped, "\n", 1)))
         return rc;
     k->nskipped++;
     return 0;
@@ -777,7 +546,7 @@ int cxs_writer_commit(cxs_writer *k, cxs_writer_info *info, cxs_diag *d) {
     else if (k->U == 0 && !k->is_part)
         rc = cxs_diagf(d, CXS_E_INVALID, "%s: no utterance added (%llu skipped); nothing written",
                        k->out, (unsigned long long)k->nskipped);
-    else if ((k->open && (rc = shard_end(k))) || (rc = write_index(k)) ||
+    else if ((k->open && (rc = shard_end(k))) || (rc = cxs_writer_write_index(k)) ||
              (rc = cxs_commit_output(&k->fault, k->tmpdir, k->out, k->replace)))
         cxs_diagf(d, rc, "%s: %s; nothing written", k->out, strerror(-rc));
     if (!rc) {

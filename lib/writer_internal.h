@@ -1,9 +1,19 @@
-/* writer_internal.h - what writer.c and writer_out.c share. */
+/* writer_internal.h - what the writer's files share: writer.c (utterances
+ * into shards), writer_manifest.c (the manifest or part.cxs),
+ * writer_merge.c (parts into one dataset) and writer_out.c (output
+ * directory, atomic commit, fault injection, byte output). */
 #ifndef CXS_WRITER_INTERNAL_H
 #define CXS_WRITER_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "ctxshard_writer.h"
+#include "cxs_format.h"
+#include "cxs_xsum.h"
+#include "zpool.h"
 
 /* The fault-injection state (writer_out.c). */
 typedef struct cxs_wfault {
@@ -30,5 +40,84 @@ char *cxs_make_tmpdir(const char *out);
 uint32_t cxs_remove_stale(const char *out);
 /* fsync tmp, rename it to OUT (exchanging with a previous output). */
 int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, int replace);
+
+/* A growable byte buffer. */
+typedef struct bytes {
+    uint8_t *p;
+    size_t n, cap;
+} bytes;
+
+int cxs_bytes_put(bytes *b, const void *src, size_t n);
+int cxs_bytes_put64(bytes *b, uint64_t v);
+
+/* One file being written. */
+typedef struct swriter {
+    int fd;
+    char *path;
+    uint32_t index;
+    uint64_t U, F, first_u, first_f;
+    uint64_t pos; /* bytes written so far */
+    XXH3_state_t *fh;
+    uint64_t feat_len; /* FEATURES bytes (decoded, when compressed) */
+    uint64_t zlen;     /* compressed: ZFEATURES bytes written */
+    bytes labels, cum, idoff, ids, chunks;
+} swriter;
+
+struct cxs_writer {
+    cxs_writer_opts o;
+    cxs_writer_part part;
+    int is_part;
+    char *out, *tmpdir;
+    int replace;
+    cxs_wfault fault;
+    uint32_t D;
+    size_t esize;
+    uint32_t lw;
+    uint8_t *zero_guard; /* G zero rows */
+    size_t guard_bytes;
+    swriter w;
+    int open;
+    bytes shard_table;
+    uint32_t nshards;
+    uint64_t U, F, minlen, maxlen;
+    cxs_xsum *s1, *s2; /* per dimension, exact over all utterances */
+    uint64_t *hist;
+    uint32_t vocab_n;
+    int64_t sos, eos;
+    bytes vocab; /* the VOCAB section */
+    bytes skipped;
+    uint64_t nskipped;
+    uint64_t bytes_out, feat_out;
+    uint32_t stale_removed;
+    /* Compression (format 1.1). */
+    uint32_t minor;
+    uint32_t chunk_rows;
+    size_t chunk_bytes, cfill, zcap;
+    uint8_t *cbuf, *zbuf, *scratch;
+    ZSTD_CCtx *cc;
+    cxs_zpool *zp; /* compression threads (opts.threads > 1), or NULL */
+    /* One utterance being added. */
+    uint8_t *conv, *lab;
+    size_t conv_cap, lab_cap;
+    double *sums; /* 4*D: sum, sumsq, scratch */
+    size_t sums_cap;
+    char *last_id;
+    size_t last_len;
+    int broken; /* a system error: only abort remains */
+};
+
+/* Write n bytes to w (counted against the injected ENOSPC budget). */
+int cxs_w_write(cxs_writer *k, swriter *w, const void *p, size_t n);
+/* Zero bytes up to the next page boundary. */
+int cxs_w_pad(cxs_writer *k, swriter *w);
+/* Write a section at the next page boundary; *s gets its table entry. */
+int cxs_put_section(cxs_writer *k, swriter *w, cxs_section *s, uint32_t type, const void *p,
+                    size_t n);
+
+/* Allocate what depends on the feature width D (writer.c). */
+int cxs_writer_set_width(cxs_writer *k, uint32_t D);
+/* Write the manifest, or part.cxs for a part, into the temporary directory
+ * from the writer's state (writer_manifest.c). */
+int cxs_writer_write_index(cxs_writer *k);
 
 #endif

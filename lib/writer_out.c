@@ -1,7 +1,8 @@
 /* writer_out.c - where a writer's output goes: OUT's state, the temporary
  * directory beside it, the removal of what killed writers left, and the
  * atomic commit (fsync, rename or RENAME_EXCHANGE, fsync of the parent).
- * Also the fault-injection hook the crash-safety tests drive. */
+ * Also the fault-injection hook the crash-safety tests drive, and the
+ * byte output every file of a writer goes through. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,15 +14,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cxs_le.h"
 #include "writer_internal.h"
 
 /* CXS_PACK_FAULT, read when a writer is created, lets the crash-safety
  * tests stop a writer at exact points: "kill:PHASE:N" sends SIGKILL to the
  * process the N-th time (from 0) it reaches PHASE (shard-begin, utt,
- * shard-end, manifest, rename, after-rename), "stall:PHASE:N" sleeps there
+ * shard-end, manifest, rename, after-rename; a merge reaches shard-end
+ * after each shard it places), "stall:PHASE:N" sleeps there
  * (for a test to send a signal meanwhile); "enospc:BYTES" makes every
- * write fail with ENOSPC once BYTES have been written.  Never set
- * otherwise. */
+ * write fail with ENOSPC once BYTES have been written (a merge counts the
+ * shards it copies).  Never set otherwise. */
 void cxs_wfault_init(cxs_wfault *f) {
     memset(f, 0, sizeof *f);
     f->n = -1;
@@ -236,4 +239,52 @@ int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, int repla
     rc = parent_fsync(out);
     cxs_wfault_point(f, "after-rename");
     return rc;
+}
+
+/* ---- bytes out ------------------------------------------------------- */
+
+int cxs_bytes_put(bytes *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        while (nc < b->n + n) nc *= 2;
+        uint8_t *np = realloc(b->p, nc);
+        if (!np) return -ENOMEM;
+        b->p = np;
+        b->cap = nc;
+    }
+    if (n) memcpy(b->p + b->n, src, n);
+    b->n += n;
+    return 0;
+}
+
+int cxs_bytes_put64(bytes *b, uint64_t v) {
+    uint8_t t[8];
+    cxs_st64(t, v);
+    return cxs_bytes_put(b, t, 8);
+}
+
+int cxs_w_write(cxs_writer *k, swriter *w, const void *p, size_t n) {
+    cxs_wfault *f = &k->fault;
+    if (f->enospc_after && f->written + n > f->enospc_after) return -ENOSPC;
+    f->written += n;
+    int rc = cxs_write_all(w->fd, p, n);
+    w->pos += n;
+    return rc;
+}
+
+int cxs_w_pad(cxs_writer *k, swriter *w) {
+    static const uint8_t zeros[CXS_PAGE];
+    size_t pad = (size_t)(cxs_align_page(w->pos) - w->pos);
+    return pad ? cxs_w_write(k, w, zeros, pad) : 0;
+}
+
+int cxs_put_section(cxs_writer *k, swriter *w, cxs_section *s, uint32_t type, const void *p,
+                    size_t n) {
+    int rc = cxs_w_pad(k, w);
+    s->type = type;
+    s->flags = CXS_SECF_REQUIRED;
+    s->offset = w->pos;
+    s->length = n;
+    s->checksum = cxs_hash(p, n);
+    return rc ? rc : cxs_w_write(k, w, p, n);
 }

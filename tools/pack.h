@@ -1,8 +1,11 @@
-/* pack.h - the packer and the raw-dataset checker. */
+/* pack.h - the commands that read raw datasets or write packed ones:
+ * pack (pack.c), check (check.c), convert (convert.c), merge (merge.c). */
 #ifndef CXS_TOOL_PACK_H
 #define CXS_TOOL_PACK_H
 
 #include <stdint.h>
+
+#include "ctxshard_writer.h"
 
 typedef struct pack_opts {
     uint32_t dtype;
@@ -20,21 +23,26 @@ typedef struct pack_opts {
     uint32_t part, parts; /* --part I/N: 1 <= part <= parts; parts 0: the whole */
 } pack_opts;
 
-#define DEFAULT_LEVEL 3
-#define DEFAULT_CHUNK_SIZE (64ull << 10)
-#define PART_NAME "part.cxs"
-
-#define DEFAULT_GUARD 64u
-#define DEFAULT_SHARD_SIZE (1ull << 30)
-#define MIN_SHARD_SIZE (16ull << 10)
+/* The command's defaults are the writer's. */
+#define DEFAULT_LEVEL CXS_WRITER_DEFAULT_LEVEL
+#define DEFAULT_CHUNK_SIZE CXS_WRITER_DEFAULT_CHUNK_SIZE
+#define DEFAULT_GUARD CXS_WRITER_DEFAULT_GUARD
+#define DEFAULT_SHARD_SIZE CXS_WRITER_DEFAULT_SHARD_SIZE
+#define MIN_SHARD_SIZE CXS_WRITER_MIN_SHARD_SIZE
 
 /* Returns an exit code; prints its own messages. */
 int pack_run(const char *raw, const char *out, const pack_opts *o);
-/* `ctxshard convert IN OUT`: the same dataset in the other form (o gives the
+/* `ctxshard convert IN OUT` (convert.c): the same dataset in the other form (o gives the
  * compression, threads and quiet; the rest comes from IN). */
 int convert_run(const char *in, const char *out, const pack_opts *o);
 /* `ctxshard merge PART... OUT` (merge.c). */
 int merge_run(char **parts, int nparts, const char *out, int move, int quiet);
+/* `ctxshard check RAW` (check.c). */
 int check_run(const char *raw, const char *vocab_path, unsigned threads, int quiet);
+
+/* Print what cxs_writer_create said; the exit code. */
+int create_failed(int rc, const cxs_diag *d);
+/* Say that the writer removed what killed writers of OUT left. */
+void say_stale(const cxs_writer *w, const char *out, int quiet);
 
 #endif

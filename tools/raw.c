@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +13,7 @@
 #include <unistd.h>
 
 #include "ctxshard.h"
-#include "cxs_convert.h"
+#include "cxs_features.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
 #include "cxs_npy.h"
@@ -313,41 +312,6 @@ void utt_free(utt *u) {
     memset(u, 0, sizeof *u);
 }
 
-static double load_elem(const uint8_t *p, uint64_t isz, int be) {
-    if (isz == 4) {
-        uint32_t b = be ? __builtin_bswap32(cxs_ld32(p)) : cxs_ld32(p);
-        float f;
-        memcpy(&f, &b, 4);
-        return f;
-    }
-    if (isz == 8) {
-        uint64_t b = be ? __builtin_bswap64(cxs_ld64(p)) : cxs_ld64(p);
-        double dd;
-        memcpy(&dd, &b, 8);
-        return dd;
-    }
-    uint16_t h = be ? __builtin_bswap16(cxs_ld16(p)) : cxs_ld16(p);
-    return cxs_f16_to_f32(h);
-}
-
-static void store_elem(uint8_t *dst, uint32_t dtype, double x, double *stored) {
-    if (dtype == CXS_DTYPE_F32) {
-        float f = cxs_to_f32(x);
-        uint32_t b;
-        memcpy(&b, &f, 4);
-        cxs_st32(dst, b);
-        *stored = f;
-    } else if (dtype == CXS_DTYPE_F16) {
-        uint16_t h = cxs_to_f16(x);
-        cxs_st16(dst, h);
-        *stored = cxs_f16_to_f32(h);
-    } else {
-        uint16_t h = cxs_to_bf16(x);
-        cxs_st16(dst, h);
-        *stored = cxs_bf16_to_f32(h);
-    }
-}
-
 /* Read a .npy file of at most max bytes into u->buf. */
 static int read_npy_file(utt *u, const char *path, uint64_t max, const char *what, size_t *len,
                          char *why, size_t wn) {
@@ -392,72 +356,19 @@ int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, 
     u->T = T;
     u->D = (uint32_t)D;
     u->sumsq = u->sum + D;
-    const uint8_t *src = buf + h.data_offset;
+    /* The conversion, the finiteness rule and the sums are the writer's
+     * (format/cxs_features.c), so both store the same bytes. */
     const uint64_t isz = h.itemsize;
-    const int be = h.big_endian && isz > 1;
-    /* Element (t, d): C order at t*D+d, Fortran order at d*T+t. */
-    const uint64_t st = h.fortran_order ? 1 : D, sd = h.fortran_order ? T : 1;
-    double *mean = u->tmp, *scale = u->tmp + D;
-    memset(u->sum, 0, 2 * D * sizeof(double));
-    if (!o->normalize && o->dtype == CXS_DTYPE_F32 && isz == 4 && !be && !h.fortran_order &&
-        cxs_host_is_le()) {
-        /* The common case, float32 in and out: one copy, then one pass that
-         * sums and looks for an all-ones exponent (NaN or infinity). */
-        memcpy(u->feat, src, T * D * 4);
-        const float *f = (const float *)(const void *)u->feat;
-        const uint32_t *bits = (const uint32_t *)(const void *)u->feat;
-        uint32_t special = 0;
-        for (uint64_t t = 0; t < T; t++)
-            for (uint64_t d = 0; d < D; d++) {
-                double x = f[t * D + d];
-                special |= (uint32_t)((bits[t * D + d] & 0x7f800000u) == 0x7f800000u);
-                u->sum[d] += x;
-                u->sumsq[d] += x * x;
-            }
-        if (!special) return 0;
-        /* Rare: fall through to the generic pass, which names the place. */
-        memset(u->sum, 0, 2 * D * sizeof(double));
-    }
-    for (uint64_t d = 0; d < D; d++) {
-        mean[d] = 0;
-        scale[d] = 1;
-    }
-    for (uint64_t t = 0; t < T; t++)
-        for (uint64_t d = 0; d < D; d++) {
-            double x = load_elem(src + (t * st + d * sd) * isz, isz, be);
-            if (!isfinite(x))
-                return say(why, wn, "%s: %s at frame %llu, dimension %llu", path,
-                           isnan(x) ? "NaN" : "infinity", (unsigned long long)t,
-                           (unsigned long long)d);
-            if (o->normalize) {
-                mean[d] += x;
-                u->sumsq[d] += x * x; /* scratch: reset below */
-            }
-        }
-    if (o->normalize) {
-        /* Per-utterance mean/variance normalisation: (x - mean) / std, with
-         * std taken as 1 for a constant dimension (spec/format.md). */
-        for (uint64_t d = 0; d < D; d++) {
-            mean[d] /= (double)T;
-            double var = u->sumsq[d] / (double)T - mean[d] * mean[d];
-            double sdv = var > 0 ? sqrt(var) : 0;
-            scale[d] = sdv > 0 ? 1.0 / sdv : 1.0;
-            u->sumsq[d] = 0;
-        }
-    }
-    uint8_t *dst = u->feat;
-    for (uint64_t t = 0; t < T; t++)
-        for (uint64_t d = 0; d < D; d++) {
-            double x = load_elem(src + (t * st + d * sd) * isz, isz, be), s;
-            if (o->normalize) x = (x - mean[d]) * scale[d];
-            store_elem(dst + (t * D + d) * es, o->dtype, x, &s);
-            if (!isfinite(s))
-                return say(why, wn, "%s: value %g at frame %llu, dimension %llu overflows %s", path,
-                           x, (unsigned long long)t, (unsigned long long)d,
-                           cxs_dtype_name(o->dtype));
-            u->sum[d] += s;
-            u->sumsq[d] += s * s;
-        }
+    cxs_fsrc fs = {buf + h.data_offset, T, D,
+                   isz == 2 ? CXS_IN_F16 : isz == 4 ? CXS_IN_F32 : CXS_IN_F64,
+                   h.big_endian && isz > 1,
+                   /* element (t, d): C order at t*D+d, Fortran order at d*T+t */
+                   (int64_t)(h.fortran_order ? isz : D * isz),
+                   (int64_t)(h.fortran_order ? T * isz : isz)};
+    char r2[256];
+    if (cxs_features_convert(&fs, o->dtype, o->normalize, u->feat, u->sum, u->sumsq, u->tmp, r2,
+                             sizeof r2))
+        return say(why, wn, "%s: %s", path, r2);
     return 0;
 }
 

@@ -181,14 +181,6 @@ int write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-int fsync_path(const char *path, int is_dir) {
-    int fd = open(path, (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    int rc = fsync(fd) ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)ftw;

@@ -37,7 +37,6 @@ int parse_size(const char *s, uint64_t *out);
 char *path_join(const char *a, const char *b);
 /* Write all of buf or return -errno. */
 int write_all(int fd, const void *buf, size_t n);
-int fsync_path(const char *path, int is_dir);
 /* Remove a tree (no symlink following).  Best effort; returns 0 or -errno. */
 int remove_tree(const char *path);
 /* Read a whole file of at most max bytes into *buf (realloc'd, capacity

@@ -4,8 +4,8 @@
  * from utterances held in memory, one at a time.
  *
  * Every byte of the format is written here: `ctxshard pack` (a directory
- * of .npy files), `ctxshard convert` and the Python `ctxshard.Writer` are
- * clients of this API.  The writer applies the packer's rules: the feature
+ * of .npy files), `ctxshard convert`, `ctxshard merge` (cxs_writer_merge)
+ * and the Python `ctxshard.Writer` are clients of this API.  The writer applies the packer's rules: the feature
  * width is fixed by the first utterance, values must be finite once
  * stored, labels must lie in the vocabulary, ids must be 1..1024 bytes
  * without control bytes and arrive in strictly increasing byte order (an
@@ -191,6 +191,46 @@ CXS_API int cxs_writer_commit(cxs_writer *w, cxs_writer_info *info, cxs_diag *di
 
 /** Discard everything written and free the writer.  NULL is a no-op. */
 CXS_API void cxs_writer_abort(cxs_writer *w);
+
+/** What cxs_writer_merge() did. */
+typedef struct cxs_merge_info {
+    cxs_writer_info w;       /**< the merged dataset's counts */
+    uint32_t shards_linked;  /**< shard files hard-linked from the parts */
+    uint32_t shards_copied;  /**< copied: renumbered, or across filesystems */
+} cxs_merge_info;
+
+/**
+ * Merge the parts of a dataset written in N slices (`ctxshard pack --part
+ * I/N`, or writers with cxs_writer_opts.part) into one dataset at out,
+ * byte-identical to the dataset one writer would have written from the
+ * whole input.  parts are N directories, each holding part.cxs and its
+ * shards, in any order; all N are needed.
+ *
+ * The parts must come from one run over the same input: same number of
+ * parts, version, listing, options, compression options, vocabulary and
+ * feature width, with shard ranges that follow on; each part.cxs and each
+ * shard's header and SHARD_META are checked against what its part says.
+ * A shard file that already carries its final numbering is hard-linked
+ * into OUT (the parts then share it), otherwise copied with its
+ * SHARD_META and header renumbered; the parts are never modified.  The
+ * statistics are added from the parts' exact sums.  OUT is treated as by
+ * cxs_writer_create() and written as by cxs_writer_commit(): temporary
+ * directory, fsync, rename; on any failure nothing is left behind and a
+ * previous dataset at OUT is untouched.
+ *
+ * progress (may be NULL) is called before each shard with the shards
+ * placed so far and the total; non-zero stops the merge.  info (may be
+ * NULL) gets the counts on success.
+ *
+ * Returns 0; CXS_E_INPUT when the parts do not belong together or one is
+ * damaged or missing (diag names the part and the reason); -EEXIST when
+ * OUT is something else; -ECANCELED when progress stopped it;
+ * CXS_E_INVALID for bad arguments; -errno (-ENOSPC, -EIO, ...) when
+ * reading, writing or renaming failed.
+ */
+CXS_API int cxs_writer_merge(const char *const *parts, uint32_t nparts, const char *out,
+                             cxs_progress_fn progress, void *user, cxs_merge_info *info,
+                             cxs_diag *diag);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,8 @@
-"""Crash safety of `ctxshard pack`: killed with SIGKILL at every phase (and
-at random moments), and out of disk space (injected, and on a real small
-tmpfs when mounting is allowed): OUT holds either nothing or the previous
-complete dataset, never something partial; nothing half-written opens; a
-rerun succeeds.
+"""Crash safety of `ctxshard pack` and `ctxshard merge`: killed with SIGKILL
+at every phase (and at random moments), and out of disk space (injected,
+and on a real small tmpfs when mounting is allowed): OUT holds either
+nothing or the previous complete dataset, never something partial; nothing
+half-written opens; a rerun succeeds.
 
 usage: /usr/bin/python3 tests/cli/crash_test.py BUILD/tools/ctxshard"""
 import filecmp
@@ -180,6 +180,35 @@ class Crash(unittest.TestCase):
                                      "old" if previous else "none")
                     self.assertEqual(os.listdir(d), ["out"] if previous else [])
                     self.rerun(d, out)
+
+    def test_merge_killed_or_disk_full(self):
+        """merge writes through the same commit: the same guarantees."""
+        parts = []
+        for i in (1, 2):
+            p = os.path.join(self.tmp, f"part{i}")
+            if not os.path.exists(p):
+                r = run("pack", self.raw, p, "--part", f"{i}/2", *self.opts(), "--quiet")
+                self.assertEqual(r.returncode, 0, r.stderr)
+            parts.append(p)
+        faults = [f"kill:{phase}:{n}" for phase, n in
+                  [("shard-end", 0), ("shard-end", 2), ("manifest", 0), ("rename", 0),
+                   ("after-rename", 0)]] + ["enospc:1"]
+        for previous in (False, True):
+            for fault in faults:
+                with self.subTest(fault=fault, previous=previous):
+                    d, out = self.work(previous)
+                    r = run("merge", *parts, out, env={"CXS_PACK_FAULT": fault})
+                    if fault.startswith("kill"):
+                        self.assertEqual(r.returncode, -signal.SIGKILL, r.stderr)
+                    else:
+                        self.assertEqual(r.returncode, 3, r.stderr)
+                        self.assertIn("No space left on device", r.stderr)
+                    state = self.check_state(d, out, previous)
+                    self.assertEqual(state == "new", fault == "kill:after-rename:0")
+                    r = run("merge", *parts, out, "--quiet")
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    self.assertTrue(same_tree(out, self.new))
+                    self.assertEqual(os.listdir(d), ["out"])
 
     def test_disk_full_tmpfs(self):
         mnt = os.path.join(self.tmp, "small")

@@ -130,4 +130,17 @@ TEST(le_helpers) {
 }
 END_TEST_
 
-RUN_SUITE("format", round_trip, refusals, strtab, le_helpers)
+/* The size the writer and the packer's plan cut shards by: a header page,
+ * then every section on its own pages (features with guard rows around
+ * each utterance, labels, index, ids, SHARD_META). */
+TEST(shard_file_size) {
+    /* 1 utterance of 10 frames x 28 float32, guard 64: 138 rows, 4 pages */
+    EXPECT_UINT(cxs_shard_file_size(1, 10, 3, 28, 4, 64, 1), 4096 + 16384 + 4 * 4096);
+    EXPECT_UINT(cxs_shard_file_size(1, 10, 3, 28, 4, 64, 0), 4096 + 16384 + 3 * 4096);
+    /* 600 utterances: index and id offsets pass a page (8 * 601 bytes) */
+    EXPECT_UINT(cxs_shard_file_size(600, 600, 600, 1, 2, 0, 2),
+                4096 + 4096 + 4096 + 2 * 4096 + 2 * 4096 + 4096);
+}
+END_TEST_
+
+RUN_SUITE("format", round_trip, refusals, strtab, le_helpers, shard_file_size)

@@ -1,0 +1,53 @@
+/**
+ * @file ctxshard_base.h
+ * ctxshard_base.h - what every layer of ctxshard shares: return codes, the
+ * diagnostic type, the format version, the stored feature types and the
+ * normalisation modes.  It lives with the format code (format/), the lowest
+ * layer that produces these codes, and is installed with the public headers:
+ * ctxshard.h includes it, so a user includes ctxshard.h, never this file
+ * alone.
+ */
+#ifndef CTXSHARD_BASE_H
+#define CTXSHARD_BASE_H
+
+#if defined(CXS_BUILDING_LIBRARY) && defined(__GNUC__)
+#define CXS_API __attribute__((visibility("default")))
+#else
+#define CXS_API
+#endif
+
+/* ---- error codes ------------------------------------------------------ */
+/** Negative, and below -4095 so that they never collide with -errno. */
+#define CXS_E_BAD_MAGIC   (-5001) /**< not a ctxshard file (or byte-swapped) */
+#define CXS_E_VERSION     (-5002) /**< major version this reader does not know */
+#define CXS_E_TRUNCATED   (-5003) /**< file shorter than its structures claim */
+#define CXS_E_CORRUPT     (-5004) /**< structure violates the spec */
+#define CXS_E_CHECKSUM    (-5005) /**< XXH3 of a header or section differs */
+#define CXS_E_UNSUPPORTED (-5006) /**< valid but uses a feature not built in */
+#define CXS_E_INVALID     (-5007) /**< bad argument from the caller */
+#define CXS_E_RANGE       (-5008) /**< frame, utterance or index out of range */
+#define CXS_E_INPUT       (-5009) /**< a raw input file is invalid (packer) */
+#define CXS_E_DEVICE      (-5010) /**< a CUDA error (ctxshard_gpu.h; the message names it) */
+#define CXS_E_NO_LABELS   (-5011) /**< labels asked of a features-only dataset (a test split) */
+
+/** Format version this library reads and writes (spec/format.md): it reads
+ * every minor version of this major, and writes the lowest minor version a
+ * file needs (1.0 for an uncompressed dataset, 1.1 for a compressed one). */
+#define CXS_FORMAT_MAJOR 1
+#define CXS_FORMAT_MINOR 1
+
+/** Stored feature types. */
+#define CXS_DTYPE_F32  1
+#define CXS_DTYPE_F16  2
+#define CXS_DTYPE_BF16 3
+
+/** Pack-time normalisation modes. */
+#define CXS_NORM_NONE      0
+#define CXS_NORM_UTTERANCE 1
+
+/** A diagnostic message: which file, where, what was expected. */
+typedef struct cxs_diag {
+    char message[1024];
+} cxs_diag;
+
+#endif

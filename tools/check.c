@@ -1,0 +1,56 @@
+/* check.c - `ctxshard check RAW`: every validation of the packer, through
+ * the same read pipeline, without writing anything. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ctxshard.h"
+#include "pack.h"
+#include "pipeline.h"
+#include "raw.h"
+#include "util.h"
+
+int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int quiet) {
+    raw_set rs;
+    vocab v;
+    int ec = open_raw(rawdir, vocab_path, &rs, &v);
+    if (ec) return ec;
+    conv_opts co = {CXS_DTYPE_F32, CXS_NORM_NONE, rs.has_transcripts ? &v : NULL};
+    pipeline p;
+    if (pipeline_start(&p, &rs, &co, threads, 0, rs.n)) {
+        warnx_("cannot start threads");
+        pipeline_stop(&p);
+        vocab_free(&v);
+        raw_free(&rs);
+        return EXIT_SYSTEM;
+    }
+    progress bar;
+    progress_init(&bar, "check", quiet);
+    uint32_t D = 0;
+    const char *first = NULL;
+    uint64_t problems = 0, good = 0, frames = 0;
+    for (size_t i = 0; i < rs.n; i++) {
+        slot *s = pipeline_get(&p, i);
+        width_check(s, &rs, i, &D, &first);
+        if (s->status) {
+            progress_done(&bar);
+            fprintf(stderr, "%s\n", s->why);
+            problems++;
+            if (s->status == -2) ec = EXIT_SYSTEM;
+        } else {
+            good++;
+            frames += s->u.T;
+        }
+        pipeline_release(&p, i);
+        progress_update(&bar, i + 1, rs.n, "utterances");
+    }
+    progress_done(&bar);
+    pipeline_stop(&p);
+    printf("%s: %llu utterances checked, %llu valid (%llu frames, dim %u, %s), %llu problem%s\n",
+           rawdir, (unsigned long long)rs.n, (unsigned long long)good,
+           (unsigned long long)frames, D, rs.has_transcripts ? "with transcripts" : "features only",
+           (unsigned long long)problems, problems == 1 ? "" : "s");
+    vocab_free(&v);
+    raw_free(&rs);
+    if (ec) return ec;
+    return problems ? EXIT_DATA : 0;
+}

@@ -1,0 +1,153 @@
+/* convert.c - `ctxshard convert IN OUT`: the same dataset in the other
+ * storage form (compressed or not), utterance by utterance through the
+ * library's writer, shard boundaries kept. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctxshard.h"
+#include "ctxshard_writer.h"
+#include "cxs_format.h"
+#include "pack.h"
+#include "util.h"
+
+int convert_run(const char *in, const char *out, const pack_opts *oin) {
+    cxs_dataset *ds = NULL;
+    cxs_diag d;
+    cxs_open_opts oo = {64ull << 20};
+    int rc = cxs_dataset_open_ex(in, &oo, &ds, &d);
+    if (rc) {
+        warnx_("%s", d.message);
+        return exit_code_for(rc);
+    }
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    if (info.single_shard) {
+        warnx_("%s: a shard alone; convert needs the dataset directory (its manifest)", in);
+        cxs_dataset_close(ds);
+        return EXIT_USAGE;
+    }
+    cxs_writer *w = NULL;
+    char **sym = NULL, *id = NULL;
+    uint8_t *feat = NULL;
+    int ec = 0;
+    double t0 = now_seconds();
+    const size_t esize = info.dtype == CXS_DTYPE_F32 ? 4 : 2;
+    cxs_writer_opts wo;
+    cxs_writer_opts_init(&wo);
+    wo.dtype = info.dtype;
+    wo.guard = info.guard;
+    wo.shard_size = info.shard_size;
+    wo.normalize = info.normalize;
+    wo.on_error_skip = info.on_error_skip;
+    wo.compression = oin->compress;
+    wo.level = oin->level;
+    wo.threads = oin->threads;
+    wo.chunk_size = oin->chunk_size;
+    wo.shuffle = (uint32_t)oin->shuffle;
+    wo.flags = CXS_WRITER_MANUAL_CUT; /* the shards of IN, as they are */
+    sym = calloc(info.vocab_size + 1, sizeof *sym);
+    feat = malloc((size_t)info.max_length * info.dim * esize + 1);
+    id = malloc(CXS_MAX_ID_LEN + 1);
+    if (!sym || !feat || !id) {
+        rc = -ENOMEM;
+        goto sysfail;
+    }
+    for (uint32_t i = 0; i < info.vocab_size; i++) {
+        const char *s;
+        size_t len;
+        cxs_dataset_vocab(ds, i, &s, &len);
+        if (!(sym[i] = strndup(s, len))) {
+            rc = -ENOMEM;
+            goto sysfail;
+        }
+    }
+    wo.vocab_size = info.vocab_size;
+    wo.vocab = (const char *const *)sym;
+    install_signal_flag();
+    if ((rc = cxs_writer_create(out, &wo, &w, &d))) {
+        ec = create_failed(rc, &d);
+        goto out;
+    }
+    say_stale(w, out, oin->quiet);
+    progress bar;
+    progress_init(&bar, "convert", oin->quiet);
+    uint32_t cur = 0;
+    for (uint64_t u = 0; u < info.num_utterances; u++) {
+        if (g_interrupted) {
+            warnx_("%s: interrupted; nothing written", out);
+            ec = EXIT_SYSTEM;
+            goto out;
+        }
+        cxs_utterance ut;
+        cxs_dataset_utterance(ds, u, &ut);
+        if (ut.shard != cur && (rc = cxs_writer_cut(w, &d))) goto addfail;
+        cur = ut.shard;
+        if ((rc = cxs_dataset_read_features(ds, u, 0, ut.num_frames, feat))) {
+            warnx_("%s: utterance %llu (%.*s): %s; nothing written", in, (unsigned long long)u,
+                   (int)ut.id_len, ut.id, cxs_strerror(rc));
+            ec = exit_code_for(rc);
+            goto out;
+        }
+        memcpy(id, ut.id, ut.id_len);
+        id[ut.id_len] = 0;
+        cxs_writer_utt x = {feat, ut.num_frames, info.dim, info.dtype, 0, 0, 0,
+                            ut.labels, ut.labels ? ut.num_frames : 0, info.label_width, 1};
+        if ((rc = cxs_writer_add(w, id, &x, &d))) goto addfail;
+        progress_update(&bar, u + 1, info.num_utterances, "utterances");
+    }
+    progress_done(&bar);
+    /* The list of skipped utterances, line by line as it is. */
+    const char *text;
+    size_t tlen;
+    cxs_dataset_skipped(ds, &text, &tlen);
+    for (size_t a = 0; a < tlen;) {
+        const char *nl = memchr(text + a, '\n', tlen - a), *tab;
+        size_t end = nl ? (size_t)(nl - text) : tlen;
+        char *line = strndup(text + a, end - a);
+        if (!line) {
+            rc = -ENOMEM;
+            goto sysfail;
+        }
+        tab = strchr(line, '\t');
+        if (tab) line[tab - line] = 0;
+        rc = cxs_writer_skip(w, line, tab ? line + (tab - line) + 1 : "");
+        free(line);
+        if (rc) goto sysfail;
+        a = end + 1;
+    }
+    cxs_writer_info wi;
+    rc = cxs_writer_commit(w, &wi, &d);
+    w = NULL;
+    if (rc) {
+        warnx_("%s", d.message);
+        ec = EXIT_SYSTEM;
+        goto out;
+    }
+    if (!oin->quiet) {
+        char a[32], b[32];
+        printf("converted %s (%s) to %s (%s) in %.2f s: features %s -> %s\n", in,
+               info.compression ? "zstd" : "uncompressed", out,
+               oin->compress ? "zstd" : "uncompressed", now_seconds() - t0,
+               human_bytes((double)info.stored_feature_bytes, a, sizeof a),
+               human_bytes((double)wi.feature_bytes, b, sizeof b));
+    }
+    goto out;
+addfail:
+    warnx_("%s%s", d.message, rc == CXS_E_INPUT ? "" : "; nothing written");
+    ec = rc == CXS_E_INPUT ? EXIT_DATA : EXIT_SYSTEM;
+    goto out;
+sysfail:
+    warnx_("%s: %s; nothing written", out, strerror(-rc));
+    ec = EXIT_SYSTEM;
+out:
+    cxs_writer_abort(w);
+    if (sym)
+        for (uint32_t i = 0; i < info.vocab_size; i++) free(sym[i]);
+    free(sym);
+    free(feat);
+    free(id);
+    cxs_dataset_close(ds);
+    return ec;
+}
