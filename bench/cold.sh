@@ -10,6 +10,7 @@
 #   CXS_COLD_UTTS=28539            utterances of the big dataset (4x the limit)
 #   CXS_COLD_FIT_UTTS=3000         utterances of the one that fits the limit
 #   CXS_COLD_REPEATS=3             runs of each cold and warm figure (median)
+#   CXS_COLD_FIT_REPEATS=3         runs of the epochs of the fitting dataset
 #   CXS_COLD_BATCHES=400           batches a warm run times
 #   CXS_COLD_SHUFFLE_BATCHES=100   batches a cold full-shuffle run times
 #   CXS_COLD_BLOCK_BATCHES=3000    batches a cold block run times (its start
@@ -24,6 +25,7 @@ LIMIT_MB=${CXS_COLD_LIMIT_MB:-1024}
 UTTS=${CXS_COLD_UTTS:-28539}
 FIT_UTTS=${CXS_COLD_FIT_UTTS:-3000}
 REPEATS=${CXS_COLD_REPEATS:-3}
+FIT_REPEATS=${CXS_COLD_FIT_REPEATS:-$REPEATS}
 BATCHES=${CXS_COLD_BATCHES:-400}
 SHUFFLE_BATCHES=${CXS_COLD_SHUFFLE_BATCHES:-100}
 BLOCK_BATCHES=${CXS_COLD_BLOCK_BATCHES:-3000}
@@ -155,7 +157,7 @@ done
 FIT_FRAMES=$(sed -n 's/^[^:]*: \([0-9]*\) frames.*/\1/p' "$TMP/fitinfo")
 EPOCH_BATCHES=$(((FIT_FRAMES + B - 1) / B))
 : > "$TMP/fc.loader"; : > "$TMP/fc.warm"; : > "$TMP/fc.bg"; : > "$TMP/fw.epoch"
-for i in $(seq "$REPEATS"); do
+for i in $(seq "$FIT_REPEATS"); do
     drop # the loader alone, cold
     t0=$(now)
     bench "$TMP/fc" limited "$DIR/fit" --batches "$EPOCH_BATCHES" --sampler shuffle --seed "$i"
@@ -198,7 +200,7 @@ FL=$(median < "$TMP/fc.loader"); FWL=$(median < "$TMP/fc.warm"); FBG=$(median < 
 FE=$(median < "$TMP/fw.epoch")
 MODEL=$(awk "BEGIN { printf \"%.2f\", $FIT_BYTES / ($SEQ * 1e6) + $FE }")
 echo
-echo "k=$K, B=$B, $THREADS threads; batches a run: warm $BATCHES, cold shuffle $SHUFFLE_BATCHES, cold block $BLOCK_BATCHES; medians of $REPEATS runs"
+echo "k=$K, B=$B, $THREADS threads; batches a run: warm $BATCHES, cold shuffle $SHUFFLE_BATCHES, cold block $BLOCK_BATCHES; medians of $REPEATS runs ($FIT_REPEATS for the fitting dataset's epochs)"
 echo "disk: sequential $SEQ MB/s (O_DIRECT, 4 MiB reads); random 8 KiB reads/s: $Q1 at QD1, $Q4 at QD4, $Q16 at QD16"
 printf '%-52s %10s %8s %14s %14s\n' "" "samples/s" "open ms" "first batch ms" "read from disk"
 printf '%-52s %10s %8s %14s %14s\n' "warm full shuffle (no limit)" "$WS" "$WSO" "$WSF" "-"

@@ -264,11 +264,12 @@ static void advise_frames(cxs_readahead *ra, const uint64_t *frames, size_t n) {
     }
 }
 
-void cxs_ra_batch_pages(cxs_readahead *ra, uint64_t b, uint64_t gen, const uint64_t *frames,
-                        size_t n) {
-    if (ra->kind != CXS_RA_PAGES) return;
-    int mine = 0;
+int cxs_ra_batch_pages(cxs_readahead *ra, uint64_t b, uint64_t gen, const uint64_t *frames,
+                       size_t n) {
+    if (ra->kind != CXS_RA_PAGES) return 0;
+    int mine = 0, first = b < CXS_RA_FIRST_BATCHES;
     pthread_mutex_lock(ra->mu);
+    if (first) __atomic_add_fetch(&ra->direct, 1, __ATOMIC_RELEASE);
     if (gen == *ra->generation) {
         sync_gen(ra);
         if (ra->advised <= b) { /* the helper has not come to it: ask now */
@@ -277,13 +278,74 @@ void cxs_ra_batch_pages(cxs_readahead *ra, uint64_t b, uint64_t gen, const uint6
         }
     }
     pthread_mutex_unlock(ra->mu);
-    if (mine) advise_frames(ra, frames, n);
+    /* while the helper warms the dataset, only the first batches ask for
+     * pages: random reads would slow the sequential ones */
+    if (mine && (first || !__atomic_load_n(&ra->warming, __ATOMIC_ACQUIRE)))
+        advise_frames(ra, frames, n);
+    return first;
+}
+
+void cxs_ra_batch_pages_done(cxs_readahead *ra, int first) {
+    if (!first) return;
+    pthread_mutex_lock(ra->mu);
+    __atomic_sub_fetch(&ra->direct, 1, __ATOMIC_RELEASE);
+    ra->first_filled++;
+    pthread_cond_broadcast(&ra->cv);
+    pthread_mutex_unlock(ra->mu);
+}
+
+static int warm_progress(void *user, uint64_t done, uint64_t total) {
+    (void)done, (void)total;
+    cxs_readahead *ra = user;
+    pthread_mutex_lock(ra->mu);
+    int stop = *ra->stop;
+    pthread_mutex_unlock(ra->mu);
+    return stop;
+}
+
+#define WARM_PROBES 64 /* pages sampled per shard to tell cached data */
+
+/* A dataset that fits in memory is read once, sequentially, at the disk's
+ * rate (cxs_dataset_warm, which refuses when it does not fit), rather than
+ * faulted in at random window by window: a cold epoch then costs about
+ * bytes / sequential rate more than a warm one, where the random reads
+ * cost several times that.  Skipped when the sampled pages are cached. */
+static void warm_if_fits(cxs_readahead *ra) {
+    const cxs_dataset *ds = ra->ds;
+    const uintptr_t P = page_size();
+    uint32_t probes = 0, cached = 0;
+    for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+        const shard *sh = &ds->shards[i];
+        if (!sh->features) continue;
+        uintptr_t a = (uintptr_t)sh->features, e = (uintptr_t)(sh->map + sh->size);
+        for (uint32_t q = 0; q < WARM_PROBES && e > a; q++, probes++)
+            cached += (uint32_t)resident((const void *)(a + (e - a) / WARM_PROBES * q), P);
+    }
+    if (!probes || cached * 10 >= probes * 9) return;
+    cxs_warm_result res;
+    __atomic_store_n(&ra->warming, 1, __ATOMIC_RELEASE);
+    cxs_dataset_warm(ds, 0, warm_progress, ra, &res, NULL);
+    __atomic_store_n(&ra->warming, 0, __ATOMIC_RELEASE);
 }
 
 static void pages_loop(cxs_readahead *ra) {
     const uint64_t len = cxs_sampler_length(ra->sampler);
+    int warm_tried = 0;
     pthread_mutex_lock(ra->mu);
     while (!*ra->stop) {
+        if (!warm_tried) {
+            /* after the first batches (their page reads have the disk to
+             * themselves, for a fast first batch) */
+            if (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE) || !ra->first_filled) {
+                pthread_cond_wait(&ra->cv, ra->mu);
+                continue;
+            }
+            warm_tried = 1;
+            pthread_mutex_unlock(ra->mu);
+            warm_if_fits(ra);
+            pthread_mutex_lock(ra->mu);
+            continue;
+        }
         sync_gen(ra);
         if (ra->advised < *ra->next_claim) ra->advised = *ra->next_claim;
         uint64_t lim = *ra->next_claim + CXS_READAHEAD_BATCHES;

@@ -17,6 +17,9 @@
  * reads are in flight while the workers copy; a worker that claims a batch
  * the helper has not reached asks for it itself before copying.  Batches
  * whose sampled pages are cached are skipped (warm data costs no advice).
+ * Once the first batches are filled, a dataset that fits in memory
+ * (cxs_dataset_warm's test) and is not cached is read sequentially by the
+ * helper instead (while it reads, only the first batches ask for pages).
  *
  * Every field the helper shares with the workers lives under the loader's
  * lock (mu), which the helper borrows; the loader's own fields it reads are
@@ -57,8 +60,10 @@ typedef struct cxs_readahead {
     cxs_block_plan *plan; /* blocks: the epoch's plan, or NULL */
     uint8_t *state;       /* per block: ABSENT, READING, READ */
     uint32_t *need;       /* per block: batches being filled that draw on it */
-    uint32_t direct;      /* blocks: first batches being filled without waiting
-                             (atomic: read_block looks without the lock) */
+    uint32_t direct;      /* first batches being filled (blocks: without waiting
+                             for them; atomic: read_block looks without the lock) */
+    uint32_t first_filled; /* pages: first batches filled */
+    int warming;          /* pages: the helper is warming the dataset (atomic) */
 } cxs_readahead;
 
 /* One batch's blocks, between cxs_ra_batch_frames and cxs_ra_batch_done. */
@@ -92,8 +97,10 @@ void cxs_ra_batch_done(cxs_readahead *ra, cxs_ra_batch *rb);
 
 /* Other samplers: batch b (of generation gen) holds these frames; when
  * the helper has not asked for its pages yet, ask now, before the worker
- * faults them in one by one (the first batches of a cold start). */
-void cxs_ra_batch_pages(cxs_readahead *ra, uint64_t b, uint64_t gen, const uint64_t *frames,
-                        size_t n);
+ * faults them in one by one (the first batches of a cold start).  Returns
+ * what the worker passes to cxs_ra_batch_pages_done once it has copied. */
+int cxs_ra_batch_pages(cxs_readahead *ra, uint64_t b, uint64_t gen, const uint64_t *frames,
+                       size_t n);
+void cxs_ra_batch_pages_done(cxs_readahead *ra, int first);
 
 #endif

@@ -527,7 +527,11 @@ typedef struct cxs_loader_opts {
  *    reads in flight, while the workers copy (a worker that gets ahead of
  *    the helper asks for its own batch before copying).  A batch whose
  *    sampled pages are all cached is not asked for: warm data costs no
- *    system calls.
+ *    system calls.  Once the first two batches are filled, a dataset that
+ *    is not cached but fits in memory (the test of cxs_dataset_warm) is
+ *    read by the helper sequentially, at the disk's rate, rather than
+ *    faulted in at random window by window; meanwhile the workers go on
+ *    from what is cached and fault in the rest.
  * CXS_READAHEAD_OFF: none of this (the mapping's advice is left alone).
  */
 #define CXS_READAHEAD_OFF 1u
