@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "blocks.h"
 #include "ctxshard_gpu.h"
 #include "cxs_le.h"
 #include "dataset_internal.h"
@@ -103,26 +105,23 @@ typedef struct uploader {
 /* Pool mode: one segment of the device pool and the block it holds. */
 typedef struct pseg {
     uint64_t row_base;  /* device row of the segment's first row */
-    uint64_t nutt;
-    uint64_t *uid;      /* utterances, nutt */
-    uint64_t *ustart;   /* local row of each, nutt + 1 */
-    uint32_t *pend;     /* local rows not yet served */
-    uint64_t npend, nframes;
-    uint64_t quota;     /* frames it serves in the current round */
-    size_t cap_utt;
+    uint64_t block;     /* the block of the epoch's plan it holds */
     void *ev_loaded, *ev_freed;
     int freed_once;
 } pseg;
 
+/* The pool is the device side of the block schedule (blocks.h): blocks of
+ * at most seg_rows rows (no guard rows: the kernel pads at utterance
+ * borders), R = S - 1 drawn from at a time, one more loading.  The order
+ * is the schedule's, so it is stateless: any position of any epoch. */
 typedef struct pool {
     uint32_t S;
     uint64_t seg_rows;
     uint8_t *d_pool;
     pseg *seg;
-    /* the epoch's plan */
-    uint64_t *uorder, nu;
-    uint64_t *bstart, nblocks; /* block b = uorder[bstart[b] .. bstart[b+1]) */
-    uint64_t quota, served, utt_total;
+    cxs_block_sched bs;
+    cxs_block_plan *plan;       /* the epoch's; read-only, shared with the refresher */
+    uint64_t base, stride, len; /* position i is the schedule's base + i * stride; len of them */
     /* the refresher thread and what it shares with the consumer */
     pthread_t th;
     int running;
@@ -132,13 +131,10 @@ typedef struct pool {
     char err[256];
     uint64_t next_block;
     uint32_t *freeq, fq_head, fq_len;  /* segments free to load, FIFO */
-    uint32_t *loadq, lq_head, lq_len;  /* loaded, not yet joined, FIFO */
-    uint32_t loading;
+    uint32_t *loadq, lq_head, lq_len;  /* loaded, not yet joined, FIFO (block order) */
     /* consumer side */
-    uint32_t *active, nactive;         /* oldest first */
-    uint64_t joined;                   /* blocks joined this epoch */
-    uint64_t round_left;
-    uint64_t rng;
+    uint32_t *res;                     /* blocks [lo, hi) resident: block j in res[j % S] */
+    uint64_t lo, hi;
     uploader up;
     void *copy;
 } pool;
@@ -688,74 +684,13 @@ static int resident_launch(cxs_gpu_loader *l, gslot *s) {
 
 /* ---- pool mode ------------------------------------------------------------ */
 
-static uint64_t rng_next(uint64_t *st) { /* splitmix64 */
-    uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n), n > 0 (Lemire's multiply, rejection for exactness). */
-static uint64_t rng_below(uint64_t *st, uint64_t n) {
-    for (;;) {
-        uint64_t x = rng_next(st);
-        unsigned __int128 m = (unsigned __int128)x * n;
-        uint64_t lo = (uint64_t)m;
-        if (lo >= n || lo >= (0 - n) % n) return (uint64_t)(m >> 64);
-    }
-}
-
-/* The epoch's plan: this rank's utterances in a seeded random order, cut
- * into blocks that fit a segment, and how many samples every rank serves
- * (the smallest rank's share, so that all ranks take the same steps). */
-static int pool_plan(cxs_gpu_loader *l) {
-    const cxs_dataset *ds = l->ds;
-    pool *p = &l->p;
-    const cxs_sampler_opts *so = cxs_sampler_options(l->sampler);
-    const uint64_t U = ds->meta.num_utterances, w = so->world_size ? so->world_size : 1;
-    uint64_t *perm = malloc((U ? U : 1) * sizeof *perm);
-    uint64_t *share = calloc(w, sizeof *share);
-    if (!perm || !share) {
-        free(perm);
-        free(share);
-        return lfail(l, -ENOMEM, "out of memory");
-    }
-    uint64_t st = so->seed ^ (0x6a09e667f3bcc909ull * (l->epoch + 1));
-    for (uint64_t i = 0; i < U; i++) perm[i] = i;
-    for (uint64_t i = U; i > 1; i--) {
-        uint64_t j = rng_below(&st, i), t = perm[i - 1];
-        perm[i - 1] = perm[j], perm[j] = t;
-    }
-    p->nu = 0;
-    for (uint64_t i = 0; i < U; i++) {
-        uint64_t u = perm[i];
-        share[i % w] += ds->cum[u + 1] - ds->cum[u];
-        if (i % w == so->rank) p->uorder[p->nu++] = u;
-    }
-    uint64_t q = share[so->rank];
-    for (uint64_t r = 0; r < w; r++)
-        if (share[r] < q) q = share[r];
-    p->quota = q;
-    p->utt_total = share[so->rank];
-    free(perm);
-    free(share);
-    p->nblocks = 0;
-    uint64_t rows = 0;
-    for (uint64_t i = 0; i < p->nu; i++) {
-        uint64_t u = p->uorder[i], T = ds->cum[u + 1] - ds->cum[u];
-        if (i == 0 || rows + T > p->seg_rows) {
-            p->bstart[p->nblocks++] = i;
-            rows = 0;
-        }
-        rows += T;
-    }
-    p->bstart[p->nblocks] = p->nu;
-    p->rng = so->seed ^ (0xbb67ae8584caa73bull * (l->epoch + 1)) ^ ((uint64_t)so->rank << 48);
-    p->served = 0;
-    p->round_left = 0;
-    p->nactive = 0;
-    p->joined = 0;
-    return 0;
+/* Samples each rank serves: the remainder of the epoch from the sampler's
+ * origin, cut to a multiple of world_size so that every rank takes the
+ * same number of steps (no wrap-around padding: the padding's frames come
+ * from the first blocks, long gone from the pool). */
+static uint64_t pool_length(const cxs_dataset *ds, const cxs_sampler_opts *so) {
+    const uint64_t n = ds->meta.num_frames, w = so->world_size ? so->world_size : 1;
+    return n > so->origin ? (n - so->origin) / w : 0;
 }
 
 static int pfail(pool *p, int rc, const char *fmt, ...) {
@@ -766,40 +701,39 @@ static int pfail(pool *p, int rc, const char *fmt, ...) {
     return rc;
 }
 
-/* Refresher: load block b into segment g (metadata on the host, rows on
- * the device through the pool's own copy stream). */
-static int pool_load(cxs_gpu_loader *l, uint32_t g, uint64_t b, zreader *zr) {
+/* Ask the kernel for a block's bytes (and the next block's) before the
+ * refresher copies them: one sequential read in flight per block, whatever
+ * access pattern another user of the mapping asked for (a CPU loader marks
+ * it MADV_RANDOM). */
+static void pool_hint(const cxs_gpu_loader *l, uint64_t j) {
+    const cxs_block_plan *pl = l->p.plan;
+    const uintptr_t P = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (uint64_t i = j; i < pl->nblocks && i < j + 2; i++) {
+        const cxs_block *b = &pl->blk[i];
+        const shard *sh = &l->ds->shards[b->shard];
+        if (!sh->features || !b->len) continue;
+        uintptr_t a = ((uintptr_t)sh->map + b->off) & ~(P - 1), e = (uintptr_t)sh->map + b->off + b->len;
+        posix_madvise((void *)a, e - a, POSIX_MADV_WILLNEED);
+    }
+}
+
+/* Refresher: load block j of the epoch's plan into segment g, its
+ * utterances' rows one after the other (the block is a run of utterances
+ * of one shard, in storage order), through the pool's own copy stream. */
+static int pool_load(cxs_gpu_loader *l, uint32_t g, uint64_t j, zreader *zr) {
     const cxs_dataset *ds = l->ds;
     pool *p = &l->p;
     pseg *sg = &p->seg[g];
-    uint64_t a = p->bstart[b], z = p->bstart[b + 1], n = z - a;
-    if (n > sg->cap_utt) {
-        uint64_t *u1 = realloc(sg->uid, n * sizeof *u1);
-        if (u1) sg->uid = u1;
-        uint64_t *u2 = realloc(sg->ustart, (n + 1) * sizeof *u2);
-        if (u2) sg->ustart = u2;
-        if (!u1 || !u2) return pfail(p, -ENOMEM, "out of memory");
-        sg->cap_utt = n;
-    }
-    uint64_t rows = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t u = p->uorder[a + i];
-        sg->uid[i] = u;
-        sg->ustart[i] = rows;
-        rows += ds->cum[u + 1] - ds->cum[u];
-    }
-    sg->ustart[n] = rows;
-    sg->nutt = n;
-    sg->nframes = sg->npend = rows;
-    for (uint64_t r = 0; r < rows; r++) sg->pend[r] = (uint32_t)r;
+    const cxs_block *b = &p->plan->blk[j];
+    sg->block = j;
+    pool_hint(l, j);
     int e;
     if (sg->freed_once && (e = l->be->stream_wait(p->copy, sg->ev_freed)))
         return pfail(p, CXS_E_DEVICE, "%s: stream_wait: %s", l->be->name, l->be->error_string(e));
     uint8_t *base = p->d_pool + sg->row_base * ds->row_bytes;
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t u = sg->uid[i];
-        int rc = up_rows(l, &p->up, zr, ds->utt_shard[u], ds->row[u], ds->cum[u + 1] - ds->cum[u],
-                         base + sg->ustart[i] * ds->row_bytes);
+    for (uint64_t u = b->u0; u < b->u1; u++) {
+        int rc = up_rows(l, &p->up, zr, b->shard, ds->row[u], ds->cum[u + 1] - ds->cum[u],
+                         base + (ds->cum[u] - b->f0) * ds->row_bytes);
         if (rc) return rc; /* the message is in p->err */
     }
     int rc = up_flush(l, &p->up);
@@ -816,20 +750,19 @@ static void *refresher_main(void *arg) {
     l->be->set_device(l->dev);
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && p->next_block < p->nblocks && !p->fq_len) pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop || p->next_block >= p->nblocks) {
+        while (!p->stop && p->next_block < p->plan->nblocks && !p->fq_len)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop || p->next_block >= p->plan->nblocks) {
             pthread_mutex_unlock(&p->mu);
             break;
         }
         uint32_t g = p->freeq[p->fq_head];
         p->fq_head = (p->fq_head + 1) % p->S;
         p->fq_len--;
-        uint64_t b = p->next_block++;
-        p->loading++;
+        uint64_t j = p->next_block++;
         pthread_mutex_unlock(&p->mu);
-        int rc = pool_load(l, g, b, &zr);
+        int rc = pool_load(l, g, j, &zr);
         pthread_mutex_lock(&p->mu);
-        p->loading--;
         if (rc) {
             p->rc = rc;
         } else {
@@ -856,15 +789,29 @@ static void pool_stop(cxs_gpu_loader *l) {
     l->be->stream_sync(p->copy);
 }
 
+/* Start the epoch l->epoch at position l->pos: the refresher begins with
+ * the first block that position's round draws from (the blocks of earlier
+ * rounds are drained: nothing of them is read). */
 static int pool_start(cxs_gpu_loader *l) {
     pool *p = &l->p;
-    int rc = pool_plan(l);
-    if (rc) return rc;
+    const cxs_sampler_opts *so = cxs_sampler_options(l->sampler);
+    if (p->plan && p->plan->epoch != l->epoch) {
+        cxs_block_plan_put(&p->bs, p->plan);
+        p->plan = NULL;
+    }
+    if (!p->plan && cxs_block_plan_get(&p->bs, l->epoch, &p->plan))
+        return lfail(l, -ENOMEM, "out of memory");
+    p->base = so->origin + so->rank;
+    p->stride = so->world_size ? so->world_size : 1;
+    p->len = pool_length(l->ds, so);
+    uint64_t t0 = p->plan->nblocks;
+    if (l->pos < p->len) t0 = cxs_block_plan_round(p->plan, p->base + l->pos * p->stride);
     p->stop = 0, p->rc = 0, p->err[0] = 0;
-    p->next_block = 0;
+    p->next_block = t0;
+    p->lo = p->hi = t0;
     p->fq_head = 0, p->fq_len = p->S;
     for (uint32_t g = 0; g < p->S; g++) p->freeq[g] = g;
-    p->lq_head = 0, p->lq_len = 0, p->loading = 0;
+    p->lq_head = 0, p->lq_len = 0;
     if (pthread_create(&p->th, NULL, refresher_main, l))
         return lfail(l, -EAGAIN, "cannot start the pool's refresher thread");
     p->running = 1;
@@ -874,24 +821,23 @@ static int pool_start(cxs_gpu_loader *l) {
 static int pool_setup(cxs_gpu_loader *l) {
     pool *p = &l->p;
     const uint64_t rb = l->ds->row_bytes;
-    int e;
+    cxs_diag d;
+    int e, rc = cxs_block_sched_init(&p->bs, l->ds, cxs_sampler_options(l->sampler)->seed,
+                                     p->seg_rows, 0, p->S - 1, &d);
+    if (rc) return lfail(l, rc, "pool mode: %s", d.message);
     if ((e = l->be->dev_alloc((void **)&p->d_pool, (size_t)(p->S * p->seg_rows * rb))))
         return dfail(l, e, "device allocation of the pool");
     l->info.device_bytes += p->S * p->seg_rows * rb;
     if (!(p->seg = calloc(p->S, sizeof *p->seg)) || !(p->freeq = calloc(p->S, 4)) ||
-        !(p->loadq = calloc(p->S, 4)) || !(p->active = calloc(p->S, 4)) ||
-        !(p->uorder = malloc((l->ds->meta.num_utterances + 1) * 8)) ||
-        !(p->bstart = malloc((l->ds->meta.num_utterances + 2) * 8)))
+        !(p->loadq = calloc(p->S, 4)) || !(p->res = calloc(p->S, 4)))
         return lfail(l, -ENOMEM, "out of memory");
     for (uint32_t g = 0; g < p->S; g++) {
         pseg *sg = &p->seg[g];
         sg->row_base = g * p->seg_rows;
-        if (!(sg->pend = malloc((size_t)p->seg_rows * 4))) return lfail(l, -ENOMEM, "out of memory");
         BE(l, l->be->event_create(&sg->ev_loaded));
         BE(l, l->be->event_create(&sg->ev_freed));
     }
-    int rc = up_init(l, &p->up, l->copy, l->o.slots, rb, l->err, sizeof l->err);
-    if (rc) return rc;
+    if ((rc = up_init(l, &p->up, l->copy, l->o.slots, rb, l->err, sizeof l->err))) return rc;
     p->up.err = p->err, p->up.errlen = sizeof p->err; /* from now on the refresher's */
     p->copy = l->copy;
     return pool_start(l);
@@ -902,95 +848,71 @@ static void pool_free(cxs_gpu_loader *l) {
     pool_stop(l);
     for (uint32_t g = 0; p->seg && g < p->S; g++) {
         pseg *sg = &p->seg[g];
-        free(sg->pend);
-        free(sg->uid);
-        free(sg->ustart);
         if (sg->ev_loaded) l->be->event_destroy(sg->ev_loaded);
         if (sg->ev_freed) l->be->event_destroy(sg->ev_freed);
     }
     up_free(l, &p->up);
     if (p->d_pool) l->be->dev_free(p->d_pool);
+    if (p->plan) cxs_block_plan_put(&p->bs, p->plan);
+    cxs_block_sched_destroy(&p->bs);
     free(p->seg);
     free(p->freeq);
     free(p->loadq);
-    free(p->active);
-    free(p->uorder);
-    free(p->bstart);
-    p->d_pool = NULL, p->seg = NULL, p->uorder = p->bstart = NULL;
-    p->freeq = p->loadq = p->active = NULL;
+    free(p->res);
+    p->d_pool = NULL, p->seg = NULL, p->plan = NULL;
+    p->freeq = p->loadq = p->res = NULL;
 }
 
-/* Start a round: give every drained segment back to the refresher, join
- * loaded segments in block order until S-1 are resident (waiting for the
- * uploads when needed: which blocks are resident never depends on timing,
- * so an epoch's order depends only on the seed), and set each segment's
- * share of the round: the one of age i (0 the oldest) serves
- * ceil(unserved / (i + 1)) frames, so that the oldest is drained by the
- * round's end and, in the steady state, every resident segment gives a
- * round the same number of frames.  The caller has enqueued every kernel
- * that reads the segments given back.  *any = 0 when nothing is left this
- * epoch. */
-static int pool_round(cxs_gpu_loader *l, int *any) {
+/* Give segment g back to the refresher once the kernels enqueued so far
+ * (which may read it) are done. */
+static int pool_release(cxs_gpu_loader *l, uint32_t g) {
     pool *p = &l->p;
-    uint32_t kept = 0;
-    for (uint32_t i = 0; i < p->nactive; i++) {
-        uint32_t g = p->active[i];
-        if (p->seg[g].npend) {
-            p->active[kept++] = g;
-            continue;
-        }
-        /* the refresher's copies into it wait for the kernels reading it */
-        BE(l, l->be->event_record(p->seg[g].ev_freed, l->work));
-        p->seg[g].freed_once = 1;
-        pthread_mutex_lock(&p->mu);
-        p->freeq[(p->fq_head + p->fq_len) % p->S] = g;
-        p->fq_len++;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
-    p->nactive = kept;
-    int rc = 0;
+    BE(l, l->be->event_record(p->seg[g].ev_freed, l->work));
+    p->seg[g].freed_once = 1;
     pthread_mutex_lock(&p->mu);
-    /* At most S-1 resident: one segment is always free or loading, so the
-     * refresher can always make progress while we wait. */
-    while (p->nactive < p->S - 1 && p->joined < p->nblocks) {
-        if (p->rc) {
+    p->freeq[(p->fq_head + p->fq_len) % p->S] = g;
+    p->fq_len++;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+/* Enter round t: the blocks of earlier rounds are drained (the schedule
+ * never draws on them again) and go back to the refresher; blocks t ..
+ * t+R-1 are joined, in block order, waiting for their uploads when needed
+ * (which blocks are resident depends on the position only, never on
+ * timing).  At most R = S-1 are resident: one segment is always free or
+ * loading, so the refresher can make progress while we wait.  The caller
+ * has enqueued every kernel that reads the blocks given back. */
+static int pool_enter(cxs_gpu_loader *l, uint64_t t) {
+    pool *p = &l->p;
+    const uint32_t R = p->S - 1;
+    int rc;
+    for (; p->lo < t && p->lo < p->hi; p->lo++)
+        if ((rc = pool_release(l, p->res[p->lo % p->S]))) return rc;
+    const uint64_t end = t + R < p->plan->nblocks ? t + R : p->plan->nblocks;
+    while (p->hi < end) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->lq_len && !p->rc) pthread_cond_wait(&p->cv, &p->mu);
+        if (!p->lq_len) { /* the refresher failed */
             rc = lfail(l, p->rc, "pool refresh: %s", p->err);
-            break;
-        }
-        if (!p->lq_len) {
-            pthread_cond_wait(&p->cv, &p->mu);
-            continue;
+            pthread_mutex_unlock(&p->mu);
+            return rc;
         }
         uint32_t g = p->loadq[p->lq_head];
         p->lq_head = (p->lq_head + 1) % p->S;
         p->lq_len--;
-        int e = l->be->stream_wait(l->work, p->seg[g].ev_loaded);
-        if (e) {
-            rc = dfail(l, e, "stream_wait for a pool segment");
-            break;
+        pthread_mutex_unlock(&p->mu);
+        if (p->hi < t) { /* a round this rank has no position in: never read */
+            if ((rc = pool_release(l, g))) return rc;
+        } else {
+            BE(l, l->be->stream_wait(l->work, p->seg[g].ev_loaded));
+            p->res[p->hi % p->S] = g;
         }
-        p->active[p->nactive++] = g;
-        p->joined++;
+        p->hi++;
     }
-    pthread_mutex_unlock(&p->mu);
-    if (rc) return rc;
-    p->round_left = 0;
-    for (uint32_t i = 0; i < p->nactive; i++) {
-        pseg *sg = &p->seg[p->active[i]];
-        sg->quota = (sg->npend + i) / (i + 1);
-        p->round_left += sg->quota;
-    }
-    *any = p->round_left > 0;
+    if (p->lo < t) p->lo = t;
     return 0;
-}
-
-/* One random unserved row of segment g, removed from its pending list. */
-static uint32_t pool_take(pool *p, pseg *sg) {
-    uint64_t j = rng_below(&p->rng, sg->npend);
-    uint32_t r = sg->pend[j];
-    sg->pend[j] = sg->pend[--sg->npend];
-    return r;
 }
 
 /* Expand samples a .. b-1 of slot s (their descriptors are drawn). */
@@ -1009,61 +931,53 @@ static int pool_expand(cxs_gpu_loader *l, gslot *s, size_t a, size_t b) {
     return 0;
 }
 
-/* Draw a batch into slot s and enqueue its expansion.  When a round ends
- * inside the batch, the samples drawn so far are expanded first, so that
- * the drained segment can be given back before the next round starts. */
+/* Draw the batch at the loader's position into slot s and enqueue its
+ * expansion.  When a round ends inside the batch, the samples drawn so
+ * far are expanded first, so that the drained blocks can be given back
+ * before the next round's are joined. */
 static int pool_launch(cxs_gpu_loader *l, gslot *s) {
     const cxs_dataset *ds = l->ds;
     pool *p = &l->p;
+    const cxs_block_plan *pl = p->plan;
     cxs_x_desc *desc = s->h_in;
     const size_t want = l->o.batch_size;
     if (s->used) {
         BE(l, l->be->event_sync(s->ev_ready)); /* h_in's last copies are done */
         BE(l, l->be->stream_wait(l->work, s->ev_consumed)); /* and its buffers free */
     }
-    s->index = l->index, s->position = p->served;
+    s->index = l->index, s->position = l->pos;
     size_t n = 0, done = 0;
     int rc;
-    while (n < want && p->served < p->quota) {
-        if (!p->round_left) {
-            int any = 0;
+    while (n < want && l->pos < p->len) {
+        const uint64_t g = p->base + l->pos * p->stride, t = cxs_block_plan_round(pl, g);
+        if (t > p->lo || p->hi == p->lo) { /* a new round (or the first) */
             if ((rc = pool_expand(l, s, done, n))) return rc;
             done = n;
-            if ((rc = pool_round(l, &any))) return rc;
-            if (!any) break;
+            if ((rc = pool_enter(l, t))) return rc;
         }
-        /* a segment with probability proportional to its share left: a
-         * uniformly random interleaving of the shares */
-        uint64_t r = rng_below(&p->rng, p->round_left);
-        pseg *sg = NULL;
-        for (uint32_t i = 0; i < p->nactive; i++) {
-            sg = &p->seg[p->active[i]];
-            if (r < sg->quota) break;
-            r -= sg->quota;
-        }
-        sg->quota--;
-        p->round_left--;
-        uint32_t row = pool_take(p, sg);
-        /* the utterance holding the row: last ustart <= row */
-        uint64_t lo = 0, hi = sg->nutt;
+        uint64_t j;
+        const uint64_t f = cxs_block_plan_frame(pl, g, &j);
+        const cxs_block *b = &pl->blk[j];
+        /* the utterance holding f: last u in the block with cum[u] <= f */
+        uint64_t lo = b->u0, hi = b->u1;
         while (hi - lo > 1) {
             uint64_t mid = lo + (hi - lo) / 2;
-            if (sg->ustart[mid] <= row) lo = mid;
+            if (ds->cum[mid] <= f) lo = mid;
             else hi = mid;
         }
-        uint64_t u = sg->uid[lo], t = row - sg->ustart[lo], f = ds->cum[u] + t;
-        desc[n].row0 = sg->row_base + sg->ustart[lo];
-        desc[n].T = (uint32_t)(sg->ustart[lo + 1] - sg->ustart[lo]);
-        desc[n].t = (uint32_t)t;
+        const uint64_t u = lo;
+        desc[n].row0 = p->seg[p->res[j % p->S]].row_base + (ds->cum[u] - b->f0);
+        desc[n].T = (uint32_t)(ds->cum[u + 1] - ds->cum[u]);
+        desc[n].t = (uint32_t)(f - ds->cum[u]);
         desc[n].label = 0;
         if (l->o.labels) {
-            const shard *sh = &ds->shards[ds->utt_shard[u]];
+            const shard *sh = &ds->shards[b->shard];
             uint64_t li = f - sh->f_start;
             desc[n].label = sh->meta.label_width == 1 ? sh->labels[li] : cxs_ld16(sh->labels + 2 * li);
         }
         s->frames[n] = f;
         n++;
-        p->served++;
+        l->pos++;
     }
     if ((rc = pool_expand(l, s, done, n))) return rc;
     /* the end, or a short last batch dropped (what it expanded is unused) */
@@ -1329,8 +1243,9 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
         const cxs_sampler_opts *so = cxs_sampler_options(sampler);
         if (so->kind != CXS_SAMPLER_SHUFFLE)
             return cxs_diagf(diag, CXS_E_INVALID, "pool mode draws its own order: it needs a shuffle sampler");
-        if (start)
-            return cxs_diagf(diag, CXS_E_INVALID, "pool mode starts epochs at position 0 only");
+        if (start > pool_length(ds, so))
+            return cxs_diagf(diag, CXS_E_INVALID, "pool mode: start %llu is past this rank's %llu samples",
+                             (unsigned long long)start, (unsigned long long)pool_length(ds, so));
     }
     if (o->mode == CXS_GPU_STREAM && o->out_dtype != CXS_GPU_OUT_F32)
         return cxs_diagf(diag, CXS_E_INVALID, "stream mode delivers float32 only (bfloat16 output needs resident or pool mode)");
@@ -1473,7 +1388,8 @@ int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **b
 
 int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
-    if (l->mode == CXS_GPU_POOL && start) return CXS_E_INVALID;
+    if (l->mode == CXS_GPU_POOL && start > pool_length(l->ds, cxs_sampler_options(l->sampler)))
+        return CXS_E_INVALID;
     l->be->set_device(l->dev);
     l->rc = 0;
     l->err[0] = 0;
@@ -1504,8 +1420,8 @@ void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info)
     if (!l || !info) return;
     *info = l->info;
     info->uploaded_bytes = __atomic_load_n(&l->uploaded, __ATOMIC_RELAXED);
-    if (l->mode == CXS_GPU_POOL && l->p.nblocks)
-        info->pool_utterances = l->p.nu / l->p.nblocks;
+    if (l->mode == CXS_GPU_POOL && l->p.plan && l->p.plan->nblocks)
+        info->pool_utterances = l->ds->meta.num_utterances / l->p.plan->nblocks;
 }
 
 int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, void *dst,

@@ -98,11 +98,13 @@ static void fill(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64_t po
     int rc = l->ra.kind == CXS_RA_BLOCKS
                  ? cxs_ra_batch_frames(&l->ra, l->sampler, epoch, pos, n, s->frames, gen, &rb)
                  : cxs_sampler_get(l->sampler, epoch, pos, n, s->frames);
+    int first = !rc && l->ra.kind == CXS_RA_PAGES ? cxs_ra_batch_pages(&l->ra, b, gen, s->frames, n) : 0;
     if (!rc)
         rc = cxs_gather_impl(l->ds, s->frames, n, l->o.k, l->norm,
                              l->norm ? l->norm + l->ds->meta.dim : NULL, 1, s->x,
                              l->o.labels ? s->y : NULL);
     if (l->ra.kind == CXS_RA_BLOCKS) cxs_ra_batch_done(&l->ra, &rb);
+    cxs_ra_batch_pages_done(&l->ra, first);
     s->rc = rc;
     s->pub = (cxs_batch){s->x, l->o.labels ? s->y : NULL, s->frames, n, b, pos};
 }

@@ -1,5 +1,7 @@
 /* readahead.c - the loader's helper thread (see readahead.h). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "readahead.h"
 
 #include <errno.h>
@@ -87,14 +89,30 @@ static int shard_fd(cxs_readahead *ra, uint32_t s) {
     return ra->fds[s];
 }
 
-/* Read block b into the page cache: the whole range asked for at once
- * (many requests in flight), then read in STEP pieces, which returns when
- * it is there.  Errors are left to the workers' own reads to meet. */
+/* Read block b into the page cache: pread in STEP pieces, which returns
+ * when each is there, with the next AHEAD_STEPS pieces asked for
+ * (POSIX_FADV_WILLNEED) so that the disk always has a few requests in
+ * flight.  Not the whole block at once: tens of megabytes queued ahead
+ * would delay every other read (a first batch's pages) by as long.
+ * Errors are left to the workers' own reads to meet. */
+#define AHEAD_STEPS 4
 static void read_block(cxs_readahead *ra, const cxs_block *b) {
     int fd = shard_fd(ra, b->shard);
     if (fd < 0 || !b->len) return;
-    posix_fadvise(fd, (off_t)b->off, (off_t)b->len, POSIX_FADV_WILLNEED);
+    uint64_t asked = 0; /* bytes of the block asked for so far */
     for (uint64_t at = 0; at < b->len;) {
+        uint64_t want = at + (uint64_t)(AHEAD_STEPS + 1) * STEP;
+        if (want > b->len) want = b->len;
+        if (asked < want) {
+            posix_fadvise(fd, (off_t)(b->off + asked), (off_t)(want - asked), POSIX_FADV_WILLNEED);
+            asked = want;
+        }
+        if (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE)) { /* first batches: pause */
+            pthread_mutex_lock(ra->mu);
+            while (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE) && !*ra->stop)
+                pthread_cond_wait(&ra->cv, ra->mu);
+            pthread_mutex_unlock(ra->mu);
+        }
         size_t n = b->len - at < STEP ? (size_t)(b->len - at) : STEP;
         ssize_t got = pread(fd, ra->scratch, n, (off_t)(b->off + at));
         if (got <= 0) return;
@@ -162,6 +180,11 @@ static void blocks_loop(cxs_readahead *ra) {
             pthread_cond_wait(&ra->cv, ra->mu);
             continue;
         }
+        if (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE)) {
+            /* the first batches' page reads have the disk to themselves */
+            pthread_cond_wait(&ra->cv, ra->mu);
+            continue;
+        }
         const cxs_block_plan *P = ra->plan;
         const uint64_t n = P->nblocks, gen = ra->gen;
         /* The window: the blocks of the next batch's round, and one more. */
@@ -199,26 +222,130 @@ static void blocks_loop(cxs_readahead *ra) {
     pthread_mutex_unlock(ra->mu);
 }
 
-/* Ask for the pages of every window of one batch. */
-static void advise_batch(cxs_readahead *ra, size_t n) {
+/* Whether the page holding p is in the page cache (1 when unknown). */
+static int resident(const void *p, uintptr_t P) {
+    unsigned char v = 1;
+    if (mincore((void *)((uintptr_t)p & ~(P - 1)), 1, &v)) return 1;
+    return v & 1;
+}
+
+#define RESIDENT_PROBES 16 /* windows sampled before advising a batch */
+
+/* Ask for the pages of every window of one batch, and of their labels,
+ * at once: the kernel then has that many reads in flight, where the
+ * workers' faults would wait for one at a time.  A batch whose sampled
+ * windows and labels are all cached already is skipped: on warm data the
+ * advice would only cost CPU. */
+static void advise_frames(cxs_readahead *ra, const uint64_t *frames, size_t n) {
     const cxs_dataset *ds = ra->ds;
     const uintptr_t P = page_size();
+    int cold = 0;
+    for (size_t i = 0; i < n && i < RESIDENT_PROBES && !cold; i++) {
+        uint64_t u = cxs_find_utt(ds, frames[i]);
+        const shard *sh = &ds->shards[ds->utt_shard[u]];
+        cold = !resident(cxs_row_ptr(ds, u, (int64_t)(frames[i] - ds->cum[u])), P) ||
+               (sh->labels && !resident(sh->labels + (frames[i] - sh->f_start) * ds->meta.label_width, P));
+    }
+    if (!cold) return;
     for (size_t i = 0; i < n; i++) {
-        uint64_t u = cxs_find_utt(ds, ra->frames[i]);
-        int64_t t = (int64_t)(ra->frames[i] - ds->cum[u]), T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+        uint64_t u = cxs_find_utt(ds, frames[i]);
+        int64_t t = (int64_t)(frames[i] - ds->cum[u]), T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
         int64_t lo = t - (int64_t)ra->k, hi = t + (int64_t)ra->k + 1;
         if (lo < 0) lo = 0; /* beyond the utterance: zeros, from the guard or not read */
         if (hi > T) hi = T;
         uintptr_t a = (uintptr_t)cxs_row_ptr(ds, u, lo) & ~(P - 1);
         uintptr_t e = (uintptr_t)cxs_row_ptr(ds, u, hi);
         madvise((void *)a, e - a, MADV_WILLNEED);
+        const shard *sh = &ds->shards[ds->utt_shard[u]];
+        if (sh->labels) {
+            uintptr_t l = (uintptr_t)(sh->labels + (frames[i] - sh->f_start) * ds->meta.label_width);
+            madvise((void *)(l & ~(P - 1)), P, MADV_WILLNEED);
+        }
     }
+}
+
+int cxs_ra_batch_pages(cxs_readahead *ra, uint64_t b, uint64_t gen, const uint64_t *frames,
+                       size_t n) {
+    if (ra->kind != CXS_RA_PAGES) return 0;
+    int mine = 0, first = b < CXS_RA_FIRST_BATCHES;
+    pthread_mutex_lock(ra->mu);
+    if (first) __atomic_add_fetch(&ra->direct, 1, __ATOMIC_RELEASE);
+    if (gen == *ra->generation) {
+        sync_gen(ra);
+        if (ra->advised <= b) { /* the helper has not come to it: ask now */
+            ra->advised = b + 1;
+            mine = 1;
+        }
+    }
+    pthread_mutex_unlock(ra->mu);
+    /* while the helper warms the dataset, only the first batches ask for
+     * pages: random reads would slow the sequential ones */
+    if (mine && (first || !__atomic_load_n(&ra->warming, __ATOMIC_ACQUIRE)))
+        advise_frames(ra, frames, n);
+    return first;
+}
+
+void cxs_ra_batch_pages_done(cxs_readahead *ra, int first) {
+    if (!first) return;
+    pthread_mutex_lock(ra->mu);
+    __atomic_sub_fetch(&ra->direct, 1, __ATOMIC_RELEASE);
+    ra->first_filled++;
+    pthread_cond_broadcast(&ra->cv);
+    pthread_mutex_unlock(ra->mu);
+}
+
+static int warm_progress(void *user, uint64_t done, uint64_t total) {
+    (void)done, (void)total;
+    cxs_readahead *ra = user;
+    pthread_mutex_lock(ra->mu);
+    int stop = *ra->stop;
+    pthread_mutex_unlock(ra->mu);
+    return stop;
+}
+
+#define WARM_PROBES 64 /* pages sampled per shard to tell cached data */
+
+/* A dataset that fits in memory is read once, sequentially, at the disk's
+ * rate (cxs_dataset_warm, which refuses when it does not fit), rather than
+ * faulted in at random window by window: a cold epoch then costs about
+ * bytes / sequential rate more than a warm one, where the random reads
+ * cost several times that.  Skipped when the sampled pages are cached. */
+static void warm_if_fits(cxs_readahead *ra) {
+    const cxs_dataset *ds = ra->ds;
+    const uintptr_t P = page_size();
+    uint32_t probes = 0, cached = 0;
+    for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+        const shard *sh = &ds->shards[i];
+        if (!sh->features) continue;
+        uintptr_t a = (uintptr_t)sh->features, e = (uintptr_t)(sh->map + sh->size);
+        for (uint32_t q = 0; q < WARM_PROBES && e > a; q++, probes++)
+            cached += (uint32_t)resident((const void *)(a + (e - a) / WARM_PROBES * q), P);
+    }
+    if (!probes || cached * 10 >= probes * 9) return;
+    cxs_warm_result res;
+    __atomic_store_n(&ra->warming, 1, __ATOMIC_RELEASE);
+    cxs_dataset_warm(ds, 0, warm_progress, ra, &res, NULL);
+    __atomic_store_n(&ra->warming, 0, __ATOMIC_RELEASE);
 }
 
 static void pages_loop(cxs_readahead *ra) {
     const uint64_t len = cxs_sampler_length(ra->sampler);
+    int warm_tried = 0;
     pthread_mutex_lock(ra->mu);
     while (!*ra->stop) {
+        if (!warm_tried) {
+            /* after the first batches (their page reads have the disk to
+             * themselves, for a fast first batch) */
+            if (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE) || !ra->first_filled) {
+                pthread_cond_wait(&ra->cv, ra->mu);
+                continue;
+            }
+            warm_tried = 1;
+            pthread_mutex_unlock(ra->mu);
+            warm_if_fits(ra);
+            pthread_mutex_lock(ra->mu);
+            continue;
+        }
         sync_gen(ra);
         if (ra->advised < *ra->next_claim) ra->advised = *ra->next_claim;
         uint64_t lim = *ra->next_claim + CXS_READAHEAD_BATCHES;
@@ -230,7 +357,7 @@ static void pages_loop(cxs_readahead *ra) {
         uint64_t b = ra->advised++, epoch = *ra->epoch, pos = *ra->start + b * ra->batch;
         size_t n = len - pos < ra->batch ? (size_t)(len - pos) : ra->batch;
         pthread_mutex_unlock(ra->mu);
-        if (!cxs_sampler_get(ra->sampler, epoch, pos, n, ra->frames)) advise_batch(ra, n);
+        if (!cxs_sampler_get(ra->sampler, epoch, pos, n, ra->frames)) advise_frames(ra, ra->frames, n);
         pthread_mutex_lock(ra->mu);
     }
     pthread_mutex_unlock(ra->mu);
@@ -259,7 +386,7 @@ void cxs_ra_stop(cxs_readahead *ra) {
 int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch, uint64_t pos,
                         size_t n, uint64_t *frames, uint64_t gen, cxs_ra_batch *rb) {
     cxs_block_sched *bs = cxs_sampler_blocks(s);
-    rb->plan = NULL, rb->nj = 0, rb->gen = UINT64_MAX;
+    rb->plan = NULL, rb->nj = 0, rb->gen = UINT64_MAX, rb->direct = 0;
     if (pos > cxs_sampler_length(s) || n > cxs_sampler_length(s) - pos) return CXS_E_RANGE;
     int rc = cxs_block_plan_get(bs, epoch, &rb->plan);
     if (rc) return rc;
@@ -270,12 +397,21 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
         while (q < rb->nj && rb->j[q] != j) q++;
         if (q == rb->nj && rb->nj < CXS_RA_MAX_BLOCKS) rb->j[rb->nj++] = j;
     }
+    int direct = 0;
     pthread_mutex_lock(ra->mu);
     if (gen == *ra->generation && !sync_gen(ra) && ra->plan->epoch == epoch) {
         rb->gen = gen;
         for (uint32_t q = 0; q < rb->nj; q++) ra->need[rb->j[q]]++;
         pthread_cond_broadcast(&ra->cv);
-        for (uint32_t q = 0; q < rb->nj;) {
+        /* The first batches of a start draw on the R blocks of round 0 (or
+         * of the round resumed at): waiting for them would cost R block
+         * reads before anything is served.  They ask for their windows'
+         * pages instead, a few thousand reads in flight; the blocks are
+         * read all the same (finding those pages cached). */
+        direct = pos - *ra->start < CXS_RA_FIRST_BATCHES * (uint64_t)ra->batch;
+        rb->direct = direct;
+        if (direct) __atomic_add_fetch(&ra->direct, 1, __ATOMIC_RELEASE);
+        for (uint32_t q = 0; q < rb->nj && !direct;) {
             if (*ra->stop || ra->gen != gen) break;
             if (ra->state[rb->j[q]] == READ) {
                 q++;
@@ -285,6 +421,7 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
         }
     }
     pthread_mutex_unlock(ra->mu);
+    if (direct) advise_frames(ra, frames, n);
     return 0;
 }
 
@@ -293,6 +430,10 @@ void cxs_ra_batch_done(cxs_readahead *ra, cxs_ra_batch *rb) {
     pthread_mutex_lock(ra->mu);
     if (rb->gen == ra->gen && ra->plan) {
         for (uint32_t q = 0; q < rb->nj; q++) ra->need[rb->j[q]]--;
+        pthread_cond_broadcast(&ra->cv);
+    }
+    if (rb->direct) {
+        __atomic_sub_fetch(&ra->direct, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&ra->cv);
     }
     pthread_mutex_unlock(ra->mu);

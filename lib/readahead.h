@@ -6,13 +6,20 @@
  * the next batch to claim draws from, and drops every block that neither
  * that window nor a batch being filled needs.  A worker registers the
  * blocks of its batch and waits until they are read, so a cold epoch never
- * faults page by page.  Which blocks are read never changes the order:
+ * faults page by page; only the first CXS_RA_FIRST_BATCHES batches of a
+ * start ask for their windows' pages instead of waiting (a fast first
+ * batch rather than R whole blocks read first).  Which blocks are read never changes the order:
  * the frames come from the sampler alone.
  *
  * Other samplers (CXS_RA_PAGES): the feature mapping is marked MADV_RANDOM
- * and the helper asks (MADV_WILLNEED) for the pages of the windows of the
- * next CXS_READAHEAD_BATCHES batches to claim, so that many reads are in
- * flight while the workers copy.
+ * and the helper asks (MADV_WILLNEED) for the pages of the windows and
+ * labels of the next CXS_READAHEAD_BATCHES batches to claim, so that many
+ * reads are in flight while the workers copy; a worker that claims a batch
+ * the helper has not reached asks for it itself before copying.  Batches
+ * whose sampled pages are cached are skipped (warm data costs no advice).
+ * Once the first batches are filled, a dataset that fits in memory
+ * (cxs_dataset_warm's test) and is not cached is read sequentially by the
+ * helper instead (while it reads, only the first batches ask for pages).
  *
  * Every field the helper shares with the workers lives under the loader's
  * lock (mu), which the helper borrows; the loader's own fields it reads are
@@ -29,6 +36,7 @@
 enum { CXS_RA_NONE, CXS_RA_BLOCKS, CXS_RA_PAGES };
 
 #define CXS_RA_MAX_BLOCKS 64 /* blocks one batch waits for; more are faulted in */
+#define CXS_RA_FIRST_BATCHES 2 /* batches of a start that do not wait for whole blocks */
 
 typedef struct cxs_readahead {
     int kind;
@@ -52,6 +60,10 @@ typedef struct cxs_readahead {
     cxs_block_plan *plan; /* blocks: the epoch's plan, or NULL */
     uint8_t *state;       /* per block: ABSENT, READING, READ */
     uint32_t *need;       /* per block: batches being filled that draw on it */
+    uint32_t direct;      /* first batches being filled (blocks: without waiting
+                             for them; atomic: read_block looks without the lock) */
+    uint32_t first_filled; /* pages: first batches filled */
+    int warming;          /* pages: the helper is warming the dataset (atomic) */
 } cxs_readahead;
 
 /* One batch's blocks, between cxs_ra_batch_frames and cxs_ra_batch_done. */
@@ -59,6 +71,7 @@ typedef struct cxs_ra_batch {
     cxs_block_plan *plan;
     uint64_t gen;
     uint32_t nj;
+    int direct;        /* one of the first batches: did not wait */
     uint64_t j[CXS_RA_MAX_BLOCKS];
 } cxs_ra_batch;
 
@@ -81,5 +94,13 @@ void cxs_ra_claimed(cxs_readahead *ra); /* a batch was claimed */
 int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch, uint64_t pos,
                         size_t n, uint64_t *frames, uint64_t gen, cxs_ra_batch *rb);
 void cxs_ra_batch_done(cxs_readahead *ra, cxs_ra_batch *rb);
+
+/* Other samplers: batch b (of generation gen) holds these frames; when
+ * the helper has not asked for its pages yet, ask now, before the worker
+ * faults them in one by one (the first batches of a cold start).  Returns
+ * what the worker passes to cxs_ra_batch_pages_done once it has copied. */
+int cxs_ra_batch_pages(cxs_readahead *ra, uint64_t b, uint64_t gen, const uint64_t *frames,
+                       size_t n);
+void cxs_ra_batch_pages_done(cxs_readahead *ra, int first);
 
 #endif

@@ -475,16 +475,27 @@ typedef struct cxs_loader_opts {
 /**
  * cxs_loader_opts.readahead.  With the default (0) a helper thread works
  * ahead of the gather so that it reads memory, not disk:
- *  - BLOCK sampler: the next block is read sequentially (POSIX_FADV_WILLNEED
- *    then pread in 4 MiB steps) before a worker needs it; a worker whose
- *    batch needs a block still being read waits for it rather than fault
- *    page by page; a drained block is dropped from the page cache
- *    (MADV_DONTNEED and POSIX_FADV_DONTNEED), so the cache holds about
- *    memory_bytes of the dataset.
- *  - SHUFFLE and WEIGHTED samplers (uncompressed): the feature mapping is marked MADV_RANDOM (a fault
- *    reads a page, not the kernel's read-around) and the pages of the
- *    windows of the next CXS_READAHEAD_BATCHES batches are requested with
- *    MADV_WILLNEED, many reads in flight, while the workers copy.
+ *  - BLOCK sampler: the next block is read sequentially (pread in 4 MiB
+ *    steps, the next few steps asked for with POSIX_FADV_WILLNEED) before
+ *    a worker needs it; a worker whose batch needs a block still being
+ *    read waits for it rather than fault page by page, except for the
+ *    first two batches after create or reset, which ask for their windows'
+ *    pages directly (while the block reads pause) so that the first batch
+ *    does not wait for the first round's blocks; a drained block is
+ *    dropped from the page cache (MADV_DONTNEED and POSIX_FADV_DONTNEED),
+ *    so the cache holds about memory_bytes of the dataset.
+ *  - SHUFFLE and WEIGHTED samplers (uncompressed): the feature mapping is
+ *    marked MADV_RANDOM (a fault reads a page, not the kernel's
+ *    read-around) and the pages of the windows and labels of the next
+ *    CXS_READAHEAD_BATCHES batches are requested with MADV_WILLNEED, many
+ *    reads in flight, while the workers copy (a worker that gets ahead of
+ *    the helper asks for its own batch before copying).  A batch whose
+ *    sampled pages are all cached is not asked for: warm data costs no
+ *    system calls.  Once the first two batches are filled, a dataset that
+ *    is not cached but fits in memory (the test of cxs_dataset_warm) is
+ *    read by the helper sequentially, at the disk's rate, rather than
+ *    faulted in at random window by window; meanwhile the workers go on
+ *    from what is cached and fault in the rest.
  * CXS_READAHEAD_OFF: none of this (the mapping's advice is left alone).
  */
 #define CXS_READAHEAD_OFF 1u

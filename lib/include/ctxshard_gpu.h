@@ -22,10 +22,11 @@
  *    borders, float16/bfloat16 converted, normalisation applied).  Labels
  *    are resident too.  Moves 8 bytes per sample.
  *  - CXS_GPU_POOL: for data larger than the memory budget: a device pool of
- *    whole utterances, sampled from, refreshed in the background.  Every
- *    frame crosses PCIe once per epoch and is served exactly once per epoch;
- *    the order is less random than a full shuffle (see cxs_gpu_opts.mode
- *    below and the user guide).
+ *    blocks of whole utterances, sampled from, refreshed in the background,
+ *    on the block schedule of the CPU block sampler.  Every frame crosses
+ *    PCIe once per epoch and is served exactly once per epoch; the order is
+ *    less random than a full shuffle (see cxs_gpu_loader_create below and
+ *    the user guide).
  *  - CXS_GPU_AUTO: resident when the features fit the budget, else stream.
  *
  * Device pointers handed out are valid until the next cxs_gpu_loader_next()
@@ -118,8 +119,9 @@ typedef struct cxs_gpu_batch {
     const uint64_t *frames;  /**< host [n]: the global frame numbers served */
     size_t n;                /**< batch_size, or fewer for the last batch */
     uint64_t index;          /**< batch number within the epoch */
-    uint64_t position;       /**< stream/resident: sampler position of the first
-                                  sample; pool: samples served before it */
+    uint64_t position;       /**< position of the first sample (the sampler's in
+                                  stream/resident mode, the pool order's in pool
+                                  mode): create or reset there to resume */
 } cxs_gpu_batch;
 
 /** What a loader chose and did (cxs_gpu_loader_describe). */
@@ -141,22 +143,28 @@ typedef struct cxs_gpu_loader cxs_gpu_loader;
  * `start` into device memory.  ds and sampler must outlive the loader.
  *
  * Stream and resident modes serve the sampler's order exactly (the same
- * frames, in the same batches, as cxs_loader).  Pool mode draws its own
- * order, a function of the sampler's seed and the epoch only: each epoch
- * permutes the utterances (a distributed sampler's rank takes every
- * world_size-th one, and every rank serves the smallest rank's frame count),
- * cuts them into blocks of budget / pool_segments, keeps pool_segments - 1
- * blocks resident while the next uploads, and serves every frame exactly
- * once: in rounds, the resident block of age i (0 the oldest) giving
- * ceil(unserved / (i + 1)) of its frames, drawn at random and interleaved
- * at random, so that the oldest is drained each round and makes room for
- * the next.  It needs a shuffle sampler and start 0.
+ * frames, in the same batches, as cxs_loader).  Pool mode serves the order
+ * of the block schedule CXS_SAMPLER_BLOCK uses (ctxshard.h), with blocks
+ * of one segment's rows (budget less the batch ring, / pool_segments; no
+ * guard rows) and R = pool_segments - 1 blocks a round draws from: it keeps
+ * those R blocks resident while the next uploads, gives a block's segment
+ * to the next block once the block's last round is over, and serves every
+ * frame exactly once.  The order is a function of the sampler's seed and
+ * origin, the epoch and the block size only (never of upload timing), so
+ * the pool starts at any `start`, as the other modes do.  A distributed
+ * sampler's rank r serves positions origin + r, origin + r + world_size,
+ * ... of that order: every rank uploads every block, and every rank serves
+ * (frames - origin) / world_size samples (rounded down: no wrap-around
+ * padding).  It needs a shuffle sampler (its seed, rank, world_size and
+ * origin are used).
  *
  * Returns 0; CXS_E_UNSUPPORTED (no CUDA / no device; diag says why);
  * CXS_E_NO_LABELS (labels of a features-only dataset); CXS_E_INVALID (bad
- * options, bfloat16 output in stream mode, pool mode without a shuffle sampler or from start > 0); CXS_E_RANGE (resident does not fit the budget, a pool
- * segment cannot hold the longest utterance); CXS_E_DEVICE; -ENOMEM; or an
- * error reading a compressed chunk during the upload.  diag may be NULL.
+ * options, bfloat16 output in stream mode, pool mode without a shuffle
+ * sampler or from a start past its samples); CXS_E_RANGE (resident does
+ * not fit the budget, a pool segment cannot hold the longest utterance);
+ * CXS_E_DEVICE; -ENOMEM; or an error reading a compressed chunk during the
+ * upload.  diag may be NULL.
  */
 CXS_API int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                                   const cxs_gpu_opts *opts, uint64_t epoch, uint64_t start,
@@ -173,8 +181,9 @@ CXS_API int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *samp
  */
 CXS_API int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch);
 
-/** Restart at (epoch, start), as cxs_loader_reset (pool: start must be 0).
- * Resident data stays on the device. */
+/** Restart at (epoch, start), as cxs_loader_reset (CXS_E_INVALID for a
+ * start past the epoch's samples in pool mode).  Resident data stays on
+ * the device; a pool uploads the blocks the position needs. */
 CXS_API int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start);
 
 /** What the loader chose (mode, upload path) and has moved. */

@@ -90,15 +90,15 @@ static uint64_t *run_epoch(cxs_dataset *ds, cxs_sampler *s, const cxs_gpu_opts *
         if (!b) break;
         ck_assert_uint_le(b->n, B);
         ck_assert_uint_eq(b->index, idx++);
+        ck_assert_uint_eq(b->position, expect_pos);
         if (o->mode != CXS_GPU_POOL) {
             /* exactly the sampler's order */
-            ck_assert_uint_eq(b->position, expect_pos);
             uint64_t *f = malloc(b->n * 8);
             ck_assert_int_eq(cxs_sampler_get(s, epoch, b->position, b->n, f), 0);
             ck_assert(memcmp(f, b->frames, b->n * 8) == 0);
             free(f);
-            expect_pos += b->n;
         }
+        expect_pos += b->n;
         ck_assert_int_eq(cxs_dataset_gather(ds, b->frames, b->n, o->k, o->flags, 1, ref, yref), 0);
         if (o->out_dtype == CXS_GPU_OUT_BF16) {
             to_host(got16, b->x, b->n * W * 2);
@@ -255,7 +255,7 @@ TEST(resume_and_reset) {
     ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, NULL), 0);
     const cxs_gpu_batch *b;
     for (int i = 0; i < 7; i++) ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
-    ck_assert_int_eq(cxs_gpu_loader_reset(l, 1, 5), CXS_E_INVALID);
+    ck_assert_int_eq(cxs_gpu_loader_reset(l, 1, info.num_frames + 1), CXS_E_INVALID);
     ck_assert_int_eq(cxs_gpu_loader_reset(l, 1, 0), 0);
     unsigned char *seen = calloc(info.num_frames, 1);
     uint64_t n = 0;
@@ -274,30 +274,122 @@ TEST(resume_and_reset) {
 }
 END_TEST_
 
+TEST(pool_resume_mid_epoch) {
+    /* the pool's order is the block schedule's, stateless: created or
+     * reset at any position (mid-round, mid-batch), it serves exactly the
+     * rest of the uninterrupted epoch, every batch checked against the CPU
+     * gather, and nothing it has drained is uploaded again */
+    cxs_dataset *ds = open_ds(path_f16);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 6, 64);
+    o.budget_bytes = info.feature_bytes / 3 + (2u << 20);
+    uint64_t n, m;
+    cxs_gpu_loader_info whole, rest;
+    uint64_t *all = run_epoch(ds, s, &o, 2, 0, &n, &whole);
+    ck_assert_uint_eq(n, info.num_frames);
+    const uint64_t starts[] = {1, info.num_frames / 3 + 17, info.num_frames - 5, info.num_frames};
+    for (int i = 0; i < 4; i++) {
+        uint64_t *f = run_epoch(ds, s, &o, 2, starts[i], &m, &rest);
+        ck_assert_uint_eq(m, n - starts[i]);
+        ck_assert(memcmp(f, all + starts[i], m * 8) == 0);
+        if (i == 2) ck_assert_uint_lt(rest.uploaded_bytes, whole.uploaded_bytes / 2);
+        free(f);
+    }
+    /* reset mid-epoch into another epoch, then back */
+    cxs_gpu_loader *l;
+    const cxs_gpu_batch *b;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 5, 0, &l, NULL), 0);
+    for (int i = 0; i < 9; i++) ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+    const uint64_t at = info.num_frames / 2 + 3;
+    ck_assert_int_eq(cxs_gpu_loader_reset(l, 2, at), 0);
+    uint64_t got = 0;
+    while (cxs_gpu_loader_next(l, stream, &b) == 0 && b) {
+        if (got == 0) ck_assert_uint_eq(b->position, at);
+        ck_assert(memcmp(b->frames, all + at + got, b->n * 8) == 0);
+        got += b->n;
+    }
+    ck_assert_uint_eq(got, n - at);
+    cxs_gpu_loader_free(l);
+    free(all);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A pool epoch of rank `rank` of `world`, every epoch starting at global
+ * position `origin`. */
+static uint64_t *pool_rank_epoch(cxs_dataset *ds, uint32_t rank, uint32_t world, uint64_t origin,
+                                 uint64_t start, uint64_t *count) {
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler_opts so;
+    memset(&so, 0, sizeof so);
+    so.kind = CXS_SAMPLER_SHUFFLE, so.seed = 7, so.rank = rank, so.world_size = world;
+    so.origin = origin;
+    cxs_sampler *s;
+    ck_assert_int_eq(cxs_sampler_create(ds, &so, &s), 0);
+    cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 2, 33);
+    o.budget_bytes = info.feature_bytes / 4 + (2u << 20);
+    uint64_t *f = run_epoch(ds, s, &o, 5, start, count, NULL);
+    cxs_sampler_free(s);
+    return f;
+}
+
 TEST(pool_ranks) {
-    /* ranks take disjoint utterances and the same number of samples */
+    /* rank r of w serves positions r, r+w, ... of the one global order,
+     * the same number of samples on every rank (the last (frames % w)
+     * positions are left out), disjoint */
     cxs_dataset *ds = open_ds(path_f32);
     cxs_info info;
     cxs_dataset_info(ds, &info);
+    uint64_t N, counts[3];
+    uint64_t *global = pool_rank_epoch(ds, 0, 1, 0, 0, &N);
+    ck_assert_uint_eq(N, info.num_frames);
     unsigned char *seen = calloc(info.num_frames, 1);
-    uint64_t counts[3];
     for (uint32_t r = 0; r < 3; r++) {
-        cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, r, 3);
-        cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 2, 33);
-        o.budget_bytes = info.feature_bytes / 4 + (2u << 20);
-        uint64_t *f = run_epoch(ds, s, &o, 5, 0, &counts[r], NULL);
+        uint64_t *f = pool_rank_epoch(ds, r, 3, 0, 0, &counts[r]);
+        ck_assert_uint_eq(counts[r], N / 3);
         for (uint64_t i = 0; i < counts[r]; i++) {
-            EXPECT_LOOP(!seen[f[i]]);
+            EXPECT_LOOP(f[i] == global[r + 3 * i] && !seen[f[i]]);
             seen[f[i]] = 1;
         }
         free(f);
-        cxs_sampler_free(s);
     }
-    ck_assert_uint_eq(counts[0], counts[1]);
-    ck_assert_uint_eq(counts[1], counts[2]);
-    ck_assert_uint_gt(counts[0] * 3, info.num_frames * 2 / 3);
     free(seen);
+    free(global);
     cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A run on N ranks stopped after `steps` samples per rank continues on M
+ * ranks (origin = the global position reached) in the same global order:
+ * nothing repeated, nothing lost but the last (remaining % M). */
+static void pool_elastic(uint32_t N, uint32_t M) {
+    cxs_dataset *ds = open_ds(path_f32);
+    uint64_t F, n;
+    uint64_t *global = pool_rank_epoch(ds, 0, 1, 0, 0, &F);
+    const uint64_t steps = F / N / 3 + 11, G = steps * N;
+    for (uint32_t r = 0; r < N; r++) { /* the first part, resumed at its end: nothing left */
+        uint64_t *f = pool_rank_epoch(ds, r, N, 0, steps, &n);
+        ck_assert_uint_eq(n, F / N - steps);
+        for (uint64_t i = 0; i < n; i++) EXPECT_LOOP(f[i] == global[r + N * (steps + i)]);
+        free(f);
+    }
+    for (uint32_t r = 0; r < M; r++) {
+        uint64_t *f = pool_rank_epoch(ds, r, M, G, 0, &n);
+        ck_assert_uint_eq(n, (F - G) / M);
+        for (uint64_t i = 0; i < n; i++) EXPECT_LOOP(f[i] == global[G + r + M * i]);
+        free(f);
+    }
+    free(global);
+    cxs_dataset_close(ds);
+}
+
+TEST(pool_elastic_resume) {
+    pool_elastic(2, 3);
+    pool_elastic(2, 1);
 }
 END_TEST_
 
@@ -402,7 +494,9 @@ TEST(mode_selection) {
     o.budget_bytes = 0;
     ck_assert_int_eq(cxs_gpu_loader_create(ds, seq, &o, 0, 0, &l, &d), CXS_E_INVALID);
     EXPECT_STR_HAS(d.message, "shuffle sampler");
-    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 10, &l, &d), CXS_E_INVALID);
+    o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, info.num_frames + 1, &l, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "past this rank's");
     /* option refusals */
     o = base_opts(CXS_GPU_STREAM, 8, 32);
     o.out_dtype = CXS_GPU_OUT_BF16;
@@ -532,7 +626,8 @@ int main(int argc, char **argv) {
     if (system(cmd) != 0) return 3;
     const TTest *tests[] = {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
-        bf16_output_and_drop_last, resume_and_reset, pool_ranks, pool_order_is_deterministic_and_mixed,
+        bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
+        pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
         mode_selection, device_probe,
 #ifdef CXS_HAVE_CUDA
