@@ -571,15 +571,17 @@ class Torch(unittest.TestCase):
             np.concatenate([wx[i:i + 2] for i in range(0, len(wx), 200)]))))
 
     def test_example_trains(self):
-        out = subprocess.run(
-            [sys.executable, os.path.join(SRC, "examples", "train_mlp.py"), "--synth",
-             "--train-utts", "150", "--dev-utts", "20", "--hidden", "128", "--epochs", "2",
-             "--context", "5"], check=True, capture_output=True, text=True,
-            env=os.environ if INSTALLED else dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
-        ).stdout
-        majority = float(re.search(r"majority class ([\d.]+)%", out).group(1)) / 100
-        dev = float(re.findall(r"dev accuracy ([\d.]+)%", out)[-1]) / 100
-        self.assertGreater(dev, majority + 0.15, out)
+        for order in ("full", "block"):
+            out = subprocess.run(
+                [sys.executable, os.path.join(SRC, "examples", "train_mlp.py"), "--synth",
+                 "--train-utts", "150", "--dev-utts", "20", "--hidden", "128", "--epochs", "2",
+                 "--context", "5", "--shuffle", order], check=True, capture_output=True,
+                text=True, env=os.environ if INSTALLED else
+                dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))).stdout
+            majority = float(re.search(r"majority class ([\d.]+)%", out).group(1)) / 100
+            dev = float(re.findall(r"dev accuracy ([\d.]+)%", out)[-1]) / 100
+            self.assertGreater(dev, majority + 0.15, out)
+            self.assertEqual("block order: memory" in out, order == "block", out)
 
 
 class Warm(unittest.TestCase):
