@@ -4,6 +4,8 @@ data-loading code.
 
     /usr/bin/python3 examples/train_mlp.py --train TRAIN --dev DEV [--context 10]
     /usr/bin/python3 examples/train_mlp.py --synth        # make a small dataset first
+    /usr/bin/python3 examples/train_mlp.py --synth --shuffle block   # the order for data
+                                                                     # larger than memory
 
 Run from the checkout after the README's first command (PYTHONPATH=python is
 set by the script itself when ctxshard is not installed)."""
@@ -66,8 +68,14 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=1, help="loader threads (default 1)")
     ap.add_argument("--hidden", type=int, default=512, help="first hidden layer width")
+    ap.add_argument("--shuffle", choices=("full", "block", "none"), default="full",
+                    help="training order: full shuffle (default), block (blocks of whole "
+                    "utterances within --memory, for data larger than memory) or none")
+    ap.add_argument("--memory", help="block order: the page cache it may use, e.g. 512M "
+                    "(default: a quarter of the training data, so that it is read in blocks)")
+    ap.add_argument("--seed", type=int, default=0, help="order and initialisation seed")
     a = ap.parse_args()
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     # Cores for the model, not for idle spinning: the loader's threads plus
     # torch's must not exceed the machine (the classic oversubscription).
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - a.threads))
@@ -90,8 +98,21 @@ def main():
         nn.Linear(a.hidden // 2, train.num_classes))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
     loss_fn = nn.CrossEntropyLoss()
-    loader = cxt.Loader(train, a.context, a.batch_size, shuffle=True, seed=0,
-                        threads=a.threads)
+    order = {"full": True, "block": "block", "none": False}[a.shuffle]
+    extra = {}
+    if a.shuffle == "block":
+        i = train.info
+        row = train.dim * (4 if train.dtype == "float32" else 2)
+        least = 9 * (i["max_length"] + train.guard) * row  # 8 blocks + 1 read ahead
+        extra["memory"] = a.memory or max(train.nbytes // 4, least)
+    elif a.memory:
+        ap.error("--memory applies to --shuffle block")
+    loader = cxt.Loader(train, a.context, a.batch_size, shuffle=order, seed=a.seed,
+                        threads=a.threads, **extra)
+    if a.shuffle == "block":
+        s = loader.sampler
+        print(f"block order: memory {s.memory} bytes, {s.num_blocks(0)} blocks of "
+              f"{s.block_bytes} bytes, {s.blocks} drawn from at once")
     for epoch in range(a.epochs):
         loader.set_epoch(epoch)
         t0, seen, total_loss, correct = time.perf_counter(), 0, 0.0, 0

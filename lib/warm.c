@@ -206,6 +206,20 @@ static uint64_t resident_bytes(const cxs_dataset *ds) {
     return total;
 }
 
+/* Whether every page of [p, p+len) is in the page cache. */
+static int all_resident(const uint8_t *p, size_t len) {
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(page - 1); /* mincore wants it aligned */
+    size_t pages = (size_t)(((uintptr_t)p + len - a + page - 1) / page);
+    unsigned char small[4096], *vec = pages <= sizeof small ? small : malloc(pages);
+    if (!vec) return 0;
+    int all = !mincore((void *)a, pages * page, vec);
+    for (size_t i = 0; all && i < pages; i++) all = vec[i] & 1;
+    if (vec != small) free(vec);
+    return all;
+}
+
 static void human(uint64_t b, char *buf, size_t n) {
     if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)b / (1ull << 30));
     else snprintf(buf, n, "%.1f MiB", (double)b / (1ull << 20));
@@ -213,7 +227,7 @@ static void human(uint64_t b, char *buf, size_t n) {
 
 int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn progress, void *user,
                      cxs_warm_result *result, cxs_diag *d) {
-    if (!ds || (flags & ~CXS_WARM_FORCE)) return CXS_E_INVALID;
+    if (!ds || (flags & ~(CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED))) return CXS_E_INVALID;
     cxs_warm_result r;
     memset(&r, 0, sizeof r);
     double t0 = now_s();
@@ -248,7 +262,7 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
     }
     uint8_t *buf = malloc(WARM_BLOCK);
     if (!buf) return -ENOMEM;
-    uint64_t done = 0;
+    uint64_t done = 0, nread = 0; /* covered (progress), read */
     uint32_t n = ds->single_shard ? 1 : ds->meta.num_shards;
     /* The manifest (small) first, then each shard from start to end. */
     for (uint32_t i = 0; i <= n && !rc; i++) {
@@ -266,6 +280,16 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
         uint64_t size = i == n ? ds->msize : ds->shards[i].size;
         for (uint64_t off = 0; off < size;) {
             size_t want = size - off < WARM_BLOCK ? (size_t)(size - off) : WARM_BLOCK;
+            const uint8_t *map = i < n ? ds->shards[i].map : ds->mmap;
+            if ((flags & CXS_WARM_SKIP_CACHED) && all_resident(map + off, want)) {
+                off += want;
+                done += want;
+                if (progress && progress(user, done, r.total_bytes)) {
+                    rc = -ECANCELED;
+                    break;
+                }
+                continue;
+            }
             ssize_t got = pread(fd, buf, want, (off_t)off);
             if (got < 0 && errno == EINTR) continue;
             if (got <= 0) {
@@ -276,6 +300,7 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
             }
             off += (uint64_t)got;
             done += (uint64_t)got;
+            nread += (uint64_t)got;
             if (progress && progress(user, done, r.total_bytes)) {
                 rc = -ECANCELED;
                 break;
@@ -284,7 +309,7 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
         close(fd);
     }
     free(buf);
-    r.bytes_read = done;
+    r.bytes_read = nread;
     r.seconds = now_s() - t0;
     if (rc == -ECANCELED) return rc;
     if (rc) return rc;

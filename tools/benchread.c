@@ -47,7 +47,8 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     }
     if ((rc = cxs_sampler_create_ex(ds, &so, &s, &d))) {
         warnx_("%s: cannot create the sampler: %s", dir, d.message[0] ? d.message : cxs_strerror(rc));
-        ec = exit_code_for(rc);
+        /* a --memory too small for the data is the option's fault */
+        ec = rc == CXS_E_RANGE || rc == CXS_E_INVALID ? EXIT_USAGE : exit_code_for(rc);
         goto out;
     }
     double t_sampler = now_seconds() - t1;

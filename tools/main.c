@@ -8,6 +8,7 @@
 #include "ctxshard.h"
 #include "cxs_version.h"
 #include "benchread.h"
+#include "orderstats.h"
 #include "ctxshard_gpu.h"
 #include "gpucmd.h"
 #include "stats.h"
@@ -187,7 +188,7 @@ static const char *const usage_gpu =
 static const char *const usage_bench =
     "usage: ctxshard bench-read OUT [--context K] [--batch B] [--threads N]\n"
     "                           [--batches M] [--sampler shuffle|sequential|weighted|block]\n"
-    "                           [--memory SIZE] [--seed S]\n"
+    "                           [--memory SIZE] [--seed S] [--order-stats]\n"
     "\n"
     "Run the prefetching loader over OUT and print samples/s and GB/s of window\n"
     "data served (float32), with the time to open and to the first batch, and\n"
@@ -199,7 +200,11 @@ static const char *const usage_bench =
     "  --batches M    batches to time (default 2000); epochs restart as needed\n"
     "  --sampler S    shuffle (default), sequential, weighted, or block (for data\n"
     "                 larger than memory: needs --memory)\n"
-    "  --memory SIZE  block sampler: the page cache it may use (e.g. 1G)\n";
+    "  --memory SIZE  block sampler: the page cache it may use (e.g. 1G)\n"
+    "  --order-stats  read nothing; say how random each order is: utterances per\n"
+    "                 batch (mean, min) and the spread of an utterance's frames\n"
+    "                 over the epoch, for sequential, shuffle and (with --memory)\n"
+    "                 block order, with --batch and --seed\n";
 
 static const char *const usage_warm =
     "usage: ctxshard warm OUT [--force] [--quiet] [--json]\n"
@@ -243,7 +248,7 @@ enum {
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
-    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE
+    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS
 };
 
 static const struct option longopts[] = {
@@ -269,6 +274,7 @@ static const struct option longopts[] = {
     {"bf16", no_argument, 0, O_BF16},             {"check", no_argument, 0, O_CHECK},
     {"memory", required_argument, 0, O_MEMORY},
     {"force", no_argument, 0, O_FORCE},
+    {"order-stats", no_argument, 0, O_ORDERSTATS},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -286,7 +292,8 @@ static int allowed(const char *cmd, int opt) {
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
-        {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY}},
+        {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY,
+                        O_ORDERSTATS}},
         {"warm", {O_FORCE, O_QUIET, O_JSON}},
         {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
         {"gpu", {O_DEVICE, O_EMULATE, O_MODE, O_CONTEXT, O_BATCH, O_BATCHES, O_BUDGET, O_THREADS,
@@ -395,7 +402,7 @@ int main(int argc, char **argv) {
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
-    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0};
+    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
     int compare = 0, force = 0;
@@ -576,6 +583,7 @@ int main(int argc, char **argv) {
         case O_BF16: go.bf16 = 1; break;
         case O_CHECK: go.check = 1; break;
         case O_FORCE: force = 1; break;
+        case O_ORDERSTATS: bo.order_stats = 1; break;
         case O_LABELS: labels = optarg; break;
         default: break;
         }
@@ -632,7 +640,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "convert")) ec = convert_run(a, b, &po);
     else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);
     else if (!strcmp(cmd, "info")) ec = info_run(a, json);
-    else if (!strcmp(cmd, "bench-read")) ec = bench_read_run(a, &bo);
+    else if (!strcmp(cmd, "bench-read"))
+        ec = bo.order_stats ? order_stats_run(a, &bo) : bench_read_run(a, &bo);
     else if (!strcmp(cmd, "warm")) ec = warm_run(a, force, po.quiet, json);
     else if (!strcmp(cmd, "stats")) {
         if (json) sto.json = 1;

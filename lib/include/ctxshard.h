@@ -141,12 +141,17 @@ CXS_API int cxs_memory_probe(cxs_memory *out, cxs_diag *diag);
 
 /** cxs_dataset_warm flags. */
 #define CXS_WARM_FORCE 1u /**< warm even when the dataset does not fit */
+/** read only what is not cached yet: a range whose pages are all in the
+ * page cache is skipped (bytes_read counts what was read), so warming a
+ * dataset already cached costs two mincore passes, not a copy of it */
+#define CXS_WARM_SKIP_CACHED 2u
 
 /** What cxs_dataset_warm() did. */
 typedef struct cxs_warm_result {
     uint64_t total_bytes;   /**< all files of the dataset */
     uint64_t cached_before; /**< of those, bytes already in the page cache */
-    uint64_t bytes_read;    /**< bytes read (all of them: cached ones cost no I/O) */
+    uint64_t bytes_read;    /**< bytes read (all of them, cached ones cost no I/O;
+                                 with CXS_WARM_SKIP_CACHED only the others) */
     double seconds;         /**< wall time of the call */
     uint32_t fits;          /**< 1: the uncached part fitted in memory.available */
     cxs_memory memory;      /**< the figures the decision was made on */

@@ -23,9 +23,11 @@ from ._version import __version__
 from ._native import lib as _lib
 
 __all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "memory_available",
-           "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "Writer", "RejectedUtterance", "pack", "PHONEMES"]
+           "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "BLOCK", "Writer", "RejectedUtterance", "pack",
+           "PHONEMES"]
 
-SEQUENTIAL, SHUFFLE, WEIGHTED = _n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFLE, _n.SAMPLER_WEIGHTED
+SEQUENTIAL, SHUFFLE, WEIGHTED, BLOCK = (_n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFLE,
+                                        _n.SAMPLER_WEIGHTED, _n.SAMPLER_BLOCK)
 
 
 class CtxshardError(Exception):
@@ -190,7 +192,7 @@ class Dataset:
         (memory_available()['available'])."""
         return self._info.total_bytes <= memory_available()["available"]
 
-    def warm(self, force=False, progress=None, stop=None):
+    def warm(self, force=False, progress=None, stop=None, skip_cached=False):
         """Read every file of the dataset into the page cache, sequentially
         in large blocks (the disk's rate, instead of one random fault per
         window during a cold first epoch).  Returns a dict: total_bytes,
@@ -198,9 +200,11 @@ class Dataset:
         not yet cached does not fit in the memory available it reads nothing
         and raises MemoryError naming the block sampler, unless force=True.
         progress(done, total) is called as it goes; stop, a
-        threading.Event, cancels it (InterruptedError).  Releases the GIL
-        while reading, so it may run in a thread (Loader(prefetch=True)
-        does)."""
+        threading.Event, cancels it (InterruptedError).  skip_cached=True
+        reads only the ranges not all in the page cache already (bytes_read
+        then counts those): warming a cached dataset costs a residency check
+        instead of a copy of it.  Releases the GIL while reading, so it may
+        run in a thread (Loader(prefetch=True) does, with skip_cached)."""
         h = self._h  # held: the dataset stays open until this returns
         if h is None:
             raise ValueError("ctxshard: the dataset is closed")
@@ -212,8 +216,9 @@ class Dataset:
 
         fn = _n.PROGRESS_FN(tick)
         r, diag = _n.WarmResult(), _n.Diag()
-        rc = _lib.cxs_dataset_warm(h.ptr, _n.WARM_FORCE if force else 0, fn, None, byref(r),
-                                   byref(diag))
+        flags = (_n.WARM_FORCE if _a.flag("warm", "force", force) else 0) | \
+            (_n.WARM_SKIP_CACHED if _a.flag("warm", "skip_cached", skip_cached) else 0)
+        rc = _lib.cxs_dataset_warm(h.ptr, flags, fn, None, byref(r), byref(diag))
         if rc == -errno.ENOMEM and diag.message:
             raise MemoryError(diag.message.decode("utf-8", "replace"))
         if rc == -errno.ECANCELED:
@@ -575,18 +580,25 @@ class Sampler:
     """Stateless sampler over a dataset: get(epoch, pos, n) -> frames.
 
     kind: SEQUENTIAL, SHUFFLE (a seeded per-epoch permutation in O(1)
-    memory) or WEIGHTED (with replacement, inverse class frequency by
-    default, or class_weights).  rank/world_size partition every epoch like
-    torch's DistributedSampler (pad by wrapping, or drop_last)."""
+    memory), WEIGHTED (with replacement, inverse class frequency by
+    default, or class_weights) or BLOCK (a per-epoch permutation drawn from
+    a few blocks of whole utterances at a time, for data larger than
+    memory: memory is the page cache it may use, bytes or a string like
+    '2G', required; blocks, 1..1024, how many are drawn from at once,
+    default 8).  rank/world_size partition every epoch like torch's
+    DistributedSampler (pad by wrapping, or drop_last).  origin: the global
+    position where every epoch starts, to resume a run saved with another
+    number of ranks (rank r then sees origin + r, origin + r + world_size,
+    ...)."""
 
     def __init__(self, dataset, kind=SHUFFLE, seed=0, rank=0, world_size=1, drop_last=False,
-                 num_samples=0, class_weights=None):
+                 num_samples=0, class_weights=None, memory=None, blocks=None, origin=0):
         f = "Sampler"
         if not isinstance(dataset, Dataset):
             raise TypeError(f"{f}: dataset={dataset!r} is a {type(dataset).__name__}, expected "
                             "a ctxshard.Dataset (ctxshard.open(path))")
-        kind = _a.integer(f, "kind", kind, SEQUENTIAL, WEIGHTED,
-                          "ctxshard.SEQUENTIAL, SHUFFLE or WEIGHTED")
+        kind = _a.integer(f, "kind", kind, SEQUENTIAL, BLOCK,
+                          "ctxshard.SEQUENTIAL, SHUFFLE, WEIGHTED or BLOCK")
         seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
         world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
         rank = _a.integer(f, "rank", rank, 0, world_size - 1,
@@ -594,14 +606,25 @@ class Sampler:
         drop_last = _a.flag(f, "drop_last", drop_last)
         num_samples = _a.integer(f, "num_samples", num_samples, 0, None,
                                  "0 (one epoch's worth) or a positive count")
+        origin = _a.integer(f, "origin", origin, 0, None,
+                            "0, or the global position to resume from")
         if kind == WEIGHTED and not dataset.num_classes:
             raise ValueError(f"{f}: weighted sampling needs labels (it balances the classes), "
                              "and the dataset has none (features only, like a test split)")
         if class_weights is not None and kind != WEIGHTED:
             raise ValueError(f"{f}: class_weights apply to kind=WEIGHTED only")
+        if kind == BLOCK:
+            if memory is None:
+                raise ValueError(f"{f}: kind=BLOCK needs memory=, the page cache the order may "
+                                 "use (bytes, or a string like '2G'); the order depends on it")
+            memory = _a.size(f, "memory", memory)
+            blocks = _a.optional_integer(f, "blocks", blocks, 1, 1024)
+        elif memory is not None or blocks is not None:
+            raise ValueError(f"{f}: memory and blocks apply to kind=BLOCK only")
         self.dataset = dataset
         self._weights = None
-        opts = _n.SamplerOpts(kind, seed, rank, world_size, int(drop_last), num_samples, None)
+        opts = _n.SamplerOpts(kind, seed, rank, world_size, int(drop_last), num_samples, None,
+                              origin, memory or 0, blocks or 0)
         if class_weights is not None:
             w = np.ascontiguousarray(class_weights, dtype=np.float64)
             if w.shape != (dataset.num_classes,):
@@ -611,14 +634,42 @@ class Sampler:
                 raise ValueError(f"{f}: class_weights must be finite, >= 0 and not all 0")
             self._weights = w
             opts.class_weights = w.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
-        ptr = c_void_p()
-        rc = _lib.cxs_sampler_create(dataset._ptr, byref(opts), byref(ptr))
+        ptr, diag = c_void_p(), _n.Diag()
+        rc = _lib.cxs_sampler_create_ex(dataset._ptr, byref(opts), byref(ptr), byref(diag))
+        if rc in (_n.E_RANGE, _n.E_INVALID):  # a budget too small, an origin past the end
+            msg = diag.message.decode("utf-8", "replace") or f"{f}: {_lib.cxs_strerror(rc).decode()}"
+            if kind == BLOCK and rc == _n.E_RANGE:
+                i = dataset._info
+                row = i.dim * (4 if i.dtype == _n.DTYPE_F32 else 2)
+                least = (i.max_length + i.guard) * row * ((blocks or 8) + 1)
+                msg += (f".  Give memory={least} ({least / 2**20:.1f} MiB) or more, or fewer "
+                        "blocks=")
+            raise ValueError(msg)
         if rc:
-            _raise(rc, what="sampler")
+            _raise(rc, diag, what="sampler")
         self._ptr = ptr
         self._handle = dataset._h  # the dataset must outlive the sampler
         self.kind, self.seed, self.rank, self.world_size = kind, seed, rank, world_size
-        self.drop_last = drop_last
+        self.drop_last, self.origin, self.num_samples = drop_last, origin, num_samples
+        self.memory, self.blocks = memory, (blocks or 8) if kind == BLOCK else None
+
+    @property
+    def epoch_samples(self):
+        """Samples of one epoch over all ranks: the global order's length
+        (frames, or num_samples for WEIGHTED)."""
+        if self.kind == WEIGHTED and self.num_samples:
+            return self.num_samples
+        return self.dataset.num_frames
+
+    @property
+    def block_bytes(self):
+        """BLOCK: bytes of one block, memory / (blocks + 1); None otherwise."""
+        return _lib.cxs_sampler_block_bytes(self._ptr) if self.kind == BLOCK else None
+
+    def num_blocks(self, epoch=0):
+        """BLOCK: blocks of that epoch; None otherwise."""
+        epoch = _a.integer("Sampler.num_blocks", "epoch", epoch, 0, 2**64 - 1)
+        return _lib.cxs_sampler_num_blocks(self._ptr, epoch) if self.kind == BLOCK else None
 
     def __len__(self):
         return _lib.cxs_sampler_length(self._ptr)

@@ -74,3 +74,31 @@ def choice(func, name, value, options):
         raise ValueError(f"{func}: {name}={_show(value)} is not one of "
                          + ", ".join(repr(o) for o in options))
     return value
+
+
+_SHIFTS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+
+
+def size(func, name, value, lo=1):
+    """A size in bytes: an integer, or a string as the command line takes
+    it ('512M', '2G', '1GiB', '4096'; K, M, G, T are powers of 1024)."""
+    if isinstance(value, str):
+        s = value.strip()
+        digits = len(s) - len(s.lstrip("0123456789"))
+        unit = s[digits:].upper()
+        for tail in ("IB", "B", "I"):
+            if len(unit) > 1 and unit.endswith(tail):
+                unit = unit[:-len(tail)]
+                break
+        if not digits or unit not in _SHIFTS:
+            raise ValueError(f"{func}: {name}={_show(value)} is not a size: expected bytes (an "
+                             "integer) or a string like '512M' or '2G'")
+        value = int(s[:digits]) << _SHIFTS[unit]
+    elif isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{func}: {name}={_show(value)} is a {type(value).__name__}, expected a "
+                        "size: bytes (an integer) or a string like '512M' or '2G'")
+    v = int(value)
+    if v < lo or v >= 2**64:
+        raise ValueError(f"{func}: {name}={v} is out of range: expected a size of at least "
+                         f"{lo} byte{'s' if lo != 1 else ''}")
+    return v

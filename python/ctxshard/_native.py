@@ -28,7 +28,7 @@ DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
 COMPRESSION_NONE, COMPRESSION_ZSTD = 0, 1
 DEFAULT_CACHE_BYTES = 256 << 20
 GATHER_NORMALIZE = 1
-SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_WEIGHTED = 0, 1, 2
+SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_WEIGHTED, SAMPLER_BLOCK = 0, 1, 2, 3
 
 
 class Diag(Structure):
@@ -94,7 +94,7 @@ class WarmResult(Structure):
                 ("memory", Memory)]
 
 
-WARM_FORCE = 1
+WARM_FORCE, WARM_SKIP_CACHED = 1, 2
 PROGRESS_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, c_uint64)
 
 
@@ -215,6 +215,10 @@ def _load():
         "cxs_dataset_gather_norm": (c_int, [ds, c_void_p, c_size_t, c_uint32, POINTER(Norm),
                                             ctypes.c_uint, c_void_p, c_void_p]),
         "cxs_sampler_create": (c_int, [ds, POINTER(SamplerOpts), POINTER(c_void_p)]),
+        "cxs_sampler_create_ex": (c_int, [ds, POINTER(SamplerOpts), POINTER(c_void_p),
+                                          POINTER(Diag)]),
+        "cxs_sampler_block_bytes": (c_uint64, [c_void_p]),
+        "cxs_sampler_num_blocks": (c_uint64, [c_void_p, c_uint64]),
         "cxs_sampler_free": (None, [c_void_p]),
         "cxs_sampler_length": (c_uint64, [c_void_p]),
         "cxs_sampler_get": (c_int, [c_void_p, c_uint64, c_uint64, c_size_t, c_void_p]),

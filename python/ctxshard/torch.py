@@ -7,8 +7,10 @@ stacking).
 
 Loader: the native prefetching loader as an iterable of (x, y) tensors,
 x float32 [B, (2k+1)*D], y int64 [B]; no Python in the hot path, with
-set_epoch(), state_dict()/load_state_dict() for exact mid-epoch resume, and
-rank/world_size from torch.distributed when it is initialised.  With
+set_epoch(), state_dict()/load_state_dict() for exact mid-epoch resume (also
+on another number of ranks or threads), and rank/world_size from
+torch.distributed when it is initialised.  shuffle="block" reads data larger
+than memory in blocks of whole utterances within memory= bytes.  With
 device='cuda' the batches are delivered into GPU memory by the library
 (ctxshard.gpu: stream, resident or pool mode) and come out as CUDA tensors
 without a host copy, ordered on the current torch stream."""
@@ -25,7 +27,8 @@ import torch
 from torch.utils.data import Dataset as _TorchDataset
 from torch.utils.data._utils.collate import default_collate
 
-from . import SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _native as _n, _raise, memory_available
+from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _args as _a, _native as _n,
+               _raise, memory_available)
 from . import gpu as _gpu
 from ._native import lib as _lib
 
@@ -148,12 +151,21 @@ class Loader:
     """Batches of (x, y) from ctxshard's native prefetching loader.
 
     Each batch is a fresh pair of tensors that the loader filled in place
-    (no copy), yours to keep.  shuffle: a new seeded permutation every epoch;
-    weighted: class-balanced draws with replacement (class_weights to choose
-    them); rank/world_size: each rank gets an equal, disjoint share of every
-    epoch (defaults from torch.distributed when initialised).  An epoch
-    advances by itself after a complete pass; set_epoch(e) chooses one, and
-    state_dict()/load_state_dict() resume mid-epoch exactly.
+    (no copy), yours to keep.  shuffle: True, a new seeded permutation of all
+    frames every epoch; False, in order; "block", a permutation drawn from a
+    few blocks of whole utterances at a time, read sequentially ahead of use
+    within memory= bytes of page cache (bytes or a string like "2G";
+    required, the order depends on it) -- for data larger than memory, or
+    cold on disk; blocks= (1..1024, default 8) is how many blocks a batch
+    draws from.  weighted: class-balanced draws with replacement
+    (class_weights to choose them); rank/world_size: each rank gets an
+    equal, disjoint share of every epoch (defaults from torch.distributed
+    when initialised).  An epoch advances by itself after a complete pass;
+    set_epoch(e) chooses one.  state_dict() is (seed, epoch, global
+    position) with what fixes the order; load_state_dict() resumes exactly
+    there, also on another number of ranks (world_size) or threads: the
+    ranks together continue the same global order, nothing repeated or
+    lost.
 
     device='cuda' (or 'cuda:N'): batches are written into GPU memory by the
     library and yielded as CUDA tensors over its buffers, ready on the
@@ -172,10 +184,34 @@ class Loader:
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
                  pin_memory=False, device=None, normalize=False, labels=True, num_samples=0,
                  gpu_mode="auto", gpu_budget=None, gpu_dtype=None, gpu_emulate=False,
-                 prefetch=True):
+                 prefetch=True, memory=None, blocks=None):
+        f = "Loader"
+        if isinstance(shuffle, str):
+            if shuffle != "block":
+                raise ValueError(f"{f}: shuffle={shuffle!r} is not one of True (a full shuffle), "
+                                 "False (in order) or \"block\" (blocks of utterances within "
+                                 "memory=, for data larger than memory)")
+        else:
+            shuffle = _a.flag(f, "shuffle", shuffle)
+        weighted = _a.flag(f, "weighted", weighted) or class_weights is not None
+        if shuffle == "block":
+            if weighted:
+                raise ValueError(f"{f}: shuffle=\"block\" and weighted sampling exclude each "
+                                 "other: choose one")
+            if memory is None:
+                raise ValueError(f"{f}: shuffle=\"block\" needs memory=, the page cache the "
+                                 "order may use (bytes, or a string like \"2G\"; "
+                                 "ctxshard.memory_available() says what is free here).  The "
+                                 "order depends on it: resume with the same value")
+            memory = _a.size(f, "memory", memory)
+            blocks = _a.optional_integer(f, "blocks", blocks, 1, 1024)
+        elif memory is not None or blocks is not None:
+            raise ValueError(f"{f}: memory= and blocks= apply to shuffle=\"block\" only")
+        kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
+                                          SHUFFLE if shuffle else SEQUENTIAL)
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
         self._warm_thread, self._warm_stop = None, threading.Event()
-        self._start_prefetch(bool(prefetch), shuffle and not (weighted or class_weights is not None))
+        self._start_prefetch(bool(prefetch), kind, memory)
         if rank is None or world_size is None:
             dist = torch.distributed
             if dist.is_available() and dist.is_initialized():
@@ -187,14 +223,17 @@ class Loader:
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.drop_last, self.seed = bool(drop_last), int(seed)
-        kind = WEIGHTED if weighted or class_weights is not None else (SHUFFLE if shuffle else SEQUENTIAL)
         self.sampler = Sampler(self.dataset, kind, self.seed, self.rank, self.world_size,
-                               self.drop_last, num_samples, class_weights)
+                               self.drop_last, num_samples, class_weights, memory, blocks)
+        # The epoch in progress may start at a global position (origin) other
+        # than 0: a run resumed from a state_dict.  Later epochs use
+        # self.sampler (origin 0).
+        self._origin, self._origin_sampler = 0, None
         self.threads = _default_threads() if threads is None else int(threads)
         self.device = torch.device(device) if device is not None else None
         self.normalize, self.labels = bool(normalize), bool(labels)
         self.input_size = self.dataset.input_size(self.context)
-        self.epoch, self._start = 0, 0
+        self.epoch, self._start = 0, 0  # _start: this rank's position in _sampler_now()
         self._pool, self._busy = [], set()
         # The GPU path: chosen here, the device loader created on first use
         # and kept across epochs (a resident upload happens once).
@@ -223,17 +262,27 @@ class Loader:
         self.pin_memory = bool(pin_memory) or (self.device is not None and self.device.type == "cuda"
                                                and self._gpu_opts is None)
 
-    def _start_prefetch(self, prefetch, shuffled):
+    def _start_prefetch(self, prefetch, kind, budget):
         """prefetch: warm the dataset into the page cache in a background
         thread when it fits in the memory available (a cold first epoch then
         reads at the disk's sequential rate instead of one random fault per
         window; a dataset already cached costs one mincore pass).  A full
         shuffle over a dataset larger than that memory thrashes: say so once,
-        and name the block sampler."""
+        and name the block sampler.  The block sampler reads its blocks
+        ahead itself, within its budget: no warm-up there (it would fill the
+        page cache the budget is meant to spare)."""
         mem = memory_available()["available"]
         size = self.dataset.nbytes
+        if kind == BLOCK:
+            if budget > mem:
+                warnings.warn(
+                    f"ctxshard: shuffle=\"block\" with memory={budget} bytes "
+                    f"({budget / 2**30:.2f} GiB), more than the memory available "
+                    f"({mem / 2**30:.2f} GiB): blocks will be evicted before they are drained. "
+                    "Give a smaller memory=.", UserWarning, stacklevel=3)
+            return
         if size > mem:
-            if shuffled:
+            if kind == SHUFFLE:
                 warnings.warn(
                     f"ctxshard: {self.dataset.path} ({size / 2**30:.2f} GiB) is larger than the "
                     f"memory available ({mem / 2**30:.2f} GiB): a full shuffle reads it at "
@@ -246,8 +295,17 @@ class Loader:
         ds, stop = self.dataset, self._warm_stop
 
         def work():
+            # Background work: the loader's own threads go first (on a small
+            # machine the warm-up would otherwise delay the first batches).
+            # On Linux a thread's nice value is its own.
             try:
-                ds.warm(stop=stop)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            except (AttributeError, OSError):
+                pass
+            try:
+                # only what is not cached yet: a cached dataset costs a
+                # residency check, not a copy of every byte
+                ds.warm(stop=stop, skip_cached=True)
             except Exception:  # noqa: BLE001 - a failed warm-up only costs speed
                 pass
 
@@ -266,19 +324,68 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Start the next iteration at the beginning of `epoch`."""
-        self.epoch, self._start = int(epoch), 0
+        self.epoch, self._start, self._origin = int(epoch), 0, 0
+
+    _KINDS = {SEQUENTIAL: "sequential", SHUFFLE: "shuffle", WEIGHTED: "weighted", BLOCK: "block"}
+
+    def _sampler_now(self):
+        """The sampler of the epoch in progress: self.sampler, or for an
+        epoch resumed at global position G one whose epochs start at G."""
+        if not self._origin:
+            return self.sampler
+        s = self._origin_sampler
+        if s is None or s.origin != self._origin:
+            m = self.sampler
+            s = self._origin_sampler = Sampler(
+                self.dataset, m.kind, m.seed, m.rank, m.world_size, m.drop_last, m.num_samples,
+                m._weights, m.memory, m.blocks if m.kind == BLOCK else None, self._origin)
+        return s
+
+    def _global_position(self):
+        """(epoch, global position) of the next sample: every rank has
+        served origin + position * world_size samples of the global order
+        together (ranks step in lockstep, as with DistributedSampler)."""
+        g = self._origin + self._start * self.world_size
+        if g >= self.sampler.epoch_samples:  # the epoch is done (padding included)
+            return self.epoch + 1, 0
+        return self.epoch, g
 
     def state_dict(self):
-        return {"epoch": self.epoch, "position": self._start, "seed": self.seed,
-                "batch_size": self.batch_size, "context": self.context, "rank": self.rank,
-                "world_size": self.world_size, "samples_per_epoch": len(self.sampler)}
+        """Where the run stands: seed, epoch and global_position (samples of
+        the epoch's global order served by all ranks together), with what
+        fixes that order (sampler, epoch_samples, and for the block sampler
+        memory and blocks), and, for information, this rank's position,
+        rank, world_size, batch_size and context."""
+        epoch, g = self._global_position()
+        m = self.sampler
+        st = {"seed": self.seed, "epoch": epoch, "global_position": g,
+              "sampler": self._KINDS[m.kind], "epoch_samples": m.epoch_samples,
+              "position": self._start if epoch == self.epoch else 0, "rank": self.rank,
+              "world_size": self.world_size, "batch_size": self.batch_size,
+              "context": self.context}
+        if m.kind == BLOCK:
+            st["memory"], st["blocks"] = m.memory, m.blocks
+        return st
 
     def load_state_dict(self, state):
-        for key in ("seed", "world_size", "samples_per_epoch"):
-            mine = self.state_dict()[key]
-            if state.get(key, mine) != mine:
-                raise ValueError(f"state_dict: {key} {state[key]} does not match this loader's {mine}")
-        self.epoch, self._start = int(state["epoch"]), int(state["position"])
+        """Continue where state_dict() was taken, on this loader's ranks and
+        threads: the same seed, sampler and (block) memory and blocks are
+        required, since they fix the order; world_size, threads and
+        batch_size may differ.  With ranks, every rank loads the same
+        state (any rank's, as long as all stood at the same position)."""
+        mine = self.state_dict()
+        for key in ("seed", "sampler", "epoch_samples", "memory", "blocks"):
+            if key in state and state[key] != mine.get(key):
+                raise ValueError(f"load_state_dict: {key} {state[key]!r} does not match this "
+                                 f"loader's {mine.get(key)!r}: the order would differ")
+        epoch = int(state["epoch"])
+        if "global_position" in state:
+            g = int(state["global_position"])
+        else:  # saved before global positions: all ranks at `position`
+            g = int(state["position"]) * int(state.get("world_size", 1))
+        if g >= self.sampler.epoch_samples:
+            epoch, g = epoch + 1, 0
+        self.epoch, self._origin, self._start = epoch, g, 0
 
     def _buffers(self):
         """A (x, y) pair of arrays to fill.  Batches are handed out as tensors
@@ -328,8 +435,15 @@ class Loader:
 
     def _iter_gpu(self):
         o = self._gpu_opts
+        sampler = self._sampler_now()
+        if self._gl is not None and self._gl.sampler is not sampler:
+            # a resumed epoch (or the first one after it) runs over another
+            # sampler: the device loader is made again (resident mode
+            # uploads again, once per resume)
+            self._gl.close()
+            self._gl = None
         if self._gl is None:
-            self._gl = _gpu.GpuLoader(self.dataset, self.sampler, self.context, self.batch_size,
+            self._gl = _gpu.GpuLoader(self.dataset, sampler, self.context, self.batch_size,
                                       device=o["device"], mode=o["mode"], budget=o["budget"],
                                       normalize=self.normalize, labels=self.labels,
                                       drop_last=self.drop_last, threads=self.threads,
@@ -354,7 +468,7 @@ class Loader:
                 yield x
             else:
                 yield x, self._wrap(b.y, (b.n,), torch.int64)
-        self.epoch, self._start = self.epoch + 1, 0
+        self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
 
     def close(self):
         """Free the GPU loader's device memory now (also done when the
@@ -379,7 +493,8 @@ class Loader:
                              _n.GATHER_NORMALIZE if self.normalize else 0, int(self.drop_last),
                              int(self.labels), 1)
         ptr = ctypes.c_void_p()
-        rc = _lib.cxs_loader_create(ds._ptr, self.sampler._ptr, ctypes.byref(opts), self.epoch,
+        sampler = self._sampler_now()
+        rc = _lib.cxs_loader_create(ds._ptr, sampler._ptr, ctypes.byref(opts), self.epoch,
                                     self._start, ctypes.byref(ptr))
         if rc:
             _raise(rc, what="loader")
@@ -420,7 +535,7 @@ class Loader:
                     y = y.to(self.device, non_blocking=True) if y is not None else None
                 yield (x, y) if y is not None else x
             # A complete pass: the next iteration is the next epoch.
-            self.epoch, self._start = self.epoch + 1, 0
+            self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
         finally:
             _lib.cxs_loader_free(ptr)  # joins the workers before the buffers go
             for pair in pending.values():

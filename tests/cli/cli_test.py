@@ -452,6 +452,45 @@ class Usage(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("'random' is not shuffle, sequential, weighted or block", err)
 
+    def test_order_stats(self):
+        """bench-read --order-stats: the sequential row against numpy over
+        the utterance lengths; a full shuffle spreads utterances over the
+        epoch, the block order in between; block needs --memory."""
+        with tempfile.TemporaryDirectory() as tmp:
+            raw, ds = os.path.join(tmp, "raw"), os.path.join(tmp, "ds")
+            self.assertEqual(run("synth", raw, "--utts", 40, "--seed", 2, "--quiet")[0], 0)
+            self.assertEqual(run("pack", raw, ds, "--guard", 8, "--quiet")[0], 0)
+            rc, out, err = run("bench-read", ds, "--order-stats", "--batch", 256,
+                               "--memory", "4M")
+            self.assertEqual(rc, 0, err)
+            rows = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines()
+                    if ln.split() and ln.split()[0] in ("sequential", "shuffle", "block")}
+            self.assertEqual(sorted(rows), ["block", "sequential", "shuffle"])
+            names = sorted(os.listdir(os.path.join(raw, "mfcc")))
+            lens = [np.load(os.path.join(raw, "mfcc", n), mmap_mode="r").shape[0] for n in names]
+            utt = np.repeat(np.arange(len(lens)), lens)
+            B, nb = 256, -(-len(utt) // 256)
+            full = [len(np.unique(utt[b * B:(b + 1) * B])) for b in range(len(utt) // B)]
+            first = np.array([np.searchsorted(utt, u) // B for u in range(len(lens))])
+            last = np.array([(np.searchsorted(utt, u, "right") - 1) // B for u in range(len(lens))])
+            spread = np.sort((last - first) / (nb - 1))
+            want = ["%.1f" % np.mean(full), str(min(full))] + \
+                ["%.4f" % spread[i] for i in (len(lens) // 10, len(lens) // 2, len(lens) * 9 // 10)]
+            self.assertEqual(rows["sequential"], want)
+            med = {k: float(v[3]) for k, v in rows.items()}
+            self.assertGreater(med["shuffle"], 0.9)
+            self.assertLess(med["sequential"], med["block"])
+            self.assertLess(med["block"], med["shuffle"])
+            self.assertGreater(float(rows["shuffle"][0]), float(rows["block"][0]))
+            rc, out, err = run("bench-read", ds, "--order-stats")
+            self.assertEqual(rc, 0, err)
+            self.assertIn("block       (give --memory SIZE for the block order)", out)
+            rc, out, err = run("bench-read", ds, "--order-stats", "--memory", "100K")
+            self.assertEqual(rc, 2, err)
+            self.assertIn("cannot hold the longest utterance", err)
+            rc, out, err = run("bench-read", ds, "--sampler", "block", "--memory", "100K")
+            self.assertEqual(rc, 2, err)
+
     def test_gpu(self):
         # the probe: exit 3 with the reason when no device is usable
         rc, out, err = run("gpu", "--json")

@@ -387,6 +387,98 @@ class Torch(unittest.TestCase):
         with self.assertRaises(ValueError):
             cxt.Loader(self.path, 2, 300, seed=10).load_state_dict(state)
 
+    BLOCK = {"memory": "1M", "blocks": 2}  # blocks of 349,525 bytes: 8 of them here
+
+    def test_loader_block(self):
+        """shuffle="block": the block sampler's order, every frame once an
+        epoch, another order the next epoch; its arguments checked."""
+        L = cxt.Loader(self.path, 2, 500, shuffle="block", seed=5, threads=2, **self.BLOCK)
+        s = ctxshard.Sampler(self.ds, ctxshard.BLOCK, seed=5, memory=1 << 20, blocks=2)
+        self.assertGreater(s.num_blocks(0), 4)
+        self.assertEqual(s.block_bytes, (1 << 20) // 3)
+        for epoch in range(2):
+            x, y = self.epoch(L)
+            frames = s.get(epoch)
+            self.assertEqual(sorted(frames.tolist()), list(range(len(self.ds))))
+            wx, wy = self.ds.gather(frames, 2, labels=True)
+            self.assertTrue(torch.equal(x, torch.from_numpy(wx)) and torch.equal(y, torch.from_numpy(wy)))
+        self.assertFalse(np.array_equal(s.get(0), s.get(1)))
+        bad = [({"shuffle": "blocks"}, ValueError, 'not one of True.*"block"'),
+               ({"shuffle": 1}, TypeError, "shuffle=1 is a int, expected True or False"),
+               ({"shuffle": "block"}, ValueError, 'needs memory=.*"2G"'),
+               ({"shuffle": True, "memory": "1G"}, ValueError, 'apply to shuffle="block" only'),
+               ({"shuffle": "block", "memory": "1Q"}, ValueError, "not a size.*'512M'"),
+               ({"shuffle": "block", "memory": 1.5e9}, TypeError, "expected a size"),
+               ({"shuffle": "block", "memory": "1M", "blocks": 0}, ValueError, "blocks=0"),
+               ({"shuffle": "block", "memory": "1M", "weighted": True}, ValueError,
+                "exclude each other"),
+               ({"shuffle": "block", "memory": "100K"}, ValueError,
+                "cannot hold the longest utterance.*Give memory=[0-9]+ .* or more")]
+        for kw, exc, msg in bad:
+            with self.assertRaisesRegex(exc, msg):
+                cxt.Loader(self.path, 2, 500, **kw)
+
+    def test_loader_elastic_resume(self):
+        """A run saved on N=2 ranks resumes on M=3 and M=1 ranks (other
+        threads, another batch size): together they serve the epoch's global
+        order, nothing repeated or lost, then the next epoch as a fresh run
+        on M ranks would."""
+        n, D = len(self.ds), self.ds.dim
+        for shuffle, kw, kind in ((True, {}, ctxshard.SHUFFLE),
+                                  ("block", self.BLOCK, ctxshard.BLOCK)):
+            order = ctxshard.Sampler(self.ds, kind, seed=3, **(
+                {"memory": kw["memory"], "blocks": kw["blocks"]} if kw else {})).get(2)
+            want = self.ds.gather(order, 0)
+            for M in (3, 1):
+                N, B, p = 2, 128, 23  # the first run stops after p batches of B
+                got = np.full((n + 3, D), np.nan, dtype=np.float32)
+                states = []
+                for r in range(N):
+                    L = cxt.Loader(self.path, 0, B, shuffle=shuffle, seed=3, rank=r,
+                                   world_size=N, threads=2, **kw)
+                    L.set_epoch(2)
+                    it = iter(L)
+                    x = torch.cat([next(it)[0] for _ in range(p)]).numpy()
+                    del it
+                    got[r:r + N * len(x):N] = x
+                    states.append(L.state_dict())
+                G = N * p * B
+                self.assertEqual(states[0], dict(states[1], rank=0))
+                self.assertEqual((states[0]["epoch"], states[0]["global_position"]), (2, G))
+                served = 0
+                for r in range(M):
+                    L = cxt.Loader(self.path, 0, 100, shuffle=shuffle, seed=3, rank=r,
+                                   world_size=M, threads=1 + r % 2, **kw)
+                    L.load_state_dict(states[r % N])
+                    x = torch.cat([x for x, _ in L]).numpy()
+                    self.assertEqual(len(x), -(-(n - G) // M))
+                    self.assertEqual(L.epoch, 3)
+                    got[G + r:G + r + M * len(x):M] = x
+                    served += len(x)
+                    # the next epoch: a fresh run's on M ranks
+                    F = cxt.Loader(self.path, 0, 100, shuffle=shuffle, seed=3, rank=r,
+                                   world_size=M, **kw)
+                    F.set_epoch(3)
+                    self.assertTrue(torch.equal(next(iter(L))[0], next(iter(F))[0]))
+                self.assertTrue(np.array_equal(got[:n], want), (shuffle, M))
+                pad = G + served - n  # DistributedSampler's padding: from the start
+                self.assertTrue(np.array_equal(got[n:n + pad], want[:pad]))
+        # what fixes the order must match
+        state = cxt.Loader(self.path, 0, 64, shuffle="block", seed=3, **self.BLOCK).state_dict()
+        self.assertEqual((state["sampler"], state["memory"], state["blocks"]),
+                         ("block", 1 << 20, 2))
+        for kw, msg in (({"shuffle": True}, "sampler 'block'"),
+                        ({"shuffle": "block", "memory": "2M", "blocks": 2}, "memory 1048576"),
+                        ({"shuffle": "block", "memory": "1M", "blocks": 1}, "blocks 2"),
+                        ({"shuffle": "block", "seed": 4, **self.BLOCK}, "seed 3")):
+            with self.assertRaisesRegex(ValueError, msg):
+                cxt.Loader(self.path, 0, 64, **dict({"seed": 3}, **kw)).load_state_dict(state)
+        # a state saved before global positions: (position, world_size)
+        old = {"epoch": 1, "position": 40, "seed": 3, "world_size": 2}
+        L = cxt.Loader(self.path, 0, 64, seed=3)
+        L.load_state_dict(old)
+        self.assertEqual(L.state_dict()["global_position"], 80)
+
     def test_gpu_loader_emulated(self):
         # stream and resident deliver exactly the host loader's batches,
         # epoch after epoch (the device loader is kept and reset)
@@ -479,15 +571,17 @@ class Torch(unittest.TestCase):
             np.concatenate([wx[i:i + 2] for i in range(0, len(wx), 200)]))))
 
     def test_example_trains(self):
-        out = subprocess.run(
-            [sys.executable, os.path.join(SRC, "examples", "train_mlp.py"), "--synth",
-             "--train-utts", "150", "--dev-utts", "20", "--hidden", "128", "--epochs", "2",
-             "--context", "5"], check=True, capture_output=True, text=True,
-            env=os.environ if INSTALLED else dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
-        ).stdout
-        majority = float(re.search(r"majority class ([\d.]+)%", out).group(1)) / 100
-        dev = float(re.findall(r"dev accuracy ([\d.]+)%", out)[-1]) / 100
-        self.assertGreater(dev, majority + 0.15, out)
+        for order in ("full", "block"):
+            out = subprocess.run(
+                [sys.executable, os.path.join(SRC, "examples", "train_mlp.py"), "--synth",
+                 "--train-utts", "150", "--dev-utts", "20", "--hidden", "128", "--epochs", "2",
+                 "--context", "5", "--shuffle", order], check=True, capture_output=True,
+                text=True, env=os.environ if INSTALLED else
+                dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))).stdout
+            majority = float(re.search(r"majority class ([\d.]+)%", out).group(1)) / 100
+            dev = float(re.findall(r"dev accuracy ([\d.]+)%", out)[-1]) / 100
+            self.assertGreater(dev, majority + 0.15, out)
+            self.assertEqual("block order: memory" in out, order == "block", out)
 
 
 class Warm(unittest.TestCase):
@@ -512,6 +606,30 @@ class Warm(unittest.TestCase):
         self.assertTrue(r["fits"])
         self.assertEqual(seen[-1], (self.size, self.size))
         self.assertEqual([d for d, _ in seen], sorted(d for d, _ in seen))
+
+    def test_warm_skip_cached(self):
+        """skip_cached=True reads only what is not cached (what the Loader's
+        warm-up does): nothing for a cached dataset, the files evicted
+        (posix_fadvise DONTNEED on this test's own files) again."""
+        seen = []
+        path = os.path.join(TMP, "f32-evicted")  # a copy no other test maps
+        shutil.copytree(self.path, path)
+        with ctxshard.open(path) as ds:
+            ds.warm()
+            r = ds.warm(skip_cached=True, progress=lambda d, t: seen.append(d))
+            if r["cached_before"] == self.size:  # nothing else evicted it meanwhile
+                self.assertEqual(r["bytes_read"], 0)
+            self.assertEqual(seen[-1], self.size)
+            for name in os.listdir(path):
+                fd = os.open(os.path.join(path, name), os.O_RDONLY)
+                os.fsync(fd)  # written back: clean pages can be dropped
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+            r = ds.warm(skip_cached=True)
+            self.assertGreater(r["bytes_read"], 0)
+            self.assertLess(r["cached_before"], self.size)
+            with self.assertRaisesRegex(TypeError, "skip_cached=1 is a int"):
+                ds.warm(skip_cached=1)
 
     def test_warm_does_not_fit(self):
         os.environ["CTXSHARD_MEMORY_AVAILABLE"] = "4K"
@@ -556,6 +674,22 @@ class Warm(unittest.TestCase):
         self.assertEqual(len(msgs), 1, msgs)
         self.assertIn('shuffle="block"', msgs[0])
         self.assertIn("larger than the memory available", msgs[0])
+        # The block sampler: no warning within the memory available, no
+        # warm-up (it reads its blocks ahead itself); one when its budget
+        # is more than that memory.
+        os.environ["CTXSHARD_MEMORY_AVAILABLE"] = str(self.size * 3 // 4)  # > 1M
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            ld = cxt.Loader(self.path, 3, 64, shuffle="block", memory="1M", blocks=2)
+            self.assertIsNone(ld._warm_thread)
+            self.assertEqual(sum(len(y) for _, y in ld), len(ctxshard.open(self.path)))
+        self.assertEqual([str(x.message) for x in w], [])
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            cxt.Loader(self.path, 3, 64, shuffle="block", memory=self.size, blocks=2)
+        msgs = [str(x.message) for x in w]
+        self.assertEqual(len(msgs), 1, msgs)
+        self.assertIn("more than the memory available", msgs[0])
 
 
 class Installation(unittest.TestCase):
