@@ -172,8 +172,9 @@ class Loader:
     current torch stream.  They are valid until the next batch is taken
     (clone() what you keep).  gpu_mode: 'auto' (resident when the features
     fit gpu_budget bytes, default 80% of free device memory; else stream),
-    'stream', 'resident' or 'pool' (see ctxshard.gpu; pool draws its own
-    order, epoch by epoch, and cannot resume mid-epoch).  gpu_dtype:
+    'stream', 'resident' or 'pool' (see ctxshard.gpu; pool serves the block
+    order of the shared block schedule, blocks of one pool segment, and
+    resumes mid-epoch like the other modes).  gpu_dtype:
     torch.float32 or torch.bfloat16 (resident and pool).  When the library
     has no usable GPU path (built without CUDA, no driver), the loader falls
     back to pinned host batches copied with non_blocking=True; gpu_mode then
