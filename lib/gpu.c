@@ -1242,7 +1242,7 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
     if (o->mode == CXS_GPU_POOL) {
         const cxs_sampler_opts *so = cxs_sampler_options(sampler);
         if (so->kind != CXS_SAMPLER_SHUFFLE)
-            return cxs_diagf(diag, CXS_E_INVALID, "pool mode draws its own order: it needs a shuffle sampler");
+            return cxs_diagf(diag, CXS_E_INVALID, "pool mode serves the block order: it needs a shuffle sampler");
         if (start > pool_length(ds, so))
             return cxs_diagf(diag, CXS_E_INVALID, "pool mode: start %llu is past this rank's %llu samples",
                              (unsigned long long)start, (unsigned long long)pool_length(ds, so));

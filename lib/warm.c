@@ -264,7 +264,7 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
     if (!buf) return -ENOMEM;
     uint64_t done = 0, nread = 0; /* covered (progress), read */
     uint32_t n = ds->single_shard ? 1 : ds->meta.num_shards;
-    /* The manifest (small) first, then each shard from start to end. */
+    /* Each shard from start to end, then the manifest (small). */
     for (uint32_t i = 0; i <= n && !rc; i++) {
         const char *path = i == n ? ds->manifest_path : ds->shards[i].path;
         if (i == n && ds->single_shard) break;

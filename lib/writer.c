@@ -578,7 +578,7 @@ void cxs_writer_abort(cxs_writer *k) {
     free(k->cbuf);
     free(k->scratch);
     free(k->zbuf);
-    cxs_zpool_free(k->zp); /* first: its workers are done with nothing of k's */
+    cxs_zpool_free(k->zp); /* its slots hold copies: nothing of k's is in use */
     if (k->cc) ZSTD_freeCCtx(k->cc);
     free(k->conv);
     free(k->lab);

@@ -148,9 +148,13 @@ static int parts_agree(const part_in *ps, uint32_t n, cxs_diag *d) {
     for (uint32_t i = 0; i < n; i++) {
         const part_in *p = &ps[i];
         const char *why = NULL;
-        if (p->part != i + 1)
-            return cxs_diagf(d, CXS_E_INPUT, "%s and %s are both part %u", ps[i - 1].dir, p->dir,
-                             p->part);
+        if (p->part != i + 1) {
+            if (i > 0 && ps[i - 1].part == p->part)
+                return cxs_diagf(d, CXS_E_INPUT, "%s and %s are both part %u", ps[i - 1].dir,
+                                 p->dir, p->part);
+            return cxs_diagf(d, CXS_E_INPUT, "part %u of %u is missing (%s is part %u)", i + 1, n,
+                             p->dir, p->part);
+        }
         if (p->parts != a->parts) why = "a different number of parts (--part I/N)";
         else if (strcmp(p->version, a->version)) why = "another ctxshard version";
         else if (p->listed != a->listed || p->input_hash != a->input_hash ||
@@ -306,11 +310,13 @@ static int place_shard(cxs_writer *k, const char *src, const char *dst, const cx
                                                c.sections, c.nsections);
     fd = open(dst, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
+    /* (a short write is a failure: never a half-renumbered shard) */
+    errno = 0;
     rc = pwrite(fd, meta, sizeof meta, (off_t)sm->offset) == (ssize_t)sizeof meta &&
                  pwrite(fd, page, CXS_PAGE, 0) == (ssize_t)CXS_PAGE && fsync(fd) == 0
              ? 0
-             : -errno;
-    close(fd);
+             : (errno ? -errno : -EIO);
+    if (close(fd) != 0 && !rc) rc = -errno;
     return rc;
 }
 
@@ -411,8 +417,11 @@ int cxs_writer_merge(const char *const *dirs, uint32_t n, const char *out,
     /* The writer checks OUT, removes what killed writers of it left, and
      * makes the temporary directory; its commit writes the manifest. */
     if ((rc = cxs_writer_create(out, &o, &k, d))) {
-        if (rc == CXS_E_INVALID) /* options no pack writes */
-            rc = cxs_diagf(d, CXS_E_INPUT, "%s: not a valid part (%s)", ps[0].dir, d->message);
+        if (rc == CXS_E_INVALID) { /* options no pack writes */
+            char why[sizeof d->message];
+            snprintf(why, sizeof why, "%s", d ? d->message : "its options");
+            rc = cxs_diagf(d, CXS_E_INPUT, "%s: not a valid part (%s)", ps[0].dir, why);
+        }
         goto out;
     }
     if ((rc = cxs_writer_set_width(k, D))) {

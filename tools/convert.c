@@ -43,7 +43,7 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
     wo.on_error_skip = info.on_error_skip;
     wo.compression = oin->compress;
     wo.level = oin->level;
-    wo.threads = oin->threads;
+    wo.threads = oin->threads < CXS_WRITER_MAX_THREADS ? oin->threads : CXS_WRITER_MAX_THREADS;
     wo.chunk_size = oin->chunk_size;
     wo.shuffle = (uint32_t)oin->shuffle;
     wo.flags = CXS_WRITER_MANUAL_CUT; /* the shards of IN, as they are */

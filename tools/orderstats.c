@@ -139,7 +139,7 @@ int order_stats_run(const char *dir, const bench_read_opts *o) {
                    (unsigned long long)cxs_sampler_block_bytes(s));
         cxs_sampler_free(s);
         if (rc) {
-            warnx_("%s: out of memory", dir);
+            warnx_("%s: %s order: %s", dir, orders[k].name, cxs_strerror(rc));
             ec = EXIT_SYSTEM;
             goto out;
         }

@@ -169,7 +169,8 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     wo.normalize = o->normalize;
     wo.compression = o->compress;
     wo.level = o->level;
-    wo.threads = o->threads; /* compression threads: the same bytes for any N */
+    /* compression threads (the same bytes for any N), as many as the writer takes */
+    wo.threads = o->threads < CXS_WRITER_MAX_THREADS ? o->threads : CXS_WRITER_MAX_THREADS;
     wo.chunk_size = o->chunk_size;
     wo.shuffle = (uint32_t)o->shuffle;
     wo.vocab_size = vocab_n;

@@ -366,6 +366,8 @@ class Loader:
               "context": self.context}
         if m.kind == BLOCK:
             st["memory"], st["blocks"] = m.memory, m.blocks
+        if self.gpu_mode == "pool" and self.gpu_info:  # its blocks are its segments
+            st["gpu_pool"] = self.gpu_info["reason"]
         return st
 
     def load_state_dict(self, state):
@@ -387,6 +389,9 @@ class Loader:
         if g >= self.sampler.epoch_samples:
             epoch, g = epoch + 1, 0
         self.epoch, self._origin, self._start = epoch, g, 0
+        # the GPU pool's block order depends on its layout: checked when the
+        # device loader is made (_iter_gpu)
+        self._want_pool = state.get("gpu_pool")
 
     def _buffers(self):
         """A (x, y) pair of arrays to fill.  Batches are handed out as tensors
@@ -454,7 +459,13 @@ class Loader:
             self.gpu_mode = self.gpu_info["mode"]
         else:
             self._gl.reset(self.epoch, self._start)
-        pool = self.gpu_mode == "pool"
+        want = getattr(self, "_want_pool", None)
+        if want and self.gpu_mode == "pool" and self.gpu_info["reason"] != want:
+            raise ValueError(f"load_state_dict: the saved run's GPU pool was laid out as "
+                             f"'{want}', this one as '{self.gpu_info['reason']}': its block "
+                             "order would differ.  Resume with the same gpu_budget (give it; "
+                             "the default follows free device memory), batch_size and pool "
+                             "segments")
         xdtype = torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32
         emulated = o["device"] == _gpu.EMULATE
         while True:
@@ -462,8 +473,7 @@ class Loader:
             b = self._gl.next(stream)
             if b is None:
                 break
-            if not pool:  # pool mode draws its own order: no mid-epoch position
-                self._start = b.position + b.n
+            self._start = b.position + b.n
             x = self._wrap(b.x, (b.n, self.input_size), xdtype)
             if b.y is None:
                 yield x

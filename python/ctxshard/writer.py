@@ -153,7 +153,7 @@ class Writer:
         o.chunk_size = _size(f, "chunk_size", chunk_size)
         o.shuffle = int(_a.flag(f, "shuffle", shuffle))
         threads = _a.optional_integer(f, "threads", threads, 1, 256)
-        o.threads = (os.cpu_count() or 1) if threads is None else threads
+        o.threads = min(os.cpu_count() or 1, 256) if threads is None else threads
         if normalize in (None, False, "none"):
             o.normalize = _n.NORM_NONE
         elif normalize == "utterance":
@@ -458,7 +458,7 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
 
     w = Writer(out, dtype=dtype, vocab=vocab, guard=guard, shard_size=shard_size,
                compress=compress, chunk_size=chunk_size, shuffle=shuffle, normalize=normalize,
-               on_error="skip" if on_error == "skip" else "raise", threads=nthreads)
+               on_error="skip" if on_error == "skip" else "raise", threads=min(nthreads, 256))
     w._on_error = "raise"  # (recorded as skip in the dataset; pack words the message itself)
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=nthreads) as pool:

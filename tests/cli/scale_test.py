@@ -256,6 +256,9 @@ class Scale(unittest.TestCase):
         cases = [
             ([a[0]], "every part is needed"),
             ([a[0], a[0]], "both part 1"),
+            ([a[1], a[1]], "part 1 of 2 is missing"),
+            ([c[1], c[2], c[2]], "part 1 of 3 is missing"),
+            ([c[0], c[2], c[2]], "part 2 of 3 is missing"),
             ([a[0], b[1]], "different options"),
             ([a[0], c[1]], "different number of parts"),
             ([a[0], self.plain], "a complete dataset, not a part"),

@@ -526,6 +526,39 @@ class Torch(unittest.TestCase):
         self.assertTrue(np.array_equal(counts.numpy(), self.ds.stats.label_counts.astype(np.int64)))
         self.assertEqual(P.gpu_info["mode"], "pool")
 
+    def test_gpu_pool_resume_mid_epoch(self):
+        """The pool (emulated) stopped mid-epoch and resumed from its
+        state_dict serves the rest of the same epoch: with the first part,
+        every frame exactly once; another pool layout is refused."""
+        n = len(self.ds)
+        rows = self.ds.gather(np.arange(n), 0)
+        index = {r.tobytes(): i for i, r in enumerate(rows)}
+        self.assertEqual(len(index), n)
+        budget = 3 * 256 * (self.ds.input_size(0) * 4 + 8 + 24) + \
+            4 * 3 * self.ds.info["max_length"] * self.ds.dim * 4
+
+        def pool(batch=256, b=budget):
+            return cxt.Loader(self.path, 0, batch, seed=5, gpu_emulate=True, gpu_mode="pool",
+                              gpu_budget=b, labels=False)
+
+        def frames(xs):
+            return [index[r.tobytes()] for r in torch.cat(xs).numpy()]
+        A = pool()
+        it = iter(A)
+        first = frames([next(it).clone() for _ in range(5)])
+        self.assertEqual(A.gpu_mode, "pool")
+        state = A.state_dict()
+        del it
+        self.assertIn("gpu_pool", state)
+        B = pool()
+        B.load_state_dict(state)
+        rest = frames([x.clone() for x in B])
+        self.assertEqual(sorted(first + rest), list(range(n)))
+        C = pool(b=budget * 2)
+        C.load_state_dict(state)
+        with self.assertRaisesRegex(ValueError, "GPU pool was laid out as"):
+            next(iter(C))
+
     def test_gpu_fallback_without_device(self):
         import ctxshard.gpu as g
         if g.probe(0)["usable"]:
