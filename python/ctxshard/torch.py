@@ -310,12 +310,20 @@ class Loader:
             except Exception:  # noqa: BLE001 - a failed warm-up only costs speed
                 pass
 
+        # started once the first batch is out (_kick_prefetch): a cached
+        # dataset's residency check would otherwise compete with it
         self._warm_thread = threading.Thread(target=work, name="ctxshard-warm", daemon=True)
-        self._warm_thread.start()
+
+    def _kick_prefetch(self):
+        t = self._warm_thread
+        if t is not None and t.ident is None:
+            t.start()
 
     def wait_prefetch(self):
-        """Wait until the background warm-up (prefetch=True) is done."""
+        """Wait until the background warm-up (prefetch=True) is done
+        (starting it now if no batch has been taken yet)."""
         if self._warm_thread is not None:
+            self._kick_prefetch()
             self._warm_thread.join()
 
     def __len__(self):
@@ -471,6 +479,7 @@ class Loader:
         while True:
             stream = None if emulated else torch.cuda.current_stream(self.device).cuda_stream
             b = self._gl.next(stream)
+            self._kick_prefetch()
             if b is None:
                 break
             self._start = b.position + b.n
@@ -487,7 +496,8 @@ class Loader:
         self._views.clear()
         self._warm_stop.set()
         if self._warm_thread is not None:
-            self._warm_thread.join()
+            if self._warm_thread.ident is not None:
+                self._warm_thread.join()
             self._warm_thread = None
         if self._gl is not None:
             self._gl.close()
@@ -526,6 +536,7 @@ class Loader:
                 provide()
             while True:
                 rc = _lib.cxs_loader_next(ptr, ctypes.byref(bp))
+                self._kick_prefetch()
                 if rc:
                     _raise(rc, what="loader")
                 if not bp:
