@@ -137,6 +137,17 @@ int parse_size(const char *s, uint64_t *out) {
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s) return -1;
+    /* A decimal fraction, with a unit ("1.5G"): the bytes, rounded down. */
+    unsigned long long frac = 0, den = 1;
+    if (*end == '.') {
+        end++;
+        if (*end < '0' || *end > '9') return -1;
+        for (; *end >= '0' && *end <= '9'; end++)
+            if (den < 1000000000ull) {
+                frac = frac * 10 + (unsigned)(*end - '0');
+                den *= 10;
+            }
+    }
     unsigned shift = 0;
     if (*end) {
         switch (*end) {
@@ -151,8 +162,12 @@ int parse_size(const char *s, uint64_t *out) {
         if (*end == 'B' || *end == 'b') end++;
         if (*end) return -1;
     }
+    if (den > 1 && !shift) return -1; /* a fraction of a byte */
     if (shift && v > (UINT64_MAX >> shift)) return -1;
-    *out = (uint64_t)v << shift;
+    uint64_t r = (uint64_t)v << shift;
+    uint64_t add = (uint64_t)(((unsigned __int128)frac << shift) / den);
+    if (r > UINT64_MAX - add) return -1;
+    *out = r + add;
     return 0;
 }
 

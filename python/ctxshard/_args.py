@@ -9,6 +9,7 @@ and what is allowed:
 - flags are bools (True/False, numpy bools), not 0/1 or strings;
 - paths are str, bytes or os.PathLike."""
 import numbers
+import re
 import os
 
 import numpy as np
@@ -77,23 +78,21 @@ def choice(func, name, value, options):
 
 
 _SHIFTS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+_SIZE = re.compile(r"(\d+)(\.\d+)?([kKmMgGtT]?)(?:i?[bB]|i)?$")
 
 
 def size(func, name, value, lo=1):
     """A size in bytes: an integer, or a string as the command line takes
-    it ('512M', '2G', '1GiB', '4096'; K, M, G, T are powers of 1024)."""
+    it ('512M', '2G', '1.5G', '1GiB', '4096'; K, M, G, T are powers of 1024;
+    a fraction needs a unit and is rounded down to whole bytes)."""
     if isinstance(value, str):
-        s = value.strip()
-        digits = len(s) - len(s.lstrip("0123456789"))
-        unit = s[digits:].upper()
-        for tail in ("IB", "B", "I"):
-            if len(unit) > 1 and unit.endswith(tail):
-                unit = unit[:-len(tail)]
-                break
-        if not digits or unit not in _SHIFTS:
+        m = _SIZE.match(value.strip())
+        if not m or (m.group(2) and not m.group(3)):
             raise ValueError(f"{func}: {name}={_show(value)} is not a size: expected bytes (an "
-                             "integer) or a string like '512M' or '2G'")
-        value = int(s[:digits]) << _SHIFTS[unit]
+                             "integer) or a string like '512M', '1.5G' or '2G'")
+        shift = _SHIFTS[m.group(3).upper()]
+        frac = m.group(2)[1:][:9] if m.group(2) else ""
+        value = (int(m.group(1)) << shift) + (int(frac or "0") << shift) // 10 ** len(frac)
     elif isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(f"{func}: {name}={_show(value)} is a {type(value).__name__}, expected a "
                         "size: bytes (an integer) or a string like '512M' or '2G'")

@@ -44,21 +44,6 @@ class RejectedUtterance(ValueError):
         self.reason = reason
 
 
-def _size(func, name, value):
-    """Bytes as an int, or a string with a K/M/G/T suffix ("1G", "64K")."""
-    if isinstance(value, str):
-        s = value.strip().upper()
-        mult = 1
-        if s[-1:] in ("K", "M", "G", "T"):
-            mult = 1 << (10 * ("KMGT".index(s[-1]) + 1))
-            s = s[:-1]
-        if not s.isdigit():
-            raise ValueError(f"{func}: {name}={value!r} is not a size: bytes, or a number with "
-                             "K, M, G or T (\"64K\", \"1G\")")
-        return int(s) * mult
-    return _a.integer(func, name, value, lo=1)
-
-
 def _stored_dtype(func, value):
     key = value
     if not isinstance(value, str):
@@ -148,9 +133,9 @@ class Writer:
         _lib.cxs_writer_opts_init(byref(o))
         o.dtype = _stored_dtype(f, dtype)
         o.guard = _a.integer(f, "guard", guard, 0, 4096)
-        o.shard_size = _size(f, "shard_size", shard_size)
+        o.shard_size = _a.size(f, "shard_size", shard_size)
         o.compression, o.level = _compression(f, compress)
-        o.chunk_size = _size(f, "chunk_size", chunk_size)
+        o.chunk_size = _a.size(f, "chunk_size", chunk_size)
         o.shuffle = int(_a.flag(f, "shuffle", shuffle))
         threads = _a.optional_integer(f, "threads", threads, 1, 256)
         o.threads = min(os.cpu_count() or 1, 256) if threads is None else threads

@@ -382,7 +382,9 @@ class Usage(unittest.TestCase):
 
     def test_usage_errors(self):
         for args in (["frobnicate"], ["pack", "onlyone"], ["pack", "a", "b", "--dtype", "f8"],
-                     ["pack", "a", "b", "--shard-size", "12Q"], ["info", "x", "--context", "3"],
+                     ["pack", "a", "b", "--shard-size", "12Q"],
+                     ["pack", "a", "b", "--shard-size", "1.5"],  # a fraction needs a unit
+                     ["pack", "a", "b", "--shard-size", "1.G"], ["info", "x", "--context", "3"],
                      ["gather", "x", "--all"], ["synth", "r", "--utts", "-1"], []):
             rc, _, err = run(*args)
             self.assertEqual(rc, 2, args)

@@ -113,6 +113,8 @@ class BadArguments(unittest.TestCase):
                                                                         "float16"]),
             (lambda: ctxshard.Writer(w_out, shard_size="1.5Q"), ValueError,
              ["Writer", "shard_size", "not a size"]),
+            (lambda: ctxshard.Writer(w_out, shard_size="1.5"), ValueError,
+             ["Writer", "shard_size", "not a size"]),
             (lambda: ctxshard.Writer(w_out, shuffle=0), TypeError, ["Writer", "shuffle=0"]),
             (lambda: ctxshard.Writer(w_out, on_error="ignore"), ValueError,
              ["Writer", "on_error", "'raise'", "'skip'"]),
@@ -145,6 +147,14 @@ class BadArguments(unittest.TestCase):
         x2 = ds.gather([1, 2], np.int32(3))
         np.testing.assert_array_equal(x1, x2)
         self.assertEqual(ds.utterance(np.int16(1))[0], ds.ids[1])
+        # sizes: with units, fractions of a unit (rounded down), KiB/KB forms
+        out = os.path.join(TMP, "sized")
+        for text, want in (("1.5M", 3 << 19), ("64KiB", 64 << 10), ("0.3M", 314572),
+                           (70000, 70000)):
+            with ctxshard.Writer(out, shard_size=text) as w:
+                w.add("a", np.ones((2, 3), np.float32))
+            with ctxshard.open(out) as d:
+                self.assertEqual(d.info["shard_size"], want, text)
 
 
 if __name__ == "__main__":
