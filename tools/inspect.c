@@ -44,10 +44,11 @@ int verify_run(const char *dir, int quiet) {
     }
     char b[32];
     if (!quiet)
-        printf("%s: OK: %u shard%s, %llu utterances, %llu frames; %s verified in %.2f s (%.0f "
+        printf("%s: OK: %u shard%s, %llu utterance%s, %llu frames; %s verified in %.2f s (%.0f "
                "MB/s)\n",
                dir, info.num_shards, info.num_shards == 1 ? "" : "s",
-               (unsigned long long)info.num_utterances, (unsigned long long)info.num_frames,
+               (unsigned long long)info.num_utterances, info.num_utterances == 1 ? "" : "s",
+               (unsigned long long)info.num_frames,
                human_bytes((double)info.total_bytes, b, sizeof b), dt,
                dt > 0 ? (double)info.total_bytes / dt / 1e6 : 0.0);
     cxs_dataset_close(ds);
@@ -270,6 +271,11 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         return EXIT_SYSTEM;
     }
     uint64_t shape[2] = {n, (2 * (uint64_t)k + 1) * in.dim};
+    char hb[32];
+    const double total = (double)n * (double)row;
+    if (total > (double)(1ull << 30)) /* say so before a long write */
+        fprintf(stderr, "ctxshard gather: writing %s to %s (%zu windows of %llu float32)...\n",
+                human_bytes(total, hb, sizeof hb), out, n, (unsigned long long)shape[1]);
     int rc = write_npy(out, "<f4", 2, shape, row, n, fill_windows, &g);
     const char *failed = out;
     if (!rc && labels_out) {
@@ -284,5 +290,9 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         warnx_("%s: %s", failed, cxs_strerror(rc));
         return exit_code_for(rc);
     }
+    printf("wrote %s: %zu window%s of %llu float32 (context %u%s), %s\n", out, n,
+           n == 1 ? "" : "s", (unsigned long long)shape[1], k, normalize ? ", normalised" : "",
+           human_bytes(total, hb, sizeof hb));
+    if (labels_out) printf("wrote %s: %zu label%s (int64)\n", labels_out, n, n == 1 ? "" : "s");
     return 0;
 }

@@ -34,10 +34,11 @@ int merge_run(char **dirs, int n, const char *out, int move, int quiet) {
     if (move) /* the dataset is complete: the parts go */
         for (int i = 0; i < n; i++) remove_tree(dirs[i]);
     if (!quiet)
-        printf("merged %d part%s into %s: %llu utterances, %llu frames, %u shards (%u linked, "
+        printf("merged %d part%s into %s: %llu utterance%s, %llu frames, %u shard%s (%u linked, "
                "%u copied) in %.2f s\n",
                n, n == 1 ? "" : "s", out, (unsigned long long)mi.w.num_utterances,
-               (unsigned long long)mi.w.num_frames, mi.w.num_shards, mi.shards_linked,
+               mi.w.num_utterances == 1 ? "" : "s", (unsigned long long)mi.w.num_frames,
+               mi.w.num_shards, mi.w.num_shards == 1 ? "" : "s", mi.shards_linked,
                mi.shards_copied, now_seconds() - t0);
     return 0;
 }

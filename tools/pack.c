@@ -261,8 +261,9 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         if (is_part)
             printf("packed part %u of %u: shards %u..%u of %u (%llu listed utterances)\n", o->part,
                    o->parts, s_lo, s_hi, pl.nshards, (unsigned long long)(i_hi - i_lo));
-        printf("packed %llu utterances, %llu frames x %u dims (%s%s) into %u shard%s in %s\n",
-               (unsigned long long)wi.num_utterances, (unsigned long long)wi.num_frames, wi.dim,
+        printf("packed %llu utterance%s, %llu frames x %u dims (%s%s) into %u shard%s in %s\n",
+               (unsigned long long)wi.num_utterances, wi.num_utterances == 1 ? "" : "s",
+               (unsigned long long)wi.num_frames, wi.dim,
                cxs_dtype_name(o->dtype), o->compress ? ", zstd" : "", wi.num_shards,
                wi.num_shards == 1 ? "" : "s", out);
         printf("  read %s, wrote %s in %.2f s (%.0f MB/s of input, %.0f frames/s)\n",

@@ -618,6 +618,10 @@ static int emit(rep *const *r, int nr, const stats_opts *o) {
             sb_printf(&h, "<div class=\"chart\">%s</div>\n", c_heat[i].p);
         sb_printf(&h, "</body></html>\n");
         ec = write_text(o->html, &h);
+        if (!ec) {
+            char hb[32];
+            printf("wrote %s (%s)\n", o->html, human_bytes((double)h.n, hb, sizeof hb));
+        }
         sb_free(&h);
     }
     sb_free(&warn);

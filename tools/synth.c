@@ -180,8 +180,8 @@ int synth_run(const char *root, const synth_opts *o) {
         frames += T;
     }
     if (!o->quiet)
-        printf("synthesised %llu utterances, %llu frames x %u dims (%s%s) in %s\n",
-               (unsigned long long)o->utts, (unsigned long long)frames, D,
+        printf("synthesised %llu utterance%s, %llu frames x %u dims (%s%s) in %s\n",
+               (unsigned long long)o->utts, o->utts == 1 ? "" : "s", (unsigned long long)frames, D,
                o->f64 ? "float64" : "float32", o->transcripts ? ", with transcripts" : "", root);
 out:
     free(means);

@@ -213,8 +213,11 @@ class Inputs(Base):
     def windows(self, out):
         x = os.path.join(self.tmp, "x.npy")
         y = os.path.join(self.tmp, "y.npy")
-        rc, _, err = run("gather", out, "--context", 2, "--all", "--out", x, "--labels", y)
+        rc, said, err = run("gather", out, "--context", 2, "--all", "--out", x, "--labels", y)
         self.assertEqual(rc, 0, err)
+        n = len(np.load(y))
+        self.assertIn(f"wrote {x}: {n} windows of ", said)  # says what it wrote
+        self.assertIn(f"wrote {y}: {n} labels (int64)", said)
         return np.load(x), np.load(y)
 
     def test_variants(self):

@@ -126,7 +126,9 @@ class Stats(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("dimension 0: mean", out)   # dev is normalised, train is not
         self.assertIn("warnings:", out)
-        page = open(html).read()
+        self.assertIn(f"wrote {html} (", out)  # says where the page went
+        with open(html, encoding="utf-8") as f:
+            page = f.read()
         self.assertEqual(page.count("<svg"), 3 + 6)  # 3 side-by-side charts, 3 examples each
         self.assertIn("dimension 0: mean", page)
         rc, out, _ = run("stats", "--compare", f"{self.tmp}/train", f"{self.tmp}/train", "--json",
