@@ -10,7 +10,7 @@ the code behind `ctxshard pack`: the same utterances give the same bytes.
 import concurrent.futures
 import os
 import sys
-from ctypes import POINTER, byref, c_char_p, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_void_p, cast
 
 import numpy as np
 
@@ -149,14 +149,14 @@ class Writer:
         o.on_error_skip = int(on_error == "skip")
         syms = _vocab_list(f, vocab)
         self.vocab = tuple(syms) if syms is not None else None
-        self._index = {s: i for i, s in enumerate(syms)} if syms else None
+        self._sorted = None  # no vocabulary: features only
         if syms:
+            # symbols -> indices by binary search in the sorted vocabulary
             self._order = np.argsort(np.array(syms), kind="stable")
             self._sorted = np.array(syms)[self._order]
-        if syms:
             enc = [s.encode("utf-8") for s in syms]
             arr = (c_char_p * len(enc))(*enc)
-            o.vocab_size, o.vocab = len(enc), ctypes_cast(arr)
+            o.vocab_size, o.vocab = len(enc), cast(arr, POINTER(c_char_p))
         self.path = out
         self._w = c_void_p()
         diag = _n.Diag()
@@ -284,7 +284,7 @@ class Writer:
         return u, keep
 
     def _labels(self, shown, labels, T):
-        if self._index is None:
+        if self._sorted is None:
             raise ValueError(f"Writer.add: {shown}: labels given, but the writer has no "
                              "vocabulary (features only): pass vocab= to Writer")
         lab = np.asarray(labels)
@@ -312,11 +312,6 @@ class Writer:
             j = int(np.argmin(ok))
             raise RejectedUtterance(shown, f"{where} {j}: unknown symbol '{lab[j]}'")
         return np.ascontiguousarray(self._order[pos], dtype=np.int64)
-
-
-def ctypes_cast(arr):
-    from ctypes import cast
-    return cast(arr, POINTER(c_char_p))
 
 
 def _id_bytes(utt_id):
