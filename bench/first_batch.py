@@ -27,7 +27,8 @@ def main():
     ap.add_argument("--exe", default=os.path.join(HERE, "..", "build", "tools", "ctxshard"))
     a = ap.parse_args()
     files = glob.glob(os.path.join(a.dataset, "*.cxs"))
-    res = {"Loader, prefetch=True": [], "Loader, prefetch=False": [], "bench-read": []}
+    res = {"Loader, prefetch=True": [], "Loader, prefetch=False": [], "  then close()": [],
+           "bench-read": []}
     for s in range(a.runs):
         for f in files:  # keep it all cached (untimed)
             with open(f, "rb") as fh:
@@ -37,9 +38,15 @@ def main():
             t0 = time.perf_counter()
             loader = cxt.Loader(a.dataset, 30, 1024, shuffle=True, seed=s, threads=2,
                                 prefetch=p)
-            next(iter(loader))
+            it = iter(loader)
+            next(it)
             res[f"Loader, prefetch={p}"].append((time.perf_counter() - t0) * 1e3)
+            # the teardown, timed apart: ending the iteration stops the
+            # workers (mid-batch) and the warm-up
+            t0 = time.perf_counter()
+            it.close()
             loader.close()
+            res[f"  then close()"].append((time.perf_counter() - t0) * 1e3)
         out = subprocess.run([a.exe, "bench-read", a.dataset, "--threads", "2", "--batches", "2",
                               "--seed", str(s)], capture_output=True, text=True,
                              check=True).stdout

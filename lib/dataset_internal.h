@@ -125,10 +125,18 @@ static inline const uint8_t *cxs_row_ptr(const cxs_dataset *ds, uint64_t u, int6
  * statistics; -ENOMEM. */
 int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out);
 
+/* A way to stop a gather early: cancelled(arg) is asked before every few
+ * dozen windows, and a true answer ends the gather with -ECANCELED (the
+ * output then half-written). */
+typedef struct cxs_cancel {
+    int (*cancelled)(void *arg);
+    void *arg;
+} cxs_cancel;
+
 /* cxs_dataset_gather with explicit constants: mean/scale NULL means no
- * normalisation. */
+ * normalisation; cancel NULL, no early end. */
 int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                     const double *mean, const double *scale, unsigned threads, float *out,
-                    int64_t *labels);
+                    int64_t *labels, const cxs_cancel *cancel);
 
 #endif

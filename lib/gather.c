@@ -78,6 +78,7 @@ typedef struct job {
     const double *mean, *scale;
     float *out;
     int64_t *labels;
+    const cxs_cancel *cancel;
     int rc;
 } job;
 
@@ -109,6 +110,10 @@ static int gather_range(job *j) {
      * misses overlap), then copy, prefetching a few windows ahead so that
      * the random start of each window is in cache when its copy begins. */
     for (size_t c0 = 0; c0 < j->n; c0 += PLAN_CHUNK) {
+        if (j->cancel && j->cancel->cancelled(j->cancel->arg)) {
+            j->rc = -ECANCELED;
+            break;
+        }
         size_t m = j->n - c0 < PLAN_CHUNK ? j->n - c0 : PLAN_CHUNK;
         for (size_t i = 0; i < m; i++) {
             uint64_t f = j->frames[c0 + i];
@@ -168,7 +173,7 @@ static void *gather_thread(void *arg) {
 
 int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                     const double *mean, const double *scale, unsigned threads, float *out,
-                    int64_t *labels) {
+                    int64_t *labels, const cxs_cancel *cancel) {
     if (!ds || (n && (!frames || !out)) || k > 1000000) return CXS_E_INVALID;
     if (labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
     for (size_t i = 0; i < n; i++)
@@ -177,7 +182,7 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
     if (threads > n) threads = (unsigned)n;
     if (threads > 256) threads = 256;
     if (threads <= 1) {
-        job j = {ds, frames, n, k, mean, scale, out, labels, 0};
+        job j = {ds, frames, n, k, mean, scale, out, labels, cancel, 0};
         return gather_range(&j);
     }
     job jobs[256];
@@ -186,7 +191,7 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
     for (unsigned t = 0; t < threads; t++) {
         size_t a = n * t / threads, b = n * (t + 1) / threads;
         jobs[t] = (job){ds, frames + a, b - a, k, mean, scale, out + a * W,
-                        labels ? labels + a : NULL, 0};
+                        labels ? labels + a : NULL, cancel, 0};
         /* Thread 0 is the caller; a thread that cannot start is done inline. */
         created[t] = t > 0 && pthread_create(&tid[t], NULL, gather_thread, &jobs[t]) == 0;
     }
@@ -205,18 +210,18 @@ int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, 
     if ((flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) return CXS_E_INVALID;
     return cxs_gather_impl(ds, frames, n, k,
                            (flags & CXS_GATHER_NORMALIZE) ? ds->norm_mean : NULL,
-                           ds->norm_scale, threads, out, labels);
+                           ds->norm_scale, threads, out, labels, NULL);
 }
 
 int cxs_dataset_gather_norm(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                             const cxs_norm *norm, unsigned threads, float *out,
                             int64_t *labels) {
     if (!ds) return CXS_E_INVALID;
-    if (!norm) return cxs_gather_impl(ds, frames, n, k, NULL, NULL, threads, out, labels);
+    if (!norm) return cxs_gather_impl(ds, frames, n, k, NULL, NULL, threads, out, labels, NULL);
     double *c;
     int rc = cxs_norm_constants(ds, norm, &c);
     if (rc) return rc;
-    rc = cxs_gather_impl(ds, frames, n, k, c, c + ds->meta.dim, threads, out, labels);
+    rc = cxs_gather_impl(ds, frames, n, k, c, c + ds->meta.dim, threads, out, labels, NULL);
     free(c);
     return rc;
 }

@@ -5,7 +5,12 @@
  * once that slot is free (its previous batch was handed back), fills it
  * without holding the lock, and marks it ready; the consumer takes batches
  * strictly in order.  A reset or a fork bumps `generation`, so a worker that
- * was filling for the old position throws its batch away. */
+ * was filling for the old position stops early and throws its batch away
+ * (as every worker does when the loader is freed).
+ *
+ * The first batch of a start is the one the caller waits for with nothing
+ * ready before it: every worker fills a part of it (`share`), and only then
+ * goes on to batches of its own. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -30,6 +35,21 @@ typedef struct slot {
     cxs_batch pub;
 } slot;
 
+/* The first batch of a start, filled in parts by all the workers: the
+ * worker that claims it prepares it (its frames, its read-ahead) and
+ * publishes it here; each worker takes the next part; the one that
+ * finishes the last part finishes the batch. */
+#define SHARE_MIN 128 /* windows per part, at least */
+
+typedef struct share {
+    slot *s; /* the batch, or NULL when none is being shared */
+    uint64_t b, pos, gen;
+    size_t n;
+    uint32_t parts, next, done;
+    int rc, first;
+    cxs_ra_batch rb;
+} share;
+
 struct cxs_loader {
     const cxs_dataset *ds;
     const cxs_sampler *sampler;
@@ -53,6 +73,7 @@ struct cxs_loader {
     pthread_t *threads;
     uint32_t nthreads;
     pid_t pid;
+    share sh;         /* under mu */
     cxs_readahead ra; /* the helper thread; see readahead.h */
 };
 
@@ -90,29 +111,96 @@ static int start_threads(cxs_loader *l) {
     return l->nthreads ? 0 : -EAGAIN;
 }
 
-/* Fill slot s with batch b; epoch and pos were read under the lock (a reset
- * may change them while this runs). */
-static void fill(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64_t pos, uint64_t gen) {
-    size_t n = (size_t)(l->length - pos < l->o.batch_size ? l->length - pos : l->o.batch_size);
-    cxs_ra_batch rb;
+/* Whether the batch a worker fills for generation gen is no longer wanted
+ * (a reset, or the loader is being freed): asked, without the lock, every
+ * few dozen windows, so that neither waits for whole batches. */
+typedef struct watch {
+    const cxs_loader *l;
+    uint64_t gen;
+} watch;
+
+static int abandoned(void *arg) {
+    const watch *w = arg;
+    return __atomic_load_n(&w->l->stop, __ATOMIC_RELAXED) ||
+           __atomic_load_n(&w->l->generation, __ATOMIC_RELAXED) != w->gen;
+}
+
+static size_t batch_length(const cxs_loader *l, uint64_t pos) {
+    return (size_t)(l->length - pos < l->o.batch_size ? l->length - pos : l->o.batch_size);
+}
+
+/* The frames of batch b (at pos, epoch; read under the lock, as a reset may
+ * change them) into s->frames, and its read-ahead.  Returns the sampler's
+ * code. */
+static int fill_begin(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64_t pos,
+                      uint64_t gen, cxs_ra_batch *rb, int *first) {
+    size_t n = batch_length(l, pos);
     int rc = l->ra.kind == CXS_RA_BLOCKS
-                 ? cxs_ra_batch_frames(&l->ra, l->sampler, epoch, pos, n, s->frames, gen, &rb)
+                 ? cxs_ra_batch_frames(&l->ra, l->sampler, epoch, pos, n, s->frames, gen, rb)
                  : cxs_sampler_get(l->sampler, epoch, pos, n, s->frames);
-    int first = !rc && l->ra.kind == CXS_RA_PAGES ? cxs_ra_batch_pages(&l->ra, b, gen, s->frames, n) : 0;
-    if (!rc)
-        rc = cxs_gather_impl(l->ds, s->frames, n, l->o.k, l->norm,
-                             l->norm ? l->norm + l->ds->meta.dim : NULL, 1, s->x,
-                             l->o.labels ? s->y : NULL);
-    if (l->ra.kind == CXS_RA_BLOCKS) cxs_ra_batch_done(&l->ra, &rb);
+    *first = !rc && l->ra.kind == CXS_RA_PAGES ? cxs_ra_batch_pages(&l->ra, b, gen, s->frames, n) : 0;
+    return rc;
+}
+
+/* Windows a..e of the batch in s. */
+static int fill_part(cxs_loader *l, slot *s, size_t a, size_t e, uint64_t gen) {
+    watch w = {l, gen};
+    cxs_cancel c = {abandoned, &w};
+    const size_t W = l->window;
+    return cxs_gather_impl(l->ds, s->frames + a, e - a, l->o.k, l->norm,
+                           l->norm ? l->norm + l->ds->meta.dim : NULL, 1, s->x + a * W,
+                           l->o.labels ? s->y + a : NULL, &c);
+}
+
+static void fill_end(cxs_loader *l, slot *s, uint64_t b, uint64_t pos, cxs_ra_batch *rb,
+                     int first, int rc) {
+    if (l->ra.kind == CXS_RA_BLOCKS) cxs_ra_batch_done(&l->ra, rb);
     cxs_ra_batch_pages_done(&l->ra, first);
     s->rc = rc;
-    s->pub = (cxs_batch){s->x, l->o.labels ? s->y : NULL, s->frames, n, b, pos};
+    s->pub = (cxs_batch){s->x, l->o.labels ? s->y : NULL, s->frames, batch_length(l, pos), b, pos};
+}
+
+/* Under mu: a filled slot is ready, or thrown away when a reset came
+ * meanwhile. */
+static void publish(cxs_loader *l, slot *s, uint64_t gen) {
+    if (gen == l->generation) {
+        s->state = SLOT_READY;
+    } else {
+        slot_discard(l, s);
+        pthread_cond_broadcast(&l->cv_work);
+    }
+    pthread_cond_broadcast(&l->cv_ready);
+}
+
+/* Under mu (released meanwhile): fill the next part of the shared batch;
+ * the worker that completes it finishes and publishes the batch. */
+static void fill_shared_part(cxs_loader *l) {
+    share *h = &l->sh;
+    slot *s = h->s;
+    uint32_t p = h->next++;
+    size_t a = h->n * p / h->parts, e = h->n * (p + 1) / h->parts;
+    uint64_t gen = h->gen;
+    pthread_mutex_unlock(&l->mu);
+    int rc = fill_part(l, s, a, e, gen);
+    pthread_mutex_lock(&l->mu);
+    if (rc && !h->rc) h->rc = rc;
+    if (++h->done < h->parts) return;
+    share d = *h;
+    h->s = NULL;
+    pthread_mutex_unlock(&l->mu);
+    fill_end(l, d.s, d.b, d.pos, &d.rb, d.first, d.rc);
+    pthread_mutex_lock(&l->mu);
+    publish(l, d.s, d.gen);
 }
 
 static void *worker(void *arg) {
     cxs_loader *l = arg;
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
+        if (l->sh.s && l->sh.next < l->sh.parts) {
+            fill_shared_part(l);
+            continue;
+        }
         uint64_t b = l->next_claim;
         slot *s = b < l->nbatches ? &l->ring[b % l->nring] : NULL;
         if (!s || s->state != SLOT_FREE || (l->o.external && !l->pool_count)) {
@@ -129,17 +217,26 @@ static void *worker(void *arg) {
         s->batch = b;
         l->next_claim++;
         uint64_t gen = l->generation, epoch = l->epoch, pos = l->start + b * l->o.batch_size;
+        size_t n = batch_length(l, pos);
+        uint32_t parts = b == 0 && !l->sh.s ? (uint32_t)(n / SHARE_MIN) : 0;
+        if (parts > l->o.threads) parts = l->o.threads;
         pthread_mutex_unlock(&l->mu);
         cxs_ra_claimed(&l->ra);
-        fill(l, s, b, epoch, pos, gen);
-        pthread_mutex_lock(&l->mu);
-        if (gen == l->generation) {
-            s->state = SLOT_READY;
-        } else {
-            slot_discard(l, s);
-            pthread_cond_broadcast(&l->cv_work);
+        cxs_ra_batch rb;
+        int first, rc = fill_begin(l, s, b, epoch, pos, gen, &rb, &first);
+        if (!rc && parts > 1) {
+            pthread_mutex_lock(&l->mu);
+            if (!l->sh.s) {
+                l->sh = (share){s, b, pos, gen, n, parts, 0, 0, 0, first, rb};
+                pthread_cond_broadcast(&l->cv_work);
+                continue; /* with the lock: take the first part */
+            }
+            pthread_mutex_unlock(&l->mu);
         }
-        pthread_cond_broadcast(&l->cv_ready);
+        if (!rc) rc = fill_part(l, s, 0, n, gen);
+        fill_end(l, s, b, pos, &rb, first, rc);
+        pthread_mutex_lock(&l->mu);
+        publish(l, s, gen);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -147,7 +244,7 @@ static void *worker(void *arg) {
 
 static void stop_threads(cxs_loader *l) {
     pthread_mutex_lock(&l->mu);
-    l->stop = 1;
+    __atomic_store_n(&l->stop, 1, __ATOMIC_RELAXED); /* also read by abandoned() */
     pthread_cond_broadcast(&l->cv_work);
     cxs_ra_wake(&l->ra);
     pthread_mutex_unlock(&l->mu);
@@ -265,8 +362,9 @@ static int respawn(cxs_loader *l) {
     pthread_cond_init(&l->cv_ready, NULL);
     cxs_ra_after_fork(&l->ra);
     l->pid = getpid();
-    l->generation++;
-    l->stop = 0;
+    __atomic_add_fetch(&l->generation, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->stop, 0, __ATOMIC_RELAXED);
+    l->sh.s = NULL; /* the parent's workers were filling it */
     for (uint32_t i = 0; i < l->nring; i++)
         if ((int)i != l->held) slot_discard(l, &l->ring[i]);
     l->next_claim = l->next_take;
@@ -329,7 +427,7 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
         if (rc) return rc;
     }
     pthread_mutex_lock(&l->mu);
-    l->generation++;
+    __atomic_add_fetch(&l->generation, 1, __ATOMIC_RELAXED); /* also read by abandoned() */
     for (uint32_t i = 0; i < l->nring; i++) {
         slot *x = &l->ring[i];
         if (x->state == SLOT_READY) slot_discard(l, x);
