@@ -85,10 +85,23 @@ void cxs_block_sched_destroy(cxs_block_sched *bs) {
     bs->ds = NULL;
 }
 
-/* Shares of block j (in epoch order): it is drawn from in rounds
- * max(0, j-R+1) .. j. */
-static inline uint64_t shares(uint64_t j, uint32_t R) { return j < R ? j + 1 : R; }
+/* Block j (of n, in epoch order) is drawn from in rounds first_round ..
+ * last_round: from the round where it joins the window of R blocks to the
+ * round where it is the window's oldest, except that the last R blocks all
+ * last to the final round -- the epoch ends drawing on R blocks, as it
+ * runs, rather than on fewer and fewer (the final round on one). */
 static inline uint64_t first_round(uint64_t j, uint32_t R) { return j < R ? 0 : j - R + 1; }
+static inline uint64_t last_round(uint64_t j, uint64_t n, uint32_t R) {
+    return j + R >= n ? n - 1 : j;
+}
+static inline uint64_t shares(uint64_t j, uint64_t n, uint32_t R) {
+    return last_round(j, n, R) - first_round(j, R) + 1;
+}
+
+uint64_t cxs_block_plan_first(const cxs_block_plan *p, uint64_t t) {
+    const uint64_t n = p->nblocks, R = p->R;
+    return t + R <= n ? t : n > R ? n - R : 0;
+}
 
 static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan **out) {
     const cxs_dataset *ds = bs->ds;
@@ -143,16 +156,16 @@ static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan 
         p->blk[j] = t;
     }
     p->nblocks = n;
-    /* Round t holds share t - first_round(j) of every block j in t .. t+R-1;
-     * share s of a block of F frames is its permuted positions
-     * [F*s/c, F*(s+1)/c) for c shares. */
+    /* Round t holds share t - first_round(j) of every block j it draws on
+     * (cxs_block_plan_first(t) .. t+R-1); share s of a block of F frames
+     * is its permuted positions [F*s/c, F*(s+1)/c) for c shares. */
     p->rstart = calloc(n + 1, sizeof *p->rstart);
     if (!p->rstart) {
         plan_free(p);
         return -ENOMEM;
     }
     for (uint64_t j = 0; j < n; j++) {
-        uint64_t c = shares(j, bs->R), F = p->blk[j].nf, t0 = first_round(j, bs->R);
+        uint64_t c = shares(j, n, bs->R), F = p->blk[j].nf, t0 = first_round(j, bs->R);
         for (uint64_t s = 0; s < c; s++) p->rstart[t0 + s + 1] += F * (s + 1) / c - F * s / c;
     }
     for (uint64_t t = 0; t < n; t++) p->rstart[t + 1] += p->rstart[t];
@@ -211,9 +224,9 @@ uint64_t cxs_block_plan_frame(const cxs_block_plan *p, uint64_t g, uint64_t *blo
     const uint64_t t = cxs_block_plan_round(p, g), N = p->rstart[t + 1] - p->rstart[t];
     uint64_t y = permute(g - p->rstart[t], N, mix64(p->key ^ mix64(2 * t + 1)));
     uint64_t jend = t + p->R < p->nblocks ? t + p->R : p->nblocks;
-    for (uint64_t j = t; j < jend; j++) {
+    for (uint64_t j = cxs_block_plan_first(p, t); j < jend; j++) {
         const cxs_block *b = &p->blk[j];
-        uint64_t c = shares(j, p->R), s = t - first_round(j, p->R), F = b->nf;
+        uint64_t c = shares(j, p->nblocks, p->R), s = t - first_round(j, p->R), F = b->nf;
         uint64_t lo = F * s / c, len = F * (s + 1) / c - lo;
         if (y < len) {
             if (block) *block = j;

@@ -5,10 +5,11 @@
  * An epoch's plan cuts the utterances, in storage order, into blocks of at
  * most block_rows rows (guard_rows counted per utterance, since they are
  * in the bytes read), permutes the blocks, and makes the epoch a sequence
- * of rounds: round t draws a random order of one share of each of blocks t
- * .. t+R-1 (block j is split into min(j, R-1)+1 shares, its share t-j+...
- * in round t), so a consumer at round t needs blocks t .. t+R-1 and never
- * an earlier one again. */
+ * of rounds: round t draws a random order of one share of each of the
+ * blocks cxs_block_plan_first(t) .. t+R-1 -- blocks t .. t+R-1, except
+ * that the last R blocks are drawn on until the final round -- so a
+ * consumer at round t needs those blocks and never an earlier one again,
+ * and no round draws on more than R. */
 #ifndef CXS_BLOCKS_H
 #define CXS_BLOCKS_H
 
@@ -63,5 +64,9 @@ uint64_t cxs_block_plan_frame(const cxs_block_plan *p, uint64_t g, uint64_t *blo
 
 /* The round of position g (< p->frames). */
 uint64_t cxs_block_plan_round(const cxs_block_plan *p, uint64_t g);
+
+/* The first block round t draws on: t, or max(0, nblocks - R) in the last
+ * R - 1 rounds; the last is min(t + R, nblocks) - 1. */
+uint64_t cxs_block_plan_first(const cxs_block_plan *p, uint64_t t);
 
 #endif

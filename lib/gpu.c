@@ -135,6 +135,7 @@ typedef struct pool {
     /* consumer side */
     uint32_t *res;                     /* blocks [lo, hi) resident: block j in res[j % S] */
     uint64_t lo, hi;
+    uint64_t t;                        /* the round entered (UINT64_MAX: none yet) */
     uploader up;
     void *copy;
 } pool;
@@ -807,8 +808,10 @@ static int pool_start(cxs_gpu_loader *l) {
     uint64_t t0 = p->plan->nblocks;
     if (l->pos < p->len) t0 = cxs_block_plan_round(p->plan, p->base + l->pos * p->stride);
     p->stop = 0, p->rc = 0, p->err[0] = 0;
-    p->next_block = t0;
-    p->lo = p->hi = t0;
+    const uint64_t b0 = t0 < p->plan->nblocks ? cxs_block_plan_first(p->plan, t0) : t0;
+    p->next_block = b0;
+    p->lo = p->hi = b0;
+    p->t = UINT64_MAX;
     p->fq_head = 0, p->fq_len = p->S;
     for (uint32_t g = 0; g < p->S; g++) p->freeq[g] = g;
     p->lq_head = 0, p->lq_len = 0;
@@ -877,9 +880,10 @@ static int pool_release(cxs_gpu_loader *l, uint32_t g) {
     return 0;
 }
 
-/* Enter round t: the blocks of earlier rounds are drained (the schedule
- * never draws on them again) and go back to the refresher; blocks t ..
- * t+R-1 are joined, in block order, waiting for their uploads when needed
+/* Enter round t: the blocks before its first (cxs_block_plan_first) are
+ * drained (the schedule never draws on them again) and go back to the
+ * refresher; blocks up to t+R-1 are joined, in block order, waiting for
+ * their uploads when needed
  * (which blocks are resident depends on the position only, never on
  * timing).  At most R = S-1 are resident: one segment is always free or
  * loading, so the refresher can make progress while we wait.  The caller
@@ -887,8 +891,9 @@ static int pool_release(cxs_gpu_loader *l, uint32_t g) {
 static int pool_enter(cxs_gpu_loader *l, uint64_t t) {
     pool *p = &l->p;
     const uint32_t R = p->S - 1;
+    const uint64_t first = cxs_block_plan_first(p->plan, t);
     int rc;
-    for (; p->lo < t && p->lo < p->hi; p->lo++)
+    for (; p->lo < first && p->lo < p->hi; p->lo++)
         if ((rc = pool_release(l, p->res[p->lo % p->S]))) return rc;
     const uint64_t end = t + R < p->plan->nblocks ? t + R : p->plan->nblocks;
     while (p->hi < end) {
@@ -903,7 +908,7 @@ static int pool_enter(cxs_gpu_loader *l, uint64_t t) {
         p->lq_head = (p->lq_head + 1) % p->S;
         p->lq_len--;
         pthread_mutex_unlock(&p->mu);
-        if (p->hi < t) { /* a round this rank has no position in: never read */
+        if (p->hi < first) { /* a round this rank has no position in: never read */
             if ((rc = pool_release(l, g))) return rc;
         } else {
             BE(l, l->be->stream_wait(l->work, p->seg[g].ev_loaded));
@@ -911,7 +916,8 @@ static int pool_enter(cxs_gpu_loader *l, uint64_t t) {
         }
         p->hi++;
     }
-    if (p->lo < t) p->lo = t;
+    if (p->lo < first) p->lo = first;
+    p->t = t;
     return 0;
 }
 
@@ -950,7 +956,7 @@ static int pool_launch(cxs_gpu_loader *l, gslot *s) {
     int rc;
     while (n < want && l->pos < p->len) {
         const uint64_t g = p->base + l->pos * p->stride, t = cxs_block_plan_round(pl, g);
-        if (t > p->lo || p->hi == p->lo) { /* a new round (or the first) */
+        if (t != p->t) { /* a new round (or the first) */
             if ((rc = pool_expand(l, s, done, n))) return rc;
             done = n;
             if ((rc = pool_enter(l, t))) return rc;

@@ -101,6 +101,7 @@ static void read_block(cxs_readahead *ra, const cxs_block *b) {
     if (fd < 0 || !b->len) return;
     uint64_t asked = 0; /* bytes of the block asked for so far */
     for (uint64_t at = 0; at < b->len;) {
+        if (__atomic_load_n(ra->stop, __ATOMIC_RELAXED)) return; /* the loader is going */
         uint64_t want = at + (uint64_t)(AHEAD_STEPS + 1) * STEP;
         if (want > b->len) want = b->len;
         if (asked < want) {
@@ -188,19 +189,20 @@ static void blocks_loop(cxs_readahead *ra) {
         const cxs_block_plan *P = ra->plan;
         const uint64_t n = P->nblocks, gen = ra->gen;
         /* The window: the blocks of the next batch's round, and one more. */
-        uint64_t t = n, hi = 0;
+        uint64_t lo = n, hi = 0;
         if (*ra->next_claim < *ra->nbatches) {
             uint64_t pos = *ra->start + *ra->next_claim * ra->batch;
-            t = cxs_block_plan_round(P, cxs_sampler_global(ra->sampler, pos));
+            uint64_t t = cxs_block_plan_round(P, cxs_sampler_global(ra->sampler, pos));
+            lo = cxs_block_plan_first(P, t);
             hi = t + P->R < n ? t + P->R : n - 1;
         }
         uint64_t pick = n, drop = n;
         for (uint64_t j = 0; j < n && pick == n; j++)
             if (ra->need[j] && ra->state[j] == ABSENT) pick = j;
-        for (uint64_t j = t; j <= hi && j < n && pick == n; j++)
+        for (uint64_t j = lo; j <= hi && j < n && pick == n; j++)
             if (ra->state[j] == ABSENT) pick = j;
         for (uint64_t j = 0; j < n && pick == n && drop == n; j++)
-            if (ra->state[j] == READ && !ra->need[j] && (j < t || j > hi)) drop = j;
+            if (ra->state[j] == READ && !ra->need[j] && (j < lo || j > hi)) drop = j;
         if (pick < n) {
             ra->state[pick] = READING;
             cxs_block b = P->blk[pick];

@@ -181,6 +181,11 @@ class Loader:
     reads 'host' and gpu_reason says why.  gpu_emulate=True runs the GPU
     path on the host (CPU tensors), for tests."""
 
+    # The block schedule's version (lib/blocks.c): 2 since the last blocks of
+    # an epoch are drawn on together.  A state saved mid-epoch under another
+    # version would resume into another order.
+    BLOCK_ORDER = 2
+
     def __init__(self, path, context, batch_size, shuffle=True, seed=0, drop_last=False,
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
                  pin_memory=False, device=None, normalize=False, labels=True, num_samples=0,
@@ -357,13 +362,16 @@ class Loader:
         g = self._origin + self._start * self.world_size
         if g >= self.sampler.epoch_samples:  # the epoch is done (padding included)
             return self.epoch + 1, 0
+        if self.drop_last and len(self._sampler_now()) - self._start < self.batch_size:
+            return self.epoch + 1, 0  # what is left is the dropped tail
         return self.epoch, g
 
     def state_dict(self):
         """Where the run stands: seed, epoch and global_position (samples of
         the epoch's global order served by all ranks together), with what
         fixes that order (sampler, epoch_samples, and for the block sampler
-        memory and blocks), and, for information, this rank's position,
+        memory, blocks and block_order, the version of its schedule), and,
+        for information, this rank's position,
         rank, world_size, batch_size and context."""
         epoch, g = self._global_position()
         m = self.sampler
@@ -374,6 +382,7 @@ class Loader:
               "context": self.context}
         if m.kind == BLOCK:
             st["memory"], st["blocks"] = m.memory, m.blocks
+            st["block_order"] = self.BLOCK_ORDER
         if self.gpu_mode == "pool" and self.gpu_info:  # its blocks are its segments
             st["gpu_pool"] = self.gpu_info["reason"]
         return st
@@ -396,6 +405,13 @@ class Loader:
             g = int(state["position"]) * int(state.get("world_size", 1))
         if g >= self.sampler.epoch_samples:
             epoch, g = epoch + 1, 0
+        saved = state.get("block_order", 1)  # states without it: the first schedule
+        if "block_order" in mine and g and saved != mine["block_order"]:
+            raise ValueError(f"load_state_dict: the state was saved mid-epoch with block order "
+                             f"{saved}, this ctxshard draws block order {mine['block_order']} "
+                             "(its schedule changed): resuming inside that epoch would repeat "
+                             "some frames and skip others.  Resume at the next epoch: "
+                             f"state['epoch'] = {epoch + 1}, state['global_position'] = 0")
         self.epoch, self._origin, self._start = epoch, g, 0
         # the GPU pool's block order depends on its layout: checked when the
         # device loader is made (_iter_gpu)

@@ -386,6 +386,17 @@ class Torch(unittest.TestCase):
         self.assertTrue(torch.equal(rest_x, full_x[1500:]))
         with self.assertRaises(ValueError):
             cxt.Loader(self.path, 2, 300, seed=10).load_state_dict(state)
+        # drop_last: a state taken after the last full batch (inside the
+        # loop, as a training step saves it) is the next epoch's start, not
+        # a tail with no full batch left in it
+        D = cxt.Loader(self.path, 2, 300, seed=9, threads=2, drop_last=True)
+        n = 0
+        for _ in D:
+            n += 1
+            if n == len(D):
+                state = D.state_dict()
+        self.assertEqual((state["epoch"], state["global_position"]), (1, 0))
+        self.assertLess(len(D) * 300, len(self.ds))
 
     BLOCK = {"memory": "1M", "blocks": 2}  # blocks of 349,525 bytes: 8 of them here
 
@@ -473,6 +484,17 @@ class Torch(unittest.TestCase):
                         ({"shuffle": "block", "seed": 4, **self.BLOCK}, "seed 3")):
             with self.assertRaisesRegex(ValueError, msg):
                 cxt.Loader(self.path, 0, 64, **dict({"seed": 3}, **kw)).load_state_dict(state)
+        # a block-order state saved mid-epoch by a version with another
+        # block schedule (states without block_order: the first one) is
+        # refused; at an epoch boundary it does not matter
+        self.assertEqual(state["block_order"], cxt.Loader.BLOCK_ORDER)
+        first = {k: v for k, v in state.items() if k != "block_order"}
+        L = cxt.Loader(self.path, 0, 64, shuffle="block", seed=3, **self.BLOCK)
+        with self.assertRaisesRegex(ValueError, "saved mid-epoch with block order 1.*"
+                                    r"state\['epoch'\] = 1, state\['global_position'\] = 0"):
+            L.load_state_dict(dict(first, epoch=0, global_position=128))
+        L.load_state_dict(dict(first, epoch=1, global_position=0))
+        self.assertEqual((L.epoch, L.state_dict()["global_position"]), (1, 0))
         # a state saved before global positions: (position, world_size)
         old = {"epoch": 1, "position": 40, "seed": 3, "world_size": 2}
         L = cxt.Loader(self.path, 0, 64, seed=3)

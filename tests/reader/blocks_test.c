@@ -89,6 +89,30 @@ TEST(every_frame_once_and_blockwise) {
 }
 END_TEST_
 
+/* The end of an epoch draws on as many blocks as the rest of it: its last
+ * 0.5% of positions (within the final round) come from the last R = 4
+ * blocks, not from one.  Counted in utterances: a block holds about
+ * three. */
+TEST(epoch_ends_on_several_blocks) {
+    const uint64_t F = info.num_frames, tail = F / 200;
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        cxs_sampler *s = block_sampler(seed, 0, 1, 0, 0);
+        uint64_t *f = epoch_of(s, 0);
+        unsigned char *utt = calloc(info.num_utterances, 1);
+        uint32_t distinct = 0;
+        for (uint64_t i = F - tail; i < F; i++) {
+            uint64_t u, t;
+            EXPECT_INT(cxs_dataset_locate(ds, f[i], &u, &t), 0);
+            if (!utt[u]++) distinct++;
+        }
+        ck_assert_uint_ge(distinct, 8); /* ending on one block: 6 */
+        free(utt);
+        free(f);
+        cxs_sampler_free(s);
+    }
+}
+END_TEST_
+
 TEST(ranks_disjoint_and_equal) {
     const uint64_t F = info.num_frames;
     for (uint32_t drop = 0; drop < 2; drop++) {
@@ -300,7 +324,8 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("blocks");
     tcase_set_timeout(tc, 240);
     tcase_add_checked_fixture(tc, setup, teardown);
-    const TTest *tests[] = {every_frame_once_and_blockwise, ranks_disjoint_and_equal,
+    const TTest *tests[] = {every_frame_once_and_blockwise, epoch_ends_on_several_blocks,
+                            ranks_disjoint_and_equal,
                             budget_refused, loader_same_order_any_threads,
                             exact_resume_mid_epoch, elastic_resume};
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
