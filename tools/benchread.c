@@ -31,7 +31,7 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     cxs_info in;
     cxs_dataset_info(ds, &in);
     cxs_sampler_opts so = {.kind = o->sampler, .seed = o->seed, .world_size = 1,
-                           .memory_bytes = o->memory};
+                           .memory_bytes = o->memory, .blocks = o->blocks};
     cxs_diag d = {{0}};
     cxs_sampler *s = NULL;
     cxs_loader *l = NULL;
@@ -94,9 +94,10 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
            (unsigned long long)batches, (unsigned long long)samples, dt, (double)samples / dt,
            bytes / dt / 1e9);
     if (o->sampler == CXS_SAMPLER_BLOCK)
-        printf("  memory %llu bytes: blocks of %llu bytes, %llu blocks an epoch\n",
+        printf("  memory %llu bytes: blocks of %llu bytes, %llu blocks an epoch, %u drawn from "
+               "at once\n",
                (unsigned long long)o->memory, (unsigned long long)cxs_sampler_block_bytes(s),
-               (unsigned long long)cxs_sampler_num_blocks(s, 0));
+               (unsigned long long)cxs_sampler_num_blocks(s, 0), o->blocks ? o->blocks : 8);
     if (io != UINT64_MAX)
         printf("  read from disk: %llu bytes (%.2f of the features)\n", (unsigned long long)io,
                (double)io / (double)in.feature_bytes);

@@ -189,7 +189,7 @@ static const char *const usage_gpu =
 static const char *const usage_bench =
     "usage: ctxshard bench-read OUT [--context K] [--batch B] [--threads N]\n"
     "                           [--batches M] [--sampler shuffle|sequential|weighted|block]\n"
-    "                           [--memory SIZE] [--seed S] [--order-stats]\n"
+    "                           [--memory SIZE] [--blocks N] [--seed S] [--order-stats]\n"
     "\n"
     "Run the prefetching loader over OUT and print samples/s and GB/s of window\n"
     "data served (float32), with the time to open and to the first batch, and\n"
@@ -202,6 +202,8 @@ static const char *const usage_bench =
     "  --sampler S    shuffle (default), sequential, weighted, or block (for data\n"
     "                 larger than memory: needs --memory)\n"
     "  --memory SIZE  block sampler: the page cache it may use (e.g. 1G)\n"
+    "  --blocks N     block sampler: blocks a batch draws from (1..1024, default 8;\n"
+    "                 blocks are SIZE/(N+1) bytes, one read ahead)\n"
     "  --order-stats  read nothing; say how random each order is: utterances per\n"
     "                 batch (mean, min) and the spread of an utterance's frames\n"
     "                 over the epoch, for sequential, shuffle and (with --memory)\n"
@@ -249,7 +251,8 @@ enum {
     O_SHARD, O_ONERR, O_NORM, O_JSON, O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_HELP,
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
-    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS
+    O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
+    O_BLOCKS
 };
 
 static const struct option longopts[] = {
@@ -276,6 +279,7 @@ static const struct option longopts[] = {
     {"memory", required_argument, 0, O_MEMORY},
     {"force", no_argument, 0, O_FORCE},
     {"order-stats", no_argument, 0, O_ORDERSTATS},
+    {"blocks", required_argument, 0, O_BLOCKS},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -294,7 +298,7 @@ static int allowed(const char *cmd, int opt) {
         {"info", {O_JSON}},
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
         {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY,
-                        O_ORDERSTATS}},
+                        O_ORDERSTATS, O_BLOCKS}},
         {"warm", {O_FORCE, O_QUIET, O_JSON}},
         {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
         {"gpu", {O_DEVICE, O_EMULATE, O_MODE, O_CONTEXT, O_BATCH, O_BATCHES, O_BUDGET, O_THREADS,
@@ -403,7 +407,7 @@ int main(int argc, char **argv) {
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
-    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0};
+    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
     int compare = 0, force = 0;
@@ -528,6 +532,11 @@ int main(int argc, char **argv) {
         case O_MEMORY:
             if (parse_size(optarg, &bo.memory) || !bo.memory)
                 return usage_error(usage, "--memory: '%s' is not a size (bytes, or with K, M, G)", optarg);
+            break;
+        case O_BLOCKS:
+            if (parse_u64(optarg, &v) || v < 1 || v > 1024)
+                return usage_error(usage, "--blocks: '%s' is not a count in 1..1024", optarg);
+            bo.blocks = (uint32_t)v;
             break;
         case O_OUT: out = optarg; break;
         case O_COMPRESS: {

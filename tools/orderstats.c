@@ -116,7 +116,7 @@ int order_stats_run(const char *dir, const bench_read_opts *o) {
             continue;
         }
         cxs_sampler_opts so = {.kind = orders[k].kind, .seed = o->seed, .world_size = 1,
-                               .memory_bytes = o->memory};
+                               .memory_bytes = o->memory, .blocks = o->blocks};
         cxs_sampler *s;
         cxs_diag d = {{0}};
         if ((rc = cxs_sampler_create_ex(ds, &so, &s, &d))) {
@@ -133,10 +133,10 @@ int order_stats_run(const char *dir, const bench_read_opts *o) {
                    f.distinct_mean, (unsigned long long)f.distinct_min, f.spread_p10,
                    f.spread_median, f.spread_p90);
         if (!rc && orders[k].kind == CXS_SAMPLER_BLOCK)
-            printf("%-11s memory %llu bytes: %llu blocks of %llu bytes, 8 drawn from at once\n",
+            printf("%-11s memory %llu bytes: %llu blocks of %llu bytes, %u drawn from at once\n",
                    "", (unsigned long long)o->memory,
                    (unsigned long long)cxs_sampler_num_blocks(s, 0),
-                   (unsigned long long)cxs_sampler_block_bytes(s));
+                   (unsigned long long)cxs_sampler_block_bytes(s), o->blocks ? o->blocks : 8);
         cxs_sampler_free(s);
         if (rc) {
             warnx_("%s: %s order: %s", dir, orders[k].name, cxs_strerror(rc));

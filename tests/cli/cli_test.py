@@ -495,6 +495,28 @@ class Usage(unittest.TestCase):
             self.assertIn("cannot hold the longest utterance", err)
             rc, out, err = run("bench-read", ds, "--sampler", "block", "--memory", "100K")
             self.assertEqual(rc, 2, err)
+            # --blocks: more, smaller blocks to draw from; batches then mix
+            # more utterances
+            rc, out16, err = run("bench-read", ds, "--order-stats", "--batch", 256,
+                                 "--memory", "8M", "--blocks", 16)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("16 drawn from at once", out16)
+            rc, out2, err = run("bench-read", ds, "--order-stats", "--batch", 256,
+                                "--memory", "8M", "--blocks", 2)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("2 drawn from at once", out2)
+            per_batch = [float(next(ln.split()[1] for ln in o.splitlines()
+                                    if ln.startswith("block ")))
+                         for o in (out2, out16)]
+            self.assertLess(per_batch[0], per_batch[1])
+            rc, out, err = run("bench-read", ds, "--sampler", "block", "--memory", "8M",
+                               "--blocks", 4, "--batches", 5, "--batch", 64)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("4 drawn from at once", out)
+            for bad in ("0", "1025", "x"):
+                rc, out, err = run("bench-read", ds, "--order-stats", "--blocks", bad)
+                self.assertEqual(rc, 2, err)
+                self.assertIn("--blocks: '%s' is not a count in 1..1024" % bad, err)
 
     def test_gpu(self):
         # the probe: exit 3 with the reason when no device is usable
