@@ -563,10 +563,22 @@ class Torch(unittest.TestCase):
         import ctxshard.gpu as g
         if g.probe(0)["usable"]:
             self.skipTest("a CUDA device is usable here")
-        L = cxt.Loader(self.path, 2, 64, device="cuda")
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            L = cxt.Loader(self.path, 2, 64, device="cuda")
+            x, y = next(iter(L))  # the documented fallback, not torch's pinned-memory error
         self.assertEqual(L.gpu_mode, "host")
         self.assertTrue(L.gpu_reason)
-        self.assertTrue(L.pin_memory)
+        self.assertEqual(x.shape, (64, L.input_size))
+        if torch.cuda.is_available():  # a torch with CUDA, a library without: pinned copies
+            self.assertTrue(L.pin_memory)
+            self.assertEqual(x.device.type, "cuda")
+        else:  # a CPU-only torch: CPU batches, and a warning that says so
+            self.assertFalse(L.pin_memory)
+            self.assertEqual(x.device.type, "cpu")
+            self.assertTrue(any("batches stay on the CPU" in str(m.message) for m in w),
+                            [str(m.message) for m in w])
         with self.assertRaises(ValueError):
             cxt.Loader(self.path, 2, 64, device="cuda", gpu_mode="fast")
 
