@@ -342,9 +342,78 @@ class Torch(unittest.TestCase):
         dl = torch.utils.data.DataLoader(fd, batch_size=64)
         xb = next(iter(dl))
         self.assertEqual(tuple(xb.shape), (64, 5 * 28))
-        L = cxt.Loader(out, 2, 100, shuffle=False, labels=False)
-        xs = torch.cat(list(L))
-        self.assertTrue(torch.equal(xs, torch.from_numpy(ctxshard.open(out).gather(range(len(fd)), 2))))
+        want = torch.from_numpy(ctxshard.open(out).gather(range(len(fd)), 2))
+        # labels default to "when the dataset has them": no labels= needed
+        for kw in ({}, {"labels": False}):
+            L = cxt.Loader(out, 2, 100, shuffle=False, **kw)
+            self.assertFalse(L.labels)
+            xs = torch.cat(list(L))
+            self.assertTrue(torch.equal(xs, want))
+        import ctxshard.gpu as g
+        with ctxshard.open(out) as t:
+            with g.GpuLoader(t, ctxshard.Sampler(t, ctxshard.SEQUENTIAL), 2, 100,
+                             device=g.EMULATE, mode="resident") as G:
+                self.assertIsNone(G.next().y)
+        L = cxt.Loader(out, 2, 100, shuffle=False, gpu_emulate=True)
+        self.assertTrue(torch.equal(torch.cat([x.clone() for x in L]), want))
+        self.assertTrue(cxt.Loader(self.path, 2, 100).labels)
+
+    def test_normalize_with_train_statistics(self):
+        """Dev normalised with train's statistics, the same windows through
+        gather, FrameDataset, the Loader and the (emulated) GPU loader,
+        whichever form the statistics take; normalize=True warns once."""
+        import warnings
+        import ctxshard.gpu as g
+        raw = os.path.join(TMP, "raw-dev")
+        dev_path = os.path.join(TMP, "dev-split")
+        if not os.path.exists(dev_path):
+            run("synth", raw, "--utts", 3, "--seed", 9, "--offset", 100, "--quiet")
+            run("pack", raw, dev_path, "--quiet")
+        train = self.ds
+        with ctxshard.open(dev_path) as dev:
+            n, k = len(dev), 3
+            want = dev.gather(range(n), k, normalize=train)
+            st = train.stats
+            self.assertTrue(np.array_equal(want, dev.gather(range(n), k,
+                                                            normalize=(st.mean, st.var))))
+            own = dev.gather(range(n), k, normalize=dev)
+            self.assertFalse(np.array_equal(want, own))  # the statistics matter
+            for nrm in (train, st, (st.mean, st.var)):
+                fd = cxt.FrameDataset(dev_path, k, normalize=nrm)
+                x, _ = fd[list(range(n))]
+                self.assertTrue(np.array_equal(x.numpy(), want))
+                L = cxt.Loader(dev_path, k, 97, shuffle=False, normalize=nrm)
+                self.assertTrue(np.array_equal(torch.cat([x for x, _ in L]).numpy(), want))
+                E = cxt.Loader(dev_path, k, 97, shuffle=False, normalize=nrm, gpu_emulate=True)
+                self.assertTrue(np.array_equal(torch.cat([x.clone() for x, _ in E]).numpy(),
+                                               want))
+                with g.GpuLoader(dev, ctxshard.Sampler(dev, ctxshard.SEQUENTIAL), k, n,
+                                 device=g.EMULATE, mode="stream", normalize=nrm) as G:
+                    b = G.next()
+                    import ctypes
+                    gx = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
+                                               shape=(b.n, dev.input_size(k)))
+                    self.assertTrue(np.array_equal(gx, want))
+            # True: the dataset's own, with one warning per process naming the fix;
+            # the dataset itself: the same windows, no warning
+            ctxshard._warned_own_stats = False
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                a = dev.gather(range(n), k, normalize=True)
+                cxt.Loader(dev_path, k, 97, normalize=True)
+                cxt.FrameDataset(dev_path, k, normalize=True)
+            self.assertTrue(np.array_equal(a, own))
+            msgs = [str(m.message) for m in w if "own statistics" in str(m.message)]
+            self.assertEqual(len(msgs), 1, msgs)
+            self.assertIn("normalize=train_ds", msgs[0])
+            self.assertIn("normalize=ds", msgs[0])
+            ctxshard._warned_own_stats = False
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                dev.gather(range(n), k, normalize=dev)
+                cxt.Loader(dev, k, 97, normalize=dev)
+                cxt.FrameDataset(dev, k, normalize=dev)
+            self.assertFalse([m for m in w if "own statistics" in str(m.message)])
 
     def epoch(self, loader):
         xs, ys = [], []
