@@ -123,6 +123,34 @@ class Binding(unittest.TestCase):
         frames = list(range(100)) + [4000, 17]
         self.assertTrue(np.array_equal(np.load(xpath), self.ds.gather(frames, 7, normalize=True)))
 
+    def test_gather_stats_from_cli(self):
+        """ctxshard gather --stats-from TRAIN: dev normalised with train's
+        statistics, the same bytes as Dataset.gather(normalize=train); a
+        dataset of another dimension is refused, naming both."""
+        dev_raw, dev = os.path.join(TMP, "raw-dev5"), os.path.join(TMP, "dev5")
+        run("synth", dev_raw, "--utts", 2, "--seed", 11, "--offset", 50, "--quiet")
+        run("pack", dev_raw, dev, "--quiet")
+        xpath = os.path.join(TMP, "cli-dev.npy")
+        train = os.path.join(TMP, "f32")
+        p = subprocess.run([EXE, "gather", dev, "--context", "4", "--all", "--out", xpath,
+                            "--stats-from", train], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"normalised with the statistics of {train}", p.stdout)
+        with ctxshard.open(dev) as d:
+            want = d.gather(range(len(d)), 4, normalize=self.ds)
+            self.assertTrue(np.array_equal(np.load(xpath).view(np.uint32), want.view(np.uint32)))
+            self.assertFalse(np.array_equal(want, d.gather(range(len(d)), 4, normalize=d)))
+        narrow_raw, narrow = os.path.join(TMP, "raw-dim5"), os.path.join(TMP, "dim5")
+        run("synth", narrow_raw, "--utts", 2, "--dim", 5, "--quiet")
+        run("pack", narrow_raw, narrow, "--quiet")
+        p = subprocess.run([EXE, "gather", dev, "--context", "1", "--frames", "0", "--out", xpath,
+                            "--stats-from", narrow], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(f"{narrow}: statistics of 5 dimensions, but {dev} has 28", p.stderr)
+        self.assertIn("same features", p.stderr)
+        with ctxshard.open(narrow) as n5, self.assertRaisesRegex(ValueError, "dim 28"):
+            self.ds.gather([0], 1, normalize=n5)
+
     def test_normalize_is_the_spec(self):
         """gather(normalize=...) and the GPU kernel's arithmetic (host
         emulation, resident mode) against an independent numpy reading of
@@ -856,4 +884,5 @@ class Installation(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=1)
+    # test names may follow the two arguments (Class or Class.test_name)
+    unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=1)
