@@ -869,6 +869,42 @@ class Installation(unittest.TestCase):
             self.assertIn('"dtype"', p.stdout)
         self.assertEqual(failed[0], failed[1])  # same exit status, same message
 
+    @unittest.skipIf(INSTALLED, "tests the checkout's package")
+    def test_import_errors_say_what_to_do(self):
+        """A library that is there but does not load, and one installed
+        (meson install) that the dynamic loader does not know yet: the
+        ImportError says so, and what to run (ldconfig, LD_LIBRARY_PATH)."""
+        bad = os.path.join(TMP, "libctxshard.so")
+        with open(bad, "w") as f:
+            f.write("not a library\n")
+        code = "import ctxshard"
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(self.env(), CTXSHARD_LIB=bad))
+        self.assertIn("exists but cannot be loaded", p.stderr)
+        self.assertIn("LD_LIBRARY_PATH", p.stderr)
+        # an installed copy found where meson install puts it, loaded by path
+        inst = os.path.join(TMP, "prefix", "lib")
+        os.makedirs(inst, exist_ok=True)
+        shutil.copy(os.environ["CTXSHARD_LIB"], os.path.join(inst, "libctxshard.so.0"))
+        env = {k: v for k, v in self.env().items() if k != "CTXSHARD_LIB"}
+        pkg = os.path.join(TMP, "pkg", "ctxshard")
+        shutil.copytree(os.path.join(SRC, "python", "ctxshard"), pkg, dirs_exist_ok=True)
+        with open(os.path.join(pkg, "_native.py")) as f:
+            nat = f.read()
+        with open(os.path.join(pkg, "_native.py"), "w") as f:  # this test's prefix
+            f.write(nat.replace('("/usr/local", "/usr")', repr((os.path.join(TMP, "prefix"),))))
+        code = "import ctxshard, ctxshard._native as n; print(n.lib_path)"
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(env, PYTHONPATH=os.path.dirname(pkg)))
+        self.assertEqual(p.stdout.strip(), os.path.join(inst, "libctxshard.so.0"), p.stderr)
+        with open(os.path.join(inst, "libctxshard.so.0"), "w") as f:
+            f.write("broken\n")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(env, PYTHONPATH=os.path.dirname(pkg)))
+        self.assertIn("is installed but cannot be loaded", p.stderr)
+        self.assertIn("sudo ldconfig", p.stderr)
+        self.assertIn(f"LD_LIBRARY_PATH={inst}", p.stderr)
+
     @unittest.skipUnless(INSTALLED, "tests an installed package")
     def test_installed_layout(self):
         self.assertNotIn("PYTHONPATH", os.environ)
