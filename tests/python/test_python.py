@@ -725,6 +725,34 @@ class Torch(unittest.TestCase):
             self.assertGreater(dev, majority + 0.15, out)
             self.assertEqual("block order: memory" in out, order == "block", out)
 
+    def test_example_options(self):
+        """train_mlp.py: --help is whole and names every option; train's
+        statistics for every split, weighted sampling, and the submission
+        CSV (id,label: one row per test frame, in order, phoneme symbols)."""
+        script = os.path.join(SRC, "examples", "train_mlp.py")
+        env = os.environ if INSTALLED else dict(os.environ,
+                                                PYTHONPATH=os.path.join(SRC, "python"))
+        h = subprocess.run([sys.executable, script, "--help"], check=True, capture_output=True,
+                           text=True, env=env).stdout
+        for opt in ("--normalize", "--weighted", "--predictions", "--test", "minus the\n"
+                    "data-loading code", "id,label"):
+            self.assertIn(opt, h)
+        csv = os.path.join(TMP, "submission.csv")
+        out = subprocess.run(
+            [sys.executable, script, "--synth", "--train-utts", "60", "--dev-utts", "8",
+             "--hidden", "64", "--epochs", "1", "--context", "3", "--normalize", "--weighted",
+             "--predictions", csv], check=True, capture_output=True, text=True, env=env)
+        self.assertNotIn("own statistics", out.stderr)  # train's statistics, said explicitly
+        m = re.search(r"wrote .*: (\d+) predictions", out.stdout)
+        self.assertTrue(m, out.stdout)
+        with open(csv) as f:
+            rows = f.read().splitlines()
+        self.assertEqual(rows[0], "id,label")
+        self.assertEqual(len(rows) - 1, int(m.group(1)))
+        ids = [int(r.split(",")[0]) for r in rows[1:]]
+        self.assertEqual(ids, list(range(len(ids))))
+        self.assertTrue(set(r.split(",")[1] for r in rows[1:]) <= set(ctxshard.PHONEMES))
+
 
 class Warm(unittest.TestCase):
     """Dataset.warm(), Loader(prefetch=) and the warning for a full shuffle
