@@ -1,11 +1,18 @@
 """Train a frame-level phoneme classifier (an MLP over context windows) on a
-packed ctxshard dataset, the way a course student would — minus the
+packed ctxshard dataset, the way a course student would, minus the
 data-loading code.
 
     /usr/bin/python3 examples/train_mlp.py --train TRAIN --dev DEV [--context 10]
     /usr/bin/python3 examples/train_mlp.py --synth        # make a small dataset first
     /usr/bin/python3 examples/train_mlp.py --synth --shuffle block   # the order for data
                                                                      # larger than memory
+    /usr/bin/python3 examples/train_mlp.py --train TRAIN --dev DEV --test TEST \\
+        --normalize --weighted --predictions submission.csv
+
+--normalize normalises every split (train, dev, test) with the training
+split's statistics.  --predictions writes the test split's predictions as
+the course's submission file: a header `id,label`, then one row per test
+frame in dataset order, id the frame's number and label its phoneme symbol.
 
 Run from the checkout after the README's first command (PYTHONPATH=python is
 set by the script itself when ctxshard is not installed)."""
@@ -34,17 +41,35 @@ def synthesise(work, train_utts, dev_utts):
     exe = [sys.executable, "-m", "ctxshard"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(ctxshard.__file__)))
     paths = {}
-    for split, n, offset in (("train", train_utts, 0), ("dev", dev_utts, train_utts)):
+    for split, n, offset in (("train", train_utts, 0), ("dev", dev_utts, train_utts),
+                             ("test", dev_utts, train_utts + dev_utts)):
         raw, out = os.path.join(work, split + "-raw"), os.path.join(work, split)
         subprocess.run([*exe, "synth", raw, "--utts", str(n), "--offset", str(offset),
-                        "--seed", "1", "--quiet"], check=True, env=env)
+                        "--seed", "1", "--quiet"] + (["--no-transcripts"] if split == "test"
+                                                     else []), check=True, env=env)
         subprocess.run([*exe, "pack", raw, out, "--quiet"], check=True, env=env)
         paths[split] = out
-    return paths["train"], paths["dev"]
+    return paths["train"], paths["dev"], paths["test"]
 
 
-def evaluate(model, path, context, batch_size):
-    loader = cxt.Loader(path, context, batch_size, shuffle=False)
+def write_predictions(model, path, context, batch_size, normalize, vocab, csv):
+    """One row per test frame, in dataset order: id (the frame's number),
+    label (the predicted phoneme symbol)."""
+    loader = cxt.Loader(path, context, batch_size, shuffle=False, normalize=normalize)
+    model.eval()
+    n = 0
+    with torch.no_grad(), open(csv, "w") as f:
+        f.write("id,label\n")
+        for x in loader:  # a test split has no labels: x alone
+            for p in model(x).argmax(1).tolist():
+                f.write(f"{n},{vocab[p]}\n")
+                n += 1
+    model.train()
+    return n
+
+
+def evaluate(model, path, context, batch_size, normalize):
+    loader = cxt.Loader(path, context, batch_size, shuffle=False, normalize=normalize)
     correct = total = 0
     model.eval()
     with torch.no_grad():
@@ -56,16 +81,26 @@ def evaluate(model, path, context, batch_size):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--train")
-    ap.add_argument("--dev")
-    ap.add_argument("--synth", action="store_true", help="synthesise a small train/dev pair")
-    ap.add_argument("--train-utts", type=int, default=200)
-    ap.add_argument("--dev-utts", type=int, default=40)
-    ap.add_argument("--context", type=int, default=10)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\nRun from")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train", help="the packed training split")
+    ap.add_argument("--dev", help="the packed dev split (accuracy after every epoch)")
+    ap.add_argument("--test", help="the packed test split (features only), for --predictions")
+    ap.add_argument("--synth", action="store_true", help="synthesise a small train/dev/test "
+                    "set first")
+    ap.add_argument("--normalize", action="store_true", help="normalise every split with the "
+                    "training split's mean and variance")
+    ap.add_argument("--weighted", action="store_true", help="class-balanced sampling (draws "
+                    "with replacement, inverse class frequency) instead of a shuffle")
+    ap.add_argument("--predictions", metavar="CSV", help="write the test split's predicted "
+                    "phonemes as a submission CSV (id,label; one row per test frame)")
+    ap.add_argument("--train-utts", type=int, default=200, help="--synth: training utterances")
+    ap.add_argument("--dev-utts", type=int, default=40, help="--synth: dev (and test) "
+                    "utterances")
+    ap.add_argument("--context", type=int, default=10, help="k: windows of 2k+1 frames")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=1024)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     ap.add_argument("--threads", type=int, default=1, help="loader threads (default 1)")
     ap.add_argument("--hidden", type=int, default=512, help="first hidden layer width")
     ap.add_argument("--shuffle", choices=("full", "block", "none"), default="full",
@@ -82,11 +117,19 @@ def main():
     tmp = None
     if a.synth:
         tmp = tempfile.TemporaryDirectory()
-        a.train, a.dev = synthesise(tmp.name, a.train_utts, a.dev_utts)
+        a.train, a.dev, synth_test = synthesise(tmp.name, a.train_utts, a.dev_utts)
+        a.test = a.test or synth_test
     if not a.train:
         ap.error("give --train (and --dev), or --synth")
+    if a.predictions and not a.test:
+        ap.error("--predictions needs --test (the test split to predict)")
+    if a.weighted and a.shuffle != "full":
+        ap.error("--weighted replaces the shuffle: leave --shuffle at full")
 
     train = ctxshard.open(a.train)
+    # every split normalised with train's statistics (normalize=train for
+    # the training split itself says so explicitly)
+    norm = train if a.normalize else False
     stats = train.stats
     majority = stats.label_counts.max() / stats.count
     print(f"train: {len(train)} frames, {train.num_utterances} utterances, dim {train.dim}; "
@@ -107,8 +150,11 @@ def main():
         extra["memory"] = a.memory or max(train.nbytes // 4, least)
     elif a.memory:
         ap.error("--memory applies to --shuffle block")
+    if a.weighted:
+        extra["weighted"] = True
+        order = True
     loader = cxt.Loader(train, a.context, a.batch_size, shuffle=order, seed=a.seed,
-                        threads=a.threads, **extra)
+                        threads=a.threads, normalize=norm, **extra)
     if a.shuffle == "block":
         s = loader.sampler
         print(f"block order: memory {s.memory} bytes, {s.num_blocks(0)} blocks of "
@@ -129,8 +175,13 @@ def main():
         line = (f"epoch {epoch + 1}: loss {total_loss / seen:.3f}, train accuracy "
                 f"{correct / seen:.1%}, {seen / dt:.0f} samples/s")
         if a.dev:
-            line += f", dev accuracy {evaluate(model, a.dev, a.context, a.batch_size):.1%}"
+            line += (f", dev accuracy "
+                     f"{evaluate(model, a.dev, a.context, a.batch_size, norm):.1%}")
         print(line, flush=True)
+    if a.predictions:
+        n = write_predictions(model, a.test, a.context, a.batch_size, norm, train.vocab,
+                              a.predictions)
+        print(f"wrote {a.predictions}: {n} predictions (id,label)")
     if tmp:
         tmp.cleanup()
 

@@ -174,6 +174,22 @@ extern "C" int cxs_gpu_cuda_probe(int dev, cxs_gpu_probe_info *info) {
                  "driver on a machine with a GPU, or read batches on the CPU");
         return CXS_E_UNSUPPORTED;
     }
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
+        cudaGetLastError();
+        snprintf(info->reason, sizeof info->reason,
+                 "no NVIDIA GPU found (the driver is installed, but it sees no device; in a "
+                 "container, pass the GPU through): read batches on the CPU");
+        return CXS_E_UNSUPPORTED;
+    }
+    if (e == cudaErrorInsufficientDriver) {
+        cudaGetLastError();
+        snprintf(info->reason, sizeof info->reason,
+                 "the NVIDIA driver (CUDA %d.%d) is older than the CUDA runtime this library "
+                 "was built with (%d.%d): update the driver, or build with an older CUDA",
+                 info->driver_version / 1000, info->driver_version % 1000 / 10,
+                 info->runtime_version / 1000, info->runtime_version % 1000 / 10);
+        return CXS_E_UNSUPPORTED;
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
         snprintf(info->reason, sizeof info->reason, "no usable CUDA device: %s (%s)",

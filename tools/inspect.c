@@ -208,6 +208,7 @@ typedef struct gctx {
     uint32_t flags;
     unsigned threads;
     uint64_t *scratch;
+    const cxs_norm *norm; /* another dataset's statistics (--stats-from), or NULL */
 } gctx;
 
 static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
@@ -218,6 +219,9 @@ static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
 
 static int fill_windows(void *ctx, size_t first, size_t n, void *buf) {
     gctx *g = ctx;
+    if (g->norm)
+        return cxs_dataset_gather_norm(g->ds, frames_for(g, first, n), n, g->k, g->norm,
+                                       g->threads, buf, NULL);
     return cxs_dataset_gather(g->ds, frames_for(g, first, n), n, g->k, g->flags, g->threads, buf,
                               NULL);
 }
@@ -236,10 +240,15 @@ static int fill_labels(void *ctx, size_t first, size_t n, void *buf) {
 }
 
 int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, int all,
-               const char *out, const char *labels_out, int normalize, unsigned threads) {
-    cxs_dataset *ds;
+               const char *out, const char *labels_out, int normalize, const char *stats_from,
+               unsigned threads) {
+    cxs_dataset *ds, *train = NULL;
     int ec = open_or_report(dir, &ds);
     if (ec) return ec;
+    if (stats_from && (ec = open_or_report(stats_from, &train))) {
+        cxs_dataset_close(ds);
+        return ec;
+    }
     cxs_info in;
     cxs_dataset_info(ds, &in);
     if (all) n = (size_t)in.num_frames;
@@ -248,26 +257,55 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
             warnx_("%s: frame %llu is past the end (the dataset has %llu frames)", dir,
                    (unsigned long long)frames[i], (unsigned long long)in.num_frames);
             cxs_dataset_close(ds);
+            cxs_dataset_close(train);
             return EXIT_USAGE;
         }
     if (labels_out && !in.label_width) {
         warnx_("%s: features-only dataset: there are no labels to write", dir);
         cxs_dataset_close(ds);
+        cxs_dataset_close(train);
         return EXIT_USAGE;
     }
     size_t row = (2 * (size_t)k + 1) * in.dim * sizeof(float);
     if (normalize && !in.num_frames) normalize = 0;
     cxs_stats st;
     cxs_dataset_stats(ds, &st);
-    if (normalize && !st.mean) {
+    cxs_norm norm = {0, NULL, NULL};
+    if (train) { /* normalise with another dataset's statistics (train's) */
+        cxs_info ti;
+        cxs_stats ts;
+        cxs_dataset_info(train, &ti);
+        cxs_dataset_stats(train, &ts);
+        if (!ts.mean) {
+            warnx_("%s: no stored statistics to normalise with (--stats-from needs a dataset "
+                   "directory, not a shard alone)", stats_from);
+            cxs_dataset_close(ds);
+            cxs_dataset_close(train);
+            return EXIT_USAGE;
+        }
+        if (ti.dim != in.dim) {
+            warnx_("%s: statistics of %u dimensions, but %s has %u: --stats-from must name a "
+                   "dataset of the same features (the training split)", stats_from, ti.dim,
+                   dir, in.dim);
+            cxs_dataset_close(ds);
+            cxs_dataset_close(train);
+            return EXIT_USAGE;
+        }
+        norm = (cxs_norm){in.dim, ts.mean, ts.var};
+        normalize = 1;
+    }
+    if (normalize && !train && !st.mean) {
         warnx_("%s: no stored statistics to normalise with", dir);
         cxs_dataset_close(ds);
+        cxs_dataset_close(train);
         return EXIT_USAGE;
     }
-    gctx g = {ds, frames, all, k, normalize ? CXS_GATHER_NORMALIZE : 0, threads, NULL};
+    gctx g = {ds, frames, all, k, normalize ? CXS_GATHER_NORMALIZE : 0, threads, NULL,
+              train && in.num_frames ? &norm : NULL};
     size_t batch = (8u << 20) / row + 1;
     if (all && !(g.scratch = malloc(batch * sizeof *g.scratch))) {
         cxs_dataset_close(ds);
+        cxs_dataset_close(train);
         return EXIT_SYSTEM;
     }
     uint64_t shape[2] = {n, (2 * (uint64_t)k + 1) * in.dim};
@@ -287,12 +325,15 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
     free(g.scratch);
     cxs_dataset_close(ds);
     if (rc) {
+        cxs_dataset_close(train);
         warnx_("%s: %s", failed, cxs_strerror(rc));
         return exit_code_for(rc);
     }
-    printf("wrote %s: %zu window%s of %llu float32 (context %u%s), %s\n", out, n,
-           n == 1 ? "" : "s", (unsigned long long)shape[1], k, normalize ? ", normalised" : "",
-           human_bytes(total, hb, sizeof hb));
+    printf("wrote %s: %zu window%s of %llu float32 (context %u%s%s), %s\n", out, n,
+           n == 1 ? "" : "s", (unsigned long long)shape[1], k,
+           train ? ", normalised with the statistics of " : normalize ? ", normalised" : "",
+           train ? stats_from : "", human_bytes(total, hb, sizeof hb));
+    cxs_dataset_close(train);
     if (labels_out) printf("wrote %s: %zu label%s (int64)\n", labels_out, n, n == 1 ? "" : "s");
     return 0;
 }

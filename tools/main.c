@@ -150,7 +150,8 @@ static const char *const usage_info =
 
 static const char *const usage_gather =
     "usage: ctxshard gather OUT --context K (--frames I,J,A-B,... | --all)\n"
-    "                       --out X.npy [--labels Y.npy] [--normalize] [--threads N]\n"
+    "                       --out X.npy [--labels Y.npy] [--normalize]\n"
+    "                       [--stats-from TRAIN_OUT] [--threads N]\n"
     "\n"
     "Write the context windows of the given global frames as a float32 array\n"
     "[n, (2K+1)*D], zero-padded at utterance borders (any K), and their labels\n"
@@ -158,7 +159,10 @@ static const char *const usage_gather =
     "single shard file (frames numbered within it).\n"
     "\n"
     "  --normalize   (x - mean) / std with the dataset's stored statistics;\n"
-    "                padding stays 0\n"
+    "                padding stays 0.  For dev and test, use train's:\n"
+    "  --stats-from TRAIN_OUT\n"
+    "                normalise with the statistics of another packed dataset\n"
+    "                (the training split; same dimension); implies --normalize\n"
     "  --threads N   gather threads (default: all CPUs)\n";
 
 static const char *const usage_gpu =
@@ -252,7 +256,7 @@ enum {
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
-    O_BLOCKS
+    O_BLOCKS, O_STATSFROM
 };
 
 static const struct option longopts[] = {
@@ -280,6 +284,7 @@ static const struct option longopts[] = {
     {"force", no_argument, 0, O_FORCE},
     {"order-stats", no_argument, 0, O_ORDERSTATS},
     {"blocks", required_argument, 0, O_BLOCKS},
+    {"stats-from", required_argument, 0, O_STATSFROM},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -296,7 +301,8 @@ static int allowed(const char *cmd, int opt) {
         {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
-        {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS}},
+        {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS,
+                    O_STATSFROM}},
         {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY,
                         O_ORDERSTATS, O_BLOCKS}},
         {"warm", {O_FORCE, O_QUIET, O_JSON}},
@@ -414,7 +420,7 @@ int main(int argc, char **argv) {
     uint64_t k = 0, v;
     uint64_t *frames = NULL;
     size_t nframes = 0;
-    const char *out = NULL, *labels = NULL;
+    const char *out = NULL, *labels = NULL, *stats_from = NULL;
     optind = 2;
     int c;
     /* gather's --normalize is a flag; pack's takes a mode. */
@@ -487,6 +493,7 @@ int main(int argc, char **argv) {
         case O_NORMFLAG:
             po.normalize = 1;
             break;
+        case O_STATSFROM: stats_from = optarg; break;
         case O_NORM:
             if (!strcmp(optarg, "none")) po.normalize = CXS_NORM_NONE;
             else if (!strcmp(optarg, "utterance")) po.normalize = CXS_NORM_UTTERANCE;
@@ -663,7 +670,7 @@ int main(int argc, char **argv) {
         else if (!out) ec = usage_error(usage, "%s", "--out X.npy is required");
         else if (all == (frames != NULL)) ec = usage_error(usage, "%s", "give exactly one of --frames and --all");
         else ec = gather_run(a, (uint32_t)k, frames, nframes, all, out, labels, po.normalize,
-                             po.threads);
+                             stats_from, po.threads);
     }
     free(frames);
     return ec;

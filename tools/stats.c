@@ -228,8 +228,9 @@ static void warnings_one(const rep *r, sbuf *w) {
                   r->imbalance);
     if (nflag)
         sb_printf(w, "%u of %u dimensions look unnormalised (mean beyond +-1 or std outside "
-                     "0.5..2): normalise (pack --normalize utterance, or gather/Loader with "
-                     "normalize), every split with the training split's statistics\n",
+                     "0.5..2): normalise, every split (train, dev, test) with the training split's "
+                     "statistics: Loader(split, ..., normalize=train) in Python, gather "
+                     "--stats-from TRAIN_OUT, or pack --normalize utterance\n",
                   nflag, r->in.dim);
     if (r->scanned && r->nonfinite)
         sb_printf(w, "%llu NaN or infinite values: the dataset is damaged (run ctxshard verify)\n",

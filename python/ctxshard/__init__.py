@@ -479,56 +479,39 @@ class Dataset:
                              f"(the dataset has {n} frames)")
         return np.ascontiguousarray(f, dtype=np.uint64)
 
-    def _norm(self, normalize):
-        """A native Norm for `normalize` when it names statistics (another
-        Dataset -- train's -- or a (mean, var) pair of arrays), with the
-        float64 arrays it points to (keep them alive); None for True/False."""
-        if normalize is True or normalize is False or normalize is None:
-            return None, None
-        if isinstance(normalize, Dataset):
-            st = normalize.stats
-            if st is None:
-                raise ValueError("normalize: that dataset has no statistics")
-            mean, var = st.mean, st.var
-        else:
-            try:
-                mean, var = normalize
-            except (TypeError, ValueError):
-                raise TypeError("normalize must be True, False, a Dataset (the training "
-                                "split) or a (mean, var) pair of arrays") from None
-        mean = np.ascontiguousarray(mean, dtype=np.float64).reshape(-1)
-        var = np.ascontiguousarray(var, dtype=np.float64).reshape(-1)
-        if mean.size != self.dim or var.size != self.dim:
-            raise ValueError(f"normalize: statistics of {mean.size} and {var.size} dimensions, "
-                             f"this dataset has {self.dim}")
-        if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var >= 0).all()):
-            raise ValueError("normalize: means and variances must be finite, variances >= 0")
+    def _norm(self, normalize, func="gather", stacklevel=4):
+        """What normalize= asks of this dataset: (flags, native Norm or None,
+        what the Norm points to -- keep it alive).  See normalization()."""
+        mode, st = normalization(func, self, normalize, stacklevel)
+        if mode is None:
+            return 0, None, None
+        if mode == "own":
+            return _n.GATHER_NORMALIZE, None, None
+        mean, var = st
         dp = ctypes.POINTER(ctypes.c_double)
         nrm = _n.Norm(self.dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp))
-        return nrm, (mean, var)
+        return _n.GATHER_NORMALIZE, nrm, st
 
     def gather(self, frames, k, out=None, normalize=False, labels=False, threads=None):
         """Windows of the given frames as float32 [n, (2k+1)*dim], any k
         (zero padding past utterance borders), optionally normalised
-        (spec/format.md section 7.4; padding stays 0): normalize=True uses
-        this dataset's own stored mean/variance; normalize=train_ds (another
-        Dataset) or normalize=(mean, var) uses those statistics -- normalise
-        dev and test with the training split's.  Into `out` when given (a
-        C-contiguous float32 array of that shape).  With labels=True returns
-        (x, y) with y int64 [n].  threads: gather threads (default: up to 4
-        for large batches)."""
+        (spec/format.md section 7.4; padding stays 0).  normalize: False;
+        train_ds (the training split's Dataset), train_ds.stats or a
+        (mean, var) pair -- normalise every split, dev and test included,
+        with the training split's statistics; ds itself for its own
+        statistics (on the training split); True also means the dataset's
+        own, with a warning (once per process) that dev and test want
+        train's.  Into `out` when given (a C-contiguous float32 array of
+        that shape).  With labels=True returns (x, y) with y int64 [n].
+        threads: gather threads (default: up to 4 for large batches)."""
         f = self._frames_array(frames, "gather")
         k = _a.integer("gather", "k", k, 0, 1000000)
-        if not isinstance(normalize, (Dataset, tuple, list)):  # statistics: see _norm
-            normalize = _a.flag("gather", "normalize", normalize)
         labels = _a.flag("gather", "labels", labels)
         threads = _a.optional_integer("gather", "threads", threads, 1, 256)
         if labels and not self._info.label_width:
-            raise ValueError("gather: labels=True, but the dataset has no labels (features "
+            raise ValueError(f"gather: labels=True, but {self.path} has no labels (features "
                              "only, like a test split): pass labels=False")
-        if normalize is True and self.stats is None:
-            raise ValueError("gather: normalize=True, but there are no stored statistics (a "
-                             "shard opened alone): open the dataset directory")
+        flags, nrm, keep = self._norm(normalize)
         n, W = f.size, self.input_size(k)
         if out is None:
             out = np.empty((n, W), dtype=np.float32)
@@ -540,15 +523,14 @@ class Dataset:
         y = np.empty(n, dtype=np.int64) if labels else None
         if threads is None:
             threads = min(4, os.cpu_count() or 1) if n >= 4096 else 1
-        nrm, keep = self._norm(normalize)
         if nrm is not None:
             rc = _lib.cxs_dataset_gather_norm(self._ptr, f.ctypes.data, n, int(k),
                                               ctypes.byref(nrm), int(threads), out.ctypes.data,
                                               y.ctypes.data if labels else None)
         else:
-            rc = _lib.cxs_dataset_gather(self._ptr, f.ctypes.data, n, int(k),
-                                         _n.GATHER_NORMALIZE if normalize else 0, int(threads),
-                                         out.ctypes.data, y.ctypes.data if labels else None)
+            rc = _lib.cxs_dataset_gather(self._ptr, f.ctypes.data, n, int(k), flags,
+                                         int(threads), out.ctypes.data,
+                                         y.ctypes.data if labels else None)
         del keep
         if rc:
             _raise(rc, what="gather")
@@ -568,6 +550,87 @@ class Dataset:
             if rc:
                 _raise(rc, what="labels_of")
         return y
+
+
+_warned_own_stats = False  # normalize=True warns once per process
+
+
+def _same_dataset(a, b):
+    if a is b:
+        return True
+    try:
+        return os.path.samefile(a.path, b.path)
+    except OSError:
+        return False
+
+
+def normalization(func, ds, normalize, stacklevel=3):
+    """What normalize= asks of dataset ds, checked for func: (None, None)
+    for no normalisation; ("own", None) for ds's own stored statistics;
+    ("given", (mean, var)) with float64 arrays of ds.dim values.
+
+    normalize may be False (or None), True (ds's own statistics, with a
+    warning once per process: every split should be normalised with the
+    training split's), a Dataset (its statistics: the training split's;
+    ds itself means its own, without a warning), a Stats (ds.stats) or a
+    (mean, var) pair of arrays."""
+    global _warned_own_stats
+    if normalize is None or normalize is False or (isinstance(normalize, np.bool_) and
+                                                   not normalize):
+        return None, None
+    if normalize is True or isinstance(normalize, np.bool_):
+        if ds.stats is None:
+            raise ValueError(f"{func}: normalize=True, but {ds.path} has no stored statistics "
+                             "(a shard opened alone): open the dataset directory, or pass "
+                             "normalize=train_ds")
+        if not _warned_own_stats:
+            _warned_own_stats = True
+            import warnings
+            warnings.warn(
+                f"ctxshard: {func}(normalize=True) normalises {ds.path} by its own statistics. "
+                "Normalise every split (train, dev, test) with the training split's: "
+                "normalize=train_ds (the training Dataset, or train_ds.stats).  On the "
+                "training split itself, normalize=ds says so and silences this warning.",
+                UserWarning, stacklevel=stacklevel)
+        return "own", None
+    src = None
+    if isinstance(normalize, Dataset):
+        if _same_dataset(normalize, ds):
+            if ds.stats is None:
+                raise ValueError(f"{func}: normalize=ds, but {ds.path} has no stored "
+                                 "statistics (a shard opened alone): open the dataset directory")
+            return "own", None
+        src = normalize.path
+        st = normalize.stats
+        if st is None:
+            raise ValueError(f"{func}: normalize={normalize!r} has no stored statistics (a "
+                             "shard opened alone): open the dataset directory")
+        mean, var = st.mean, st.var
+    elif isinstance(normalize, Stats):
+        mean, var = normalize.mean, normalize.var
+    elif isinstance(normalize, (tuple, list)) and len(normalize) == 2:
+        mean, var = normalize
+    else:
+        raise TypeError(f"{func}: normalize={_a._show(normalize)} is a "
+                        f"{type(normalize).__name__}, expected True, False, a Dataset (the "
+                        "training split: normalize=train_ds), its .stats, or a (mean, var) "
+                        "pair of arrays")
+    try:
+        mean = np.ascontiguousarray(mean, dtype=np.float64).reshape(-1)
+        var = np.ascontiguousarray(var, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise TypeError(f"{func}: normalize= (mean, var) must be two arrays of numbers, one "
+                        f"value per dimension ({ds.dim})") from None
+    if mean.size != ds.dim or var.size != ds.dim:
+        what = f"{src}'s statistics" if src else "the statistics given"
+        raise ValueError(f"{func}: normalize= {what} have {mean.size} means and {var.size} "
+                         f"variances, but {ds.path} has dim {ds.dim}: the statistics must "
+                         "match the features in dimension (use those of the training split "
+                         "of the same features)")
+    if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var >= 0).all()):
+        raise ValueError(f"{func}: normalize= means and variances must be finite, and "
+                         "variances >= 0")
+    return "given", (mean, var)
 
 
 def open(path, cache_bytes=None):  # noqa: A001 - the package's entry point, like io.open

@@ -6,6 +6,7 @@ system's dynamic loader finds libctxshard.so.0 (after `meson install`).  It
 must be the package's own version: the structures below are its ABI."""
 import ctypes
 import glob
+import sysconfig
 import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int64,
                     c_size_t, c_uint32, c_uint64, c_void_p)
@@ -179,15 +180,51 @@ def _find():
     return "libctxshard.so.0"
 
 
+# Where `meson install` puts the library (prefix /usr/local or /usr; Debian's
+# multiarch directory or plain lib/lib64).
+_LIB_DIRS = [os.path.join(pre, sub) for pre in ("/usr/local", "/usr")
+             for sub in ("lib/" + (sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"),
+                         "lib", "lib64")]
+
+
+def _installed_copy(name):
+    """An installed library file the dynamic loader did not find by name
+    (meson install without ldconfig since), or None."""
+    for d in _LIB_DIRS:
+        found = sorted(glob.glob(os.path.join(d, name + "*")))
+        if found:
+            return found[0]
+    return None
+
+
 def _load():
     path = _find()
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        raise ImportError(
-            f"ctxshard: cannot load the C library ({path}): {e}. Build it with "
-            "`ninja -C build` in the checkout, install it with `meson install -C build`, "
-            "or set CTXSHARD_LIB to the path of libctxshard.so") from None
+        copy = None if os.sep in path else _installed_copy(path)
+        if copy is not None:
+            try:  # installed, but the loader's cache does not know it yet: load it by path
+                lib = ctypes.CDLL(copy)
+                path = copy
+            except OSError as e2:
+                raise ImportError(
+                    f"ctxshard: {copy} is installed but cannot be loaded: {e2}.  If it was "
+                    f"just installed, run `sudo ldconfig` (or set LD_LIBRARY_PATH="
+                    f"{os.path.dirname(copy)}), or set CTXSHARD_LIB to a libctxshard.so that "
+                    "loads") from None
+        elif os.path.exists(path):
+            raise ImportError(
+                f"ctxshard: {path} exists but cannot be loaded: {e}.  Rebuild it "
+                "(`ninja -C build`), or set CTXSHARD_LIB to a libctxshard.so that loads; a "
+                "library that needs others the loader cannot find: set LD_LIBRARY_PATH to "
+                "their directory") from None
+        else:
+            raise ImportError(
+                f"ctxshard: cannot load the C library ({path}): {e}.  Build it with "
+                "`ninja -C build` in the checkout, or install it (`meson install -C build`, "
+                "then `sudo ldconfig`), or set CTXSHARD_LIB to the path of "
+                "libctxshard.so") from None
     ds = c_void_p
     sig = {
         "cxs_strerror": (c_char_p, [c_int]),

@@ -20,8 +20,9 @@ from ctypes import byref, c_void_p
 
 import numpy as np
 
+from . import Dataset, Sampler, _raise, _same_dataset, normalization
+from . import _args as _a
 from . import _native as _n
-from . import _raise
 from ._native import lib as _lib
 
 __all__ = ["probe", "GpuLoader", "EMULATE", "MODES"]
@@ -33,11 +34,18 @@ MODE_NAMES = {v: k for k, v in MODES.items()}
 UPLOAD_PATHS = {0: "pinned staging", 1: "registered mapping", 2: "GPUDirect Storage"}
 
 
+def _device(func, device):
+    """A CUDA device number (0, 1, ...) or EMULATE."""
+    return _a.integer(func, "device", device, EMULATE, 2**31 - 1,
+                      "a CUDA device number (0, 1, ...) or ctxshard.gpu.EMULATE")
+
+
 def probe(device=0):
     """What the library sees of CUDA device `device`: a dict with 'usable'
     and, when not, 'reason' (built without CUDA, no driver, no device)."""
+    device = _device("probe", device)
     info = _n.GpuProbeInfo()
-    _lib.cxs_gpu_probe(int(device), byref(info))
+    _lib.cxs_gpu_probe(device, byref(info))
     return {
         "usable": bool(info.usable), "built_with_cuda": bool(info.built_with_cuda),
         "device_count": info.device_count, "name": info.name.decode("utf-8", "replace"),
@@ -80,27 +88,67 @@ class GpuLoader:
     copies); gds=True: try GPUDirect Storage for the resident upload."""
 
     def __init__(self, dataset, sampler, context, batch_size, device=0, mode="auto", budget=None,
-                 normalize=False, labels=True, drop_last=False, threads=None, slots=0,
+                 normalize=False, labels=None, drop_last=False, threads=None, slots=0,
                  pool_segments=0, out_dtype="float32", register=True, gds=False, epoch=0,
                  start=0):
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {sorted(MODES)}, not {mode!r}")
-        if out_dtype not in ("float32", "bfloat16"):
-            raise ValueError("out_dtype must be 'float32' or 'bfloat16'")
+        f = "GpuLoader"
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"{f}: dataset={_a._show(dataset)} is a {type(dataset).__name__}, "
+                            "expected a ctxshard.Dataset (ctxshard.open(path))")
+        if not isinstance(sampler, Sampler):
+            raise TypeError(f"{f}: sampler={_a._show(sampler)} is a {type(sampler).__name__}, "
+                            "expected a ctxshard.Sampler over the dataset")
+        if sampler.dataset is not dataset and not _same_dataset(sampler.dataset, dataset):
+            raise ValueError(f"{f}: the sampler is over {sampler.dataset.path}, not "
+                             f"{dataset.path}: make it with ctxshard.Sampler(dataset, ...)")
+        context = _a.integer(f, "context", context, 0, 1000000)
+        batch_size = _a.integer(f, "batch_size", batch_size, 1, 2**31 - 1)
+        device = _device(f, device)
+        _a.choice(f, "mode", mode, tuple(MODES))
+        budget = 0 if budget is None else _a.size(f, "budget", budget)
+        labels = _a.optional_flag(f, "labels", labels)
+        if labels is None:
+            labels = bool(dataset.num_classes)
+        elif labels and not dataset.num_classes:
+            raise ValueError(f"{f}: labels=True, but {dataset.path} has no labels (features "
+                             "only, like a test split): leave labels unset (the default: "
+                             "labels when the dataset has them) or pass labels=False")
+        drop_last = _a.flag(f, "drop_last", drop_last)
+        threads = _a.optional_integer(f, "threads", threads, 1, 256)
+        slots = _a.integer(f, "slots", slots, 0, 1024, "0 (the default: threads + 2) or 3..1024")
+        if slots in (1, 2):
+            raise ValueError(f"{f}: slots={slots} is out of range: expected 0 (the default: "
+                             "threads + 2) or 3..1024")
+        pool_segments = _a.integer(f, "pool_segments", pool_segments, 0, 1 << 16,
+                                   "0 (the default, 4) or 3..65536")
+        if pool_segments in (1, 2):
+            raise ValueError(f"{f}: pool_segments={pool_segments} is out of range: expected 0 "
+                             "(the default, 4) or 3..65536")
+        _a.choice(f, "out_dtype", out_dtype, ("float32", "bfloat16"))
+        register = _a.flag(f, "register", register)
+        gds = _a.flag(f, "gds", gds)
+        epoch = _a.integer(f, "epoch", epoch, 0, 2**64 - 1)
+        start = _a.integer(f, "start", start, 0, len(sampler),
+                           f"0..{len(sampler)} (a position in the sampler's epoch)")
+        nmode, nst = normalization(f, dataset, normalize)
         self.dataset, self.sampler = dataset, sampler
-        self.context, self.batch_size = int(context), int(batch_size)
+        self.context, self.batch_size = context, batch_size
         self.out_dtype = out_dtype
         self.input_size = dataset.input_size(self.context)
         opts = _n.GpuOpts()
-        opts.device = int(device)
+        opts.device = device
         opts.mode = MODES[mode]
-        opts.budget_bytes = int(budget or 0)
+        opts.budget_bytes = budget
         opts.k, opts.batch_size = self.context, self.batch_size
-        opts.flags = _n.GATHER_NORMALIZE if normalize else 0
+        opts.flags = _n.GATHER_NORMALIZE if nmode else 0
+        if nst is not None:  # train's statistics, copied at create
+            dp = ctypes.POINTER(ctypes.c_double)
+            nrm = _n.Norm(dataset.dim, nst[0].ctypes.data_as(dp), nst[1].ctypes.data_as(dp))
+            opts.norm = ctypes.pointer(nrm)
         opts.out_dtype = _n.GPU_OUT_BF16 if out_dtype == "bfloat16" else _n.GPU_OUT_F32
-        opts.labels, opts.drop_last = int(bool(labels)), int(bool(drop_last))
-        opts.threads = int(threads or 0)
-        opts.slots, opts.pool_segments = int(slots), int(pool_segments)
+        opts.labels, opts.drop_last = int(labels), int(drop_last)
+        opts.threads = threads or 0
+        opts.slots, opts.pool_segments = slots, pool_segments
         opts.paths = (0 if register else _n.GPU_NO_REGISTER) | (_n.GPU_GDS if gds else 0)
         self._ptr = c_void_p()
         diag = _n.Diag()
@@ -116,12 +164,20 @@ class GpuLoader:
         """The next batch, ready for work on `stream` (a cudaStream_t as an
         int, e.g. torch.cuda.current_stream().cuda_stream; None: the
         default stream), or None at the end of the epoch."""
+        if stream is not None:
+            stream = _a.integer("GpuLoader.next", "stream", stream, 0, 2**64 - 1,
+                                "None or a cudaStream_t as an int "
+                                "(torch.cuda.current_stream().cuda_stream)")
         rc = _lib.cxs_gpu_loader_next(self._live(), stream or None, byref(self._bp))
         if rc:
             _fail(rc, _lib.cxs_gpu_loader_error(self._ptr))
         return GpuBatch(self._bp.contents) if self._bp else None
 
     def reset(self, epoch, start=0):
+        """Start over at position `start` of `epoch`."""
+        epoch = _a.integer("GpuLoader.reset", "epoch", epoch, 0, 2**64 - 1)
+        start = _a.integer("GpuLoader.reset", "start", start, 0, len(self.sampler),
+                           f"0..{len(self.sampler)} (a position in the sampler's epoch)")
         rc = _lib.cxs_gpu_loader_reset(self._live(), int(epoch), int(start))
         if rc:
             _fail(rc, _lib.cxs_gpu_loader_error(self._ptr))

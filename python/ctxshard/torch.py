@@ -28,7 +28,7 @@ from torch.utils.data import Dataset as _TorchDataset
 from torch.utils.data._utils.collate import default_collate
 
 from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _args as _a, _native as _n,
-               _raise, memory_available)
+               _raise, memory_available, normalization)
 from . import gpu as _gpu
 from ._native import lib as _lib
 
@@ -61,14 +61,27 @@ class FrameDataset(_TorchDataset):
     """Frames of a packed dataset as (x, y): x float32 [(2k+1)*D], y int64
     (x alone for a features-only dataset, such as a test split).
 
+    labels: None (the default) when the dataset has them, True (an error
+    on a features-only dataset) or False.  normalize: False; train_ds (the
+    training split's Dataset), train_ds.stats or a (mean, var) pair --
+    normalise dev and test with the training split's statistics; the
+    dataset itself for its own; True also means its own, with a warning
+    once per process (ctxshard.Dataset.gather).
+
     Works in DataLoader worker processes (forked or spawned): each process
     opens the dataset on first use; the files are shared through the page
-    cache.  normalize=True applies the stored mean/variance."""
+    cache."""
 
-    def __init__(self, path, context, normalize=False):
-        self.path, self.context, self.normalize = os.fspath(path), int(context), normalize
-        self._ds = None
-        ds = self.dataset
+    def __init__(self, path, context, normalize=False, labels=None):
+        f = "FrameDataset"
+        ds = path if isinstance(path, Dataset) else Dataset(_a.path(f, "path", path))
+        self.path = ds.path
+        self.context = _a.integer(f, "context", context, 0, 1000000)
+        self.labels = _labels_default(f, ds, labels)
+        mode, st = normalization(f, ds, normalize)
+        # resolved once: the statistics travel with the object to workers
+        self.normalize = False if mode is None else ("own" if mode == "own" else st)
+        self._ds = ds
         self.input_size = ds.input_size(self.context)
         self.num_classes = ds.num_classes
         self._len = len(ds)
@@ -88,10 +101,11 @@ class FrameDataset(_TorchDataset):
         return self._len
 
     def _fetch(self, indices):
-        if not self.num_classes:  # features only (a test split): no labels
+        nrm = self.dataset if self.normalize == "own" else self.normalize
+        if not self.labels:  # features only (a test split), or labels=False
             return torch.from_numpy(self.dataset.gather(indices, self.context,
-                                                        normalize=self.normalize)), None
-        x, y = self.dataset.gather(indices, self.context, normalize=self.normalize, labels=True)
+                                                        normalize=nrm)), None
+        x, y = self.dataset.gather(indices, self.context, normalize=nrm, labels=True)
         return torch.from_numpy(x), torch.from_numpy(y)
 
     def __getitem__(self, i):
@@ -131,8 +145,39 @@ def _anonymous(shape, dtype):
     return np.frombuffer(m, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
+def _labels_default(func, ds, labels):
+    """labels=None: whether the dataset has them; True on a features-only
+    dataset is an error that says so."""
+    labels = _a.optional_flag(func, "labels", labels)
+    if labels is None:
+        return bool(ds.num_classes)
+    if labels and not ds.num_classes:
+        raise ValueError(f"{func}: labels=True, but {ds.path} has no labels (features only, "
+                         "like a test split): leave labels unset (the default: labels when "
+                         "the dataset has them) or pass labels=False")
+    return labels
+
+
 def _default_threads():
     return max(1, min(4, os.cpu_count() or 1))
+
+
+def _device(func, device):
+    """None (CPU tensors), or a torch.device / 'cpu' / 'cuda' / 'cuda:N' / N."""
+    if device is None:
+        return None
+    if isinstance(device, (bool, np.bool_)) or not isinstance(device, (str, int, np.integer,
+                                                                        torch.device)):
+        raise TypeError(f"{func}: device={_a._show(device)} is a {type(device).__name__}, "
+                        "expected None, 'cpu', 'cuda', 'cuda:N' or a torch.device")
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError):
+        d = None
+    if d is None or d.type not in ("cpu", "cuda"):
+        raise ValueError(f"{func}: device={_a._show(device)} is not one of None, 'cpu', "
+                         "'cuda', 'cuda:N' (or a torch.device of those types)")
+    return None if d.type == "cpu" and d.index is None else d
 
 
 class _CudaArray:
@@ -188,10 +233,16 @@ class Loader:
 
     def __init__(self, path, context, batch_size, shuffle=True, seed=0, drop_last=False,
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
-                 pin_memory=False, device=None, normalize=False, labels=True, num_samples=0,
+                 pin_memory=False, device=None, normalize=False, labels=None, num_samples=0,
                  gpu_mode="auto", gpu_budget=None, gpu_dtype=None, gpu_emulate=False,
                  prefetch=True, memory=None, blocks=None):
         f = "Loader"
+        # Every argument checked here, where it is given (ctxshard._args):
+        # nothing truncated, nothing left to fail at the first batch.
+        if not isinstance(path, Dataset):
+            path = _a.path(f, "path", path)
+        context = _a.integer(f, "context", context, 0, 1000000)
+        batch_size = _a.integer(f, "batch_size", batch_size, 1, 2**31 - 1)
         if isinstance(shuffle, str):
             if shuffle != "block":
                 raise ValueError(f"{f}: shuffle={shuffle!r} is not one of True (a full shuffle), "
@@ -199,7 +250,38 @@ class Loader:
                                  "memory=, for data larger than memory)")
         else:
             shuffle = _a.flag(f, "shuffle", shuffle)
+        seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
+        drop_last = _a.flag(f, "drop_last", drop_last)
         weighted = _a.flag(f, "weighted", weighted) or class_weights is not None
+        threads = _a.optional_integer(f, "threads", threads, 1, 256)
+        pin_memory = _a.flag(f, "pin_memory", pin_memory)
+        num_samples = _a.integer(f, "num_samples", num_samples, 0, None,
+                                 "0 (one epoch's worth) or a positive count")
+        if num_samples and not weighted:
+            raise ValueError(f"{f}: num_samples={num_samples} applies to weighted sampling "
+                             "only (weighted=True): other orders serve every frame once")
+        if gpu_mode not in _gpu.MODES:
+            raise ValueError(f"{f}: gpu_mode={_a._show(gpu_mode)} is not one of "
+                             + ", ".join(repr(m) for m in _gpu.MODES))
+        gpu_budget = None if gpu_budget is None else _a.size(f, "gpu_budget", gpu_budget)
+        if gpu_dtype not in (None, torch.float32, torch.bfloat16):
+            raise ValueError(f"{f}: gpu_dtype={_a._show(gpu_dtype)} is not one of "
+                             "torch.float32, torch.bfloat16")
+        gpu_emulate = _a.flag(f, "gpu_emulate", gpu_emulate)
+        prefetch = _a.flag(f, "prefetch", prefetch)
+        device = _device(f, device)
+        if rank is not None or world_size is not None:
+            dist = torch.distributed
+            initialised = dist.is_available() and dist.is_initialized()
+            if world_size is None and not initialised:
+                raise ValueError(f"{f}: rank={_a._show(rank)} without world_size: give "
+                                 "world_size= too (the number of ranks), or initialise "
+                                 "torch.distributed, which tells both")
+            if world_size is not None:
+                world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
+            if rank is not None:
+                hi = (world_size if world_size is not None else dist.get_world_size()) - 1
+                rank = _a.integer(f, "rank", rank, 0, hi, f"0..world_size-1 = 0..{hi}")
         if shuffle == "block":
             if weighted:
                 raise ValueError(f"{f}: shuffle=\"block\" and weighted sampling exclude each "
@@ -216,46 +298,60 @@ class Loader:
         kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
                                           SHUFFLE if shuffle else SEQUENTIAL)
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        if weighted and not self.dataset.num_classes:
+            raise ValueError(f"{f}: weighted sampling needs labels (it balances the classes), "
+                             f"and {self.dataset.path} has no labels (features only, like a "
+                             "test split)")
+        self.labels = _labels_default(f, self.dataset, labels)
+        mode, st = normalization(f, self.dataset, normalize)
+        self.normalize = mode is not None
+        self._norm_stats = st  # (mean, var) of another dataset (train's), or None
+        self.context, self.batch_size = context, batch_size
+        self.input_size = self.dataset.input_size(self.context)
         self._warm_thread, self._warm_stop = None, threading.Event()
-        self._start_prefetch(bool(prefetch), kind, memory)
+        self._start_prefetch(prefetch, kind, memory)
         if rank is None or world_size is None:
             dist = torch.distributed
             if dist.is_available() and dist.is_initialized():
                 rank = dist.get_rank() if rank is None else rank
                 world_size = dist.get_world_size() if world_size is None else world_size
-        self.rank = 0 if rank is None else int(rank)
-        self.world_size = 1 if world_size is None else int(world_size)
-        self.context, self.batch_size = int(context), int(batch_size)
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        self.drop_last, self.seed = bool(drop_last), int(seed)
+        self.rank = 0 if rank is None else rank
+        self.world_size = 1 if world_size is None else world_size
+        self.drop_last, self.seed = drop_last, seed
         self.sampler = Sampler(self.dataset, kind, self.seed, self.rank, self.world_size,
                                self.drop_last, num_samples, class_weights, memory, blocks)
         # The epoch in progress may start at a global position (origin) other
         # than 0: a run resumed from a state_dict.  Later epochs use
         # self.sampler (origin 0).
         self._origin, self._origin_sampler = 0, None
-        self.threads = _default_threads() if threads is None else int(threads)
-        self.device = torch.device(device) if device is not None else None
-        self.normalize, self.labels = bool(normalize), bool(labels)
-        self.input_size = self.dataset.input_size(self.context)
+        self.threads = _default_threads() if threads is None else threads
+        self.device = device
         self.epoch, self._start = 0, 0  # _start: this rank's position in _sampler_now()
         self._pool, self._busy = [], set()
         # The GPU path: chosen here, the device loader created on first use
         # and kept across epochs (a resident upload happens once).
-        if gpu_mode not in _gpu.MODES:
-            raise ValueError(f"gpu_mode must be one of {sorted(_gpu.MODES)}, not {gpu_mode!r}")
-        if gpu_dtype not in (None, torch.float32, torch.bfloat16):
-            raise ValueError("gpu_dtype must be torch.float32 or torch.bfloat16")
         self._gpu_opts, self._gl, self.gpu_info, self._views = None, None, None, {}
         self.gpu_mode, self.gpu_reason = None, ""
-        if gpu_emulate or (self.device is not None and self.device.type == "cuda"):
+        cuda = self.device is not None and self.device.type == "cuda"
+        if cuda and not torch.cuda.is_available():
+            # the documented fallback, also for a torch without CUDA (whose
+            # pinned memory and .to("cuda") would fail at the first batch)
+            self.gpu_mode = "host"
+            self.gpu_reason = ("this PyTorch has no usable CUDA device (torch.cuda.is_available() "
+                               "is False)")
+            warnings.warn(f"ctxshard: Loader(device={str(self.device)!r}): "
+                          f"{self.gpu_reason}; batches stay on the CPU", UserWarning,
+                          stacklevel=2)
+            self.device, cuda = None, False
+            if not gpu_emulate:
+                pin_memory = False
+        if gpu_emulate or cuda:
             if gpu_emulate:
                 dev = _gpu.EMULATE
             elif self.device.index is not None:
                 dev = self.device.index
             else:
-                dev = torch.cuda.current_device() if torch.cuda.is_available() else 0
+                dev = torch.cuda.current_device()
             probe = _gpu.probe(dev)
             if probe["usable"]:
                 self.gpu_mode = gpu_mode
@@ -265,8 +361,12 @@ class Loader:
                     self.device = torch.device("cuda", dev)
             else:
                 self.gpu_mode, self.gpu_reason = "host", probe["reason"]
-        self.pin_memory = bool(pin_memory) or (self.device is not None and self.device.type == "cuda"
-                                               and self._gpu_opts is None)
+        if pin_memory and not torch.cuda.is_available():
+            warnings.warn("ctxshard: Loader(pin_memory=True): pinned memory needs CUDA, and "
+                          "this PyTorch has no usable CUDA device; batches are not pinned",
+                          UserWarning, stacklevel=2)
+            pin_memory = False
+        self.pin_memory = pin_memory or (cuda and self._gpu_opts is None)
 
     def _start_prefetch(self, prefetch, kind, budget):
         """prefetch: warm the dataset into the page cache in a background
@@ -338,7 +438,8 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Start the next iteration at the beginning of `epoch`."""
-        self.epoch, self._start, self._origin = int(epoch), 0, 0
+        epoch = _a.integer("Loader.set_epoch", "epoch", epoch, 0, 2**64 - 1)
+        self.epoch, self._start, self._origin = epoch, 0, 0
 
     _KINDS = {SEQUENTIAL: "sequential", SHUFFLE: "shuffle", WEIGHTED: "weighted", BLOCK: "block"}
 
@@ -393,16 +494,25 @@ class Loader:
         required, since they fix the order; world_size, threads and
         batch_size may differ.  With ranks, every rank loads the same
         state (any rank's, as long as all stood at the same position)."""
+        f = "Loader.load_state_dict"
+        if not isinstance(state, collections.abc.Mapping):
+            raise TypeError(f"{f}: state={_a._show(state)} is a {type(state).__name__}, "
+                            "expected the dict that Loader.state_dict() returned")
+        missing = [k for k in ("seed", "epoch") if k not in state]
+        if missing or ("global_position" not in state and "position" not in state):
+            raise ValueError(f"{f}: state lacks {', '.join(missing) or 'global_position'}: "
+                             "expected the dict that Loader.state_dict() returned")
         mine = self.state_dict()
         for key in ("seed", "sampler", "epoch_samples", "memory", "blocks"):
             if key in state and state[key] != mine.get(key):
                 raise ValueError(f"load_state_dict: {key} {state[key]!r} does not match this "
                                  f"loader's {mine.get(key)!r}: the order would differ")
-        epoch = int(state["epoch"])
+        epoch = _a.integer(f, "state['epoch']", state["epoch"], 0, 2**64 - 1)
         if "global_position" in state:
-            g = int(state["global_position"])
+            g = _a.integer(f, "state['global_position']", state["global_position"], 0, None)
         else:  # saved before global positions: all ranks at `position`
-            g = int(state["position"]) * int(state.get("world_size", 1))
+            g = _a.integer(f, "state['position']", state["position"], 0, None) * \
+                _a.integer(f, "state['world_size']", state.get("world_size", 1), 1, None)
         if g >= self.sampler.epoch_samples:
             epoch, g = epoch + 1, 0
         saved = state.get("block_order", 1)  # states without it: the first schedule
@@ -475,7 +585,10 @@ class Loader:
         if self._gl is None:
             self._gl = _gpu.GpuLoader(self.dataset, sampler, self.context, self.batch_size,
                                       device=o["device"], mode=o["mode"], budget=o["budget"],
-                                      normalize=self.normalize, labels=self.labels,
+                                      normalize=(self._norm_stats if self._norm_stats
+                                                 is not None else self.dataset if
+                                                 self.normalize else False),
+                                      labels=self.labels,
                                       drop_last=self.drop_last, threads=self.threads,
                                       out_dtype=o["out_dtype"], epoch=self.epoch,
                                       start=self._start)
@@ -529,6 +642,11 @@ class Loader:
         opts = _n.LoaderOpts(self.context, self.batch_size, self.threads, 0,
                              _n.GATHER_NORMALIZE if self.normalize else 0, int(self.drop_last),
                              int(self.labels), 1)
+        if self._norm_stats is not None:  # train's statistics (copied at create)
+            mean, var = self._norm_stats
+            dp = ctypes.POINTER(ctypes.c_double)
+            nrm = _n.Norm(ds.dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp))
+            opts.norm = ctypes.pointer(nrm)
         ptr = ctypes.c_void_p()
         sampler = self._sampler_now()
         rc = _lib.cxs_loader_create(ds._ptr, sampler._ptr, ctypes.byref(opts), self.epoch,

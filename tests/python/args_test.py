@@ -1,5 +1,5 @@
-"""Every public entry point of the ctxshard package (not ctxshard.torch)
-with bad arguments, from one table: each refusal is the documented
+"""Every public entry point of the ctxshard package, ctxshard.torch and
+ctxshard.gpu with bad arguments, from one table: each refusal is the documented
 exception (TypeError for a wrong kind, ValueError for a wrong value,
 IndexError for a frame or utterance out of range), raised where the
 argument is given, and its message names the function, the argument and
@@ -21,6 +21,9 @@ sys.path.insert(0, os.path.join(SRC, "python"))
 import numpy as np  # noqa: E402
 
 import ctxshard  # noqa: E402
+import ctxshard.gpu as cxg  # noqa: E402
+import ctxshard.torch as cxt  # noqa: E402
+import torch  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-args-")
 
@@ -124,6 +127,113 @@ class BadArguments(unittest.TestCase):
              ValueError, ["pack", "on_error", "'fail'"]),
             (lambda: ctxshard.pack(os.path.join(TMP, "nothing"), w_out), FileNotFoundError,
              ["pack", "nothing", "not a directory"]),
+        ] + self.torch_table() + self.gpu_table()
+
+    def torch_table(self):
+        ds, test = self.ds, self.test
+        p, tp = ds.path, test.path
+        L = lambda **kw: cxt.Loader(p, **dict(dict(context=3, batch_size=16), **kw))  # noqa
+        return [
+            # Loader
+            (lambda: L(context=3.7), TypeError, ["Loader", "context=3.7", "integer"]),
+            (lambda: L(context=-1), ValueError, ["Loader", "context=-1", "0..1000000"]),
+            (lambda: L(context="3"), TypeError, ["Loader", "context='3'"]),
+            (lambda: L(batch_size=0), ValueError, ["Loader", "batch_size=0", "1.."]),
+            (lambda: L(batch_size=64.0), TypeError, ["Loader", "batch_size=64.0"]),
+            (lambda: L(rank=1), ValueError, ["Loader", "rank=1", "world_size"]),
+            (lambda: L(rank=2, world_size=2), ValueError, ["Loader", "rank=2", "0..1"]),
+            (lambda: L(rank=0, world_size=0), ValueError, ["Loader", "world_size=0"]),
+            (lambda: L(rank=0.0, world_size=2), TypeError, ["Loader", "rank=0.0"]),
+            (lambda: L(seed=-1), ValueError, ["Loader", "seed=-1"]),
+            (lambda: L(seed=1.5), TypeError, ["Loader", "seed=1.5"]),
+            (lambda: L(shuffle="yes"), ValueError, ["Loader", "shuffle='yes'", "block"]),
+            (lambda: L(shuffle=1), TypeError, ["Loader", "shuffle=1", "True or False"]),
+            (lambda: L(drop_last="no"), TypeError, ["Loader", "drop_last='no'"]),
+            (lambda: L(weighted=1), TypeError, ["Loader", "weighted=1"]),
+            (lambda: L(threads=0), ValueError, ["Loader", "threads=0"]),
+            (lambda: L(threads=2.0), TypeError, ["Loader", "threads=2.0"]),
+            (lambda: L(pin_memory=1), TypeError, ["Loader", "pin_memory=1"]),
+            (lambda: L(device="gpu"), ValueError, ["Loader", "device='gpu'", "'cuda'"]),
+            (lambda: L(device=1.0), TypeError, ["Loader", "device=1.0"]),
+            (lambda: L(normalize="yes"), TypeError, ["Loader", "normalize='yes'", "Dataset"]),
+            (lambda: L(normalize=(np.zeros(3), np.ones(3))), ValueError,
+             ["Loader", "3 means", "dim 28", "dimension"]),
+            (lambda: L(labels=1), TypeError, ["Loader", "labels=1"]),
+            (lambda: cxt.Loader(tp, 3, 16, labels=True), ValueError,
+             ["Loader", "labels=True", "no labels", "features only"]),
+            (lambda: cxt.Loader(tp, 3, 16, weighted=True), ValueError,
+             ["Loader", "weighted", "no labels"]),
+            (lambda: L(num_samples=-1), ValueError, ["Loader", "num_samples=-1"]),
+            (lambda: L(num_samples=100), ValueError, ["Loader", "num_samples=100",
+                                                      "weighted"]),
+            (lambda: L(gpu_mode="fast"), ValueError, ["Loader", "gpu_mode='fast'", "'pool'"]),
+            (lambda: L(gpu_budget="lots"), ValueError, ["Loader", "gpu_budget", "not a size"]),
+            (lambda: L(gpu_dtype=torch.float16), ValueError, ["Loader", "gpu_dtype",
+                                                              "torch.bfloat16"]),
+            (lambda: L(gpu_emulate="yes"), TypeError, ["Loader", "gpu_emulate='yes'"]),
+            (lambda: L(prefetch=0), TypeError, ["Loader", "prefetch=0"]),
+            (lambda: L(memory="1G"), ValueError, ["Loader", "memory", "block"]),
+            (lambda: L(shuffle="block"), ValueError, ["Loader", "memory="]),
+            (lambda: L(shuffle="block", memory="1G", blocks=0), ValueError,
+             ["Loader", "blocks=0"]),
+            (lambda: cxt.Loader(3, 3, 16), TypeError, ["Loader", "path=3"]),
+            (lambda: L().set_epoch(-1), ValueError, ["set_epoch", "epoch=-1"]),
+            (lambda: L().set_epoch(1.0), TypeError, ["set_epoch", "epoch=1.0"]),
+            (lambda: L().load_state_dict([1]), TypeError, ["load_state_dict", "state_dict()"]),
+            (lambda: L().load_state_dict({"seed": 0}), ValueError,
+             ["load_state_dict", "lacks", "epoch"]),
+            (lambda: L().load_state_dict(dict(L().state_dict(), epoch=-1)), ValueError,
+             ["load_state_dict", "epoch", "-1"]),
+            # FrameDataset
+            (lambda: cxt.FrameDataset(p, 2.5), TypeError, ["FrameDataset", "context=2.5"]),
+            (lambda: cxt.FrameDataset(p, -3), ValueError, ["FrameDataset", "context=-3"]),
+            (lambda: cxt.FrameDataset(5, 3), TypeError, ["FrameDataset", "path=5"]),
+            (lambda: cxt.FrameDataset(p, 3, normalize=1), TypeError,
+             ["FrameDataset", "normalize=1"]),
+            (lambda: cxt.FrameDataset(tp, 3, labels=True), ValueError,
+             ["FrameDataset", "labels=True", "no labels"]),
+            (lambda: cxt.FrameDataset(p, 3, labels="y"), TypeError,
+             ["FrameDataset", "labels='y'"]),
+            (lambda: cxt.FrameDataset(p, 3)[len(ds)], IndexError, ["gather", str(len(ds))]),
+        ]
+
+    def gpu_table(self):
+        ds, test = self.ds, self.test
+        s = ctxshard.Sampler(ds)
+        G = lambda **kw: cxg.GpuLoader(**dict(dict(dataset=ds, sampler=s, context=3,  # noqa
+                                                   batch_size=16, device=cxg.EMULATE), **kw))
+        return [
+            (lambda: cxg.probe(-5), ValueError, ["probe", "device=-5", "EMULATE"]),
+            (lambda: cxg.probe("0"), TypeError, ["probe", "device='0'"]),
+            (lambda: G(dataset=ds.path), TypeError, ["GpuLoader", "dataset", "ctxshard.open"]),
+            (lambda: G(sampler=None), TypeError, ["GpuLoader", "sampler=None", "Sampler"]),
+            (lambda: G(sampler=ctxshard.Sampler(test)), ValueError,
+             ["GpuLoader", "sampler is over"]),
+            (lambda: G(context=1.5), TypeError, ["GpuLoader", "context=1.5"]),
+            (lambda: G(context=-1), ValueError, ["GpuLoader", "context=-1"]),
+            (lambda: G(batch_size=0), ValueError, ["GpuLoader", "batch_size=0"]),
+            (lambda: G(device=0.0), TypeError, ["GpuLoader", "device=0.0"]),
+            (lambda: G(mode="fast"), ValueError, ["GpuLoader", "mode='fast'", "'resident'"]),
+            (lambda: G(budget=-1), ValueError, ["GpuLoader", "budget=-1"]),
+            (lambda: G(normalize="train"), TypeError, ["GpuLoader", "normalize='train'"]),
+            (lambda: G(normalize=(np.zeros(5), np.ones(5))), ValueError,
+             ["GpuLoader", "5 means", "dim 28"]),
+            (lambda: G(labels=0), TypeError, ["GpuLoader", "labels=0"]),
+            (lambda: cxg.GpuLoader(test, ctxshard.Sampler(test), 3, 16, device=cxg.EMULATE,
+                                   labels=True), ValueError,
+             ["GpuLoader", "labels=True", "no labels"]),
+            (lambda: G(drop_last=None), TypeError, ["GpuLoader", "drop_last=None"]),
+            (lambda: G(threads=0), ValueError, ["GpuLoader", "threads=0"]),
+            (lambda: G(slots=2), ValueError, ["GpuLoader", "slots=2", "3..1024"]),
+            (lambda: G(pool_segments=1), ValueError, ["GpuLoader", "pool_segments=1"]),
+            (lambda: G(out_dtype="float16"), ValueError, ["GpuLoader", "out_dtype", "'bfloat16'"]),
+            (lambda: G(register=1), TypeError, ["GpuLoader", "register=1"]),
+            (lambda: G(gds="no"), TypeError, ["GpuLoader", "gds='no'"]),
+            (lambda: G(epoch=-1), ValueError, ["GpuLoader", "epoch=-1"]),
+            (lambda: G(start=len(s) + 1), ValueError, ["GpuLoader", f"start={len(s) + 1}"]),
+            (lambda: G().reset(-1), ValueError, ["reset", "epoch=-1"]),
+            (lambda: G().reset(0, 1.5), TypeError, ["reset", "start=1.5"]),
+            (lambda: G().next("s"), TypeError, ["next", "stream='s'"]),
         ]
 
     def test_every_refusal(self):

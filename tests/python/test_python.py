@@ -123,6 +123,34 @@ class Binding(unittest.TestCase):
         frames = list(range(100)) + [4000, 17]
         self.assertTrue(np.array_equal(np.load(xpath), self.ds.gather(frames, 7, normalize=True)))
 
+    def test_gather_stats_from_cli(self):
+        """ctxshard gather --stats-from TRAIN: dev normalised with train's
+        statistics, the same bytes as Dataset.gather(normalize=train); a
+        dataset of another dimension is refused, naming both."""
+        dev_raw, dev = os.path.join(TMP, "raw-dev5"), os.path.join(TMP, "dev5")
+        run("synth", dev_raw, "--utts", 2, "--seed", 11, "--offset", 50, "--quiet")
+        run("pack", dev_raw, dev, "--quiet")
+        xpath = os.path.join(TMP, "cli-dev.npy")
+        train = os.path.join(TMP, "f32")
+        p = subprocess.run([EXE, "gather", dev, "--context", "4", "--all", "--out", xpath,
+                            "--stats-from", train], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"normalised with the statistics of {train}", p.stdout)
+        with ctxshard.open(dev) as d:
+            want = d.gather(range(len(d)), 4, normalize=self.ds)
+            self.assertTrue(np.array_equal(np.load(xpath).view(np.uint32), want.view(np.uint32)))
+            self.assertFalse(np.array_equal(want, d.gather(range(len(d)), 4, normalize=d)))
+        narrow_raw, narrow = os.path.join(TMP, "raw-dim5"), os.path.join(TMP, "dim5")
+        run("synth", narrow_raw, "--utts", 2, "--dim", 5, "--quiet")
+        run("pack", narrow_raw, narrow, "--quiet")
+        p = subprocess.run([EXE, "gather", dev, "--context", "1", "--frames", "0", "--out", xpath,
+                            "--stats-from", narrow], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(f"{narrow}: statistics of 5 dimensions, but {dev} has 28", p.stderr)
+        self.assertIn("same features", p.stderr)
+        with ctxshard.open(narrow) as n5, self.assertRaisesRegex(ValueError, "dim 28"):
+            self.ds.gather([0], 1, normalize=n5)
+
     def test_normalize_is_the_spec(self):
         """gather(normalize=...) and the GPU kernel's arithmetic (host
         emulation, resident mode) against an independent numpy reading of
@@ -342,9 +370,78 @@ class Torch(unittest.TestCase):
         dl = torch.utils.data.DataLoader(fd, batch_size=64)
         xb = next(iter(dl))
         self.assertEqual(tuple(xb.shape), (64, 5 * 28))
-        L = cxt.Loader(out, 2, 100, shuffle=False, labels=False)
-        xs = torch.cat(list(L))
-        self.assertTrue(torch.equal(xs, torch.from_numpy(ctxshard.open(out).gather(range(len(fd)), 2))))
+        want = torch.from_numpy(ctxshard.open(out).gather(range(len(fd)), 2))
+        # labels default to "when the dataset has them": no labels= needed
+        for kw in ({}, {"labels": False}):
+            L = cxt.Loader(out, 2, 100, shuffle=False, **kw)
+            self.assertFalse(L.labels)
+            xs = torch.cat(list(L))
+            self.assertTrue(torch.equal(xs, want))
+        import ctxshard.gpu as g
+        with ctxshard.open(out) as t:
+            with g.GpuLoader(t, ctxshard.Sampler(t, ctxshard.SEQUENTIAL), 2, 100,
+                             device=g.EMULATE, mode="resident") as G:
+                self.assertIsNone(G.next().y)
+        L = cxt.Loader(out, 2, 100, shuffle=False, gpu_emulate=True)
+        self.assertTrue(torch.equal(torch.cat([x.clone() for x in L]), want))
+        self.assertTrue(cxt.Loader(self.path, 2, 100).labels)
+
+    def test_normalize_with_train_statistics(self):
+        """Dev normalised with train's statistics, the same windows through
+        gather, FrameDataset, the Loader and the (emulated) GPU loader,
+        whichever form the statistics take; normalize=True warns once."""
+        import warnings
+        import ctxshard.gpu as g
+        raw = os.path.join(TMP, "raw-dev")
+        dev_path = os.path.join(TMP, "dev-split")
+        if not os.path.exists(dev_path):
+            run("synth", raw, "--utts", 3, "--seed", 9, "--offset", 100, "--quiet")
+            run("pack", raw, dev_path, "--quiet")
+        train = self.ds
+        with ctxshard.open(dev_path) as dev:
+            n, k = len(dev), 3
+            want = dev.gather(range(n), k, normalize=train)
+            st = train.stats
+            self.assertTrue(np.array_equal(want, dev.gather(range(n), k,
+                                                            normalize=(st.mean, st.var))))
+            own = dev.gather(range(n), k, normalize=dev)
+            self.assertFalse(np.array_equal(want, own))  # the statistics matter
+            for nrm in (train, st, (st.mean, st.var)):
+                fd = cxt.FrameDataset(dev_path, k, normalize=nrm)
+                x, _ = fd[list(range(n))]
+                self.assertTrue(np.array_equal(x.numpy(), want))
+                L = cxt.Loader(dev_path, k, 97, shuffle=False, normalize=nrm)
+                self.assertTrue(np.array_equal(torch.cat([x for x, _ in L]).numpy(), want))
+                E = cxt.Loader(dev_path, k, 97, shuffle=False, normalize=nrm, gpu_emulate=True)
+                self.assertTrue(np.array_equal(torch.cat([x.clone() for x, _ in E]).numpy(),
+                                               want))
+                with g.GpuLoader(dev, ctxshard.Sampler(dev, ctxshard.SEQUENTIAL), k, n,
+                                 device=g.EMULATE, mode="stream", normalize=nrm) as G:
+                    b = G.next()
+                    import ctypes
+                    gx = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
+                                               shape=(b.n, dev.input_size(k)))
+                    self.assertTrue(np.array_equal(gx, want))
+            # True: the dataset's own, with one warning per process naming the fix;
+            # the dataset itself: the same windows, no warning
+            ctxshard._warned_own_stats = False
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                a = dev.gather(range(n), k, normalize=True)
+                cxt.Loader(dev_path, k, 97, normalize=True)
+                cxt.FrameDataset(dev_path, k, normalize=True)
+            self.assertTrue(np.array_equal(a, own))
+            msgs = [str(m.message) for m in w if "own statistics" in str(m.message)]
+            self.assertEqual(len(msgs), 1, msgs)
+            self.assertIn("normalize=train_ds", msgs[0])
+            self.assertIn("normalize=ds", msgs[0])
+            ctxshard._warned_own_stats = False
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                dev.gather(range(n), k, normalize=dev)
+                cxt.Loader(dev, k, 97, normalize=dev)
+                cxt.FrameDataset(dev, k, normalize=dev)
+            self.assertFalse([m for m in w if "own statistics" in str(m.message)])
 
     def epoch(self, loader):
         xs, ys = [], []
@@ -585,10 +682,22 @@ class Torch(unittest.TestCase):
         import ctxshard.gpu as g
         if g.probe(0)["usable"]:
             self.skipTest("a CUDA device is usable here")
-        L = cxt.Loader(self.path, 2, 64, device="cuda")
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            L = cxt.Loader(self.path, 2, 64, device="cuda")
+            x, y = next(iter(L))  # the documented fallback, not torch's pinned-memory error
         self.assertEqual(L.gpu_mode, "host")
         self.assertTrue(L.gpu_reason)
-        self.assertTrue(L.pin_memory)
+        self.assertEqual(x.shape, (64, L.input_size))
+        if torch.cuda.is_available():  # a torch with CUDA, a library without: pinned copies
+            self.assertTrue(L.pin_memory)
+            self.assertEqual(x.device.type, "cuda")
+        else:  # a CPU-only torch: CPU batches, and a warning that says so
+            self.assertFalse(L.pin_memory)
+            self.assertEqual(x.device.type, "cpu")
+            self.assertTrue(any("batches stay on the CPU" in str(m.message) for m in w),
+                            [str(m.message) for m in w])
         with self.assertRaises(ValueError):
             cxt.Loader(self.path, 2, 64, device="cuda", gpu_mode="fast")
 
@@ -637,6 +746,34 @@ class Torch(unittest.TestCase):
             dev = float(re.findall(r"dev accuracy ([\d.]+)%", out)[-1]) / 100
             self.assertGreater(dev, majority + 0.15, out)
             self.assertEqual("block order: memory" in out, order == "block", out)
+
+    def test_example_options(self):
+        """train_mlp.py: --help is whole and names every option; train's
+        statistics for every split, weighted sampling, and the submission
+        CSV (id,label: one row per test frame, in order, phoneme symbols)."""
+        script = os.path.join(SRC, "examples", "train_mlp.py")
+        env = os.environ if INSTALLED else dict(os.environ,
+                                                PYTHONPATH=os.path.join(SRC, "python"))
+        h = subprocess.run([sys.executable, script, "--help"], check=True, capture_output=True,
+                           text=True, env=env).stdout
+        for opt in ("--normalize", "--weighted", "--predictions", "--test", "minus the\n"
+                    "data-loading code", "id,label"):
+            self.assertIn(opt, h)
+        csv = os.path.join(TMP, "submission.csv")
+        out = subprocess.run(
+            [sys.executable, script, "--synth", "--train-utts", "60", "--dev-utts", "8",
+             "--hidden", "64", "--epochs", "1", "--context", "3", "--normalize", "--weighted",
+             "--predictions", csv], check=True, capture_output=True, text=True, env=env)
+        self.assertNotIn("own statistics", out.stderr)  # train's statistics, said explicitly
+        m = re.search(r"wrote .*: (\d+) predictions", out.stdout)
+        self.assertTrue(m, out.stdout)
+        with open(csv) as f:
+            rows = f.read().splitlines()
+        self.assertEqual(rows[0], "id,label")
+        self.assertEqual(len(rows) - 1, int(m.group(1)))
+        ids = [int(r.split(",")[0]) for r in rows[1:]]
+        self.assertEqual(ids, list(range(len(ids))))
+        self.assertTrue(set(r.split(",")[1] for r in rows[1:]) <= set(ctxshard.PHONEMES))
 
 
 class Warm(unittest.TestCase):
@@ -782,6 +919,42 @@ class Installation(unittest.TestCase):
             self.assertIn('"dtype"', p.stdout)
         self.assertEqual(failed[0], failed[1])  # same exit status, same message
 
+    @unittest.skipIf(INSTALLED, "tests the checkout's package")
+    def test_import_errors_say_what_to_do(self):
+        """A library that is there but does not load, and one installed
+        (meson install) that the dynamic loader does not know yet: the
+        ImportError says so, and what to run (ldconfig, LD_LIBRARY_PATH)."""
+        bad = os.path.join(TMP, "libctxshard.so")
+        with open(bad, "w") as f:
+            f.write("not a library\n")
+        code = "import ctxshard"
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(self.env(), CTXSHARD_LIB=bad))
+        self.assertIn("exists but cannot be loaded", p.stderr)
+        self.assertIn("LD_LIBRARY_PATH", p.stderr)
+        # an installed copy found where meson install puts it, loaded by path
+        inst = os.path.join(TMP, "prefix", "lib")
+        os.makedirs(inst, exist_ok=True)
+        shutil.copy(os.environ["CTXSHARD_LIB"], os.path.join(inst, "libctxshard.so.0"))
+        env = {k: v for k, v in self.env().items() if k != "CTXSHARD_LIB"}
+        pkg = os.path.join(TMP, "pkg", "ctxshard")
+        shutil.copytree(os.path.join(SRC, "python", "ctxshard"), pkg, dirs_exist_ok=True)
+        with open(os.path.join(pkg, "_native.py")) as f:
+            nat = f.read()
+        with open(os.path.join(pkg, "_native.py"), "w") as f:  # this test's prefix
+            f.write(nat.replace('("/usr/local", "/usr")', repr((os.path.join(TMP, "prefix"),))))
+        code = "import ctxshard, ctxshard._native as n; print(n.lib_path)"
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(env, PYTHONPATH=os.path.dirname(pkg)))
+        self.assertEqual(p.stdout.strip(), os.path.join(inst, "libctxshard.so.0"), p.stderr)
+        with open(os.path.join(inst, "libctxshard.so.0"), "w") as f:
+            f.write("broken\n")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(env, PYTHONPATH=os.path.dirname(pkg)))
+        self.assertIn("is installed but cannot be loaded", p.stderr)
+        self.assertIn("sudo ldconfig", p.stderr)
+        self.assertIn(f"LD_LIBRARY_PATH={inst}", p.stderr)
+
     @unittest.skipUnless(INSTALLED, "tests an installed package")
     def test_installed_layout(self):
         self.assertNotIn("PYTHONPATH", os.environ)
@@ -797,4 +970,5 @@ class Installation(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=1)
+    # test names may follow the two arguments (Class or Class.test_name)
+    unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=1)

@@ -1,0 +1,188 @@
+"""The documentation works as written: every shell command and Python
+snippet of README.md, docs/guide.md and docs/python.md is extracted and run
+against small datasets built here, and the README's C example is compiled
+against the built library and run on a labelled and a features-only
+dataset.
+
+How the markdown says what a block is:
+- ```sh and ```python blocks are run; blocks without a language (usage
+  listings, diagrams, layouts) are not code;
+- a block that is an illustration (the reader's own data, a GPU, a
+  cluster, the network) is preceded by `<!-- not run: REASON -->`, and
+  counted as skipped with its reason.
+
+The names the docs leave to the reader exist here: RAW (a raw dataset), OUT,
+TRAIN, DEV, TEST, train.cxs (packed), /data/... (under the work directory),
+and for Python path, context, k, i, frames, make_model(), train_step(),
+corpus(), epochs, model.
+
+usage: /usr/bin/python3 tests/python/docs_test.py BUILD_DIR SOURCE_ROOT"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+EXE = os.path.join(BUILD, "tools", "ctxshard")
+LIB = os.environ.get("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
+DOCS = ["README.md", os.path.join("docs", "guide.md"), os.path.join("docs", "python.md")]
+TMP = tempfile.mkdtemp(prefix="ctxshard-docs-")
+SKIP = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->")
+
+PRELUDE = '''
+import os, sys
+import numpy as np
+import torch
+import ctxshard, ctxshard.torch
+path = "train.cxs"
+context, k, i, frames, batch_size, epochs = 3, 3, 10, [0, 1, 2], 64, 1
+out = "written.cxs"
+def make_model(input_size):
+    return torch.nn.Linear(input_size, 42)
+model = make_model(ctxshard.open(path).input_size(30))
+def train_step(*batch):
+    pass
+def corpus():
+    rng = np.random.default_rng(0)
+    for u in range(3):
+        T = 20 + u
+        yield f"u{u}", rng.standard_normal((T, 28)).astype(np.float32), ["AA"] * T
+'''
+
+
+def blocks(doc):
+    """(line, language, text, skip reason or None) of every fenced block."""
+    with open(os.path.join(SRC, doc)) as f:
+        lines = f.read().split("\n")
+    out, n = [], 0
+    while n < len(lines):
+        m = re.match(r"^```(\w*)\s*$", lines[n])
+        if m:
+            end = n + 1
+            while not lines[end].startswith("```"):
+                end += 1
+            before, j = [], n - 1  # the comment lines right above the block
+            while j >= 0 and lines[j].strip().startswith("<!--"):
+                before.append(lines[j])
+                j -= 1
+            skip = SKIP.search("\n".join(before))
+            out.append((n + 1, m.group(1), "\n".join(lines[n + 1:end]),
+                        skip.group(1) if skip else None))
+            n = end
+        n += 1
+    return out
+
+
+def setUpModule():
+    def run(*a):
+        subprocess.run([EXE, *a, "--quiet"], check=True, cwd=TMP)
+    run("synth", "RAW", "--utts", "40", "--seed", "1")
+    run("pack", "RAW", "OUT")
+    run("synth", "DEVRAW", "--utts", "6", "--seed", "2", "--offset", "40")
+    run("pack", "DEVRAW", "DEV")
+    run("synth", "TESTRAW", "--utts", "4", "--seed", "3", "--offset", "46", "--no-transcripts")
+    run("pack", "TESTRAW", "TEST")
+    for name in ("TRAIN", "train.cxs", os.path.join("data", "train.cxs")):
+        os.makedirs(os.path.dirname(os.path.join(TMP, name)) or TMP, exist_ok=True)
+        shutil.copytree(os.path.join(TMP, "OUT"), os.path.join(TMP, name))
+    os.makedirs(os.path.join(TMP, "bin"))
+    os.symlink(EXE, os.path.join(TMP, "bin", "ctxshard"))
+
+
+def tearDownModule():
+    shutil.rmtree(TMP)
+
+
+def env():
+    return dict(os.environ, PATH=os.path.join(TMP, "bin") + os.pathsep + os.environ["PATH"],
+                PYTHONPATH=os.path.join(SRC, "python"), CTXSHARD_LIB=LIB,
+                CTXSHARD_MEMORY_AVAILABLE=str(1 << 30))
+
+
+def localise(text):
+    """The docs' paths, here: /data/... under the work directory, the
+    checkout's build/ the build being tested."""
+    return (text.replace("/data/", os.path.join(TMP, "data") + "/")
+            .replace("build/tools/ctxshard", EXE))
+
+
+class Docs(unittest.TestCase):
+    def test_snippets(self):
+        ran, skipped, failed = [], [], []
+        for doc in DOCS:
+            for line, lang, text, skip in blocks(doc):
+                where = f"{doc}:{line}"
+                if lang not in ("sh", "python", "c"):
+                    continue  # not code: usage listings, diagrams, layouts
+                if lang == "c":
+                    continue  # test_readme_c_example
+                if skip:
+                    skipped.append(f"{where} ({skip})")
+                    continue
+                work = tempfile.mkdtemp(dir=TMP)
+                for name in ("RAW", "OUT", "DEV", "TEST", "TRAIN", "train.cxs", "bin", "data"):
+                    os.symlink(os.path.join(TMP, name), os.path.join(work, name))
+                if lang == "sh":
+                    argv = ["sh", "-eu", "-c", localise(text)]
+                else:
+                    argv = ["/usr/bin/python3", "-W", "ignore", "-c", PRELUDE + localise(text)]
+                t0 = time.monotonic()
+                try:
+                    p = subprocess.run(argv, cwd=work, env=env(), capture_output=True, text=True,
+                                       stdin=subprocess.DEVNULL, timeout=240)
+                except subprocess.TimeoutExpired:
+                    failed.append(f"{where} ran past 240 s:\n{text}")
+                    continue
+                print(f"  {where}: {lang}, {time.monotonic() - t0:.1f} s", file=sys.stderr,
+                      flush=True)
+                if p.returncode:
+                    failed.append(f"{where} exited {p.returncode}:\n{text}\n--- stderr:\n"
+                                  f"{p.stderr[-3000:]}")
+                ran.append(where)
+        print(f"\ndocs: ran {len(ran)} snippets, skipped {len(skipped)}:", file=sys.stderr)
+        for s in skipped:
+            print(f"  skipped {s}", file=sys.stderr)
+        self.assertFalse(failed, "\n\n".join(failed))
+        self.assertGreater(len(ran), 10)
+
+    def test_every_skip_has_a_reason(self):
+        for doc in DOCS:
+            for line, lang, _, skip in blocks(doc):
+                if skip is not None:
+                    self.assertTrue(skip.strip(), f"{doc}:{line}")
+                    self.assertIn(lang, ("sh", "python", "c"), f"{doc}:{line}: only code is run")
+
+    def test_readme_c_example(self):
+        """The README's C program checks every return code: it compiles
+        without warnings, runs over a labelled and a features-only dataset,
+        and names a missing dataset with exit status 1."""
+        cc = shutil.which("cc")
+        if not cc:
+            self.skipTest("no C compiler")
+        src = [t for _, lang, t, _ in blocks("README.md") if lang == "c"]
+        self.assertEqual(len(src), 1)
+        c = os.path.join(TMP, "count.c")
+        with open(c, "w") as f:
+            f.write(src[0])
+        exe = os.path.join(TMP, "count")
+        libdir = os.path.dirname(os.path.abspath(LIB))
+        subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror", c,
+                        "-I" + os.path.join(SRC, "lib", "include"),
+                        "-I" + os.path.join(SRC, "format"),
+                        "-I" + os.path.join(BUILD, "lib"), "-L" + libdir, "-lctxshard",
+                        "-Wl,-rpath," + libdir, "-o", exe], check=True)
+        for ds in ("OUT", "TEST"):
+            p = subprocess.run([exe, os.path.join(TMP, ds)], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertRegex(p.stdout, r"epoch 1: \d+ windows")
+        p = subprocess.run([exe, os.path.join(TMP, "nothing")], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("nothing", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
