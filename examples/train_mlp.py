@@ -9,8 +9,9 @@ data-loading code.
     /usr/bin/python3 examples/train_mlp.py --train TRAIN --dev DEV --test TEST \\
         --normalize --weighted --predictions submission.csv
 
---normalize normalises every split (train, dev, test) with the training
-split's statistics.  --predictions writes the test split's predictions as
+--synth packs its splits with per-utterance normalisation (--synth-raw:
+without).  --normalize normalises every split (train, dev, test) with the
+training split's statistics.  --predictions writes the test split's predictions as
 the course's submission file: a header `id,label`, then one row per test
 frame in dataset order, id the frame's number and label its phoneme symbol.
 
@@ -36,7 +37,7 @@ import ctxshard  # noqa: E402
 import ctxshard.torch as cxt  # noqa: E402
 
 
-def synthesise(work, train_utts, dev_utts):
+def synthesise(work, train_utts, dev_utts, per_utterance):
     # the installed command, or the checkout's build: whichever ctxshard this imported
     exe = [sys.executable, "-m", "ctxshard"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(ctxshard.__file__)))
@@ -47,7 +48,10 @@ def synthesise(work, train_utts, dev_utts):
         subprocess.run([*exe, "synth", raw, "--utts", str(n), "--offset", str(offset),
                         "--seed", "1", "--quiet"] + (["--no-transcripts"] if split == "test"
                                                      else []), check=True, env=env)
-        subprocess.run([*exe, "pack", raw, out, "--quiet"], check=True, env=env)
+        # per-utterance mean and variance normalisation (the usual speech
+        # front end): removes each synthetic speaker's offset
+        norm = ["--normalize", "utterance"] if per_utterance else []
+        subprocess.run([*exe, "pack", raw, out, "--quiet", *norm], check=True, env=env)
         paths[split] = out
     return paths["train"], paths["dev"], paths["test"]
 
@@ -94,6 +98,9 @@ def main():
                     "with replacement, inverse class frequency) instead of a shuffle")
     ap.add_argument("--predictions", metavar="CSV", help="write the test split's predicted "
                     "phonemes as a submission CSV (id,label; one row per test frame)")
+    ap.add_argument("--synth-raw", action="store_true", help="--synth: store the features as "
+                    "synthesised, each utterance shifted by its speaker's offset (by default "
+                    "they are normalised per utterance at pack time)")
     ap.add_argument("--train-utts", type=int, default=200, help="--synth: training utterances")
     ap.add_argument("--dev-utts", type=int, default=40, help="--synth: dev (and test) "
                     "utterances")
@@ -117,7 +124,8 @@ def main():
     tmp = None
     if a.synth:
         tmp = tempfile.TemporaryDirectory()
-        a.train, a.dev, synth_test = synthesise(tmp.name, a.train_utts, a.dev_utts)
+        a.train, a.dev, synth_test = synthesise(tmp.name, a.train_utts, a.dev_utts,
+                                                not a.synth_raw)
         a.test = a.test or synth_test
     if not a.train:
         ap.error("give --train (and --dev), or --synth")

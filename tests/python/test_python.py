@@ -756,7 +756,8 @@ class Torch(unittest.TestCase):
                                                 PYTHONPATH=os.path.join(SRC, "python"))
         h = subprocess.run([sys.executable, script, "--help"], check=True, capture_output=True,
                            text=True, env=env).stdout
-        for opt in ("--normalize", "--weighted", "--predictions", "--test", "minus the\n"
+        for opt in ("--normalize", "--weighted", "--predictions", "--test", "--synth-raw",
+                    "minus the\n"
                     "data-loading code", "id,label"):
             self.assertIn(opt, h)
         csv = os.path.join(TMP, "submission.csv")
