@@ -47,8 +47,9 @@ static int map_file(const char *path, const uint8_t **map, uint64_t *size, cxs_d
         return cxs_diagf(d, -e, "%s: %s", path, strerror(e));
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int e = S_ISREG(st.st_mode) ? errno : EINVAL;
+    int stat_failed = fstat(fd, &st) != 0;
+    if (stat_failed || !S_ISREG(st.st_mode)) {
+        int e = stat_failed ? errno : EINVAL; /* st is unset when fstat failed */
         close(fd);
         return cxs_diagf(d, -e, "%s: %s", path, e == EINVAL ? "not a regular file" : strerror(e));
     }

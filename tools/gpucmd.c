@@ -67,7 +67,7 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
     cxs_diag d = {{0}};
     cxs_info in;
     cxs_dataset_info(ds, &in);
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, o->seed, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = o->seed, .world_size = 1};
     cxs_sampler *s = NULL;
     cxs_gpu_loader *l = NULL;
     float *ref = NULL, *got = NULL;

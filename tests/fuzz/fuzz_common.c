@@ -76,14 +76,15 @@ void fuzz_exercise(cxs_dataset *ds) {
         (void)cxs_dataset_labels(ds, 0, n, l);
         free(l);
         cxs_sampler *s;
-        cxs_sampler_opts so = {CXS_SAMPLER_WEIGHTED, 1, 0, 1, 0, 64, NULL};
+        cxs_sampler_opts so = {.kind = CXS_SAMPLER_WEIGHTED, .seed = 1, .world_size = 1,
+                               .num_samples = 64};
         if (cxs_sampler_create(ds, &so, &s) == 0) {
             (void)cxs_sampler_get(s, 0, 0, 64, frames);
             cxs_sampler_free(s);
         }
     }
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 0, 3, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 1, .world_size = 3};
     if (cxs_sampler_create(ds, &so, &s) == 0) {
         uint64_t len = cxs_sampler_length(s);
         (void)cxs_sampler_get(s, 1, 0, len < n ? len : n, frames);

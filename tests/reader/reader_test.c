@@ -119,7 +119,7 @@ TEST(bad_arguments) {
     cxs_utterance ut;
     EXPECT_INT(cxs_dataset_utterance(ds, info.num_utterances, &ut), CXS_E_RANGE);
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 3, 3, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 1, .rank = 3, .world_size = 3};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), CXS_E_INVALID); /* rank >= world */
     so.rank = 0;
     so.kind = 9;
@@ -134,7 +134,7 @@ TEST(bad_arguments) {
     EXPECT_INT(cxs_sampler_get(s, 0, cxs_sampler_length(s), 1, f), CXS_E_RANGE);
     EXPECT_INT(cxs_sampler_get(s, 0, UINT64_MAX, 2, f), CXS_E_RANGE);
     cxs_loader *ld;
-    cxs_loader_opts lo = {1, 0, 1, 0, 0, 0, 0, 0, NULL};
+    cxs_loader_opts lo = {.k = 1, .batch_size = 0, .threads = 1};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &ld), CXS_E_INVALID); /* batch 0 */
     lo.batch_size = 4;
     lo.k = 5000000;
@@ -160,7 +160,7 @@ static void check_permutation(const uint64_t *f, uint64_t n) {
 
 TEST(shuffle_is_a_permutation) {
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 42, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 42, .world_size = 1};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     uint64_t n = cxs_sampler_length(s);
     EXPECT_UINT(n, info.num_frames);
@@ -216,7 +216,8 @@ static void check_ranks(uint32_t kind, uint32_t world, uint32_t drop_last) {
     uint64_t len0 = 0, total = 0, dup = 0;
     for (uint32_t r = 0; r < world; r++) {
         cxs_sampler *s;
-        cxs_sampler_opts so = {kind, 9, r, world, drop_last, 0, NULL};
+        cxs_sampler_opts so = {.kind = kind, .seed = 9, .rank = r, .world_size = world,
+                               .drop_last = drop_last};
         EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
         uint64_t n = cxs_sampler_length(s), *a = malloc(n * 8);
         if (r == 0) len0 = n;
@@ -257,7 +258,8 @@ END_TEST_
  * sampler violates with probability below 1e-5 for 42 classes. */
 static void check_weighted(const double *weights, const double *p, uint64_t n) {
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_WEIGHTED, 5, 0, 1, 0, n, weights};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_WEIGHTED, .seed = 5, .world_size = 1,
+                           .num_samples = n, .class_weights = weights};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     EXPECT_UINT(cxs_sampler_length(s), n);
     uint64_t *a = malloc(n * 8);
@@ -316,10 +318,11 @@ END_TEST_
 static void loader_epoch(uint32_t kind, uint32_t threads, uint32_t batch, uint32_t drop_last,
                          uint64_t epoch, uint64_t start) {
     cxs_sampler *s;
-    cxs_sampler_opts so = {kind, 77, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = kind, .seed = 77, .world_size = 1};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {3, batch, threads, 0, 0, drop_last, 1, 0, NULL};
+    cxs_loader_opts lo = {.k = 3, .batch_size = batch, .threads = threads, .drop_last = drop_last,
+                          .labels = 1};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, epoch, start, &l), 0);
     const uint32_t W = 7 * info.dim;
     float *x = malloc((size_t)batch * W * 4);
@@ -363,10 +366,10 @@ END_TEST_
 
 TEST(loader_reset_and_early_free) {
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 1, .world_size = 1};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {2, 256, 3, 4, 0, 0, 0, 0, NULL};
+    cxs_loader_opts lo = {.k = 2, .batch_size = 256, .threads = 3, .ring = 4};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
     const cxs_batch *b;
     uint64_t first[256];
@@ -414,11 +417,12 @@ static void *thread_reader(void *arg) {
 TEST(loader_external_buffers) {
     /* Batches land in the caller's buffers and stay the caller's. */
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 8, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 8, .world_size = 1};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     const uint32_t B = 500, k = 2, W = (2 * k + 1) * info.dim;
     cxs_loader *l;
-    cxs_loader_opts lo = {k, B, 2, 3, 0, 0, 1, 1, NULL};
+    cxs_loader_opts lo = {.k = k, .batch_size = B, .threads = 2, .ring = 3, .labels = 1,
+                          .external = 1};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
     const cxs_batch *b;
     EXPECT_INT(cxs_loader_next(l, &b), CXS_E_INVALID); /* no buffer: an error, not a hang */
@@ -524,10 +528,10 @@ TEST(loader_after_fork) {
      * threads can deadlock inside the sanitizer. */
     if (getenv("CXS_TEST_NO_FORK")) return;
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 3, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 3, .world_size = 1};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
     cxs_loader *l;
-    cxs_loader_opts lo = {4, 300, 2, 0, 0, 0, 1, 0, NULL};
+    cxs_loader_opts lo = {.k = 4, .batch_size = 300, .threads = 2, .labels = 1};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
     const cxs_batch *b;
     for (int i = 0; i < 3; i++) EXPECT_INT(cxs_loader_next(l, &b), 0);
