@@ -733,11 +733,7 @@ int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, in
     while (f < end) {
         const shard *sh = &ds->shards[si++];
         uint64_t stop = sh->f_start + sh->meta.num_frames < end ? sh->f_start + sh->meta.num_frames : end;
-        const uint8_t *p = sh->labels + (f - sh->f_start) * sh->meta.label_width;
-        if (sh->meta.label_width == 1)
-            for (uint64_t i = 0; i < stop - f; i++) out[i] = p[i];
-        else
-            for (uint64_t i = 0; i < stop - f; i++) out[i] = cxs_ld16(p + 2 * i);
+        for (uint64_t i = 0; i < stop - f; i++) out[i] = cxs_shard_label(sh, f - sh->f_start + i);
         out += stop - f;
         f = stop;
     }

@@ -8,6 +8,7 @@
 
 #include "ctxshard.h"
 #include "cxs_format.h"
+#include "cxs_le.h"
 #include "cxs_zchunk.h"
 
 typedef struct shard {
@@ -27,6 +28,11 @@ typedef struct shard {
     const uint8_t *zdata;
     uint64_t chunk_base;       /* dataset-wide number of this shard's chunk 0 */
 } shard;
+
+/* Label i of a shard's LABELS: one byte, or two little-endian. */
+static inline uint32_t cxs_shard_label(const shard *sh, uint64_t i) {
+    return sh->meta.label_width == 1 ? sh->labels[i] : cxs_ld16(sh->labels + 2 * i);
+}
 
 struct zcache;
 
@@ -125,18 +131,26 @@ static inline const uint8_t *cxs_row_ptr(const cxs_dataset *ds, uint64_t u, int6
  * statistics; -ENOMEM. */
 int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out);
 
-/* A way to stop a gather early: cancelled(arg) is asked before every few
- * dozen windows, and a true answer ends the gather with -ECANCELED (the
- * output then half-written). */
-typedef struct cxs_cancel {
+/* What one thread keeps from gather to gather (a loader's worker): a way
+ * to stop early -- cancelled(arg), when set, is asked before every few
+ * dozen windows, and a true answer ends the gather with -ECANCELED, the
+ * output half-written -- and, for compressed data, its decoder and buffers,
+ * set up once rather than for every call.  Zeroed = nothing yet; freed with
+ * cxs_gather_ctx_free. */
+typedef struct cxs_gather_ctx {
     int (*cancelled)(void *arg);
     void *arg;
-} cxs_cancel;
+    zreader zr;
+    uint8_t *stage;     /* compressed: the real rows of one window */
+    size_t stage_bytes;
+} cxs_gather_ctx;
+void cxs_gather_ctx_free(cxs_gather_ctx *c);
 
 /* cxs_dataset_gather with explicit constants: mean/scale NULL means no
- * normalisation; cancel NULL, no early end. */
+ * normalisation.  ctx NULL: no early end, scratch of this call's own; with
+ * a ctx, threads must be 1 (it is one thread's). */
 int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                     const double *mean, const double *scale, unsigned threads, float *out,
-                    int64_t *labels, const cxs_cancel *cancel);
+                    int64_t *labels, cxs_gather_ctx *ctx);
 
 #endif

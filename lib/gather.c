@@ -78,7 +78,7 @@ typedef struct job {
     const double *mean, *scale;
     float *out;
     int64_t *labels;
-    const cxs_cancel *cancel;
+    cxs_gather_ctx *ctx; /* or NULL */
     int rc;
 } job;
 
@@ -95,13 +95,26 @@ typedef struct plan {
 #define PLAN_CHUNK 64
 #define PREFETCH_AHEAD 8
 
+void cxs_gather_ctx_free(cxs_gather_ctx *c) {
+    cxs_zreader_free(&c->zr);
+    free(c->stage);
+    c->stage = NULL;
+    c->stage_bytes = 0;
+}
+
 static int gather_range(job *j) {
     const cxs_dataset *ds = j->ds;
-    zreader zr = {0};
+    cxs_gather_ctx own = {0}, *ctx = j->ctx ? j->ctx : &own;
     uint8_t *stage = NULL; /* compressed: the real rows of one window */
-    if (ds->compressed && j->n &&
-        !(stage = malloc((2 * (size_t)j->k + 1) * (size_t)ds->row_bytes)))
-        return j->rc = -ENOMEM;
+    const size_t need = (2 * (size_t)j->k + 1) * (size_t)ds->row_bytes;
+    if (ds->compressed && j->n) {
+        if (ctx->stage_bytes < need) {
+            free(ctx->stage);
+            ctx->stage_bytes = (ctx->stage = malloc(need)) ? need : 0;
+        }
+        if (!(stage = ctx->stage)) return j->rc = -ENOMEM;
+    }
+    zreader *zr = &ctx->zr;
     const uint32_t D = ds->meta.dim, k = j->k;
     const size_t W = (2 * (size_t)k + 1) * D;
     const double *mean = j->mean, *scale = j->scale;
@@ -110,7 +123,7 @@ static int gather_range(job *j) {
      * misses overlap), then copy, prefetching a few windows ahead so that
      * the random start of each window is in cache when its copy begins. */
     for (size_t c0 = 0; c0 < j->n; c0 += PLAN_CHUNK) {
-        if (j->cancel && j->cancel->cancelled(j->cancel->arg)) {
+        if (ctx->cancelled && ctx->cancelled(ctx->arg)) {
             j->rc = -ECANCELED;
             break;
         }
@@ -139,7 +152,7 @@ static int gather_range(job *j) {
                 __builtin_prefetch(p[i + PREFETCH_AHEAD].src);
             const uint8_t *src = p[i].src;
             if (!src) {
-                int rc = cxs_read_rows(ds, &zr, p[i].shard, p[i].row, (uint64_t)p[i].rows, stage);
+                int rc = cxs_read_rows(ds, zr, p[i].shard, p[i].row, (uint64_t)p[i].rows, stage);
                 if (rc) {
                     j->rc = rc;
                     goto done;
@@ -155,14 +168,12 @@ static int gather_range(job *j) {
             if (j->labels) {
                 const shard *sh = &ds->shards[p[i].shard];
                 uint64_t li = p[i].label_index;
-                j->labels[c0 + i] = sh->meta.label_width == 1 ? sh->labels[li]
-                                                              : cxs_ld16(sh->labels + 2 * li);
+                j->labels[c0 + i] = cxs_shard_label(sh, li);
             }
         }
     }
 done:
-    free(stage);
-    cxs_zreader_free(&zr);
+    if (ctx == &own) cxs_gather_ctx_free(&own);
     return j->rc;
 }
 
@@ -173,16 +184,16 @@ static void *gather_thread(void *arg) {
 
 int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                     const double *mean, const double *scale, unsigned threads, float *out,
-                    int64_t *labels, const cxs_cancel *cancel) {
+                    int64_t *labels, cxs_gather_ctx *ctx) {
     if (!ds || (n && (!frames || !out)) || k > 1000000) return CXS_E_INVALID;
     if (labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
     for (size_t i = 0; i < n; i++)
         if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
     const size_t W = (2 * (size_t)k + 1) * ds->meta.dim;
-    if (threads > n) threads = (unsigned)n;
+    if (threads > n || ctx) threads = ctx ? 1 : (unsigned)n;
     if (threads > 256) threads = 256;
     if (threads <= 1) {
-        job j = {ds, frames, n, k, mean, scale, out, labels, cancel, 0};
+        job j = {ds, frames, n, k, mean, scale, out, labels, ctx, 0};
         return gather_range(&j);
     }
     job jobs[256];
@@ -191,7 +202,7 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
     for (unsigned t = 0; t < threads; t++) {
         size_t a = n * t / threads, b = n * (t + 1) / threads;
         jobs[t] = (job){ds, frames + a, b - a, k, mean, scale, out + a * W,
-                        labels ? labels + a : NULL, cancel, 0};
+                        labels ? labels + a : NULL, NULL, 0};
         /* Thread 0 is the caller; a thread that cannot start is done inline. */
         created[t] = t > 0 && pthread_create(&tid[t], NULL, gather_thread, &jobs[t]) == 0;
     }

@@ -638,8 +638,7 @@ static int resident_setup(cxs_gpu_loader *l) {
                 }
                 uint16_t *q = (uint16_t *)(void *)p;
                 for (uint64_t j = 0; j < m; j++)
-                    q[j] = sh->meta.label_width == 1 ? sh->labels[i + j]
-                                                     : cxs_ld16(sh->labels + 2 * (i + j));
+                    q[j] = cxs_shard_label(sh, i + j);
                 up_commit(&up, (size_t)m * 2);
                 i += m;
             }
@@ -979,7 +978,7 @@ static int pool_launch(cxs_gpu_loader *l, gslot *s) {
         if (l->o.labels) {
             const shard *sh = &ds->shards[b->shard];
             uint64_t li = f - sh->f_start;
-            desc[n].label = sh->meta.label_width == 1 ? sh->labels[li] : cxs_ld16(sh->labels + 2 * li);
+            desc[n].label = cxs_shard_label(sh, li);
         }
         s->frames[n] = f;
         n++;

@@ -23,7 +23,7 @@
 #include "dataset_internal.h"
 #include "readahead.h"
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+enum { RING_FREE, RING_FILLING, RING_READY, RING_HELD };
 
 typedef struct slot {
     int state;
@@ -93,7 +93,7 @@ static void slot_discard(cxs_loader *l, slot *s) {
         s->x = NULL;
         s->y = NULL;
     }
-    s->state = SLOT_FREE;
+    s->state = RING_FREE;
 }
 
 static uint64_t batches_for(const cxs_loader *l) {
@@ -119,6 +119,13 @@ typedef struct watch {
     uint64_t gen;
 } watch;
 
+/* A worker's own, kept from batch to batch: its watch, and its gather
+ * context (for compressed data, a decoder and buffers made once). */
+typedef struct worker_ctx {
+    watch w;
+    cxs_gather_ctx g;
+} worker_ctx;
+
 static int abandoned(void *arg) {
     const watch *w = arg;
     return __atomic_load_n(&w->l->stop, __ATOMIC_RELAXED) ||
@@ -143,13 +150,12 @@ static int fill_begin(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64
 }
 
 /* Windows a..e of the batch in s. */
-static int fill_part(cxs_loader *l, slot *s, size_t a, size_t e, uint64_t gen) {
-    watch w = {l, gen};
-    cxs_cancel c = {abandoned, &w};
+static int fill_part(cxs_loader *l, slot *s, size_t a, size_t e, uint64_t gen, worker_ctx *wc) {
+    wc->w.gen = gen;
     const size_t W = l->window;
     return cxs_gather_impl(l->ds, s->frames + a, e - a, l->o.k, l->norm,
                            l->norm ? l->norm + l->ds->meta.dim : NULL, 1, s->x + a * W,
-                           l->o.labels ? s->y + a : NULL, &c);
+                           l->o.labels ? s->y + a : NULL, &wc->g);
 }
 
 static void fill_end(cxs_loader *l, slot *s, uint64_t b, uint64_t pos, cxs_ra_batch *rb,
@@ -164,7 +170,7 @@ static void fill_end(cxs_loader *l, slot *s, uint64_t b, uint64_t pos, cxs_ra_ba
  * meanwhile. */
 static void publish(cxs_loader *l, slot *s, uint64_t gen) {
     if (gen == l->generation) {
-        s->state = SLOT_READY;
+        s->state = RING_READY;
     } else {
         slot_discard(l, s);
         pthread_cond_broadcast(&l->cv_work);
@@ -174,14 +180,14 @@ static void publish(cxs_loader *l, slot *s, uint64_t gen) {
 
 /* Under mu (released meanwhile): fill the next part of the shared batch;
  * the worker that completes it finishes and publishes the batch. */
-static void fill_shared_part(cxs_loader *l) {
+static void fill_shared_part(cxs_loader *l, worker_ctx *wc) {
     share *h = &l->sh;
     slot *s = h->s;
     uint32_t p = h->next++;
     size_t a = h->n * p / h->parts, e = h->n * (p + 1) / h->parts;
     uint64_t gen = h->gen;
     pthread_mutex_unlock(&l->mu);
-    int rc = fill_part(l, s, a, e, gen);
+    int rc = fill_part(l, s, a, e, gen, wc);
     pthread_mutex_lock(&l->mu);
     if (rc && !h->rc) h->rc = rc;
     if (++h->done < h->parts) return;
@@ -195,15 +201,17 @@ static void fill_shared_part(cxs_loader *l) {
 
 static void *worker(void *arg) {
     cxs_loader *l = arg;
+    worker_ctx wc = {{l, 0}, {abandoned, NULL, {0}, NULL, 0}};
+    wc.g.arg = &wc.w;
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         if (l->sh.s && l->sh.next < l->sh.parts) {
-            fill_shared_part(l);
+            fill_shared_part(l, &wc);
             continue;
         }
         uint64_t b = l->next_claim;
         slot *s = b < l->nbatches ? &l->ring[b % l->nring] : NULL;
-        if (!s || s->state != SLOT_FREE || (l->o.external && !l->pool_count)) {
+        if (!s || s->state != RING_FREE || (l->o.external && !l->pool_count)) {
             pthread_cond_wait(&l->cv_work, &l->mu);
             continue;
         }
@@ -213,7 +221,7 @@ static void *worker(void *arg) {
             l->pool_head = (l->pool_head + 1) % l->nring;
             l->pool_count--;
         }
-        s->state = SLOT_FILLING;
+        s->state = RING_FILLING;
         s->batch = b;
         l->next_claim++;
         uint64_t gen = l->generation, epoch = l->epoch, pos = l->start + b * l->o.batch_size;
@@ -233,12 +241,13 @@ static void *worker(void *arg) {
             }
             pthread_mutex_unlock(&l->mu);
         }
-        if (!rc) rc = fill_part(l, s, 0, n, gen);
+        if (!rc) rc = fill_part(l, s, 0, n, gen, &wc);
         fill_end(l, s, b, pos, &rb, first, rc);
         pthread_mutex_lock(&l->mu);
         publish(l, s, gen);
     }
     pthread_mutex_unlock(&l->mu);
+    cxs_gather_ctx_free(&wc.g);
     return NULL;
 }
 
@@ -373,7 +382,7 @@ static int respawn(cxs_loader *l) {
 
 static int any_filling(const cxs_loader *l) {
     for (uint32_t i = 0; i < l->nring; i++)
-        if (l->ring[i].state == SLOT_FILLING) return 1;
+        if (l->ring[i].state == RING_FILLING) return 1;
     return 0;
 }
 
@@ -387,7 +396,7 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     if (l->held >= 0) {
         slot *h = &l->ring[l->held];
         if (l->o.external) h->x = NULL, h->y = NULL; /* the caller owns them now */
-        h->state = SLOT_FREE;
+        h->state = RING_FREE;
         l->held = -1;
         pthread_cond_broadcast(&l->cv_work);
     }
@@ -398,18 +407,18 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     }
     uint32_t i = (uint32_t)(l->next_take % l->nring);
     slot *s = &l->ring[i];
-    while (!(s->state == SLOT_READY && s->batch == l->next_take)) {
+    while (!(s->state == RING_READY && s->batch == l->next_take)) {
         /* External mode without a buffer for this batch: nothing would ever
          * fill it, unless a buffer is still on its way back from a batch a
          * reset threw away (a slot still filling). */
-        if (l->o.external && s->state == SLOT_FREE && !l->pool_count && !any_filling(l)) {
+        if (l->o.external && s->state == RING_FREE && !l->pool_count && !any_filling(l)) {
             pthread_mutex_unlock(&l->mu);
             return CXS_E_INVALID;
         }
         pthread_cond_wait(&l->cv_ready, &l->mu);
     }
     int rc = s->rc;
-    s->state = SLOT_HELD;
+    s->state = RING_HELD;
     l->held = (int)i;
     l->next_take++;
     pthread_mutex_unlock(&l->mu);
@@ -430,10 +439,10 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     __atomic_add_fetch(&l->generation, 1, __ATOMIC_RELAXED); /* also read by abandoned() */
     for (uint32_t i = 0; i < l->nring; i++) {
         slot *x = &l->ring[i];
-        if (x->state == SLOT_READY) slot_discard(l, x);
-        else if (x->state == SLOT_HELD) {
+        if (x->state == RING_READY) slot_discard(l, x);
+        else if (x->state == RING_HELD) {
             if (l->o.external) x->x = NULL, x->y = NULL; /* handed out: the caller's */
-            x->state = SLOT_FREE;
+            x->state = RING_FREE;
         }
     }
     l->held = -1;
@@ -456,7 +465,7 @@ int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y) {
     pthread_mutex_lock(&l->mu);
     uint32_t owned = l->pool_count;
     for (uint32_t i = 0; i < l->nring; i++)
-        owned += l->ring[i].x != NULL && l->ring[i].state != SLOT_HELD;
+        owned += l->ring[i].x != NULL && l->ring[i].state != RING_HELD;
     int rc = 0;
     if (owned >= l->nring) {
         rc = CXS_E_INVALID; /* every slot already has a buffer */

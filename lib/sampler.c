@@ -87,7 +87,7 @@ static int build_weighted(cxs_sampler *s) {
     for (uint32_t sh = 0; sh < ds->meta.num_shards; sh++) {
         const shard *x = &ds->shards[sh];
         for (uint64_t i = 0; i < x->meta.num_frames; i++) {
-            uint32_t l = lw == 1 ? x->labels[i] : cxs_ld16(x->labels + 2 * i);
+            uint32_t l = cxs_shard_label(x, i);
             if (l >= V) {
                 rc = CXS_E_CORRUPT;
                 goto out;
@@ -99,7 +99,7 @@ static int build_weighted(cxs_sampler *s) {
     for (uint32_t sh = 0; sh < ds->meta.num_shards; sh++) {
         const shard *x = &ds->shards[sh];
         for (uint64_t i = 0; i < x->meta.num_frames; i++) {
-            uint32_t l = lw == 1 ? x->labels[i] : cxs_ld16(x->labels + 2 * i);
+            uint32_t l = cxs_shard_label(x, i);
             uint64_t at = s->class_start[l] + fill[l]++, f = x->f_start + i;
             if (s->wide) ((uint64_t *)s->members)[at] = f;
             else ((uint32_t *)s->members)[at] = (uint32_t)f;

@@ -180,7 +180,7 @@ static int verify_labels(vctx *v, const struct shard *sh, const cxs_section *s, 
     /* A shard alone has no vocabulary: any value of the width is valid. */
     const uint32_t V = v->ds->meta.vocab_size ? v->ds->meta.vocab_size : (w == 1 ? 256u : 65536u);
     for (uint64_t i = 0; i < sh->meta.num_frames; i++) {
-        uint32_t l = w == 1 ? sh->labels[i] : cxs_ld16(sh->labels + 2 * i);
+        uint32_t l = cxs_shard_label(sh, i);
         if (l >= V)
             return cxs_diagf(d, CXS_E_CORRUPT,
                              "%s: LABELS: frame %llu has label %u, the vocabulary has %u symbols",

@@ -18,7 +18,7 @@
 #include "ctxshard.h"
 #include "cxs_test.h"
 
-static char dir[256], packed[300], shard1[340];
+static char dir[256], packed[300], shard1[340], zpacked[300];
 static cxs_dataset *ds;
 static cxs_info info;
 
@@ -26,6 +26,15 @@ static void setup(void) {
     cxs_diag d;
     ck_assert_int_eq(cxs_dataset_open(packed, &ds, &d), 0);
     cxs_dataset_info(ds, &info);
+}
+/* The same data compressed (zstd, small chunks): the chunk cache's locks
+ * and fork handler, and each loader worker's decoder, under the same
+ * threads, forks and resets. */
+static void setup_compressed(void) {
+    cxs_diag d;
+    ck_assert_int_eq(cxs_dataset_open(zpacked, &ds, &d), 0);
+    cxs_dataset_info(ds, &info);
+    ck_assert(info.compression != CXS_COMPRESSION_NONE);
 }
 static void teardown(void) { cxs_dataset_close(ds); }
 
@@ -627,11 +636,13 @@ int main(int argc, char **argv) {
     if (!mkdtemp(dir)) return 3;
     snprintf(packed, sizeof packed, "%s/packed", dir);
     snprintf(shard1, sizeof shard1, "%s/shard-000001.cxs", packed);
-    char cmd[1024];
+    snprintf(zpacked, sizeof zpacked, "%s/zpacked", dir);
+    char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "'%s' synth '%s/raw' --utts 60 --seed 11 --quiet && "
-             "'%s' pack '%s/raw' '%s' --guard 40 --shard-size 3M --quiet",
-             argv[1], dir, argv[1], dir, packed);
+             "'%s' pack '%s/raw' '%s' --guard 40 --shard-size 3M --quiet && "
+             "'%s' convert '%s' '%s' --compress zstd --chunk-size 64K --quiet",
+             argv[1], dir, argv[1], dir, packed, argv[1], packed, zpacked);
     int rc = system(cmd);
     if (rc != 0) return 3;
     Suite *s = suite_create("reader");
@@ -647,6 +658,15 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
         _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
     suite_add_tcase(s, tc);
+    TCase *tz = tcase_create("compressed");
+    tcase_set_timeout(tz, 120);
+    tcase_add_checked_fixture(tz, setup_compressed, teardown);
+    const TTest *ztests[] = {gather_threads_and_normalize, loader_matches_gather,
+                             loader_reset_and_early_free, loader_external_buffers,
+                             concurrent_threads_and_forks, loader_after_fork};
+    for (size_t i = 0; i < sizeof ztests / sizeof *ztests; i++)
+        _tcase_add_test(tz, ztests[i], 0, 0, 0, 1);
+    suite_add_tcase(s, tz);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);
