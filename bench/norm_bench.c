@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
     uint64_t nsamp = batches * B;
     uint64_t *frames = malloc(nsamp * sizeof *frames);
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 1, .world_size = 1};
     if (cxs_sampler_create(ds, &so, &s) || cxs_sampler_get(s, 0, 0, nsamp, frames)) return 1;
     float *out = malloc(B * W * sizeof *out), *ref = malloc(B * W * sizeof *ref);
     ctx c = {ds, D, k, W, frames, out, m32, s32, m64, s64, sd64};

@@ -42,7 +42,7 @@ static double median(double *v, int n) {
 /* Samples/s of the loader over `batches` batches from the epoch's start. */
 static double run_loader(cxs_dataset *ds, cxs_sampler *s, uint32_t k, uint32_t B,
                          uint32_t threads, uint64_t batches, volatile float *sink) {
-    cxs_loader_opts lo = {k, B, threads, 0, 0, 0, 1, 0, NULL};
+    cxs_loader_opts lo = {.k = k, .batch_size = B, .threads = threads, .labels = 1};
     cxs_loader *l;
     if (cxs_loader_create(ds, s, &lo, 1, 0, &l)) exit(1);
     const cxs_batch *b;
@@ -80,9 +80,9 @@ int main(int argc, char **argv) {
     }
     double t_open = now() - t0;
     cxs_sampler *s;
-    cxs_sampler_opts so = {CXS_SAMPLER_SHUFFLE, 1, 0, 1, 0, 0, NULL};
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 1, .world_size = 1};
     if (cxs_sampler_create(ds, &so, &s)) return 1;
-    cxs_loader_opts lo = {k, B, 2, 0, 0, 0, 1, 0, NULL};
+    cxs_loader_opts lo = {.k = k, .batch_size = B, .threads = 2, .labels = 1};
     cxs_loader *l;
     if (cxs_loader_create(ds, s, &lo, 0, 0, &l)) return 1;
     const cxs_batch *b;

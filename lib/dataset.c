@@ -724,6 +724,31 @@ int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const 
     return 0;
 }
 
+int cxs_dataset_labels_of(const cxs_dataset *ds, const uint64_t *frames, size_t n,
+                          int64_t *out) {
+    if (!ds || (n && (!frames || !out))) return CXS_E_INVALID;
+    if (!ds->meta.label_width) return CXS_E_NO_LABELS;
+    for (size_t i = 0; i < n; i++)
+        if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
+    for (size_t i = 0; i < n; i++) {
+        const shard *sh = &ds->shards[ds->utt_shard[cxs_find_utt(ds, frames[i])]];
+        out[i] = cxs_shard_label(sh, frames[i] - sh->f_start);
+    }
+    return 0;
+}
+
+int cxs_dataset_shard_labels(const cxs_dataset *ds, uint32_t s, const void **labels,
+                             uint64_t *first_frame, uint64_t *num_frames) {
+    if (!ds) return CXS_E_INVALID;
+    if (s >= ds->meta.num_shards) return CXS_E_RANGE;
+    if (!ds->meta.label_width) return CXS_E_NO_LABELS;
+    const shard *sh = &ds->shards[s];
+    if (labels) *labels = sh->labels;
+    if (first_frame) *first_frame = sh->f_start;
+    if (num_frames) *num_frames = sh->meta.num_frames;
+    return 0;
+}
+
 int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, int64_t *out) {
     if (!ds->meta.label_width) return CXS_E_NO_LABELS;
     if (first > ds->meta.num_frames || count > ds->meta.num_frames - first) return CXS_E_RANGE;

@@ -456,6 +456,8 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     return 0;
 }
 
+uint32_t cxs_loader_ring(const cxs_loader *l) { return l ? l->nring : 0; }
+
 int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y) {
     if (!l || !l->o.external || !x || (l->o.labels && !y)) return CXS_E_INVALID;
     if (l->pid != getpid()) {

@@ -297,6 +297,24 @@ CXS_API int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *l
 CXS_API int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count,
                                int64_t *out);
 
+/**
+ * Labels of n frames in any order, frames[i] into out[i] (int64).
+ * CXS_E_RANGE when a frame is past the end (nothing then written),
+ * CXS_E_NO_LABELS on a features-only dataset.
+ */
+CXS_API int cxs_dataset_labels_of(const cxs_dataset *ds, const uint64_t *frames, size_t n,
+                                  int64_t *out);
+
+/**
+ * Shard s's labels in place (zero-copy): *labels points at num_frames
+ * values of label_width bytes (uint8, or uint16 little-endian), those of
+ * the dataset's frames first_frame .. first_frame+num_frames-1.  Valid
+ * until the dataset is closed.  CXS_E_RANGE for s >= num_shards,
+ * CXS_E_NO_LABELS on a features-only dataset.  Any pointer may be NULL.
+ */
+CXS_API int cxs_dataset_shard_labels(const cxs_dataset *ds, uint32_t s, const void **labels,
+                                     uint64_t *first_frame, uint64_t *num_frames);
+
 /** cxs_dataset_gather flags. */
 #define CXS_GATHER_NORMALIZE 1u /**< (x - mean) / std with the stored statistics */
 
@@ -554,6 +572,11 @@ CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
  * buffer is there for the next batch.
  */
 CXS_API int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y);
+
+/** The loader's ring: the batch buffers it keeps (opts.ring, or the
+ * default it chose: threads + 2, at least 3).  In external mode, how many
+ * buffers to provide to keep every worker busy. */
+CXS_API uint32_t cxs_loader_ring(const cxs_loader *l);
 
 /**
  * Restart at (epoch, start): discards prefetched batches, and the batch the

@@ -429,27 +429,11 @@ class Dataset:
         s = _a.index("shard_labels", "s", s, self._info.num_shards, "shards")
         if not self._info.label_width:
             raise ValueError("ctxshard: features-only dataset: no labels")
-        # The first and last utterances of shard s: binary searches.
-        lo, hi = 0, self._info.num_utterances
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._utt(mid).shard < s:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo >= self._info.num_utterances or self._utt(lo).shard != s:
-            raise IndexError(f"shard {s} out of range (0..{self._info.num_shards - 1})")
-        first = self._utt(lo)
-        lo2, hi2 = lo, self._info.num_utterances
-        while lo2 < hi2:
-            mid = (lo2 + hi2) // 2
-            if self._utt(mid).shard <= s:
-                lo2 = mid + 1
-            else:
-                hi2 = mid
-        last = self._utt(lo2 - 1)
-        n = last.first_frame + last.num_frames - first.first_frame
-        return _view(self._h, first.labels, (n,),
+        ptr, first, n = c_void_p(), c_uint64(), c_uint64()
+        rc = _lib.cxs_dataset_shard_labels(self._ptr, s, byref(ptr), byref(first), byref(n))
+        if rc:
+            _raise(rc, what=f"shard_labels({s})")
+        return _view(self._h, ptr.value, (n.value,),
                      "|u1" if self._info.label_width == 1 else "<u2")
 
     def label(self, i):
@@ -543,12 +527,9 @@ class Dataset:
             raise ValueError("labels_of: the dataset has no labels (features only, like a test "
                              "split)")
         y = np.empty(f.size, dtype=np.int64)
-        if f.size:
-            x = np.empty((f.size, self._info.dim), dtype=np.float32)
-            rc = _lib.cxs_dataset_gather(self._ptr, f.ctypes.data, f.size, 0, 0, 1,
-                                         x.ctypes.data, y.ctypes.data)
-            if rc:
-                _raise(rc, what="labels_of")
+        rc = _lib.cxs_dataset_labels_of(self._ptr, f.ctypes.data, f.size, y.ctypes.data)
+        if rc:
+            _raise(rc, what="labels_of")
         return y
 
 

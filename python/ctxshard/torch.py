@@ -654,7 +654,7 @@ class Loader:
         if rc:
             _raise(rc, what="loader")
         pending = {}  # data address -> pair: provided, not yet handed back
-        ring = self.threads + 2
+        ring = _lib.cxs_loader_ring(ptr)  # the buffers that keep every worker busy
         bp = ctypes.POINTER(_n.Batch)()
 
         def provide():

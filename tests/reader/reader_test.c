@@ -333,6 +333,7 @@ static void loader_epoch(uint32_t kind, uint32_t threads, uint32_t batch, uint32
     cxs_loader_opts lo = {.k = 3, .batch_size = batch, .threads = threads, .drop_last = drop_last,
                           .labels = 1};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, epoch, start, &l), 0);
+    EXPECT_UINT(cxs_loader_ring(l), threads + 2 < 3 ? 3 : threads + 2); /* the default */
     const uint32_t W = 7 * info.dim;
     float *x = malloc((size_t)batch * W * 4);
     int64_t *y = malloc(batch * 8);
@@ -373,6 +374,33 @@ TEST(loader_matches_gather) {
 }
 END_TEST_
 
+TEST(labels_of_and_shard_labels) {
+    uint64_t f[5] = {info.num_frames - 1, 0, 17, info.num_frames / 2, 3};
+    int64_t a[5], b;
+    EXPECT_INT(cxs_dataset_labels_of(ds, f, 5, a), 0);
+    for (int i = 0; i < 5; i++) {
+        EXPECT_INT(cxs_dataset_labels(ds, f[i], 1, &b), 0);
+        EXPECT_LOOP(a[i] == b);
+    }
+    f[2] = info.num_frames;
+    EXPECT_INT(cxs_dataset_labels_of(ds, f, 5, a), CXS_E_RANGE);
+    uint64_t total = 0;
+    for (uint32_t s = 0; s < info.num_shards; s++) {
+        const uint8_t *p;
+        uint64_t first, n;
+        uint32_t want;
+        EXPECT_INT(cxs_dataset_shard_labels(ds, s, (const void **)&p, &first, &n), 0);
+        ck_assert(first == total && n > 0);
+        EXPECT_INT(cxs_dataset_label(ds, first + n - 1, &want), 0);
+        uint32_t got = info.label_width == 1 ? p[n - 1] : (uint32_t)(p[2 * n - 2] | p[2 * n - 1] << 8);
+        EXPECT_UINT(got, want);
+        total += n;
+    }
+    EXPECT_UINT(total, info.num_frames);
+    EXPECT_INT(cxs_dataset_shard_labels(ds, info.num_shards, NULL, NULL, NULL), CXS_E_RANGE);
+}
+END_TEST_
+
 TEST(loader_reset_and_early_free) {
     cxs_sampler *s;
     cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 1, .world_size = 1};
@@ -380,6 +408,7 @@ TEST(loader_reset_and_early_free) {
     cxs_loader *l;
     cxs_loader_opts lo = {.k = 2, .batch_size = 256, .threads = 3, .ring = 4};
     EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
+    EXPECT_UINT(cxs_loader_ring(l), 4);
     const cxs_batch *b;
     uint64_t first[256];
     EXPECT_INT(cxs_loader_next(l, &b), 0);
@@ -652,8 +681,8 @@ int main(int argc, char **argv) {
     const TTest *tests[] = {gather_matches_views, gather_threads_and_normalize, bad_arguments,
                             shuffle_is_a_permutation, sequential_is_in_order, ranks_partition,
                             weighted_matches_distribution, loader_matches_gather,
-                            loader_reset_and_early_free, loader_external_buffers,
-                            concurrent_threads_and_forks,
+                            labels_of_and_shard_labels, loader_reset_and_early_free,
+                            loader_external_buffers, concurrent_threads_and_forks,
                             loader_after_fork, single_shard, open_close_repeatedly};
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
         _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
