@@ -605,10 +605,13 @@ class Loader:
                              "segments")
         xdtype = torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32
         emulated = o["device"] == _gpu.EMULATE
+        first = True
         while True:
             stream = None if emulated else torch.cuda.current_stream(self.device).cuda_stream
+            if not first:
+                self._kick_prefetch()  # once the first batch is out (see _start_prefetch)
+            first = False
             b = self._gl.next(stream)
-            self._kick_prefetch()
             if b is None:
                 break
             self._start = b.position + b.n
@@ -668,9 +671,15 @@ class Loader:
         try:
             for _ in range(ring):
                 provide()
+            first = True
             while True:
+                if not first:
+                    # once the first batch is out: starting a thread waits
+                    # for it to run, and its residency check competes with
+                    # the workers (see _start_prefetch)
+                    self._kick_prefetch()
+                first = False
                 rc = _lib.cxs_loader_next(ptr, ctypes.byref(bp))
-                self._kick_prefetch()
                 if rc:
                     _raise(rc, what="loader")
                 if not bp:
