@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -350,6 +351,41 @@ int cxs_strtab_check(const uint8_t *p, uint64_t len, uint64_t n, uint32_t maxlen
     return 0;
 }
 
+typedef struct strref {
+    const uint8_t *s;
+    uint64_t len, i;
+} strref;
+
+static int strref_cmp(const void *a, const void *b) {
+    const strref *x = a, *y = b;
+    int r = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
+    if (r) return r;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+int cxs_strtab_distinct(const uint8_t *p, uint64_t n, const char *what, const char *path,
+                        cxs_diag *d) {
+    if (n < 2) return 0;
+    if (n > SIZE_MAX / sizeof(strref)) return -ENOMEM;
+    strref *r = malloc((size_t)n * sizeof *r);
+    if (!r) return cxs_diagf(d, -ENOMEM, "%s: %s: out of memory", path, what);
+    const uint8_t *text = p + 8 * (n + 1);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t a = cxs_ld64(p + 8 * i), b = cxs_ld64(p + 8 * (i + 1));
+        r[i] = (strref){text + a, b - a, i};
+    }
+    qsort(r, (size_t)n, sizeof *r, strref_cmp);
+    int rc = 0;
+    for (uint64_t i = 1; i < n && !rc; i++)
+        if (r[i].len == r[i - 1].len && memcmp(r[i].s, r[i - 1].s, r[i].len) == 0)
+            rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: %s: strings %llu and %llu are both '%.*s'", path,
+                           what, (unsigned long long)r[i - 1].i, (unsigned long long)r[i].i,
+                           (int)(r[i].len > 64 ? 64 : r[i].len), (const char *)r[i].s);
+    free(r);
+    return rc;
+}
+
 void cxs_chunks_head_store(uint8_t *p, const cxs_chunks_head *h) {
     memset(p, 0, CXS_CHUNKS_HEAD);
     cxs_st32(p, h->codec);
@@ -371,8 +407,10 @@ int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_
     h->chunk_rows = cxs_ld32(p + 16);
     h->level = (int32_t)cxs_ld32(p + 20);
     h->num_chunks = cxs_ld64(p + 24);
-    if (!reserved_zero(p, 32, 64))
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: CHUNKS: reserved bytes 32..63 not zero", path);
+    /* Spec section 4.6's order: codec and filter first (an unknown codec
+     * may give the other fields, the reserved bytes included, a meaning of
+     * its own), then raw_length, chunk_rows, num_chunks, the reserved bytes
+     * and the entries. */
     if (h->codec != CXS_COMPRESS_ZSTD)
         return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: CHUNKS: codec %u is unknown to this reader",
                          path, h->codec);
@@ -395,6 +433,8 @@ int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_
                          "%s: CHUNKS: %llu chunks in %llu bytes, expected %llu chunks of %u rows",
                          path, (unsigned long long)h->num_chunks, (unsigned long long)len,
                          (unsigned long long)want, h->chunk_rows);
+    if (!reserved_zero(p, 32, 64))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: CHUNKS: reserved bytes 32..63 not zero", path);
     uint64_t prev = 0;
     for (uint64_t c = 0; c < want; c++) {
         uint64_t end = cxs_ld64(p + CXS_CHUNKS_HEAD + CXS_CHUNK_ENTRY * c);

@@ -211,6 +211,10 @@ int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_
  */
 int cxs_strtab_check(const uint8_t *p, uint64_t len, uint64_t n, uint32_t maxlen,
                      const char *what, const char *path, cxs_diag *d);
+/* A string table that passed cxs_strtab_check holds no string twice:
+ * 0, CXS_E_CORRUPT naming both positions, or -ENOMEM.  O(n log n). */
+int cxs_strtab_distinct(const uint8_t *p, uint64_t n, const char *what, const char *path,
+                        cxs_diag *d);
 static inline uint64_t cxs_strtab_size(uint64_t n, uint64_t bytes) {
     return 8 * (n + 1) + bytes;
 }

@@ -172,7 +172,8 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
         const cxs_section *sv = need(&ds->mc, CXS_SEC_VOCAB, mp, &rc, d);
         if (rc) return rc;
         if ((rc = cxs_strtab_check(ds->mmap + sv->offset, sv->length, m->vocab_size,
-                                   CXS_MAX_SYMBOL_LEN, "VOCAB", mp, d)))
+                                   CXS_MAX_SYMBOL_LEN, "VOCAB", mp, d)) ||
+            (rc = cxs_strtab_distinct(ds->mmap + sv->offset, m->vocab_size, "VOCAB", mp, d)))
             return rc;
         ds->vocab = ds->mmap + sv->offset;
     }

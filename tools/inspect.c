@@ -209,6 +209,8 @@ typedef struct gctx {
     unsigned threads;
     uint64_t *scratch;
     const cxs_norm *norm; /* another dataset's statistics (--stats-from), or NULL */
+    int failed;           /* a window could not be read: ... */
+    uint64_t bad_frame;   /* ... the first frame whose window fails */
 } gctx;
 
 static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
@@ -217,13 +219,46 @@ static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
     return g->scratch;
 }
 
+static int gather_some(const gctx *g, const uint64_t *f, size_t n, unsigned threads, void *buf) {
+    return g->norm ? cxs_dataset_gather_norm(g->ds, f, n, g->k, g->norm, threads, buf, NULL)
+                   : cxs_dataset_gather(g->ds, f, n, g->k, g->flags, threads, buf, NULL);
+}
+
 static int fill_windows(void *ctx, size_t first, size_t n, void *buf) {
     gctx *g = ctx;
-    if (g->norm)
-        return cxs_dataset_gather_norm(g->ds, frames_for(g, first, n), n, g->k, g->norm,
-                                       g->threads, buf, NULL);
-    return cxs_dataset_gather(g->ds, frames_for(g, first, n), n, g->k, g->flags, g->threads, buf,
-                              NULL);
+    const uint64_t *f = frames_for(g, first, n);
+    int rc = gather_some(g, f, n, g->threads, buf);
+    if (rc == CXS_E_CHECKSUM || rc == CXS_E_CORRUPT) {
+        /* A damaged chunk of a compressed shard: find the first window that
+         * touches it (one at a time; the batch is lost anyway), so the
+         * message can name the shard file rather than the output. */
+        for (size_t i = 0; i < n; i++)
+            if (gather_some(g, &f[i], 1, 1, buf) == rc) {
+                g->failed = 1;
+                g->bad_frame = f[i];
+                break;
+            }
+    }
+    return rc;
+}
+
+/* The file of shard `shard` of the dataset opened from `dir` (a dataset
+ * directory, its manifest, or a shard file opened alone). */
+static char *shard_file(const char *dir, const cxs_info *in, uint32_t shard) {
+    if (in->single_shard) return strdup(dir);
+    struct stat st;
+    size_t dl = strlen(dir);
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) { /* the manifest's path */
+        const char *slash = strrchr(dir, '/');
+        dl = slash ? (size_t)(slash - dir) : 0;
+        if (slash == dir) dl = 1;
+    }
+    char *p = malloc(dl + 32);
+    if (!p) return NULL;
+    if (dl == 0) snprintf(p, dl + 32, CXS_SHARD_NAME_FMT, shard);
+    else snprintf(p, dl + 32, "%.*s%s" CXS_SHARD_NAME_FMT, (int)dl, dir,
+                  dir[dl - 1] == '/' ? "" : "/", shard);
+    return p;
 }
 
 static int fill_labels(void *ctx, size_t first, size_t n, void *buf) {
@@ -301,7 +336,7 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         return EXIT_USAGE;
     }
     gctx g = {ds, frames, all, k, normalize ? CXS_GATHER_NORMALIZE : 0, threads, NULL,
-              train && in.num_frames ? &norm : NULL};
+              train && in.num_frames ? &norm : NULL, 0, 0};
     size_t batch = (8u << 20) / row + 1;
     if (all && !(g.scratch = malloc(batch * sizeof *g.scratch))) {
         cxs_dataset_close(ds);
@@ -323,6 +358,22 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         failed = labels_out;
     }
     free(g.scratch);
+    if (rc && g.failed) {
+        /* The data is at fault, not the output: name the shard file. */
+        uint64_t u = 0, off = 0;
+        cxs_utterance ut = {0};
+        cxs_dataset_locate(ds, g.bad_frame, &u, &off);
+        cxs_dataset_utterance(ds, u, &ut);
+        char *sp = shard_file(dir, &in, ut.shard);
+        warnx_("%s: the window of frame %llu (utterance %llu, '%.*s') touches a damaged "
+               "compressed chunk: %s (`ctxshard verify %s` lists the damage); %s not written",
+               sp ? sp : dir, (unsigned long long)g.bad_frame, (unsigned long long)u,
+               (int)(ut.id_len > 64 ? 64 : ut.id_len), ut.id ? ut.id : "", cxs_strerror(rc), dir,
+               out);
+        free(sp);
+        cxs_dataset_close(ds);
+        return exit_code_for(rc);
+    }
     cxs_dataset_close(ds);
     if (rc) {
         cxs_dataset_close(train);

@@ -40,6 +40,34 @@ def spread(a, b, count):
     return sorted({a + (b - a - 1) * i // max(count - 1, 1) for i in range(count)})
 
 
+def zstd_gather(tmp, raw, failures):
+    """A damaged chunk of a compressed shard: gather refuses the windows
+    that touch it, names the shard file (not the --out path), and writes
+    nothing; windows elsewhere are still served."""
+    zds = os.path.join(tmp, "zds")
+    r = run("pack", raw, zds, "--shard-size", "400K", "--on-error", "skip", "--compress", "zstd",
+            "--chunk-size", "4K", "--quiet")
+    assert r.returncode == 0, r.stderr
+    shard = os.path.join(zds, "shard-000001.cxs")
+    data, _, secs = layout(shard)
+    off, ln = [(o, n) for t, o, n in secs if t == 6][0]
+    data = bytearray(data)
+    data[off + ln // 2] ^= 0x40  # a chunk in the middle (the last ones hold only guard rows)
+    open(shard, "wb").write(bytes(data))
+    out = os.path.join(tmp, "zg.npy")
+    g = run("gather", zds, "--context", 5, "--all", "--out", out)
+    if g.returncode != 1:
+        failures.append(f"gather over a damaged chunk: exit {g.returncode}: {g.stderr.strip()}")
+    elif not g.stderr.startswith(f"ctxshard: {shard}: ") or "damaged compressed chunk" not in g.stderr:
+        failures.append(f"gather over a damaged chunk: the message does not name {shard}: "
+                        f"{g.stderr.strip()}")
+    if os.path.exists(out):
+        failures.append("gather over a damaged chunk left its output behind")
+    g = run("gather", zds, "--context", 5, "--frames", "0-9", "--out", out)
+    if g.returncode != 0 or not os.path.exists(out):
+        failures.append(f"gather of undamaged windows failed: {g.stderr.strip()}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ctxshard-corrupt-")
     failures, cases = [], {"flip": 0, "truncate": 0}
@@ -94,6 +122,7 @@ def main():
                 check(f"{name} cut to {cut} bytes", path, cut, None)
             open(path, "wb").write(orig)
         assert run("verify", ds).returncode == 0
+        zstd_gather(tmp, raw, failures)
     finally:
         shutil.rmtree(tmp)
     print(f"{cases['flip']} flipped bytes and {cases['truncate']} truncations over "

@@ -28,6 +28,85 @@ def put(target, name, data):
         f.write(data)
 
 
+def zframe(content, fcs=True, checksum=False, dict_id=0, skippable=False):
+    """One zstd frame holding `content` in a single raw block (RFC 8878),
+    with or without Frame_Content_Size, a Content_Checksum (a wrong one:
+    the reader must check it) or a Dictionary_ID."""
+    if skippable:
+        return struct.pack("<II", 0x184D2A50, len(content)) + content
+    fhd = (0x20 if fcs else 0) | (0x04 if checksum else 0) | (1 if dict_id else 0)
+    out = struct.pack("<I", 0xFD2FB528) + bytes([fhd])
+    if not fcs:
+        out += bytes([0x00])  # Window_Descriptor: 1 KiB window
+    if dict_id:
+        out += bytes([dict_id])
+    if fcs:
+        out += bytes([len(content)])  # single segment, 1-byte size (< 256)
+    out += struct.pack("<I", 1 | (len(content) << 3))[:3] + content  # last, raw
+    if checksum:
+        out += b"\0\0\0\0"
+    return out
+
+
+def section(data, t):
+    n = struct.unpack_from("<I", data, 24)[0]
+    for i in range(n):
+        typ, _, off, ln, _ = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
+        if typ == t:
+            return off, ln, 64 + 32 * i
+    raise KeyError(t)
+
+
+def with_chunks(shard, frames):
+    """The shard with its chunks replaced by `frames` (ends, lengths and
+    offsets set; fuzz_zshard recomputes every checksum)."""
+    d = bytearray(shard)
+    zoff, zlen, ze = section(d, 6)
+    coff, clen, _ = section(d, 7)
+    z = b"".join(frames)
+    assert len(z) <= 4096, "ZFEATURES must keep its page"
+    d[zoff:zoff + 4096] = z + bytes(4096 - len(z))
+    struct.pack_into("<Q", d, ze + 16, len(z))
+    struct.pack_into("<Q", d, coff + 24, len(frames))
+    end = 0
+    for c, f in enumerate(frames):
+        end += len(f)
+        struct.pack_into("<Q", d, coff + 64 + 16 * c, end)
+    return bytes(d)
+
+
+def zshard_seeds():
+    """Compressed shards (the golden vectors) and mutations of their CHUNKS
+    and ZFEATURES that a reader must refuse or read."""
+    valid = os.path.join(HERE, "..", "golden", "valid")
+    z = open(os.path.join(valid, "tiny-zstd", "shard-000000.cxs"), "rb").read()
+    zn = open(os.path.join(valid, "tiny-zstd-noshuffle", "shard-000000.cxs"), "rb").read()
+    put("zshard", "tiny-zstd", z)
+    put("zshard", "tiny-zstd-noshuffle", zn)
+    coff, _, _ = section(zn, 7)
+    for name, off, fmt, val in [("codec", 0, "<I", 2), ("filter", 4, "<I", 7),
+                                ("raw-length", 8, "<Q", 72), ("chunk-rows", 16, "<I", 4),
+                                ("num-chunks", 24, "<Q", 3), ("reserved", 40, "<I", 1)]:
+        d = bytearray(zn)
+        struct.pack_into(fmt, d, coff + off, val)
+        put("zshard", "head-" + name, bytes(d))
+    # tiny's FEATURES rows (8 rows of 2 float32), as raw frames: 5 + 3 rows
+    feats = open(os.path.join(GOLDEN, "shard-000000.cxs"), "rb").read()
+    foff, flen, _ = section(feats, 4)
+    rows = feats[foff:foff + flen]
+    c0, c1 = rows[:40], rows[40:]
+    put("zshard", "raw-frames", with_chunks(zn, [zframe(c0), zframe(c1)]))
+    put("zshard", "no-content-size", with_chunks(zn, [zframe(c0, fcs=False), zframe(c1)]))
+    put("zshard", "content-checksum", with_chunks(zn, [zframe(c0, checksum=True), zframe(c1)]))
+    put("zshard", "dictionary", with_chunks(zn, [zframe(c0, dict_id=7), zframe(c1)]))
+    put("zshard", "skippable", with_chunks(zn, [zframe(c0, skippable=True), zframe(c1)]))
+    put("zshard", "trailing", with_chunks(zn, [zframe(c0) + b"\0", zframe(c1)]))
+    put("zshard", "short-frame", with_chunks(zn, [zframe(c0[:32]), zframe(c1)]))
+    put("zshard", "nan-row", with_chunks(zn, [zframe(c0[:12] + b"\0\0\xc0\x7f" + c0[16:]),
+                                              zframe(c1)]))
+    put("zshard", "guard-row", with_chunks(zn, [zframe(b"\1" + c0[1:]), zframe(c1)]))
+
+
 def main():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(5, 3)).astype(np.float32)
@@ -53,6 +132,7 @@ def main():
     put("shard", "tiny", shard)
     put("shard", "truncated", shard[:4096 + 64])
     put("manifest", "tiny", struct.pack("<I", len(manifest)) + manifest + shard)
+    zshard_seeds()
 
 
 if __name__ == "__main__":

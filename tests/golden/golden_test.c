@@ -31,9 +31,10 @@ static float value(uint64_t frame, int64_t row, int d) {
     return frame < 3 ? utt_a[t][d] : utt_b[t][d];
 }
 
-/* valid/tiny, or valid/tiny-zstd (compressed: 3 chunks of 3 rows, same
- * decoded values, no zero-copy views). */
-static void valid(const char *dir, int compressed) {
+/* valid/tiny, or a compressed copy (valid/tiny-zstd: 3 chunks of 3 rows,
+ * byte shuffle; valid/tiny-zstd-noshuffle: 2 chunks of 5 rows, no filter):
+ * the same decoded values, no zero-copy views. */
+static void valid(const char *dir, int compressed, uint32_t chunk_rows, uint32_t shuffle) {
     cxs_dataset *ds;
     cxs_diag dg;
     int rc = cxs_dataset_open(dir, &ds, &dg);
@@ -50,7 +51,8 @@ static void valid(const char *dir, int compressed) {
     CHECK(in.min_length == 2 && in.max_length == 3);
     CHECK(in.format_minor == (compressed ? 1u : 0u));
     CHECK(in.compression == (compressed ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE));
-    if (compressed) CHECK(in.chunk_rows == 3 && in.shuffle == 1 && in.feature_bytes == 64);
+    if (compressed)
+        CHECK(in.chunk_rows == chunk_rows && in.shuffle == shuffle && in.feature_bytes == 64);
     CHECK(cxs_dataset_verify(ds, NULL, NULL, &dg) == 0);
     const char *sym;
     size_t n;
@@ -105,11 +107,11 @@ static void valid(const char *dir, int compressed) {
         CHECK(cxs_dataset_gather(ds, &f, 1, 1, CXS_GATHER_NORMALIZE, 1, outn, NULL) == 0);
         for (int r = -1; r <= 1; r++)
             for (int d = 0; d < 2; d++) {
-                uint32_t bits, want = 0;
+                uint32_t bits, want_bits = 0;
                 memcpy(&bits, &outn[(r + 1) * 2 + d], 4);
                 int64_t src = (int64_t)f + r, lo = f < 3 ? 0 : 3, hi = f < 3 ? 3 : 5;
-                if (src >= lo && src < hi) want = nv[src];
-                CHECK(bits == want);
+                if (src >= lo && src < hi) want_bits = nv[src];
+                CHECK(bits == want_bits);
             }
         /* The same through cxs_dataset_gather_norm with the stored statistics. */
         cxs_norm nm = {2, st.mean, st.var};
@@ -134,6 +136,74 @@ static void valid(const char *dir, int compressed) {
     CHECK(cxs_dataset_gather(ds, NULL, 0, 1, 0, 4, NULL, NULL) == 0);
     cxs_dataset_close(ds);
     cxs_dataset_close(NULL);
+}
+
+/* valid/tiny-f16 (spec Appendix A): features only, float16, guard 2.
+ * Utterance a is 1..6, b holds 0.1, -0.5, 1e-5 and 1000 as float16. */
+static void valid_f16(const char *dir) {
+    static const float vals[5][2] = {
+        {1, 2}, {3, 4}, {5, 6}, {0.0999755859375f, -0.5f}, {1.0013580322265625e-05f, 1000}};
+    static const uint16_t bits[5][2] = {{0x3c00, 0x4000}, {0x4200, 0x4400}, {0x4500, 0x4600},
+                                        {0x2e66, 0xb800}, {0x00a8, 0x63d0}};
+    /* spec Appendix A: mean and var, binary64 bits */
+    static const uint64_t stats_bits[4] = {0x3ffd1eb54ccccccdull, 0x406949999999999aull,
+                                           0x400d8451fd40b613ull, 0x41036b6fae147ae1ull};
+    cxs_dataset *ds;
+    cxs_diag dg;
+    int rc = cxs_dataset_open(dir, &ds, &dg);
+    CHECK(rc == 0);
+    if (rc) {
+        fprintf(stderr, "%s\n", dg.message);
+        return;
+    }
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    CHECK(in.num_frames == 5 && in.num_utterances == 2 && in.num_shards == 1);
+    CHECK(in.dim == 2 && in.guard == 2 && in.dtype == CXS_DTYPE_F16);
+    CHECK(in.vocab_size == 0 && in.label_width == 0 && in.format_minor == 0);
+    CHECK(in.compression == CXS_COMPRESSION_NONE && in.min_length == 2 && in.max_length == 3);
+    CHECK(cxs_dataset_verify(ds, NULL, NULL, &dg) == 0);
+    const char *sym;
+    size_t n;
+    CHECK(cxs_dataset_vocab(ds, 0, &sym, &n) == CXS_E_RANGE);
+    cxs_stats st;
+    cxs_dataset_stats(ds, &st);
+    CHECK(st.count == 5 && st.label_counts == NULL);
+    for (int i = 0; i < 4; i++) {
+        uint64_t b;
+        memcpy(&b, i < 2 ? &st.mean[i] : &st.var[i - 2], 8);
+        CHECK(b == stats_bits[i]);
+    }
+    uint32_t l;
+    CHECK(cxs_dataset_label(ds, 0, &l) == CXS_E_NO_LABELS);
+    for (uint64_t f = 0; f < 5; f++) {
+        int64_t lo = f < 3 ? 0 : 3, hi = f < 3 ? 3 : 5;
+        for (uint32_t k = 0; k <= 3; k++) {
+            float out[14];
+            CHECK(cxs_dataset_gather(ds, &f, 1, k, 0, 1, out, NULL) == 0);
+            for (int64_t r = -(int64_t)k; r <= (int64_t)k; r++)
+                for (int d = 0; d < 2; d++) {
+                    int64_t src = (int64_t)f + r;
+                    float want = src >= lo && src < hi ? vals[src][d] : 0.0f;
+                    CHECK(memcmp(&out[(r + k) * 2 + d], &want, 4) == 0);
+                }
+            const void *w;
+            if (k > 2) {
+                CHECK(cxs_dataset_window(ds, f, k, &w) == CXS_E_RANGE);
+                continue;
+            }
+            CHECK(cxs_dataset_window(ds, f, k, &w) == 0);
+            const uint8_t *p = w;
+            for (int64_t r = -(int64_t)k; r <= (int64_t)k; r++)
+                for (int d = 0; d < 2; d++) {
+                    int64_t src = (int64_t)f + r;
+                    uint16_t want = src >= lo && src < hi ? bits[src][d] : 0, got;
+                    memcpy(&got, p + 2 * ((r + k) * 2 + d), 2);
+                    CHECK(got == want);
+                }
+        }
+    }
+    cxs_dataset_close(ds);
 }
 
 static int code_of(const char *name) {
@@ -185,9 +255,13 @@ int main(int argc, char **argv) {
     if (argc != 2) return 2;
     char p[4096];
     snprintf(p, sizeof p, "%s/valid/tiny", argv[1]);
-    valid(p, 0);
+    valid(p, 0, 0, 0);
     snprintf(p, sizeof p, "%s/valid/tiny-zstd", argv[1]);
-    valid(p, 1);
+    valid(p, 1, 3, 1);
+    snprintf(p, sizeof p, "%s/valid/tiny-zstd-noshuffle", argv[1]);
+    valid(p, 1, 5, 0);
+    snprintf(p, sizeof p, "%s/valid/tiny-f16", argv[1]);
+    valid_f16(p);
     snprintf(p, sizeof p, "%s/invalid", argv[1]);
     invalid(p);
     if (failures) fprintf(stderr, "%d failures\n", failures);

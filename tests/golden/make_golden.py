@@ -4,8 +4,12 @@ used in spec/format.md's appendix.  Run from the repository root:
     /usr/bin/python3 tests/golden/make_golden.py build/tools/ctxshard
 
 valid/tiny is the packed form of a two-utterance dataset with known values;
-invalid/ holds one damaged copy per rule, listed in invalid/EXPECTED with
-the step that must refuse it (open or verify) and the error code."""
+valid/tiny-zstd and valid/tiny-zstd-noshuffle are it compressed (with and
+without the byte-shuffle filter); valid/tiny-f16 is a features-only
+dataset stored as float16 with guard 2.  invalid/ holds one damaged copy of
+tiny per rule, listed in invalid/EXPECTED with the step that must refuse it
+(open or verify) and the error code.  The compressed bytes depend on the
+zstd version; the decoded values do not."""
 import os
 import shutil
 import struct
@@ -31,6 +35,16 @@ def raw_tiny(root):
     np.save(os.path.join(root, "transcript", "b.npy"), np.array(["[SOS]", "B", "B", "[EOS]"]))
     with open(os.path.join(root, "vocab.txt"), "w") as f:
         f.write("\n".join(VOCAB) + "\n")
+
+
+def raw_f16(root):
+    """Features only (no transcript/): a test split.  b's values exercise
+    float16 rounding (0.1), a subnormal (1e-5) and a large value."""
+    os.makedirs(os.path.join(root, "mfcc"))
+    a = np.arange(1, 7, dtype=np.float32).reshape(3, 2)
+    b = np.array([[0.1, -0.5], [1e-5, 1000]], dtype=np.float32)
+    np.save(os.path.join(root, "mfcc", "a.npy"), a)
+    np.save(os.path.join(root, "mfcc", "b.npy"), b)
 
 
 def sections(path):
@@ -68,6 +82,18 @@ def main():
         raw_tiny(tmp)
         subprocess.run([EXE, "pack", tmp, tiny, "--guard", "1", "--vocab",
                         os.path.join(tmp, "vocab.txt"), "--threads", "1", "--quiet"], check=True)
+    for name, args in [("tiny-zstd", ["--chunk-size", "24"]),
+                       ("tiny-zstd-noshuffle", ["--chunk-size", "40", "--no-shuffle"])]:
+        dst = os.path.join(HERE, "valid", name)
+        shutil.rmtree(dst, ignore_errors=True)
+        subprocess.run([EXE, "convert", tiny, dst, "--compress", "zstd:3", *args,
+                        "--threads", "1", "--quiet"], check=True)
+    f16 = os.path.join(HERE, "valid", "tiny-f16")
+    shutil.rmtree(f16, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw_f16(tmp)
+        subprocess.run([EXE, "pack", tmp, f16, "--guard", "2", "--dtype", "f16",
+                        "--threads", "1", "--quiet"], check=True)
     shard = "shard-000000.cxs"
     sd, ss = sections(os.path.join(tiny, shard))
     md, ms = sections(os.path.join(tiny, "manifest.cxs"))
@@ -100,6 +126,18 @@ def main():
         os.remove(os.path.join(HERE, "invalid", "missing-shard", shard))
         exp.write("missing-shard open ENOENT\n")
     hexdump(tiny)
+    hexdump(f16)
+    chunks(os.path.join(HERE, "valid", "tiny-zstd-noshuffle", shard))
+
+
+def chunks(path):
+    """The CHUNKS head and entries of a compressed shard, for the appendix."""
+    data, secs = sections(path)
+    off, ln, _ = secs[7]
+    codec, filt, raw, rows, level, n = struct.unpack_from("<IIQIiQ", data, off)
+    ends = [struct.unpack_from("<QQ", data, off + 64 + 16 * c) for c in range(n)]
+    print(f"CHUNKS of {path}: codec {codec} filter {filt} raw_length {raw} chunk_rows {rows} "
+          f"level {level} num_chunks {n}; ends {[e for e, _ in ends]}")
 
 
 def bump_major(d):

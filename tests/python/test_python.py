@@ -160,7 +160,7 @@ class Binding(unittest.TestCase):
         import ctxshard.gpu as g
 
         def spec(windows, mask, mean, var):
-            s = np.where(var > 0, 1.0 / np.sqrt(var), 1.0)
+            s = 1.0 / np.sqrt(np.where(var > 0, var, 1.0))  # spec §7.4
             D = mean.size
             x = windows.reshape(len(windows), -1, D).astype(np.float64)
             y = ((x - mean) * s).astype(np.float32)

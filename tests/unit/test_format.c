@@ -117,6 +117,91 @@ TEST(strtab) {
 }
 END_TEST_
 
+/* VOCAB symbols must be distinct (spec section 5.3): CXS_E_CORRUPT. */
+TEST(strtab_distinct) {
+    uint8_t t[8 * 4 + 6];
+    cxs_diag d;
+    cxs_st64(t, 0);
+    cxs_st64(t + 8, 2);
+    cxs_st64(t + 16, 3);
+    cxs_st64(t + 24, 6);
+    memcpy(t + 32, "abcabc", 6); /* "ab" "c" "abc" */
+    EXPECT_INT(cxs_strtab_check(t, sizeof t, 3, 10, "VOCAB", "x", &d), 0);
+    EXPECT_INT(cxs_strtab_distinct(t, 3, "VOCAB", "x", &d), 0);
+    cxs_st64(t + 16, 4); /* "ab" "ca" "bc": still distinct */
+    EXPECT_INT(cxs_strtab_distinct(t, 3, "VOCAB", "x", &d), 0);
+    memcpy(t + 32, "abcaab", 6); /* "ab" "ca" "ab" */
+    EXPECT_INT(cxs_strtab_distinct(t, 3, "VOCAB", "x", &d), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "strings 0 and 2 are both 'ab'");
+    EXPECT_INT(cxs_strtab_distinct(t, 1, "VOCAB", "x", &d), 0);
+}
+END_TEST_
+
+/* The CHUNKS head (spec section 4.6): codec and filter first
+ * (CXS_E_UNSUPPORTED), then raw_length, chunk_rows, num_chunks, reserved
+ * bytes, entries (CXS_E_CORRUPT). */
+TEST(chunks_order) {
+    uint8_t c[CXS_CHUNKS_HEAD + 2 * CXS_CHUNK_ENTRY];
+    cxs_chunks_head h = {CXS_COMPRESS_ZSTD, CXS_FILTER_SHUFFLE, 5 * 8, 3, 3, 2};
+    cxs_chunks_head out;
+    cxs_diag d;
+    /* 5 rows of 8 bytes, 3 rows per chunk: 2 chunks ending at 10 and 17 */
+#define RESET()                                                                \
+    do {                                                                       \
+        cxs_chunks_head_store(c, &h);                                          \
+        cxs_st64(c + CXS_CHUNKS_HEAD, 10);                                     \
+        cxs_st64(c + CXS_CHUNKS_HEAD + 8, 1);                                  \
+        cxs_st64(c + CXS_CHUNKS_HEAD + 16, 17);                                \
+        cxs_st64(c + CXS_CHUNKS_HEAD + 24, 2);                                 \
+    } while (0)
+#define LOAD() cxs_chunks_load(c, sizeof c, 40, 8, 17, &out, "x", &d)
+    RESET();
+    EXPECT_INT(LOAD(), 0);
+    EXPECT_UINT(out.num_chunks, 2);
+    /* every field wrong at once: the codec is reported */
+    RESET();
+    cxs_st32(c, 9);
+    cxs_st32(c + 4, 9);
+    cxs_st64(c + 8, 41);
+    cxs_st32(c + 16, 0);
+    cxs_st64(c + 24, 7);
+    c[40] = 1;
+    cxs_st64(c + CXS_CHUNKS_HEAD, 0);
+    EXPECT_INT(LOAD(), CXS_E_UNSUPPORTED);
+    EXPECT_STR_HAS(d.message, "codec");
+    cxs_st32(c, CXS_COMPRESS_ZSTD);
+    EXPECT_INT(LOAD(), CXS_E_UNSUPPORTED);
+    EXPECT_STR_HAS(d.message, "filter");
+    cxs_st32(c + 4, 0);
+    EXPECT_INT(LOAD(), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "raw length");
+    cxs_st64(c + 8, 40);
+    EXPECT_INT(LOAD(), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "rows per chunk");
+    cxs_st32(c + 16, 3);
+    EXPECT_INT(LOAD(), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "expected 2 chunks");
+    cxs_st64(c + 24, 2);
+    EXPECT_INT(LOAD(), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "reserved");
+    c[40] = 0;
+    EXPECT_INT(LOAD(), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "chunk 0 ends at 0");
+    /* 0 < end[0] < end[1] = the ZFEATURES length */
+    RESET();
+    cxs_st64(c + CXS_CHUNKS_HEAD + 16, 10);
+    EXPECT_INT(LOAD(), CXS_E_CORRUPT);
+    RESET();
+    cxs_st64(c + CXS_CHUNKS_HEAD + 16, 16);
+    EXPECT_INT(LOAD(), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(d.message, "ZFEATURES is 17 bytes");
+    RESET();
+    EXPECT_INT(cxs_chunks_load(c, 63, 40, 8, 17, &out, "x", &d), CXS_E_CORRUPT);
+#undef RESET
+#undef LOAD
+}
+END_TEST_
+
 TEST(le_helpers) {
     uint8_t b[8];
     cxs_st64(b, 0x0102030405060708ull);
@@ -143,4 +228,5 @@ TEST(shard_file_size) {
 }
 END_TEST_
 
-RUN_SUITE("format", round_trip, refusals, strtab, le_helpers, shard_file_size)
+RUN_SUITE("format", round_trip, refusals, strtab, strtab_distinct, chunks_order, le_helpers,
+          shard_file_size)
