@@ -374,6 +374,48 @@ TEST(loader_matches_gather) {
 }
 END_TEST_
 
+/* A loader normalising with statistics of another dataset (train's, for a
+ * dev split): the same windows as cxs_dataset_gather_norm with them; a
+ * norm of another dimension is refused at create. */
+TEST(loader_norm_from_other_stats) {
+    const uint32_t D = info.dim, B = 500, k = 2, W = (2 * k + 1) * D;
+    double *mean = malloc(D * 8), *var = malloc(D * 8);
+    cxs_stats st;
+    cxs_dataset_stats(ds, &st);
+    for (uint32_t d = 0; d < D; d++) {
+        mean[d] = st.mean[d] + 1.0; /* anything but the dataset's own */
+        var[d] = d == 3 ? 0.0 : st.var[d] * 4.0; /* and a zero variance */
+    }
+    cxs_norm nrm = {D, mean, var};
+    cxs_sampler *s;
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 4, .world_size = 1};
+    EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
+    cxs_loader *l;
+    cxs_loader_opts lo = {.k = k, .batch_size = B, .threads = 2, .flags = CXS_GATHER_NORMALIZE,
+                          .labels = 1, .norm = &nrm};
+    EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
+    float *x = malloc((size_t)B * W * 4), *own = malloc((size_t)B * W * 4);
+    int64_t y[500];
+    for (int i = 0; i < 3; i++) {
+        const cxs_batch *b;
+        EXPECT_INT(cxs_loader_next(l, &b), 0);
+        EXPECT_INT(cxs_dataset_gather_norm(ds, b->frames, b->n, k, &nrm, 1, x, y), 0);
+        ck_assert(memcmp(x, b->x, b->n * W * 4) == 0 && memcmp(y, b->y, b->n * 8) == 0);
+        /* and not what the dataset's own statistics give */
+        EXPECT_INT(cxs_dataset_gather(ds, b->frames, b->n, k, CXS_GATHER_NORMALIZE, 1, own, y), 0);
+        ck_assert(memcmp(own, b->x, b->n * W * 4) != 0);
+    }
+    cxs_loader_free(l);
+    nrm.dim = D + 1;
+    EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), CXS_E_INVALID);
+    cxs_sampler_free(s);
+    free(mean);
+    free(var);
+    free(x);
+    free(own);
+}
+END_TEST_
+
 TEST(labels_of_and_shard_labels) {
     uint64_t f[5] = {info.num_frames - 1, 0, 17, info.num_frames / 2, 3};
     int64_t a[5], b;
@@ -681,7 +723,8 @@ int main(int argc, char **argv) {
     const TTest *tests[] = {gather_matches_views, gather_threads_and_normalize, bad_arguments,
                             shuffle_is_a_permutation, sequential_is_in_order, ranks_partition,
                             weighted_matches_distribution, loader_matches_gather,
-                            labels_of_and_shard_labels, loader_reset_and_early_free,
+                            labels_of_and_shard_labels, loader_norm_from_other_stats,
+                            loader_reset_and_early_free,
                             loader_external_buffers, concurrent_threads_and_forks,
                             loader_after_fork, single_shard, open_close_repeatedly};
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
