@@ -252,6 +252,8 @@ class Scale(unittest.TestCase):
         a = self.parts(self.raw, 2, prefix="ra")
         b = self.parts(self.raw, 2, "--dtype", "f16", prefix="rb")
         c = self.parts(self.raw, 3, prefix="rc")
+        g = self.parts(self.raw, 2, "--guard", "8", prefix="rg")
+        s = self.parts(self.raw, 2, "--shard-size", "200K", prefix="rs")
         out = self.path("refused")
         cases = [
             ([a[0]], "every part is needed"),
@@ -259,7 +261,12 @@ class Scale(unittest.TestCase):
             ([a[1], a[1]], "part 1 of 2 is missing"),
             ([c[1], c[2], c[2]], "part 1 of 3 is missing"),
             ([c[0], c[2], c[2]], "part 2 of 3 is missing"),
-            ([a[0], b[1]], "different options"),
+            # the option that differs, with both values (not "different inputs", although
+            # these options change the shard layout too)
+            ([a[0], b[1]], f"{b[1]} was packed with --dtype f16, {a[0]} with --dtype f32"),
+            ([a[0], g[1]], f"{g[1]} was packed with --guard 8, {a[0]} with --guard 64"),
+            ([s[0], a[1]], f"{a[1]} was packed with --shard-size 1G, {s[0]} with --shard-size "
+                           "200K"),
             ([a[0], c[1]], "different number of parts"),
             ([a[0], self.plain], "a complete dataset, not a part"),
         ]
@@ -273,7 +280,8 @@ class Scale(unittest.TestCase):
         d = self.parts(raw2, 2, prefix="rd")
         cases.append(([a[0], d[1]], "different inputs"))
         z = self.parts(self.raw, 2, "--compress", "zstd", prefix="rz")
-        cases.append(([a[0], z[1]], "different compression options"))
+        cases.append(([a[0], z[1]], f"{z[1]} was packed with --compress zstd, {a[0]} with "
+                                    "--compress none"))
         for dirs, needle in cases:
             with self.subTest(needle=needle):
                 rc, _, err = run("merge", *dirs, out)
@@ -287,4 +295,4 @@ class Scale(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=1)
+    unittest.main(argv=sys.argv[:1] + sys.argv[4:], verbosity=1)
