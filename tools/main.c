@@ -400,7 +400,7 @@ int main(int argc, char **argv) {
     }
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
-                    CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0};
+                    CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0};
@@ -472,6 +472,7 @@ int main(int argc, char **argv) {
             po.guard = (uint32_t)v;
             break;
         case O_SHARD:
+            po.shard_size_set = 1;
             if (parse_size(optarg, &po.shard_size) || po.shard_size < MIN_SHARD_SIZE)
                 return usage_error(usage, "--shard-size: '%s' is not a size of at least 16K", optarg);
             break;

@@ -21,6 +21,7 @@ typedef struct pack_opts {
     uint64_t chunk_size; /* decoded bytes per chunk (whole rows, at most this) */
     int shuffle;         /* byte-shuffle filter before zstd */
     uint32_t part, parts; /* --part I/N: 1 <= part <= parts; parts 0: the whole */
+    int shard_size_set;  /* --shard-size given (else parts choose theirs) */
 } pack_opts;
 
 /* The command's defaults are the writer's. */

@@ -201,6 +201,127 @@ static int cmp_name_by_id(const void *a, const void *b) {
     return r ? r : strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Edit distance of two short names, case-insensitive (a typo's size). */
+static unsigned name_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 40 || lb > 40) return 99;
+    unsigned row[41];
+    for (size_t j = 0; j <= lb; j++) row[j] = (unsigned)j;
+    for (size_t i = 1; i <= la; i++) {
+        unsigned diag = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= lb; j++) {
+            unsigned up = row[j];
+            unsigned sub = diag + ((a[i - 1] | 0x20) != (b[j - 1] | 0x20));
+            unsigned best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The directory pack reads that name looks like a typo of, or NULL. */
+static const char *meant(const char *name) {
+    static const char *const known[] = {"transcript", "mfcc"};
+    for (int k = 0; k < 2; k++)
+        if (name_distance(name, known[k]) <= (k == 0 ? 3u : 1u) ||
+            (k == 0 && strncasecmp(name, "transcr", 7) == 0))
+            return known[k];
+    return NULL;
+}
+
+static int note(raw_set *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int note(raw_set *rs, const char *fmt, ...) {
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    size_t have = rs->notes ? strlen(rs->notes) : 0, add = strlen(line);
+    char *n = realloc(rs->notes, have + add + 2);
+    if (!n) return -1;
+    memcpy(n + have, line, add);
+    n[have + add] = '\n';
+    n[have + add + 1] = 0;
+    rs->notes = n;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The subdirectories of root other than mfcc/ and transcript/, in name
+ * order, each said in a note; whether one of them holds .npy files with
+ * the ids of mfcc/ (sorted names in ml) -- the labels, misplaced. */
+static void note_other_dirs(raw_set *rs, const char *root, const name_list *ml) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    name_list dirs = {0};
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, "mfcc") ||
+            !strcmp(de->d_name, "transcript"))
+            continue;
+        char *p = path_join(root, de->d_name);
+        struct stat st;
+        int isdir = p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+        free(p);
+        if (!isdir || dirs.n >= 64) continue;
+        char **ni = realloc(dirs.ids, (dirs.n + 1) * sizeof *ni);
+        if (!ni) break;
+        dirs.ids = ni;
+        if (!(dirs.ids[dirs.n] = strdup(de->d_name))) break;
+        dirs.n++;
+    }
+    closedir(d);
+    if (dirs.n) qsort(dirs.ids, dirs.n, sizeof *dirs.ids, cmp_str);
+    const char *sep = root[0] && root[strlen(root) - 1] == '/' ? "" : "/";
+    for (size_t k = 0; k < dirs.n; k++) {
+        const char *name = dirs.ids[k];
+        char *p = path_join(root, name);
+        name_list nl = {0};
+        char why[256];
+        size_t same = 0;
+        if (p && !rs->has_transcripts && list_npy(p, &nl, why, sizeof why) == 0)
+            for (size_t i = 0; i < nl.n; i++)
+                if (bsearch(&nl.ids[i], ml->ids, ml->n, sizeof *ml->ids, cmp_str)) same++;
+        const char *m = same ? "transcript" : meant(name);
+        if (same)
+            note(rs, "%s%s%s/ holds %zu .npy file%s named like those of mfcc/ but is not read: "
+                     "did you mean transcript/? Rename it (mv %s%s%s %s%stranscript) to pack "
+                     "the labels", root, sep, name, same, same == 1 ? "" : "s", root, sep, name,
+                 root, sep);
+        else if (m && !(rs->has_transcripts && !strcmp(m, "transcript")))
+            note(rs, "%s%s%s/ is not used: did you mean %s/?", root, sep, name, m);
+        else
+            note(rs, "%s%s%s/ is not used (pack reads mfcc/ and transcript/ only)", root, sep,
+                 name);
+        for (size_t i = 0; i < nl.n; i++) free(nl.ids[i]);
+        free(nl.ids);
+        free(p);
+        free(dirs.ids[k]);
+    }
+    free(dirs.ids);
+}
+
+/* A split without transcripts is a test split; say so when the name does
+ * not. */
+static void note_no_transcripts(raw_set *rs, const char *root) {
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && root[b - 1] != '/') b--;
+    char base[256];
+    snprintf(base, sizeof base, "%.*s", (int)(n - b), root + b);
+    for (char *c = base; *c; c++) *c = (char)(*c | 0x20);
+    if (strstr(base, "test") || strstr(base, "eval")) return;
+    const char *sep = root[0] && root[strlen(root) - 1] == '/' ? "" : "/";
+    note(rs, "%s: no transcript/ directory: features only, without labels (a train or dev split "
+             "needs %s%stranscript/<id>.npy; only a test split has none)", root, root, sep);
+}
+
 int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
     memset(rs, 0, sizeof *rs);
     struct stat st;
@@ -215,7 +336,16 @@ int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
         goto out;
     }
     if (stat(md, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        say(why, wn, "%s: no mfcc/ directory (expected %s/<id>.npy)", md, md);
+        /* A near name (MFCC/, mfccs/) is the likely mistake: name it. */
+        char near[4200] = "";
+        DIR *d = opendir(root);
+        struct dirent *de;
+        while (d && (de = readdir(d)) && !near[0])
+            if (de->d_name[0] != '.' && meant(de->d_name) && !strcmp(meant(de->d_name), "mfcc"))
+                snprintf(near, sizeof near, "; %.2000s/%.255s/ is there: did you mean mfcc/? (rename it)",
+                         root, de->d_name);
+        if (d) closedir(d);
+        say(why, wn, "%s: no mfcc/ directory (expected %s/<id>.npy)%s", md, md, near);
         goto out;
     }
     if (list_npy(md, &ml, why, wn)) goto out;
@@ -227,6 +357,20 @@ int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
     }
     qsort(ml.ids, ml.n, sizeof *ml.ids, cmp_name_by_id);
     if (tl.n) qsort(tl.ids, tl.n, sizeof *tl.ids, cmp_name_by_id);
+    {
+        /* The ids of mfcc/ in plain byte order, for the misplaced-labels
+         * test (file names: same id, same name, for ".npy"). */
+        name_list sorted = {malloc(ml.n * sizeof *ml.ids), ml.n, ml.n};
+        if (sorted.ids) {
+            memcpy(sorted.ids, ml.ids, ml.n * sizeof *ml.ids);
+            qsort(sorted.ids, sorted.n, sizeof *sorted.ids, cmp_str);
+            size_t before = rs->notes ? strlen(rs->notes) : 0;
+            note_other_dirs(rs, root, &sorted);
+            int misplaced = rs->notes && strstr(rs->notes + before, "did you mean transcript/? Rename");
+            if (!rs->has_transcripts && !misplaced) note_no_transcripts(rs, root);
+            free(sorted.ids);
+        }
+    }
     rs->items = calloc(ml.n + tl.n, sizeof *rs->items);
     if (!rs->items) {
         say(why, wn, "out of memory");
@@ -265,6 +409,7 @@ void raw_free(raw_set *rs) {
     }
     free(rs->items);
     free(rs->root);
+    free(rs->notes);
     memset(rs, 0, sizeof *rs);
 }
 

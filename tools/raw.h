@@ -37,13 +37,18 @@ typedef struct raw_item {
 typedef struct raw_set {
     char *root;
     int has_transcripts;
+    char *notes; /* warnings about the layout, one a line ("" when none) */
     size_t n;
     raw_item *items; /* sorted by id, byte order */
 } raw_set;
 
 /* List and pair the files.  Problems that concern the whole directory
  * (missing mfcc/, unreadable) fail; per-id problems (unpaired, duplicate,
- * odd names) are left for raw_item_problem(). */
+ * odd names) are left for raw_item_problem().  What looks like a mistake
+ * in the layout but leaves a valid dataset goes into rs->notes: a
+ * subdirectory that is not read (named, with "did you mean transcript/?"
+ * when it holds .npy files of the same ids or its name is close), no
+ * transcript/ beside a RAW whose name does not say "test". */
 int raw_list(const char *root, raw_set *rs, char *why, size_t wn);
 void raw_free(raw_set *rs);
 /* A problem of the listing for item i (unpaired, duplicate id, odd name),
