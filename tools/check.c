@@ -9,10 +9,12 @@
 #include "raw.h"
 #include "util.h"
 
-int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int quiet) {
+int check_run(const char *rawdir, const pack_opts *o) {
+    const unsigned threads = o->threads;
+    const int quiet = o->quiet;
     raw_set rs;
     vocab v;
-    int ec = open_raw(rawdir, vocab_path, &rs, &v);
+    int ec = open_raw(rawdir, o->vocab_path, o->sos, o->eos, &rs, &v);
     if (ec) return ec;
     conv_opts co = {CXS_DTYPE_F32, CXS_NORM_NONE, rs.has_transcripts ? &v : NULL};
     /* The width is the most common one, so the headers come first (a few

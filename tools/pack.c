@@ -186,7 +186,7 @@ void say_stale(const cxs_writer *w, const char *out, int quiet) {
 int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     raw_set rs;
     vocab v;
-    int ec = open_raw(rawdir, o->vocab_path, &rs, &v), rc = 0;
+    int ec = open_raw(rawdir, o->vocab_path, o->sos, o->eos, &rs, &v), rc = 0;
     if (ec) return ec;
     pipeline p = {0};
     plan pl = {0};

@@ -177,17 +177,23 @@ void width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char *
     }
 }
 
-static int load_vocab(const char *path, vocab *v) {
+static int load_vocab(const char *path, const char *sos, const char *eos, vocab *v) {
     char why[WHY_SIZE];
     if (path ? vocab_load(v, path, why, sizeof why) : vocab_default(v)) {
         warnx_("%s", path ? why : "out of memory");
         vocab_free(v);
         return path ? EXIT_USAGE : EXIT_SYSTEM;
     }
+    if (vocab_markers(v, sos, eos, why, sizeof why)) {
+        warnx_("%s", why);
+        vocab_free(v);
+        return EXIT_USAGE;
+    }
     return 0;
 }
 
-int open_raw(const char *rawdir, const char *vocab_path, raw_set *rs, vocab *v) {
+int open_raw(const char *rawdir, const char *vocab_path, const char *sos, const char *eos,
+             raw_set *rs, vocab *v) {
     char why[WHY_SIZE];
     memset(v, 0, sizeof *v);
     if (raw_list(rawdir, rs, why, sizeof why)) {
@@ -199,7 +205,7 @@ int open_raw(const char *rawdir, const char *vocab_path, raw_set *rs, vocab *v) 
         warnx_("%.*s", (int)(e - l), l);
         l = e + 1;
     }
-    int ec = rs->has_transcripts ? load_vocab(vocab_path, v) : 0;
+    int ec = rs->has_transcripts ? load_vocab(vocab_path, sos, eos, v) : 0;
     if (ec) raw_free(rs);
     return ec;
 }

@@ -60,7 +60,9 @@ uint32_t width_majority(const raw_set *rs, const uint32_t *D, char *census, size
 void width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char *census);
 
 /* List RAW and load the vocabulary its transcripts need (none without
- * transcripts).  Returns 0 or an exit code, having printed why. */
-int open_raw(const char *rawdir, const char *vocab_path, raw_set *rs, vocab *v);
+ * transcripts), with the start and end symbols sos and eos (NULL: [SOS],
+ * [EOS]).  Returns 0 or an exit code, having printed why. */
+int open_raw(const char *rawdir, const char *vocab_path, const char *sos, const char *eos,
+             raw_set *rs, vocab *v);
 
 #endif

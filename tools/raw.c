@@ -86,8 +86,6 @@ static int vocab_add(vocab *v, const char *s, size_t n, char *why, size_t wn) {
     uint32_t h = fnv(s, n) & v->mask;
     while (v->table[h]) h = (h + 1) & v->mask;
     v->table[h] = v->n + 1;
-    if (n == 5 && memcmp(s, SOS_SYMBOL, 5) == 0) v->sos = v->n;
-    if (n == 5 && memcmp(s, EOS_SYMBOL, 5) == 0) v->eos = v->n;
     v->n++;
     return 0;
 }
@@ -97,6 +95,8 @@ static int vocab_init(vocab *v) {
     v->mask = 63;
     v->table = calloc(64, sizeof *v->table);
     v->sos = v->eos = -1;
+    snprintf(v->sos_name, sizeof v->sos_name, "%s", SOS_SYMBOL);
+    snprintf(v->eos_name, sizeof v->eos_name, "%s", EOS_SYMBOL);
     return v->table ? 0 : -1;
 }
 
@@ -145,6 +145,27 @@ int vocab_load(vocab *v, const char *path, char *why, size_t wn) {
     }
     free(buf);
     if (v->n == 0) return say(why, wn, "%s: no symbols", path);
+    return 0;
+}
+
+int vocab_markers(vocab *v, const char *sos, const char *eos, char *why, size_t wn) {
+    const char *s = sos ? sos : SOS_SYMBOL, *e = eos ? eos : EOS_SYMBOL;
+    for (int k = 0; k < 2; k++) {
+        const char *m = k ? e : s;
+        size_t n = strlen(m);
+        int ctl = 0;
+        for (size_t i = 0; i < n; i++) ctl |= (uint8_t)m[i] < 0x20;
+        if (n == 0 || n > CXS_MAX_SYMBOL_LEN || ctl)
+            return say(why, wn, "%s '%s': a symbol is 1..%u bytes, no control bytes",
+                       k ? "--eos" : "--sos", m, CXS_MAX_SYMBOL_LEN);
+    }
+    if (!strcmp(s, e))
+        return say(why, wn, "--sos and --eos are both '%s'; the start and end symbols must differ",
+                   s);
+    snprintf(v->sos_name, sizeof v->sos_name, "%s", s);
+    snprintf(v->eos_name, sizeof v->eos_name, "%s", e);
+    v->sos = vocab_find(v, s, strlen(s));
+    v->eos = vocab_find(v, e, strlen(e));
     return 0;
 }
 
@@ -582,8 +603,9 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
         return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
                             "integers", path, h.kind);
     if (h.count != u->T + 2)
-        return say(why, wn, "%s: %llu symbols, expected %llu ([SOS], one per frame of %s, [EOS])",
-                   path, (unsigned long long)h.count, (unsigned long long)u->T + 2, mfcc);
+        return say(why, wn, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s)",
+                   path, (unsigned long long)h.count, (unsigned long long)u->T + 2, v->sos_name,
+                   mfcc, v->eos_name);
     if ((h.kind == 'U' && h.itemsize > 4 * MAX_SYMBOL_CHARS) ||
         (h.kind == 'S' && h.itemsize > 4 * MAX_SYMBOL_CHARS))
         return say(why, wn, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
@@ -596,8 +618,8 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
     const uint8_t *src = buf + h.data_offset;
     const int ints = h.kind == 'i' || h.kind == 'u';
     if (ints && (v->sos < 0 || v->eos < 0))
-        return say(why, wn, "%s: integer transcripts need [SOS] and [EOS] in the vocabulary",
-                   path);
+        return say(why, wn, "%s: integer transcripts need %s and %s in the vocabulary", path,
+                   v->sos_name, v->eos_name);
     char sym[1024];
     size_t sl;
     int64_t prev_idx = -1;
@@ -630,22 +652,23 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
             }
         }
         if (j == 0 || j + 1 == h.count) {
-            const char *want = j == 0 ? SOS_SYMBOL : EOS_SYMBOL;
+            const char *want = j == 0 ? v->sos_name : v->eos_name;
             int ok = ints ? idx == (j == 0 ? v->sos : v->eos)
-                          : (sl == 5 && memcmp(sym, want, 5) == 0);
+                          : (sl == strlen(want) && memcmp(sym, want, sl) == 0);
             if (!ok) {
                 if (ints)
                     return say(why, wn, "%s: position %llu: label %lld, expected %s (%lld)", path,
                                (unsigned long long)j, (long long)idx, want,
                                (long long)(j == 0 ? v->sos : v->eos));
-                return say(why, wn, "%s: position %llu: '%s', expected %s", path,
+                return say(why, wn, "%s: position %llu: '%s', expected %s (transcripts with "
+                                    "other start and end symbols: --sos SYM --eos SYM)", path,
                            (unsigned long long)j, sym, want);
             }
             continue;
         }
         if (idx == v->sos || idx == v->eos)
             return say(why, wn, "%s: position %llu: %s inside the transcript", path,
-                       (unsigned long long)j, idx == v->sos ? SOS_SYMBOL : EOS_SYMBOL);
+                       (unsigned long long)j, idx == v->sos ? v->sos_name : v->eos_name);
         if (lw == 1) u->labels[j - 1] = (uint8_t)idx;
         else cxs_st16(u->labels + 2 * (j - 1), (uint16_t)idx);
     }

@@ -292,6 +292,37 @@ class Inputs(Base):
         rc, _, err = run("check", self.raw)
         self.assertIn(f"{self.raw}/Transcript/ is not used: did you mean transcript/?", err)
 
+    def test_renamed_start_end_symbols(self):
+        # A vocabulary whose markers are <s> and </s>: --sos/--eos name them.
+        vocab = os.path.join(self.tmp, "vocab.txt")
+        with open(vocab, "w") as f:
+            f.write("[SIL]\nAA\nAE\nAH\nAO\nAW\nAY\nB\nCH\nD\nDH\nEH\nER\nEY\nF\nG\nHH\nIH\n"
+                    "IY\nJH\nK\nL\nM\nN\nNG\nOW\nOY\nP\nR\nS\nSH\nT\nTH\nUH\nUW\nV\nW\nY\nZ\n"
+                    "ZH\n<s>\n</s>\n")
+        want = os.path.join(self.tmp, "want")
+        self.assertEqual(run("pack", self.raw, want, "--quiet")[0], 0)
+        for uid in self.ids:
+            t = np.load(self.trans(uid))
+            t[0], t[-1] = "<s>", "</s>"
+            np.save(self.trans(uid), t)
+        rc, _, err = run("check", self.raw, "--vocab", vocab)
+        self.assertEqual(rc, 1)
+        self.assertIn(f"{self.trans(self.ids[0])}: position 0: '<s>', expected [SOS] (transcripts "
+                      "with other start and end symbols: --sos SYM --eos SYM)", err)
+        rc, out, err = run("check", self.raw, "--vocab", vocab, "--sos", "<s>", "--eos", "</s>")
+        self.assertEqual(rc, 0, err)
+        got = os.path.join(self.tmp, "got")
+        rc, _, err = run("pack", self.raw, got, "--vocab", vocab, "--sos", "<s>", "--eos", "</s>",
+                         "--quiet")
+        self.assertEqual(rc, 0, err)
+        # Same labels and indices as the default markers give.
+        for name in ("manifest.cxs", "shard-000000.cxs"):
+            a, b = open(os.path.join(want, name), "rb").read(), open(os.path.join(got, name), "rb").read()
+            self.assertEqual(len(a), len(b), name)
+        rc, _, err = run("check", self.raw, "--sos", "x", "--eos", "x")
+        self.assertEqual(rc, 2)
+        self.assertIn("--sos and --eos are both 'x'; the start and end symbols must differ", err)
+
     def test_no_transcripts_beside_a_train_name(self):
         shutil.rmtree(os.path.join(self.raw, "transcript"))
         rc, _, err = run("check", self.raw)
