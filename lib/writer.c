@@ -295,6 +295,20 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
         cxs_writer_abort(k);
         return cxs_diagf(d, rc, "%s: out of memory", out);
     }
+    /* A missing parent is made (and taken away again if this writer
+     * fails), so that OUT may name a new directory tree. */
+    char *bad = NULL;
+    if ((rc = cxs_make_parents(out, &k->made_parents, &bad))) {
+        cxs_writer_abort(k);
+        if (rc == -ENOTDIR)
+            cxs_diagf(d, rc, "%s: cannot create its parent directory: %s is not a directory", out,
+                      bad ? bad : "a path above it");
+        else
+            cxs_diagf(d, rc, "%s: cannot create its parent directory %s: %s", out,
+                      bad ? bad : "", strerror(-rc));
+        free(bad);
+        return rc;
+    }
     const char *marker = k->is_part ? CXS_PART_NAME : CXS_MANIFEST_NAME;
     int st = cxs_out_state(out, marker, &k->replace);
     if (st != 0) {
@@ -552,6 +566,8 @@ int cxs_writer_commit(cxs_writer *k, cxs_writer_info *info, cxs_diag *d) {
     if (!rc) {
         free(k->tmpdir); /* renamed: nothing to remove */
         k->tmpdir = NULL;
+        free(k->made_parents); /* they hold the dataset now */
+        k->made_parents = NULL;
         if (info) cxs_writer_info_get(k, info);
     }
     cxs_writer_abort(k);
@@ -567,6 +583,8 @@ void cxs_writer_abort(cxs_writer *k) {
         cxs_remove_tree(k->tmpdir);
         free(k->tmpdir);
     }
+    if (k->made_parents && k->out) cxs_remove_parents(k->out, k->made_parents);
+    free(k->made_parents);
     free(k->out);
     free(k->zero_guard);
     free(k->s1);

@@ -34,6 +34,15 @@ int cxs_remove_tree(const char *path);
 /* 0: OUT absent or an empty directory (removed), or a previous output
  * holding marker (*replace = 1); 1: something else; -errno. */
 int cxs_out_state(const char *out, const char *marker, int *replace);
+/* mkdir -p of OUT's parent.  *made gets the topmost directory created
+ * (malloc'd; NULL when none was missing), so that a writer that fails can
+ * take them away again; on failure *bad names the path that could not be
+ * made (malloc'd).  0 or -errno (-ENOTDIR: *bad exists and is not a
+ * directory); nothing made is left behind on failure. */
+int cxs_make_parents(const char *out, char **made, char **bad);
+/* Undo cxs_make_parents: remove OUT's parent and the directories above it
+ * up to made, deepest first, each only when empty. */
+void cxs_remove_parents(const char *out, const char *made);
 /* ".OUT.tmp-HOST-PID-XXXXXX" beside OUT, or NULL (errno). */
 char *cxs_make_tmpdir(const char *out);
 /* Remove temporary directories of OUT whose process is gone; how many. */
@@ -68,6 +77,7 @@ struct cxs_writer {
     cxs_writer_part part;
     int is_part;
     char *out, *tmpdir;
+    char *made_parents; /* the topmost directory above OUT this writer made */
     int replace;
     cxs_wfault fault;
     uint32_t D;

@@ -135,6 +135,77 @@ static int part_cmp(const void *a, const void *b) {
     return (x->part > y->part) - (x->part < y->part);
 }
 
+/* A size as the command line takes it: "1G", "256M", "4096". */
+static void size_str(uint64_t v, char *buf, size_t n) {
+    static const char units[] = "TGMK";
+    for (int u = 0; u < 4; u++) {
+        uint64_t m = 1ull << (10 * (4 - u));
+        if (v && v % m == 0) {
+            snprintf(buf, n, "%llu%c", (unsigned long long)(v / m), units[u]);
+            return;
+        }
+    }
+    snprintf(buf, n, "%llu", (unsigned long long)v);
+}
+
+static const char *name_of(uint32_t v, const char *const *names, uint32_t n) {
+    return v < n ? names[v] : "?";
+}
+
+/* The first pack option in which part p differs from part a, named with
+ * both values in d ("P2 was packed with --dtype f16, P1 with --dtype
+ * f32").  1 when one differs. */
+static int option_differs(const part_in *p, const part_in *a, cxs_diag *d) {
+    static const char *const norm[] = {"none", "utterance"}, *const onerr[] = {"fail", "skip"},
+                             *const comp[] = {"none", "zstd"},
+                             *const filt[] = {"--no-shuffle", "the byte shuffle"},
+                             *const dtypes[] = {"?", "f32", "f16", "bf16"};
+    const cxs_dataset_meta *x = &p->m, *y = &a->m;
+    const char *opt = NULL;
+    char vp[48] = "", va[48] = "";
+    if (x->dtype != y->dtype) {
+        opt = "--dtype ";
+        snprintf(vp, sizeof vp, "%s", name_of(x->dtype, dtypes, 4));
+        snprintf(va, sizeof va, "%s", name_of(y->dtype, dtypes, 4));
+    } else if (x->guard != y->guard) {
+        opt = "--guard ";
+        snprintf(vp, sizeof vp, "%u", x->guard);
+        snprintf(va, sizeof va, "%u", y->guard);
+    } else if (x->shard_size != y->shard_size) {
+        opt = "--shard-size ";
+        size_str(x->shard_size, vp, sizeof vp);
+        size_str(y->shard_size, va, sizeof va);
+    } else if (x->normalize != y->normalize) {
+        opt = "--normalize ";
+        snprintf(vp, sizeof vp, "%s", name_of(x->normalize, norm, 2));
+        snprintf(va, sizeof va, "%s", name_of(y->normalize, norm, 2));
+    } else if (x->on_error != y->on_error) {
+        opt = "--on-error ";
+        snprintf(vp, sizeof vp, "%s", name_of(x->on_error, onerr, 2));
+        snprintf(va, sizeof va, "%s", name_of(y->on_error, onerr, 2));
+    } else if (x->compression != y->compression) {
+        opt = "--compress ";
+        snprintf(vp, sizeof vp, "%s", name_of(x->compression, comp, 2));
+        snprintf(va, sizeof va, "%s", name_of(y->compression, comp, 2));
+    } else if (p->level != a->level) {
+        opt = "--compress zstd:";
+        snprintf(vp, sizeof vp, "%d", p->level);
+        snprintf(va, sizeof va, "%d", a->level);
+    } else if (p->filter != a->filter) {
+        opt = "";
+        snprintf(vp, sizeof vp, "%s", name_of(p->filter, filt, 2));
+        snprintf(va, sizeof va, "%s", name_of(a->filter, filt, 2));
+    } else if (x->label_width != y->label_width) {
+        opt = "labels of ";
+        snprintf(vp, sizeof vp, "%u bytes", x->label_width);
+        snprintf(va, sizeof va, "%u bytes", y->label_width);
+    }
+    if (!opt) return 0;
+    cxs_diagf(d, CXS_E_INPUT, "%s was packed with %s%s, %s with %s%s; refusing to merge (pack "
+              "every part with the same options)", p->dir, opt, vp, a->dir, opt, va);
+    return 1;
+}
+
 /* Parts must come from one run of the same command over the same input.
  * 0 or CXS_E_INPUT (diag says why). */
 static int parts_agree(const part_in *ps, uint32_t n, cxs_diag *d) {
@@ -157,20 +228,16 @@ static int parts_agree(const part_in *ps, uint32_t n, cxs_diag *d) {
         }
         if (p->parts != a->parts) why = "a different number of parts (--part I/N)";
         else if (strcmp(p->version, a->version)) why = "another ctxshard version";
+        else if (option_differs(p, a, d)) return CXS_E_INPUT; /* before the listing: the
+                                                   * options change the shard layout */
         else if (p->listed != a->listed || p->input_hash != a->input_hash ||
                  p->total_shards != a->total_shards)
             why = "different inputs (the listing of RAW: ids, frame counts or files differ)";
-        else if (p->m.guard != a->m.guard || p->m.dtype != a->m.dtype ||
-                 p->m.normalize != a->m.normalize || p->m.shard_size != a->m.shard_size ||
-                 p->m.on_error != a->m.on_error || p->m.label_width != a->m.label_width)
-            why = "different options (--dtype, --guard, --normalize, --shard-size or --on-error)";
-        else if (p->m.compression != a->m.compression || p->level != a->level ||
-                 p->filter != a->filter ||
-                 (full && p->m.num_utterances && p->chunk_rows != full->chunk_rows))
-            why = "different compression options (--compress, --chunk-size or --no-shuffle)";
         else if (p->m.vocab_size != a->m.vocab_size || p->vocab_len != a->vocab_len ||
                  (p->vocab_len && memcmp(p->vocab, a->vocab, (size_t)p->vocab_len)))
             why = "a different vocabulary (--vocab)";
+        else if (full && p->m.num_utterances && p->chunk_rows != full->chunk_rows)
+            why = "a different --chunk-size";
         else if (full && p->m.num_utterances && p->m.dim != full->m.dim)
             why = "a different feature width (pack with --on-error fail to see which utterances "
                   "differ)";

@@ -117,6 +117,63 @@ static int split_out(const char *out, char **parent, char **base) {
     return *base && *parent ? 0 : -1;
 }
 
+int cxs_make_parents(const char *out, char **made, char **bad) {
+    char *parent, *base;
+    *made = *bad = NULL;
+    if (split_out(out, &parent, &base)) return -ENOMEM;
+    free(base);
+    struct stat st;
+    int rc = 0;
+    if (stat(parent, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            *bad = parent;
+            return -ENOTDIR;
+        }
+        free(parent);
+        return 0;
+    }
+    /* Each prefix in turn, from the root down: what exists is passed. */
+    size_t n = strlen(parent);
+    for (size_t i = 1; i <= n && !rc; i++) {
+        if (i < n && parent[i] != '/') continue;
+        if (i < n && parent[i - 1] == '/') continue; /* "a//b" */
+        char c = parent[i];
+        parent[i] = 0;
+        if (mkdir(parent, 0777) == 0) {
+            if (!*made && !(*made = strdup(parent))) rc = -ENOMEM;
+        } else if (errno != EEXIST) {
+            rc = -errno;
+        } else if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            rc = -ENOTDIR;
+        }
+        if (rc && rc != -ENOMEM) *bad = strdup(parent);
+        parent[i] = c;
+    }
+    free(parent);
+    if (rc && *made) {
+        cxs_remove_parents(out, *made);
+        free(*made);
+        *made = NULL;
+    }
+    return rc;
+}
+
+void cxs_remove_parents(const char *out, const char *made) {
+    char *parent, *base;
+    if (!made || split_out(out, &parent, &base)) return;
+    free(base);
+    size_t top = strlen(made);
+    for (;;) {
+        size_t n = strlen(parent);
+        if (n < top || rmdir(parent) != 0 || n == top) break;
+        char *slash = strrchr(parent, '/');
+        if (!slash) break;
+        while (slash > parent && slash[-1] == '/') slash--;
+        *slash = 0;
+    }
+    free(parent);
+}
+
 /* The temporary directory's name carries this host and process, so that a
  * later writer can tell what a killed one left from what a running one is
  * writing: ".OUT.tmp-HOST-PID-XXXXXX". */

@@ -9,12 +9,35 @@
 #include "raw.h"
 #include "util.h"
 
-int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int quiet) {
+int check_run(const char *rawdir, const pack_opts *o) {
+    const unsigned threads = o->threads;
+    const int quiet = o->quiet;
     raw_set rs;
     vocab v;
-    int ec = open_raw(rawdir, vocab_path, &rs, &v);
+    int ec = open_raw(rawdir, o->vocab_path, o->sos, o->eos, &rs, &v);
     if (ec) return ec;
     conv_opts co = {CXS_DTYPE_F32, CXS_NORM_NONE, rs.has_transcripts ? &v : NULL};
+    /* The width is the most common one, so the headers come first (a few
+     * hundred bytes a file). */
+    uint64_t *hT = calloc(rs.n + 1, sizeof *hT);
+    uint32_t *hD = calloc(rs.n + 1, sizeof *hD);
+    char census[512];
+    const char *odd;
+    if (!hT || !hD) {
+        warnx_("out of memory");
+        free(hT);
+        free(hD);
+        vocab_free(&v);
+        raw_free(&rs);
+        return EXIT_SYSTEM;
+    }
+    probe_all(&rs, threads, hT, hD);
+    uint32_t D = width_majority(&rs, hD, census, sizeof census, &odd);
+    free(hT);
+    free(hD);
+    if (census[0])
+        warnx_("%s/mfcc: widths: %s%s%s; checking against %u, the most common", rawdir, census,
+               odd ? ": " : "", odd ? odd : "", D);
     pipeline p;
     if (pipeline_start(&p, &rs, &co, threads, 0, rs.n)) {
         warnx_("cannot start threads");
@@ -25,12 +48,10 @@ int check_run(const char *rawdir, const char *vocab_path, unsigned threads, int 
     }
     progress bar;
     progress_init(&bar, "check", quiet);
-    uint32_t D = 0;
-    const char *first = NULL;
     uint64_t problems = 0, good = 0, frames = 0;
     for (size_t i = 0; i < rs.n; i++) {
         slot *s = pipeline_get(&p, i);
-        width_check(s, &rs, i, &D, &first);
+        width_check(s, &rs, i, &D, census);
         if (s->status) {
             progress_done(&bar);
             fprintf(stderr, "%s\n", s->why);

@@ -62,19 +62,23 @@ static const char *const usage_synth =
     "  --quiet            print nothing on success\n";
 
 static const char *const usage_check =
-    "usage: ctxshard check RAW [--vocab FILE] [--threads N] [--quiet]\n"
+    "usage: ctxshard check RAW [--vocab FILE] [--sos SYM] [--eos SYM] [--threads N]\n"
+    "                      [--quiet]\n"
     "\n"
     "Run every validation pack runs and list every problem, one line each,\n"
     "naming the file; write nothing.  Exit status 1 when there are problems.\n"
     "\n"
     "  --vocab FILE   phoneme list, one symbol per line (default: the standard\n"
     "                 42-symbol list); a label is the symbol's line number - 1\n"
+    "  --sos SYM      the symbol every transcript starts with (default [SOS])\n"
+    "  --eos SYM      the symbol every transcript ends with (default [EOS])\n"
     "  --threads N    reader threads (default: all CPUs)\n";
 
 static const char *const usage_pack =
     "usage: ctxshard pack RAW OUT [--dtype f32|f16|bf16] [--guard G]\n"
     "                     [--shard-size SIZE] [--threads N] [--on-error fail|skip]\n"
     "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
+    "                     [--sos SYM] [--eos SYM]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle]\n"
     "                     [--part I/N|env]\n"
     "\n"
@@ -98,6 +102,9 @@ static const char *const usage_pack =
     "  --normalize M      none (default) or utterance: per-utterance mean and\n"
     "                     variance normalisation before storing\n"
     "  --vocab FILE       phoneme list, one symbol per line\n"
+    "  --sos SYM, --eos SYM\n"
+    "                     the symbols every transcript starts and ends with\n"
+    "                     (default [SOS] and [EOS]); stripped, never labels\n"
     "  --quiet            no progress bar, no summary\n"
     "  --compress zstd[:LEVEL]\n"
     "                     store features as independently decodable zstd chunks\n"
@@ -256,7 +263,7 @@ enum {
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
-    O_BLOCKS, O_STATSFROM
+    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS
 };
 
 static const struct option longopts[] = {
@@ -285,6 +292,7 @@ static const struct option longopts[] = {
     {"order-stats", no_argument, 0, O_ORDERSTATS},
     {"blocks", required_argument, 0, O_BLOCKS},
     {"stats-from", required_argument, 0, O_STATSFROM},
+    {"sos", required_argument, 0, O_SOS},         {"eos", required_argument, 0, O_EOS},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -294,9 +302,9 @@ static int allowed(const char *cmd, int opt) {
         int opts[16];
     } table[] = {
         {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_OFFSET}},
-        {"check", {O_VOCAB, O_THREADS, O_QUIET}},
+        {"check", {O_VOCAB, O_THREADS, O_QUIET, O_SOS, O_EOS}},
         {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
-                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART}},
+                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS}},
         {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS}},
         {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
@@ -410,7 +418,7 @@ int main(int argc, char **argv) {
     }
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
-                    CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0};
+                    CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0, NULL, NULL};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0};
@@ -471,6 +479,8 @@ int main(int argc, char **argv) {
             break;
         case O_QUIET: so.quiet = po.quiet = 1; break;
         case O_VOCAB: po.vocab_path = optarg; break;
+        case O_SOS: po.sos = optarg; break;
+        case O_EOS: po.eos = optarg; break;
         case O_THREADS:
             if (parse_u64(optarg, &v) || v == 0 || v > 1024)
                 return usage_error(usage, "--threads: '%s' is not in 1..1024", optarg);
@@ -482,6 +492,7 @@ int main(int argc, char **argv) {
             po.guard = (uint32_t)v;
             break;
         case O_SHARD:
+            po.shard_size_set = 1;
             if (parse_size(optarg, &po.shard_size) || po.shard_size < MIN_SHARD_SIZE)
                 return usage_error(usage, "--shard-size: '%s' is not a size of at least 16K", optarg);
             break;
@@ -652,7 +663,7 @@ int main(int argc, char **argv) {
     int ec;
     if (!strcmp(cmd, "synth")) ec = synth_run(a, &so);
     else if (!strcmp(cmd, "check"))
-        ec = (ec = raw_path_hint(cmd, a, NULL)) ? ec : check_run(a, po.vocab_path, po.threads, po.quiet);
+        ec = (ec = raw_path_hint(cmd, a, NULL)) ? ec : check_run(a, &po);
     else if (!strcmp(cmd, "pack")) ec = (ec = raw_path_hint(cmd, a, b)) ? ec : pack_run(a, b, &po);
     else if (!strcmp(cmd, "convert")) ec = convert_run(a, b, &po);
     else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);

@@ -21,6 +21,8 @@ typedef struct pack_opts {
     uint64_t chunk_size; /* decoded bytes per chunk (whole rows, at most this) */
     int shuffle;         /* byte-shuffle filter before zstd */
     uint32_t part, parts; /* --part I/N: 1 <= part <= parts; parts 0: the whole */
+    int shard_size_set;  /* --shard-size given (else parts choose theirs) */
+    const char *sos, *eos; /* --sos, --eos: the transcript's first and last symbol */
 } pack_opts;
 
 /* The command's defaults are the writer's. */
@@ -38,7 +40,7 @@ int convert_run(const char *in, const char *out, const pack_opts *o);
 /* `ctxshard merge PART... OUT` (merge.c). */
 int merge_run(char **parts, int nparts, const char *out, int move, int quiet);
 /* `ctxshard check RAW` (check.c). */
-int check_run(const char *raw, const char *vocab_path, unsigned threads, int quiet);
+int check_run(const char *raw, const pack_opts *o); /* vocab_path, sos, eos, threads, quiet */
 
 /* Print what cxs_writer_create said; the exit code. */
 int create_failed(int rc, const cxs_diag *d);

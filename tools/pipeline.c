@@ -85,40 +85,127 @@ void pipeline_stop(pipeline *p) {
     memset(p, 0, sizeof *p);
 }
 
-int width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char **first) {
-    if (s->status) return 0;
+typedef struct probe_job {
+    const raw_set *rs;
+    uint64_t *T;
+    uint32_t *D;
+    size_t a, b;
+} probe_job;
+
+static void *probe_thread(void *arg) {
+    probe_job *j = arg;
+    for (size_t i = j->a; i < j->b; i++) raw_probe(j->rs, i, &j->T[i], &j->D[i]);
+    return NULL;
+}
+
+void probe_all(const raw_set *rs, unsigned threads, uint64_t *T, uint32_t *D) {
+    size_t n = rs->n;
+    unsigned nt = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+    if (nt > n) nt = n ? (unsigned)n : 1;
+    probe_job jobs[64];
+    pthread_t tid[64];
+    int started[64] = {0};
+    for (unsigned t = 0; t < nt; t++) {
+        jobs[t] = (probe_job){rs, T, D, n * t / nt, n * (t + 1) / nt};
+        started[t] = t > 0 && pthread_create(&tid[t], NULL, probe_thread, &jobs[t]) == 0;
+    }
+    for (unsigned t = 0; t < nt; t++)
+        if (!started[t]) probe_thread(&jobs[t]);
+    for (unsigned t = 1; t < nt; t++)
+        if (started[t]) pthread_join(tid[t], NULL);
+}
+
+static int cmp_count_desc(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b; /* {count, width} */
+    if (x[0] != y[0]) return x[0] < y[0] ? 1 : -1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+uint32_t width_majority(const raw_set *rs, const uint32_t *D, char *census, size_t cn,
+                        const char **odd) {
+    /* Few distinct widths in any real dataset: a short list, counted. */
+    enum { MAXW = 64 };
+    uint64_t w[MAXW][2];
+    size_t nw = 0, other = 0;
+    census[0] = 0;
+    *odd = NULL;
+    for (size_t i = 0; i < rs->n; i++) {
+        if (!D[i]) continue;
+        size_t k = 0;
+        while (k < nw && w[k][1] != D[i]) k++;
+        if (k == nw) {
+            if (nw == MAXW) {
+                other++;
+                continue;
+            }
+            w[nw][0] = 0;
+            w[nw++][1] = D[i];
+        }
+        w[k][0]++;
+    }
+    if (nw == 0) return 0;
+    qsort(w, nw, sizeof *w, cmp_count_desc);
+    if (nw == 1) return (uint32_t)w[0][1];
+    size_t len = (size_t)snprintf(census, cn, "%llu files of %llu",
+                                  (unsigned long long)w[0][0], (unsigned long long)w[0][1]);
+    for (size_t k = 1; k < nw && k < 4 && len < cn; k++)
+        len += (size_t)snprintf(census + len, cn - len, ", %llu of %llu",
+                                (unsigned long long)w[k][0], (unsigned long long)w[k][1]);
+    if (nw > 4 || other)
+        len += (size_t)snprintf(census + len, cn - len, ", and others");
+    /* Name the odd file when the minority is a single one: that is the
+     * file to look at. */
+    if (w[1][0] == 1)
+        for (size_t i = 0; i < rs->n && !*odd; i++)
+            if (D[i] == w[1][1]) *odd = rs->items[i].mfcc;
+    return (uint32_t)w[0][1];
+}
+
+void width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char *census) {
+    if (s->status) return;
     if (*D == 0) {
         *D = s->u.D;
-        *first = rs->items[i].mfcc;
-        return 1;
+        return;
     }
     if (s->u.D != *D) {
         s->status = -1;
         snprintf(s->why, sizeof s->why,
-                 "%s: %u features per frame, expected %u like the first utterance (%s)",
-                 rs->items[i].mfcc, s->u.D, *D, *first);
+                 "%s: %u features per frame, expected %u like most files (widths: %s); "
+                 "re-extract it with the same features as the others, or leave it out with "
+                 "--on-error skip", rs->items[i].mfcc, s->u.D, *D,
+                 census[0] ? census : "the others");
     }
-    return 0;
 }
 
-static int load_vocab(const char *path, vocab *v) {
+static int load_vocab(const char *path, const char *sos, const char *eos, vocab *v) {
     char why[WHY_SIZE];
     if (path ? vocab_load(v, path, why, sizeof why) : vocab_default(v)) {
         warnx_("%s", path ? why : "out of memory");
         vocab_free(v);
         return path ? EXIT_USAGE : EXIT_SYSTEM;
     }
+    if (vocab_markers(v, sos, eos, why, sizeof why)) {
+        warnx_("%s", why);
+        vocab_free(v);
+        return EXIT_USAGE;
+    }
     return 0;
 }
 
-int open_raw(const char *rawdir, const char *vocab_path, raw_set *rs, vocab *v) {
+int open_raw(const char *rawdir, const char *vocab_path, const char *sos, const char *eos,
+             raw_set *rs, vocab *v) {
     char why[WHY_SIZE];
     memset(v, 0, sizeof *v);
     if (raw_list(rawdir, rs, why, sizeof why)) {
         warnx_("%s", why);
         return EXIT_DATA;
     }
-    int ec = rs->has_transcripts ? load_vocab(vocab_path, v) : 0;
+    for (const char *l = rs->notes; l && *l;) {
+        const char *e = strchr(l, '\n');
+        warnx_("%.*s", (int)(e - l), l);
+        l = e + 1;
+    }
+    int ec = rs->has_transcripts ? load_vocab(vocab_path, sos, eos, v) : 0;
     if (ec) raw_free(rs);
     return ec;
 }

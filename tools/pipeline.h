@@ -41,13 +41,28 @@ slot *pipeline_get(pipeline *p, size_t i);
 void pipeline_release(pipeline *p, size_t i);
 void pipeline_stop(pipeline *p);
 
-/* The feature width is set by the first valid utterance in id order; a
- * later one that differs becomes a problem of its own.  Returns 1 when this
- * utterance set the width. */
-int width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char **first);
+/* Frames and width of every listed utterance from its features file's
+ * header alone (raw_probe), read on up to `threads` threads (on a network
+ * filesystem this is latency-bound).  T and D hold rs->n entries each. */
+void probe_all(const raw_set *rs, unsigned threads, uint64_t *T, uint32_t *D);
+
+/* The feature width of the dataset: the most common among the readable
+ * headers (the smaller on a tie), never the first in sort order; 0 when no
+ * header can be read.  When the files differ, census gets "119 files of 28,
+ * 1 of 40" (else "") and *odd the path of the one file of the second most
+ * common width when there is one (else NULL). */
+uint32_t width_majority(const raw_set *rs, const uint32_t *D, char *census, size_t cn,
+                        const char **odd);
+
+/* An utterance whose width is not the dataset's (*D, from width_majority;
+ * when that is 0 the first valid utterance sets it) becomes a problem of
+ * its own, named with the census. */
+void width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char *census);
 
 /* List RAW and load the vocabulary its transcripts need (none without
- * transcripts).  Returns 0 or an exit code, having printed why. */
-int open_raw(const char *rawdir, const char *vocab_path, raw_set *rs, vocab *v);
+ * transcripts), with the start and end symbols sos and eos (NULL: [SOS],
+ * [EOS]).  Returns 0 or an exit code, having printed why. */
+int open_raw(const char *rawdir, const char *vocab_path, const char *sos, const char *eos,
+             raw_set *rs, vocab *v);
 
 #endif

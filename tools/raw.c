@@ -86,8 +86,6 @@ static int vocab_add(vocab *v, const char *s, size_t n, char *why, size_t wn) {
     uint32_t h = fnv(s, n) & v->mask;
     while (v->table[h]) h = (h + 1) & v->mask;
     v->table[h] = v->n + 1;
-    if (n == 5 && memcmp(s, SOS_SYMBOL, 5) == 0) v->sos = v->n;
-    if (n == 5 && memcmp(s, EOS_SYMBOL, 5) == 0) v->eos = v->n;
     v->n++;
     return 0;
 }
@@ -97,6 +95,8 @@ static int vocab_init(vocab *v) {
     v->mask = 63;
     v->table = calloc(64, sizeof *v->table);
     v->sos = v->eos = -1;
+    snprintf(v->sos_name, sizeof v->sos_name, "%s", SOS_SYMBOL);
+    snprintf(v->eos_name, sizeof v->eos_name, "%s", EOS_SYMBOL);
     return v->table ? 0 : -1;
 }
 
@@ -145,6 +145,27 @@ int vocab_load(vocab *v, const char *path, char *why, size_t wn) {
     }
     free(buf);
     if (v->n == 0) return say(why, wn, "%s: no symbols", path);
+    return 0;
+}
+
+int vocab_markers(vocab *v, const char *sos, const char *eos, char *why, size_t wn) {
+    const char *s = sos ? sos : SOS_SYMBOL, *e = eos ? eos : EOS_SYMBOL;
+    for (int k = 0; k < 2; k++) {
+        const char *m = k ? e : s;
+        size_t n = strlen(m);
+        int ctl = 0;
+        for (size_t i = 0; i < n; i++) ctl |= (uint8_t)m[i] < 0x20;
+        if (n == 0 || n > CXS_MAX_SYMBOL_LEN || ctl)
+            return say(why, wn, "%s '%s': a symbol is 1..%u bytes, no control bytes",
+                       k ? "--eos" : "--sos", m, CXS_MAX_SYMBOL_LEN);
+    }
+    if (!strcmp(s, e))
+        return say(why, wn, "--sos and --eos are both '%s'; the start and end symbols must differ",
+                   s);
+    snprintf(v->sos_name, sizeof v->sos_name, "%s", s);
+    snprintf(v->eos_name, sizeof v->eos_name, "%s", e);
+    v->sos = vocab_find(v, s, strlen(s));
+    v->eos = vocab_find(v, e, strlen(e));
     return 0;
 }
 
@@ -201,6 +222,127 @@ static int cmp_name_by_id(const void *a, const void *b) {
     return r ? r : strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Edit distance of two short names, case-insensitive (a typo's size). */
+static unsigned name_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 40 || lb > 40) return 99;
+    unsigned row[41];
+    for (size_t j = 0; j <= lb; j++) row[j] = (unsigned)j;
+    for (size_t i = 1; i <= la; i++) {
+        unsigned diag = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= lb; j++) {
+            unsigned up = row[j];
+            unsigned sub = diag + ((a[i - 1] | 0x20) != (b[j - 1] | 0x20));
+            unsigned best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The directory pack reads that name looks like a typo of, or NULL. */
+static const char *meant(const char *name) {
+    static const char *const known[] = {"transcript", "mfcc"};
+    for (int k = 0; k < 2; k++)
+        if (name_distance(name, known[k]) <= (k == 0 ? 3u : 1u) ||
+            (k == 0 && strncasecmp(name, "transcr", 7) == 0))
+            return known[k];
+    return NULL;
+}
+
+static int note(raw_set *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int note(raw_set *rs, const char *fmt, ...) {
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    size_t have = rs->notes ? strlen(rs->notes) : 0, add = strlen(line);
+    char *n = realloc(rs->notes, have + add + 2);
+    if (!n) return -1;
+    memcpy(n + have, line, add);
+    n[have + add] = '\n';
+    n[have + add + 1] = 0;
+    rs->notes = n;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The subdirectories of root other than mfcc/ and transcript/, in name
+ * order, each said in a note; whether one of them holds .npy files with
+ * the ids of mfcc/ (sorted names in ml) -- the labels, misplaced. */
+static void note_other_dirs(raw_set *rs, const char *root, const name_list *ml) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    name_list dirs = {0};
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, "mfcc") ||
+            !strcmp(de->d_name, "transcript"))
+            continue;
+        char *p = path_join(root, de->d_name);
+        struct stat st;
+        int isdir = p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+        free(p);
+        if (!isdir || dirs.n >= 64) continue;
+        char **ni = realloc(dirs.ids, (dirs.n + 1) * sizeof *ni);
+        if (!ni) break;
+        dirs.ids = ni;
+        if (!(dirs.ids[dirs.n] = strdup(de->d_name))) break;
+        dirs.n++;
+    }
+    closedir(d);
+    if (dirs.n) qsort(dirs.ids, dirs.n, sizeof *dirs.ids, cmp_str);
+    const char *sep = root[0] && root[strlen(root) - 1] == '/' ? "" : "/";
+    for (size_t k = 0; k < dirs.n; k++) {
+        const char *name = dirs.ids[k];
+        char *p = path_join(root, name);
+        name_list nl = {0};
+        char why[256];
+        size_t same = 0;
+        if (p && !rs->has_transcripts && list_npy(p, &nl, why, sizeof why) == 0)
+            for (size_t i = 0; i < nl.n; i++)
+                if (bsearch(&nl.ids[i], ml->ids, ml->n, sizeof *ml->ids, cmp_str)) same++;
+        const char *m = same ? "transcript" : meant(name);
+        if (same)
+            note(rs, "%s%s%s/ holds %zu .npy file%s named like those of mfcc/ but is not read: "
+                     "did you mean transcript/? Rename it (mv %s%s%s %s%stranscript) to pack "
+                     "the labels", root, sep, name, same, same == 1 ? "" : "s", root, sep, name,
+                 root, sep);
+        else if (m && !(rs->has_transcripts && !strcmp(m, "transcript")))
+            note(rs, "%s%s%s/ is not used: did you mean %s/?", root, sep, name, m);
+        else
+            note(rs, "%s%s%s/ is not used (pack reads mfcc/ and transcript/ only)", root, sep,
+                 name);
+        for (size_t i = 0; i < nl.n; i++) free(nl.ids[i]);
+        free(nl.ids);
+        free(p);
+        free(dirs.ids[k]);
+    }
+    free(dirs.ids);
+}
+
+/* A split without transcripts is a test split; say so when the name does
+ * not. */
+static void note_no_transcripts(raw_set *rs, const char *root) {
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && root[b - 1] != '/') b--;
+    char base[256];
+    snprintf(base, sizeof base, "%.*s", (int)(n - b), root + b);
+    for (char *c = base; *c; c++) *c = (char)(*c | 0x20);
+    if (strstr(base, "test") || strstr(base, "eval")) return;
+    const char *sep = root[0] && root[strlen(root) - 1] == '/' ? "" : "/";
+    note(rs, "%s: no transcript/ directory: features only, without labels (a train or dev split "
+             "needs %s%stranscript/<id>.npy; only a test split has none)", root, root, sep);
+}
+
 int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
     memset(rs, 0, sizeof *rs);
     struct stat st;
@@ -215,7 +357,16 @@ int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
         goto out;
     }
     if (stat(md, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        say(why, wn, "%s: no mfcc/ directory (expected %s/<id>.npy)", md, md);
+        /* A near name (MFCC/, mfccs/) is the likely mistake: name it. */
+        char near[4200] = "";
+        DIR *d = opendir(root);
+        struct dirent *de;
+        while (d && (de = readdir(d)) && !near[0])
+            if (de->d_name[0] != '.' && meant(de->d_name) && !strcmp(meant(de->d_name), "mfcc"))
+                snprintf(near, sizeof near, "; %.2000s/%.255s/ is there: did you mean mfcc/? (rename it)",
+                         root, de->d_name);
+        if (d) closedir(d);
+        say(why, wn, "%s: no mfcc/ directory (expected %s/<id>.npy)%s", md, md, near);
         goto out;
     }
     if (list_npy(md, &ml, why, wn)) goto out;
@@ -227,6 +378,20 @@ int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
     }
     qsort(ml.ids, ml.n, sizeof *ml.ids, cmp_name_by_id);
     if (tl.n) qsort(tl.ids, tl.n, sizeof *tl.ids, cmp_name_by_id);
+    {
+        /* The ids of mfcc/ in plain byte order, for the misplaced-labels
+         * test (file names: same id, same name, for ".npy"). */
+        name_list sorted = {malloc(ml.n * sizeof *ml.ids), ml.n, ml.n};
+        if (sorted.ids) {
+            memcpy(sorted.ids, ml.ids, ml.n * sizeof *ml.ids);
+            qsort(sorted.ids, sorted.n, sizeof *sorted.ids, cmp_str);
+            size_t before = rs->notes ? strlen(rs->notes) : 0;
+            note_other_dirs(rs, root, &sorted);
+            int misplaced = rs->notes && strstr(rs->notes + before, "did you mean transcript/? Rename");
+            if (!rs->has_transcripts && !misplaced) note_no_transcripts(rs, root);
+            free(sorted.ids);
+        }
+    }
     rs->items = calloc(ml.n + tl.n, sizeof *rs->items);
     if (!rs->items) {
         say(why, wn, "out of memory");
@@ -265,6 +430,7 @@ void raw_free(raw_set *rs) {
     }
     free(rs->items);
     free(rs->root);
+    free(rs->notes);
     memset(rs, 0, sizeof *rs);
 }
 
@@ -437,8 +603,9 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
         return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
                             "integers", path, h.kind);
     if (h.count != u->T + 2)
-        return say(why, wn, "%s: %llu symbols, expected %llu ([SOS], one per frame of %s, [EOS])",
-                   path, (unsigned long long)h.count, (unsigned long long)u->T + 2, mfcc);
+        return say(why, wn, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s)",
+                   path, (unsigned long long)h.count, (unsigned long long)u->T + 2, v->sos_name,
+                   mfcc, v->eos_name);
     if ((h.kind == 'U' && h.itemsize > 4 * MAX_SYMBOL_CHARS) ||
         (h.kind == 'S' && h.itemsize > 4 * MAX_SYMBOL_CHARS))
         return say(why, wn, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
@@ -451,8 +618,8 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
     const uint8_t *src = buf + h.data_offset;
     const int ints = h.kind == 'i' || h.kind == 'u';
     if (ints && (v->sos < 0 || v->eos < 0))
-        return say(why, wn, "%s: integer transcripts need [SOS] and [EOS] in the vocabulary",
-                   path);
+        return say(why, wn, "%s: integer transcripts need %s and %s in the vocabulary", path,
+                   v->sos_name, v->eos_name);
     char sym[1024];
     size_t sl;
     int64_t prev_idx = -1;
@@ -485,22 +652,23 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
             }
         }
         if (j == 0 || j + 1 == h.count) {
-            const char *want = j == 0 ? SOS_SYMBOL : EOS_SYMBOL;
+            const char *want = j == 0 ? v->sos_name : v->eos_name;
             int ok = ints ? idx == (j == 0 ? v->sos : v->eos)
-                          : (sl == 5 && memcmp(sym, want, 5) == 0);
+                          : (sl == strlen(want) && memcmp(sym, want, sl) == 0);
             if (!ok) {
                 if (ints)
                     return say(why, wn, "%s: position %llu: label %lld, expected %s (%lld)", path,
                                (unsigned long long)j, (long long)idx, want,
                                (long long)(j == 0 ? v->sos : v->eos));
-                return say(why, wn, "%s: position %llu: '%s', expected %s", path,
+                return say(why, wn, "%s: position %llu: '%s', expected %s (transcripts with "
+                                    "other start and end symbols: --sos SYM --eos SYM)", path,
                            (unsigned long long)j, sym, want);
             }
             continue;
         }
         if (idx == v->sos || idx == v->eos)
             return say(why, wn, "%s: position %llu: %s inside the transcript", path,
-                       (unsigned long long)j, idx == v->sos ? SOS_SYMBOL : EOS_SYMBOL);
+                       (unsigned long long)j, idx == v->sos ? v->sos_name : v->eos_name);
         if (lw == 1) u->labels[j - 1] = (uint8_t)idx;
         else cxs_st16(u->labels + 2 * (j - 1), (uint16_t)idx);
     }

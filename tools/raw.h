@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cxs_format.h"
+
 #define SOS_SYMBOL "[SOS]"
 /* Room for a message naming two paths of up to PATH_MAX bytes. */
 #define WHY_SIZE 10240
@@ -17,7 +19,8 @@ typedef struct vocab {
     uint32_t *lens;
     uint32_t *table; /* open addressing, index+1, 0 = empty */
     uint32_t mask;
-    int64_t sos, eos; /* index of [SOS] / [EOS], or -1 */
+    int64_t sos, eos; /* index of the start / end symbol, or -1 */
+    char sos_name[CXS_MAX_SYMBOL_LEN + 1], eos_name[CXS_MAX_SYMBOL_LEN + 1]; /* [SOS], [EOS] */
 } vocab;
 
 /* The standard 42-symbol list of DESIGN.md. */
@@ -25,6 +28,10 @@ int vocab_default(vocab *v);
 /* One symbol per line; messages name the file. */
 int vocab_load(vocab *v, const char *path, char *why, size_t wn);
 int64_t vocab_find(const vocab *v, const char *s, size_t n);
+/* The symbols that open and close every transcript (--sos, --eos; NULL:
+ * [SOS] and [EOS]): they must differ; they keep their indices when in the
+ * vocabulary and are never frame labels.  0, or -1 with why. */
+int vocab_markers(vocab *v, const char *sos, const char *eos, char *why, size_t wn);
 void vocab_free(vocab *v);
 
 /* One utterance of the listing. */
@@ -37,13 +44,18 @@ typedef struct raw_item {
 typedef struct raw_set {
     char *root;
     int has_transcripts;
+    char *notes; /* warnings about the layout, one a line ("" when none) */
     size_t n;
     raw_item *items; /* sorted by id, byte order */
 } raw_set;
 
 /* List and pair the files.  Problems that concern the whole directory
  * (missing mfcc/, unreadable) fail; per-id problems (unpaired, duplicate,
- * odd names) are left for raw_item_problem(). */
+ * odd names) are left for raw_item_problem().  What looks like a mistake
+ * in the layout but leaves a valid dataset goes into rs->notes: a
+ * subdirectory that is not read (named, with "did you mean transcript/?"
+ * when it holds .npy files of the same ids or its name is close), no
+ * transcript/ beside a RAW whose name does not say "test". */
 int raw_list(const char *root, raw_set *rs, char *why, size_t wn);
 void raw_free(raw_set *rs);
 /* A problem of the listing for item i (unpaired, duplicate id, odd name),

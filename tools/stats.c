@@ -393,6 +393,92 @@ static void text_report(const rep *r) {
                (unsigned long long)r->nonfinite, (unsigned long long)r->zero_frames);
 }
 
+static const char *dtype_str(uint32_t t) {
+    return t == CXS_DTYPE_F32 ? "float32" : t == CXS_DTYPE_F16 ? "float16" : "bfloat16";
+}
+
+/* Two datasets side by side: A's column, then B's, row by row, so that a
+ * difference is read across one line.  Labels in A's order of frequency;
+ * the length histogram over the bins both share. */
+static void text_compare(const rep *a, const rep *b) {
+    const rep *r[2] = {a, b};
+    printf("A: %s\nB: %s\n\n", a->path, b->path);
+    printf("  %-22s %20s %20s\n", "", "A", "B");
+    printf("  %-22s %20llu %20llu\n", "utterances", (unsigned long long)a->in.num_utterances,
+           (unsigned long long)b->in.num_utterances);
+    printf("  %-22s %20llu %20llu\n", "frames", (unsigned long long)a->in.num_frames,
+           (unsigned long long)b->in.num_frames);
+    printf("  %-22s %20u %20u\n", "dim", a->in.dim, b->in.dim);
+    printf("  %-22s %20s %20s\n", "dtype", dtype_str(a->in.dtype), dtype_str(b->in.dtype));
+    printf("  %-22s %20llu %20llu\n", "length min", (unsigned long long)a->in.min_length,
+           (unsigned long long)b->in.min_length);
+    printf("  %-22s %20.0f %20.0f\n", "length median", median_len(a), median_len(b));
+    printf("  %-22s %20.1f %20.1f\n", "length mean",
+           (double)a->in.num_frames / (double)a->in.num_utterances,
+           (double)b->in.num_frames / (double)b->in.num_utterances);
+    printf("  %-22s %20llu %20llu\n", "length max", (unsigned long long)a->in.max_length,
+           (unsigned long long)b->in.max_length);
+    if (a->in.vocab_size || b->in.vocab_size)
+        printf("  %-22s %19.1fx %19.1fx\n", "label imbalance", a->imbalance, b->imbalance);
+    if (a->scanned && b->scanned) {
+        printf("  %-22s %20llu %20llu\n", "NaN/Inf values", (unsigned long long)a->nonfinite,
+               (unsigned long long)b->nonfinite);
+        printf("  %-22s %20llu %20llu\n", "all-zero frames", (unsigned long long)a->zero_frames,
+               (unsigned long long)b->zero_frames);
+    }
+    /* Lengths: the share of each dataset's utterances per bin, as bars. */
+    printf("\nutterance lengths (share of each dataset's utterances)\n");
+    printf("  %-13s %-28s %s\n", "frames", "A", "B");
+    size_t nb = a->nbins > b->nbins ? a->nbins : b->nbins;
+    const rep *wide = a->nbins >= b->nbins ? a : b;
+    for (size_t i = 0; i < nb; i++) {
+        double sh[2];
+        for (int k = 0; k < 2; k++)
+            sh[k] = i < r[k]->nbins && r[k]->in.num_utterances
+                        ? r[k]->hist[i] / (double)r[k]->in.num_utterances
+                        : 0;
+        if (sh[0] == 0 && sh[1] == 0) continue;
+        char range[64], col[2][48];
+        snprintf(range, sizeof range, "%.0f-%.0f", wide->bin0 + wide->binw * (double)i,
+                 wide->bin0 + wide->binw * (double)(i + 1) - 1);
+        for (int k = 0; k < 2; k++) {
+            int w = (int)(sh[k] * 40 + 0.5);
+            if (w > 20) w = 20;
+            snprintf(col[k], sizeof col[k], "%5.1f%% %.*s", 100 * sh[k], w,
+                     "####################");
+        }
+        printf("  %-13s %-28s %s\n", range, col[0], col[1]);
+    }
+    if (a->in.vocab_size) {
+        printf("\nlabels, most frequent in A first\n");
+        printf("  %-8s %12s %8s %8s   %12s %8s %8s\n", "symbol", "A frames", "share", "weight",
+               "B frames", "share", "weight");
+        for (uint32_t j = 0; j < a->in.vocab_size; j++) {
+            uint32_t c = a->order[j];
+            printf("  %-8s %12llu %7.2f%% %8.3f", a->vocab[c],
+                   (unsigned long long)a->st.label_counts[c], 100 * a->share[c], a->weight[c]);
+            if (c < b->in.vocab_size && !strcmp(b->vocab[c], a->vocab[c]))
+                printf("   %12llu %7.2f%% %8.3f\n", (unsigned long long)b->st.label_counts[c],
+                       100 * b->share[c], b->weight[c]);
+            else
+                printf("   %12s %8s %8s\n", "-", "-", "-");
+        }
+    }
+    printf("\nper-dimension statistics\n");
+    printf("  %4s %10s %10s   %10s %10s\n", "dim", "A mean", "A std", "B mean", "B std");
+    uint32_t D = a->in.dim > b->in.dim ? a->in.dim : b->in.dim;
+    for (uint32_t d = 0; d < D; d++) {
+        printf("  %4u", d);
+        for (int k = 0; k < 2; k++) {
+            if (d < r[k]->in.dim)
+                printf(" %10.4g %10.4g%s", r[k]->mean[d], r[k]->sd[d], k ? "" : "  ");
+            else
+                printf(" %10s %10s%s", "-", "-", k ? "" : "  ");
+        }
+        printf("\n");
+    }
+}
+
 static void json_str(sbuf *b, const char *s) {
     sb_printf(b, "\"");
     for (; *s; s++) {
@@ -519,10 +605,8 @@ static int emit(rep *const *r, int nr, const stats_opts *o) {
         printf("%s\n", j.p);
         sb_free(&j);
     } else {
-        for (int k = 0; k < nr; k++) {
-            if (k) printf("\n========================================\n\n");
-            text_report(r[k]);
-        }
+        if (nr == 1) text_report(r[0]);
+        else text_compare(r[0], r[1]);
         if (warn.n) printf("\nwarnings:\n%s", warn.p);
         else printf("\nno warnings\n");
     }

@@ -100,8 +100,27 @@ class BadInputs(Base):
     def test_feature_width(self):
         x = np.load(self.mfcc(self.ids[3]))
         np.save(self.mfcc(self.ids[3]), x[:, :20])
-        self.expect_refusal("20 features per frame, expected 28 like the first utterance",
-                            self.mfcc(self.ids[3]))
+        self.expect_refusal("20 features per frame, expected 28 like most files (widths: 4 files "
+                            "of 28, 1 of 20); re-extract it", self.mfcc(self.ids[3]))
+
+    def test_width_by_majority_not_sort_order(self):
+        # The odd file first in sort order: the width is still the most common one.
+        x = np.load(self.mfcc(self.ids[0]))
+        np.save(self.mfcc(self.ids[0]), np.zeros((len(x), 40), np.float32))
+        rc, out, err = run("check", self.raw)
+        self.assertEqual(rc, 1)
+        self.assertIn("5 utterances checked, 4 valid", out)
+        self.assertIn("1 problem", out)
+        self.assertIn(f"raw/mfcc: widths: 4 files of 28, 1 of 40: {self.mfcc(self.ids[0])}; "
+                      "checking against 28, the most common", err)
+        self.assertIn(f"{self.mfcc(self.ids[0])}: 40 features per frame, expected 28 like most "
+                      "files (widths: 4 files of 28, 1 of 40)", err)
+        out_dir = os.path.join(self.tmp, "out")
+        rc, out, err = run("pack", self.raw, out_dir, "--on-error", "skip")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("packed 4 utterances", out)
+        self.assertIn("x 28 dims", out)
+        self.assertIn("skipped 1 bad utterance", out)
 
     def test_empty_utterance(self):
         np.save(self.mfcc(self.ids[1]), np.zeros((0, 28), np.float32))
@@ -251,6 +270,77 @@ class Inputs(Base):
         self.assertEqual(run("pack", self.raw, out, "--quiet")[0], 0)
         X, _ = self.windows(out)
         self.assertTrue(np.array_equal(X[0, 2 * 28:3 * 28], x[0].astype(np.float32)))
+
+    def test_misspelled_transcript_dir(self):
+        os.rename(os.path.join(self.raw, "transcript"), os.path.join(self.raw, "transcripts"))
+        os.mkdir(os.path.join(self.raw, "wav"))
+        want = (f"{self.raw}/transcripts/ holds 5 .npy files named like those of mfcc/ but is "
+                f"not read: did you mean transcript/? Rename it (mv {self.raw}/transcripts "
+                f"{self.raw}/transcript) to pack the labels")
+        rc, out, err = run("check", self.raw)
+        self.assertEqual(rc, 0, err)
+        self.assertIn(want, err)
+        self.assertIn(f"{self.raw}/wav/ is not used (pack reads mfcc/ and transcript/ only)", err)
+        self.assertIn("features only", out)
+        rc, out, err = run("pack", self.raw, os.path.join(self.tmp, "out"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn(want, err)
+        self.assertIn(f"  features only: no transcript/ directory in {self.raw} (no labels)", out)
+        # A near name with no matching files is still named.
+        shutil.rmtree(os.path.join(self.raw, "transcripts"))
+        os.mkdir(os.path.join(self.raw, "Transcript"))
+        rc, _, err = run("check", self.raw)
+        self.assertIn(f"{self.raw}/Transcript/ is not used: did you mean transcript/?", err)
+
+    def test_renamed_start_end_symbols(self):
+        # A vocabulary whose markers are <s> and </s>: --sos/--eos name them.
+        vocab = os.path.join(self.tmp, "vocab.txt")
+        with open(vocab, "w") as f:
+            f.write("[SIL]\nAA\nAE\nAH\nAO\nAW\nAY\nB\nCH\nD\nDH\nEH\nER\nEY\nF\nG\nHH\nIH\n"
+                    "IY\nJH\nK\nL\nM\nN\nNG\nOW\nOY\nP\nR\nS\nSH\nT\nTH\nUH\nUW\nV\nW\nY\nZ\n"
+                    "ZH\n<s>\n</s>\n")
+        want = os.path.join(self.tmp, "want")
+        self.assertEqual(run("pack", self.raw, want, "--quiet")[0], 0)
+        for uid in self.ids:
+            t = np.load(self.trans(uid))
+            t[0], t[-1] = "<s>", "</s>"
+            np.save(self.trans(uid), t)
+        rc, _, err = run("check", self.raw, "--vocab", vocab)
+        self.assertEqual(rc, 1)
+        self.assertIn(f"{self.trans(self.ids[0])}: position 0: '<s>', expected [SOS] (transcripts "
+                      "with other start and end symbols: --sos SYM --eos SYM)", err)
+        rc, out, err = run("check", self.raw, "--vocab", vocab, "--sos", "<s>", "--eos", "</s>")
+        self.assertEqual(rc, 0, err)
+        got = os.path.join(self.tmp, "got")
+        rc, _, err = run("pack", self.raw, got, "--vocab", vocab, "--sos", "<s>", "--eos", "</s>",
+                         "--quiet")
+        self.assertEqual(rc, 0, err)
+        # Same labels and indices as the default markers give.
+        for name in ("manifest.cxs", "shard-000000.cxs"):
+            a, b = open(os.path.join(want, name), "rb").read(), open(os.path.join(got, name), "rb").read()
+            self.assertEqual(len(a), len(b), name)
+        rc, _, err = run("check", self.raw, "--sos", "x", "--eos", "x")
+        self.assertEqual(rc, 2)
+        self.assertIn("--sos and --eos are both 'x'; the start and end symbols must differ", err)
+
+    def test_no_transcripts_beside_a_train_name(self):
+        shutil.rmtree(os.path.join(self.raw, "transcript"))
+        rc, _, err = run("check", self.raw)
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"{self.raw}: no transcript/ directory: features only, without labels (a "
+                      f"train or dev split needs {self.raw}/transcript/<id>.npy; only a test "
+                      "split has none)", err)
+        test = os.path.join(self.tmp, "test-clean")
+        os.rename(self.raw, test)
+        rc, out, err = run("check", test)
+        self.assertEqual((rc, err), (0, ""))
+        self.assertIn("features only", out)
+
+    def test_misspelled_mfcc_dir(self):
+        os.rename(os.path.join(self.raw, "mfcc"), os.path.join(self.raw, "MFCCs"))
+        rc, _, err = run("check", self.raw)
+        self.assertEqual(rc, 1)
+        self.assertIn(f"{self.raw}/MFCCs/ is there: did you mean mfcc/?", err)
 
     def test_features_only(self):
         shutil.rmtree(os.path.join(self.raw, "transcript"))
@@ -565,6 +655,32 @@ class Usage(unittest.TestCase):
             rc, _, err = run("gpu", ds)
             self.assertEqual(rc, 3)
             self.assertIn(probe["reason"], _ + err)
+
+    def test_pack_makes_parents(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            raw = os.path.join(tmp, "raw")
+            self.assertEqual(run("synth", raw, "--utts", 2, "--quiet")[0], 0)
+            out = os.path.join(tmp, "new", "parts", "p1")
+            rc, _, err = run("pack", raw, out, "--quiet")
+            self.assertEqual(rc, 0, err)
+            self.assertTrue(os.path.exists(os.path.join(out, "manifest.cxs")))
+            rc, _, err = run("merge", out, os.path.join(tmp, "m", "x"))  # not a part
+            self.assertEqual(rc, 1)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "m")), "merge left its parent")
+            # A failed pack takes away the directories it made.
+            bad = os.path.join(raw, "mfcc", sorted(os.listdir(os.path.join(raw, "mfcc")))[0])
+            x = np.load(bad)
+            x[0, 0] = np.nan
+            np.save(bad, x)
+            rc, _, err = run("pack", raw, os.path.join(tmp, "new2", "a", "out"), "--quiet")
+            self.assertEqual(rc, 1, err)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "new2")))
+            # A file in the way is named.
+            open(os.path.join(tmp, "afile"), "w").close()
+            rc, _, err = run("pack", raw, os.path.join(tmp, "afile", "out"), "--quiet")
+            self.assertNotEqual(rc, 0)
+            self.assertIn(f"cannot create its parent directory: {tmp}/afile is not a directory",
+                          err)
 
     def test_synth_makes_parents(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -5,9 +5,11 @@ when there is none); the guide's Slurm and mpirun recipes, run as written
 to a single pack.
 
 The recipes are read from docs/guide.md (the blocks after
-`<!-- recipe: NAME -->`) and run with sh, changing only: /data/ to a
-temporary directory, mpirun's rank count to 3, the shard size to 300K (so
-that a small dataset has several shards to split).
+`<!-- recipe: NAME -->`) and run with sh, changing only /data/ to a
+temporary directory and mpirun's rank count to 3.  They make no directory
+(pack creates the parts' parent) and give no --shard-size (the parts
+choose one that gives each of them work; the merge equals a single pack
+with that size).
 
 usage: /usr/bin/python3 tests/cli/parallel_test.py CTXSHARD SOURCE_ROOT"""
 import filecmp
@@ -52,9 +54,8 @@ def recipe(name, data):
     m = re.search(r"<!-- recipe: " + name + r" -->\s*```sh\n(.*?)```", text, re.S)
     assert m, f"docs/guide.md has no recipe '{name}'"
     block = m.group(1)
-    assert "/data/" in block and "--shard-size 1G" in block or name.endswith("merge"), block
-    return (block.replace("/data/", data + "/").replace("--shard-size 1G", "--shard-size 300K")
-            .replace("mpirun -n 8", "mpirun -n 3"))
+    assert "/data/" in block and "mkdir" not in block, block
+    return block.replace("/data/", data + "/").replace("mpirun -n 8", "mpirun -n 3")
 
 
 class PartEnv(unittest.TestCase):
@@ -68,6 +69,16 @@ class PartEnv(unittest.TestCase):
         r = run("pack", cls.raw, cls.single, "--shard-size", "300K", "--quiet")
         assert r.returncode == 0, r.stderr
         assert len([n for n in os.listdir(cls.single) if n.startswith("shard-")]) >= 3
+        # What 3 parts without --shard-size choose, and the single pack it equals.
+        r = run("pack", cls.raw, os.path.join(cls.tmp, "probe"), "--part", "1/3")
+        assert r.returncode == 0, r.stderr
+        m = re.search(r"merge gives the bytes of `ctxshard pack \S+ OUT --shard-size (\S+)`",
+                      r.stderr)
+        assert m, r.stderr
+        cls.auto = os.path.join(cls.tmp, "auto")
+        r = run("pack", cls.raw, cls.auto, "--shard-size", m.group(1), "--quiet")
+        assert r.returncode == 0, r.stderr
+        assert len([n for n in os.listdir(cls.auto) if n.startswith("shard-")]) == 3
 
     @classmethod
     def tearDownClass(cls):
@@ -125,7 +136,7 @@ class PartEnv(unittest.TestCase):
         r = subprocess.run(["sh", "-euc", recipe("slurm-merge", data)], env=clean_env(),
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertTrue(same_tree(self.single, os.path.join(data, "train.cxs")))
+        self.assertTrue(same_tree(self.auto, os.path.join(data, "train.cxs")))
 
     @unittest.skipUnless(shutil.which("mpirun"), "mpirun not installed (openmpi-bin)")
     def test_mpirun_recipe(self):
@@ -139,7 +150,7 @@ class PartEnv(unittest.TestCase):
                            text=True, timeout=600)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(sorted(os.listdir(os.path.join(data, "parts"))), ["p0", "p1", "p2"])
-        self.assertTrue(same_tree(self.single, os.path.join(data, "train.cxs")))
+        self.assertTrue(same_tree(self.auto, os.path.join(data, "train.cxs")))
 
 
 if __name__ == "__main__":

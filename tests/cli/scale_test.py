@@ -14,6 +14,7 @@ usage: /usr/bin/python3 tests/cli/scale_test.py BUILD/tools/ctxshard BUILD/lib/l
 import ctypes
 import filecmp
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -218,13 +219,66 @@ class Scale(unittest.TestCase):
                     for d in dirs:  # the parts stay valid (linked, not moved)
                         self.assertTrue(os.path.exists(os.path.join(d, "part.cxs")))
 
-    def test_merge_more_parts_than_shards(self):
-        single = self.path("single2")
-        ok("pack", self.raw, single, "--quiet")  # one shard
-        dirs = self.parts(self.raw, 3)
-        out = self.path("merged2")
-        ok("merge", *dirs, out, "--quiet")
-        self.assertIsNone(same_tree(single, out))
+    def test_parts_share_the_work(self):
+        # The whole set is one shard at the default 1G: without --shard-size, N parts choose a
+        # shard size that gives each of them shards of about the same size, and say which
+        # single pack the merge equals.
+        for n in (3, 7):
+            with self.subTest(parts=n):
+                dirs, sizes = [], set()
+                for i in range(1, n + 1):
+                    d = self.path(f"w{i}")
+                    rc, out, err = run("pack", self.raw, d, "--part", f"{i}/{n}")
+                    self.assertEqual(rc, 0, err)
+                    m = re.search(r"shards of at most (\S+) \(not 1G\), so that each of the "
+                                  rf"{n} parts has about the same work; merge gives the bytes "
+                                  rf"of `ctxshard pack {re.escape(self.raw)} OUT --shard-size "
+                                  r"(\S+)`", err)
+                    self.assertTrue(m, err)
+                    sizes.add(m.group(2))
+                    self.assertRegex(out, rf"packed part {i} of {n}: shards \d+\.\.\d+ of {n} ")
+                    self.assertNotIn("empty", out)
+                    dirs.append(d)
+                self.assertEqual(len(sizes), 1)
+                single = self.path("single2")
+                ok("pack", self.raw, single, "--shard-size", sizes.pop(), "--quiet")
+                self.assertEqual(len([x for x in os.listdir(single) if x.startswith("shard-")]), n)
+                out = self.path("merged2")
+                ok("merge", *dirs, out, "--quiet")
+                self.assertIsNone(same_tree(single, out))
+
+    def test_parts_refuse_a_shard_size_that_idles_them(self):
+        out = self.path("idle")
+        rc, _, err = run("pack", self.raw, out, "--part", "2/4", "--shard-size", "1G")
+        self.assertEqual(rc, 2, err)
+        m = re.search(r"--part 2/4: --shard-size 1G lays \S+ out in 1 shard, so 3 of the 4 parts "
+                      r"would have nothing to pack; give --shard-size (\S+) or less, or leave "
+                      r"--shard-size out \(pack then chooses it for 4 parts\); nothing written",
+                      err)
+        self.assertTrue(m, err)
+        self.assertFalse(os.path.exists(out))
+        ok("pack", self.raw, out, "--part", "2/4", "--shard-size", m.group(1), "--quiet")
+        self.assertEqual(len([x for x in os.listdir(out) if x.startswith("shard-")]), 1)
+
+    def test_empty_part_says_so(self):
+        raw = self.path("raw3")
+        ok("synth", raw, "--utts", 2, "--quiet")
+        dirs = []
+        for i in (1, 2, 3):
+            d = self.path(f"e{i}")
+            rc, out, err = run("pack", raw, d, "--part", f"{i}/3")
+            self.assertEqual(rc, 0, err)
+            if i == 1:  # parts 2 and 3 get the two shards
+                self.assertIn(f"{d}: part 1 of 3 has nothing to pack: the 2 utterances of {raw} "
+                              "make only 2 shards, fewer than 3 parts; it is written empty "
+                              "because merge needs every part", err)
+                self.assertIn("packed part 1 of 3: empty (the layout has 2 shards for 3 parts); "
+                              "merge still needs it", out)
+                self.assertNotIn("packed 0", out)
+            else:
+                self.assertNotIn("nothing to pack", err)
+            dirs.append(d)
+        ok("merge", *dirs, self.path("e"), "--quiet")
 
     def test_merge_with_skips_renumbers(self):
         raw = self.path("rawskip")
@@ -252,6 +306,9 @@ class Scale(unittest.TestCase):
         a = self.parts(self.raw, 2, prefix="ra")
         b = self.parts(self.raw, 2, "--dtype", "f16", prefix="rb")
         c = self.parts(self.raw, 3, prefix="rc")
+        g = self.parts(self.raw, 2, "--guard", "8", prefix="rg")
+        s = self.parts(self.raw, 2, "--shard-size", "200K", prefix="rs")
+        t = self.parts(self.raw, 2, "--shard-size", "300K", prefix="rt")
         out = self.path("refused")
         cases = [
             ([a[0]], "every part is needed"),
@@ -259,7 +316,12 @@ class Scale(unittest.TestCase):
             ([a[1], a[1]], "part 1 of 2 is missing"),
             ([c[1], c[2], c[2]], "part 1 of 3 is missing"),
             ([c[0], c[2], c[2]], "part 2 of 3 is missing"),
-            ([a[0], b[1]], "different options"),
+            # the option that differs, with both values (not "different inputs", although
+            # these options change the shard layout too)
+            ([a[0], b[1]], f"{b[1]} was packed with --dtype f16, {a[0]} with --dtype f32"),
+            ([a[0], g[1]], f"{g[1]} was packed with --guard 8, {a[0]} with --guard 64"),
+            ([s[0], t[1]], f"{t[1]} was packed with --shard-size 300K, {s[0]} with --shard-size "
+                           "200K"),
             ([a[0], c[1]], "different number of parts"),
             ([a[0], self.plain], "a complete dataset, not a part"),
         ]
@@ -273,7 +335,8 @@ class Scale(unittest.TestCase):
         d = self.parts(raw2, 2, prefix="rd")
         cases.append(([a[0], d[1]], "different inputs"))
         z = self.parts(self.raw, 2, "--compress", "zstd", prefix="rz")
-        cases.append(([a[0], z[1]], "different compression options"))
+        cases.append(([a[0], z[1]], f"{z[1]} was packed with --compress zstd, {a[0]} with "
+                                    "--compress none"))
         for dirs, needle in cases:
             with self.subTest(needle=needle):
                 rc, _, err = run("merge", *dirs, out)
@@ -287,4 +350,4 @@ class Scale(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=1)
+    unittest.main(argv=sys.argv[:1] + sys.argv[4:], verbosity=1)

@@ -126,6 +126,17 @@ class Stats(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("dimension 0: mean", out)   # dev is normalised, train is not
         self.assertIn("warnings:", out)
+        # Side by side: one row per figure, A's column then B's, not one report after the other.
+        self.assertIn(f"A: {self.tmp}/train\nB: {self.tmp}/dev\n", out)
+        _, info_a, _ = run("info", f"{self.tmp}/train", "--json")
+        _, info_b, _ = run("info", f"{self.tmp}/dev", "--json")
+        ua, ub = json.loads(info_a)["utterances"], json.loads(info_b)["utterances"]
+        self.assertRegex(out, rf"(?m)^  utterances +{ua} +{ub}$")
+        self.assertRegex(out, r"(?m)^  symbol +A frames +share +weight +B frames +share +weight$")
+        self.assertRegex(out, r"(?m)^  \[SIL\] +\d+ +[\d.]+% +[\d.]+ +\d+ +[\d.]+% +[\d.]+$")
+        self.assertRegex(out, r"(?m)^  +0 +\S+ +\S+ +\S+ +\S+$")  # dim 0: A mean, std, B's
+        self.assertEqual(out.count("utterance lengths"), 1)
+        self.assertNotIn("=====", out)
         self.assertIn(f"wrote {html} (", out)  # says where the page went
         with open(html, encoding="utf-8") as f:
             page = f.read()
