@@ -937,7 +937,9 @@ class Installation(unittest.TestCase):
         inst = os.path.join(TMP, "prefix", "lib")
         os.makedirs(inst, exist_ok=True)
         shutil.copy(os.environ["CTXSHARD_LIB"], os.path.join(inst, "libctxshard.so.0"))
-        env = {k: v for k, v in self.env().items() if k != "CTXSHARD_LIB"}
+        # neither named nor on the loader's path (meson test sets
+        # LD_LIBRARY_PATH to the build's lib/)
+        env = {k: v for k, v in self.env().items() if k not in ("CTXSHARD_LIB", "LD_LIBRARY_PATH")}
         pkg = os.path.join(TMP, "pkg", "ctxshard")
         shutil.copytree(os.path.join(SRC, "python", "ctxshard"), pkg, dirs_exist_ok=True)
         with open(os.path.join(pkg, "_native.py")) as f:
