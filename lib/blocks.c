@@ -50,6 +50,25 @@ static uint64_t permute(uint64_t x, uint64_t n, uint64_t key) {
 
 static uint64_t utt_frames(const cxs_dataset *ds, uint64_t u) { return ds->cum[u + 1] - ds->cum[u]; }
 
+/* Fork: a process-wide pthread_atfork handler holds every schedule's mutex
+ * across fork(), so that a child never inherits one locked by a thread it
+ * does not have (the chunk cache does the same). */
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static cxs_block_sched *all_scheds;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void) {
+    pthread_mutex_lock(&all_mu);
+    for (cxs_block_sched *b = all_scheds; b; b = b->next) pthread_mutex_lock(&b->mu);
+}
+
+static void fork_after(void) {
+    for (cxs_block_sched *b = all_scheds; b; b = b->next) pthread_mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&all_mu);
+}
+
+static void register_atfork(void) { pthread_atfork(fork_prepare, fork_after, fork_after); }
+
 int cxs_block_sched_init(cxs_block_sched *bs, const cxs_dataset *ds, uint64_t seed,
                          uint64_t block_rows, uint32_t guard_rows, uint32_t R, cxs_diag *d) {
     memset(bs, 0, sizeof *bs);
@@ -68,6 +87,12 @@ int cxs_block_sched_init(cxs_block_sched *bs, const cxs_dataset *ds, uint64_t se
     bs->guard_rows = guard_rows;
     bs->R = R;
     pthread_mutex_init(&bs->mu, NULL);
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&all_mu);
+    bs->next = all_scheds;
+    if (all_scheds) all_scheds->prev = bs;
+    all_scheds = bs;
+    pthread_mutex_unlock(&all_mu);
     return 0;
 }
 
@@ -80,6 +105,11 @@ static void plan_free(cxs_block_plan *p) {
 
 void cxs_block_sched_destroy(cxs_block_sched *bs) {
     if (!bs->ds) return;
+    pthread_mutex_lock(&all_mu);
+    if (bs->prev) bs->prev->next = bs->next;
+    else all_scheds = bs->next;
+    if (bs->next) bs->next->prev = bs->prev;
+    pthread_mutex_unlock(&all_mu);
     for (int i = 0; i < CXS_BLOCK_PLANS; i++) plan_free(bs->cache[i]);
     pthread_mutex_destroy(&bs->mu);
     bs->ds = NULL;

@@ -44,6 +44,7 @@ typedef struct cxs_block_sched {
     pthread_mutex_t mu;
     cxs_block_plan *cache[CXS_BLOCK_PLANS]; /* the last epochs asked */
     uint32_t next_evict;
+    struct cxs_block_sched *next, *prev; /* every schedule, for fork */
 } cxs_block_sched;
 
 /* Set up a schedule of blocks of at most block_rows rows, rounds drawing

@@ -74,6 +74,7 @@ struct cxs_loader {
     uint32_t nthreads;
     pid_t pid;
     share sh;         /* under mu */
+    int sh_pending;   /* under mu: batch 0 claimed, its share being prepared */
     cxs_readahead ra; /* the helper thread; see readahead.h */
 };
 
@@ -201,12 +202,18 @@ static void fill_shared_part(cxs_loader *l, worker_ctx *wc) {
 
 static void *worker(void *arg) {
     cxs_loader *l = arg;
-    worker_ctx wc = {{l, 0}, {abandoned, NULL, {0}, NULL, 0}};
+    worker_ctx wc = {.w = {.l = l}, .g = {.cancelled = abandoned}};
     wc.g.arg = &wc.w;
     pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
+    /* Stopping, a worker still helps finish a shared batch (its parts end
+     * at once, cancelled): its read-ahead is then given back. */
+    while (!l->stop || (l->sh.s && l->sh.next < l->sh.parts)) {
         if (l->sh.s && l->sh.next < l->sh.parts) {
             fill_shared_part(l, &wc);
+            continue;
+        }
+        if (l->sh_pending) { /* batch 0 is about to be shared: help with it first */
+            pthread_cond_wait(&l->cv_work, &l->mu);
             continue;
         }
         uint64_t b = l->next_claim;
@@ -228,15 +235,19 @@ static void *worker(void *arg) {
         size_t n = batch_length(l, pos);
         uint32_t parts = b == 0 && !l->sh.s ? (uint32_t)(n / SHARE_MIN) : 0;
         if (parts > l->o.threads) parts = l->o.threads;
+        if (parts > 1) l->sh_pending = 1; /* the others wait for its parts */
         pthread_mutex_unlock(&l->mu);
         cxs_ra_claimed(&l->ra);
         cxs_ra_batch rb;
+        rb.plan = NULL;
         int first, rc = fill_begin(l, s, b, epoch, pos, gen, &rb, &first);
-        if (!rc && parts > 1) {
+        if (parts > 1) {
             pthread_mutex_lock(&l->mu);
-            if (!l->sh.s) {
-                l->sh = (share){s, b, pos, gen, n, parts, 0, 0, 0, first, rb};
-                pthread_cond_broadcast(&l->cv_work);
+            l->sh_pending = 0;
+            pthread_cond_broadcast(&l->cv_work);
+            if (!rc) {
+                l->sh = (share){.s = s, .b = b, .pos = pos, .gen = gen, .n = n, .parts = parts,
+                                .first = first, .rb = rb};
                 continue; /* with the lock: take the first part */
             }
             pthread_mutex_unlock(&l->mu);
@@ -373,7 +384,11 @@ static int respawn(cxs_loader *l) {
     l->pid = getpid();
     __atomic_add_fetch(&l->generation, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&l->stop, 0, __ATOMIC_RELAXED);
-    l->sh.s = NULL; /* the parent's workers were filling it */
+    /* the parent's workers were filling it: give back its plan reference */
+    if (l->sh.s && l->ra.kind == CXS_RA_BLOCKS && l->sh.rb.plan)
+        cxs_block_plan_put(cxs_sampler_blocks(l->sampler), l->sh.rb.plan);
+    l->sh.s = NULL;
+    l->sh_pending = 0;
     for (uint32_t i = 0; i < l->nring; i++)
         if ((int)i != l->held) slot_discard(l, &l->ring[i]);
     l->next_claim = l->next_take;

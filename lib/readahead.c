@@ -71,6 +71,11 @@ void cxs_ra_destroy(cxs_readahead *ra) {
 void cxs_ra_after_fork(cxs_readahead *ra) {
     if (ra->kind != CXS_RA_NONE) pthread_cond_init(&ra->cv, NULL);
     ra->running = 0;
+    /* the parent's batches in flight are not the child's: nothing is being
+     * filled or warmed here yet */
+    ra->direct = 0;
+    ra->warming = 0;
+    ra->first_filled = 0;
 }
 
 void cxs_ra_wake(cxs_readahead *ra) {

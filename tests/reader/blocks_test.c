@@ -5,9 +5,12 @@
  * them, or asking for the pages of the next batches) against gather.
  *
  * usage: blocks_test CTXSHARD_EXE  (it synthesises and packs its dataset) */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ctxshard.h"
 #include "cxs_test.h"
@@ -108,6 +111,38 @@ TEST(epoch_ends_on_several_blocks) {
         ck_assert_uint_ge(distinct, 8); /* ending on one block: 6 */
         free(utt);
         free(f);
+        cxs_sampler_free(s);
+    }
+}
+END_TEST_
+
+/* A child forked right after the loader was made (its first batches in
+ * flight, the first one shared by the workers, the helper thread waiting
+ * for them) serves the whole epoch: nothing of the parent's batches in
+ * flight, nor a schedule lock a parent thread held, is inherited.  Each
+ * child has 20 s (a hang is a SIGALRM). */
+TEST(fork_during_first_batches) {
+    if (getenv("CXS_TEST_NO_FORK")) return; /* the sanitizers' allocators */
+    for (uint64_t it = 0; it < 12; it++) {
+        cxs_sampler *s = block_sampler(it, 0, 1, 0, 0);
+        cxs_loader_opts lo = {.k = 5, .batch_size = 1024, .threads = 2, .labels = 1};
+        cxs_loader *l;
+        EXPECT_INT(cxs_loader_create(ds, s, &lo, 0, 0, &l), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(20);
+            const cxs_batch *b;
+            uint64_t n = 0;
+            int rc;
+            while (!(rc = cxs_loader_next(l, &b)) && b) n += b->n;
+            _exit(rc || n != cxs_sampler_length(s) ? 1 : 0);
+        }
+        int st;
+        ck_assert(waitpid(pid, &st, 0) == pid);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %llu: %s %d",
+                      (unsigned long long)it, WIFSIGNALED(st) ? "signal" : "exit",
+                      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        cxs_loader_free(l);
         cxs_sampler_free(s);
     }
 }
@@ -325,6 +360,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 240);
     tcase_add_checked_fixture(tc, setup, teardown);
     const TTest *tests[] = {every_frame_once_and_blockwise, epoch_ends_on_several_blocks,
+                            fork_during_first_batches,
                             ranks_disjoint_and_equal,
                             budget_refused, loader_same_order_any_threads,
                             exact_resume_mid_epoch, elastic_resume};
