@@ -46,7 +46,7 @@ def main():
             t0 = time.perf_counter()
             it.close()
             loader.close()
-            res[f"  then close()"].append((time.perf_counter() - t0) * 1e3)
+            res["  then close()"].append((time.perf_counter() - t0) * 1e3)
         out = subprocess.run([a.exe, "bench-read", a.dataset, "--threads", "2", "--batches", "2",
                               "--seed", str(s)], capture_output=True, text=True,
                              check=True).stdout
