@@ -50,6 +50,20 @@ typedef struct share {
     cxs_ra_batch rb;
 } share;
 
+typedef struct watch {
+    const struct cxs_loader *l;
+    uint64_t gen;
+} watch;
+
+/* A worker's own, kept from batch to batch: its watch, and its gather
+ * context (for compressed data, a decoder and buffers made once).  They
+ * live in the loader, not on the workers' stacks, so that a forked child
+ * (which has none of the parent's threads) can free what they held. */
+typedef struct worker_ctx {
+    watch w;
+    cxs_gather_ctx g;
+} worker_ctx;
+
 struct cxs_loader {
     const cxs_dataset *ds;
     const cxs_sampler *sampler;
@@ -71,6 +85,7 @@ struct cxs_loader {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready;
     pthread_t *threads;
+    worker_ctx *wctx; /* o.threads of them, one per worker */
     uint32_t nthreads;
     pid_t pid;
     share sh;         /* under mu */
@@ -79,6 +94,7 @@ struct cxs_loader {
 };
 
 static void *worker(void *arg);
+static int abandoned(void *arg);
 
 static void pool_push(cxs_loader *l, float *x, int64_t *y) {
     uint32_t at = (l->pool_head + l->pool_count++) % l->nring;
@@ -106,7 +122,10 @@ static int start_threads(cxs_loader *l) {
     l->nthreads = 0;
     if (cxs_ra_start(&l->ra)) return -EAGAIN;
     for (uint32_t t = 0; t < l->o.threads; t++) {
-        if (pthread_create(&l->threads[t], NULL, worker, l) != 0) break;
+        worker_ctx *wc = &l->wctx[t];
+        cxs_gather_ctx_free(&wc->g); /* in a forked child: what a parent thread held */
+        *wc = (worker_ctx){.w = {.l = l}, .g = {.cancelled = abandoned, .arg = &wc->w}};
+        if (pthread_create(&l->threads[t], NULL, worker, wc) != 0) break;
         l->nthreads++;
     }
     return l->nthreads ? 0 : -EAGAIN;
@@ -115,18 +134,6 @@ static int start_threads(cxs_loader *l) {
 /* Whether the batch a worker fills for generation gen is no longer wanted
  * (a reset, or the loader is being freed): asked, without the lock, every
  * few dozen windows, so that neither waits for whole batches. */
-typedef struct watch {
-    const cxs_loader *l;
-    uint64_t gen;
-} watch;
-
-/* A worker's own, kept from batch to batch: its watch, and its gather
- * context (for compressed data, a decoder and buffers made once). */
-typedef struct worker_ctx {
-    watch w;
-    cxs_gather_ctx g;
-} worker_ctx;
-
 static int abandoned(void *arg) {
     const watch *w = arg;
     return __atomic_load_n(&w->l->stop, __ATOMIC_RELAXED) ||
@@ -201,15 +208,14 @@ static void fill_shared_part(cxs_loader *l, worker_ctx *wc) {
 }
 
 static void *worker(void *arg) {
-    cxs_loader *l = arg;
-    worker_ctx wc = {.w = {.l = l}, .g = {.cancelled = abandoned}};
-    wc.g.arg = &wc.w;
+    worker_ctx *wc = arg;
+    cxs_loader *l = (cxs_loader *)wc->w.l;
     pthread_mutex_lock(&l->mu);
     /* Stopping, a worker still helps finish a shared batch (its parts end
      * at once, cancelled): its read-ahead is then given back. */
     while (!l->stop || (l->sh.s && l->sh.next < l->sh.parts)) {
         if (l->sh.s && l->sh.next < l->sh.parts) {
-            fill_shared_part(l, &wc);
+            fill_shared_part(l, wc);
             continue;
         }
         if (l->sh_pending) { /* batch 0 is about to be shared: help with it first */
@@ -252,13 +258,13 @@ static void *worker(void *arg) {
             }
             pthread_mutex_unlock(&l->mu);
         }
-        if (!rc) rc = fill_part(l, s, 0, n, gen, &wc);
+        if (!rc) rc = fill_part(l, s, 0, n, gen, wc);
         fill_end(l, s, b, pos, &rb, first, rc);
         pthread_mutex_lock(&l->mu);
         publish(l, s, gen);
     }
     pthread_mutex_unlock(&l->mu);
-    cxs_gather_ctx_free(&wc.g);
+    cxs_gather_ctx_free(&wc->g);
     return NULL;
 }
 
@@ -291,6 +297,8 @@ void cxs_loader_free(cxs_loader *l) {
     free(l->ring);
     free(l->pool);
     free(l->threads);
+    for (uint32_t t = 0; l->wctx && t < l->o.threads; t++) cxs_gather_ctx_free(&l->wctx[t].g);
+    free(l->wctx);
     free(l->norm);
     free(l);
 }
@@ -341,8 +349,9 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     pthread_cond_init(&l->cv_ready, NULL);
     l->ring = calloc(l->nring, sizeof *l->ring);
     l->threads = calloc(l->o.threads, sizeof *l->threads);
+    l->wctx = calloc(l->o.threads, sizeof *l->wctx);
     l->pool = calloc(l->nring, sizeof *l->pool);
-    int rc = l->ring && l->threads && l->pool ? 0 : -ENOMEM;
+    int rc = l->ring && l->threads && l->wctx && l->pool ? 0 : -ENOMEM;
     size_t B = l->o.batch_size;
     if (!rc)
         rc = cxs_ra_init(&l->ra, ds, sampler, l->o.readahead != CXS_READAHEAD_OFF, B, l->o.k,
