@@ -152,6 +152,20 @@ static const char *name_of(uint32_t v, const char *const *names, uint32_t n) {
     return v < n ? names[v] : "?";
 }
 
+typedef struct two_values {
+    char p[48], a[48]; /* part p's value, part a's */
+} two_values;
+
+static void names_of(two_values *v, uint32_t p, uint32_t a, const char *const *names, uint32_t n) {
+    snprintf(v->p, sizeof v->p, "%s", name_of(p, names, n));
+    snprintf(v->a, sizeof v->a, "%s", name_of(a, names, n));
+}
+
+static void numbers_of(two_values *v, long long p, long long a, const char *unit) {
+    snprintf(v->p, sizeof v->p, "%lld%s", p, unit);
+    snprintf(v->a, sizeof v->a, "%lld%s", a, unit);
+}
+
 /* The first pack option in which part p differs from part a, named with
  * both values in d ("P2 was packed with --dtype f16, P1 with --dtype
  * f32").  1 when one differs. */
@@ -162,47 +176,39 @@ static int option_differs(const part_in *p, const part_in *a, cxs_diag *d) {
                              *const dtypes[] = {"?", "f32", "f16", "bf16"};
     const cxs_dataset_meta *x = &p->m, *y = &a->m;
     const char *opt = NULL;
-    char vp[48] = "", va[48] = "";
+    two_values v = {"", ""};
     if (x->dtype != y->dtype) {
         opt = "--dtype ";
-        snprintf(vp, sizeof vp, "%s", name_of(x->dtype, dtypes, 4));
-        snprintf(va, sizeof va, "%s", name_of(y->dtype, dtypes, 4));
+        names_of(&v, x->dtype, y->dtype, dtypes, 4);
     } else if (x->guard != y->guard) {
         opt = "--guard ";
-        snprintf(vp, sizeof vp, "%u", x->guard);
-        snprintf(va, sizeof va, "%u", y->guard);
+        numbers_of(&v, x->guard, y->guard, "");
     } else if (x->shard_size != y->shard_size) {
         opt = "--shard-size ";
-        size_str(x->shard_size, vp, sizeof vp);
-        size_str(y->shard_size, va, sizeof va);
+        size_str(x->shard_size, v.p, sizeof v.p);
+        size_str(y->shard_size, v.a, sizeof v.a);
     } else if (x->normalize != y->normalize) {
         opt = "--normalize ";
-        snprintf(vp, sizeof vp, "%s", name_of(x->normalize, norm, 2));
-        snprintf(va, sizeof va, "%s", name_of(y->normalize, norm, 2));
+        names_of(&v, x->normalize, y->normalize, norm, 2);
     } else if (x->on_error != y->on_error) {
         opt = "--on-error ";
-        snprintf(vp, sizeof vp, "%s", name_of(x->on_error, onerr, 2));
-        snprintf(va, sizeof va, "%s", name_of(y->on_error, onerr, 2));
+        names_of(&v, x->on_error, y->on_error, onerr, 2);
     } else if (x->compression != y->compression) {
         opt = "--compress ";
-        snprintf(vp, sizeof vp, "%s", name_of(x->compression, comp, 2));
-        snprintf(va, sizeof va, "%s", name_of(y->compression, comp, 2));
+        names_of(&v, x->compression, y->compression, comp, 2);
     } else if (p->level != a->level) {
         opt = "--compress zstd:";
-        snprintf(vp, sizeof vp, "%d", p->level);
-        snprintf(va, sizeof va, "%d", a->level);
+        numbers_of(&v, p->level, a->level, "");
     } else if (p->filter != a->filter) {
         opt = "";
-        snprintf(vp, sizeof vp, "%s", name_of(p->filter, filt, 2));
-        snprintf(va, sizeof va, "%s", name_of(a->filter, filt, 2));
+        names_of(&v, p->filter, a->filter, filt, 2);
     } else if (x->label_width != y->label_width) {
         opt = "labels of ";
-        snprintf(vp, sizeof vp, "%u bytes", x->label_width);
-        snprintf(va, sizeof va, "%u bytes", y->label_width);
+        numbers_of(&v, x->label_width, y->label_width, " bytes");
     }
     if (!opt) return 0;
     cxs_diagf(d, CXS_E_INPUT, "%s was packed with %s%s, %s with %s%s; refusing to merge (pack "
-              "every part with the same options)", p->dir, opt, vp, a->dir, opt, va);
+              "every part with the same options)", p->dir, opt, v.p, a->dir, opt, v.a);
     return 1;
 }
 
