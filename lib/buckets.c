@@ -11,6 +11,7 @@
 #include "dataset_internal.h"
 
 #define PLANS 2
+#define CXS_UTT_MAX_AUTO_BUCKETS CXS_UTT_DEFAULT_BUCKETS
 
 struct cxs_utt_sampler {
     const cxs_dataset *ds;
@@ -95,9 +96,20 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
         return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: blocks %u is above 1024", o.blocks);
     if (o.memory_bytes && o.kind != CXS_UTT_SHUFFLE)
         return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: block mode (memory_bytes) needs the shuffled kind");
-    if (!o.buckets) o.buckets = CXS_UTT_DEFAULT_BUCKETS;
     if (!o.blocks) o.blocks = 8;
     const uint64_t U = ds->meta.num_utterances;
+    if (!o.buckets) {
+        /* enough data in every bucket for about four full batches, or a
+         * bucket's leftovers (its last, partial batch) pad more than the
+         * bucketing saves; block mode buckets one group at a time */
+        uint64_t frames = ds->meta.num_frames;
+        if (o.memory_bytes) {
+            uint64_t group = o.memory_bytes / (o.blocks + 1ull) * o.blocks / ds->row_bytes;
+            if (group < frames) frames = group;
+        }
+        uint64_t nb = frames / (4 * o.frame_budget);
+        o.buckets = nb < 1 ? 1 : nb > CXS_UTT_MAX_AUTO_BUCKETS ? CXS_UTT_MAX_AUTO_BUCKETS : (uint32_t)nb;
+    }
     uint64_t over = 0, longest = 0, longest_u = 0;
     for (uint64_t u = 0; u < U; u++) {
         uint64_t T = utt_len(ds, u);

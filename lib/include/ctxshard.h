@@ -647,7 +647,10 @@ CXS_API void cxs_loader_free(cxs_loader *l);
  */
 #define CXS_UTT_SEQUENTIAL 0u
 #define CXS_UTT_SHUFFLE 1u
-/** Default cxs_utt_sampler_opts.buckets. */
+/** The most buckets cxs_utt_sampler_opts.buckets = 0 chooses: it takes
+ * frames / (4 * frame_budget) (enough for about four full batches a
+ * bucket; in block mode the frames of one group of blocks), between 1 and
+ * this. */
 #define CXS_UTT_DEFAULT_BUCKETS 32u
 /** Label of the padded frames of cxs_utt_batch.y: torch's ignore_index. */
 #define CXS_UTT_PAD_LABEL (-100)
@@ -657,7 +660,8 @@ typedef struct cxs_utt_sampler_opts {
     uint64_t seed;
     uint64_t frame_budget;  /**< required: B * Tmax of a batch is at most this */
     uint32_t max_batch;     /**< utterances a batch may hold at most; 0: no limit */
-    uint32_t buckets;       /**< length buckets, 1..1024; 0: CXS_UTT_DEFAULT_BUCKETS */
+    uint32_t buckets;       /**< length buckets, 1..1024; 0: chosen from the data
+                                 (see CXS_UTT_DEFAULT_BUCKETS) */
     uint32_t long_alone;    /**< 1: an utterance above the budget is a batch alone;
                                  0: refused at create */
     uint32_t rank;          /**< 0 .. world_size-1 */
