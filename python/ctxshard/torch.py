@@ -837,7 +837,10 @@ class UtteranceLoader:
     has run out.  threads: workers (default min(CPUs, 4)); the batches do
     not depend on it.  normalize / per_utterance: as UtteranceDataset.
     set_epoch(e), state_dict() / load_state_dict() (exact mid-epoch resume,
-    also on another number of ranks or threads)."""
+    also on another number of ranks or threads).  After each batch,
+    batch_info says which it was: utterances (their numbers: ds.ids[u] is
+    the id), global (its place in the epoch's global batch order), index
+    (this rank's position) and frames (real frames, without padding)."""
 
     def __init__(self, path, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, drop_last=False, buckets=None, max_batch=None,
@@ -860,6 +863,7 @@ class UtteranceLoader:
         self.num_classes = self.dataset.num_classes
         if self.threads is None:
             self.threads = _default_threads()
+        self.batch_info = None
 
     # the sampler's state is the loader's
     def __len__(self):
@@ -912,6 +916,9 @@ class UtteranceLoader:
                     y = torch.empty((n, T), dtype=torch.int64)
                     ctypes.memmove(y.data_ptr(), b.y, n * T * 8)
                 s._start = b.index + 1
+                self.batch_info = {"utterances": np.ctypeslib.as_array(
+                    ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)), shape=(n,)).copy(),
+                    "global": getattr(b, "global"), "index": b.index, "frames": b.frames}
                 if self.device is not None:
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None

@@ -141,6 +141,7 @@ class UtteranceSampler:
         self._start = 0    # this rank's position in it
         self._orders = {}  # origin -> _Order
         self._buf = None
+        self._order(0)  # the library's refusals (a budget below an utterance) now
 
     def _opts(self, origin):
         return _n.UttSamplerOpts(
