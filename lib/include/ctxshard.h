@@ -648,9 +648,9 @@ CXS_API void cxs_loader_free(cxs_loader *l);
 #define CXS_UTT_SEQUENTIAL 0u
 #define CXS_UTT_SHUFFLE 1u
 /** The most buckets cxs_utt_sampler_opts.buckets = 0 chooses: it takes
- * frames / (4 * frame_budget) (enough for about four full batches a
- * bucket; in block mode the frames of one group of blocks), between 1 and
- * this. */
+ * frames / (2 * frame_budget) (enough for about two full batches a
+ * bucket, so that a bucket's batches still change with the epoch; in
+ * block mode the frames of one group of blocks), between 1 and this. */
 #define CXS_UTT_DEFAULT_BUCKETS 32u
 /** Label of the padded frames of cxs_utt_batch.y: torch's ignore_index. */
 #define CXS_UTT_PAD_LABEL (-100)

@@ -90,9 +90,10 @@ class UtteranceSampler:
     frame_budget: padded frames a batch may hold (batch size * its longest
     utterance), required.  shuffle: True, a new grouping and batch order
     every epoch from seed; False, storage order (evaluation).  buckets:
-    length buckets (1..1024; 1 is random batching; default: frames / (4 *
-    frame_budget), between 1 and 32, so that every bucket holds about four
-    full batches).
+    length buckets (1..1024; 1 is random batching; default: frames / (2 *
+    frame_budget), between 1 and 32, so that every bucket holds about two
+    full batches and its batches still change with the epoch; more buckets
+    pad less).
     max_batch: utterances a batch may hold at most (default: no limit).
     long_utterances: "refuse" (default: an utterance longer than the
     budget is an error at creation, naming it) or "alone" (served in a
