@@ -60,16 +60,19 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static void plan_free(cxs_utt_plan *p) {
+    if (!p) return;
+    free(p->bstart);
+    free(p->utts);
+    free(p->gstart);
+    free(p->rstart);
+    free(p->rng);
+    free(p);
+}
+
 void cxs_utt_sampler_free(cxs_utt_sampler *s) {
     if (!s) return;
-    for (int i = 0; i < PLANS; i++) {
-        cxs_utt_plan *p = s->cache[i];
-        if (p) {
-            free(p->bstart);
-            free(p->utts);
-            free(p);
-        }
-    }
+    for (int i = 0; i < PLANS; i++) plan_free(s->cache[i]);
     if (s->block) cxs_block_sched_destroy(&s->bs);
     free(s->bucket);
     free(s);
@@ -236,13 +239,6 @@ static void plan_group(const cxs_utt_sampler *s, uint64_t *list, uint64_t m, uin
     }
 }
 
-static void plan_free(cxs_utt_plan *p) {
-    if (!p) return;
-    free(p->bstart);
-    free(p->utts);
-    free(p);
-}
-
 static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **out) {
     const cxs_dataset *ds = s->ds;
     const uint64_t U = ds->meta.num_utterances, n1 = U ? U : 1;
@@ -270,14 +266,32 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
         cxs_block_sched *bs = (cxs_block_sched *)&s->bs; /* shared, thread-safe */
         rc = cxs_block_plan_get(bs, epoch, &bp);
         if (rc) goto out;
-        const uint64_t R = s->o.blocks;
-        for (uint64_t g = 0; g * R < bp->nblocks; g++) {
+        const uint64_t R = s->o.blocks, G = (bp->nblocks + R - 1) / R;
+        p->gstart = malloc((G + 1) * sizeof *p->gstart);
+        p->rstart = malloc((G + 1) * sizeof *p->rstart);
+        p->rng = malloc((bp->nblocks ? bp->nblocks : 1) * sizeof *p->rng);
+        if (!p->gstart || !p->rstart || !p->rng) {
+            cxs_block_plan_put(bs, bp);
+            rc = -ENOMEM;
+            goto out;
+        }
+        uint64_t nr = 0;
+        for (uint64_t g = 0; g < G; g++) {
             uint64_t m = 0;
-            for (uint64_t j = g * R; j < bp->nblocks && j < (g + 1) * R; j++)
-                for (uint64_t u = bp->blk[j].u0; u < bp->blk[j].u1; u++) list[m++] = u;
+            p->gstart[g] = p->nbatches;
+            p->rstart[g] = nr;
+            for (uint64_t j = g * R; j < bp->nblocks && j < (g + 1) * R; j++) {
+                const cxs_block *b = &bp->blk[j];
+                for (uint64_t u = b->u0; u < b->u1; u++) list[m++] = u;
+                if (b->len) /* uncompressed: its rows in the shard's mapping */
+                    p->rng[nr++] = (cxs_utt_range){ds->shards[b->shard].map + b->off, b->len};
+            }
             plan_group(s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p, &at, tmp, rs,
                        rl, cnt);
         }
+        p->gstart[G] = p->nbatches;
+        p->rstart[G] = nr;
+        p->ngroups = G;
         cxs_block_plan_put(bs, bp);
     }
     p->bstart[p->nbatches] = at;
@@ -345,6 +359,16 @@ uint64_t cxs_utt_plan_length(const cxs_utt_sampler *s, const cxs_utt_plan *p) {
     if (s->o.origin >= N) return 0;
     uint64_t left = N - s->o.origin;
     return s->o.drop_last ? left / W : left / W + (left % W != 0);
+}
+
+uint64_t cxs_utt_plan_group(const cxs_utt_plan *p, uint64_t g) {
+    uint64_t lo = 0, hi = p->ngroups; /* last k with gstart[k] <= g */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (p->gstart[mid] <= g) lo = mid;
+        else hi = mid;
+    }
+    return lo;
 }
 
 uint64_t cxs_utt_plan_global(const cxs_utt_sampler *s, const cxs_utt_plan *p, uint64_t pos) {

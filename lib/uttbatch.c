@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "buckets.h"
@@ -176,6 +177,7 @@ struct cxs_utt_loader {
     uint64_t max_frames;
     uint64_t epoch, start, nbatches;
     cxs_utt_plan *plan; /* the epoch's, under mu */
+    uint64_t advised;   /* block mode: the last group asked for, UINT64_MAX: none */
     uslot *ring;
     uint32_t nring;
     uint64_t next_claim, next_take, generation;
@@ -209,7 +211,31 @@ static void *uworker_main(void *arg) {
         uint64_t pos = l->start + b, g = cxs_utt_plan_global(l->sampler, p, pos);
         uint64_t a = p->bstart[g], n = p->bstart[g + 1] - a, gen = l->generation;
         memcpy(s->utts, p->utts + a, n * sizeof *s->utts);
+        /* Block mode: the first batch of a group asks the kernel for the
+         * next group's blocks (and its own, after a start), so that they
+         * are read sequentially while this one is served. */
+        cxs_utt_range *adv = NULL;
+        uint64_t nadv = 0;
+        if (p->ngroups && l->o.readahead != CXS_READAHEAD_OFF) {
+            uint64_t k = cxs_utt_plan_group(p, g), hi = k + 1 < p->ngroups ? k + 1 : k;
+            if (l->advised == UINT64_MAX || hi > l->advised) {
+                uint64_t lo = l->advised != UINT64_MAX && l->advised + 1 > k ? l->advised + 1 : k;
+                nadv = p->rstart[hi + 1] - p->rstart[lo];
+                if (nadv && (adv = malloc(nadv * sizeof *adv)))
+                    memcpy(adv, p->rng + p->rstart[lo], nadv * sizeof *adv);
+                l->advised = hi;
+            }
+        }
         pthread_mutex_unlock(&l->mu);
+        if (adv) {
+            const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+            for (uint64_t i = 0; i < nadv; i++) {
+                uintptr_t a0 = (uintptr_t)adv[i].at & ~(pg - 1);
+                madvise((void *)a0, (size_t)((uintptr_t)adv[i].at + adv[i].len - a0),
+                        MADV_WILLNEED);
+            }
+            free(adv);
+        }
         uint64_t tmax = 0, frames = 0;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t T = ds->cum[s->utts[i] + 1] - ds->cum[s->utts[i]];
@@ -299,6 +325,7 @@ static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
     l->epoch = epoch;
     l->start = start;
     l->nbatches = len - start;
+    l->advised = UINT64_MAX;
     return 0;
 }
 
@@ -306,7 +333,7 @@ int cxs_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
                           const cxs_utt_loader_opts *opts, uint64_t epoch, uint64_t start,
                           cxs_utt_loader **out) {
     if (!ds || !sampler || !opts || !out || opts->threads > 256 || opts->ring > 1024 ||
-        (opts->flags & ~PAD_FLAGS) || opts->labels > 1)
+        (opts->flags & ~PAD_FLAGS) || opts->labels > 1 || opts->readahead > CXS_READAHEAD_OFF)
         return CXS_E_INVALID;
     if (opts->labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
     cxs_utt_loader *l = calloc(1, sizeof *l);

@@ -619,7 +619,8 @@ CXS_API void cxs_loader_free(cxs_loader *l);
  * epoch) is taken `blocks` blocks at a time: steps 1-4 above run inside
  * each group of `blocks` consecutive blocks, and the groups follow each
  * other, so an epoch read in batch order reads each block once and needs
- * one group (plus the next block read ahead) at a time.
+ * one group at a time; the utterance loader asks for the next group's
+ * blocks ahead (cxs_utt_loader_opts.readahead).
  *
  * Utterances longer than the budget: refused at create (CXS_E_RANGE, the
  * message names the longest and how many are over) unless long_alone is 1:
@@ -748,6 +749,10 @@ typedef struct cxs_utt_loader_opts {
     uint32_t labels;      /**< 1: per-frame labels y too (needs labels) */
     const cxs_norm *norm; /**< with CXS_GATHER_NORMALIZE: these statistics
                                (train's); NULL: the dataset's.  Copied. */
+    uint32_t readahead;   /**< block mode, uncompressed: 0 asks the kernel to
+                               read the next group of blocks ahead
+                               (MADV_WILLNEED) when the first batch of a group
+                               is taken; CXS_READAHEAD_OFF: no */
 } cxs_utt_loader_opts;
 
 /**

@@ -113,7 +113,7 @@ class UttSamplerOpts(Structure):
 
 class UttLoaderOpts(Structure):
     _fields_ = [("threads", c_uint32), ("ring", c_uint32), ("flags", c_uint32),
-                ("labels", c_uint32), ("norm", POINTER(Norm))]
+                ("labels", c_uint32), ("norm", POINTER(Norm)), ("readahead", c_uint32)]
 
 
 # Fields may be added at the end (the library allocates it): CTC targets

@@ -384,6 +384,26 @@ TEST(block_mode_reads_blocks_in_turn) {
     for (uint64_t i = 0; i < U / 6; i++)
         if (!part[a.utts[i] * 32 / U]++) distinct++;
     ck_assert_uint_lt(distinct, 12);
+    /* The loader in block mode (asking for the next group's blocks
+     * ahead, or not): the sampler's batches, the same bytes. */
+    run with = load(ds, s, 2, 1, 0, UINT64_MAX);
+    EXPECT_UINT(with.n, a.n);
+    for (uint64_t g = 0; g < a.n; g++) EXPECT_LOOP(with.glob[g] == g);
+    cxs_utt_loader_opts lo = {.threads = 2, .labels = 1, .readahead = CXS_READAHEAD_OFF};
+    cxs_utt_loader *l;
+    EXPECT_INT(cxs_utt_loader_create(ds, s, &lo, 1, 0, &l), 0);
+    const cxs_utt_batch *b;
+    uint64_t xs = 0xcbf29ce484222325ull, nb = 0;
+    while (!cxs_utt_loader_next(l, &b) && b) {
+        xs = fnv(xs, b->x, b->n * b->tmax * info.dim * 4);
+        xs = fnv(xs, b->y, b->n * b->tmax * 8);
+        xs = fnv(xs, b->lengths, b->n * 8);
+        nb++;
+    }
+    EXPECT_UINT(nb, a.n);
+    EXPECT_UINT(xs, with.xsum);
+    cxs_utt_loader_free(l);
+    free(with.glob);
     /* too small a memory budget for the longest utterance */
     o.memory_bytes = 1000;
     cxs_utt_sampler *t;
