@@ -185,6 +185,28 @@ class Utterances(unittest.TestCase):
         m = x[0, :t].double().mean(0)
         self.assertTrue(torch.allclose(m, torch.zeros_like(m), atol=1e-4))
 
+    def test_bench_utt_command(self):
+        import json
+        p = os.path.join(TMP, "f32")
+        r = subprocess.run([EXE, "bench-utt", p, "--frame-budget", str(BUDGET), "--threads", "2",
+                            "--json"], check=True, capture_output=True, text=True)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["utterances"], 40)
+        b, rnd = j["bucketed"], j["random"]
+        self.assertEqual(b["batches"], b["epoch_batches"])  # one epoch by default
+        self.assertEqual(b["batches"], cxt.UtteranceBatchSampler(p, BUDGET).global_batches())
+        self.assertEqual(rnd["epoch_batches"],
+                         cxt.UtteranceBatchSampler(p, BUDGET, buckets=1).global_batches())
+        self.assertLessEqual(b["padding_overhead"], rnd["padding_overhead"])
+        self.assertGreaterEqual(b["padding_overhead"], 1.0)
+        r = subprocess.run([EXE, "bench-utt", p], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--frame-budget N is required", r.stderr)
+        r = subprocess.run([EXE, "bench-utt", p, "--frame-budget", "100"], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("longer than frame_budget 100", r.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1], verbosity=2)
