@@ -8,6 +8,7 @@
 #include "ctxshard.h"
 #include "cxs_version.h"
 #include "benchread.h"
+#include "benchutt.h"
 #include "orderstats.h"
 #include "ctxshard_gpu.h"
 #include "gpucmd.h"
@@ -35,6 +36,7 @@ static const char *const usage_top =
     "  info OUT       describe a packed dataset\n"
     "  gather OUT     write context windows (and labels) as .npy files\n"
     "  bench-read OUT measure how fast the loader serves windows\n"
+    "  bench-utt OUT  measure whole-utterance padded batches: bucketed vs random\n"
     "  warm OUT       read a dataset into the page cache at the disk's rate\n"
     "  gpu [OUT]      the GPU path: device probe; batches delivered to the device\n"
     "  stats OUT      label, length and feature statistics, charts, HTML report\n"
@@ -220,6 +222,28 @@ static const char *const usage_bench =
     "                 over the epoch, for sequential, shuffle and (with --memory)\n"
     "                 block order, with --batch and --seed\n";
 
+static const char *const usage_bench_utt =
+    "usage: ctxshard bench-utt OUT --frame-budget N [--threads N] [--buckets N]\n"
+    "                          [--batches M] [--seed S] [--memory SIZE] [--blocks N]\n"
+    "                          [--json]\n"
+    "\n"
+    "Run the utterance loader over OUT (whole utterances padded to the longest of\n"
+    "each batch, batches of at most N padded frames) twice on the same data:\n"
+    "length-bucketed batches, then random batching (one bucket).  Prints for\n"
+    "each utterances/s, frames/s (real frames), the padding overhead (padded\n"
+    "frames / real frames), the time to create the sampler, to build an epoch's\n"
+    "order, and to resume mid-epoch (a new sampler and one batch half-way).\n"
+    "\n"
+    "  --frame-budget N  padded frames a batch may hold (batch size x longest)\n"
+    "  --threads N       loader worker threads (default: min(CPUs, 4))\n"
+    "  --buckets N       length buckets of the bucketed run (1..1024; default:\n"
+    "                    the library's choice)\n"
+    "  --batches M       batches to time (default: one epoch)\n"
+    "  --memory SIZE     block mode: bucket within blocks of whole utterances\n"
+    "                    read in turn within SIZE of page cache\n"
+    "  --blocks N        block mode: blocks bucketed together (default 8)\n"
+    "  --json            one JSON object\n";
+
 static const char *const usage_warm =
     "usage: ctxshard warm OUT [--force] [--quiet] [--json]\n"
     "\n"
@@ -263,7 +287,7 @@ enum {
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
-    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS
+    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS
 };
 
 static const struct option longopts[] = {
@@ -292,6 +316,8 @@ static const struct option longopts[] = {
     {"order-stats", no_argument, 0, O_ORDERSTATS},
     {"blocks", required_argument, 0, O_BLOCKS},
     {"stats-from", required_argument, 0, O_STATSFROM},
+    {"frame-budget", required_argument, 0, O_FRAMEBUDGET},
+    {"buckets", required_argument, 0, O_BUCKETS},
     {"sos", required_argument, 0, O_SOS},         {"eos", required_argument, 0, O_EOS},
     {0, 0, 0, 0}};
 
@@ -313,6 +339,8 @@ static int allowed(const char *cmd, int opt) {
                     O_STATSFROM}},
         {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY,
                         O_ORDERSTATS, O_BLOCKS}},
+        {"bench-utt", {O_FRAMEBUDGET, O_THREADS, O_BUCKETS, O_BATCHES, O_SEED, O_MEMORY,
+                       O_BLOCKS, O_JSON}},
         {"warm", {O_FORCE, O_QUIET, O_JSON}},
         {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
         {"gpu", {O_DEVICE, O_EMULATE, O_MODE, O_CONTEXT, O_BATCH, O_BATCHES, O_BUDGET, O_THREADS,
@@ -407,6 +435,7 @@ int main(int argc, char **argv) {
                         : !strcmp(cmd, "info")   ? usage_info
                         : !strcmp(cmd, "gather") ? usage_gather
                         : !strcmp(cmd, "bench-read") ? usage_bench
+                        : !strcmp(cmd, "bench-utt")  ? usage_bench_utt
                         : !strcmp(cmd, "stats")      ? usage_stats
                         : !strcmp(cmd, "warm")       ? usage_warm
                         : !strcmp(cmd, "gpu")        ? usage_gpu
@@ -423,8 +452,9 @@ int main(int argc, char **argv) {
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
+    bench_utt_opts bu = {0, 0, 0, 0, 0, 0, 0, 0};
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
-    int compare = 0, force = 0;
+    int compare = 0, force = 0, batches_given = 0;
     uint64_t k = 0, v;
     uint64_t *frames = NULL;
     size_t nframes = 0;
@@ -539,6 +569,7 @@ int main(int argc, char **argv) {
         case O_BATCHES:
             if (parse_u64(optarg, &bo.batches) || bo.batches == 0)
                 return usage_error(usage, "--batches: '%s' is not a positive count", optarg);
+            batches_given = 1;
             break;
         case O_SAMPLER:
             if (!strcmp(optarg, "shuffle")) bo.sampler = CXS_SAMPLER_SHUFFLE;
@@ -608,6 +639,15 @@ int main(int argc, char **argv) {
             if (parse_size(optarg, &go.budget) || !go.budget)
                 return usage_error(usage, "--budget: '%s' is not a size", optarg);
             break;
+        case O_FRAMEBUDGET:
+            if (parse_u64(optarg, &bu.frame_budget) || !bu.frame_budget)
+                return usage_error(usage, "--frame-budget: '%s' is not a positive count of frames", optarg);
+            break;
+        case O_BUCKETS:
+            if (parse_u64(optarg, &v) || v < 1 || v > 1024)
+                return usage_error(usage, "--buckets: '%s' is not a count in 1..1024", optarg);
+            bu.buckets = (uint32_t)v;
+            break;
         case O_BF16: go.bf16 = 1; break;
         case O_CHECK: go.check = 1; break;
         case O_FORCE: force = 1; break;
@@ -650,6 +690,22 @@ int main(int argc, char **argv) {
         bo.threads = po.threads ? po.threads : (ncpus() < 4 ? ncpus() : 4);
         bo.seed = so.seed;
     }
+    if (!strcmp(cmd, "bench-utt")) {
+        if (!bu.frame_budget) {
+            free(frames);
+            return usage_error(usage, "%s", "--frame-budget N is required");
+        }
+        bu.threads = po.threads ? po.threads : (ncpus() < 4 ? ncpus() : 4);
+        bu.seed = so.seed;
+        bu.batches = bo.batches == 2000 && !batches_given ? 0 : bo.batches;
+        bu.memory = bo.memory;
+        bu.blocks = bo.blocks;
+        bu.json = json;
+        if (bu.blocks && !bu.memory) {
+            free(frames);
+            return usage_error(usage, "%s", "--blocks applies with --memory (block mode) only");
+        }
+    }
     if (part_env) {
         char from[256], err[512];
         if (part_from_env(&po.part, &po.parts, from, sizeof from, err, sizeof err)) {
@@ -670,6 +726,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "info")) ec = info_run(a, json);
     else if (!strcmp(cmd, "bench-read"))
         ec = bo.order_stats ? order_stats_run(a, &bo) : bench_read_run(a, &bo);
+    else if (!strcmp(cmd, "bench-utt")) ec = bench_utt_run(a, &bu);
     else if (!strcmp(cmd, "warm")) ec = warm_run(a, force, po.quiet, json);
     else if (!strcmp(cmd, "stats")) {
         if (json) sto.json = 1;

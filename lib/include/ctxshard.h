@@ -588,6 +588,216 @@ CXS_API int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start);
 /** Stop and join the workers, free the ring.  NULL is a no-op. */
 CXS_API void cxs_loader_free(cxs_loader *l);
 
+/* ---- whole-utterance batches (sequence models) ------------------------- */
+
+/**
+ * Batches of whole utterances for sequence models (CTC, attention): x
+ * [B, Tmax, D] zero-padded, the lengths [B], and per-frame labels padded to
+ * [B, Tmax].  An utterance sampler groups utterances into batches under a
+ * frame budget, padding counted: B * Tmax <= frame_budget, Tmax being the
+ * batch's longest utterance.
+ *
+ * The epoch's global batch order (CXS_UTT_SHUFFLE):
+ *  1. the utterances are put in a seeded random order (per epoch);
+ *  2. each goes to its length bucket: `buckets` buckets of about equal
+ *     utterance counts, bounds at the quantiles of the dataset's lengths
+ *     (fixed at create); a stable pass keeps the random order inside a
+ *     bucket;
+ *  3. every bucket is cut greedily into batches: the next utterance joins
+ *     the current batch while (n + 1) * max(Tmax, T) <= frame_budget and n <
+ *     max_batch;
+ *  4. the batches are put in a seeded random order (per epoch).
+ * So which utterances go together and the order of the batches both change
+ * with the epoch.  buckets = 1 is random batching (no bucketing: the
+ * padding overhead it costs is what `ctxshard bench-utt` reports).
+ * CXS_UTT_SEQUENTIAL: utterances in storage order, cut greedily under the
+ * budget, batches in order (evaluation).
+ *
+ * Block mode (memory_bytes > 0, CXS_UTT_SHUFFLE): for data larger than
+ * memory.  The block schedule of CXS_SAMPLER_BLOCK (blocks of whole
+ * utterances of memory_bytes / (blocks + 1) bytes, in a seeded order per
+ * epoch) is taken `blocks` blocks at a time: steps 1-4 above run inside
+ * each group of `blocks` consecutive blocks, and the groups follow each
+ * other, so an epoch read in batch order reads each block once and needs
+ * one group at a time; the utterance loader asks for the next group's
+ * blocks ahead (cxs_utt_loader_opts.readahead).
+ *
+ * Utterances longer than the budget: refused at create (CXS_E_RANGE, the
+ * message names the longest and how many are over) unless long_alone is 1:
+ * then each is served alone, in a batch of one that exceeds the budget
+ * (the only batches that do).
+ *
+ * Ranks: batch g of the epoch's global order goes to rank g % world_size
+ * (rank r takes its positions i = 0, 1, ... at g = origin + r + i *
+ * world_size).  Every rank computes the same global order from (seed,
+ * epoch), so all ranks agree on the epoch's batch count N and each gets
+ * exactly ceil((N - origin) / world_size) batches: the last round of ranks
+ * is completed by wrapping around to the epoch's first batches (repeats,
+ * as torch's DistributedSampler pads), or with drop_last 1 cut to
+ * floor((N - origin) / world_size) (batches dropped).  No rank ever waits
+ * for a batch another rank does not have: DDP does not hang.
+ *
+ * State and resume: (seed, epoch, global position), the global position
+ * counting batches of the epoch's global order: origin + position *
+ * world_size when every rank stands at `position`.  Building an epoch's
+ * order is O(utterances) (kept for the last two epochs asked); any batch
+ * of it is then O(1), so resuming never replays the epoch.  A run saved on
+ * N ranks at global position G continues on M ranks with origin = G: the
+ * same global order, nothing repeated or lost.  The order never depends on
+ * world_size, rank, thread count or origin.
+ */
+#define CXS_UTT_SEQUENTIAL 0u
+#define CXS_UTT_SHUFFLE 1u
+/** The most buckets cxs_utt_sampler_opts.buckets = 0 chooses: it takes
+ * frames / (2 * frame_budget) (enough for about two full batches a
+ * bucket, so that a bucket's batches still change with the epoch; in
+ * block mode the frames of one group of blocks), between 1 and this. */
+#define CXS_UTT_DEFAULT_BUCKETS 32u
+/** Label of the padded frames of cxs_utt_batch.y: torch's ignore_index. */
+#define CXS_UTT_PAD_LABEL (-100)
+
+typedef struct cxs_utt_sampler_opts {
+    uint32_t kind;          /**< CXS_UTT_SEQUENTIAL or CXS_UTT_SHUFFLE */
+    uint64_t seed;
+    uint64_t frame_budget;  /**< required: B * Tmax of a batch is at most this */
+    uint32_t max_batch;     /**< utterances a batch may hold at most; 0: no limit */
+    uint32_t buckets;       /**< length buckets, 1..1024; 0: chosen from the data
+                                 (see CXS_UTT_DEFAULT_BUCKETS) */
+    uint32_t long_alone;    /**< 1: an utterance above the budget is a batch alone;
+                                 0: refused at create */
+    uint32_t rank;          /**< 0 .. world_size-1 */
+    uint32_t world_size;    /**< 0 or 1: not distributed */
+    uint32_t drop_last;     /**< 1: cut the epoch to a multiple of world_size batches */
+    uint64_t origin;        /**< global batch position where every epoch starts */
+    uint64_t memory_bytes;  /**< block mode: the page cache the order may use; 0: off */
+    uint32_t blocks;        /**< block mode: blocks bucketed together, 1..1024 (0: 8) */
+} cxs_utt_sampler_opts;
+
+typedef struct cxs_utt_sampler cxs_utt_sampler;
+
+/**
+ * Create an utterance sampler over ds (which must outlive it).  Returns 0,
+ * -ENOMEM, CXS_E_INVALID (no frame_budget, unknown kind, rank >= world_size,
+ * buckets or blocks above 1024, block mode with CXS_UTT_SEQUENTIAL) or
+ * CXS_E_RANGE (an utterance longer than the budget without long_alone; a
+ * memory budget whose blocks cannot hold the longest utterance); diag (may
+ * be NULL) says which and why.
+ */
+CXS_API int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *opts,
+                                   cxs_utt_sampler **out, cxs_diag *diag);
+/** NULL is a no-op. */
+CXS_API void cxs_utt_sampler_free(cxs_utt_sampler *s);
+
+/**
+ * The epoch's batch counts: *global (may be NULL) the batches of its
+ * global order, *length (may be NULL) this rank's (see above; 0 when
+ * origin is at or past the end).  Builds the epoch's order when it is not
+ * cached.  Returns 0 or -ENOMEM.
+ */
+CXS_API int cxs_utt_sampler_length(const cxs_utt_sampler *s, uint64_t epoch, uint64_t *global,
+                                   uint64_t *length);
+
+/**
+ * Most utterances one batch can hold (for buffers): max_batch, or what the
+ * budget allows of the shortest utterance, at most num_utterances.
+ */
+CXS_API uint32_t cxs_utt_sampler_max_batch(const cxs_utt_sampler *s);
+/** Most padded frames (B * Tmax) of a batch: frame_budget, or the longest
+ * utterance when it is above it and long_alone is set. */
+CXS_API uint64_t cxs_utt_sampler_max_frames(const cxs_utt_sampler *s);
+
+/**
+ * Utterances of this rank's batch at position pos of `epoch` into
+ * utts[cap] (cap >= cxs_utt_sampler_max_batch() always suffices), their
+ * count into *n, and the batch's place in the global order into *global
+ * (may be NULL).  Thread-safe.  Returns 0, CXS_E_RANGE (pos at or past the
+ * rank's length), CXS_E_INVALID (cap too small), -ENOMEM.
+ */
+CXS_API int cxs_utt_sampler_batch(const cxs_utt_sampler *s, uint64_t epoch, uint64_t pos,
+                                  uint64_t *utts, uint32_t cap, uint32_t *n, uint64_t *global);
+
+/** cxs_dataset_pad_batch flags (besides CXS_GATHER_NORMALIZE, which
+ * normalises by the dataset's stored statistics as the frame gather does) */
+/** per-utterance mean and variance normalisation (CMVN over the
+ * utterance's own frames, per dimension, computed in float64; a dimension
+ * with zero variance is only centred).  Applied after the statistics'
+ * normalisation when both are asked. */
+#define CXS_PAD_PER_UTTERANCE 2u
+
+/**
+ * Assemble a padded batch of n whole utterances: x[n][tmax][dim] float32,
+ * frames past an utterance's end zero; lengths[n] its frame counts;
+ * y[n][tmax] (when not NULL) its per-frame labels as int64, CXS_UTT_PAD_LABEL
+ * past the end.  tmax must be at least the longest of them (0: exactly
+ * the longest; the caller's buffers must then hold it: see
+ * cxs_dataset_utterance).  Stored float16/bfloat16 convert exactly;
+ * compressed datasets decode the chunks they need.  flags:
+ * CXS_GATHER_NORMALIZE (by norm when not NULL -- the training split's --
+ * else the dataset's own statistics) and CXS_PAD_PER_UTTERANCE.  Returns
+ * 0, CXS_E_RANGE (an utterance past the end, or longer than tmax),
+ * CXS_E_INVALID, CXS_E_NO_LABELS (y asked of a features-only dataset),
+ * -ENOMEM, CXS_E_CHECKSUM / CXS_E_CORRUPT (a damaged compressed chunk).
+ */
+CXS_API int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n,
+                                  uint64_t tmax, uint32_t flags, const cxs_norm *norm, float *x,
+                                  int64_t *lengths, int64_t *y);
+
+typedef struct cxs_utt_loader_opts {
+    uint32_t threads;     /**< worker threads; 0: min(CPUs, 4) */
+    uint32_t ring;        /**< batch buffers; 0: threads + 2 (at least 3) */
+    uint32_t flags;       /**< CXS_GATHER_NORMALIZE, CXS_PAD_PER_UTTERANCE */
+    uint32_t labels;      /**< 1: per-frame labels y too (needs labels) */
+    const cxs_norm *norm; /**< with CXS_GATHER_NORMALIZE: these statistics
+                               (train's); NULL: the dataset's.  Copied. */
+    uint32_t readahead;   /**< block mode, uncompressed: 0 asks the kernel to
+                               read the next group of blocks ahead
+                               (MADV_WILLNEED) when the first batch of a group
+                               is taken; CXS_READAHEAD_OFF: no */
+} cxs_utt_loader_opts;
+
+/**
+ * A padded batch handed out by cxs_utt_loader_next; valid until the next
+ * call.  Fields may be added at the end (the loader allocates it): label
+ * sequences (CTC targets) will come as `const int64_t *targets`
+ * ([n][lmax], padded with CXS_UTT_PAD_LABEL), `const int64_t
+ * *target_lengths` ([n]) and `uint64_t lmax`, after `global`.
+ */
+typedef struct cxs_utt_batch {
+    const float *x;         /**< [n][tmax][dim], zero past each length */
+    const int64_t *lengths; /**< [n] frames */
+    const int64_t *y;       /**< [n][tmax] labels, CXS_UTT_PAD_LABEL past each
+                                 length; NULL without labels */
+    const uint64_t *utts;   /**< [n] utterance numbers */
+    size_t n;
+    uint64_t tmax;          /**< the longest of the batch */
+    uint64_t frames;        /**< real frames: the sum of lengths */
+    uint64_t index;         /**< this rank's position of the batch in the epoch */
+    uint64_t global;        /**< its place in the epoch's global batch order */
+} cxs_utt_batch;
+
+typedef struct cxs_utt_loader cxs_utt_loader;
+
+/**
+ * Worker threads assemble padded batches of `sampler` into a ring ahead of
+ * the consumer, from this rank's position `start` of `epoch`.  ds and
+ * sampler must outlive it.  The batches and their order never depend on
+ * the thread count.  Fork-safe like cxs_loader: a forked child's first
+ * call starts new workers at the child's position.  Returns 0, -ENOMEM,
+ * -EAGAIN, CXS_E_NO_LABELS, CXS_E_INVALID (start past the rank's length,
+ * unknown flags, normalisation without statistics).
+ */
+CXS_API int cxs_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
+                                  const cxs_utt_loader_opts *opts, uint64_t epoch,
+                                  uint64_t start, cxs_utt_loader **out);
+/** Hand back the previous batch and take the next (waiting for it); *batch
+ * NULL at the end of the epoch.  Returns 0 or the first error met. */
+CXS_API int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch);
+/** Restart at (epoch, start), discarding prefetched batches.  The position
+ * to save for an exact resume is the last batch's index + 1. */
+CXS_API int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start);
+/** Stop and join the workers, free the ring.  NULL is a no-op. */
+CXS_API void cxs_utt_loader_free(cxs_utt_loader *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -104,6 +104,33 @@ class Batch(Structure):
                 ("index", c_uint64), ("position", c_uint64)]
 
 
+class UttSamplerOpts(Structure):
+    _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("frame_budget", c_uint64),
+                ("max_batch", c_uint32), ("buckets", c_uint32), ("long_alone", c_uint32),
+                ("rank", c_uint32), ("world_size", c_uint32), ("drop_last", c_uint32),
+                ("origin", c_uint64), ("memory_bytes", c_uint64), ("blocks", c_uint32)]
+
+
+class UttLoaderOpts(Structure):
+    _fields_ = [("threads", c_uint32), ("ring", c_uint32), ("flags", c_uint32),
+                ("labels", c_uint32), ("norm", POINTER(Norm)), ("readahead", c_uint32)]
+
+
+# Fields may be added at the end (the library allocates it): CTC targets
+# will come as ("targets", c_void_p), ("target_lengths", c_void_p),
+# ("lmax", c_uint64) after "global".
+class UttBatch(Structure):
+    _fields_ = [("x", c_void_p), ("lengths", c_void_p), ("y", c_void_p), ("utts", c_void_p),
+                ("n", c_size_t), ("tmax", c_uint64), ("frames", c_uint64), ("index", c_uint64),
+                ("global", c_uint64)]
+
+
+UTT_SEQUENTIAL, UTT_SHUFFLE = 0, 1
+UTT_DEFAULT_BUCKETS = 32
+UTT_PAD_LABEL = -100
+PAD_PER_UTTERANCE = 2
+
+
 GPU_EMULATE = -1
 GPU_AUTO, GPU_STREAM, GPU_RESIDENT, GPU_POOL = 0, 1, 2, 3
 GPU_OUT_F32, GPU_OUT_BF16 = 0, 1
@@ -269,6 +296,22 @@ def _load():
         "cxs_loader_ring": (c_uint32, [c_void_p]),
         "cxs_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
         "cxs_loader_free": (None, [c_void_p]),
+        "cxs_utt_sampler_create": (c_int, [ds, POINTER(UttSamplerOpts), POINTER(c_void_p),
+                                           POINTER(Diag)]),
+        "cxs_utt_sampler_free": (None, [c_void_p]),
+        "cxs_utt_sampler_length": (c_int, [c_void_p, c_uint64, POINTER(c_uint64),
+                                           POINTER(c_uint64)]),
+        "cxs_utt_sampler_max_batch": (c_uint32, [c_void_p]),
+        "cxs_utt_sampler_max_frames": (c_uint64, [c_void_p]),
+        "cxs_utt_sampler_batch": (c_int, [c_void_p, c_uint64, c_uint64, c_void_p, c_uint32,
+                                          POINTER(c_uint32), POINTER(c_uint64)]),
+        "cxs_dataset_pad_batch": (c_int, [ds, c_void_p, c_size_t, c_uint64, c_uint32,
+                                          POINTER(Norm), c_void_p, c_void_p, c_void_p]),
+        "cxs_utt_loader_create": (c_int, [ds, c_void_p, POINTER(UttLoaderOpts), c_uint64,
+                                          c_uint64, POINTER(c_void_p)]),
+        "cxs_utt_loader_next": (c_int, [c_void_p, POINTER(POINTER(UttBatch))]),
+        "cxs_utt_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
+        "cxs_utt_loader_free": (None, [c_void_p]),
         "cxs_gpu_probe": (c_int, [ctypes.c_int32, POINTER(GpuProbeInfo)]),
         "cxs_gpu_loader_create": (c_int, [ds, c_void_p, POINTER(GpuOpts), c_uint64, c_uint64,
                                           POINTER(c_void_p), POINTER(Diag)]),
@@ -301,5 +344,5 @@ def _load():
 
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
-           "Batch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
+           "Batch", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
            "WriterInfo", "c_float", "c_int64"]

@@ -706,3 +706,223 @@ class Loader:
             for pair in pending.values():
                 self._busy.discard(pair)
             pending.clear()
+
+
+# ---- whole-utterance batches (sequence models) -----------------------------
+
+from . import utterances as _u  # noqa: E402
+from .utterances import PAD_LABEL  # noqa: E402,F401
+
+__all__ += ["UtteranceLoader", "UtteranceDataset", "UtteranceBatchSampler", "pad_collate",
+            "PAD_LABEL"]
+
+
+class UtteranceBatchSampler(_u.UtteranceSampler):
+    """ctxshard.utterances.UtteranceSampler as a DataLoader batch_sampler:
+    lists of utterance numbers, bucketed by length under frame_budget
+    padded frames, the same count on every rank.  With UtteranceDataset and
+    collate_fn=pad_collate:
+
+        sampler = UtteranceBatchSampler(ds, frame_budget=20000, seed=0)
+        loader = DataLoader(UtteranceDataset(ds), batch_sampler=sampler,
+                            collate_fn=pad_collate, num_workers=2)
+    """
+
+    _FUNC = "UtteranceBatchSampler"
+
+
+class _PaddedBatch(collections.abc.Sequence):
+    """A padded batch assembled at once, presented as a sequence of (x_i,
+    y_i) utterances; pad_collate returns its tensors as they are."""
+
+    def __init__(self, x, lengths, y):
+        self.x, self.lengths, self.y = x, lengths, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        t = int(self.lengths[i])
+        return (self.x[i, :t], self.y[i, :t]) if self.y is not None else self.x[i, :t]
+
+
+def pad_collate(batch):
+    """collate_fn for DataLoader over an UtteranceDataset: (x [B, Tmax, D],
+    lengths [B], y [B, Tmax]) -- or (x, lengths) without labels -- with y
+    padded by PAD_LABEL (-100, CrossEntropyLoss's ignore_index).  A batch
+    from UtteranceDataset.__getitems__ comes out without a copy; a list of
+    utterances is padded with torch.nn.utils.rnn.pad_sequence."""
+    if isinstance(batch, _PaddedBatch):
+        return (batch.x, batch.lengths, batch.y) if batch.y is not None else (batch.x,
+                                                                               batch.lengths)
+    from torch.nn.utils.rnn import pad_sequence
+    if batch and isinstance(batch[0], (tuple, list)):
+        xs, ys = zip(*batch)
+    else:
+        xs, ys = batch, None
+    lengths = torch.tensor([len(x) for x in xs], dtype=torch.int64)
+    x = pad_sequence(list(xs), batch_first=True)
+    if ys is None:
+        return x, lengths
+    return x, lengths, pad_sequence(list(ys), batch_first=True, padding_value=PAD_LABEL)
+
+
+class UtteranceDataset(_TorchDataset):
+    """The utterances of a packed dataset as (x float32 [T, D], y int64
+    [T]) -- x alone for a features-only dataset -- for a DataLoader with
+    UtteranceBatchSampler and pad_collate.  __getitems__ assembles a whole
+    padded batch in the library (one call, any stored dtype, compressed
+    datasets too).  normalize: as FrameDataset (normalize=train_ds for the
+    training split's statistics); per_utterance=True: each utterance's own
+    mean and variance per dimension.  Works in forked or spawned workers
+    (the dataset is reopened by path)."""
+
+    def __init__(self, path, normalize=False, per_utterance=False, labels=None):
+        f = "UtteranceDataset"
+        ds = path if isinstance(path, Dataset) else Dataset(_a.path(f, "path", path))
+        self.path = ds.path
+        self.labels = _labels_default(f, ds, labels)
+        self.per_utterance = _a.flag(f, "per_utterance", per_utterance)
+        mode, st = normalization(f, ds, normalize)
+        self.normalize = False if mode is None else ("own" if mode == "own" else st)
+        self._ds = ds
+        self.input_size = ds.dim
+        self.num_classes = ds.num_classes
+        self._len = ds.num_utterances
+
+    @property
+    def dataset(self):
+        if self._ds is None:
+            self._ds = Dataset(self.path)
+        return self._ds
+
+    def __getstate__(self):
+        st = dict(self.__dict__)
+        st["_ds"] = None
+        return st
+
+    def __len__(self):
+        return self._len
+
+    def _fetch(self, indices):
+        nrm = self.dataset if self.normalize == "own" else self.normalize
+        x, lengths, y = _u.pad_batch(self.dataset, indices, normalize=nrm,
+                                     per_utterance=self.per_utterance, labels=self.labels)
+        return (torch.from_numpy(x), torch.from_numpy(lengths),
+                torch.from_numpy(y) if y is not None else None)
+
+    def __getitem__(self, u):
+        u = _a.index("UtteranceDataset", "u", u, self._len, "utterances")
+        x, _, y = self._fetch(np.array([u], dtype=np.uint64))
+        return (x[0], y[0]) if y is not None else x[0]
+
+    def __getitems__(self, indices):
+        return _PaddedBatch(*self._fetch(np.asarray(indices, dtype=np.uint64)))
+
+
+class _LoaderSampler(_u.UtteranceSampler):
+    _FUNC = "UtteranceLoader"
+
+
+class UtteranceLoader:
+    """Padded batches of whole utterances from the library's prefetching
+    utterance loader: (x float32 [B, Tmax, D] zero-padded, lengths int64
+    [B], y int64 [B, Tmax] padded with PAD_LABEL = -100) -- (x, lengths)
+    for a features-only dataset -- fresh tensors, yours to keep.
+
+    The batches are UtteranceSampler's (frame_budget, shuffle, seed,
+    buckets, max_batch, long_utterances, drop_last, memory, blocks; rank
+    and world_size from torch.distributed when initialised): every rank
+    gets the same number of batches, so DDP never waits for a rank that
+    has run out.  threads: workers (default min(CPUs, 4)); the batches do
+    not depend on it.  normalize / per_utterance: as UtteranceDataset.
+    set_epoch(e), state_dict() / load_state_dict() (exact mid-epoch resume,
+    also on another number of ranks or threads).  After each batch,
+    batch_info says which it was: utterances (their numbers: ds.ids[u] is
+    the id), global (its place in the epoch's global batch order), index
+    (this rank's position) and frames (real frames, without padding)."""
+
+    def __init__(self, path, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
+                 threads=None, drop_last=False, buckets=None, max_batch=None,
+                 long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
+                 memory=None, blocks=None, device=None):
+        f = "UtteranceLoader"
+        if not isinstance(path, Dataset):
+            path = _a.path(f, "path", path)
+        self.threads = _a.optional_integer(f, "threads", threads, 1, 256)
+        self.per_utterance = _a.flag(f, "per_utterance", per_utterance)
+        self.device = _device(f, device)
+        self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        self.sampler = _LoaderSampler(self.dataset, frame_budget, shuffle, seed, rank,
+                                      world_size, drop_last, buckets, max_batch,
+                                      long_utterances, memory, blocks)
+        self.labels = _labels_default(f, self.dataset, labels)
+        self._flags, self._norm, self._keep = _u._norm_args(f, self.dataset, normalize,
+                                                            per_utterance)
+        self.input_size = self.dataset.dim
+        self.num_classes = self.dataset.num_classes
+        if self.threads is None:
+            self.threads = _default_threads()
+        self.batch_info = None
+
+    # the sampler's state is the loader's
+    def __len__(self):
+        return len(self.sampler)
+
+    @property
+    def epoch(self):
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch):
+        """Start the next iteration at the beginning of `epoch`."""
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self):
+        """seed, epoch, global_position and what fixes the order (see
+        UtteranceSampler.state_dict)."""
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state):
+        self.sampler.load_state_dict(state)
+
+    def __iter__(self):
+        s = self.sampler
+        order = s._order()
+        opts = _n.UttLoaderOpts(self.threads, 0, self._flags, int(self.labels),
+                                ctypes.pointer(self._norm) if self._norm is not None else None)
+        ptr = ctypes.c_void_p()
+        epoch = s.epoch
+        rc = _lib.cxs_utt_loader_create(self.dataset._ptr, order.ptr, ctypes.byref(opts), epoch,
+                                        s._start, ctypes.byref(ptr))
+        if rc:
+            _raise(rc, what="utterance loader")
+        bp = ctypes.POINTER(_n.UttBatch)()
+        D = self.dataset.dim
+        try:
+            while True:
+                rc = _lib.cxs_utt_loader_next(ptr, ctypes.byref(bp))
+                if rc:
+                    _raise(rc, what="utterance loader")
+                if not bp:
+                    break
+                b = bp.contents
+                n, T = b.n, b.tmax
+                x = torch.empty((n, T, D), dtype=torch.float32)
+                ctypes.memmove(x.data_ptr(), b.x, n * T * D * 4)
+                lengths = torch.empty(n, dtype=torch.int64)
+                ctypes.memmove(lengths.data_ptr(), b.lengths, n * 8)
+                y = None
+                if b.y:
+                    y = torch.empty((n, T), dtype=torch.int64)
+                    ctypes.memmove(y.data_ptr(), b.y, n * T * 8)
+                s._start = b.index + 1
+                self.batch_info = {"utterances": np.ctypeslib.as_array(
+                    ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)), shape=(n,)).copy(),
+                    "global": getattr(b, "global"), "index": b.index, "frames": b.frames}
+                if self.device is not None:
+                    x = x.to(self.device, non_blocking=True)
+                    y = y.to(self.device, non_blocking=True) if y is not None else None
+                yield (x, lengths, y) if y is not None else (x, lengths)
+            s.epoch, s._origin, s._start = epoch + 1, 0, 0
+        finally:
+            _lib.cxs_utt_loader_free(ptr)

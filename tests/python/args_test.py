@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 
 import ctxshard  # noqa: E402
 import ctxshard.gpu as cxg  # noqa: E402
+import ctxshard.utterances  # noqa: E402,F401
 import ctxshard.torch as cxt  # noqa: E402
 import torch  # noqa: E402
 
@@ -127,7 +128,7 @@ class BadArguments(unittest.TestCase):
              ValueError, ["pack", "on_error", "'fail'"]),
             (lambda: ctxshard.pack(os.path.join(TMP, "nothing"), w_out), FileNotFoundError,
              ["pack", "nothing", "not a directory"]),
-        ] + self.torch_table() + self.gpu_table()
+        ] + self.torch_table() + self.gpu_table() + self.utt_table()
 
     def torch_table(self):
         ds, test = self.ds, self.test
@@ -195,6 +196,63 @@ class BadArguments(unittest.TestCase):
             (lambda: cxt.FrameDataset(p, 3, labels="y"), TypeError,
              ["FrameDataset", "labels='y'"]),
             (lambda: cxt.FrameDataset(p, 3)[len(ds)], IndexError, ["gather", str(len(ds))]),
+        ]
+
+    def utt_table(self):
+        ds, test = self.ds, self.test
+        p, tp = ds.path, test.path
+        U = lambda **kw: cxt.UtteranceLoader(p, **dict(dict(frame_budget=20000), **kw))  # noqa
+        S = lambda **kw: cxt.UtteranceBatchSampler(p, **dict(dict(frame_budget=20000), **kw))  # noqa
+        longest = max(ds.utterance_frames(u)[1] for u in range(ds.num_utterances))
+        return [
+            (lambda: U(frame_budget=0), ValueError, ["UtteranceLoader", "frame_budget=0"]),
+            (lambda: U(frame_budget=2.5), TypeError, ["UtteranceLoader", "frame_budget=2.5"]),
+            (lambda: cxt.UtteranceLoader(p), TypeError, ["frame_budget"]),
+            (lambda: U(frame_budget=longest - 1), IndexError,
+             ["longer than frame_budget", str(longest), "long_alone"]),
+            (lambda: U(shuffle=1), TypeError, ["UtteranceLoader", "shuffle=1"]),
+            (lambda: U(seed=-1), ValueError, ["UtteranceLoader", "seed=-1"]),
+            (lambda: U(rank=1), ValueError, ["UtteranceLoader", "rank=1", "world_size"]),
+            (lambda: U(rank=3, world_size=2), ValueError, ["UtteranceLoader", "rank=3", "0..1"]),
+            (lambda: U(world_size=0), ValueError, ["UtteranceLoader", "world_size=0"]),
+            (lambda: U(threads=0), ValueError, ["UtteranceLoader", "threads=0"]),
+            (lambda: U(drop_last="no"), TypeError, ["UtteranceLoader", "drop_last='no'"]),
+            (lambda: U(buckets=0), ValueError, ["UtteranceLoader", "buckets=0", "1..1024"]),
+            (lambda: U(buckets=2000), ValueError, ["UtteranceLoader", "buckets=2000"]),
+            (lambda: U(max_batch=0), ValueError, ["UtteranceLoader", "max_batch=0"]),
+            (lambda: U(long_utterances="skip"), ValueError,
+             ["UtteranceLoader", "long_utterances='skip'", "'alone'"]),
+            (lambda: U(normalize="yes"), TypeError, ["UtteranceLoader", "normalize='yes'"]),
+            (lambda: U(per_utterance=1), TypeError, ["UtteranceLoader", "per_utterance=1"]),
+            (lambda: U(labels=1), TypeError, ["UtteranceLoader", "labels=1"]),
+            (lambda: cxt.UtteranceLoader(tp, 20000, labels=True), ValueError,
+             ["UtteranceLoader", "labels=True", "no labels"]),
+            (lambda: U(memory="lots"), ValueError, ["UtteranceLoader", "memory", "not a size"]),
+            (lambda: U(memory="1G", shuffle=False), ValueError,
+             ["UtteranceLoader", "memory=", "shuffle=True"]),
+            (lambda: U(blocks=4), ValueError, ["UtteranceLoader", "blocks=", "memory="]),
+            (lambda: U(memory="1G", blocks=0), ValueError, ["UtteranceLoader", "blocks=0"]),
+            (lambda: U(memory=1000), IndexError, ["memory budget", "longest utterance"]),
+            (lambda: U(device="gpu"), ValueError, ["UtteranceLoader", "device='gpu'"]),
+            (lambda: U().set_epoch(-1), ValueError, ["set_epoch", "epoch=-1"]),
+            (lambda: U().load_state_dict([1]), TypeError, ["load_state_dict", "state_dict()"]),
+            (lambda: U().load_state_dict({"seed": 0}), ValueError,
+             ["load_state_dict", "lacks", "epoch"]),
+            (lambda: U().load_state_dict(dict(U().state_dict(), frame_budget=5)), ValueError,
+             ["load_state_dict", "frame_budget", "order would differ"]),
+            (lambda: S(frame_budget=-5), ValueError, ["UtteranceBatchSampler", "frame_budget=-5"]),
+            (lambda: S().state_dict(position=-1), ValueError, ["state_dict", "position=-1"]),
+            (lambda: cxt.UtteranceDataset(5), TypeError, ["UtteranceDataset", "path=5"]),
+            (lambda: cxt.UtteranceDataset(p, per_utterance="y"), TypeError,
+             ["UtteranceDataset", "per_utterance='y'"]),
+            (lambda: cxt.UtteranceDataset(tp, labels=True), ValueError,
+             ["UtteranceDataset", "labels=True", "no labels"]),
+            (lambda: cxt.UtteranceDataset(p)[len(ds.ids)], IndexError,
+             ["UtteranceDataset", f"u={len(ds.ids)}"]),
+            (lambda: ctxshard.utterances.pad_batch(ds, [99]), IndexError,
+             ["pad_batch", "0..3"]),
+            (lambda: ctxshard.utterances.pad_batch(ds, [0.5]), TypeError,
+             ["pad_batch", "utterance numbers"]),
         ]
 
     def gpu_table(self):

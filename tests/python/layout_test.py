@@ -31,6 +31,8 @@ C_TYPES = {
     "GpuBatch": "cxs_gpu_batch", "GpuLoaderInfo": "cxs_gpu_loader_info",
     "WriterOpts": "cxs_writer_opts", "WriterUtt": "cxs_writer_utt",
     "WriterInfo": "cxs_writer_info",
+    "UttSamplerOpts": "cxs_utt_sampler_opts", "UttLoaderOpts": "cxs_utt_loader_opts",
+    "UttBatch": "cxs_utt_batch",
 }
 
 

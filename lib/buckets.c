@@ -1,0 +1,414 @@
+/* buckets.c - the utterance sampler: whole utterances in batches under a
+ * frame budget, bucketed by length (see ctxshard.h). */
+#include "buckets.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blocks.h"
+#include "dataset_internal.h"
+
+#define PLANS 2
+#define CXS_UTT_MAX_AUTO_BUCKETS CXS_UTT_DEFAULT_BUCKETS
+
+struct cxs_utt_sampler {
+    const cxs_dataset *ds;
+    cxs_utt_sampler_opts o;
+    uint16_t *bucket; /* length bucket of every utterance */
+    uint32_t max_batch;
+    uint64_t max_frames;
+    int block;
+    cxs_block_sched bs;
+    cxs_utt_plan *cache[PLANS]; /* the last epochs asked, under plans_mu */
+    uint32_t next_evict;
+};
+
+/* One lock for every sampler's cache: held only to look up, insert or
+ * release a plan (never while building one, and never with another lock),
+ * and across fork() so that a child never inherits it locked. */
+static pthread_mutex_t plans_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void fork_prepare(void) { pthread_mutex_lock(&plans_mu); }
+static void fork_after(void) { pthread_mutex_unlock(&plans_mu); }
+static void register_atfork(void) { pthread_atfork(fork_prepare, fork_after, fork_after); }
+
+static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rng_next(uint64_t *st) { return mix64(*st += 0x9e3779b97f4a7c15ull); }
+
+/* Uniform in [0, n), n > 0 (Lemire's multiply, rejection for exactness). */
+static uint64_t rng_below(uint64_t *st, uint64_t n) {
+    for (;;) {
+        unsigned __int128 m = (unsigned __int128)rng_next(st) * n;
+        uint64_t lo = (uint64_t)m;
+        if (lo >= n || lo >= (0 - n) % n) return (uint64_t)(m >> 64);
+    }
+}
+
+static inline uint64_t utt_len(const cxs_dataset *ds, uint64_t u) {
+    return ds->cum[u + 1] - ds->cum[u];
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void plan_free(cxs_utt_plan *p) {
+    if (!p) return;
+    free(p->bstart);
+    free(p->utts);
+    free(p->gstart);
+    free(p->rstart);
+    free(p->rng);
+    free(p);
+}
+
+void cxs_utt_sampler_free(cxs_utt_sampler *s) {
+    if (!s) return;
+    for (int i = 0; i < PLANS; i++) plan_free(s->cache[i]);
+    if (s->block) cxs_block_sched_destroy(&s->bs);
+    free(s->bucket);
+    free(s);
+}
+
+int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *opts,
+                           cxs_utt_sampler **out, cxs_diag *d) {
+    if (!ds || !opts || !out)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: no dataset, options or result pointer");
+    cxs_utt_sampler_opts o = *opts;
+    if (!o.world_size) o.world_size = 1;
+    if (o.kind > CXS_UTT_SHUFFLE)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: unknown kind %u", o.kind);
+    if (!o.frame_budget)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: frame_budget (padded frames a batch may hold) is required");
+    if (o.rank >= o.world_size)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: rank %u is not below world_size %u",
+                         o.rank, o.world_size);
+    if (o.drop_last > 1 || o.long_alone > 1)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: drop_last and long_alone must be 0 or 1");
+    if (o.buckets > 1024)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: buckets %u is above 1024", o.buckets);
+    if (o.blocks > 1024)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: blocks %u is above 1024", o.blocks);
+    if (o.memory_bytes && o.kind != CXS_UTT_SHUFFLE)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: block mode (memory_bytes) needs the shuffled kind");
+    if (!o.blocks) o.blocks = 8;
+    const uint64_t U = ds->meta.num_utterances;
+    if (!o.buckets) {
+        /* More buckets always pad less (measured: bench/utt_bench.py),
+         * but a bucket of about one batch makes the same batch every epoch
+         * and its last, partial batch is a batch more: enough data in every
+         * bucket for about two full batches.  Block mode buckets one group
+         * of blocks at a time. */
+        uint64_t frames = ds->meta.num_frames;
+        if (o.memory_bytes) {
+            uint64_t group = o.memory_bytes / (o.blocks + 1ull) * o.blocks / ds->row_bytes;
+            if (group < frames) frames = group;
+        }
+        uint64_t nb = frames / (2 * o.frame_budget);
+        o.buckets = nb < 1 ? 1 : nb > CXS_UTT_MAX_AUTO_BUCKETS ? CXS_UTT_MAX_AUTO_BUCKETS : (uint32_t)nb;
+    }
+    uint64_t over = 0, longest = 0, longest_u = 0;
+    for (uint64_t u = 0; u < U; u++) {
+        uint64_t T = utt_len(ds, u);
+        if (T > o.frame_budget) over++;
+        if (T > longest) longest = T, longest_u = u;
+    }
+    if (over && !o.long_alone) {
+        cxs_utterance ut;
+        cxs_dataset_utterance(ds, longest_u, &ut);
+        int idl = ut.id_len > 200 ? 200 : (int)ut.id_len;
+        return cxs_diagf(d, CXS_E_RANGE,
+                         "utterance sampler: %llu utterance%s longer than frame_budget %llu (the "
+                         "longest, %.*s, has %llu frames): raise the budget, or serve them alone "
+                         "(long_alone)",
+                         (unsigned long long)over, over == 1 ? " is" : "s are",
+                         (unsigned long long)o.frame_budget, idl, ut.id,
+                         (unsigned long long)longest);
+    }
+    cxs_utt_sampler *s = calloc(1, sizeof *s);
+    if (!s) return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
+    s->ds = ds;
+    s->o = o;
+    /* Bucket bounds at the quantiles of the lengths, fixed for the run. */
+    s->bucket = malloc((U ? U : 1) * sizeof *s->bucket);
+    uint64_t *sorted = malloc((U ? U : 1) * sizeof *sorted);
+    if (!s->bucket || !sorted) {
+        free(sorted);
+        cxs_utt_sampler_free(s);
+        return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
+    }
+    for (uint64_t u = 0; u < U; u++) sorted[u] = utt_len(ds, u);
+    qsort(sorted, U, sizeof *sorted, cmp_u64);
+    uint64_t bounds[1024];
+    const uint32_t nb = o.buckets;
+    for (uint32_t i = 1; i < nb; i++) bounds[i - 1] = U ? sorted[U * i / nb] : 0;
+    for (uint64_t u = 0; u < U; u++) {
+        uint64_t T = utt_len(ds, u);
+        uint32_t lo = 0, hi = nb - 1; /* bucket = count of bounds <= T */
+        while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (bounds[mid] <= T) lo = mid + 1;
+            else hi = mid;
+        }
+        s->bucket[u] = (uint16_t)lo;
+    }
+    uint64_t shortest = U ? sorted[0] : 1;
+    free(sorted);
+    uint64_t mb = o.max_batch ? o.max_batch : o.frame_budget / (shortest ? shortest : 1);
+    if (mb > U) mb = U;
+    if (mb > UINT32_MAX) mb = UINT32_MAX;
+    if (mb < 1) mb = 1;
+    s->max_batch = (uint32_t)mb;
+    s->max_frames = o.frame_budget;
+    if (mb * longest < s->max_frames) s->max_frames = mb * longest;
+    if (longest > s->max_frames) s->max_frames = longest; /* long_alone */
+    if (o.memory_bytes) {
+        cxs_diag bd;
+        uint64_t block_bytes = o.memory_bytes / (o.blocks + 1ull);
+        int rc = cxs_block_sched_init(&s->bs, ds, o.seed, block_bytes / ds->row_bytes,
+                                      ds->meta.guard, o.blocks, &bd);
+        if (rc) {
+            cxs_utt_sampler_free(s);
+            return cxs_diagf(d, rc, "utterance sampler: the memory budget of %llu bytes over %u+1 blocks: %s",
+                             (unsigned long long)o.memory_bytes, o.blocks, bd.message);
+        }
+        s->block = 1;
+    }
+    pthread_once(&atfork_once, register_atfork);
+    *out = s;
+    return 0;
+}
+
+/* Steps 1-4 of the header's order for the m utterances of list[] (one
+ * group): shuffled, bucketed (stable), cut greedily, batches shuffled;
+ * appended to p at *at (utterances) and p->nbatches (batches).  tmp, rs
+ * and rl have room for m entries; cnt for the buckets + 1. */
+static void plan_group(const cxs_utt_sampler *s, uint64_t *list, uint64_t m, uint64_t key,
+                       cxs_utt_plan *p, uint64_t *at, uint64_t *tmp, uint64_t *rs,
+                       uint64_t *rl, uint64_t *cnt) {
+    const cxs_dataset *ds = s->ds;
+    const uint64_t B = s->o.frame_budget, maxb = s->o.max_batch;
+    const int shuffle = s->o.kind == CXS_UTT_SHUFFLE;
+    const uint32_t nb = shuffle ? s->o.buckets : 1;
+    uint64_t st = key;
+    if (shuffle)
+        for (uint64_t i = m; i > 1; i--) {
+            uint64_t j = rng_below(&st, i), t = list[i - 1];
+            list[i - 1] = list[j];
+            list[j] = t;
+        }
+    /* a stable counting sort by bucket keeps the random order within one */
+    memset(cnt, 0, (nb + 1) * sizeof *cnt);
+    for (uint64_t i = 0; i < m; i++) cnt[(nb > 1 ? s->bucket[list[i]] : 0) + 1]++;
+    for (uint32_t b = 0; b < nb; b++) cnt[b + 1] += cnt[b];
+    for (uint64_t i = 0; i < m; i++) tmp[cnt[nb > 1 ? s->bucket[list[i]] : 0]++] = list[i];
+    /* greedy cuts, a new batch at every bucket change */
+    uint64_t nr = 0, n = 0, tmax = 0;
+    uint32_t cur = 0;
+    for (uint64_t i = 0; i < m; i++) {
+        uint64_t u = tmp[i], T = utt_len(ds, u);
+        uint32_t bk = nb > 1 ? s->bucket[u] : 0;
+        uint64_t t2 = T > tmax ? T : tmax;
+        if (n && (bk != cur || (n + 1) * t2 > B || (maxb && n >= maxb))) {
+            rl[nr++] = n;
+            n = 0, tmax = 0, t2 = T;
+        }
+        if (!n) rs[nr] = i, cur = bk;
+        n++;
+        tmax = t2;
+    }
+    if (n) rl[nr++] = n;
+    if (shuffle)
+        for (uint64_t i = nr; i > 1; i--) {
+            uint64_t j = rng_below(&st, i), a = rs[i - 1], b = rl[i - 1];
+            rs[i - 1] = rs[j], rl[i - 1] = rl[j];
+            rs[j] = a, rl[j] = b;
+        }
+    for (uint64_t r = 0; r < nr; r++) {
+        p->bstart[p->nbatches++] = *at;
+        memcpy(p->utts + *at, tmp + rs[r], rl[r] * sizeof *tmp);
+        *at += rl[r];
+    }
+}
+
+static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **out) {
+    const cxs_dataset *ds = s->ds;
+    const uint64_t U = ds->meta.num_utterances, n1 = U ? U : 1;
+    cxs_utt_plan *p = calloc(1, sizeof *p);
+    uint64_t *list = malloc(n1 * 8), *tmp = malloc(n1 * 8), *rs = malloc(n1 * 8),
+             *rl = malloc(n1 * 8), *cnt = malloc(1025 * 8);
+    int rc = 0;
+    if (p) {
+        p->epoch = epoch;
+        p->bstart = malloc((n1 + 1) * sizeof *p->bstart);
+        p->utts = malloc(n1 * sizeof *p->utts);
+    }
+    if (!p || !p->bstart || !p->utts || !list || !tmp || !rs || !rl || !cnt) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    const uint64_t key = mix64(mix64(s->o.seed ^ 0x452821e638d01377ull) +
+                               mix64(epoch * 0xbe5466cf34e90c6cull + 1));
+    uint64_t at = 0;
+    if (!s->block) {
+        for (uint64_t u = 0; u < U; u++) list[u] = u;
+        plan_group(s, list, U, key, p, &at, tmp, rs, rl, cnt);
+    } else {
+        cxs_block_plan *bp;
+        cxs_block_sched *bs = (cxs_block_sched *)&s->bs; /* shared, thread-safe */
+        rc = cxs_block_plan_get(bs, epoch, &bp);
+        if (rc) goto out;
+        const uint64_t R = s->o.blocks, G = (bp->nblocks + R - 1) / R;
+        p->gstart = malloc((G + 1) * sizeof *p->gstart);
+        p->rstart = malloc((G + 1) * sizeof *p->rstart);
+        p->rng = malloc((bp->nblocks ? bp->nblocks : 1) * sizeof *p->rng);
+        if (!p->gstart || !p->rstart || !p->rng) {
+            cxs_block_plan_put(bs, bp);
+            rc = -ENOMEM;
+            goto out;
+        }
+        uint64_t nr = 0;
+        for (uint64_t g = 0; g < G; g++) {
+            uint64_t m = 0;
+            p->gstart[g] = p->nbatches;
+            p->rstart[g] = nr;
+            for (uint64_t j = g * R; j < bp->nblocks && j < (g + 1) * R; j++) {
+                const cxs_block *b = &bp->blk[j];
+                for (uint64_t u = b->u0; u < b->u1; u++) list[m++] = u;
+                if (b->len) /* uncompressed: its rows in the shard's mapping */
+                    p->rng[nr++] = (cxs_utt_range){ds->shards[b->shard].map + b->off, b->len};
+            }
+            plan_group(s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p, &at, tmp, rs,
+                       rl, cnt);
+        }
+        p->gstart[G] = p->nbatches;
+        p->rstart[G] = nr;
+        p->ngroups = G;
+        cxs_block_plan_put(bs, bp);
+    }
+    p->bstart[p->nbatches] = at;
+out:
+    free(list);
+    free(tmp);
+    free(rs);
+    free(rl);
+    free(cnt);
+    if (rc) plan_free(p);
+    else *out = p;
+    return rc;
+}
+
+int cxs_utt_plan_get(const cxs_utt_sampler *cs, uint64_t epoch, cxs_utt_plan **out) {
+    cxs_utt_sampler *s = (cxs_utt_sampler *)cs; /* the cache is shared; the order is not */
+    pthread_mutex_lock(&plans_mu);
+    for (int i = 0; i < PLANS; i++) {
+        cxs_utt_plan *p = s->cache[i];
+        if (p && p->epoch == epoch) {
+            p->refs++;
+            pthread_mutex_unlock(&plans_mu);
+            *out = p;
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&plans_mu);
+    /* Built without the lock (O(utterances)); two threads asking for the
+     * same new epoch at once may both build it: the first one kept wins. */
+    cxs_utt_plan *p;
+    int rc = plan_build(s, epoch, &p);
+    if (rc) return rc;
+    pthread_mutex_lock(&plans_mu);
+    for (int i = 0; i < PLANS; i++) {
+        cxs_utt_plan *q = s->cache[i];
+        if (q && q->epoch == epoch) {
+            q->refs++;
+            pthread_mutex_unlock(&plans_mu);
+            plan_free(p);
+            *out = q;
+            return 0;
+        }
+    }
+    cxs_utt_plan *old = s->cache[s->next_evict];
+    if (old && old->refs == 0) plan_free(old);
+    else if (old) old->refs = -old->refs; /* freed by its last user */
+    s->cache[s->next_evict] = p;
+    s->next_evict = (s->next_evict + 1) % PLANS;
+    p->refs = 1;
+    pthread_mutex_unlock(&plans_mu);
+    *out = p;
+    return 0;
+}
+
+void cxs_utt_plan_put(const cxs_utt_sampler *s, cxs_utt_plan *p) {
+    (void)s;
+    pthread_mutex_lock(&plans_mu);
+    if (p->refs > 0) p->refs--;
+    else if (++p->refs == 0) plan_free(p);
+    pthread_mutex_unlock(&plans_mu);
+}
+
+uint64_t cxs_utt_plan_length(const cxs_utt_sampler *s, const cxs_utt_plan *p) {
+    const uint64_t N = p->nbatches, W = s->o.world_size;
+    if (s->o.origin >= N) return 0;
+    uint64_t left = N - s->o.origin;
+    return s->o.drop_last ? left / W : left / W + (left % W != 0);
+}
+
+uint64_t cxs_utt_plan_group(const cxs_utt_plan *p, uint64_t g) {
+    uint64_t lo = 0, hi = p->ngroups; /* last k with gstart[k] <= g */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (p->gstart[mid] <= g) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+uint64_t cxs_utt_plan_global(const cxs_utt_sampler *s, const cxs_utt_plan *p, uint64_t pos) {
+    /* past the end: wrap to the epoch's first batches (the padding) */
+    return (s->o.origin + s->o.rank + pos * s->o.world_size) % p->nbatches;
+}
+
+int cxs_utt_sampler_length(const cxs_utt_sampler *s, uint64_t epoch, uint64_t *global,
+                           uint64_t *length) {
+    if (!s) return CXS_E_INVALID;
+    cxs_utt_plan *p;
+    int rc = cxs_utt_plan_get(s, epoch, &p);
+    if (rc) return rc;
+    if (global) *global = p->nbatches;
+    if (length) *length = cxs_utt_plan_length(s, p);
+    cxs_utt_plan_put(s, p);
+    return 0;
+}
+
+uint32_t cxs_utt_sampler_max_batch(const cxs_utt_sampler *s) { return s ? s->max_batch : 0; }
+uint64_t cxs_utt_sampler_max_frames(const cxs_utt_sampler *s) { return s ? s->max_frames : 0; }
+
+int cxs_utt_sampler_batch(const cxs_utt_sampler *s, uint64_t epoch, uint64_t pos, uint64_t *utts,
+                          uint32_t cap, uint32_t *n, uint64_t *global) {
+    if (!s || !n || (cap && !utts)) return CXS_E_INVALID;
+    cxs_utt_plan *p;
+    int rc = cxs_utt_plan_get(s, epoch, &p);
+    if (rc) return rc;
+    if (pos >= cxs_utt_plan_length(s, p)) {
+        rc = CXS_E_RANGE;
+    } else {
+        uint64_t g = cxs_utt_plan_global(s, p, pos), a = p->bstart[g], m = p->bstart[g + 1] - a;
+        if (m > cap) {
+            rc = CXS_E_INVALID;
+        } else {
+            memcpy(utts, p->utts + a, m * sizeof *utts);
+            *n = (uint32_t)m;
+            if (global) *global = g;
+        }
+    }
+    cxs_utt_plan_put(s, p);
+    return rc;
+}

@@ -1,0 +1,451 @@
+/* uttbatch.c - padded batches of whole utterances, and the prefetching
+ * utterance loader (the ring and worker design of loader.c, one batch per
+ * worker at a time: a batch of whole utterances is small enough that the
+ * first one needs no sharing between workers). */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "buckets.h"
+#include "cxs_convert.h"
+#include "cxs_le.h"
+#include "dataset_internal.h"
+
+/* What one thread keeps from batch to batch: a decoder for compressed
+ * data and a staging buffer for stored rows that are not float32. */
+typedef struct pad_ctx {
+    zreader zr;
+    uint8_t *stage;
+    size_t stage_bytes;
+} pad_ctx;
+
+static void pad_ctx_free(pad_ctx *c) {
+    cxs_zreader_free(&c->zr);
+    free(c->stage);
+    c->stage = NULL;
+    c->stage_bytes = 0;
+}
+
+/* Utterance u into x[tmax][D] (zero after its T rows), its labels into
+ * y[tmax] (CXS_UTT_PAD_LABEL after them) when y is not NULL. */
+static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const double *mean,
+                   const double *scale, int cmvn, float *x, int64_t *y, pad_ctx *c) {
+    const uint32_t D = ds->meta.dim;
+    const uint64_t T = ds->cum[u + 1] - ds->cum[u];
+    const uint32_t s = ds->utt_shard[u];
+    const shard *sh = &ds->shards[s];
+    const size_t n = (size_t)T * D;
+    const int f32 = ds->meta.dtype == CXS_DTYPE_F32 && cxs_host_is_le();
+    const uint8_t *src;
+    if (f32) { /* rows land in x as they are */
+        int rc = cxs_read_rows(ds, &c->zr, s, ds->row[u], T, (uint8_t *)x);
+        if (rc) return rc;
+        src = NULL;
+    } else if (!ds->compressed) {
+        src = sh->features + ds->row[u] * ds->row_bytes;
+    } else {
+        size_t need = (size_t)(T * ds->row_bytes);
+        if (c->stage_bytes < need) {
+            free(c->stage);
+            c->stage_bytes = (c->stage = malloc(need)) ? need : 0;
+            if (!c->stage) return -ENOMEM;
+        }
+        int rc = cxs_read_rows(ds, &c->zr, s, ds->row[u], T, c->stage);
+        if (rc) return rc;
+        src = c->stage;
+    }
+    if (src) {
+        switch (ds->meta.dtype) {
+        case CXS_DTYPE_F32:
+            for (size_t i = 0; i < n; i++) {
+                uint32_t b = cxs_ld32(src + 4 * i);
+                memcpy(&x[i], &b, 4);
+            }
+            break;
+        case CXS_DTYPE_F16:
+            for (size_t i = 0; i < n; i++) x[i] = cxs_f16_to_f32(cxs_ld16(src + 2 * i));
+            break;
+        default:
+            for (size_t i = 0; i < n; i++) x[i] = cxs_bf16_to_f32(cxs_ld16(src + 2 * i));
+            break;
+        }
+    }
+    /* The frame gather's arithmetic (spec section 7.4). */
+    if (mean)
+        for (uint64_t t = 0; t < T; t++)
+            for (uint32_t d = 0; d < D; d++) {
+                float *v = &x[t * D + d];
+                *v = (float)(((double)*v - mean[d]) * scale[d]);
+            }
+    if (cmvn && T) {
+        for (uint32_t d = 0; d < D; d++) {
+            double m = 0, q = 0;
+            for (uint64_t t = 0; t < T; t++) m += x[t * D + d];
+            m /= (double)T;
+            for (uint64_t t = 0; t < T; t++) {
+                double e = x[t * D + d] - m;
+                q += e * e;
+            }
+            q /= (double)T;
+            double k = q > 0 ? 1.0 / sqrt(q) : 1.0;
+            for (uint64_t t = 0; t < T; t++) x[t * D + d] = (float)((x[t * D + d] - m) * k);
+        }
+    }
+    if (tmax > T) memset(x + n, 0, (size_t)(tmax - T) * D * sizeof *x);
+    if (y) {
+        uint64_t l0 = ds->cum[u] - sh->f_start;
+        for (uint64_t t = 0; t < T; t++) y[t] = cxs_shard_label(sh, l0 + t);
+        for (uint64_t t = T; t < tmax; t++) y[t] = CXS_UTT_PAD_LABEL;
+    }
+    return 0;
+}
+
+static int pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
+                     const double *mean, const double *scale, int cmvn, float *x,
+                     int64_t *lengths, int64_t *y, pad_ctx *c) {
+    const size_t row = (size_t)tmax * ds->meta.dim;
+    for (size_t i = 0; i < n; i++) {
+        int rc = pad_one(ds, utts[i], tmax, mean, scale, cmvn, x + i * row, y ? y + i * tmax : NULL,
+                         c);
+        if (rc) return rc;
+        lengths[i] = (int64_t)(ds->cum[utts[i] + 1] - ds->cum[utts[i]]);
+    }
+    return 0;
+}
+
+#define PAD_FLAGS (CXS_GATHER_NORMALIZE | CXS_PAD_PER_UTTERANCE)
+
+/* The normalisation constants flags and norm ask for, or NULL. */
+static int norm_for(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, double **c) {
+    *c = NULL;
+    if (!(flags & CXS_GATHER_NORMALIZE)) return 0;
+    return cxs_norm_constants(ds, norm, c);
+}
+
+int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
+                          uint32_t flags, const cxs_norm *norm, float *x, int64_t *lengths,
+                          int64_t *y) {
+    if (!ds || (n && (!utts || !x || !lengths)) || (flags & ~PAD_FLAGS)) return CXS_E_INVALID;
+    if (y && !ds->meta.label_width) return CXS_E_NO_LABELS;
+    uint64_t longest = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (utts[i] >= ds->meta.num_utterances) return CXS_E_RANGE;
+        uint64_t T = ds->cum[utts[i] + 1] - ds->cum[utts[i]];
+        if (T > longest) longest = T;
+    }
+    if (!tmax) tmax = longest;
+    if (longest > tmax) return CXS_E_RANGE;
+    double *c;
+    int rc = norm_for(ds, flags, norm, &c);
+    if (rc) return rc;
+    pad_ctx pc = {0};
+    rc = pad_batch(ds, utts, n, tmax, c, c ? c + ds->meta.dim : NULL,
+                   !!(flags & CXS_PAD_PER_UTTERANCE), x, lengths, y, &pc);
+    pad_ctx_free(&pc);
+    free(c);
+    return rc;
+}
+
+/* ---- the loader -------------------------------------------------------- */
+
+enum { FREE, FILLING, READY, HELD };
+
+typedef struct uslot {
+    int state, rc;
+    uint64_t batch;
+    float *x;
+    int64_t *lengths, *y;
+    uint64_t *utts;
+    cxs_utt_batch pub;
+} uslot;
+
+typedef struct uworker {
+    struct cxs_utt_loader *l;
+    pad_ctx c;
+} uworker;
+
+struct cxs_utt_loader {
+    const cxs_dataset *ds;
+    const cxs_utt_sampler *sampler;
+    cxs_utt_loader_opts o;
+    double *norm; /* means then scales, or NULL */
+    uint32_t cap; /* utterances a slot holds */
+    uint64_t max_frames;
+    uint64_t epoch, start, nbatches;
+    cxs_utt_plan *plan; /* the epoch's, under mu */
+    uint64_t advised;   /* block mode: the last group asked for, UINT64_MAX: none */
+    uslot *ring;
+    uint32_t nring;
+    uint64_t next_claim, next_take, generation;
+    int held, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_ready;
+    pthread_t *threads;
+    uworker *w; /* in the loader so that a forked child frees what they held */
+    uint32_t nthreads;
+    pid_t pid;
+};
+
+static void *uworker_main(void *arg) {
+    uworker *w = arg;
+    cxs_utt_loader *l = w->l;
+    const cxs_dataset *ds = l->ds;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        uint64_t b = l->next_claim;
+        uslot *s = b < l->nbatches ? &l->ring[b % l->nring] : NULL;
+        if (!s || s->state != FREE) {
+            pthread_cond_wait(&l->cv_work, &l->mu);
+            continue;
+        }
+        s->state = FILLING;
+        s->batch = b;
+        l->next_claim++;
+        /* the batch's utterances are copied under the lock: a reset may
+         * drop the plan as soon as it is released */
+        const cxs_utt_plan *p = l->plan;
+        uint64_t pos = l->start + b, g = cxs_utt_plan_global(l->sampler, p, pos);
+        uint64_t a = p->bstart[g], n = p->bstart[g + 1] - a, gen = l->generation;
+        memcpy(s->utts, p->utts + a, n * sizeof *s->utts);
+        /* Block mode: the first batch of a group asks the kernel for the
+         * next group's blocks (and its own, after a start), so that they
+         * are read sequentially while this one is served. */
+        cxs_utt_range *adv = NULL;
+        uint64_t nadv = 0;
+        if (p->ngroups && l->o.readahead != CXS_READAHEAD_OFF) {
+            uint64_t k = cxs_utt_plan_group(p, g), hi = k + 1 < p->ngroups ? k + 1 : k;
+            if (l->advised == UINT64_MAX || hi > l->advised) {
+                uint64_t lo = l->advised != UINT64_MAX && l->advised + 1 > k ? l->advised + 1 : k;
+                nadv = p->rstart[hi + 1] - p->rstart[lo];
+                if (nadv && (adv = malloc(nadv * sizeof *adv)))
+                    memcpy(adv, p->rng + p->rstart[lo], nadv * sizeof *adv);
+                l->advised = hi;
+            }
+        }
+        pthread_mutex_unlock(&l->mu);
+        if (adv) {
+            const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+            for (uint64_t i = 0; i < nadv; i++) {
+                uintptr_t a0 = (uintptr_t)adv[i].at & ~(pg - 1);
+                madvise((void *)a0, (size_t)((uintptr_t)adv[i].at + adv[i].len - a0),
+                        MADV_WILLNEED);
+            }
+            free(adv);
+        }
+        uint64_t tmax = 0, frames = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t T = ds->cum[s->utts[i] + 1] - ds->cum[s->utts[i]];
+            frames += T;
+            if (T > tmax) tmax = T;
+        }
+        int rc = n > l->cap || n * tmax > l->max_frames
+                     ? CXS_E_CORRUPT /* not reached: the sampler sized them */
+                     : pad_batch(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
+                                 !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,
+                                 l->o.labels ? s->y : NULL, &w->c);
+        s->rc = rc;
+        s->pub = (cxs_utt_batch){s->x, s->lengths, l->o.labels ? s->y : NULL, s->utts, (size_t)n,
+                                 tmax, frames, pos, g};
+        pthread_mutex_lock(&l->mu);
+        if (gen == l->generation) {
+            s->state = READY;
+        } else {
+            s->state = FREE;
+            pthread_cond_broadcast(&l->cv_work);
+        }
+        pthread_cond_broadcast(&l->cv_ready);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static int start_threads(cxs_utt_loader *l) {
+    l->nthreads = 0;
+    for (uint32_t t = 0; t < l->o.threads; t++) {
+        pad_ctx_free(&l->w[t].c); /* in a forked child: what a parent thread held */
+        l->w[t].l = l;
+        if (pthread_create(&l->threads[t], NULL, uworker_main, &l->w[t]) != 0) break;
+        l->nthreads++;
+    }
+    return l->nthreads ? 0 : -EAGAIN;
+}
+
+static void stop_threads(cxs_utt_loader *l) {
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    for (uint32_t t = 0; t < l->nthreads; t++) pthread_join(l->threads[t], NULL);
+    l->nthreads = 0;
+}
+
+void cxs_utt_loader_free(cxs_utt_loader *l) {
+    if (!l) return;
+    if (l->pid == getpid()) stop_threads(l); /* a forked child has no workers to join */
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv_work);
+    pthread_cond_destroy(&l->cv_ready);
+    for (uint32_t i = 0; l->ring && i < l->nring; i++) {
+        free(l->ring[i].x);
+        free(l->ring[i].lengths);
+        free(l->ring[i].y);
+        free(l->ring[i].utts);
+    }
+    free(l->ring);
+    free(l->threads);
+    for (uint32_t t = 0; l->w && t < l->o.threads; t++) pad_ctx_free(&l->w[t].c);
+    free(l->w);
+    if (l->plan) cxs_utt_plan_put(l->sampler, l->plan);
+    free(l->norm);
+    free(l);
+}
+
+static unsigned default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+}
+
+/* Under mu (or before the workers start): the plan and batch count of
+ * (epoch, start). */
+static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
+    cxs_utt_plan *p;
+    int rc = cxs_utt_plan_get(l->sampler, epoch, &p);
+    if (rc) return rc;
+    uint64_t len = cxs_utt_plan_length(l->sampler, p);
+    if (start > len) {
+        cxs_utt_plan_put(l->sampler, p);
+        return CXS_E_INVALID;
+    }
+    if (l->plan) cxs_utt_plan_put(l->sampler, l->plan);
+    l->plan = p;
+    l->epoch = epoch;
+    l->start = start;
+    l->nbatches = len - start;
+    l->advised = UINT64_MAX;
+    return 0;
+}
+
+int cxs_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
+                          const cxs_utt_loader_opts *opts, uint64_t epoch, uint64_t start,
+                          cxs_utt_loader **out) {
+    if (!ds || !sampler || !opts || !out || opts->threads > 256 || opts->ring > 1024 ||
+        (opts->flags & ~PAD_FLAGS) || opts->labels > 1 || opts->readahead > CXS_READAHEAD_OFF)
+        return CXS_E_INVALID;
+    if (opts->labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
+    cxs_utt_loader *l = calloc(1, sizeof *l);
+    if (!l) return -ENOMEM;
+    l->ds = ds;
+    l->sampler = sampler;
+    l->o = *opts;
+    l->o.norm = NULL; /* copied: the caller's may go */
+    int rc = norm_for(ds, opts->flags, opts->norm, &l->norm);
+    if (rc) {
+        free(l);
+        return rc;
+    }
+    if (!l->o.threads) l->o.threads = default_threads();
+    if (!l->o.ring) l->o.ring = l->o.threads + 2;
+    if (l->o.ring < 3) l->o.ring = 3;
+    l->nring = l->o.ring;
+    l->cap = cxs_utt_sampler_max_batch(sampler);
+    l->max_frames = cxs_utt_sampler_max_frames(sampler);
+    l->held = -1;
+    l->pid = getpid();
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv_work, NULL);
+    pthread_cond_init(&l->cv_ready, NULL);
+    l->ring = calloc(l->nring, sizeof *l->ring);
+    l->threads = calloc(l->o.threads, sizeof *l->threads);
+    l->w = calloc(l->o.threads, sizeof *l->w);
+    rc = l->ring && l->threads && l->w ? 0 : -ENOMEM;
+    if (!rc && l->max_frames > SIZE_MAX / sizeof(float) / (ds->meta.dim ? ds->meta.dim : 1))
+        rc = -ENOMEM;
+    for (uint32_t i = 0; !rc && i < l->nring; i++) {
+        uslot *s = &l->ring[i];
+        s->x = malloc((size_t)l->max_frames * ds->meta.dim * sizeof *s->x + 1);
+        s->lengths = malloc((size_t)l->cap * sizeof *s->lengths);
+        s->utts = malloc((size_t)l->cap * sizeof *s->utts);
+        if (l->o.labels) s->y = malloc((size_t)l->max_frames * sizeof *s->y + 1);
+        if (!s->x || !s->lengths || !s->utts || (l->o.labels && !s->y)) rc = -ENOMEM;
+    }
+    if (!rc) rc = position(l, epoch, start);
+    if (!rc) rc = start_threads(l);
+    if (rc) {
+        cxs_utt_loader_free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+/* The first call in a forked child: fresh locks and workers, at the
+ * consumer's position. */
+static int respawn(cxs_utt_loader *l) {
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv_work, NULL);
+    pthread_cond_init(&l->cv_ready, NULL);
+    l->pid = getpid();
+    l->generation++;
+    l->stop = 0;
+    for (uint32_t i = 0; i < l->nring; i++)
+        if ((int)i != l->held) l->ring[i].state = FREE;
+    l->next_claim = l->next_take;
+    return start_threads(l);
+}
+
+int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
+    if (!l || !batch) return CXS_E_INVALID;
+    if (l->pid != getpid()) {
+        int rc = respawn(l);
+        if (rc) return rc;
+    }
+    pthread_mutex_lock(&l->mu);
+    if (l->held >= 0) {
+        l->ring[l->held].state = FREE;
+        l->held = -1;
+        pthread_cond_broadcast(&l->cv_work);
+    }
+    if (l->next_take >= l->nbatches) {
+        pthread_mutex_unlock(&l->mu);
+        *batch = NULL;
+        return 0;
+    }
+    uint32_t i = (uint32_t)(l->next_take % l->nring);
+    uslot *s = &l->ring[i];
+    while (!(s->state == READY && s->batch == l->next_take))
+        pthread_cond_wait(&l->cv_ready, &l->mu);
+    int rc = s->rc;
+    s->state = HELD;
+    l->held = (int)i;
+    l->next_take++;
+    pthread_mutex_unlock(&l->mu);
+    if (rc) return rc;
+    *batch = &s->pub;
+    return 0;
+}
+
+int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
+    if (!l) return CXS_E_INVALID;
+    if (l->pid != getpid()) {
+        l->held = -1;
+        l->next_take = 0;
+        int rc = respawn(l);
+        if (rc) return rc;
+    }
+    pthread_mutex_lock(&l->mu);
+    int rc = position(l, epoch, start);
+    if (!rc) {
+        l->generation++;
+        for (uint32_t i = 0; i < l->nring; i++)
+            if (l->ring[i].state == READY || l->ring[i].state == HELD) l->ring[i].state = FREE;
+        l->held = -1;
+        l->next_claim = l->next_take = 0;
+        pthread_cond_broadcast(&l->cv_work);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}

@@ -1,0 +1,212 @@
+"""Whole-utterance batches in Python: UtteranceLoader and UtteranceDataset
+with UtteranceBatchSampler and pad_collate inside torch's DataLoader,
+against numpy batches built from the raw .npy files (float32, float16 and
+zstd-compressed datasets); the same batches whatever the thread count;
+epochs; exact resume and elastic resume from 2 ranks to 3 and to 1.
+
+usage: /usr/bin/python3 tests/python/utt_test.py BUILD_DIR SOURCE_ROOT"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+EXE = os.path.join(BUILD, "tools", "ctxshard")
+os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
+sys.path.insert(0, os.path.join(SRC, "python"))
+sys.path.insert(0, os.path.join(SRC, "tests", "roundtrip"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import ctxshard  # noqa: E402
+import ctxshard.torch as cxt  # noqa: E402
+import reference  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="ctxshard-utt-")
+RAW = os.path.join(TMP, "raw")
+BUDGET = 9000
+
+
+def run(*args):
+    subprocess.run([EXE, *map(str, args)], check=True, stdout=subprocess.DEVNULL)
+
+
+def setUpModule():
+    run("synth", RAW, "--utts", 40, "--seed", 6, "--dim", 10, "--quiet")
+    run("pack", RAW, os.path.join(TMP, "f32"), "--shard-size", "600K", "--quiet")
+    run("pack", RAW, os.path.join(TMP, "f16"), "--dtype", "f16", "--quiet")
+    run("pack", RAW, os.path.join(TMP, "zstd"), "--compress", "zstd", "--chunk-size", "32K",
+        "--quiet")
+    run("synth", os.path.join(TMP, "testraw"), "--utts", 5, "--seed", 7, "--dim", 10,
+        "--no-transcripts", "--quiet")
+    run("pack", os.path.join(TMP, "testraw"), os.path.join(TMP, "test"), "--quiet")
+
+
+def tearDownModule():
+    shutil.rmtree(TMP)
+
+
+def reference_batch(utts, dtype="f32"):
+    """(x, lengths, y) padded in numpy from the raw files."""
+    ids = reference.utterance_ids(RAW)
+    feats = [reference.load_utterance(RAW, ids[u], dtype) for u in utts]
+    T = max(len(f) for f, _ in feats)
+    D = feats[0][0].shape[1]
+    x = np.zeros((len(utts), T, D), np.float32)
+    y = np.full((len(utts), T), -100, np.int64)
+    for i, (f, lab) in enumerate(feats):
+        x[i, :len(f)] = f.astype(np.float32)
+        y[i, :len(f)] = lab
+    return x, np.array([len(f) for f, _ in feats]), y
+
+
+def drain(loader):
+    out = []
+    for x, lengths, y in loader:
+        out.append((x, lengths, y, dict(loader.batch_info)))
+    return out
+
+
+class Utterances(unittest.TestCase):
+    def test_loader_equals_numpy_reference(self):
+        for name, dt in (("f32", "f32"), ("f16", "f16"), ("zstd", "f32")):
+            with self.subTest(dataset=name):
+                L = cxt.UtteranceLoader(os.path.join(TMP, name), frame_budget=BUDGET, seed=2,
+                                        threads=2)
+                seen = []
+                for x, lengths, y, info in drain(L):
+                    self.assertLessEqual(x.shape[0] * x.shape[1], BUDGET)
+                    rx, rl, ry = reference_batch(info["utterances"], dt)
+                    np.testing.assert_array_equal(x.numpy(), rx)
+                    np.testing.assert_array_equal(lengths.numpy(), rl)
+                    np.testing.assert_array_equal(y.numpy(), ry)
+                    self.assertEqual(info["frames"], int(rl.sum()))
+                    seen += info["utterances"].tolist()
+                self.assertEqual(sorted(seen), list(range(40)))
+                self.assertEqual(L.epoch, 1)  # a complete pass advances the epoch
+
+    def test_dataloader_path(self):
+        p = os.path.join(TMP, "zstd")
+        native = drain(cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=5, threads=1))
+        ds = cxt.UtteranceDataset(p)
+        bs = cxt.UtteranceBatchSampler(p, frame_budget=BUDGET, seed=5)
+        dl = torch.utils.data.DataLoader(ds, batch_sampler=bs, collate_fn=cxt.pad_collate,
+                                         num_workers=2)
+        got = list(dl)
+        self.assertEqual(len(got), len(native))
+        for (x, lengths, y), (nx, nl, ny, _) in zip(got, native):
+            self.assertTrue(torch.equal(x, nx) and torch.equal(lengths, nl) and
+                            torch.equal(y, ny))
+        # pad_collate over single utterances (pad_sequence): the same batch
+        first = [ds[int(u)] for u in native[0][3]["utterances"]]
+        x, lengths, y = cxt.pad_collate(first)
+        self.assertTrue(torch.equal(x, native[0][0]) and torch.equal(y, native[0][2]))
+        self.assertEqual(len(dl), len(bs))
+
+    def test_threads_do_not_change_batches(self):
+        p = os.path.join(TMP, "f32")
+        a = drain(cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=8, threads=1))
+        b = drain(cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=8, threads=4))
+        self.assertEqual(len(a), len(b))
+        for u, v in zip(a, b):
+            self.assertTrue(torch.equal(u[0], v[0]) and torch.equal(u[2], v[2]))
+        # another epoch: another grouping or order
+        L = cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=8)
+        L.set_epoch(1)
+        c = drain(L)
+        self.assertNotEqual([i[3]["utterances"].tolist() for i in a],
+                            [i[3]["utterances"].tolist() for i in c])
+
+    def test_exact_resume(self):
+        p = os.path.join(TMP, "f32")
+        full = drain(cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=1, threads=2))
+        L = cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=1, threads=2)
+        it = iter(L)
+        for _ in range(4):
+            next(it)
+        state = L.state_dict()
+        self.assertEqual(state["global_position"], 4)
+        R = cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=1, threads=3)
+        R.load_state_dict(state)
+        rest = drain(R)
+        self.assertEqual(len(rest), len(full) - 4)
+        for a, b in zip(rest, full[4:]):
+            self.assertTrue(torch.equal(a[0], b[0]))
+        self.assertEqual(R.epoch, 1)
+
+    def test_elastic_resume_2_to_3_and_1(self):
+        p = os.path.join(TMP, "f32")
+        kw = dict(frame_budget=BUDGET, seed=4)
+        N = cxt.UtteranceBatchSampler(p, **kw).global_batches()
+        first, states = [], []
+        for r in range(2):
+            L = cxt.UtteranceLoader(p, rank=r, world_size=2, **kw)
+            it = iter(L)
+            for _ in range(3):
+                next(it)
+                first.append(L.batch_info["global"])
+            states.append(L.state_dict())
+        self.assertEqual(states[0]["global_position"], 6)
+        self.assertEqual(states[0], dict(states[1], rank=0))
+        self.assertEqual(sorted(first), list(range(6)))
+        for M in (3, 1):
+            with self.subTest(world_size=M):
+                rest, lens = [], []
+                for r in range(M):
+                    L = cxt.UtteranceLoader(p, rank=r, world_size=M, **kw)
+                    L.load_state_dict(states[r % 2])
+                    lens.append(len(L))
+                    rest += [b[3]["global"] for b in drain(L)]
+                self.assertEqual(len(set(lens)), 1)  # the same count on every rank
+                # the global order goes on from 6: each once, then the
+                # wrap-around padding repeats the epoch's first batches
+                self.assertEqual(sorted(g for g in rest if g >= 6), list(range(6, N)))
+                self.assertLess(len(rest) - (N - 6), M)
+                self.assertTrue(all(g < M for g in rest if g < 6))
+
+    def test_features_only_and_normalisation(self):
+        L = cxt.UtteranceLoader(os.path.join(TMP, "test"), frame_budget=BUDGET, shuffle=False)
+        batches = list(L)
+        self.assertTrue(all(len(b) == 2 for b in batches))
+        self.assertEqual(sum(len(b[1]) for b in batches), 5)
+        train = ctxshard.open(os.path.join(TMP, "f32"))
+        x, lengths = cxt.UtteranceDataset(os.path.join(TMP, "test"), normalize=train).__getitems__(
+            [0, 1]).x, None
+        test = ctxshard.open(os.path.join(TMP, "test"))
+        f0, n0 = test.utterance_frames(0)
+        g = test.gather(np.arange(f0, f0 + n0), 0, normalize=train)
+        np.testing.assert_array_equal(x[0, :n0].numpy(), g)
+        P = cxt.UtteranceLoader(os.path.join(TMP, "f32"), frame_budget=BUDGET, per_utterance=True)
+        x, lengths, _ = next(iter(P))
+        t = int(lengths[0])
+        m = x[0, :t].double().mean(0)
+        self.assertTrue(torch.allclose(m, torch.zeros_like(m), atol=1e-4))
+
+    def test_bench_utt_command(self):
+        import json
+        p = os.path.join(TMP, "f32")
+        r = subprocess.run([EXE, "bench-utt", p, "--frame-budget", str(BUDGET), "--threads", "2",
+                            "--json"], check=True, capture_output=True, text=True)
+        j = json.loads(r.stdout)
+        self.assertEqual(j["utterances"], 40)
+        b, rnd = j["bucketed"], j["random"]
+        self.assertEqual(b["batches"], b["epoch_batches"])  # one epoch by default
+        self.assertEqual(b["batches"], cxt.UtteranceBatchSampler(p, BUDGET).global_batches())
+        self.assertEqual(rnd["epoch_batches"],
+                         cxt.UtteranceBatchSampler(p, BUDGET, buckets=1).global_batches())
+        self.assertLessEqual(b["padding_overhead"], rnd["padding_overhead"])
+        self.assertGreaterEqual(b["padding_overhead"], 1.0)
+        r = subprocess.run([EXE, "bench-utt", p], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--frame-budget N is required", r.stderr)
+        r = subprocess.run([EXE, "bench-utt", p, "--frame-budget", "100"], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("longer than frame_budget 100", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)

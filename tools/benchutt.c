@@ -1,0 +1,129 @@
+/* benchutt.c - `ctxshard bench-utt`: whole-utterance padded batches,
+ * bucketed against random batching, on the same data in one run. */
+#include "benchutt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ctxshard.h"
+#include "util.h"
+
+typedef struct figures {
+    double create_ms, order_ms, resume_ms, first_ms, seconds;
+    uint64_t batches, utts, frames, padded, global;
+} figures;
+
+/* One sampler (buckets: 0 the library's choice, 1 random batching) over
+ * one epoch (or o->batches batches) of the loader. */
+static int measure(const char *dir, cxs_dataset *ds, const bench_utt_opts *o, uint32_t buckets,
+                   figures *f) {
+    cxs_utt_sampler_opts so = {.kind = CXS_UTT_SHUFFLE, .seed = o->seed,
+                               .frame_budget = o->frame_budget, .buckets = buckets,
+                               .memory_bytes = o->memory, .blocks = o->blocks};
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    cxs_diag d = {{0}};
+    cxs_utt_sampler *s = NULL;
+    cxs_utt_loader *l = NULL;
+    double t0 = now_seconds();
+    int rc = cxs_utt_sampler_create(ds, &so, &s, &d);
+    if (rc) {
+        warnx_("%s: %s", dir, d.message[0] ? d.message : cxs_strerror(rc));
+        return rc == CXS_E_RANGE || rc == CXS_E_INVALID ? EXIT_USAGE : exit_code_for(rc);
+    }
+    f->create_ms = (now_seconds() - t0) * 1e3;
+    t0 = now_seconds();
+    uint64_t n = 0;
+    if ((rc = cxs_utt_sampler_length(s, 0, &f->global, &n))) goto fail;
+    f->order_ms = (now_seconds() - t0) * 1e3;
+    /* Resuming mid-epoch: a new sampler (as after a restart), the epoch's
+     * order, and one batch at the middle position. */
+    {
+        uint64_t *u = malloc(cxs_utt_sampler_max_batch(s) * sizeof *u);
+        uint32_t m;
+        cxs_utt_sampler *r = NULL;
+        t0 = now_seconds();
+        rc = u ? cxs_utt_sampler_create(ds, &so, &r, NULL) : -ENOMEM;
+        if (!rc) rc = cxs_utt_sampler_batch(r, 0, n / 2, u, cxs_utt_sampler_max_batch(r), &m, NULL);
+        f->resume_ms = (now_seconds() - t0) * 1e3;
+        cxs_utt_sampler_free(r);
+        free(u);
+        if (rc) goto fail;
+    }
+    cxs_utt_loader_opts lo = {.threads = o->threads, .labels = in.label_width ? 1u : 0u};
+    t0 = now_seconds();
+    if ((rc = cxs_utt_loader_create(ds, s, &lo, 0, 0, &l))) goto fail;
+    const cxs_utt_batch *b;
+    uint64_t want = o->batches ? o->batches : n;
+    while (f->batches < want) {
+        if ((rc = cxs_utt_loader_next(l, &b))) goto fail;
+        if (!b) {
+            if ((rc = cxs_utt_loader_reset(l, f->batches, 0))) goto fail;
+            continue;
+        }
+        if (!f->batches) f->first_ms = (now_seconds() - t0) * 1e3;
+        f->batches++;
+        f->utts += b->n;
+        f->frames += b->frames;
+        f->padded += b->n * b->tmax;
+    }
+    f->seconds = now_seconds() - t0;
+    cxs_utt_loader_free(l);
+    cxs_utt_sampler_free(s);
+    return 0;
+fail:
+    warnx_("%s: %s", dir, cxs_strerror(rc));
+    cxs_utt_loader_free(l);
+    cxs_utt_sampler_free(s);
+    return exit_code_for(rc);
+}
+
+int bench_utt_run(const char *dir, const bench_utt_opts *o) {
+    cxs_dataset *ds;
+    int rc = open_dataset(dir, NULL, &ds);
+    if (rc) return rc;
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    figures f[2] = {{0}};
+    static const char *names[2] = {"bucketed", "random"};
+    int ec = measure(dir, ds, o, o->buckets, &f[0]);
+    if (!ec) ec = measure(dir, ds, o, 1, &f[1]);
+    if (ec) {
+        cxs_dataset_close(ds);
+        return ec;
+    }
+    if (o->json) {
+        printf("{\"dataset\": \"%s\", \"utterances\": %llu, \"frames\": %llu, \"frame_budget\": "
+               "%llu, \"threads\": %u",
+               dir, (unsigned long long)in.num_utterances, (unsigned long long)in.num_frames,
+               (unsigned long long)o->frame_budget, o->threads);
+        for (int i = 0; i < 2; i++)
+            printf(", \"%s\": {\"batches\": %llu, \"epoch_batches\": %llu, \"utterances_per_s\": "
+                   "%.1f, \"frames_per_s\": %.1f, \"padded_frames_per_s\": %.1f, "
+                   "\"padding_overhead\": %.4f, \"sampler_create_ms\": %.3f, "
+                   "\"epoch_order_ms\": %.3f, \"resume_ms\": %.3f, \"first_batch_ms\": %.3f}",
+                   names[i], (unsigned long long)f[i].batches, (unsigned long long)f[i].global,
+                   (double)f[i].utts / f[i].seconds, (double)f[i].frames / f[i].seconds,
+                   (double)f[i].padded / f[i].seconds,
+                   (double)f[i].padded / (double)f[i].frames, f[i].create_ms, f[i].order_ms,
+                   f[i].resume_ms, f[i].first_ms);
+        printf("}\n");
+    } else {
+        printf("%s: %llu utterances, %llu frames, dim %u; frame budget %llu, %u thread%s%s\n", dir,
+               (unsigned long long)in.num_utterances, (unsigned long long)in.num_frames, in.dim,
+               (unsigned long long)o->frame_budget, o->threads, o->threads == 1 ? "" : "s",
+               o->memory ? ", block mode" : "");
+        printf("  %-9s %8s %12s %14s %10s %10s %10s %10s\n", "batching", "batches", "utts/s",
+               "frames/s", "padding", "create ms", "epoch ms", "resume ms");
+        for (int i = 0; i < 2; i++)
+            printf("  %-9s %8llu %12.0f %14.0f %9.3fx %10.2f %10.2f %10.2f\n", names[i],
+                   (unsigned long long)f[i].batches, (double)f[i].utts / f[i].seconds,
+                   (double)f[i].frames / f[i].seconds, (double)f[i].padded / (double)f[i].frames,
+                   f[i].create_ms, f[i].order_ms, f[i].resume_ms);
+        printf("  padding: padded frames (batch size x longest) / real frames; frames/s counts "
+               "real frames\n");
+    }
+    cxs_dataset_close(ds);
+    return 0;
+}
