@@ -43,8 +43,8 @@ struct zcache;
 struct cxs_dataset {
     char *manifest_path;  /* or the shard's path when single_shard */
     int single_shard;
-    const uint8_t *mmap;  /* manifest */
-    uint64_t msize;
+    const uint8_t *map;   /* the manifest (like a shard's map, size) */
+    uint64_t size;
     cxs_container mc;
     cxs_dataset_meta meta;
     shard *shards;

@@ -205,10 +205,6 @@ typedef struct cxs_info {
     uint64_t stored_feature_bytes; /**< what they take on disk (compressed or not) */
 } cxs_info;
 
-/** cxs_info.compression */
-#define CXS_COMPRESSION_NONE 0u
-#define CXS_COMPRESSION_ZSTD 1u
-
 /** Fill *info.  Cannot fail for an open dataset. */
 CXS_API void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info);
 
