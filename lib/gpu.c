@@ -349,7 +349,7 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
         return cxs_diagf(diag, CXS_E_INVALID, "normalisation asked of a dataset without statistics");
     if ((o->flags & CXS_GATHER_NORMALIZE) && o->norm) {
         double *c;
-        int rc = cxs_norm_constants(ds, o->norm, &c);
+        int rc = cxs_norm_constants(ds, o->norm, &c, NULL);
         if (rc)
             return cxs_diagf(diag, rc,
                              "normalisation statistics: dim %u (the dataset's is %u), or a mean "
@@ -434,7 +434,7 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     if ((opts->flags & CXS_GATHER_NORMALIZE) && l->mode != CXS_GPU_STREAM) {
         const size_t nb = (size_t)l->D * sizeof(double);
         double *c;
-        if ((rc = cxs_norm_constants(ds, l->o.norm, &c))) {
+        if ((rc = cxs_norm_constants(ds, l->o.norm, &c, NULL))) {
             rc = gpu_fail(l, rc, "normalisation constants: %s", cxs_strerror(rc));
             goto fail;
         }
