@@ -2,7 +2,7 @@
  * @file ctxshard_base.h
  * ctxshard_base.h - what every layer of ctxshard shares: return codes, the
  * diagnostic type, the format version, the stored feature types and the
- * normalisation modes.  It lives with the format code (format/), the lowest
+ * normalisation modes and the compression codes.  It lives with the format code (format/), the lowest
  * layer that produces these codes, and is installed with the public headers:
  * ctxshard.h includes it, so a user includes ctxshard.h, never this file
  * alone.
@@ -26,7 +26,7 @@
 #define CXS_E_UNSUPPORTED (-5006) /**< valid but uses a feature not built in */
 #define CXS_E_INVALID     (-5007) /**< bad argument from the caller */
 #define CXS_E_RANGE       (-5008) /**< frame, utterance or index out of range */
-#define CXS_E_INPUT       (-5009) /**< a raw input file is invalid (packer) */
+#define CXS_E_INPUT       (-5009) /**< an input the writer refuses: an utterance, a part to merge (diag names it) */
 #define CXS_E_DEVICE      (-5010) /**< a CUDA error (ctxshard_gpu.h; the message names it) */
 #define CXS_E_NO_LABELS   (-5011) /**< labels asked of a features-only dataset (a test split) */
 
@@ -40,6 +40,12 @@
 #define CXS_DTYPE_F32  1
 #define CXS_DTYPE_F16  2
 #define CXS_DTYPE_BF16 3
+
+/** Compression of the feature sections (cxs_info.compression,
+ * cxs_writer_opts.compression; on disk: DATASET_META offset 60 and the
+ * CHUNKS codec, spec/format.md). */
+#define CXS_COMPRESSION_NONE 0u
+#define CXS_COMPRESSION_ZSTD 1u
 
 /** Pack-time normalisation modes. */
 #define CXS_NORM_NONE      0

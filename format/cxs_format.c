@@ -294,7 +294,7 @@ int cxs_dataset_meta_load(const uint8_t *p, uint64_t len, cxs_dataset_meta *m,
     m->num_skipped = cxs_ld64(p + 48);
     m->on_error = cxs_ld32(p + 56);
     m->compression = cxs_ld32(p + 60);
-    if (m->compression > CXS_COMPRESS_ZSTD)
+    if (m->compression > CXS_COMPRESSION_ZSTD)
         return cxs_diagf(d, CXS_E_UNSUPPORTED,
                          "%s: DATASET_META: compression code %u is unknown to this reader", path,
                          m->compression);
@@ -411,7 +411,7 @@ int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_
      * may give the other fields, the reserved bytes included, a meaning of
      * its own), then raw_length, chunk_rows, num_chunks, the reserved bytes
      * and the entries. */
-    if (h->codec != CXS_COMPRESS_ZSTD)
+    if (h->codec != CXS_COMPRESSION_ZSTD)
         return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: CHUNKS: codec %u is unknown to this reader",
                          path, h->codec);
     if (h->filter > CXS_FILTER_SHUFFLE)

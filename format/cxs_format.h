@@ -48,9 +48,10 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_CHUNKS_HEAD 64u
 #define CXS_CHUNK_ENTRY 16u
 
-/* Compression codes (DATASET_META offset 60, CHUNKS codec). */
-#define CXS_COMPRESS_NONE 0u
-#define CXS_COMPRESS_ZSTD 1u
+/* Compression codes (DATASET_META offset 60, CHUNKS codec): the
+ * CXS_COMPRESSION_* of ctxshard_base.h.  The old spelling below stays only
+ * until lib/writer.c, its last user, says CXS_COMPRESSION_ZSTD. */
+#define CXS_COMPRESS_ZSTD CXS_COMPRESSION_ZSTD
 #define CXS_FILTER_NONE 0u
 #define CXS_FILTER_SHUFFLE 1u
 /* A chunk decodes to at most this many bytes (bounds reader memory). */
@@ -108,12 +109,12 @@ typedef struct cxs_dataset_meta {
     uint64_t shard_size;
     uint64_t num_skipped;
     uint32_t on_error;
-    uint32_t compression; /* CXS_COMPRESS_*; format 1.1 */
+    uint32_t compression; /* CXS_COMPRESSION_*; format 1.1 */
 } cxs_dataset_meta;
 
 /* The head of a CHUNKS section (format 1.1). */
 typedef struct cxs_chunks_head {
-    uint32_t codec;      /* CXS_COMPRESS_ZSTD */
+    uint32_t codec;      /* CXS_COMPRESSION_ZSTD */
     uint32_t filter;     /* CXS_FILTER_* */
     uint64_t raw_length; /* the bytes FEATURES would hold */
     uint32_t chunk_rows; /* rows per chunk; the last chunk may have fewer */

@@ -76,7 +76,7 @@ void cxs_dataset_close(cxs_dataset *ds) {
             free(ds->shards[i].path);
         }
     }
-    if (ds->mmap) munmap((void *)ds->mmap, ds->msize);
+    if (ds->map) munmap((void *)ds->map, ds->size);
     free(ds->shards);
     free(ds->cum);
     free(ds->utt_shard);
@@ -116,19 +116,19 @@ static int id_cmp(const uint8_t *a, uint64_t al, const uint8_t *b, uint64_t bl) 
 
 static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     const char *mp = ds->manifest_path;
-    int rc = map_file(mp, &ds->mmap, &ds->msize, d);
+    int rc = map_file(mp, &ds->map, &ds->size, d);
     if (rc) return rc;
-    rc = cxs_container_parse(ds->mmap, ds->msize, CXS_KIND_MANIFEST, &ds->mc, mp, d);
+    rc = cxs_container_parse(ds->map, ds->size, CXS_KIND_MANIFEST, &ds->mc, mp, d);
     if (rc) return rc;
     /* The manifest is small: hash all of it at open. */
     for (uint32_t i = 0; i < ds->mc.nsections; i++)
-        if ((rc = check_section_hash(ds->mmap, &ds->mc.sections[i], mp, d))) return rc;
+        if ((rc = check_section_hash(ds->map, &ds->mc.sections[i], mp, d))) return rc;
     const cxs_section *sm = need(&ds->mc, CXS_SEC_DATASET_META, mp, &rc, d);
     const cxs_section *st = need(&ds->mc, CXS_SEC_SHARD_TABLE, mp, &rc, d);
     const cxs_section *ss = need(&ds->mc, CXS_SEC_STATS, mp, &rc, d);
     if (rc) return rc;
     cxs_dataset_meta *m = &ds->meta;
-    if ((rc = cxs_dataset_meta_load(ds->mmap + sm->offset, sm->length, m, mp, d))) return rc;
+    if ((rc = cxs_dataset_meta_load(ds->map + sm->offset, sm->length, m, mp, d))) return rc;
     ds->esize = cxs_dtype_size(m->dtype);
     if (!ds->esize)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: unknown dtype %u", mp, m->dtype);
@@ -156,7 +156,7 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS is %llu bytes, expected %llu", mp,
                          (unsigned long long)ss->length,
                          (unsigned long long)(CXS_STATS_HEAD + 16ull * m->dim + 8ull * m->vocab_size));
-    ds->stats = ds->mmap + ss->offset;
+    ds->stats = ds->map + ss->offset;
     if (cxs_ld64(ds->stats + 24) != 0)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: reserved bytes 24..31 not zero", mp);
     for (uint32_t j = 0; j < m->dim; j++) {
@@ -171,18 +171,18 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     if (m->vocab_size) {
         const cxs_section *sv = need(&ds->mc, CXS_SEC_VOCAB, mp, &rc, d);
         if (rc) return rc;
-        if ((rc = cxs_strtab_check(ds->mmap + sv->offset, sv->length, m->vocab_size,
+        if ((rc = cxs_strtab_check(ds->map + sv->offset, sv->length, m->vocab_size,
                                    CXS_MAX_SYMBOL_LEN, "VOCAB", mp, d)) ||
-            (rc = cxs_strtab_distinct(ds->mmap + sv->offset, m->vocab_size, "VOCAB", mp, d)))
+            (rc = cxs_strtab_distinct(ds->map + sv->offset, m->vocab_size, "VOCAB", mp, d)))
             return rc;
-        ds->vocab = ds->mmap + sv->offset;
+        ds->vocab = ds->map + sv->offset;
     }
     const cxs_section *sk = cxs_container_find(&ds->mc, CXS_SEC_SKIPPED);
     if (sk) {
-        ds->skipped = (const char *)ds->mmap + sk->offset;
+        ds->skipped = (const char *)ds->map + sk->offset;
         ds->skipped_len = sk->length;
     }
-    ds->total_bytes = ds->msize;
+    ds->total_bytes = ds->size;
     return 0;
 }
 
@@ -266,10 +266,10 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     /* Compressed (format 1.1): ZFEATURES and CHUNKS instead of FEATURES. */
     const cxs_section *sz = cxs_container_find(&sh->c, CXS_SEC_ZFEATURES);
     const cxs_section *schk = cxs_container_find(&sh->c, CXS_SEC_CHUNKS);
-    int zshard = e ? m->compression == CXS_COMPRESS_ZSTD : sz != NULL;
+    int zshard = e ? m->compression == CXS_COMPRESSION_ZSTD : sz != NULL;
     if (!e && i == 0) {
         ds->compressed = zshard;
-        ds->meta.compression = zshard ? CXS_COMPRESS_ZSTD : CXS_COMPRESS_NONE;
+        ds->meta.compression = zshard ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE;
     }
     const cxs_section *sfeat = NULL;
     if (zshard) {
@@ -545,7 +545,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
         rc = -ENOMEM;
         goto fail;
     }
-    const uint8_t *table = ds->mmap + cxs_container_find(&ds->mc, CXS_SEC_SHARD_TABLE)->offset;
+    const uint8_t *table = ds->map + cxs_container_find(&ds->mc, CXS_SEC_SHARD_TABLE)->offset;
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         if (!(ds->shards[i].path = shard_path(dir, i))) {
@@ -570,7 +570,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
         }
         bytes += (uint64_t)sst.st_size;
     }
-    ds->compressed = ds->meta.compression == CXS_COMPRESS_ZSTD;
+    ds->compressed = ds->meta.compression == CXS_COMPRESSION_ZSTD;
     if ((rc = alloc_arrays(ds, bytes, ds->compressed, ds->manifest_path, d))) goto fail;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         cxs_shard_entry e;

@@ -43,8 +43,8 @@ struct zcache;
 struct cxs_dataset {
     char *manifest_path;  /* or the shard's path when single_shard */
     int single_shard;
-    const uint8_t *mmap;  /* manifest */
-    uint64_t msize;
+    const uint8_t *map;   /* the manifest (like a shard's map, size) */
+    uint64_t size;
     cxs_container mc;
     cxs_dataset_meta meta;
     shard *shards;
@@ -128,8 +128,8 @@ static inline const uint8_t *cxs_row_ptr(const cxs_dataset *ds, uint64_t u, int6
  * in binary64, or 1 when var is 0.  *out is malloc'd, 2*dim doubles (means
  * then scales).  CXS_E_INVALID when norm does not fit ds (dim, NULL
  * arrays, a mean or variance not finite, a negative variance) or ds has no
- * statistics; -ENOMEM. */
-int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out);
+ * statistics; -ENOMEM.  d (may be NULL) says which. */
+int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out, cxs_diag *d);
 
 /* What one thread keeps from gather to gather (a loader's worker): a way
  * to stop early -- cancelled(arg), when set, is asked before every few

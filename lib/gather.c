@@ -41,30 +41,41 @@ static void convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows,
                 dst[d] = (float)(((double)dst[d] - mean[d]) * scale[d]);
 }
 
-int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out) {
+int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out, cxs_diag *d) {
     const uint32_t D = ds->meta.dim;
     const double *mean, *var;
     if (norm) {
-        if (norm->dim != D || !norm->mean || !norm->var) return CXS_E_INVALID;
+        if (norm->dim != D)
+            return cxs_diagf(d, CXS_E_INVALID,
+                             "normalisation statistics of dim %u; the dataset's dim is %u",
+                             norm->dim, D);
+        if (!norm->mean || !norm->var)
+            return cxs_diagf(d, CXS_E_INVALID, "normalisation statistics: mean or var is NULL");
         mean = norm->mean, var = norm->var;
     } else {
-        if (!ds->norm_mean) return CXS_E_INVALID;
+        if (!ds->norm_mean)
+            return cxs_diagf(d, CXS_E_INVALID,
+                             "normalisation asked of a dataset without statistics (give the "
+                             "training split's, cxs_norm)");
         mean = ds->norm_mean, var = NULL;
     }
     double *c = malloc(2 * (size_t)D * sizeof *c);
-    if (!c) return -ENOMEM;
-    for (uint32_t d = 0; d < D; d++) {
+    if (!c) return cxs_diagf(d, -ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < D; i++) {
         if (!var) { /* the dataset's own, already computed at open */
-            c[d] = ds->norm_mean[d];
-            c[D + d] = ds->norm_scale[d];
+            c[i] = ds->norm_mean[i];
+            c[D + i] = ds->norm_scale[i];
             continue;
         }
-        if (!isfinite(mean[d]) || !isfinite(var[d]) || var[d] < 0) {
+        if (!isfinite(mean[i]) || !isfinite(var[i]) || var[i] < 0) {
             free(c);
-            return CXS_E_INVALID;
+            return cxs_diagf(d, CXS_E_INVALID,
+                             "normalisation statistics: dimension %u has mean %g and variance %g "
+                             "(both finite, the variance >= 0)",
+                             i, mean[i], var[i]);
         }
-        c[d] = mean[d];
-        c[D + d] = var[d] > 0 ? 1.0 / sqrt(var[d]) : 1.0;
+        c[i] = mean[i];
+        c[D + i] = var[i] > 0 ? 1.0 / sqrt(var[i]) : 1.0;
     }
     *out = c;
     return 0;
@@ -215,24 +226,58 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
     return 0;
 }
 
+int cxs_dataset_gather_ex(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
+                          uint32_t flags, const cxs_norm *norm, unsigned threads, float *out,
+                          int64_t *labels, cxs_diag *d) {
+    if (!ds) return cxs_diagf(d, CXS_E_INVALID, "gather: no dataset");
+    if (flags & ~CXS_GATHER_NORMALIZE)
+        return cxs_diagf(d, CXS_E_INVALID, "gather: unknown flags 0x%x", flags);
+    const int normalize = (flags & CXS_GATHER_NORMALIZE) != 0;
+    double *c = NULL;
+    int rc;
+    if (normalize && norm) {
+        cxs_diag nd;
+        if ((rc = cxs_norm_constants(ds, norm, &c, &nd)))
+            return cxs_diagf(d, rc, "gather: %s", nd.message);
+    } else if (normalize && !ds->norm_mean) {
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "gather: normalisation asked of a dataset without statistics (give "
+                         "the training split's, cxs_norm)");
+    }
+    if (n && (!frames || !out)) {
+        rc = cxs_diagf(d, CXS_E_INVALID, "gather: %s is NULL for %zu frames",
+                       !frames ? "frames" : "out", n);
+    } else if (k > 1000000) {
+        rc = cxs_diagf(d, CXS_E_INVALID, "gather: context k=%u is above 1,000,000", k);
+    } else if (labels && !ds->meta.label_width) {
+        rc = cxs_diagf(d, CXS_E_NO_LABELS,
+                       "gather: labels asked of a dataset that has none (features only, like "
+                       "a test split)");
+    } else {
+        rc = cxs_gather_impl(ds, frames, n, k, c ? c : normalize ? ds->norm_mean : NULL,
+                             c ? c + ds->meta.dim : ds->norm_scale, threads, out, labels, NULL);
+        if (rc == CXS_E_RANGE) {
+            size_t i = 0;
+            while (i < n && frames[i] < ds->meta.num_frames) i++;
+            cxs_diagf(d, rc, "gather: frame %llu (item %zu) is past the dataset's %llu frames",
+                      (unsigned long long)(i < n ? frames[i] : 0), i,
+                      (unsigned long long)ds->meta.num_frames);
+        } else if (rc) {
+            cxs_diagf(d, rc, "gather: %s", cxs_strerror(rc));
+        }
+    }
+    free(c);
+    return rc;
+}
+
 int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                        uint32_t flags, unsigned threads, float *out, int64_t *labels) {
-    if (!ds || (flags & ~CXS_GATHER_NORMALIZE)) return CXS_E_INVALID;
-    if ((flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean) return CXS_E_INVALID;
-    return cxs_gather_impl(ds, frames, n, k,
-                           (flags & CXS_GATHER_NORMALIZE) ? ds->norm_mean : NULL,
-                           ds->norm_scale, threads, out, labels, NULL);
+    return cxs_dataset_gather_ex(ds, frames, n, k, flags, NULL, threads, out, labels, NULL);
 }
 
 int cxs_dataset_gather_norm(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                             const cxs_norm *norm, unsigned threads, float *out,
                             int64_t *labels) {
-    if (!ds) return CXS_E_INVALID;
-    if (!norm) return cxs_gather_impl(ds, frames, n, k, NULL, NULL, threads, out, labels, NULL);
-    double *c;
-    int rc = cxs_norm_constants(ds, norm, &c);
-    if (rc) return rc;
-    rc = cxs_gather_impl(ds, frames, n, k, c, c + ds->meta.dim, threads, out, labels, NULL);
-    free(c);
-    return rc;
+    return cxs_dataset_gather_ex(ds, frames, n, k, norm ? CXS_GATHER_NORMALIZE : 0, norm,
+                                 threads, out, labels, NULL);
 }

@@ -1,7 +1,8 @@
 /* gpu_backend.h - the few device operations the GPU loader needs, behind a
  * table: gpu_cuda.cu implements them with the CUDA runtime, gpu_emu.c on
- * the host.  The loader's logic (gpu.c) is written once against this table,
- * so the CPU test suites run all of it.  (Never installed.) */
+ * the host.  The loader's logic (gpu.c and its modes, gpu_internal.h) is
+ * written once against this table, so the CPU test suites run all of it.
+ * (Never installed.) */
 #ifndef CXS_GPU_BACKEND_H
 #define CXS_GPU_BACKEND_H
 

@@ -1,6 +1,6 @@
 /* gpu_cuda.cu - the GPU backend on the CUDA runtime: memory, streams,
  * events, copies, and the window-expansion kernel.  The loader's logic is
- * in gpu.c; the arithmetic is gpu_expand.h, shared with the host emulation
+ * in gpu.c and its modes (gpu_internal.h); the arithmetic is gpu_expand.h, shared with the host emulation
  * that the CPU tests check against cxs_dataset_gather. */
 #include <cuda_runtime.h>
 #include <stdio.h>

@@ -308,27 +308,63 @@ static unsigned default_threads(void) {
     return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
 }
 
+/* The options cxs_loader_create refuses, each with its reason. */
+static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler,
+                      const cxs_loader_opts *o, uint64_t start, cxs_diag *d) {
+    if (o->batch_size == 0) return cxs_diagf(d, CXS_E_INVALID, "loader: batch_size must be at least 1");
+    if (o->k > 1000000)
+        return cxs_diagf(d, CXS_E_INVALID, "loader: context k=%u is above 1,000,000", o->k);
+    if (o->threads > 256)
+        return cxs_diagf(d, CXS_E_INVALID, "loader: threads %u is above 256", o->threads);
+    if (o->ring > 1024)
+        return cxs_diagf(d, CXS_E_INVALID, "loader: ring %u is above 1024 buffers", o->ring);
+    if (o->flags & ~CXS_GATHER_NORMALIZE)
+        return cxs_diagf(d, CXS_E_INVALID, "loader: unknown flags 0x%x", o->flags);
+    if (o->external > 1) return cxs_diagf(d, CXS_E_INVALID, "loader: external must be 0 or 1");
+    if (o->readahead > CXS_READAHEAD_OFF)
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "loader: unknown readahead %u (0: auto, %u: off)", o->readahead,
+                         CXS_READAHEAD_OFF);
+    if ((o->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean && !o->norm)
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "loader: normalisation asked of a dataset without statistics (give "
+                         "the training split's, norm)");
+    if (start > cxs_sampler_length(sampler))
+        return cxs_diagf(d, CXS_E_INVALID, "loader: start %llu is past the epoch's %llu samples",
+                         (unsigned long long)start,
+                         (unsigned long long)cxs_sampler_length(sampler));
+    if (o->labels && !ds->meta.label_width)
+        return cxs_diagf(d, CXS_E_NO_LABELS,
+                         "loader: labels asked of a dataset that has none (features only, like "
+                         "a test split): set labels to 0");
+    return 0;
+}
+
 int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                       const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
                       cxs_loader **out) {
-    if (!ds || !sampler || !opts || !out || opts->batch_size == 0 || opts->k > 1000000 ||
-        opts->threads > 256 || opts->ring > 1024 || (opts->flags & ~CXS_GATHER_NORMALIZE) ||
-        opts->external > 1 || opts->readahead > CXS_READAHEAD_OFF ||
-        ((opts->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean && !opts->norm) ||
-        start > cxs_sampler_length(sampler))
-        return CXS_E_INVALID;
-    if (opts->labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
+    return cxs_loader_create_ex(ds, sampler, opts, epoch, start, out, NULL);
+}
+
+int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
+                         const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
+                         cxs_loader **out, cxs_diag *d) {
+    if (!ds || !sampler || !opts || !out)
+        return cxs_diagf(d, CXS_E_INVALID, "loader: no dataset, sampler, options or result pointer");
+    int rc = check_opts(ds, sampler, opts, start, d);
+    if (rc) return rc;
     cxs_loader *l = calloc(1, sizeof *l);
-    if (!l) return -ENOMEM;
+    if (!l) return cxs_diagf(d, -ENOMEM, "loader: out of memory");
     l->ds = ds;
     l->sampler = sampler;
     l->o = *opts;
     l->o.norm = NULL; /* copied into l->norm; the caller's may go */
     if ((opts->flags & CXS_GATHER_NORMALIZE)) {
-        int nrc = cxs_norm_constants(ds, opts->norm, &l->norm);
+        cxs_diag nd;
+        int nrc = cxs_norm_constants(ds, opts->norm, &l->norm, &nd);
         if (nrc) {
             free(l);
-            return nrc;
+            return cxs_diagf(d, nrc, "loader: %s", nd.message);
         }
     }
     if (!l->o.threads) l->o.threads = default_threads();
@@ -351,7 +387,7 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     l->threads = calloc(l->o.threads, sizeof *l->threads);
     l->wctx = calloc(l->o.threads, sizeof *l->wctx);
     l->pool = calloc(l->nring, sizeof *l->pool);
-    int rc = l->ring && l->threads && l->wctx && l->pool ? 0 : -ENOMEM;
+    rc = l->ring && l->threads && l->wctx && l->pool ? 0 : -ENOMEM;
     size_t B = l->o.batch_size;
     if (!rc)
         rc = cxs_ra_init(&l->ra, ds, sampler, l->o.readahead != CXS_READAHEAD_OFF, B, l->o.k,
@@ -377,7 +413,10 @@ int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     if (!rc) rc = start_threads(l);
     if (rc) {
         cxs_loader_free(l);
-        return rc;
+        if (rc == CXS_E_INVALID)
+            return cxs_diagf(d, rc, "loader: a batch of %u windows of k=%u is too large to address",
+                             opts->batch_size, opts->k);
+        return cxs_diagf(d, rc, "loader: %s", cxs_strerror(rc));
     }
     *out = l;
     return 0;

@@ -63,7 +63,8 @@ static uint64_t permute(const cxs_sampler *s, const uint64_t *keys, uint64_t x) 
     return x;
 }
 
-static int build_weighted(cxs_sampler *s) {
+/* The alias table.  On failure d says why. */
+static int build_weighted(cxs_sampler *s, cxs_diag *d) {
     const cxs_dataset *ds = s->ds;
     const uint64_t F = ds->meta.num_frames;
     const uint32_t lw = ds->meta.label_width;
@@ -112,14 +113,18 @@ static int build_weighted(cxs_sampler *s) {
         uint64_t cnt = s->class_start[c + 1] - s->class_start[c];
         double w = s->o.class_weights ? s->o.class_weights[c] : (cnt ? 1.0 / (double)cnt : 0);
         if (!(w >= 0) || !isfinite(w)) {
-            rc = CXS_E_INVALID;
+            rc = cxs_diagf(d, CXS_E_INVALID,
+                           "weighted sampler: class_weights[%u] is %g (a weight is finite and >= 0)",
+                           c, w);
             goto out;
         }
         p[c] = cnt ? (double)cnt * w : 0;
         total += p[c];
     }
     if (!(total > 0) || !isfinite(total)) {
-        rc = CXS_E_INVALID;
+        rc = cxs_diagf(d, CXS_E_INVALID,
+                       "weighted sampler: the class weights %s over the classes present",
+                       total > 0 ? "overflow" : "are all zero");
         goto out;
     }
     /* Vose's alias method. */
@@ -201,9 +206,11 @@ int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts, c
     s->n = ds->meta.num_frames;
     if (o.kind == CXS_SAMPLER_WEIGHTED) {
         if (o.num_samples) s->n = o.num_samples;
-        int rc = build_weighted(s);
+        cxs_diag wd = {{0}};
+        int rc = build_weighted(s, &wd);
         if (rc) {
             cxs_sampler_free(s);
+            if (wd.message[0]) return cxs_diagf(d, rc, "%s", wd.message);
             return cxs_diagf(d, rc, "weighted sampler: %s", cxs_strerror(rc));
         }
         s->o.class_weights = NULL; /* not kept: the caller's array may go */

@@ -200,9 +200,9 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
     }
     const char *mp = ds->manifest_path;
     if (!ds->single_shard) {
-        if ((rc = check_padding(ds->mmap, ds->msize, &ds->mc, mp, d))) goto out;
+        if ((rc = check_padding(ds->map, ds->size, &ds->mc, mp, d))) goto out;
         for (uint32_t i = 0; i < ds->mc.nsections && !rc; i++)
-            rc = hash_plain(&v, ds->mmap, &ds->mc.sections[i], mp, d);
+            rc = hash_plain(&v, ds->map, &ds->mc.sections[i], mp, d);
         if (rc) goto out;
     }
     uint64_t minlen = UINT64_MAX, maxlen = 0;

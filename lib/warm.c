@@ -277,10 +277,10 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
         /* Tell the kernel the whole file is read in order: a larger
          * read-ahead window keeps the disk busy between two preads. */
         (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-        uint64_t size = i == n ? ds->msize : ds->shards[i].size;
+        uint64_t size = i == n ? ds->size : ds->shards[i].size;
         for (uint64_t off = 0; off < size;) {
             size_t want = size - off < WARM_BLOCK ? (size_t)(size - off) : WARM_BLOCK;
-            const uint8_t *map = i < n ? ds->shards[i].map : ds->mmap;
+            const uint8_t *map = i < n ? ds->shards[i].map : ds->map;
             if ((flags & CXS_WARM_SKIP_CACHED) && all_resident(map + off, want)) {
                 off += want;
                 done += want;

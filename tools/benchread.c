@@ -56,8 +56,8 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
                           .labels = in.label_width ? 1u : 0u};
     uint64_t io0 = read_bytes();
     t1 = now_seconds();
-    if ((rc = cxs_loader_create(ds, s, &lo, 0, 0, &l))) {
-        warnx_("%s: cannot start the loader: %s", dir, cxs_strerror(rc));
+    if ((rc = cxs_loader_create_ex(ds, s, &lo, 0, 0, &l, &d))) {
+        warnx_("%s: cannot start the loader: %s", dir, d.message[0] ? d.message : cxs_strerror(rc));
         ec = exit_code_for(rc);
         goto out;
     }

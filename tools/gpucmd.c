@@ -74,8 +74,8 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
     uint16_t *got16 = NULL;
     int64_t *yref = NULL, *ygot = NULL;
     int ec = 0;
-    if ((rc = cxs_sampler_create(ds, &so, &s))) {
-        warnx_("%s: cannot create the sampler: %s", dir, cxs_strerror(rc));
+    if ((rc = cxs_sampler_create_ex(ds, &so, &s, &d))) {
+        warnx_("%s: cannot create the sampler: %s", dir, d.message[0] ? d.message : cxs_strerror(rc));
         ec = exit_code_for(rc);
         goto out;
     }
@@ -121,12 +121,15 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
             continue;
         }
         if (o->check) {
-            if ((rc = cxs_dataset_gather(ds, b->frames, b->n, o->k, go.flags, 0, ref,
-                                         go.labels ? yref : NULL)) ||
+            d.message[0] = 0;
+            if ((rc = cxs_dataset_gather_ex(ds, b->frames, b->n, o->k, go.flags, NULL, 0, ref,
+                                            go.labels ? yref : NULL, &d)) ||
                 (rc = cxs_gpu_loader_download(l, NULL, b->x, o->bf16 ? (void *)got16 : (void *)got,
                                               b->n * W * (o->bf16 ? 2 : 4))) ||
                 (go.labels && (rc = cxs_gpu_loader_download(l, NULL, b->y, ygot, b->n * 8)))) {
-                warnx_("%s: %s", dir, rc == CXS_E_DEVICE ? cxs_gpu_loader_error(l) : cxs_strerror(rc));
+                warnx_("%s: %s", dir, rc == CXS_E_DEVICE ? cxs_gpu_loader_error(l)
+                                      : d.message[0]         ? d.message
+                                                             : cxs_strerror(rc));
                 ec = exit_code_for(rc);
                 goto out;
             }

@@ -211,6 +211,8 @@ typedef struct gctx {
     const cxs_norm *norm; /* another dataset's statistics (--stats-from), or NULL */
     int failed;           /* a window could not be read: ... */
     uint64_t bad_frame;   /* ... the first frame whose window fails */
+    int grc;              /* the gather's error, and what it said */
+    cxs_diag diag;
 } gctx;
 
 static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
@@ -219,15 +221,16 @@ static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
     return g->scratch;
 }
 
-static int gather_some(const gctx *g, const uint64_t *f, size_t n, unsigned threads, void *buf) {
-    return g->norm ? cxs_dataset_gather_norm(g->ds, f, n, g->k, g->norm, threads, buf, NULL)
-                   : cxs_dataset_gather(g->ds, f, n, g->k, g->flags, threads, buf, NULL);
+static int gather_some(gctx *g, const uint64_t *f, size_t n, unsigned threads, void *buf) {
+    return cxs_dataset_gather_ex(g->ds, f, n, g->k, g->norm ? CXS_GATHER_NORMALIZE : g->flags,
+                                 g->norm, threads, buf, NULL, &g->diag);
 }
 
 static int fill_windows(void *ctx, size_t first, size_t n, void *buf) {
     gctx *g = ctx;
     const uint64_t *f = frames_for(g, first, n);
     int rc = gather_some(g, f, n, g->threads, buf);
+    if (rc) g->grc = rc;
     if (rc == CXS_E_CHECKSUM || rc == CXS_E_CORRUPT) {
         /* A damaged chunk of a compressed shard: find the first window that
          * touches it (one at a time; the batch is lost anyway), so the
@@ -336,7 +339,7 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         return EXIT_USAGE;
     }
     gctx g = {ds, frames, all, k, normalize ? CXS_GATHER_NORMALIZE : 0, threads, NULL,
-              train && in.num_frames ? &norm : NULL, 0, 0};
+              train && in.num_frames ? &norm : NULL, 0, 0, 0, {{0}}};
     size_t batch = (8u << 20) / row + 1;
     if (all && !(g.scratch = malloc(batch * sizeof *g.scratch))) {
         cxs_dataset_close(ds);
@@ -377,7 +380,8 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
     cxs_dataset_close(ds);
     if (rc) {
         cxs_dataset_close(train);
-        warnx_("%s: %s", failed, cxs_strerror(rc));
+        if (g.grc == rc && g.diag.message[0]) warnx_("%s: %s", dir, g.diag.message);
+        else warnx_("%s: %s", failed, cxs_strerror(rc));
         return exit_code_for(rc);
     }
     printf("wrote %s: %zu window%s of %llu float32 (context %u%s%s), %s\n", out, n,

@@ -16,7 +16,7 @@ typedef struct pack_opts {
     uint32_t normalize;
     const char *vocab_path;
     int quiet;
-    uint32_t compress;   /* CXS_COMPRESS_NONE or CXS_COMPRESS_ZSTD */
+    uint32_t compress;   /* CXS_COMPRESSION_NONE or CXS_COMPRESSION_ZSTD */
     int level;           /* zstd level */
     uint64_t chunk_size; /* decoded bytes per chunk (whole rows, at most this) */
     int shuffle;         /* byte-shuffle filter before zstd */

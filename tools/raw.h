@@ -23,7 +23,7 @@ typedef struct vocab {
     char sos_name[CXS_MAX_SYMBOL_LEN + 1], eos_name[CXS_MAX_SYMBOL_LEN + 1]; /* [SOS], [EOS] */
 } vocab;
 
-/* The standard 42-symbol list of DESIGN.md. */
+/* The standard 42-symbol phoneme list of HW1P2 ([SIL] AA AE ... ZH [SOS] [EOS]). */
 int vocab_default(vocab *v);
 /* One symbol per line; messages name the file. */
 int vocab_load(vocab *v, const char *path, char *why, size_t wn);

@@ -205,10 +205,6 @@ typedef struct cxs_info {
     uint64_t stored_feature_bytes; /**< what they take on disk (compressed or not) */
 } cxs_info;
 
-/** cxs_info.compression */
-#define CXS_COMPRESSION_NONE 0u
-#define CXS_COMPRESSION_ZSTD 1u
-
 /** Fill *info.  Cannot fail for an open dataset. */
 CXS_API void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info);
 
@@ -368,6 +364,20 @@ CXS_API int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, si
 CXS_API int cxs_dataset_gather_norm(const cxs_dataset *ds, const uint64_t *frames, size_t n,
                                     uint32_t k, const cxs_norm *norm, unsigned threads,
                                     float *out, int64_t *labels);
+
+/**
+ * cxs_dataset_gather() and cxs_dataset_gather_norm() in one call, with a
+ * diagnostic: on failure diag (may be NULL) says which argument is wrong
+ * and why ("gather: context k=2000000 is above 1,000,000", the first frame
+ * past the end, which statistic is not finite ...).  Normalises when flags
+ * has CXS_GATHER_NORMALIZE, with norm's statistics, or the dataset's own
+ * when norm is NULL (as cxs_loader_opts and cxs_gpu_opts do); norm is
+ * ignored without the flag.  Returns what cxs_dataset_gather and
+ * cxs_dataset_gather_norm return.
+ */
+CXS_API int cxs_dataset_gather_ex(const cxs_dataset *ds, const uint64_t *frames, size_t n,
+                                  uint32_t k, uint32_t flags, const cxs_norm *norm,
+                                  unsigned threads, float *out, int64_t *labels, cxs_diag *diag);
 
 /* ---- samplers --------------------------------------------------------- */
 
@@ -548,6 +558,16 @@ typedef struct cxs_loader cxs_loader;
 CXS_API int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                               const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
                               cxs_loader **out);
+
+/**
+ * cxs_loader_create with a diagnostic: on failure diag (may be NULL) says
+ * which option is wrong and why ("loader: batch_size must be at least 1",
+ * "loader: start 900 is past the epoch's 800 samples" ...).  The same
+ * return codes.
+ */
+CXS_API int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
+                                 const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
+                                 cxs_loader **out, cxs_diag *diag);
 
 /**
  * Hand back the previous batch (if any) and take the next one, waiting for

@@ -507,17 +507,14 @@ class Dataset:
         y = np.empty(n, dtype=np.int64) if labels else None
         if threads is None:
             threads = min(4, os.cpu_count() or 1) if n >= 4096 else 1
-        if nrm is not None:
-            rc = _lib.cxs_dataset_gather_norm(self._ptr, f.ctypes.data, n, int(k),
-                                              ctypes.byref(nrm), int(threads), out.ctypes.data,
-                                              y.ctypes.data if labels else None)
-        else:
-            rc = _lib.cxs_dataset_gather(self._ptr, f.ctypes.data, n, int(k), flags,
-                                         int(threads), out.ctypes.data,
-                                         y.ctypes.data if labels else None)
+        diag = _n.Diag()
+        rc = _lib.cxs_dataset_gather_ex(self._ptr, f.ctypes.data, n, int(k), flags,
+                                        ctypes.byref(nrm) if nrm is not None else None,
+                                        int(threads), out.ctypes.data,
+                                        y.ctypes.data if labels else None, byref(diag))
         del keep
         if rc:
-            _raise(rc, what="gather")
+            _raise(rc, diag, what="gather")
         return (out, y) if labels else out
 
     def labels_of(self, frames):

@@ -652,10 +652,11 @@ class Loader:
             opts.norm = ctypes.pointer(nrm)
         ptr = ctypes.c_void_p()
         sampler = self._sampler_now()
-        rc = _lib.cxs_loader_create(ds._ptr, sampler._ptr, ctypes.byref(opts), self.epoch,
-                                    self._start, ctypes.byref(ptr))
+        diag = _n.Diag()
+        rc = _lib.cxs_loader_create_ex(ds._ptr, sampler._ptr, ctypes.byref(opts), self.epoch,
+                                       self._start, ctypes.byref(ptr), ctypes.byref(diag))
         if rc:
-            _raise(rc, what="loader")
+            _raise(rc, diag, what="loader")
         pending = {}  # data address -> pair: provided, not yet handed back
         ring = _lib.cxs_loader_ring(ptr)  # the buffers that keep every worker busy
         bp = ctypes.POINTER(_n.Batch)()

@@ -258,6 +258,31 @@ class Binding(unittest.TestCase):
         with self.assertRaises(ValueError):
             ds.gather([0], 1)
 
+    def test_native_diagnostics(self):
+        """What the C library says about a refused argument reaches the
+        exception (the package checks most arguments itself first; these
+        are the library's own words, through the declarations the package
+        uses)."""
+        import ctypes
+        from ctxshard import _native as n
+        ds, d = self.ds, n.Diag()
+        f = np.array([0, len(ds) + 5], dtype=np.uint64)
+        out = np.empty((2, 3 * ds.dim), np.float32)
+        rc = n.lib.cxs_dataset_gather_ex(ds._ptr, f.ctypes.data, 2, 1, 0, None, 1,
+                                         out.ctypes.data, None, ctypes.byref(d))
+        self.assertEqual(rc, n.E_RANGE)
+        with self.assertRaises(IndexError) as cm:
+            ctxshard._raise(rc, d, what="gather")
+        self.assertIn(f"gather: frame {len(ds) + 5} (item 1) is past", str(cm.exception))
+        s = ctxshard.Sampler(ds, ctxshard.SEQUENTIAL)
+        opts, ptr = n.LoaderOpts(1, 0, 1), ctypes.c_void_p()  # batch_size 0
+        rc = n.lib.cxs_loader_create_ex(ds._ptr, s._ptr, ctypes.byref(opts), 0, 0,
+                                        ctypes.byref(ptr), ctypes.byref(d))
+        self.assertEqual(rc, n.E_INVALID)
+        with self.assertRaises(ValueError) as cm:
+            ctxshard._raise(rc, d, what="loader")
+        self.assertEqual(str(cm.exception), "loader: batch_size must be at least 1")
+
     def test_sampler(self):
         s = ctxshard.Sampler(self.ds, ctxshard.SHUFFLE, seed=3)
         a = s.get(0)

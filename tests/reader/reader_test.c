@@ -1,8 +1,8 @@
 /* The runtime reader: gather, samplers, loader, concurrency and fork, and
  * refusals of bad arguments.  The windows themselves are checked against an
  * independent numpy reference by tests/roundtrip; here the reader is
- * checked against itself through its different paths, and the samplers
- * against their contracts.
+ * checked against itself through its different paths, the samplers
+ * against their contracts, and the refusals' diagnostics.
  *
  * usage: reader_test CTXSHARD_EXE  (it synthesises and packs its dataset) */
 #include <errno.h>
@@ -153,6 +153,76 @@ TEST(bad_arguments) {
     cxs_sampler_free(s);
     cxs_sampler_free(NULL);
     cxs_loader_free(NULL);
+}
+END_TEST_
+
+TEST(diagnostics) {
+    /* Every refusal of gather, the sampler and the loader says which
+     * argument and why, with the return code of the plain call. */
+    float x[64 * 29];
+    int64_t y[2];
+    uint64_t f[2] = {0, info.num_frames};
+    cxs_diag d;
+    EXPECT_INT(cxs_dataset_gather_ex(ds, f, 2, 1, 0, NULL, 1, x, y, &d), CXS_E_RANGE);
+    EXPECT_STR_HAS(d.message, "gather: frame ");
+    EXPECT_STR_HAS(d.message, "(item 1) is past the dataset's");
+    EXPECT_INT(cxs_dataset_gather_ex(ds, f, 1, 2000000, 0, NULL, 1, x, y, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "gather: context k=2000000 is above 1,000,000");
+    EXPECT_INT(cxs_dataset_gather_ex(ds, f, 1, 0, 0x80, NULL, 1, x, y, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "gather: unknown flags 0x80");
+    EXPECT_INT(cxs_dataset_gather_ex(ds, NULL, 1, 0, 0, NULL, 1, x, y, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "gather: frames is NULL for 1 frames");
+    double mean[64] = {0}, var[64] = {0};
+    var[2] = -1;
+    cxs_norm nrm = {info.dim + 1, mean, var};
+    EXPECT_INT(cxs_dataset_gather_ex(ds, f, 1, 0, CXS_GATHER_NORMALIZE, &nrm, 1, x, y, &d),
+               CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "dataset's dim is");
+    nrm.dim = info.dim;
+    EXPECT_INT(cxs_dataset_gather_ex(ds, f, 1, 0, CXS_GATHER_NORMALIZE, &nrm, 1, x, y, &d),
+               CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "dimension 2 has mean 0 and variance -1");
+    EXPECT_INT(cxs_dataset_gather_norm(ds, f, 1, 0, &nrm, 1, x, y), CXS_E_INVALID);
+    var[2] = 1;
+    EXPECT_INT(cxs_dataset_gather_ex(ds, f, 1, 0, CXS_GATHER_NORMALIZE, &nrm, 1, x, y, &d), 0);
+    cxs_sampler *s;
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_WEIGHTED, .seed = 1};
+    double wts[64] = {0};
+    so.class_weights = wts;
+    EXPECT_INT(cxs_sampler_create_ex(ds, &so, &s, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "weighted sampler: the class weights are all zero");
+    wts[3] = -1;
+    EXPECT_INT(cxs_sampler_create_ex(ds, &so, &s, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "weighted sampler: class_weights[3] is -1");
+    EXPECT_INT(cxs_sampler_create(ds, NULL, &s), 0);
+    cxs_loader *ld;
+    cxs_loader_opts lo = {.k = 1, .batch_size = 0, .threads = 1};
+    EXPECT_INT(cxs_loader_create_ex(ds, s, &lo, 0, 0, &ld, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "loader: batch_size must be at least 1");
+    lo.batch_size = 4;
+    lo.threads = 1000;
+    EXPECT_INT(cxs_loader_create_ex(ds, s, &lo, 0, 0, &ld, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "loader: threads 1000 is above 256");
+    lo.threads = 1;
+    lo.readahead = 7;
+    EXPECT_INT(cxs_loader_create_ex(ds, s, &lo, 0, 0, &ld, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "loader: unknown readahead 7");
+    lo.readahead = 0;
+    EXPECT_INT(cxs_loader_create_ex(ds, s, &lo, 0, cxs_sampler_length(s) + 1, &ld, &d),
+               CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "loader: start ");
+    EXPECT_STR_HAS(d.message, "is past the epoch's");
+    lo.flags = CXS_GATHER_NORMALIZE;
+    lo.norm = &nrm;
+    var[2] = NAN;
+    EXPECT_INT(cxs_loader_create_ex(ds, s, &lo, 0, 0, &ld, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "loader: normalisation statistics: dimension 2 has mean 0 and variance nan");
+    EXPECT_INT(cxs_loader_create_ex(ds, s, &lo, 0, 0, NULL, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "loader: no dataset, sampler, options or result pointer");
+    var[2] = 1;
+    EXPECT_INT(cxs_loader_create_ex(ds, s, &lo, 0, 0, &ld, &d), 0);
+    cxs_loader_free(ld);
+    cxs_sampler_free(s);
 }
 END_TEST_
 
@@ -721,6 +791,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
     const TTest *tests[] = {gather_matches_views, gather_threads_and_normalize, bad_arguments,
+                            diagnostics,
                             shuffle_is_a_permutation, sequential_is_in_order, ranks_partition,
                             weighted_matches_distribution, loader_matches_gather,
                             labels_of_and_shard_labels, loader_norm_from_other_stats,

@@ -142,7 +142,7 @@ END_TEST_
  * bytes, entries (CXS_E_CORRUPT). */
 TEST(chunks_order) {
     uint8_t c[CXS_CHUNKS_HEAD + 2 * CXS_CHUNK_ENTRY];
-    cxs_chunks_head h = {CXS_COMPRESS_ZSTD, CXS_FILTER_SHUFFLE, 5 * 8, 3, 3, 2};
+    cxs_chunks_head h = {CXS_COMPRESSION_ZSTD, CXS_FILTER_SHUFFLE, 5 * 8, 3, 3, 2};
     cxs_chunks_head out;
     cxs_diag d;
     /* 5 rows of 8 bytes, 3 rows per chunk: 2 chunks ending at 10 and 17 */
@@ -169,7 +169,7 @@ TEST(chunks_order) {
     cxs_st64(c + CXS_CHUNKS_HEAD, 0);
     EXPECT_INT(LOAD(), CXS_E_UNSUPPORTED);
     EXPECT_STR_HAS(d.message, "codec");
-    cxs_st32(c, CXS_COMPRESS_ZSTD);
+    cxs_st32(c, CXS_COMPRESSION_ZSTD);
     EXPECT_INT(LOAD(), CXS_E_UNSUPPORTED);
     EXPECT_STR_HAS(d.message, "filter");
     cxs_st32(c + 4, 0);

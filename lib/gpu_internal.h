@@ -1,0 +1,212 @@
+/* gpu_internal.h - the GPU loader's parts (never installed).
+ *
+ * gpu.c holds what every mode shares: the API of ctxshard_gpu.h, the
+ * choice of mode, the batch ring of device slots, the staged uploads, the
+ * error message.  Each mode is one file behind a table of operations
+ * (gpu_mode): gpu_stream.c (the CPU loader's batches uploaded through
+ * pinned staging buffers), gpu_resident.c (the features uploaded once,
+ * windows expanded on the device) and gpu_pool.c (blocks of utterances
+ * refreshed in a device pool).  Every file is written against the backend
+ * table of gpu_backend.h, so the host emulation runs all of it. */
+#ifndef CXS_GPU_INTERNAL_H
+#define CXS_GPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blocks.h"
+#include "ctxshard_gpu.h"
+#include "dataset_internal.h"
+#include "gpu_backend.h"
+
+#define NSLOT 3              /* device batch slots: filling, in use, being released */
+#define UP_CHUNK (16u << 20) /* staged upload chunk */
+#define MAX_UP 16            /* staged upload chunks in flight, at most */
+
+/* One device batch slot of the ring. */
+typedef struct gslot {
+    void *d_x;
+    int64_t *d_y;
+    void *d_in;       /* resident: frames; pool: descriptors */
+    void *h_in;       /* pinned staging of d_in */
+    uint64_t *frames; /* host: what the batch serves */
+    size_t n;
+    uint64_t index, position;
+    void *ev_ready, *ev_consumed;
+    int used;
+} gslot;
+
+/* Chunked, overlapped upload through pinned staging buffers: the host fills
+ * buffer i while the copy engine sends i-1.  Used by one thread at a time
+ * (resident: the creating thread; pool: the refresher). */
+typedef struct uploader {
+    void *stream;
+    unsigned n, cur;
+    size_t bytes, fill;
+    uint8_t *buf[MAX_UP];
+    void *ev[MAX_UP];
+    int busy[MAX_UP];
+    uint8_t *dst;    /* device address of buf[cur]'s first byte */
+    const char *ctx; /* put before its messages ("" or "pool refresh: ") */
+} uploader;
+
+/* Stream mode (gpu_stream.c): a CPU loader fills pinned staging buffers, a
+ * feeder thread uploads them into the ring.  mu/cv guard the counters. */
+typedef struct gpu_stream {
+    cxs_loader *cl;
+    uint32_t nstage;
+    float **h_x;
+    int64_t **h_y;
+    pthread_t feeder;
+    int feeding;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t filled, taken, released;
+    int fstop, frc, fdone;
+} gpu_stream;
+
+/* Resident mode (gpu_resident.c): the dataset in device memory. */
+typedef struct gpu_resident {
+    uint8_t *d_feat;
+    uint64_t *d_cum, *d_urow;
+    uint16_t *d_lab;
+} gpu_resident;
+
+/* Pool mode (gpu_pool.c; its states and transitions are described there):
+ * one segment of the device pool and the block it holds. */
+typedef struct pseg {
+    uint64_t row_base; /* device row of the segment's first row */
+    uint64_t block;    /* the block of the epoch's plan it holds */
+    void *ev_loaded, *ev_freed;
+    int freed_once;
+} pseg;
+
+typedef struct gpu_pool {
+    uint32_t S;
+    uint64_t seg_rows;
+    uint8_t *d_pool;
+    pseg *seg;
+    cxs_block_sched bs;
+    cxs_block_plan *plan;       /* the epoch's; read-only, shared with the refresher */
+    uint64_t base, stride, len; /* position i is the schedule's base + i * stride; len of them */
+    /* the refresher thread and what it shares with the consumer (under mu) */
+    pthread_t th;
+    int running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, rc;
+    uint64_t next_block;
+    uint32_t *freeq, fq_head, fq_len; /* segments free to load, FIFO */
+    uint32_t *loadq, lq_head, lq_len; /* loaded, not yet joined, FIFO (block order) */
+    /* consumer side */
+    uint32_t *res; /* blocks [lo, hi) resident: block j in res[j % S] */
+    uint64_t lo, hi;
+    uint64_t t;    /* the round entered (UINT64_MAX: none yet) */
+    uploader up;
+    void *copy;
+} gpu_pool;
+
+/* What a mode does; gpu.c calls these.  NULL entries do nothing. */
+typedef struct gpu_mode {
+    /* Allocate what the mode needs and start at (l->epoch, l->pos).  On
+     * failure the message is in l->err; release() frees what was made. */
+    int (*setup)(cxs_gpu_loader *l);
+    /* The next slot to hand out (n = 0: the end), after recording that the
+     * caller's stream is done with the one handed out before. */
+    int (*next)(cxs_gpu_loader *l, void *stream, gslot **out);
+    /* Ring modes: fill slot s with the batch at l->pos (gpu_ring_next). */
+    int (*launch)(cxs_gpu_loader *l, gslot *s);
+    /* 0 when the epoch can start at `start`, else CXS_E_INVALID. */
+    int (*check_start)(const cxs_gpu_loader *l, uint64_t start);
+    /* Join the mode's thread: no background work or message after this. */
+    void (*stop)(cxs_gpu_loader *l);
+    /* Start again at (l->epoch, l->pos), after stop(). */
+    int (*start)(cxs_gpu_loader *l);
+    /* Free the mode's memory, after stop() and the loader's work is done. */
+    void (*release)(cxs_gpu_loader *l);
+    void (*describe)(const cxs_gpu_loader *l, cxs_gpu_loader_info *info);
+} gpu_mode;
+
+extern const gpu_mode cxs_gpu_stream_mode, cxs_gpu_resident_mode, cxs_gpu_pool_mode;
+
+struct cxs_gpu_loader {
+    const gpu_backend *be;
+    const gpu_mode *ops; /* set once the mode is chosen, before its setup */
+    const cxs_dataset *ds;
+    const cxs_sampler *sampler;
+    cxs_gpu_opts o;
+    int dev;
+    uint32_t mode, dtype, D;
+    size_t W, xelem;
+    uint64_t epoch, pos, index;
+    int rc;
+    /* The one error message.  Written through gpu_fail (under err_mu: the
+     * feeder and the refresher write it too, once, when they fail; the
+     * consumer learns of it through the mode's rc under the mode's lock). */
+    char err[512];
+    pthread_mutex_t err_mu;
+    cxs_gpu_loader_info info;
+    uint64_t uploaded; /* atomic: the feeder and refresher add to it */
+    cxs_gpu_batch batch;
+    void *work, *copy; /* the loader's streams */
+    double *d_mean, *d_scale;
+    /* The statistics opts->norm gave, copied (means, then variances) so that
+     * the stream mode's CPU loader can be restarted after create. */
+    double *norm_mv;
+    cxs_norm norm;
+    /* the batch ring */
+    gslot slot[NSLOT];
+    uint64_t cur;
+    int primed;
+    gslot *handed;
+    void *last_stream; /* the consumer's stream of the last next() */
+    /* the state of each mode (only the one in use is set up) */
+    gpu_stream st;
+    gpu_resident rs;
+    gpu_pool p;
+};
+
+/* The failure helper: write the message, return rc. */
+int gpu_fail(cxs_gpu_loader *l, int rc, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* A backend call that failed: CXS_E_DEVICE with the runtime's words. */
+#define GPU_DEVICE_FAIL(l, ctx, err, what)                                                  \
+    gpu_fail((l), CXS_E_DEVICE, "%s%s: %s failed: %s", (ctx), (l)->be->name, (what),       \
+             (l)->be->error_string(err))
+
+#define BE(l, call)                                                         \
+    do {                                                                    \
+        int be_err_ = (call);                                               \
+        if (be_err_) return GPU_DEVICE_FAIL((l), "", be_err_, #call);       \
+    } while (0)
+
+double gpu_now(void);
+uint64_t gpu_shard_rows(const shard *sh);
+/* Device bytes of the batch ring (x, y, inputs) of resident/pool mode. */
+uint64_t gpu_ring_bytes(const cxs_gpu_loader *l, size_t in_size);
+int gpu_ring_alloc(cxs_gpu_loader *l, size_t in_size);
+int gpu_ring_next(cxs_gpu_loader *l, void *stream, gslot **out);
+int gpu_ring_restart(cxs_gpu_loader *l);
+void gpu_expand_init(const cxs_gpu_loader *l, const gslot *s, gpu_expand_args *a);
+
+int gpu_up_init(cxs_gpu_loader *l, uploader *u, void *stream, unsigned n, size_t row_bytes);
+void gpu_up_free(cxs_gpu_loader *l, uploader *u);
+int gpu_up_flush(cxs_gpu_loader *l, uploader *u);
+int gpu_up_space(cxs_gpu_loader *l, uploader *u, uint8_t *dst, uint8_t **p, size_t *avail);
+void gpu_up_commit(uploader *u, size_t n);
+int gpu_up_write(cxs_gpu_loader *l, uploader *u, uint8_t *dst, const void *src, size_t n);
+int gpu_up_rows(cxs_gpu_loader *l, uploader *u, zreader *zr, uint32_t s, uint64_t r0, uint64_t n,
+                uint8_t *dst);
+int gpu_up_finish(cxs_gpu_loader *l, uploader *u);
+
+/* GPUDirect Storage (gpu_resident.c): 1 when libcufile can be loaded. */
+int gpu_gds_present(void);
+/* Pool mode: the samples each rank serves in an epoch (gpu_pool.c). */
+uint64_t gpu_pool_length(const cxs_dataset *ds, const cxs_sampler_opts *so);
+
+#endif

@@ -1,0 +1,298 @@
+/* gpu_resident.c - the GPU loader's resident mode (ctxshard_gpu.h): the
+ * feature sections, the utterance tables and the labels uploaded once (through
+ * GPUDirect Storage, from the registered mapping, or staged), then each
+ * batch sends its frame numbers and the kernel expands the windows. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "gpu_internal.h"
+
+#define REG_PIECE (256ull << 20) /* one copy from a registered mapping */
+
+/* ---- GPUDirect Storage, loaded at run time ---------------------------- */
+
+/* The few declarations of cufile.h the loader uses (its ABI is stable);
+ * the library is dlopen'ed so that nothing links against it. */
+typedef struct gds_error {
+    int err;
+    int cu_err;
+} gds_error;
+typedef struct gds_descr {
+    int type; /* 1: a Linux file descriptor */
+    union {
+        int fd;
+        void *handle;
+    } handle;
+    const void *fs_ops;
+} gds_descr;
+
+typedef struct gds_lib {
+    void *so;
+    gds_error (*driver_open)(void);
+    gds_error (*driver_close)(void);
+    gds_error (*handle_register)(void **fh, gds_descr *d);
+    void (*handle_deregister)(void *fh);
+    ssize_t (*read)(void *fh, void *base, size_t size, off_t file_off, off_t buf_off);
+} gds_lib;
+
+/* CXS_CUFILE names the library file when it is not on the loader's path
+ * (pip's nvidia-cufile keeps it in site-packages/nvidia/cufile/lib). */
+static int gds_load(gds_lib *g) {
+    memset(g, 0, sizeof *g);
+    const char *env = getenv("CXS_CUFILE");
+    if (!(env && *env && (g->so = dlopen(env, RTLD_NOW | RTLD_LOCAL))) &&
+        !(g->so = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL)) &&
+        !(g->so = dlopen("libcufile.so", RTLD_NOW | RTLD_LOCAL)))
+        return -1;
+    *(void **)&g->driver_open = dlsym(g->so, "cuFileDriverOpen");
+    *(void **)&g->driver_close = dlsym(g->so, "cuFileDriverClose");
+    *(void **)&g->handle_register = dlsym(g->so, "cuFileHandleRegister");
+    *(void **)&g->handle_deregister = dlsym(g->so, "cuFileHandleDeregister");
+    *(void **)&g->read = dlsym(g->so, "cuFileRead");
+    if (!g->driver_open || !g->driver_close || !g->handle_register || !g->handle_deregister ||
+        !g->read) {
+        dlclose(g->so);
+        g->so = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int gpu_gds_present(void) {
+    gds_lib g;
+    if (gds_load(&g)) return 0;
+    dlclose(g.so);
+    return 1;
+}
+
+/* Whole FEATURES sections straight from the files into device memory
+ * through GPUDirect Storage.  0 when every shard went this way; -1 to fall
+ * back silently (the path is optional and often absent). */
+static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
+#ifdef CXS_HAVE_CUDA
+    const cxs_dataset *ds = l->ds;
+    gds_lib g;
+    if (ds->compressed || l->be != &cxs_gpu_cuda || gds_load(&g)) return -1;
+    gds_error e = g.driver_open();
+    if (e.err) {
+        dlclose(g.so);
+        return -1;
+    }
+    int ok = 1;
+    const uint64_t rb = ds->row_bytes;
+    for (uint32_t s = 0; s < ds->meta.num_shards && ok; s++) {
+        const shard *sh = &ds->shards[s];
+        int fd = open(sh->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (fd < 0) {
+            ok = 0;
+            break;
+        }
+        gds_descr d;
+        memset(&d, 0, sizeof d);
+        d.type = 1;
+        d.handle.fd = fd;
+        void *fh = NULL;
+        e = g.handle_register(&fh, &d);
+        if (e.err) {
+            close(fd);
+            ok = 0;
+            break;
+        }
+        uint64_t off = (uint64_t)(sh->features - sh->map), len = gpu_shard_rows(sh) * rb, done = 0;
+        while (done < len) {
+            size_t m = len - done < (1ull << 30) ? (size_t)(len - done) : (1u << 30);
+            ssize_t r = g.read(fh, l->rs.d_feat, m, (off_t)(off + done), (off_t)(srow[s] * rb + done));
+            if (r <= 0) {
+                ok = 0;
+                break;
+            }
+            done += (uint64_t)r;
+        }
+        __atomic_add_fetch(&l->uploaded, done, __ATOMIC_RELAXED);
+        g.handle_deregister(fh);
+        close(fd);
+    }
+    g.driver_close();
+    dlclose(g.so);
+    return ok ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
+/* Pin every shard's FEATURES section in place (read-only) and copy from
+ * the mapping itself: no staging copy on the CPU.  -1 when the device or
+ * the mapping does not allow it (nothing left registered). */
+static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
+    const cxs_dataset *ds = l->ds;
+    int yes = 0;
+    if (ds->compressed || (l->o.paths & CXS_GPU_NO_REGISTER) ||
+        l->be->register_supported(l->dev, &yes) || !yes)
+        return -1;
+    const uint32_t S = ds->meta.num_shards;
+    const uint64_t rb = ds->row_bytes, page = (uint64_t)sysconf(_SC_PAGESIZE);
+    void **reg = calloc(S ? S : 1, sizeof *reg);
+    if (!reg) return -1;
+    int rc = 0;
+    uint32_t s;
+    for (s = 0; s < S; s++) {
+        const shard *sh = &ds->shards[s];
+        uint64_t a = (uint64_t)(sh->features - sh->map), b = a + gpu_shard_rows(sh) * rb;
+        uint64_t a0 = a - a % page, b0 = (b + page - 1) / page * page;
+        if (l->be->host_register((void *)(sh->map + a0), (size_t)(b0 - a0))) break;
+        reg[s] = (void *)(sh->map + a0);
+    }
+    if (s < S) {
+        rc = -1;
+    } else {
+        for (s = 0; s < S && !rc; s++) {
+            const shard *sh = &ds->shards[s];
+            uint64_t len = gpu_shard_rows(sh) * rb;
+            for (uint64_t done = 0; done < len && !rc; done += REG_PIECE) {
+                size_t m = len - done < REG_PIECE ? (size_t)(len - done) : (size_t)REG_PIECE;
+                int e = l->be->copy_h2d(l->rs.d_feat + srow[s] * rb + done, sh->features + done, m,
+                                        l->copy);
+                if (e) rc = GPU_DEVICE_FAIL(l, "", e, "copy from the registered mapping");
+                else __atomic_add_fetch(&l->uploaded, m, __ATOMIC_RELAXED);
+            }
+        }
+        if (!rc) {
+            int e = l->be->stream_sync(l->copy);
+            if (e) rc = GPU_DEVICE_FAIL(l, "", e, "stream_sync");
+        }
+    }
+    for (s = 0; s < S; s++)
+        if (reg[s]) l->be->host_unregister(reg[s]);
+    free(reg);
+    return rc;
+}
+
+static int resident_upload(cxs_gpu_loader *l) {
+    const cxs_dataset *ds = l->ds;
+    const uint32_t S = ds->meta.num_shards;
+    const uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames, rb = ds->row_bytes;
+    uint64_t *srow = malloc((S + 1) * sizeof *srow), *urow = malloc((U ? U : 1) * sizeof *urow);
+    zreader zr = {0};
+    uploader up;
+    memset(&up, 0, sizeof up);
+    int rc = 0;
+    if (!srow || !urow) {
+        rc = gpu_fail(l, -ENOMEM, "out of memory");
+        goto out;
+    }
+    srow[0] = 0;
+    for (uint32_t s = 0; s < S; s++) srow[s + 1] = srow[s] + gpu_shard_rows(&ds->shards[s]);
+    for (uint64_t u = 0; u < U; u++) urow[u] = srow[ds->utt_shard[u]] + ds->row[u];
+    int e;
+    if ((e = l->be->dev_alloc((void **)&l->rs.d_feat, (size_t)(srow[S] * rb))) ||
+        (e = l->be->dev_alloc((void **)&l->rs.d_cum, (size_t)(U + 1) * 8)) ||
+        (e = l->be->dev_alloc((void **)&l->rs.d_urow, (size_t)(U ? U : 1) * 8)) ||
+        (l->o.labels && (e = l->be->dev_alloc((void **)&l->rs.d_lab, (size_t)(F ? F : 1) * 2)))) {
+        rc = GPU_DEVICE_FAIL(l, "", e, "device allocation of the resident dataset");
+        goto out;
+    }
+    l->info.device_bytes += srow[S] * rb + (2 * U + 1) * 8 + (l->o.labels ? F * 2 : 0);
+    double t0 = gpu_now();
+    if ((rc = gpu_up_init(l, &up, l->copy, l->o.slots, rb))) goto out;
+    if ((l->o.paths & CXS_GPU_GDS) && gds_upload(l, srow) == 0) {
+        l->info.upload_path = 2;
+    } else if ((rc = registered_upload(l, srow)) == 0) {
+        l->info.upload_path = 1;
+    } else if (rc != -1) {
+        goto out;
+    } else {
+        rc = 0;
+        l->info.upload_path = 0;
+        for (uint32_t s = 0; s < S && !rc; s++)
+            rc = gpu_up_rows(l, &up, &zr, s, 0, gpu_shard_rows(&ds->shards[s]), l->rs.d_feat + srow[s] * rb);
+        if (rc) goto out;
+    }
+    if ((rc = gpu_up_write(l, &up, (uint8_t *)l->rs.d_cum, ds->cum, (size_t)(U + 1) * 8)) ||
+        (rc = gpu_up_write(l, &up, (uint8_t *)l->rs.d_urow, urow, (size_t)U * 8)))
+        goto out;
+    if (l->o.labels) {
+        for (uint32_t s = 0; s < S; s++) {
+            const shard *sh = &ds->shards[s];
+            const uint64_t n = sh->meta.num_frames;
+            uint8_t *dst = (uint8_t *)(l->rs.d_lab + sh->f_start);
+            for (uint64_t i = 0; i < n;) {
+                uint8_t *p;
+                size_t avail;
+                if ((rc = gpu_up_space(l, &up, dst + i * 2, &p, &avail))) goto out;
+                uint64_t m = avail / 2 < n - i ? avail / 2 : n - i;
+                if (!m) {
+                    if ((rc = gpu_up_flush(l, &up))) goto out;
+                    continue;
+                }
+                uint16_t *q = (uint16_t *)(void *)p;
+                for (uint64_t j = 0; j < m; j++)
+                    q[j] = cxs_shard_label(sh, i + j);
+                gpu_up_commit(&up, (size_t)m * 2);
+                i += m;
+            }
+        }
+    }
+    if ((rc = gpu_up_finish(l, &up))) goto out;
+    l->info.upload_seconds = gpu_now() - t0;
+out:
+    gpu_up_free(l, &up);
+    cxs_zreader_free(&zr);
+    free(srow);
+    free(urow);
+    return rc;
+}
+
+/* Enqueue the batch at the loader's position into slot s (one batch ahead
+ * of the consumer), or mark the end of the epoch (n = 0). */
+static int resident_launch(cxs_gpu_loader *l, gslot *s) {
+    uint64_t len = cxs_sampler_length(l->sampler), B = l->o.batch_size;
+    uint64_t n = l->pos < len ? len - l->pos : 0;
+    if (n > B) n = B;
+    if (n < B && l->o.drop_last) n = 0;
+    if (s->used) BE(l, l->be->event_sync(s->ev_ready)); /* h_in's last copy is done */
+    s->n = (size_t)n, s->index = l->index, s->position = l->pos;
+    if (!n) return 0;
+    int rc = cxs_sampler_get(l->sampler, l->epoch, l->pos, (size_t)n, s->h_in);
+    if (rc) return gpu_fail(l, rc, "sampler: %s", cxs_strerror(rc));
+    if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));
+    BE(l, l->be->copy_h2d(s->d_in, s->h_in, (size_t)n * 8, l->work));
+    gpu_expand_args a;
+    gpu_expand_init(l, s, &a);
+    a.frames = s->d_in;
+    a.feat = l->rs.d_feat;
+    a.cum = l->rs.d_cum, a.urow = l->rs.d_urow, a.num_utts = l->ds->meta.num_utterances;
+    a.lab = l->rs.d_lab;
+    BE(l, l->be->expand(&a, l->work));
+    BE(l, l->be->event_record(s->ev_ready, l->work));
+    s->used = 1;
+    l->pos += n;
+    l->index++;
+    return 0;
+}
+
+static int resident_setup(cxs_gpu_loader *l) {
+    int rc = gpu_ring_alloc(l, 8);
+    if (!rc) rc = resident_upload(l);
+    l->info.device_bytes += gpu_ring_bytes(l, 8);
+    return rc;
+}
+
+static void resident_release(cxs_gpu_loader *l) {
+    void *dev[] = {l->rs.d_feat, l->rs.d_cum, l->rs.d_urow, l->rs.d_lab};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        if (dev[i]) l->be->dev_free(dev[i]);
+    memset(&l->rs, 0, sizeof l->rs);
+}
+
+const gpu_mode cxs_gpu_resident_mode = {
+    .setup = resident_setup,
+    .next = gpu_ring_next,
+    .launch = resident_launch,
+    .start = gpu_ring_restart,
+    .release = resident_release,
+};

@@ -1,0 +1,214 @@
+/* gpu_stream.c - the GPU loader's stream mode (ctxshard_gpu.h): the CPU
+ * loader's workers gather windows into a ring of pinned staging buffers; a
+ * feeder thread uploads each batch on the copy stream into a device slot
+ * of the ring and gives the staging buffer back once its copy is done.
+ *
+ * Slots: the feeder fills slot filled % NSLOT once the consumer has
+ * released it (filled - released < NSLOT); the consumer takes them in
+ * order (taken < filled) and releases one when it asks for the next.  A
+ * slot with n = 0 marks the end of the epoch and stays for later calls.
+ * The counters, frc and fdone are under st.mu. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu_internal.h"
+
+/* The feeder failed (gpu_fail wrote its message): tell the consumer.  It
+ * fails once, then stops. */
+static void feed_failed(cxs_gpu_loader *l, int rc) {
+    pthread_mutex_lock(&l->st.mu);
+    if (!l->st.frc) l->st.frc = rc;
+    pthread_cond_broadcast(&l->st.cv);
+    pthread_mutex_unlock(&l->st.mu);
+}
+
+/* The feeder thread: takes the CPU loader's batches (filled by its workers
+ * into pinned staging buffers), uploads each on the copy stream into a free
+ * device slot, and gives a staging buffer back once its copy is done. */
+static void *feeder_main(void *arg) {
+    cxs_gpu_loader *l = arg;
+    const gpu_backend *be = l->be;
+    int pend = -1; /* staging buffer of the last copy, not yet given back */
+    void *pend_ev = NULL;
+    be->set_device(l->dev);
+    for (;;) {
+        const cxs_batch *b;
+        int rc = cxs_loader_next(l->st.cl, &b), e = 0;
+        if (rc) {
+            feed_failed(l, gpu_fail(l, rc, "loader: %s", cxs_strerror(rc)));
+            break;
+        }
+        pthread_mutex_lock(&l->st.mu);
+        while (!l->st.fstop && l->st.filled - l->st.released >= NSLOT) pthread_cond_wait(&l->st.cv, &l->st.mu);
+        int stop = l->st.fstop;
+        pthread_mutex_unlock(&l->st.mu);
+        if (stop) break;
+        gslot *s = &l->slot[l->st.filled % NSLOT];
+        if (!b) {
+            s->n = 0;
+            pthread_mutex_lock(&l->st.mu);
+            l->st.filled++;
+            pthread_cond_broadcast(&l->st.cv);
+            pthread_mutex_unlock(&l->st.mu);
+            break;
+        }
+        int h = -1;
+        for (uint32_t i = 0; i < l->st.nstage; i++)
+            if (l->st.h_x[i] == b->x) h = (int)i;
+        if (h < 0) {
+            feed_failed(l, gpu_fail(l, CXS_E_CORRUPT, "loader handed out a buffer it was not given"));
+            break;
+        }
+        const char *what = "stream_wait";
+        if ((!s->used || !(e = be->stream_wait(l->copy, s->ev_consumed))) &&
+            (what = "copy of x", !(e = be->copy_h2d(s->d_x, b->x, b->n * l->W * 4, l->copy))) &&
+            (what = "copy of y", !b->y || !(e = be->copy_h2d(s->d_y, b->y, b->n * 8, l->copy))))
+            what = "event_record", e = be->event_record(s->ev_ready, l->copy);
+        if (e) {
+            feed_failed(l, gpu_fail(l, CXS_E_DEVICE, "%s: %s failed: %s", be->name, what, be->error_string(e)));
+            break;
+        }
+        memcpy(s->frames, b->frames, b->n * 8);
+        s->n = b->n, s->index = b->index, s->position = b->position;
+        s->used = 1;
+        __atomic_add_fetch(&l->uploaded, b->n * (l->W * 4 + (b->y ? 8 : 0)),
+                           __ATOMIC_RELAXED);
+        pthread_mutex_lock(&l->st.mu);
+        l->st.filled++;
+        pthread_cond_broadcast(&l->st.cv);
+        pthread_mutex_unlock(&l->st.mu);
+        /* The copy before this one has had the time of this one's setup;
+         * wait for it (rarely a wait) and give its staging back. */
+        if (pend >= 0) {
+            if ((e = be->event_sync(pend_ev))) {
+                feed_failed(l, gpu_fail(l, CXS_E_DEVICE, "%s: event_sync failed: %s", be->name, be->error_string(e)));
+                break;
+            }
+            if ((rc = cxs_loader_provide(l->st.cl, l->st.h_x[pend], l->st.h_y ? l->st.h_y[pend] : NULL))) {
+                feed_failed(l, gpu_fail(l, rc, "loader: %s", cxs_strerror(rc)));
+                break;
+            }
+        }
+        pend = h, pend_ev = s->ev_ready;
+    }
+    pthread_mutex_lock(&l->st.mu);
+    l->st.fdone = 1;
+    pthread_cond_broadcast(&l->st.cv);
+    pthread_mutex_unlock(&l->st.mu);
+    return NULL;
+}
+
+static int stream_start(cxs_gpu_loader *l) {
+    cxs_loader_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.k = l->o.k, lo.batch_size = l->o.batch_size, lo.threads = l->o.threads;
+    lo.ring = l->st.nstage, lo.flags = l->o.flags, lo.drop_last = l->o.drop_last;
+    lo.labels = l->o.labels, lo.external = 1;
+    lo.norm = l->o.norm;
+    int rc = cxs_loader_create(l->ds, l->sampler, &lo, l->epoch, l->pos, &l->st.cl);
+    if (rc) return gpu_fail(l, rc, "CPU loader: %s", cxs_strerror(rc));
+    for (uint32_t i = 0; i < l->st.nstage; i++)
+        if ((rc = cxs_loader_provide(l->st.cl, l->st.h_x[i], l->st.h_y ? l->st.h_y[i] : NULL)))
+            return gpu_fail(l, rc, "CPU loader: %s", cxs_strerror(rc));
+    l->st.filled = l->st.taken = l->st.released = 0;
+    l->st.fstop = l->st.frc = l->st.fdone = 0;
+    if (pthread_create(&l->st.feeder, NULL, feeder_main, l))
+        return gpu_fail(l, -EAGAIN, "cannot start the upload thread");
+    l->st.feeding = 1;
+    return 0;
+}
+
+static void stream_stop(cxs_gpu_loader *l) {
+    if (l->st.feeding) {
+        pthread_mutex_lock(&l->st.mu);
+        l->st.fstop = 1;
+        pthread_cond_broadcast(&l->st.cv);
+        pthread_mutex_unlock(&l->st.mu);
+        pthread_join(l->st.feeder, NULL);
+        l->st.feeding = 0;
+    }
+    cxs_loader_free(l->st.cl); /* joins its workers: no staging buffer is written after this */
+    l->st.cl = NULL;
+    if (l->copy) l->be->stream_sync(l->copy); /* nor read */
+}
+
+static int stream_setup(cxs_gpu_loader *l) {
+    pthread_mutex_init(&l->st.mu, NULL);
+    pthread_cond_init(&l->st.cv, NULL);
+    const size_t B = l->o.batch_size;
+    uint32_t threads = l->o.threads;
+    if (!threads) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = c < 1 ? 1 : (c > 4 ? 4 : (uint32_t)c);
+    }
+    l->o.threads = threads;
+    l->st.nstage = l->o.slots ? l->o.slots : threads + 2;
+    if (l->st.nstage < 3) l->st.nstage = 3;
+    if (!(l->st.h_x = calloc(l->st.nstage, sizeof *l->st.h_x)) ||
+        (l->o.labels && !(l->st.h_y = calloc(l->st.nstage, sizeof *l->st.h_y))))
+        return gpu_fail(l, -ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < l->st.nstage; i++) {
+        BE(l, l->be->host_alloc((void **)&l->st.h_x[i], B * l->W * 4));
+        if (l->st.h_y) BE(l, l->be->host_alloc((void **)&l->st.h_y[i], B * 8));
+    }
+    for (int i = 0; i < NSLOT; i++) {
+        gslot *s = &l->slot[i];
+        BE(l, l->be->dev_alloc(&s->d_x, B * l->W * 4));
+        if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, B * 8));
+        if (!(s->frames = malloc(B * 8))) return gpu_fail(l, -ENOMEM, "out of memory");
+        BE(l, l->be->event_create(&s->ev_ready));
+        BE(l, l->be->event_create(&s->ev_consumed));
+    }
+    l->info.device_bytes += NSLOT * (B * l->W * 4 + (l->o.labels ? B * 8 : 0));
+    return stream_start(l);
+}
+
+static int stream_next(cxs_gpu_loader *l, void *stream, gslot **out) {
+    if (l->handed) {
+        BE(l, l->be->event_record(l->handed->ev_consumed, stream));
+        l->handed = NULL;
+        pthread_mutex_lock(&l->st.mu);
+        l->st.released++;
+        pthread_cond_broadcast(&l->st.cv);
+        pthread_mutex_unlock(&l->st.mu);
+    }
+    pthread_mutex_lock(&l->st.mu);
+    while (l->st.taken == l->st.filled && !l->st.fdone) pthread_cond_wait(&l->st.cv, &l->st.mu);
+    if (l->st.taken == l->st.filled) { /* the feeder stopped without a batch: an error */
+        int rc = l->st.frc ? l->st.frc : CXS_E_DEVICE;
+        if (!l->st.frc) gpu_fail(l, rc, "upload thread stopped"); /* else the feeder's message */
+        pthread_mutex_unlock(&l->st.mu);
+        return rc;
+    }
+    gslot *s = &l->slot[l->st.taken % NSLOT];
+    if (s->n) l->st.taken++; /* the end marker stays: later calls see it again */
+    pthread_mutex_unlock(&l->st.mu);
+    *out = s;
+    return 0;
+}
+
+static void stream_release(cxs_gpu_loader *l) {
+    gpu_stream *st = &l->st;
+    if (st->h_x)
+        for (uint32_t i = 0; i < st->nstage; i++)
+            if (st->h_x[i]) l->be->host_free(st->h_x[i]);
+    if (st->h_y)
+        for (uint32_t i = 0; i < st->nstage; i++)
+            if (st->h_y[i]) l->be->host_free(st->h_y[i]);
+    free(st->h_x);
+    free(st->h_y);
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->cv);
+    memset(st, 0, sizeof *st);
+}
+
+const gpu_mode cxs_gpu_stream_mode = {
+    .setup = stream_setup,
+    .next = stream_next,
+    .stop = stream_stop,
+    .start = stream_start,
+    .release = stream_release,
+};
