@@ -123,7 +123,7 @@ static int pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint
 static int norm_for(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, double **c) {
     *c = NULL;
     if (!(flags & CXS_GATHER_NORMALIZE)) return 0;
-    return cxs_norm_constants(ds, norm, c);
+    return cxs_norm_constants(ds, norm, c, NULL);
 }
 
 int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
