@@ -14,6 +14,7 @@ than memory in blocks of whole utterances within memory= bytes.  With
 device='cuda' the batches are delivered into GPU memory by the library
 (ctxshard.gpu: stream, resident or pool mode) and come out as CUDA tensors
 without a host copy, ordered on the current torch stream."""
+import atexit
 import collections.abc
 import ctypes
 import mmap
@@ -33,6 +34,19 @@ from . import gpu as _gpu
 from ._native import lib as _lib
 
 __all__ = ["FrameDataset", "Loader", "collate"]
+
+# The background warm-ups running now, as (stop event, thread).  Stopped and
+# joined at exit: a warm-up still in the library when the interpreter
+# shuts down would call its progress callback into a finalising
+# interpreter (a crash).  Each stops within one 4 MiB step.
+_WARMING = set()
+
+
+@atexit.register
+def _stop_warming():
+    for stop, thread in list(_WARMING):
+        stop.set()
+        thread.join()
 
 
 class _Batch(collections.abc.Sequence):
@@ -414,6 +428,8 @@ class Loader:
                 ds.warm(stop=stop, skip_cached=True)
             except Exception:  # noqa: BLE001 - a failed warm-up only costs speed
                 pass
+            finally:
+                _WARMING.discard((stop, threading.current_thread()))
 
         # started once the first batch is out (_kick_prefetch): a cached
         # dataset's residency check would otherwise compete with it
@@ -422,6 +438,8 @@ class Loader:
     def _kick_prefetch(self):
         t = self._warm_thread
         if t is not None and t.ident is None:
+            entry = (self._warm_stop, t)
+            _WARMING.add(entry)
             t.start()
 
     def wait_prefetch(self):
