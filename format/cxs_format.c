@@ -341,12 +341,14 @@ int cxs_sequences_check(const uint8_t *p, uint64_t len, uint64_t U, uint32_t w, 
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQUENCES: first offset is not 0", path);
     if (end > room || 8 * (U + 1) + end * w != len)
         return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: SEQUENCES is %llu bytes; %llu offsets and %llu symbols of %u "
-                         "byte%s need %llu",
+                         "%s: SEQUENCES is %llu bytes: %llu offsets and the %llu symbols of "
+                         "%u byte%s its last offset counts take %s%llu",
                          path, (unsigned long long)len, (unsigned long long)U + 1,
                          (unsigned long long)end, w, w == 1 ? "" : "s",
-                         end > room ? (unsigned long long)UINT64_MAX
-                                    : (unsigned long long)(8 * (U + 1) + end * w));
+                         end > (UINT64_MAX - 8 * (U + 1)) / w ? "more than " : "",
+                         (unsigned long long)(end > (UINT64_MAX - 8 * (U + 1)) / w
+                                                  ? UINT64_MAX
+                                                  : 8 * (U + 1) + end * w));
     const uint8_t *sym = p + 8 * (U + 1);
     uint64_t lo = UINT64_MAX, hi = 0;
     for (uint64_t u = 0; u < U; u++) {
