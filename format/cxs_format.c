@@ -359,11 +359,6 @@ int cxs_sequences_check(const uint8_t *p, uint64_t len, uint64_t U, uint32_t w, 
                              "holds at least one symbol, up to %llu)",
                              path, (unsigned long long)u, (unsigned long long)a,
                              (unsigned long long)b, (unsigned long long)end);
-        if (b - a > UINT32_MAX)
-            return cxs_diagf(d, CXS_E_UNSUPPORTED,
-                             "%s: SEQUENCES: utterance %llu has %llu symbols (this reader takes "
-                             "at most 2^32-1)",
-                             path, (unsigned long long)u, (unsigned long long)(b - a));
         for (uint64_t j = a; j < b; j++) {
             uint32_t l = w == 1 ? sym[j] : cxs_ld16(sym + 2 * j);
             if (l >= V)

@@ -225,8 +225,7 @@ int cxs_seq_meta_load(const uint8_t *p, uint64_t len, cxs_seq_meta *m, const cha
  * (1, or 2 little-endian): U+1 u64 offsets (in symbols) from 0, strictly
  * increasing (every sequence at least one symbol), then off[U] symbols,
  * each below V.  Fills the total and the shortest and longest sequence.
- * 0, CXS_E_CORRUPT (diag names path and the utterance), or
- * CXS_E_UNSUPPORTED for a sequence of 2^32 symbols or more.
+ * 0 or CXS_E_CORRUPT (diag names path and the utterance).
  */
 int cxs_sequences_check(const uint8_t *p, uint64_t len, uint64_t U, uint32_t w, uint32_t V,
                         uint64_t *total, uint64_t *minlen, uint64_t *maxlen, const char *path,

@@ -457,6 +457,9 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
 static int finish_open(cxs_dataset *ds) {
     uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames;
     if (U > UINT32_MAX) return CXS_E_UNSUPPORTED;
+    /* The API gives sequence lengths as u32 (a limit of this reader's,
+     * reported after the format's checks, spec section 8). */
+    if (ds->has_seqs && ds->seq_max > UINT32_MAX) return CXS_E_UNSUPPORTED;
     ds->cum[U] = F;
     uint64_t nb = (F >> CXS_BUCKET_SHIFT) + 1, u = 0;
     for (uint64_t b = 0; b < nb; b++) {
