@@ -560,8 +560,7 @@ class Dataset:
         """Labels (int64) of the given frames."""
         f = self._frames_array(frames, "labels_of")
         if not self._info.label_width:
-            raise ValueError("labels_of: the dataset has no labels (features only, like a test "
-                             "split)")
+            raise ValueError("labels_of: " + self._no_frame_labels()[len("ctxshard: "):])
         y = np.empty(f.size, dtype=np.int64)
         rc = _lib.cxs_dataset_labels_of(self._ptr, f.ctypes.data, f.size, y.ctypes.data)
         if rc:

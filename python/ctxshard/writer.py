@@ -312,6 +312,8 @@ class Writer:
             raise ValueError(f"Writer.add: {shown}: labels given, but the writer has no "
                              "vocabulary (features only): pass vocab= to Writer")
         lab = np.asarray(labels)
+        if lab.size == 0 and lab.dtype.kind == "f":  # [] is float64 to numpy
+            lab = lab.astype(np.int64)
         if lab.ndim != 1:
             raise RejectedUtterance(shown, f"labels have {lab.ndim} dimensions, expected "
                                     + ("a 1-D sequence" if where else "one label per frame"))
