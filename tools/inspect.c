@@ -312,7 +312,8 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
             return EXIT_USAGE;
         }
     if (labels_out && !in.label_width) {
-        warnx_("%s: features-only dataset: there are no labels to write", dir);
+        warnx_("%s: %s: there are no frame labels to write", dir,
+               in.label_seqs ? "a dataset of label sequences only" : "features-only dataset");
         cxs_dataset_close(ds);
         cxs_dataset_close(train);
         return EXIT_USAGE;
