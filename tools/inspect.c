@@ -312,8 +312,11 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
             return EXIT_USAGE;
         }
     if (labels_out && !in.label_width) {
-        warnx_("%s: %s: there are no frame labels to write", dir,
-               in.label_seqs ? "a dataset of label sequences only" : "features-only dataset");
+        if (in.label_seqs)
+            warnx_("%s: a dataset of label sequences only: there are no frame labels to write",
+                   dir);
+        else
+            warnx_("%s: features-only dataset: there are no labels to write", dir);
         cxs_dataset_close(ds);
         cxs_dataset_close(train);
         return EXIT_USAGE;
