@@ -7,7 +7,10 @@ are refused naming the file and the reason, leaving nothing behind; a
 per-frame transcript of the wrong length says which option reads sequences;
 a flipped byte is caught.
 
-usage: /usr/bin/python3 tests/python/seq_test.py BUILD_DIR SOURCE_ROOT"""
+usage: /usr/bin/python3 tests/python/seq_test.py BUILD_DIR SOURCE_ROOT
+       PYTHON tests/python/seq_test.py --installed SOURCE_ROOT
+The second form tests the package pip installed into PYTHON's environment
+(scripts/test-installed.sh), the command from its bin."""
 import filecmp
 import glob
 import os
@@ -18,10 +21,13 @@ import sys
 import tempfile
 import unittest
 
-BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-EXE = os.path.join(BUILD, "tools", "ctxshard")
-os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
-sys.path.insert(0, os.path.join(SRC, "python"))
+if sys.argv[1] == "--installed":
+    EXE = os.path.join(os.path.dirname(sys.executable), "ctxshard")
+else:
+    BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    EXE = os.path.join(BUILD, "tools", "ctxshard")
+    os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
+    sys.path.insert(0, os.path.join(SRC, "python"))
 
 import numpy as np  # noqa: E402
 
