@@ -29,12 +29,14 @@
 #define CXS_E_INPUT       (-5009) /**< an input the writer refuses: an utterance, a part to merge (diag names it) */
 #define CXS_E_DEVICE      (-5010) /**< a CUDA error (ctxshard_gpu.h; the message names it) */
 #define CXS_E_NO_LABELS   (-5011) /**< labels asked of a features-only dataset (a test split) */
+#define CXS_E_NO_SEQUENCES (-5012) /**< label sequences asked of a dataset without them */
 
 /** Format version this library reads and writes (spec/format.md): it reads
  * every minor version of this major, and writes the lowest minor version a
- * file needs (1.0 for an uncompressed dataset, 1.1 for a compressed one). */
+ * file needs (1.0 for an uncompressed dataset, 1.1 for a compressed one, 1.2
+ * for one with label sequences). */
 #define CXS_FORMAT_MAJOR 1
-#define CXS_FORMAT_MINOR 1
+#define CXS_FORMAT_MINOR 2
 
 /** Stored feature types. */
 #define CXS_DTYPE_F32  1

@@ -59,11 +59,13 @@ const char *cxs_section_name(uint32_t type) {
     case CXS_SEC_LABELS: return "LABELS";
     case CXS_SEC_ZFEATURES: return "ZFEATURES";
     case CXS_SEC_CHUNKS: return "CHUNKS";
+    case CXS_SEC_SEQUENCES: return "SEQUENCES";
     case CXS_SEC_DATASET_META: return "DATASET_META";
     case CXS_SEC_SHARD_TABLE: return "SHARD_TABLE";
     case CXS_SEC_VOCAB: return "VOCAB";
     case CXS_SEC_STATS: return "STATS";
     case CXS_SEC_SKIPPED: return "SKIPPED";
+    case CXS_SEC_SEQ_META: return "SEQ_META";
     case CXS_SEC_PART_META: return "PART_META";
     case CXS_SEC_PART_SUMS: return "PART_SUMS";
     default: return "unknown";
@@ -76,11 +78,11 @@ uint64_t cxs_hash(const void *p, size_t n) {
 
 static int known_type(uint32_t kind, uint32_t type) {
     if (kind == CXS_KIND_SHARD)
-        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_CHUNKS;
+        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_SEQUENCES;
     if (kind == CXS_KIND_PART)
-        return (type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SKIPPED) ||
+        return (type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SEQ_META) ||
                type == CXS_SEC_PART_META || type == CXS_SEC_PART_SUMS;
-    return type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SKIPPED;
+    return type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SEQ_META;
 }
 
 static uint64_t header_hash(const uint8_t *p, uint32_t n) {
@@ -298,6 +300,79 @@ int cxs_dataset_meta_load(const uint8_t *p, uint64_t len, cxs_dataset_meta *m,
         return cxs_diagf(d, CXS_E_UNSUPPORTED,
                          "%s: DATASET_META: compression code %u is unknown to this reader", path,
                          m->compression);
+    return 0;
+}
+
+void cxs_seq_meta_store(uint8_t *p, const cxs_seq_meta *m) {
+    memset(p, 0, CXS_SEQ_META_SIZE);
+    cxs_st32(p, m->frame_labels);
+    cxs_st64(p + 8, m->num_symbols);
+    cxs_st64(p + 16, m->min_length);
+    cxs_st64(p + 24, m->max_length);
+}
+
+int cxs_seq_meta_load(const uint8_t *p, uint64_t len, cxs_seq_meta *m, const char *path,
+                      cxs_diag *d) {
+    if (len != CXS_SEQ_META_SIZE)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQ_META is %llu bytes, expected %u", path,
+                         (unsigned long long)len, CXS_SEQ_META_SIZE);
+    for (uint32_t i = 4; i < CXS_SEQ_META_SIZE; i++)
+        if (p[i] && (i < 8 || i >= 32))
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQ_META: reserved byte %u is not zero", path,
+                             i);
+    m->frame_labels = cxs_ld32(p);
+    m->num_symbols = cxs_ld64(p + 8);
+    m->min_length = cxs_ld64(p + 16);
+    m->max_length = cxs_ld64(p + 24);
+    if (m->frame_labels > 1)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQ_META: frame_labels is %u, expected 0 or 1",
+                         path, m->frame_labels);
+    return 0;
+}
+
+int cxs_sequences_check(const uint8_t *p, uint64_t len, uint64_t U, uint32_t w, uint32_t V,
+                        uint64_t *total, uint64_t *minlen, uint64_t *maxlen, const char *path,
+                        cxs_diag *d) {
+    if (U >= UINT64_MAX / 8 - 1 || len < 8 * (U + 1))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQUENCES: %llu bytes cannot hold %llu offsets",
+                         path, (unsigned long long)len, (unsigned long long)U + 1);
+    const uint64_t room = (len - 8 * (U + 1)) / w, end = cxs_ld64(p + 8 * U);
+    if (cxs_ld64(p) != 0)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQUENCES: first offset is not 0", path);
+    if (end > room || 8 * (U + 1) + end * w != len)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: SEQUENCES is %llu bytes: %llu offsets and the %llu symbols of "
+                         "%u byte%s its last offset counts take %s%llu",
+                         path, (unsigned long long)len, (unsigned long long)U + 1,
+                         (unsigned long long)end, w, w == 1 ? "" : "s",
+                         end > (UINT64_MAX - 8 * (U + 1)) / w ? "more than " : "",
+                         (unsigned long long)(end > (UINT64_MAX - 8 * (U + 1)) / w
+                                                  ? UINT64_MAX
+                                                  : 8 * (U + 1) + end * w));
+    const uint8_t *sym = p + 8 * (U + 1);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint64_t u = 0; u < U; u++) {
+        uint64_t a = cxs_ld64(p + 8 * u), b = cxs_ld64(p + 8 * (u + 1));
+        if (b <= a || b > end)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: SEQUENCES: utterance %llu has offsets %llu..%llu (a sequence "
+                             "holds at least one symbol, up to %llu)",
+                             path, (unsigned long long)u, (unsigned long long)a,
+                             (unsigned long long)b, (unsigned long long)end);
+        for (uint64_t j = a; j < b; j++) {
+            uint32_t l = w == 1 ? sym[j] : cxs_ld16(sym + 2 * j);
+            if (l >= V)
+                return cxs_diagf(d, CXS_E_CORRUPT,
+                                 "%s: SEQUENCES: utterance %llu, symbol %llu is %u, the "
+                                 "vocabulary has %u",
+                                 path, (unsigned long long)u, (unsigned long long)(j - a), l, V);
+        }
+        if (b - a < lo) lo = b - a;
+        if (b - a > hi) hi = b - a;
+    }
+    *total = end;
+    *minlen = lo;
+    *maxlen = hi;
     return 0;
 }
 

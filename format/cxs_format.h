@@ -30,11 +30,13 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_SEC_LABELS 5u
 #define CXS_SEC_ZFEATURES 6u /* format 1.1: compressed FEATURES */
 #define CXS_SEC_CHUNKS 7u    /* format 1.1: ZFEATURES' chunk table */
+#define CXS_SEC_SEQUENCES 8u /* format 1.2: a label sequence per utterance */
 #define CXS_SEC_DATASET_META 16u
 #define CXS_SEC_SHARD_TABLE 17u
 #define CXS_SEC_VOCAB 18u
 #define CXS_SEC_STATS 19u
 #define CXS_SEC_SKIPPED 20u
+#define CXS_SEC_SEQ_META 21u /* format 1.2: the dataset has label sequences */
 #define CXS_SEC_PART_META 32u /* format 1.1, part manifests only */
 #define CXS_SEC_PART_SUMS 33u
 #define CXS_PART_META_SIZE 96u
@@ -47,6 +49,7 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_STATS_HEAD 32u
 #define CXS_CHUNKS_HEAD 64u
 #define CXS_CHUNK_ENTRY 16u
+#define CXS_SEQ_META_SIZE 64u
 
 /* Compression codes (DATASET_META offset 60, CHUNKS codec): the
  * CXS_COMPRESSION_* of ctxshard_base.h.  The old spelling below stays only
@@ -131,6 +134,15 @@ typedef struct cxs_shard_entry {
     uint64_t first_frame;
 } cxs_shard_entry;
 
+/* SEQ_META (format 1.2): what the label sequences of a dataset (or of a
+ * part) hold. */
+typedef struct cxs_seq_meta {
+    uint32_t frame_labels; /* 1: the shards hold LABELS too; 0: sequences only */
+    uint64_t num_symbols;  /* symbols of every sequence together */
+    uint64_t min_length;   /* shortest sequence (UINT64_MAX when none) */
+    uint64_t max_length;   /* longest sequence */
+} cxs_seq_meta;
+
 /* printf into diag (NULL allowed); returns code so callers can
  * `return cxs_diagf(d, CODE, ...)`. */
 int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...)
@@ -204,6 +216,21 @@ void cxs_chunks_head_store(uint8_t *p, const cxs_chunks_head *h);
  * row_bytes, and a ZFEATURES section of zlen bytes. */
 int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_t row_bytes,
                     uint64_t zlen, cxs_chunks_head *h, const char *path, cxs_diag *d);
+
+void cxs_seq_meta_store(uint8_t *p, const cxs_seq_meta *m);
+/* Length, reserved bytes and frame_labels; CXS_E_CORRUPT naming path. */
+int cxs_seq_meta_load(const uint8_t *p, uint64_t len, cxs_seq_meta *m, const char *path,
+                      cxs_diag *d);
+/*
+ * A SEQUENCES section of len bytes for U utterances with symbols of w bytes
+ * (1, or 2 little-endian): U+1 u64 offsets (in symbols) from 0, strictly
+ * increasing (every sequence at least one symbol), then off[U] symbols,
+ * each below V.  Fills the total and the shortest and longest sequence.
+ * 0 or CXS_E_CORRUPT (diag names path and the utterance).
+ */
+int cxs_sequences_check(const uint8_t *p, uint64_t len, uint64_t U, uint32_t w, uint32_t V,
+                        uint64_t *total, uint64_t *minlen, uint64_t *maxlen, const char *path,
+                        cxs_diag *d);
 
 /*
  * A string table: (n+1) u64 offsets relative to the byte after the offset

@@ -33,7 +33,10 @@ const char *cxs_strerror(int code) {
     case CXS_E_RANGE: return "out of range";
     case CXS_E_INPUT: return "invalid input file";
     case CXS_E_DEVICE: return "GPU error";
-    case CXS_E_NO_LABELS: return "the dataset has no labels (features only, like a test split)";
+    case CXS_E_NO_LABELS:
+        return "the dataset has no per-frame labels (features only, like a test split, or label "
+               "sequences only)";
+    case CXS_E_NO_SEQUENCES: return "the dataset has no label sequences";
     default:
         if (code < 0 && code > -4096) return strerror(-code);
         return "unknown error";
@@ -177,6 +180,17 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
             return rc;
         ds->vocab = ds->map + sv->offset;
     }
+    /* Label sequences (format 1.2): need a vocabulary to index. */
+    const cxs_section *sq = cxs_container_find(&ds->mc, CXS_SEC_SEQ_META);
+    if (sq) {
+        if ((rc = cxs_seq_meta_load(ds->mmap + sq->offset, sq->length, &ds->seqm, mp, d)))
+            return rc;
+        if (!m->vocab_size)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: SEQ_META in a dataset without a vocabulary", mp);
+        ds->has_seqs = 1;
+        ds->seq_width = m->label_width;
+    }
     const cxs_section *sk = cxs_container_find(&ds->mc, CXS_SEC_SKIPPED);
     if (sk) {
         ds->skipped = (const char *)ds->map + sk->offset;
@@ -285,11 +299,22 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
                            path);
     }
     if (rc) return rc;
+    /* Label sequences (format 1.2): in every shard of a dataset whose
+     * manifest has SEQ_META, in none of another; a shard alone has them
+     * exactly when it holds the section. */
+    const cxs_section *sseq = cxs_container_find(&sh->c, CXS_SEC_SEQUENCES);
+    if (!e && i == 0) ds->has_seqs = sseq != NULL;
+    if (e && ds->has_seqs && !sseq)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: required section SEQUENCES is missing", path);
+    if (e && !ds->has_seqs && sseq)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: SEQUENCES present, but the manifest has no SEQ_META", path);
     /* Small sections are hashed at open; FEATURES and LABELS by verify. */
     if ((rc = check_section_hash(sh->map, smeta, path, d)) ||
         (rc = check_section_hash(sh->map, sidx, path, d)) ||
         (rc = check_section_hash(sh->map, sids, path, d)) ||
-        (schk && zshard && (rc = check_section_hash(sh->map, schk, path, d))))
+        (schk && zshard && (rc = check_section_hash(sh->map, schk, path, d))) ||
+        (sseq && (rc = check_section_hash(sh->map, sseq, path, d))))
         return rc;
     cxs_shard_meta *sm = &sh->meta;
     if ((rc = cxs_shard_meta_load(sh->map + smeta->offset, smeta->length, sm, path, d))) return rc;
@@ -393,7 +418,12 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
         sh->features = sh->map + sfeat->offset;
     }
     const cxs_section *slab = cxs_container_find(&sh->c, CXS_SEC_LABELS);
-    if (m->label_width) {
+    /* Frame labels: always with a vocabulary, unless the dataset holds
+     * label sequences only (SEQ_META frame_labels 0); a shard alone with
+     * SEQUENCES may hold LABELS or not. */
+    const int want_labels = m->label_width && (!ds->has_seqs || (!e ? slab != NULL
+                                                                    : ds->seqm.frame_labels));
+    if (want_labels) {
         if (!slab)
             return cxs_diagf(d, CXS_E_CORRUPT, "%s: required section LABELS is missing", path);
         if (slab->length != F * m->label_width)
@@ -402,8 +432,23 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
                              (unsigned long long)(F * m->label_width));
         sh->labels = sh->map + slab->offset;
     } else if (slab) {
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: LABELS present in a dataset without a vocabulary", path);
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: LABELS present in a dataset %s", path,
+                         m->label_width ? "of label sequences only" : "without a vocabulary");
+    }
+    if (sseq) {
+        if (!m->label_width)
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQUENCES in a shard of label width 0", path);
+        /* A shard alone has no vocabulary: any value of the width. */
+        uint32_t V = e ? m->vocab_size : m->label_width == 1 ? 256u : 65536u;
+        uint64_t tot, lo, hi;
+        if ((rc = cxs_sequences_check(sh->map + sseq->offset, sseq->length, U, m->label_width, V,
+                                      &tot, &lo, &hi, path, d)))
+            return rc;
+        sh->seqs = sh->map + sseq->offset;
+        ds->seq_width = m->label_width;
+        ds->seq_total += tot;
+        if (i == 0 || lo < ds->seq_min) ds->seq_min = lo;
+        if (hi > ds->seq_max) ds->seq_max = hi;
     }
     return 0;
 }
@@ -412,6 +457,9 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
 static int finish_open(cxs_dataset *ds) {
     uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames;
     if (U > UINT32_MAX) return CXS_E_UNSUPPORTED;
+    /* The API gives sequence lengths as u32 (a limit of this reader's,
+     * reported after the format's checks, spec section 8). */
+    if (ds->has_seqs && ds->seq_max > UINT32_MAX) return CXS_E_UNSUPPORTED;
     ds->cum[U] = F;
     uint64_t nb = (F >> CXS_BUCKET_SHIFT) + 1, u = 0;
     for (uint64_t b = 0; b < nb; b++) {
@@ -420,6 +468,9 @@ static int finish_open(cxs_dataset *ds) {
         ds->bucket[b] = (uint32_t)u;
     }
     ds->bucket[nb] = (uint32_t)(U - 1);
+    /* Label sequences without frame labels: every frame-label call then
+     * answers CXS_E_NO_LABELS, as on a features-only dataset. */
+    if (ds->has_seqs && !ds->shards[0].labels) ds->meta.label_width = 0;
     /* The last utterance meeting bucket b is the first of bucket b+1, so a
      * search in [bucket[b], bucket[b+1]] finds every frame of bucket b. */
     if (ds->stats && cxs_host_is_le()) {
@@ -611,6 +662,19 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
                        ds->manifest_path);
         goto fail;
     }
+    if (ds->has_seqs && (ds->seqm.num_symbols != ds->seq_total ||
+                         ds->seqm.min_length != ds->seq_min ||
+                         ds->seqm.max_length != ds->seq_max)) {
+        rc = cxs_diagf(d, CXS_E_CORRUPT,
+                       "%s: SEQ_META: %llu symbols, sequences of %llu..%llu, the shards hold "
+                       "%llu, of %llu..%llu",
+                       ds->manifest_path, (unsigned long long)ds->seqm.num_symbols,
+                       (unsigned long long)ds->seqm.min_length,
+                       (unsigned long long)ds->seqm.max_length,
+                       (unsigned long long)ds->seq_total, (unsigned long long)ds->seq_min,
+                       (unsigned long long)ds->seq_max);
+        goto fail;
+    }
     if ((rc = finish_open(ds))) goto fail;
     free(dir);
     *out = ds;
@@ -645,6 +709,12 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
     info->compression = ds->compressed ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE;
     info->feature_bytes = ds->raw_feature_bytes;
     info->stored_feature_bytes = ds->compressed ? ds->zbytes : ds->raw_feature_bytes;
+    info->label_seqs = (uint32_t)ds->has_seqs;
+    if (ds->has_seqs) {
+        info->seq_symbols = ds->seq_total;
+        info->min_seq_length = ds->seq_min;
+        info->max_seq_length = ds->seq_max;
+    }
     if (ds->compressed) {
         info->chunk_rows = ds->shards[0].ch.chunk_rows;
         info->compression_level = ds->shards[0].ch.level;
@@ -771,5 +841,24 @@ int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label) {
     int rc = cxs_dataset_labels(ds, frame, 1, &l);
     if (rc) return rc;
     *label = (uint32_t)l;
+    return 0;
+}
+
+int cxs_dataset_label_seq(const cxs_dataset *ds, uint64_t u, int64_t *out, uint32_t cap,
+                          uint32_t *len) {
+    if (!ds || !len || (cap && !out)) return CXS_E_INVALID;
+    if (!ds->has_seqs) return CXS_E_NO_SEQUENCES;
+    if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
+    const shard *sh = &ds->shards[ds->utt_shard[u]];
+    const uint64_t lu = u - sh->u_start, U = sh->meta.num_utterances;
+    const uint64_t a = cxs_ld64(sh->seqs + 8 * lu), b = cxs_ld64(sh->seqs + 8 * (lu + 1));
+    const uint8_t *sym = sh->seqs + 8 * (U + 1);
+    /* Open checked the offsets, the lengths (< 2^32) and every symbol. */
+    const uint32_t n = (uint32_t)(b - a), take = n < cap ? n : cap;
+    if (ds->seq_width == 1)
+        for (uint32_t j = 0; j < take; j++) out[j] = sym[a + j];
+    else
+        for (uint32_t j = 0; j < take; j++) out[j] = cxs_ld16(sym + 2 * (a + j));
+    *len = n;
     return 0;
 }

@@ -22,6 +22,7 @@ typedef struct shard {
     const uint8_t *ids;
     const uint8_t *features; /* NULL when compressed */
     const uint8_t *labels;
+    const uint8_t *seqs; /* SEQUENCES (format 1.2): U+1 u64 offsets, then symbols; or NULL */
     /* Compressed shards (format 1.1): the chunk table and the chunks. */
     cxs_chunks_head ch;
     const uint8_t *chunk_table; /* num_chunks entries: u64 end, u64 checksum */
@@ -68,6 +69,13 @@ struct cxs_dataset {
     size_t max_chunk_bytes;   /* decoded size of the largest chunk */
     uint64_t zbytes, raw_feature_bytes;
     struct zcache *zc;        /* NULL when not compressed or no cache */
+    /* Label sequences (format 1.2).  With sequences only, meta.label_width
+     * is 0 after open (no frame labels: every frame-label call answers
+     * CXS_E_NO_LABELS) and seq_width holds the stored width. */
+    int has_seqs;
+    uint32_t seq_width;
+    cxs_seq_meta seqm;        /* the manifest's SEQ_META */
+    uint64_t seq_total, seq_min, seq_max; /* from the shards */
 };
 
 /* Per-thread state for reading compressed features: a decoder and scratch

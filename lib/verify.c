@@ -190,6 +190,20 @@ static int verify_labels(vctx *v, const struct shard *sh, const cxs_section *s, 
     return 0;
 }
 
+/* SEQUENCES (format 1.2): its checksum, then its offsets and every symbol
+ * against the vocabulary (open checked them too; verify does not rely on
+ * it). */
+static int verify_sequences(vctx *v, const struct shard *sh, const cxs_section *s, cxs_diag *d) {
+    int rc = hash_plain(v, sh->map, s, sh->path, d);
+    if (rc) return rc;
+    const cxs_dataset *ds = v->ds;
+    const uint32_t w = ds->seq_width;
+    const uint32_t V = ds->meta.vocab_size ? ds->meta.vocab_size : (w == 1 ? 256u : 65536u);
+    uint64_t tot, lo, hi;
+    return cxs_sequences_check(sh->map + s->offset, s->length, sh->meta.num_utterances, w, V,
+                               &tot, &lo, &hi, sh->path, d);
+}
+
 int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *user, cxs_diag *d) {
     vctx v = {ds, progress, user, 0, ds->total_bytes, XXH3_createState()};
     uint64_t *hist = calloc(65537, sizeof *hist);
@@ -215,6 +229,8 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
             else if (s->type == CXS_SEC_ZFEATURES && ds->compressed)
                 rc = verify_zfeatures(&v, i, s, d);
             else if (s->type == CXS_SEC_LABELS) rc = verify_labels(&v, sh, s, hist, d);
+            else if (s->type == CXS_SEC_SEQUENCES && ds->has_seqs)
+                rc = verify_sequences(&v, sh, s, d);
             else rc = hash_plain(&v, sh->map, s, sh->path, d);
             if (rc) goto out;
         }

@@ -105,6 +105,7 @@ static int shard_begin(cxs_writer *k) {
     if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
     if (!rc) rc = cxs_bytes_put64(&w->cum, 0);
     if (!rc) rc = cxs_bytes_put64(&w->idoff, 0);
+    if (!rc && k->o.label_seqs) rc = cxs_bytes_put64(&w->seqoff, 0);
     return rc;
 }
 
@@ -115,7 +116,11 @@ static int shard_add(cxs_writer *k, const char *id, size_t il, uint64_t T, const
     int rc = feat_put(k, feat, fb);
     if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
     if (rc) return rc;
-    if (k->lw && (rc = cxs_bytes_put(&w->labels, labels, (size_t)T * k->lw))) return rc;
+    if (k->flw && (rc = cxs_bytes_put(&w->labels, labels, (size_t)T * k->flw))) return rc;
+    if (k->o.label_seqs &&
+        ((rc = cxs_bytes_put(&w->seqsym, k->sq, (size_t)k->sq_len * k->lw)) ||
+         (rc = cxs_bytes_put64(&w->seqoff, w->seqsym.n / k->lw))))
+        return rc;
     cxs_wfault_point(&k->fault, "utt");
     w->U++;
     w->F += T;
@@ -134,12 +139,14 @@ static void swriter_free(swriter *w) {
     free(w->idoff.p);
     free(w->ids.p);
     free(w->chunks.p);
+    free(w->seqoff.p);
+    free(w->seqsym.p);
     memset(w, 0, sizeof *w);
 }
 
 static int shard_end(cxs_writer *k) {
     swriter *w = &k->w;
-    cxs_section sec[6];
+    cxs_section sec[7];
     uint32_t n = 0;
     int rc = flush_chunk(k);
     if (!rc && k->zp) rc = cxs_zpool_drain(k->zp, chunk_out, k);
@@ -149,7 +156,14 @@ static int shard_end(cxs_writer *k) {
     sec[n].length = k->cc ? w->zlen : w->feat_len;
     sec[n++].checksum = XXH3_64bits_digest(w->fh);
     k->feat_out += sec[0].length;
-    if (!rc && k->lw) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
+    if (!rc && k->flw) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
+    if (!rc && k->o.label_seqs) {
+        bytes t = {0};
+        if (!(rc = cxs_bytes_put(&t, w->seqoff.p, w->seqoff.n)) &&
+            !(rc = cxs_bytes_put(&t, w->seqsym.p, w->seqsym.n)))
+            rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_SEQUENCES, t.p, t.n);
+        free(t.p);
+    }
     if (!rc && k->cc) {
         bytes t = {0};
         uint8_t head[CXS_CHUNKS_HEAD];
@@ -229,6 +243,10 @@ static int check_opts(const cxs_writer_opts *o, const char *out, cxs_diag *d) {
     if (o->compression && (o->level < 1 || o->level > 19 || o->chunk_size == 0))
         return cxs_diagf(d, CXS_E_INVALID, "%s: zstd level must be 1..19 and chunks non-empty",
                          out);
+    if (o->label_seqs > CXS_SEQ_ONLY)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: unknown label_seqs %u", out, o->label_seqs);
+    if (o->label_seqs && !o->vocab_size)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: label sequences need a vocabulary", out);
     if (o->vocab_size > CXS_MAX_VOCAB || (o->vocab_size && !o->vocab))
         return cxs_diagf(d, CXS_E_INVALID, "%s: vocabulary of %u symbols (at most %u)", out,
                          o->vocab_size, CXS_MAX_VOCAB);
@@ -274,8 +292,11 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
     k->esize = cxs_dtype_size(k->o.dtype);
     k->vocab_n = k->o.vocab_size;
     k->lw = k->vocab_n == 0 ? 0 : k->vocab_n <= 256 ? 1 : 2;
+    k->flw = k->o.label_seqs == CXS_SEQ_ONLY ? 0 : k->lw;
     k->minlen = UINT64_MAX;
-    k->minor = k->o.compression ? 1 : 0;
+    k->seq_min = UINT64_MAX;
+    /* The lowest minor version whose features the files use. */
+    k->minor = k->o.label_seqs ? 2 : k->o.compression ? 1 : 0;
     k->sos = k->eos = -1;
     k->hist = calloc(k->vocab_n + 1, sizeof *k->hist);
     k->out = strdup(out);
@@ -375,10 +396,11 @@ static int64_t label_at(const void *p, uint32_t size, uint64_t j) {
  * little-endian).  Messages follow the packer's for integer transcripts. */
 static int take_labels(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_diag *d) {
     const uint64_t T = u->frames, n = u->label_count;
-    if (!k->lw) {
+    if (!k->flw) {
         if (u->labels || n)
-            return cxs_diagf(d, CXS_E_INVALID, "%s: labels given, but the dataset has no "
-                             "vocabulary (features only)", id);
+            return cxs_diagf(d, CXS_E_INVALID, "%s: labels given, but the dataset has no %s", id,
+                             k->lw ? "per-frame labels (label sequences only: give seq)"
+                                   : "vocabulary (features only)");
         return 0;
     }
     if (!u->labels)
@@ -389,8 +411,9 @@ static int take_labels(cxs_writer *k, const char *id, const cxs_writer_utt *u, c
     const int framed = n == T + 2;
     if (n != T && !framed)
         return cxs_diagf(d, CXS_E_INPUT, "%s: %llu labels, expected %llu (one per frame) or "
-                         "%llu ([SOS], one per frame, [EOS])", id, (unsigned long long)n,
-                         (unsigned long long)T, (unsigned long long)T + 2);
+                         "%llu ([SOS], one per frame, [EOS]); a phoneme sequence not tied to "
+                         "the frames is a label sequence (label_seqs, seq)", id,
+                         (unsigned long long)n, (unsigned long long)T, (unsigned long long)T + 2);
     if (framed && (k->sos < 0 || k->eos < 0))
         return cxs_diagf(d, CXS_E_INPUT, "%s: integer transcripts need [SOS] and [EOS] in the "
                          "vocabulary", id);
@@ -420,13 +443,65 @@ static int take_labels(cxs_writer *k, const char *id, const cxs_writer_utt *u, c
     return 0;
 }
 
+/* Check the label sequence of u against the vocabulary into k->sq (label
+ * width, little-endian), [SOS] and [EOS] stripped when it is framed. */
+static int take_seq(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_diag *d) {
+    const uint64_t n = u->seq_count;
+    k->sq_len = 0;
+    if (!k->o.label_seqs) {
+        if (u->seq || n)
+            return cxs_diagf(d, CXS_E_INVALID, "%s: a label sequence given, but the writer was "
+                             "created without label sequences (label_seqs)", id);
+        return 0;
+    }
+    if (!u->seq || n == 0)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: empty label sequence (the dataset has label "
+                         "sequences: every utterance needs at least one symbol)", id);
+    if (u->seq_size != 1 && u->seq_size != 2 && u->seq_size != 4 && u->seq_size != 8)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: sequence element size %u (1, 2, 4 or 8 bytes)",
+                         id, u->seq_size);
+    const int64_t first = label_at(u->seq, u->seq_size, 0);
+    const int64_t last = label_at(u->seq, u->seq_size, n - 1);
+    const int starts = k->sos >= 0 && first == k->sos, ends = k->eos >= 0 && last == k->eos;
+    if (starts && (n < 2 || !ends))
+        return cxs_diagf(d, CXS_E_INPUT, "%s: label sequence starts with %s but does not end "
+                         "with %s (give both markers, or neither)", id, SOS_SYMBOL, EOS_SYMBOL);
+    if (ends && !starts)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: label sequence ends with %s but does not start "
+                         "with %s (give both markers, or neither)", id, EOS_SYMBOL, SOS_SYMBOL);
+    const uint64_t a = starts ? 1 : 0, b = starts ? n - 1 : n;
+    if (a == b)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: empty label sequence (%s %s with no symbol "
+                         "between)", id, SOS_SYMBOL, EOS_SYMBOL);
+    if (b - a > UINT32_MAX)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: label sequence of %llu symbols (at most 2^32-1)",
+                         id, (unsigned long long)(b - a));
+    if (grow(&k->sq, &k->sq_cap, (size_t)(b - a) * k->lw))
+        return cxs_diagf(d, -ENOMEM, "out of memory");
+    for (uint64_t j = a; j < b; j++) {
+        int64_t idx = label_at(u->seq, u->seq_size, j);
+        if (idx < 0 || idx >= (int64_t)k->vocab_n)
+            return cxs_diagf(d, CXS_E_INPUT, "%s: sequence position %llu: label %lld is outside "
+                             "the vocabulary (0..%u)", id, (unsigned long long)j, (long long)idx,
+                             k->vocab_n - 1);
+        if (idx == k->sos || idx == k->eos)
+            return cxs_diagf(d, CXS_E_INPUT, "%s: sequence position %llu: %s inside the "
+                             "sequence", id, (unsigned long long)j,
+                             idx == k->sos ? SOS_SYMBOL : EOS_SYMBOL);
+        if (k->lw == 1) k->sq[j - a] = (uint8_t)idx;
+        else cxs_st16(k->sq + 2 * (j - a), (uint16_t)idx);
+    }
+    k->sq_len = b - a;
+    return 0;
+}
+
 /* Whether the plan rule ends the shard before an utterance of T frames
  * and an id of il bytes: the uncompressed shard file would pass
  * shard_size (the packer's plan applies the same formula). */
 static int would_overflow(const cxs_writer *k, uint64_t T, uint64_t il) {
     const swriter *w = &k->w;
     if (!k->open || w->U == 0) return 0;
-    const uint64_t E = k->esize, G = k->o.guard, D = k->D, lw = k->lw;
+    const uint64_t E = k->esize, G = k->o.guard, D = k->D, lw = k->flw;
     uint64_t U1 = w->U + 1, F1 = w->F + T, idb1 = w->ids.n + il;
     return cxs_shard_file_size(U1, F1, idb1, D, E, G, lw) > k->o.shard_size;
 }
@@ -471,6 +546,7 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
         return cxs_diagf(d, CXS_E_INVALID, "%s: stored features must be the dataset's dtype, "
                          "little-endian", id);
     int rc = take_labels(k, id, u, d);
+    if (!rc) rc = take_seq(k, id, u, d);
     if (rc) return rc;
     cxs_fsrc s = {u->data, T, D, u->type, (int)u->big_endian, u->row_stride, u->col_stride};
     if (s.row_stride == 0 && s.col_stride == 0) {
@@ -499,9 +575,14 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
         cxs_xsum_add(&k->s1[dd], k->sums[dd]);
         cxs_xsum_add(&k->s2[dd], k->sums[D + dd]);
     }
-    if (k->lw)
+    if (k->flw)
         for (uint64_t t = 0; t < T; t++)
-            k->hist[k->lw == 1 ? k->lab[t] : cxs_ld16(k->lab + 2 * t)]++;
+            k->hist[k->flw == 1 ? k->lab[t] : cxs_ld16(k->lab + 2 * t)]++;
+    if (k->o.label_seqs) {
+        k->seq_total += k->sq_len;
+        if (k->sq_len < k->seq_min) k->seq_min = k->sq_len;
+        if (k->sq_len > k->seq_max) k->seq_max = k->sq_len;
+    }
     k->U++;
     k->F += T;
     if (T < k->minlen) k->minlen = T;
@@ -600,6 +681,7 @@ void cxs_writer_abort(cxs_writer *k) {
     if (k->cc) ZSTD_freeCCtx(k->cc);
     free(k->conv);
     free(k->lab);
+    free(k->sq);
     free(k->sums);
     free(k->last_id);
     free(k);

@@ -70,6 +70,7 @@ typedef struct swriter {
     uint64_t feat_len; /* FEATURES bytes (decoded, when compressed) */
     uint64_t zlen;     /* compressed: ZFEATURES bytes written */
     bytes labels, cum, idoff, ids, chunks;
+    bytes seqoff, seqsym; /* SEQUENCES: offsets (from 0) and symbols */
 } swriter;
 
 struct cxs_writer {
@@ -82,7 +83,8 @@ struct cxs_writer {
     cxs_wfault fault;
     uint32_t D;
     size_t esize;
-    uint32_t lw;
+    uint32_t lw;  /* label width of the dataset (DATASET_META, SEQUENCES) */
+    uint32_t flw; /* width of LABELS: lw, or 0 with label sequences only */
     uint8_t *zero_guard; /* G zero rows */
     size_t guard_bytes;
     swriter w;
@@ -114,6 +116,12 @@ struct cxs_writer {
     char *last_id;
     size_t last_len;
     int broken; /* a system error: only abort remains */
+    /* Label sequences (format 1.2): the one being added (sq_len symbols of
+     * width lw), and the totals of SEQ_META. */
+    uint8_t *sq;
+    size_t sq_cap;
+    uint64_t sq_len;
+    uint64_t seq_total, seq_min, seq_max;
 };
 
 /* Write n bytes to w (counted against the injected ENOSPC budget). */
@@ -126,6 +134,8 @@ int cxs_put_section(cxs_writer *k, swriter *w, cxs_section *s, uint32_t type, co
 
 /* Allocate what depends on the feature width D (writer.c). */
 int cxs_writer_set_width(cxs_writer *k, uint32_t D);
+/* The SEQ_META section of a writer's state (also a part's, a merge's). */
+void cxs_writer_seq_meta(const cxs_writer *k, uint8_t out[CXS_SEQ_META_SIZE]);
 /* Write the manifest, or part.cxs for a part, into the temporary directory
  * from the writer's state (writer_manifest.c). */
 int cxs_writer_write_index(cxs_writer *k);

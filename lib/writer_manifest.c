@@ -76,6 +76,11 @@ static void part_meta_store(uint8_t *p, const cxs_writer *k) {
     cxs_st64(p + 88, pt->end_item);
 }
 
+void cxs_writer_seq_meta(const cxs_writer *k, uint8_t out[CXS_SEQ_META_SIZE]) {
+    cxs_seq_meta m = {k->flw ? 1u : 0u, k->seq_total, k->seq_min, k->seq_max};
+    cxs_seq_meta_store(out, &m);
+}
+
 int cxs_writer_write_index(cxs_writer *k) {
     const uint32_t kind = k->is_part ? CXS_KIND_PART : CXS_KIND_MANIFEST;
     bytes stats = {0};
@@ -90,7 +95,7 @@ int cxs_writer_write_index(cxs_writer *k) {
         return rc;
     }
     swriter w = {.fd = fd, .pos = 0};
-    cxs_section sec[8];
+    cxs_section sec[9];
     uint32_t n = 0;
     static const uint8_t page0[CXS_PAGE];
     rc = cxs_w_write(k, &w, page0, CXS_PAGE);
@@ -106,6 +111,11 @@ int cxs_writer_write_index(cxs_writer *k) {
     if (!rc)
         rc = cxs_put_section(k, &w, &sec[n++], k->is_part ? CXS_SEC_PART_SUMS : CXS_SEC_STATS,
                          stats.p, stats.n);
+    uint8_t sqm[CXS_SEQ_META_SIZE];
+    if (!rc && k->o.label_seqs) {
+        cxs_writer_seq_meta(k, sqm);
+        rc = cxs_put_section(k, &w, &sec[n++], CXS_SEC_SEQ_META, sqm, sizeof sqm);
+    }
     if (!rc && k->skipped.n) {
         rc = cxs_put_section(k, &w, &sec[n], CXS_SEC_SKIPPED, k->skipped.p, k->skipped.n);
         sec[n++].flags = 0; /* informational: readers may ignore it */
@@ -118,7 +128,7 @@ int cxs_writer_write_index(cxs_writer *k) {
     if (!rc) rc = cxs_w_pad(k, &w);
     cxs_wfault_point(&k->fault, "manifest"); /* sections written, header page not yet */
     uint8_t page[CXS_PAGE];
-    cxs_container_build_v(page, kind, k->is_part ? 1 : k->minor, w.pos, sec, n);
+    cxs_container_build_v(page, kind, k->is_part && k->minor < 1 ? 1 : k->minor, w.pos, sec, n);
     k->bytes_out += w.pos;
     if (!rc && pwrite(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
     if (!rc && fsync(fd) != 0) rc = -errno;

@@ -32,6 +32,8 @@ typedef struct part_in {
     char version[17];
     const uint8_t *table, *vocab, *sums, *skipped;
     uint64_t vocab_len, sums_len, skipped_len;
+    int has_seqs; /* SEQ_META (format 1.2): label sequences */
+    cxs_seq_meta seq;
 } part_in;
 
 static const uint8_t *part_section(part_in *p, uint32_t type, uint64_t *len) {
@@ -119,6 +121,13 @@ static int part_load(part_in *p, const char *dir, cxs_diag *d) {
     p->table = part_section(p, CXS_SEC_SHARD_TABLE, &tl);
     p->vocab = part_section(p, CXS_SEC_VOCAB, &p->vocab_len);
     p->skipped = part_section(p, CXS_SEC_SKIPPED, &p->skipped_len);
+    uint64_t sql = 0;
+    const uint8_t *sq = part_section(p, CXS_SEC_SEQ_META, &sql);
+    if (sq && (!p->m.vocab_size || cxs_seq_meta_load(sq, sql, &p->seq, path, d))) {
+        cxs_diagf(d, 0, "%s: not a valid part (SEQ_META)", path);
+        goto out;
+    }
+    p->has_seqs = sq != NULL;
     if (p->part < 1 || p->part > p->parts || tl != (uint64_t)p->m.num_shards * CXS_SHARD_ENTRY_SIZE ||
         (p->m.vocab_size && !p->vocab)) {
         cxs_diagf(d, 0, "%s: not a valid part (part number or shard table)", path);
@@ -205,6 +214,11 @@ static int option_differs(const part_in *p, const part_in *a, cxs_diag *d) {
     } else if (x->label_width != y->label_width) {
         opt = "labels of ";
         numbers_of(&v, x->label_width, y->label_width, " bytes");
+    } else if (p->has_seqs != a->has_seqs || p->seq.frame_labels != a->seq.frame_labels) {
+        static const char *const tr[] = {"frames", "sequence", "both"};
+        opt = "--transcripts ";
+        names_of(&v, p->has_seqs ? 1 + p->seq.frame_labels : 0,
+                 a->has_seqs ? 1 + a->seq.frame_labels : 0, tr, 3);
     }
     if (!opt) return 0;
     cxs_diagf(d, CXS_E_INPUT, "%s was packed with %s%s, %s with %s%s; refusing to merge (pack "
@@ -281,6 +295,8 @@ static int parts_opts(const part_in *a, cxs_writer_opts *o, char ***sym, cxs_dia
     }
     o->vocab_size = V;
     o->vocab = (const char *const *)*sym;
+    o->label_seqs = !a->has_seqs ? CXS_SEQ_NONE
+                    : a->seq.frame_labels ? CXS_SEQ_WITH_FRAMES : CXS_SEQ_ONLY;
     const uint32_t lw = V == 0 ? 0 : V <= 256 ? 1 : 2;
     if (m->label_width != lw)
         return cxs_diagf(d, CXS_E_INPUT, "%s: not a valid part (label width %u for %u symbols)",
@@ -422,6 +438,11 @@ static int merge_part(cxs_writer *k, const part_in *p, cxs_progress_fn progress,
     if (p->m.num_utterances) {
         if (p->minlen < k->minlen) k->minlen = p->minlen;
         if (p->maxlen > k->maxlen) k->maxlen = p->maxlen;
+        if (p->has_seqs) {
+            k->seq_total += p->seq.num_symbols;
+            if (p->seq.min_length < k->seq_min) k->seq_min = p->seq.min_length;
+            if (p->seq.max_length > k->seq_max) k->seq_max = p->seq.max_length;
+        }
     }
     k->nskipped += p->m.num_skipped;
     int rc;

@@ -25,6 +25,7 @@ unset PYTHONPATH CTXSHARD_LIB
 echo "== the installed package: $($exe --version), $("$py" -c 'import ctxshard; print(ctxshard.__file__)')"
 "$py" -W ignore "$src/tests/python/test_python.py" --installed "$src"
 "$py" "$src/tests/python/dist_test.py" --installed "$src"
+"$py" -W ignore "$src/tests/python/seq_test.py" --installed "$src"
 "$py" "$src/tests/cli/parallel_test.py" "$exe" "$src"
 "$py" -W ignore "$src/tests/cli/cli_test.py" "$exe" "$src"
 "$py" -W ignore "$src/tests/cli/hostile_test.py" "$exe"

@@ -38,10 +38,9 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     int ec = 0;
     double t1 = now_seconds();
     if (o->sampler == CXS_SAMPLER_WEIGHTED && !in.label_width) {
-        warnx_("%s: --sampler weighted needs labels (it balances the classes), and this "
-               "dataset has none (features only, like a test split): use --sampler shuffle "
-               "or sequential",
-               dir);
+        warnx_("%s: --sampler weighted needs frame labels (it balances the classes), and "
+               "this dataset has none (%s): use --sampler shuffle or sequential",
+               dir, in.label_seqs ? "label sequences only" : "features only, like a test split");
         ec = EXIT_USAGE;
         goto out;
     }

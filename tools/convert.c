@@ -47,10 +47,13 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
     wo.chunk_size = oin->chunk_size;
     wo.shuffle = (uint32_t)oin->shuffle;
     wo.flags = CXS_WRITER_MANUAL_CUT; /* the shards of IN, as they are */
+    wo.label_seqs = !info.label_seqs ? CXS_SEQ_NONE
+                    : info.label_width ? CXS_SEQ_WITH_FRAMES : CXS_SEQ_ONLY;
     sym = calloc(info.vocab_size + 1, sizeof *sym);
     feat = malloc((size_t)info.max_length * info.dim * esize + 1);
     id = malloc(CXS_MAX_ID_LEN + 1);
-    if (!sym || !feat || !id) {
+    int64_t *seq = malloc((info.label_seqs ? info.max_seq_length : 0) * sizeof *seq + 8);
+    if (!sym || !feat || !id || !seq) {
         rc = -ENOMEM;
         goto sysfail;
     }
@@ -92,8 +95,12 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
         }
         memcpy(id, ut.id, ut.id_len);
         id[ut.id_len] = 0;
+        uint32_t sn = 0;
+        if (info.label_seqs)
+            cxs_dataset_label_seq(ds, u, seq, (uint32_t)info.max_seq_length, &sn);
         cxs_writer_utt x = {feat, ut.num_frames, info.dim, info.dtype, 0, 0, 0,
-                            ut.labels, ut.labels ? ut.num_frames : 0, info.label_width, 1};
+                            ut.labels, ut.labels ? ut.num_frames : 0, info.label_width, 1,
+                            info.label_seqs ? seq : NULL, sn, 8};
         if ((rc = cxs_writer_add(w, id, &x, &d))) goto addfail;
         progress_update(&bar, u + 1, info.num_utterances, "utterances");
     }
@@ -148,6 +155,7 @@ out:
     free(sym);
     free(feat);
     free(id);
+    free(seq);
     cxs_dataset_close(ds);
     return ec;
 }

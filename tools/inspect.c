@@ -90,7 +90,14 @@ int info_run(const char *dir, int json) {
                in.compression ? "zstd" : "none", in.compression_level, in.chunk_rows,
                in.shuffle ? "true" : "false", (unsigned long long)in.feature_bytes,
                (unsigned long long)in.stored_feature_bytes);
-        printf("  \"label_width\": %u,\n  \"vocab\": [", in.label_width);
+        printf("  \"label_width\": %u,\n", in.label_width);
+        if (in.label_seqs)
+            printf("  \"label_sequences\": {\"symbols\": %llu, \"min\": %llu, \"mean\": %.3f, "
+                   "\"max\": %llu},\n",
+                   (unsigned long long)in.seq_symbols, (unsigned long long)in.min_seq_length,
+                   (double)in.seq_symbols / (double)in.num_utterances,
+                   (unsigned long long)in.max_seq_length);
+        printf("  \"vocab\": [");
         for (uint32_t i = 0; i < in.vocab_size; i++) {
             const char *s;
             size_t n;
@@ -134,11 +141,20 @@ int info_run(const char *dir, int json) {
                                        : 0.0);
     else
         printf("storage       uncompressed (zero-copy)\n");
-    if (in.vocab_size)
+    if (in.vocab_size && in.label_width)
         printf("labels        %u symbols, %s per frame\n", in.vocab_size,
                in.label_width == 1 ? "uint8" : "uint16");
+    else if (in.vocab_size)
+        printf("labels        %u symbols, no per-frame labels (label sequences only)\n",
+               in.vocab_size);
     else
         printf("labels        none (features only)\n");
+    if (in.label_seqs)
+        printf("sequences     one per utterance, %llu symbols (per utterance: min %llu, mean "
+               "%.1f, max %llu)\n",
+               (unsigned long long)in.seq_symbols, (unsigned long long)in.min_seq_length,
+               (double)in.seq_symbols / (double)in.num_utterances,
+               (unsigned long long)in.max_seq_length);
     printf("shards        %u (target size %s), %s in all\n", in.num_shards,
            human_bytes((double)in.shard_size, b, sizeof b),
            human_bytes((double)in.total_bytes, c, sizeof c));
@@ -148,7 +164,7 @@ int info_run(const char *dir, int json) {
     printf("  %4s %12s %12s\n", "dim", "mean", "std");
     for (uint32_t d = 0; st.mean && d < in.dim; d++)
         printf("  %4u %12.5f %12.5f\n", d, st.mean[d], sqrt(st.var[d]));
-    if (in.vocab_size && st.label_counts) {
+    if (in.vocab_size && in.label_width && st.label_counts) {
         printf("\nlabels (vocabulary index, symbol, frames, share)\n");
         for (uint32_t i = 0; i < in.vocab_size; i++) {
             const char *s;
@@ -299,7 +315,11 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
             return EXIT_USAGE;
         }
     if (labels_out && !in.label_width) {
-        warnx_("%s: features-only dataset: there are no labels to write", dir);
+        if (in.label_seqs)
+            warnx_("%s: a dataset of label sequences only: there are no frame labels to write",
+                   dir);
+        else
+            warnx_("%s: features-only dataset: there are no labels to write", dir);
         cxs_dataset_close(ds);
         cxs_dataset_close(train);
         return EXIT_USAGE;

@@ -15,6 +15,7 @@
 #include "stats.h"
 #include "inspect.h"
 #include "pack.h"
+#include "raw.h"
 #include "partenv.h"
 #include "synth.h"
 #include "warm.h"
@@ -47,7 +48,8 @@ static const char *const usage_top =
 
 static const char *const usage_synth =
     "usage: ctxshard synth RAW [--utts N] [--dim D] [--seed S] [--offset I]\n"
-    "                      [--dtype f32|f64] [--no-transcripts] [--quiet]\n"
+    "                      [--dtype f32|f64] [--no-transcripts]\n"
+    "                      [--transcripts frames|sequence] [--quiet]\n"
     "\n"
     "Write a deterministic raw dataset in the HW1P2 layout: RAW/mfcc/<id>.npy\n"
     "([T, D] features) and RAW/transcript/<id>.npy ('<U5' phonemes with [SOS]\n"
@@ -61,11 +63,15 @@ static const char *const usage_synth =
     "                     and disjoint ranges, splits of one dataset (train, dev)\n"
     "  --dtype f32|f64    feature type in the files (default f32)\n"
     "  --no-transcripts   features only, like a test split\n"
+    "  --transcripts L    frames (default): [SOS], one phoneme per frame, [EOS]\n"
+    "                     (HW1P2); sequence: [SOS], the utterance's phoneme\n"
+    "                     sequence (every run of frames once), [EOS] (HW3P2),\n"
+    "                     learnable from the features by a sequence model\n"
     "  --quiet            print nothing on success\n";
 
 static const char *const usage_check =
     "usage: ctxshard check RAW [--vocab FILE] [--sos SYM] [--eos SYM] [--threads N]\n"
-    "                      [--quiet]\n"
+    "                      [--transcripts frames|sequence|both] [--quiet]\n"
     "\n"
     "Run every validation pack runs and list every problem, one line each,\n"
     "naming the file; write nothing.  Exit status 1 when there are problems.\n"
@@ -74,13 +80,14 @@ static const char *const usage_check =
     "                 42-symbol list); a label is the symbol's line number - 1\n"
     "  --sos SYM      the symbol every transcript starts with (default [SOS])\n"
     "  --eos SYM      the symbol every transcript ends with (default [EOS])\n"
+    "  --transcripts L  what the transcripts hold, as for pack (default frames)\n"
     "  --threads N    reader threads (default: all CPUs)\n";
 
 static const char *const usage_pack =
     "usage: ctxshard pack RAW OUT [--dtype f32|f16|bf16] [--guard G]\n"
     "                     [--shard-size SIZE] [--threads N] [--on-error fail|skip]\n"
     "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
-    "                     [--sos SYM] [--eos SYM]\n"
+    "                     [--sos SYM] [--eos SYM] [--transcripts frames|sequence|both]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle]\n"
     "                     [--part I/N|env]\n"
     "\n"
@@ -107,6 +114,13 @@ static const char *const usage_pack =
     "  --sos SYM, --eos SYM\n"
     "                     the symbols every transcript starts and ends with\n"
     "                     (default [SOS] and [EOS]); stripped, never labels\n"
+    "  --transcripts L    what RAW/transcript holds: frames (default): [SOS], one\n"
+    "                     symbol per frame, [EOS] (HW1P2), stored as frame labels;\n"
+    "                     sequence: a phoneme sequence of any length >= 1 (HW3P2),\n"
+    "                     bare or framed by [SOS] .. [EOS] (both, stripped), stored\n"
+    "                     as the utterance's label sequence, no frame labels;\n"
+    "                     both: frames, plus the label sequence of the frame\n"
+    "                     labels (every run of one label once)\n"
     "  --quiet            no progress bar, no summary\n"
     "  --compress zstd[:LEVEL]\n"
     "                     store features as independently decodable zstd chunks\n"
@@ -287,7 +301,7 @@ enum {
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
-    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS
+    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS
 };
 
 static const struct option longopts[] = {
@@ -319,6 +333,7 @@ static const struct option longopts[] = {
     {"frame-budget", required_argument, 0, O_FRAMEBUDGET},
     {"buckets", required_argument, 0, O_BUCKETS},
     {"sos", required_argument, 0, O_SOS},         {"eos", required_argument, 0, O_EOS},
+    {"transcripts", required_argument, 0, O_TRANSCRIPTS},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -327,10 +342,10 @@ static int allowed(const char *cmd, int opt) {
         const char *cmd;
         int opts[16];
     } table[] = {
-        {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_OFFSET}},
-        {"check", {O_VOCAB, O_THREADS, O_QUIET, O_SOS, O_EOS}},
+        {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_OFFSET, O_TRANSCRIPTS}},
+        {"check", {O_VOCAB, O_THREADS, O_QUIET, O_SOS, O_EOS, O_TRANSCRIPTS}},
         {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
-                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS}},
+                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS, O_TRANSCRIPTS}},
         {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS}},
         {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
@@ -447,7 +462,8 @@ int main(int argc, char **argv) {
     }
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
-                    CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0, NULL, NULL};
+                    CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0, NULL, NULL,
+                    TRANSCRIPTS_FRAMES};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0};
@@ -503,6 +519,18 @@ int main(int argc, char **argv) {
             }
             break;
         case O_NOTRANS: so.transcripts = 0; break;
+        case O_TRANSCRIPTS:
+            if (!strcmp(cmd, "synth")) {
+                if (!strcmp(optarg, "frames")) so.transcripts = 1;
+                else if (!strcmp(optarg, "sequence")) so.transcripts = 2;
+                else return usage_error(usage, "--transcripts: '%s' is not frames or sequence", optarg);
+            } else {
+                if (!strcmp(optarg, "frames")) po.transcripts = TRANSCRIPTS_FRAMES;
+                else if (!strcmp(optarg, "sequence")) po.transcripts = TRANSCRIPTS_SEQUENCE;
+                else if (!strcmp(optarg, "both")) po.transcripts = TRANSCRIPTS_BOTH;
+                else return usage_error(usage, "--transcripts: '%s' is not frames, sequence or both", optarg);
+            }
+            break;
         case O_OFFSET:
             if (parse_u64(optarg, &so.offset) || so.offset > 1000000000)
                 return usage_error(usage, "--offset: '%s' is not in 0..1000000000", optarg);

@@ -195,7 +195,11 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     const int is_part = o->parts > 0;
     double t0 = now_seconds();
     const uint32_t vocab_n = rs.has_transcripts ? v.n : 0;
-    const uint32_t lw = vocab_n == 0 ? 0 : vocab_n <= 256 ? 1 : 2;
+    /* The width of the frame labels (LABELS): none with label sequences
+     * only.  The layout counts LABELS, not the sequences (spec 9). */
+    const int seq_only = vocab_n && o->transcripts == TRANSCRIPTS_SEQUENCE;
+    const uint32_t lw = vocab_n == 0 || seq_only ? 0 : vocab_n <= 256 ? 1 : 2;
+    const uint32_t sw = vocab_n == 0 ? 0 : vocab_n <= 256 ? 1 : 2;
     if ((rc = plan_make(&pl, &rs, o, lw, o->threads))) {
         warnx_("%s: %s; nothing written", out, strerror(-rc));
         ec = EXIT_SYSTEM;
@@ -263,6 +267,10 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     wo.vocab_size = vocab_n;
     wo.vocab = (const char *const *)v.sym;
     wo.on_error_skip = (uint32_t)o->skip_bad;
+    wo.label_seqs = !vocab_n ? CXS_SEQ_NONE
+                    : o->transcripts == TRANSCRIPTS_SEQUENCE ? CXS_SEQ_ONLY
+                    : o->transcripts == TRANSCRIPTS_BOTH     ? CXS_SEQ_WITH_FRAMES
+                                                             : CXS_SEQ_NONE;
     /* The plan cuts the shards, so that a part cuts them where a whole
      * pack would. */
     wo.flags = CXS_WRITER_MANUAL_CUT;
@@ -273,7 +281,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         goto out;
     }
     say_stale(w, out, o->quiet);
-    conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL};
+    conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL, o->transcripts};
     if ((rc = pipeline_start(&p, &rs, &co, o->threads, i_lo, i_hi))) {
         warnx_("%s: %s; nothing written", out, strerror(-rc));
         ec = EXIT_SYSTEM;
@@ -318,7 +326,9 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
             cur = pl.member[i];
             have = 1;
             cxs_writer_utt u = {s->u.feat, s->u.T, s->u.D, o->dtype, 0, 0, 0,
-                                lw ? s->u.labels : NULL, lw ? s->u.T : 0, lw, 1};
+                                lw ? s->u.labels : NULL, lw ? s->u.T : 0, lw, 1,
+                                wo.label_seqs ? s->u.seq : NULL,
+                                wo.label_seqs ? s->u.seq_len : 0, sw};
             if ((rc = cxs_writer_add(w, it->id, &u, &d))) goto addfail;
         }
         pipeline_release(&p, i);
@@ -365,6 +375,10 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         }
         if (!rs.has_transcripts)
             printf("  features only: no transcript/ directory in %s (no labels)\n", rawdir);
+        else if (wo.label_seqs)
+            printf("  label sequences%s (--transcripts %s)\n",
+                   wo.label_seqs == CXS_SEQ_ONLY ? ", no frame labels" : " and frame labels",
+                   wo.label_seqs == CXS_SEQ_ONLY ? "sequence" : "both");
         if (wi.num_skipped)
             printf("  skipped %llu bad utterance%s (listed in the dataset: ctxshard info %s)\n",
                    (unsigned long long)wi.num_skipped, wi.num_skipped == 1 ? "" : "s", out);

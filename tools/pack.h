@@ -23,6 +23,7 @@ typedef struct pack_opts {
     uint32_t part, parts; /* --part I/N: 1 <= part <= parts; parts 0: the whole */
     int shard_size_set;  /* --shard-size given (else parts choose theirs) */
     const char *sos, *eos; /* --sos, --eos: the transcript's first and last symbol */
+    int transcripts;     /* --transcripts: TRANSCRIPTS_* (raw.h) */
 } pack_opts;
 
 /* The command's defaults are the writer's. */

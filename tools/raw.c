@@ -472,6 +472,7 @@ static int grow(void *pp, size_t *cap, size_t need) {
 void utt_free(utt *u) {
     free(u->feat);
     free(u->labels);
+    free(u->seq);
     free(u->sum);
     free(u->buf);
     free(u->tmp);
@@ -603,7 +604,9 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
         return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
                             "integers", path, h.kind);
     if (h.count != u->T + 2)
-        return say(why, wn, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s)",
+        return say(why, wn, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s); "
+                            "if the transcripts are phoneme sequences not aligned with the "
+                            "frames (HW3P2), pack with --transcripts sequence",
                    path, (unsigned long long)h.count, (unsigned long long)u->T + 2, v->sos_name,
                    mfcc, v->eos_name);
     if ((h.kind == 'U' && h.itemsize > 4 * MAX_SYMBOL_CHARS) ||
@@ -675,6 +678,126 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
     return 0;
 }
 
+int sequence_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
+                    char *why, size_t wn) {
+    cxs_npy h;
+    char r[256];
+    u->seq_len = 0;
+    if (cxs_npy_parse(buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    if (h.ndim != 1)
+        return say(why, wn, "%s: transcript has %d dimensions, expected a 1-D array", path,
+                   h.ndim);
+    if (h.kind == 'f' || h.kind == 'b')
+        return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
+                            "integers", path, h.kind);
+    if ((h.kind == 'U' || h.kind == 'S') && h.itemsize > 4 * MAX_SYMBOL_CHARS)
+        return say(why, wn, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
+                            "characters", path, (unsigned long long)h.itemsize, MAX_SYMBOL_CHARS);
+    if (h.count == 0)
+        return say(why, wn, "%s: empty label sequence (no symbol); every utterance needs at "
+                            "least one", path);
+    const int lw = v->n <= 256 ? 1 : 2;
+    if (grow(&u->seq, &u->seq_cap, h.count * lw)) {
+        say(why, wn, "%s: out of memory", path);
+        return -2;
+    }
+    const uint8_t *src = buf + h.data_offset;
+    const int ints = h.kind == 'i' || h.kind == 'u';
+    char sym[1024];
+    size_t sl = 0;
+    /* Whether the first and last elements are the start and end markers,
+     * by name (strings) or by index (integers). */
+    int starts = 0, ends = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t j = pass ? h.count - 1 : 0;
+        if (ints) {
+            int64_t idx = int_at(&h, src, j);
+            if (pass ? idx == v->eos && v->eos >= 0 : idx == v->sos && v->sos >= 0) {
+                if (pass) ends = 1;
+                else starts = 1;
+            }
+        } else if (!symbol_at(&h, src, j, sym, sizeof sym, &sl)) {
+            const char *want = pass ? v->eos_name : v->sos_name;
+            if (sl == strlen(want) && memcmp(sym, want, sl) == 0) {
+                if (pass) ends = 1;
+                else starts = 1;
+            }
+        }
+    }
+    if (starts && (h.count < 2 || !ends))
+        return say(why, wn, "%s: starts with %s but does not end with %s (a label sequence is "
+                            "framed by both markers, or by neither)", path, v->sos_name,
+                   v->eos_name);
+    if (ends && !starts)
+        return say(why, wn, "%s: ends with %s but does not start with %s (a label sequence is "
+                            "framed by both markers, or by neither)", path, v->eos_name,
+                   v->sos_name);
+    const uint64_t a = starts ? 1 : 0, b = starts ? h.count - 1 : h.count;
+    if (a == b)
+        return say(why, wn, "%s: empty label sequence (%s %s with no symbol between)", path,
+                   v->sos_name, v->eos_name);
+    int64_t prev_idx = -1;
+    char prev[CXS_MAX_SYMBOL_LEN + 1];
+    size_t prev_len = (size_t)-1;
+    for (uint64_t j = a; j < b; j++) {
+        int64_t idx;
+        if (ints) {
+            idx = int_at(&h, src, j);
+            if (idx < 0 || idx >= (int64_t)v->n)
+                return say(why, wn, "%s: position %llu: label %lld is outside the vocabulary "
+                                    "(0..%u)", path, (unsigned long long)j, (long long)idx,
+                           v->n - 1);
+        } else {
+            if (symbol_at(&h, src, j, sym, sizeof sym, &sl))
+                return say(why, wn, "%s: position %llu: symbol is not valid text", path,
+                           (unsigned long long)j);
+            if (sl == prev_len && memcmp(sym, prev, sl) == 0) {
+                idx = prev_idx;
+            } else {
+                idx = vocab_find(v, sym, sl);
+                if (idx < 0) {
+                    int marker = (sl == strlen(v->sos_name) && !memcmp(sym, v->sos_name, sl)) ||
+                                 (sl == strlen(v->eos_name) && !memcmp(sym, v->eos_name, sl));
+                    if (!marker)
+                        return say(why, wn, "%s: position %llu: unknown symbol '%s'", path,
+                                   (unsigned long long)j, sym);
+                    return say(why, wn, "%s: position %llu: %s inside the sequence", path,
+                               (unsigned long long)j, sym);
+                }
+                if (sl <= CXS_MAX_SYMBOL_LEN) {
+                    memcpy(prev, sym, sl);
+                    prev_len = sl;
+                    prev_idx = idx;
+                }
+            }
+        }
+        if (idx == v->sos || idx == v->eos)
+            return say(why, wn, "%s: position %llu: %s inside the sequence", path,
+                       (unsigned long long)j, idx == v->sos ? v->sos_name : v->eos_name);
+        if (lw == 1) u->seq[j - a] = (uint8_t)idx;
+        else cxs_st16(u->seq + 2 * (j - a), (uint16_t)idx);
+    }
+    u->seq_len = b - a;
+    return 0;
+}
+
+int sequence_from_frames(utt *u, const vocab *v) {
+    const int lw = v->n <= 256 ? 1 : 2;
+    if (grow(&u->seq, &u->seq_cap, u->T * lw)) return -2;
+    uint64_t n = 0;
+    uint32_t prev = UINT32_MAX;
+    for (uint64_t t = 0; t < u->T; t++) {
+        uint32_t l = lw == 1 ? u->labels[t] : cxs_ld16(u->labels + 2 * t);
+        if (l == prev) continue;
+        if (lw == 1) u->seq[n] = (uint8_t)l;
+        else cxs_st16(u->seq + 2 * n, (uint16_t)l);
+        n++;
+        prev = l;
+    }
+    u->seq_len = n;
+    return 0;
+}
+
 int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn) {
     if (raw_item_problem(rs, i, why, wn)) return -1;
     const raw_item *it = &rs->items[i];
@@ -689,7 +812,14 @@ int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why,
     uint64_t max = (1u << 20) + (u->T + 2) * 4ull * MAX_SYMBOL_CHARS;
     rc = read_npy_file(u, it->transcript, max, "a transcript of this utterance's length", &len,
                        why, wn);
-    if (!rc) rc = transcript_decode(u, u->buf, len, o->v, it->transcript, it->mfcc, why, wn);
+    if (rc) return rc;
+    if (o->transcripts == TRANSCRIPTS_SEQUENCE)
+        return sequence_decode(u, u->buf, len, o->v, it->transcript, why, wn);
+    rc = transcript_decode(u, u->buf, len, o->v, it->transcript, it->mfcc, why, wn);
+    if (!rc && o->transcripts == TRANSCRIPTS_BOTH && sequence_from_frames(u, o->v)) {
+        say(why, wn, "%s: out of memory", it->transcript);
+        return -2;
+    }
     return rc;
 }
 

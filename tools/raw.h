@@ -62,11 +62,17 @@ void raw_free(raw_set *rs);
  * written into why; 0 when none. */
 int raw_item_problem(const raw_set *rs, size_t i, char *why, size_t wn);
 
+/* What RAW/transcript/ID.npy holds (--transcripts). */
+#define TRANSCRIPTS_FRAMES 0   /* [SOS], one symbol per frame, [EOS]: frame labels */
+#define TRANSCRIPTS_SEQUENCE 1 /* a phoneme sequence of any length: a label sequence */
+#define TRANSCRIPTS_BOTH 2     /* as FRAMES, and the frame labels' runs as the sequence */
+
 /* Conversion options. */
 typedef struct conv_opts {
     uint32_t dtype;     /* CXS_DTYPE_* stored */
     uint32_t normalize; /* CXS_NORM_* */
     const vocab *v;     /* NULL: features only */
+    int transcripts;    /* TRANSCRIPTS_* */
 } conv_opts;
 
 /* An utterance read, validated and converted into its stored form. */
@@ -78,6 +84,9 @@ typedef struct utt {
     size_t feat_cap;
     uint8_t *labels;   /* T labels of label width */
     size_t labels_cap;
+    uint8_t *seq;      /* seq_len symbols of label width (label sequences) */
+    size_t seq_cap;
+    uint64_t seq_len;
     double *sum, *sumsq; /* D each, over the stored values */
     size_t stat_cap;
     uint8_t *buf;      /* file read buffer, reused */
@@ -105,6 +114,17 @@ int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, 
  */
 int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
                       const char *mfcc, char *why, size_t wn);
+/*
+ * Validate a label-sequence transcript (--transcripts sequence) held in
+ * memory into u->seq and u->seq_len: any number of vocabulary symbols >= 1,
+ * either bare or framed by [SOS] .. [EOS] (both, stripped), never [SOS] or
+ * [EOS] inside.  Returns 0 or -1 (why names path and the reason).
+ */
+int sequence_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
+                    char *why, size_t wn);
+/* The label sequence of u's frame labels: every run of one label once
+ * (--transcripts both).  0, or -2 (out of memory). */
+int sequence_from_frames(utt *u, const vocab *v);
 
 /*
  * Read, validate and convert utterance i.  On a problem returns -1 and

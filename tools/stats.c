@@ -369,7 +369,13 @@ static void text_report(const rep *r) {
                r->bin0 + r->binw * (double)(i + 1) - 1, r->hist[i], w,
                "########################################");
     }
-    if (r->in.vocab_size) {
+    if (r->in.label_seqs)
+        printf("\nlabel sequences: %llu symbols (per utterance: min %llu, mean %.1f, max %llu)%s\n",
+               (unsigned long long)r->in.seq_symbols, (unsigned long long)r->in.min_seq_length,
+               (double)r->in.seq_symbols / (double)r->in.num_utterances,
+               (unsigned long long)r->in.max_seq_length,
+               r->in.label_width ? "" : "; no per-frame labels");
+    if (r->in.vocab_size && r->in.label_width) {
         printf("\nlabels, most frequent first (imbalance max/min %.1fx)\n", r->imbalance);
         printf("  %-8s %12s %8s %8s\n", "symbol", "frames", "share", "weight");
         for (uint32_t j = 0; j < r->in.vocab_size; j++) {
@@ -615,7 +621,7 @@ static int emit(rep *const *r, int nr, const stats_opts *o) {
     unsigned nheat = 0;
     memset(c_heat, 0, sizeof c_heat);
     if (o->html || o->svg_dir) {
-        if (r[0]->in.vocab_size) chart_labels(&c_labels, r, nr);
+        if (r[0]->in.vocab_size && r[0]->in.label_width) chart_labels(&c_labels, r, nr);
         chart_lengths(&c_lengths, r, nr);
         chart_dims(&c_dims, r, nr);
         for (int k = 0; k < nr; k++)
@@ -695,7 +701,7 @@ static int emit(rep *const *r, int nr, const stats_opts *o) {
         }
         if (c_labels.n)
             sb_printf(&h, "<h2>Labels</h2>\n<div class=\"chart\">%s</div>\n", c_labels.p);
-        if (r[0]->in.vocab_size) html_table_labels(&h, r, nr);
+        if (r[0]->in.vocab_size && r[0]->in.label_width) html_table_labels(&h, r, nr);
         sb_printf(&h, "<h2>Utterance lengths</h2>\n<div class=\"chart\">%s</div>\n", c_lengths.p);
         sb_printf(&h, "<h2>Features</h2>\n<div class=\"chart\">%s</div>\n", c_dims.p);
         if (nheat) sb_printf(&h, "<h2>Example utterances</h2>\n");

@@ -5,7 +5,10 @@
  * with [SIL] the most frequent, in runs of a few frames; features are a
  * per-phoneme mean plus a per-utterance (speaker) offset plus noise, so a
  * frame classifier can learn them.  Every utterance is generated from
- * (seed, index) alone. */
+ * (seed, index) alone.  Transcripts are per frame (HW1P2: [SOS], the label of
+ * every frame, [EOS]) or, with --transcripts sequence, the utterance's
+ * phoneme sequence (HW3P2: [SOS], the label of every run of frames once,
+ * [EOS]), which a sequence model can learn from the features. */
 #include "synth.h"
 
 #include <errno.h>
@@ -166,13 +169,18 @@ int synth_run(const char *root, const synth_opts *o) {
         if (o->transcripts) {
             /* '<U5': five UTF-32LE code units per symbol, zero-padded. */
             memset(trans, 0, (T + 2) * 20);
-            for (size_t j = 0; j < T + 2; j++) {
-                const char *s = j == 0 ? "[SOS]" : j == T + 1 ? "[EOS]" : phones[lab[j - 1]];
+            /* The symbols between the markers: every frame's label, or
+             * (sequence) every run's once. */
+            size_t n = 0;
+            for (size_t f = 0; f < T; f++)
+                if (o->transcripts != 2 || f == 0 || lab[f] != lab[f - 1]) lab[n++] = lab[f];
+            for (size_t j = 0; j < n + 2; j++) {
+                const char *s = j == 0 ? "[SOS]" : j == n + 1 ? "[EOS]" : phones[lab[j - 1]];
                 for (size_t c = 0; s[c] && c < 5; c++) cxs_st32((uint8_t *)&trans[j * 5 + c], (uint8_t)s[c]);
             }
-            uint64_t ts[1] = {T + 2};
+            uint64_t ts[1] = {n + 2};
             hl = cxs_npy_header(hdr, sizeof hdr, "<U5", 1, ts);
-            if (write_in(td, name, hdr, hl, trans, (T + 2) * 20)) {
+            if (write_in(td, name, hdr, hl, trans, (n + 2) * 20)) {
                 ec = EXIT_SYSTEM;
                 goto out;
             }
@@ -182,7 +190,10 @@ int synth_run(const char *root, const synth_opts *o) {
     if (!o->quiet)
         printf("synthesised %llu utterance%s, %llu frames x %u dims (%s%s) in %s\n",
                (unsigned long long)o->utts, o->utts == 1 ? "" : "s", (unsigned long long)frames, D,
-               o->f64 ? "float64" : "float32", o->transcripts ? ", with transcripts" : "", root);
+               o->f64 ? "float64" : "float32", o->transcripts == 2   ? ", with sequence transcripts"
+               : o->transcripts ? ", with transcripts"
+                                : "",
+               root);
 out:
     free(means);
     free(feat);

@@ -7,7 +7,7 @@ typedef struct synth_opts {
     uint32_t dim;
     uint64_t seed;
     int f64;
-    int transcripts;
+    int transcripts; /* 0 none, 1 frames ([SOS], one per frame, [EOS]), 2 sequence */
     int quiet;
 } synth_opts;
 int synth_run(const char *root, const synth_opts *o);

@@ -186,7 +186,8 @@ typedef struct cxs_info {
     uint32_t dtype;           /**< CXS_DTYPE_* of the stored features */
     uint32_t guard;           /**< G: zero rows around every utterance */
     uint32_t vocab_size;      /**< 0 for a features-only dataset */
-    uint32_t label_width;     /**< bytes per stored label: 0 (no labels), 1 or 2 */
+    uint32_t label_width;     /**< bytes per stored frame label: 0 (no frame labels:
+                                   features only, or label sequences only), 1 or 2 */
     uint32_t normalize;       /**< CXS_NORM_* applied at pack time */
     uint32_t format_major;
     uint32_t format_minor;
@@ -203,6 +204,11 @@ typedef struct cxs_info {
     uint32_t shuffle;         /**< compressed: 1 when the byte-shuffle filter is on */
     uint64_t feature_bytes;   /**< FEATURES bytes, guard rows included, uncompressed */
     uint64_t stored_feature_bytes; /**< what they take on disk (compressed or not) */
+    uint32_t label_seqs;      /**< 1 when every utterance has a label sequence
+                                   (format 1.2; cxs_dataset_label_seq) */
+    uint64_t seq_symbols;     /**< label sequences: symbols of all of them */
+    uint64_t min_seq_length;  /**< label sequences: the shortest, symbols */
+    uint64_t max_seq_length;  /**< label sequences: the longest, symbols */
 } cxs_info;
 
 /** Fill *info.  Cannot fail for an open dataset. */
@@ -300,6 +306,23 @@ CXS_API int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t c
  */
 CXS_API int cxs_dataset_labels_of(const cxs_dataset *ds, const uint64_t *frames, size_t n,
                                   int64_t *out);
+
+/**
+ * The label sequence of utterance u (0 <= u < num_utterances, global
+ * numbering): the phoneme sequence of a whole utterance, of any length >= 1
+ * and not tied to its frames, for sequence models (CTC, attention).  Sets
+ * *len to the sequence's length and writes its first min(*len, cap)
+ * symbols (vocabulary indices) to out as int64; out may be NULL when cap
+ * is 0 (ask the length first, or size out by cxs_info.max_seq_length).
+ * Symbols were checked against the vocabulary at open.  Thread-safe.
+ *
+ * Returns 0; CXS_E_NO_SEQUENCES when the dataset has no label sequences
+ * (cxs_info.label_seqs is 0), CXS_E_RANGE when u is out of range (in that
+ * order), CXS_E_INVALID for a NULL ds or len, or NULL out with cap > 0.
+ * Nothing is written on failure.
+ */
+CXS_API int cxs_dataset_label_seq(const cxs_dataset *ds, uint64_t u, int64_t *out, uint32_t cap,
+                                  uint32_t *len);
 
 /**
  * Shard s's labels in place (zero-copy): *labels points at num_frames

@@ -72,6 +72,11 @@ typedef struct cxs_writer_part {
     uint64_t input_hash;             /**< the client's hash of its listing */
 } cxs_writer_part;
 
+/** cxs_writer_opts.label_seqs: which labels every utterance carries. */
+#define CXS_SEQ_NONE 0u        /**< per-frame labels only (the default) */
+#define CXS_SEQ_WITH_FRAMES 1u /**< per-frame labels and a label sequence */
+#define CXS_SEQ_ONLY 2u        /**< a label sequence, no per-frame labels */
+
 /** Options of cxs_writer_create(); start from cxs_writer_opts_init(). */
 typedef struct cxs_writer_opts {
     uint32_t dtype;       /**< stored CXS_DTYPE_F32 (default), F16 or BF16 */
@@ -93,6 +98,9 @@ typedef struct cxs_writer_opts {
                                calling thread; N > 1 start N workers (chunks
                                come back in order: the same bytes for any N;
                                at most CXS_WRITER_MAX_THREADS) */
+    uint32_t label_seqs;  /**< CXS_SEQ_*: label sequences (format 1.2; they
+                               need a vocabulary).  CXS_SEQ_NONE writes
+                               exactly the bytes of earlier versions */
 } cxs_writer_opts;
 
 /** One utterance for cxs_writer_add(). */
@@ -115,6 +123,15 @@ typedef struct cxs_writer_utt {
                                (the dataset's dtype, normalised when it
                                normalises, little-endian, C order): taken as
                                they are, still checked finite */
+    /** The label sequence (label_seqs != CXS_SEQ_NONE): vocabulary indices,
+     *  any number >= 1, not tied to the frames (HW3P2's transcripts).  Either
+     *  bare (p1 .. pn) or framed ([SOS] p1 .. pn [EOS]: both markers, checked
+     *  and stripped; a sequence that starts with [SOS] and does not end with
+     *  [EOS], or the reverse, is refused).  [SOS] and [EOS] never occur
+     *  inside.  NULL with seq_count 0 when the dataset has none. */
+    const void *seq;
+    uint64_t seq_count;
+    uint32_t seq_size;    /**< bytes per element, as label_size */
 } cxs_writer_utt;
 
 /** Counts of a writer so far (cxs_writer_info) or of the committed dataset. */

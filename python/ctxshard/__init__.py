@@ -49,7 +49,11 @@ def _raise(rc, diag=None, what=""):
     if rc == _n.E_NO_LABELS:
         raise ValueError((what + ": " if what and not diag else "") +
                          "labels asked of a dataset that has none (features only, like a test "
-                         "split): pass labels=False")
+                         "split, or label sequences only: label_seq(u)): pass labels=False")
+    if rc == _n.E_NO_SEQUENCES:
+        raise ValueError((what + ": " if what else "") +
+                         "label sequences asked of a dataset that has none (pack with "
+                         "--transcripts sequence or both; has_label_seqs says)")
     if -4096 < rc < 0:
         raise OSError(-rc, msg)
     raise CtxshardError(rc, msg)
@@ -361,6 +365,32 @@ class Dataset:
                            "|u1" if self._info.label_width == 1 else "<u2")
         return uid, feats, labels
 
+    @property
+    def has_label_seqs(self):
+        """True when every utterance has a label sequence (label_seq(u)):
+        the phoneme sequence of a sequence model's target (CTC, attention),
+        of any length, not tied to the frames (format 1.2)."""
+        return bool(self._info.label_seqs)
+
+    @property
+    def max_seq_length(self):
+        """The longest label sequence, in symbols (0 without sequences)."""
+        return int(self._info.max_seq_length)
+
+    def label_seq(self, u):
+        """Label sequence of utterance u as a new int64 array of vocabulary
+        indices ([SOS]/[EOS] are never in it).  ValueError when the dataset
+        has none (has_label_seqs), IndexError when u is out of range."""
+        if not self._info.label_seqs:
+            _raise(_n.E_NO_SEQUENCES, what=f"label_seq({u})")
+        u = _a.index("label_seq", "u", u, self._info.num_utterances, "utterances")
+        n = c_uint32()
+        out = np.empty(int(self._info.max_seq_length), dtype=np.int64)
+        rc = _lib.cxs_dataset_label_seq(self._ptr, u, out.ctypes.data, len(out), byref(n))
+        if rc:
+            _raise(rc, what=f"label_seq({u})")
+        return out[:n.value].copy()
+
     def utterance_frames(self, u):
         """(first global frame, number of frames) of utterance u."""
         ut = self._utt(u, "utterance_frames")
@@ -415,7 +445,7 @@ class Dataset:
         first use (1 byte per frame).  shard_labels(s) is always zero-copy."""
         if self._labels is None:
             if not self._info.label_width:
-                raise ValueError("ctxshard: features-only dataset: no labels")
+                raise ValueError(self._no_frame_labels())
             if self._info.num_shards == 1:
                 self._labels = self.shard_labels(0)
             else:
@@ -428,13 +458,19 @@ class Dataset:
         """Zero-copy view of shard s's labels."""
         s = _a.index("shard_labels", "s", s, self._info.num_shards, "shards")
         if not self._info.label_width:
-            raise ValueError("ctxshard: features-only dataset: no labels")
+            raise ValueError(self._no_frame_labels())
         ptr, first, n = c_void_p(), c_uint64(), c_uint64()
         rc = _lib.cxs_dataset_shard_labels(self._ptr, s, byref(ptr), byref(first), byref(n))
         if rc:
             _raise(rc, what=f"shard_labels({s})")
         return _view(self._h, ptr.value, (n.value,),
                      "|u1" if self._info.label_width == 1 else "<u2")
+
+    def _no_frame_labels(self):
+        if self._info.label_seqs:
+            return ("ctxshard: label sequences only: no per-frame labels (label_seq(u) gives "
+                    "an utterance's sequence)")
+        return "ctxshard: features-only dataset: no labels"
 
     def label(self, i):
         v = c_uint32()
@@ -521,8 +557,7 @@ class Dataset:
         """Labels (int64) of the given frames."""
         f = self._frames_array(frames, "labels_of")
         if not self._info.label_width:
-            raise ValueError("labels_of: the dataset has no labels (features only, like a test "
-                             "split)")
+            raise ValueError("labels_of: " + self._no_frame_labels()[len("ctxshard: "):])
         y = np.empty(f.size, dtype=np.int64)
         rc = _lib.cxs_dataset_labels_of(self._ptr, f.ctypes.data, f.size, y.ctypes.data)
         if rc:

@@ -24,6 +24,7 @@ E_RANGE = -5008
 E_INPUT = -5009
 E_DEVICE = -5010
 E_NO_LABELS = -5011
+E_NO_SEQUENCES = -5012
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
 COMPRESSION_NONE, COMPRESSION_ZSTD = 0, 1
@@ -47,7 +48,9 @@ class Info(Structure):
                 ("single_shard", c_uint32), ("compression", c_uint32),
                 ("chunk_rows", c_uint32), ("compression_level", ctypes.c_int32),
                 ("shuffle", c_uint32), ("feature_bytes", c_uint64),
-                ("stored_feature_bytes", c_uint64)]
+                ("stored_feature_bytes", c_uint64), ("label_seqs", c_uint32),
+                ("seq_symbols", c_uint64), ("min_seq_length", c_uint64),
+                ("max_seq_length", c_uint64)]
 
 
 class OpenOpts(Structure):
@@ -170,14 +173,15 @@ class WriterOpts(Structure):
                 ("normalize", c_uint32), ("compression", c_uint32), ("level", ctypes.c_int32),
                 ("chunk_size", c_uint64), ("shuffle", c_uint32), ("vocab_size", c_uint32),
                 ("vocab", POINTER(c_char_p)), ("on_error_skip", c_uint32), ("flags", c_uint32),
-                ("part", c_void_p), ("threads", c_uint32)]
+                ("part", c_void_p), ("threads", c_uint32), ("label_seqs", c_uint32)]
 
 
 class WriterUtt(Structure):
     _fields_ = [("data", c_void_p), ("frames", c_uint64), ("dim", c_uint64), ("type", c_uint32),
                 ("big_endian", c_uint32), ("row_stride", c_int64), ("col_stride", c_int64),
                 ("labels", c_void_p), ("label_count", c_uint64), ("label_size", c_uint32),
-                ("stored", c_uint32)]
+                ("stored", c_uint32), ("seq", c_void_p), ("seq_count", c_uint64),
+                ("seq_size", c_uint32)]
 
 
 class WriterInfo(Structure):
@@ -189,6 +193,7 @@ class WriterInfo(Structure):
 
 DTYPE_F64 = 4  # a writer's input type (never stored)
 NORM_NONE, NORM_UTTERANCE = 0, 1
+SEQ_NONE, SEQ_WITH_FRAMES, SEQ_ONLY = 0, 1, 2  # WriterOpts.label_seqs
 
 
 def _find():
@@ -275,6 +280,7 @@ def _load():
         "cxs_dataset_label": (c_int, [ds, c_uint64, POINTER(c_uint32)]),
         "cxs_dataset_labels": (c_int, [ds, c_uint64, c_uint64, c_void_p]),
         "cxs_dataset_labels_of": (c_int, [ds, c_void_p, c_size_t, c_void_p]),
+        "cxs_dataset_label_seq": (c_int, [ds, c_uint64, c_void_p, c_uint32, POINTER(c_uint32)]),
         "cxs_dataset_shard_labels": (c_int, [ds, c_uint32, POINTER(c_void_p), POINTER(c_uint64),
                                              POINTER(c_uint64)]),
         "cxs_dataset_gather": (c_int, [ds, c_void_p, c_size_t, c_uint32, c_uint32, ctypes.c_uint,

@@ -6,6 +6,10 @@ the code behind `ctxshard pack`: the same utterances give the same bytes.
         for utt_id, feats, phones in my_corpus():    # feats: [T, D] floats
             w.add(utt_id, feats, labels=phones)      # symbols, or vocabulary indices
     # committed here; an exception inside the block leaves nothing behind
+
+Label sequences (a phoneme sequence per utterance, any length, for CTC or
+attention models): Writer(..., transcripts="sequence") and
+w.add(utt_id, feats, seq=phones); transcripts="both" takes labels= and seq=.
 """
 import concurrent.futures
 import os
@@ -31,6 +35,7 @@ _STORED = {"float32": _n.DTYPE_F32, "f32": _n.DTYPE_F32, "float16": _n.DTYPE_F16
            "f16": _n.DTYPE_F16, "bfloat16": _n.DTYPE_BF16, "bf16": _n.DTYPE_BF16}
 _INPUT = {2: _n.DTYPE_F16, 4: _n.DTYPE_F32, 8: _n.DTYPE_F64}
 _LITTLE_HOST = sys.byteorder == "little"
+_TRANSCRIPTS = {"frames": _n.SEQ_NONE, "sequence": _n.SEQ_ONLY, "both": _n.SEQ_WITH_FRAMES}
 
 
 class RejectedUtterance(ValueError):
@@ -103,7 +108,7 @@ class Writer:
 
     Writer(out, dtype="float32", vocab=None, guard=64, shard_size="1G",
            compress=None, chunk_size="64K", shuffle=True, normalize=None,
-           on_error="raise", threads=None)
+           on_error="raise", threads=None, transcripts="frames")
 
     - dtype: stored type, "float32", "float16" or "bfloat16" (round to
       nearest even; features may come in float16, float32 or float64);
@@ -116,7 +121,11 @@ class Writer:
       records the utterance as skipped, listed by `ctxshard info`, and
       returns False);
     - threads: compression threads (default: all CPUs); the bytes are the
-      same for any number.
+      same for any number;
+    - transcripts (with a vocabulary): "frames" (default): add takes
+      labels=, one per frame; "sequence": add takes seq=, the utterance's
+      label sequence (any length >= 1, bare or framed by [SOS] .. [EOS]),
+      and the dataset has no frame labels; "both": labels= and seq=.
 
     Nothing is visible at out until commit() (or the end of a `with`
     block): everything is written into a temporary directory beside it,
@@ -126,7 +135,7 @@ class Writer:
 
     def __init__(self, out, dtype="float32", vocab=None, guard=64, shard_size="1G",
                  compress=None, chunk_size="64K", shuffle=True, normalize=None, on_error="raise",
-                 threads=None):
+                 threads=None, transcripts="frames"):
         f = "Writer"
         out = _a.path(f, "out", out)
         o = _n.WriterOpts()
@@ -147,7 +156,12 @@ class Writer:
             raise ValueError(f"{f}: normalize={normalize!r}: expected None or 'utterance'")
         self._on_error = _a.choice(f, "on_error", on_error, ("raise", "skip"))
         o.on_error_skip = int(on_error == "skip")
+        self.transcripts = _a.choice(f, "transcripts", transcripts, tuple(_TRANSCRIPTS))
         syms = _vocab_list(f, vocab)
+        if transcripts != "frames" and not syms:
+            raise ValueError(f"{f}: transcripts={transcripts!r}: label sequences need a "
+                             "vocabulary (vocab=)")
+        o.label_seqs = _TRANSCRIPTS[transcripts]
         self.vocab = tuple(syms) if syms is not None else None
         self._sorted = None  # no vocabulary: features only
         if syms:
@@ -226,19 +240,21 @@ class Writer:
         if rc:
             raise MemoryError("Writer.skip: out of memory")
 
-    def add(self, utt_id, x, labels=None):
+    def add(self, utt_id, x, labels=None, seq=None):
         """Append one utterance: utt_id (str or bytes; ids must increase in
         byte order), x [T, D] float16/32/64 in any memory order and byte
         order (numpy array or anything numpy.asarray takes), labels (with a
         vocabulary): T vocabulary indices or symbols, or the HW1P2
-        transcript form [SOS], T symbols, [EOS].  Returns True; a refused
+        transcript form [SOS], T symbols, [EOS]; seq (transcripts="sequence"
+        or "both"): the label sequence, vocabulary indices or symbols, any
+        number >= 1, bare or as [SOS] p1 .. pn [EOS] (HW3P2).  Returns True; a refused
         utterance raises RejectedUtterance (on_error="raise") or is
         recorded as skipped and add returns False (on_error="skip")."""
         w = self._live("add")
         bid = _id_bytes(utt_id)
         shown = bid.decode("utf-8", "replace")
         try:
-            u, keep = self._utterance(shown, x, labels)
+            u, keep = self._utterance(shown, x, labels, seq)
         except RejectedUtterance as e:
             return self._rejected(w, bid, e)
         diag = _n.Diag()
@@ -259,7 +275,7 @@ class Writer:
             raise MemoryError("Writer.add: out of memory")
         return False
 
-    def _utterance(self, shown, x, labels):
+    def _utterance(self, shown, x, labels, seq=None):
         a = np.asarray(x)
         if a.dtype.kind != "f" or a.dtype.itemsize not in _INPUT:
             raise RejectedUtterance(shown, f"features have dtype {a.dtype}, expected float16, "
@@ -281,22 +297,33 @@ class Writer:
             lab = self._labels(shown, labels, T)
             keep.append(lab)
             u.labels, u.label_count, u.label_size = lab.ctypes.data, lab.size, 8
+        if seq is not None:
+            if self.transcripts == "frames":
+                raise ValueError(f"Writer.add: {shown}: seq given, but the writer takes no "
+                                 "label sequences: pass transcripts='sequence' or 'both' to "
+                                 "Writer")
+            sq = self._labels(shown, seq, -1, "sequence position")
+            keep.append(sq)
+            u.seq, u.seq_count, u.seq_size = sq.ctypes.data, sq.size, 8
         return u, keep
 
-    def _labels(self, shown, labels, T):
+    def _labels(self, shown, labels, T, where=None):
         if self._sorted is None:
             raise ValueError(f"Writer.add: {shown}: labels given, but the writer has no "
                              "vocabulary (features only): pass vocab= to Writer")
         lab = np.asarray(labels)
+        if lab.size == 0 and lab.dtype.kind == "f":  # [] is float64 to numpy
+            lab = lab.astype(np.int64)
         if lab.ndim != 1:
-            raise RejectedUtterance(shown, f"labels have {lab.ndim} dimensions, expected one "
-                                    "label per frame")
+            raise RejectedUtterance(shown, f"labels have {lab.ndim} dimensions, expected "
+                                    + ("a 1-D sequence" if where else "one label per frame"))
         if lab.dtype.kind in "iu":
             return np.ascontiguousarray(lab, dtype=np.int64)
         if lab.dtype.kind not in "USO":
             raise TypeError(f"Writer.add: {shown}: labels have dtype {lab.dtype}: expected "
                             "vocabulary indices (integers) or symbols (str)")
-        where = "position" if lab.size == T + 2 else "frame"
+        if where is None:
+            where = "position" if lab.size == T + 2 else "frame"
         if lab.dtype.kind == "O":
             if not all(isinstance(s, str) for s in lab.tolist()):
                 raise TypeError(f"Writer.add: {shown}: labels must be vocabulary indices "
@@ -392,13 +419,17 @@ def _progress_fn(progress, total):
 
 def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compress=None,
          chunk_size="64K", shuffle=True, normalize=None, on_error="fail", progress=None,
-         threads=None):
+         threads=None, transcripts="frames"):
     """Pack a raw directory in the HW1P2 layout (RAW/mfcc/<id>.npy, and
     RAW/transcript/<id>.npy when there are labels) into out, in this
     process: the same rules and the same bytes as `ctxshard pack RAW OUT`
     with the same options (vocab defaults to the phonemes when there are
     transcripts, like the command).  on_error: "fail" (nothing written on a
-    bad utterance) or "skip" (left out and listed).  progress: a callable
+    bad utterance) or "skip" (left out and listed).  transcripts: what
+    RAW/transcript holds, as `--transcripts`: "frames" (default; [SOS], one
+    symbol per frame, [EOS]), "sequence" (a label sequence of any length,
+    HW3P2) or "both" (frames, plus the sequence of the frame labels' runs).
+    progress: a callable
     (done, total), True for a bar (tqdm when installed), or None.  threads:
     files read ahead, and compression threads (default: all CPUs).  Returns
     the counts
@@ -407,6 +438,7 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     raw = _a.path(f, "raw", raw)
     out = _a.path(f, "out", out)
     on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
+    transcripts = _a.choice(f, "transcripts", transcripts, tuple(_TRANSCRIPTS))
     nthreads = _a.optional_integer(f, "threads", threads, 1, 1024) or os.cpu_count() or 1
     ids, mdir, tdir = _listing(raw)
     if tdir is not None and vocab is None:
@@ -438,7 +470,8 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
 
     w = Writer(out, dtype=dtype, vocab=vocab, guard=guard, shard_size=shard_size,
                compress=compress, chunk_size=chunk_size, shuffle=shuffle, normalize=normalize,
-               on_error="skip" if on_error == "skip" else "raise", threads=min(nthreads, 256))
+               on_error="skip" if on_error == "skip" else "raise", threads=min(nthreads, 256),
+               transcripts=transcripts if vocab is not None else "frames")
     w._on_error = "raise"  # (recorded as skip in the dataset; pack words the message itself)
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=nthreads) as pool:
@@ -451,12 +484,20 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
                     futs.append(pool.submit(load, ids[n + ahead]))
                 if err is None:
                     tp, t = tr
-                    if t is not None and x.ndim == 2 and t.size != x.shape[0] + 2:
+                    if (t is not None and x.ndim == 2 and t.size != x.shape[0] + 2 and
+                            transcripts != "sequence"):
                         err = (f"{tp}: {t.size} symbols, expected {x.shape[0] + 2} ([SOS], one "
-                               f"per frame of {mp}, [EOS])")
+                               f"per frame of {mp}, [EOS]); if the transcripts are phoneme "
+                               "sequences not aligned with the frames (HW3P2), pack with "
+                               "transcripts='sequence'")
                     else:
                         try:
-                            w.add(i, x, labels=t)
+                            if t is None or transcripts == "frames":
+                                w.add(i, x, labels=t)
+                            elif transcripts == "sequence":
+                                w.add(i, x, seq=t)
+                            else:
+                                w.add(i, x, labels=t, seq=_runs(w, i, t, x.shape[0]))
                         except RejectedUtterance as e:
                             err = f"{tp if _about_labels(e.reason) else mp}: {e.reason}"
                 if err is not None:
@@ -473,7 +514,21 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
             bar.close()
 
 
+def _runs(w, i, t, T):
+    """The label sequence of a per-frame transcript: every run of one label
+    once ([SOS]/[EOS] dropped), as `ctxshard pack --transcripts both`."""
+    try:
+        lab = w._labels(os.fsdecode(i), t, T)
+    except RejectedUtterance:
+        return None  # add reports the transcript's problem
+    if lab.size == T + 2:
+        lab = lab[1:-1]
+    if lab.size == 0:
+        return None
+    return lab[np.r_[True, lab[1:] != lab[:-1]]]
+
+
 def _about_labels(reason):
-    return reason.startswith(("position ", "frame ")) and ("symbol" in reason or "label" in
-                                                          reason or "inside" in reason) \
-        or "labels" in reason
+    return reason.startswith(("position ", "frame ", "sequence position ")) and (
+        "symbol" in reason or "label" in reason or "inside" in reason) \
+        or "labels" in reason or "label sequence" in reason

@@ -45,6 +45,17 @@ void fuzz_exercise(cxs_dataset *ds) {
         size_t n;
         (void)cxs_dataset_vocab(ds, i, &s, &n);
     }
+    /* Label sequences (format 1.2): every symbol of the first utterances,
+     * into a buffer of exactly the longest sequence, and their lengths. */
+    if (in.label_seqs && in.max_seq_length <= (1u << 20)) {
+        int64_t *sq = malloc(in.max_seq_length * sizeof *sq + 8);
+        for (uint64_t u = 0; sq && u < in.num_utterances && u < 64; u++) {
+            uint32_t len;
+            (void)cxs_dataset_label_seq(ds, u, sq, (uint32_t)in.max_seq_length, &len);
+            (void)cxs_dataset_label_seq(ds, u, NULL, 0, &len);
+        }
+        free(sq);
+    }
     for (uint64_t u = 0; u < in.num_utterances && u < 64; u++) {
         cxs_utterance ut;
         if (cxs_dataset_utterance(ds, u, &ut) == 0 && ut.num_frames && ut.features) {

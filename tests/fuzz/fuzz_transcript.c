@@ -1,5 +1,8 @@
-/* Fuzz target: the transcript decoder.  The first two bytes choose the
- * number of frames the transcript must match; the rest is the .npy file. */
+/* Fuzz target: the transcript decoders.  The first two bytes choose the
+ * number of frames a per-frame transcript must match (low 12 bits) and the
+ * decoder (bit 15: a label sequence, --transcripts sequence; bit 14: per
+ * frame and the sequence of its runs, --transcripts both); the rest is the
+ * .npy file. */
 #include <string.h>
 
 #include "../../tools/raw.h"
@@ -17,8 +20,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&u, 0, sizeof u);
     u.T = (uint64_t)(data[0] | (data[1] << 8)) % 4096 + 1;
     char why[512];
-    (void)transcript_decode(&u, data + 2, size - 2, &v, "fuzz.npy", "fuzz-mfcc.npy", why,
-                            sizeof why);
+    if (data[1] & 0x80)
+        (void)sequence_decode(&u, data + 2, size - 2, &v, "fuzz.npy", why, sizeof why);
+    else if (transcript_decode(&u, data + 2, size - 2, &v, "fuzz.npy", "fuzz-mfcc.npy", why,
+                               sizeof why) == 0 && (data[1] & 0x40))
+        (void)sequence_from_frames(&u, &v);
     utt_free(&u);
     return 0;
 }

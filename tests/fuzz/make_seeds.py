@@ -127,11 +127,27 @@ def main():
     put("transcript", "u2-be", pre + npy(np.array([40, 1, 7, 0, 41], dtype=">u2")))
     put("transcript", "length", struct.pack("<H", 9) + npy(t))
     put("transcript", "unknown", pre + npy(np.array(["[SOS]", "QQ", "B", "C", "[EOS]"])))
+    # Label-sequence transcripts (bit 15 of the prefix: sequence_decode; bit
+    # 14: per frame, then the sequence of its runs).
+    seq = struct.pack("<H", 3 | 0x8000)
+    put("transcript", "seq-framed", seq + npy(np.array(["[SOS]", "AA", "B", "AA", "[EOS]"])))
+    put("transcript", "seq-bare", seq + npy(np.array(["B", "AA", "[SIL]"])))
+    put("transcript", "seq-i8", seq + npy(np.array([40, 1, 7, 41], dtype=np.int64)))
+    put("transcript", "seq-sos-only", seq + npy(np.array(["[SOS]", "AA", "B"])))
+    put("transcript", "seq-empty", seq + npy(np.array(["[SOS]", "[EOS]"])))
+    put("transcript", "runs", struct.pack("<H", 3 | 0x4000) + npy(t))
     shard = open(os.path.join(GOLDEN, "shard-000000.cxs"), "rb").read()
     manifest = open(os.path.join(GOLDEN, "manifest.cxs"), "rb").read()
     put("shard", "tiny", shard)
     put("shard", "truncated", shard[:4096 + 64])
     put("manifest", "tiny", struct.pack("<I", len(manifest)) + manifest + shard)
+    # Label sequences (format 1.2): SEQUENCES and SEQ_META.
+    for name in ("tiny-seq", "tiny-seq-only"):
+        d = os.path.join(HERE, "..", "golden", "valid", name)
+        sq = open(os.path.join(d, "shard-000000.cxs"), "rb").read()
+        mq = open(os.path.join(d, "manifest.cxs"), "rb").read()
+        put("shard", name, sq)
+        put("manifest", name, struct.pack("<I", len(mq)) + mq + sq)
     zshard_seeds()
 
 

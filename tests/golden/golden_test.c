@@ -206,6 +206,67 @@ static void valid_f16(const char *dir) {
     cxs_dataset_close(ds);
 }
 
+/* valid/tiny-seq (only = 0: tiny's frame labels and the sequences of their
+ * runs, a = 1 2 0, b = 2) and valid/tiny-seq-only (only = 1: sequences
+ * from HW3P2-style transcripts, a = 1 2 from [SOS] AA B [EOS], b = 2 1 2 0
+ * from the bare B AA B [SIL]; no frame labels): tiny's features, format 1.2. */
+static void valid_seq(const char *dir, int only) {
+    static const int64_t seq_a[2][3] = {{1, 2, 0}, {1, 2, 0}};
+    static const int64_t seq_b[2][4] = {{2, 0, 0, 0}, {2, 1, 2, 0}};
+    const uint32_t len_a = only ? 2 : 3, len_b = only ? 4 : 1;
+    cxs_dataset *ds;
+    cxs_diag dg;
+    int rc = cxs_dataset_open(dir, &ds, &dg);
+    CHECK(rc == 0);
+    if (rc) {
+        fprintf(stderr, "%s\n", dg.message);
+        return;
+    }
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    CHECK(in.num_frames == 5 && in.num_utterances == 2 && in.vocab_size == 5);
+    CHECK(in.format_major == 1 && in.format_minor == 2 && in.label_seqs == 1);
+    CHECK(in.label_width == (only ? 0u : 1u));
+    CHECK(in.seq_symbols == len_a + len_b);
+    CHECK(in.min_seq_length == (len_a < len_b ? len_a : len_b));
+    CHECK(in.max_seq_length == (len_a > len_b ? len_a : len_b));
+    CHECK(cxs_dataset_verify(ds, NULL, NULL, &dg) == 0);
+    int64_t out[8];
+    uint32_t n = 99;
+    CHECK(cxs_dataset_label_seq(ds, 0, out, 8, &n) == 0 && n == len_a);
+    for (uint32_t j = 0; j < len_a; j++) CHECK(out[j] == seq_a[only][j]);
+    CHECK(cxs_dataset_label_seq(ds, 1, out, 8, &n) == 0 && n == len_b);
+    for (uint32_t j = 0; j < len_b; j++) CHECK(out[j] == seq_b[only][j]);
+    /* A short buffer gets the first cap symbols and the whole length. */
+    out[1] = -1;
+    CHECK(cxs_dataset_label_seq(ds, 1, out, 1, &n) == 0 && n == len_b && out[0] == 2 &&
+          out[1] == -1);
+    CHECK(cxs_dataset_label_seq(ds, 0, NULL, 0, &n) == 0 && n == len_a);
+    n = 99;
+    CHECK(cxs_dataset_label_seq(ds, 2, out, 8, &n) == CXS_E_RANGE && n == 99);
+    CHECK(cxs_dataset_label_seq(ds, 0, NULL, 1, &n) == CXS_E_INVALID);
+    uint32_t l;
+    if (only) {
+        CHECK(cxs_dataset_label(ds, 0, &l) == CXS_E_NO_LABELS);
+        cxs_utterance ut;
+        CHECK(cxs_dataset_utterance(ds, 0, &ut) == 0 && ut.labels == NULL);
+    } else {
+        for (uint64_t f = 0; f < 5; f++)
+            CHECK(cxs_dataset_label(ds, f, &l) == 0 && l == (uint32_t)labels[f]);
+    }
+    cxs_stats st;
+    cxs_dataset_stats(ds, &st);
+    static const uint64_t counts[5] = {1, 1, 3, 0, 0};
+    for (int i = 0; i < 5; i++) CHECK(st.label_counts[i] == (only ? 0 : counts[i]));
+    for (uint64_t f = 0; f < 5; f++) {
+        float w[6];
+        CHECK(cxs_dataset_gather(ds, &f, 1, 1, 0, 1, w, NULL) == 0);
+        for (int64_t r = -1; r <= 1; r++)
+            for (int d = 0; d < 2; d++) CHECK(w[(r + 1) * 2 + d] == value(f, r, d));
+    }
+    cxs_dataset_close(ds);
+}
+
 static int code_of(const char *name) {
     static const struct {
         const char *n;
@@ -248,7 +309,7 @@ static void invalid(const char *dir) {
         }
     }
     fclose(f);
-    CHECK(cases >= 18);
+    CHECK(cases >= 26);
 }
 
 int main(int argc, char **argv) {
@@ -262,6 +323,25 @@ int main(int argc, char **argv) {
     valid(p, 1, 5, 0);
     snprintf(p, sizeof p, "%s/valid/tiny-f16", argv[1]);
     valid_f16(p);
+    snprintf(p, sizeof p, "%s/valid/tiny-seq", argv[1]);
+    valid_seq(p, 0);
+    snprintf(p, sizeof p, "%s/valid/tiny-seq-only", argv[1]);
+    valid_seq(p, 1);
+    {
+        /* A dataset without sequences: a clear code, nothing written. */
+        cxs_dataset *ds;
+        snprintf(p, sizeof p, "%s/valid/tiny", argv[1]);
+        if (cxs_dataset_open(p, &ds, NULL) == 0) {
+            uint32_t n = 99;
+            int64_t o[4];
+            cxs_info in;
+            cxs_dataset_info(ds, &in);
+            CHECK(in.label_seqs == 0 && in.max_seq_length == 0);
+            CHECK(cxs_dataset_label_seq(ds, 0, o, 4, &n) == CXS_E_NO_SEQUENCES && n == 99);
+            CHECK(cxs_dataset_label_seq(ds, 7, o, 4, &n) == CXS_E_NO_SEQUENCES);
+            cxs_dataset_close(ds);
+        }
+    }
     snprintf(p, sizeof p, "%s/invalid", argv[1]);
     invalid(p);
     if (failures) fprintf(stderr, "%d failures\n", failures);

@@ -6,8 +6,11 @@ used in spec/format.md's appendix.  Run from the repository root:
 valid/tiny is the packed form of a two-utterance dataset with known values;
 valid/tiny-zstd and valid/tiny-zstd-noshuffle are it compressed (with and
 without the byte-shuffle filter); valid/tiny-f16 is a features-only
-dataset stored as float16 with guard 2.  invalid/ holds one damaged copy of
-tiny per rule, listed in invalid/EXPECTED with the step that must refuse it
+dataset stored as float16 with guard 2; valid/tiny-seq is tiny with label
+sequences besides its frame labels (--transcripts both, format 1.2) and
+valid/tiny-seq-only the same features with label sequences only
+(--transcripts sequence).  invalid/ holds one damaged copy of tiny (or of
+tiny-seq-only, the seq-* cases) per rule, listed in invalid/EXPECTED with the step that must refuse it
 (open or verify) and the error code.  The compressed bytes depend on the
 zstd version; the decoded values do not."""
 import os
@@ -16,8 +19,18 @@ import struct
 import subprocess
 import sys
 import tempfile
+import ctypes
 
 import numpy as np
+
+_XXH = ctypes.CDLL("libxxhash.so.0")
+_XXH.XXH3_64bits.restype = ctypes.c_uint64
+_XXH.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def xxh3(b):
+    b = bytes(b)
+    return _XXH.XXH3_64bits(b, len(b))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXE = sys.argv[1]
@@ -45,6 +58,45 @@ def raw_f16(root):
     b = np.array([[0.1, -0.5], [1e-5, 1000]], dtype=np.float32)
     np.save(os.path.join(root, "mfcc", "a.npy"), a)
     np.save(os.path.join(root, "mfcc", "b.npy"), b)
+
+
+def raw_seq(root):
+    """tiny's features with label-sequence transcripts (HW3P2): a's framed
+    by [SOS] .. [EOS], b's bare and longer than b (4 symbols, 2 frames)."""
+    raw_tiny(root)
+    np.save(os.path.join(root, "transcript", "a.npy"), np.array(["[SOS]", "AA", "B", "[EOS]"]))
+    np.save(os.path.join(root, "transcript", "b.npy"), np.array(["B", "AA", "B", "[SIL]"]))
+
+
+def rehash(d):
+    """Recompute every checksum of a damaged dataset directory, as a faulty
+    writer would: each shard's sections and header, the manifest's
+    SHARD_TABLE header checksums, sections and header.  What refuses it is
+    then the rule the damage breaks, not a checksum."""
+    def fix(data):
+        n = struct.unpack_from("<I", data, 24)[0]
+        for i in range(n):
+            t, fl, off, ln, ck = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
+            struct.pack_into("<Q", data, 64 + 32 * i + 24, xxh3(data[off:off + ln]))
+        struct.pack_into("<Q", data, 56, 0)
+        struct.pack_into("<Q", data, 56, xxh3(data[:64 + 32 * n]))
+        return struct.unpack_from("<Q", data, 56)[0]
+    heads = []
+    i = 0
+    while os.path.exists(os.path.join(d, f"shard-{i:06d}.cxs")):
+        p = os.path.join(d, f"shard-{i:06d}.cxs")
+        data = bytearray(open(p, "rb").read())
+        heads.append(fix(data))
+        open(p, "wb").write(bytes(data))
+        i += 1
+    p = os.path.join(d, "manifest.cxs")
+    data = bytearray(open(p, "rb").read())
+    _, secs = sections(p)
+    off = secs[17][0]
+    for j, h in enumerate(heads):
+        struct.pack_into("<Q", data, off + 64 * j + 8, h)
+    fix(data)
+    open(p, "wb").write(bytes(data))
 
 
 def sections(path):
@@ -88,6 +140,15 @@ def main():
         shutil.rmtree(dst, ignore_errors=True)
         subprocess.run([EXE, "convert", tiny, dst, "--compress", "zstd:3", *args,
                         "--threads", "1", "--quiet"], check=True)
+    seq = os.path.join(HERE, "valid", "tiny-seq")
+    seq_only = os.path.join(HERE, "valid", "tiny-seq-only")
+    for dst, make, mode in [(seq, raw_tiny, "both"), (seq_only, raw_seq, "sequence")]:
+        shutil.rmtree(dst, ignore_errors=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            make(tmp)
+            subprocess.run([EXE, "pack", tmp, dst, "--guard", "1", "--vocab",
+                            os.path.join(tmp, "vocab.txt"), "--transcripts", mode,
+                            "--threads", "1", "--quiet"], check=True)
     f16 = os.path.join(HERE, "valid", "tiny-f16")
     shutil.rmtree(f16, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,12 +182,36 @@ def main():
         for name, fname, edit, step, code in cases:
             damaged(name, tiny, fname, edit)
             exp.write(f"{name} {step} {code}\n")
+        # Label sequences (format 1.2): damaged copies of tiny-seq-only.
+        qd, qs = sections(os.path.join(seq_only, shard))
+        _, qm = sections(os.path.join(seq_only, "manifest.cxs"))
+        q0, ql = qs[8][0], qs[8][1]  # SEQUENCES: 3 offsets, then 6 symbols
+        sym0 = q0 + 24
+        seq_cases = [
+            ("seq-flip", shard, flip(sym0), "open", "CXS_E_CHECKSUM", False),
+            ("seq-meta-flip", "manifest.cxs", flip(qm[21][0] + 8), "open", "CXS_E_CHECKSUM",
+             False),
+            ("seq-symbol", shard, setbyte(sym0 + 1, 5), "open", "CXS_E_CORRUPT", True),
+            ("seq-empty", shard, setu64(q0 + 8, 0), "open", "CXS_E_CORRUPT", True),
+            ("seq-length", shard, setu64(q0 + 16, 7), "open", "CXS_E_CORRUPT", True),
+            ("seq-meta-count", "manifest.cxs", setu64(qm[21][0] + 8, 7), "open",
+             "CXS_E_CORRUPT", True),
+            ("seq-frame-labels", "manifest.cxs", setu64(qm[21][0], 1), "open", "CXS_E_CORRUPT",
+             True),
+            ("seq-padding-flip", shard, flip(q0 + ql + 3), "verify", "CXS_E_CORRUPT", False),
+        ]
+        for name, fname, edit, step, code, fix in seq_cases:
+            damaged(name, seq_only, fname, edit)
+            if fix:
+                rehash(os.path.join(HERE, "invalid", name))
+            exp.write(f"{name} {step} {code}\n")
         # A shard the manifest lists is missing.
         shutil.copytree(tiny, os.path.join(HERE, "invalid", "missing-shard"))
         os.remove(os.path.join(HERE, "invalid", "missing-shard", shard))
         exp.write("missing-shard open ENOENT\n")
     hexdump(tiny)
     hexdump(f16)
+    hexdump(seq_only)
     chunks(os.path.join(HERE, "valid", "tiny-zstd-noshuffle", shard))
 
 
@@ -138,6 +223,20 @@ def chunks(path):
     ends = [struct.unpack_from("<QQ", data, off + 64 + 16 * c) for c in range(n)]
     print(f"CHUNKS of {path}: codec {codec} filter {filt} raw_length {raw} chunk_rows {rows} "
           f"level {level} num_chunks {n}; ends {[e for e, _ in ends]}")
+
+
+def setbyte(pos, v):
+    def e(d):
+        d[pos] = v
+        return d
+    return e
+
+
+def setu64(pos, v):
+    def e(d):
+        struct.pack_into("<Q", d, pos, v)
+        return d
+    return e
 
 
 def bump_major(d):

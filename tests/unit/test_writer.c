@@ -430,6 +430,181 @@ TEST(manual_cut) {
 }
 END_TEST
 
+/* Label sequences (format 1.2): utterance u's sequence is 1 + u symbols
+ * (u % 3, (u+1) % 3, ...), given framed ([SOS] .. [EOS]) for even u and
+ * bare for odd u, in 8-byte elements; with or without frame labels, with or
+ * without compression.  They read back exactly; the frame labels and the
+ * features are those of a dataset without sequences. */
+static int write_seqs(const char *out, uint32_t mode, uint32_t compression) {
+    cxs_writer_opts o = opts();
+    o.label_seqs = mode;
+    o.compression = compression;
+    cxs_writer *w;
+    cxs_diag dg;
+    ck_assert_int_eq(cxs_writer_create(out, &o, &w, &dg), 0);
+    for (int u = 0; u < NU; u++) {
+        const uint64_t T = frames_of(u);
+        float f[TMAX * D];
+        uint8_t lab[TMAX];
+        int64_t sq[NU + 3];
+        uint64_t n = 0;
+        if (u % 2 == 0) sq[n++] = 3;
+        for (int j = 0; j <= u; j++) sq[n++] = (u + j) % 3;
+        if (u % 2 == 0) sq[n++] = 4;
+        for (uint64_t t = 0; t < T; t++) {
+            lab[t] = label(u, t);
+            for (uint64_t d = 0; d < D; d++) f[t * D + d] = value(u, t, d);
+        }
+        cxs_writer_utt x = {0};
+        x.data = f;
+        x.frames = T;
+        x.dim = D;
+        x.type = CXS_DTYPE_F32;
+        if (mode != CXS_SEQ_ONLY) {
+            x.labels = lab;
+            x.label_count = T;
+            x.label_size = 1;
+        }
+        if (mode != CXS_SEQ_NONE) {
+            x.seq = sq;
+            x.seq_count = n;
+            x.seq_size = 8;
+        }
+        char id[8];
+        snprintf(id, sizeof id, "u%d", u);
+        int rc = cxs_writer_add(w, id, &x, &dg);
+        ck_assert_msg(rc == 0, "%s", dg.message);
+    }
+    return cxs_writer_commit(w, NULL, &dg);
+}
+
+TEST(label_sequences_read_back) {
+    setup_dir();
+    ck_assert_int_eq(write_seqs(at("plain"), CXS_SEQ_NONE, 0), 0);
+    const uint32_t modes[2] = {CXS_SEQ_WITH_FRAMES, CXS_SEQ_ONLY};
+    for (int m = 0; m < 2; m++)
+        for (uint32_t z = 0; z < 2; z++) {
+            rm_rf(at("seq"));
+            ck_assert_int_eq(write_seqs(at("seq"), modes[m], z), 0);
+            cxs_dataset *ds, *pl;
+            cxs_diag dg;
+            ck_assert_int_eq(cxs_dataset_open(at("seq"), &ds, &dg), 0);
+            ck_assert_int_eq(cxs_dataset_open(at("plain"), &pl, &dg), 0);
+            ck_assert_int_eq(cxs_dataset_verify(ds, NULL, NULL, &dg), 0);
+            cxs_info in;
+            cxs_dataset_info(ds, &in);
+            ck_assert_uint_eq(in.format_minor, 2);
+            ck_assert_uint_eq(in.label_seqs, 1);
+            ck_assert_uint_eq(in.label_width, modes[m] == CXS_SEQ_ONLY ? 0 : 1);
+            ck_assert_uint_eq(in.min_seq_length, 1);
+            ck_assert_uint_eq(in.max_seq_length, NU);
+            ck_assert_uint_eq(in.seq_symbols, NU * (NU + 1) / 2);
+            for (int u = 0; u < NU; u++) {
+                int64_t got[NU + 1];
+                uint32_t n;
+                ck_assert_int_eq(cxs_dataset_label_seq(ds, (uint64_t)u, got, NU + 1, &n), 0);
+                ck_assert_uint_eq(n, (uint32_t)u + 1);
+                for (int j = 0; j <= u; j++) ck_assert_int_eq(got[j], (u + j) % 3);
+                /* The same features (and frame labels) as without sequences. */
+                uint64_t T = frames_of(u);
+                float a[TMAX * D], b[TMAX * D];
+                ck_assert_int_eq(cxs_dataset_read_features(ds, (uint64_t)u, 0, T, a), 0);
+                ck_assert_int_eq(cxs_dataset_read_features(pl, (uint64_t)u, 0, T, b), 0);
+                ck_assert(memcmp(a, b, sizeof(float) * T * D) == 0);
+            }
+            int64_t l[4];
+            ck_assert_int_eq(cxs_dataset_labels(ds, 0, 4, l),
+                             modes[m] == CXS_SEQ_ONLY ? CXS_E_NO_LABELS : 0);
+            cxs_dataset_close(ds);
+            cxs_dataset_close(pl);
+        }
+    /* Without sequences the bytes are those of earlier versions: no
+     * sequence option, no 1.2 file. */
+    cxs_dataset *pl;
+    ck_assert_int_eq(cxs_dataset_open(at("plain"), &pl, NULL), 0);
+    cxs_info in;
+    cxs_dataset_info(pl, &in);
+    ck_assert_uint_eq(in.format_minor, 0);
+    uint32_t n;
+    ck_assert_int_eq(cxs_dataset_label_seq(pl, 0, NULL, 0, &n), CXS_E_NO_SEQUENCES);
+    cxs_dataset_close(pl);
+    rm_rf(dir);
+}
+END_TEST
+
+TEST(label_sequences_refused) {
+    setup_dir();
+    cxs_writer_opts o = opts();
+    o.label_seqs = CXS_SEQ_ONLY;
+    cxs_writer *w;
+    cxs_diag dg;
+    ck_assert_int_eq(cxs_writer_create(at("out"), &o, &w, &dg), 0);
+    float f[4 * D] = {0};
+    struct {
+        int64_t s[5];
+        uint64_t n;
+        const char *want;
+    } bad[] = {
+        {{0}, 0, "x: empty label sequence"},
+        {{3, 4}, 2, "x: empty label sequence ([SOS] [EOS] with no symbol between)"},
+        {{3, 1, 2}, 3, "x: label sequence starts with [SOS] but does not end with [EOS]"},
+        {{1, 2, 4}, 3, "x: label sequence ends with [EOS] but does not start with [SOS]"},
+        {{1, 5, 2}, 3, "x: sequence position 1: label 5 is outside the vocabulary (0..4)"},
+        {{3, 1, 3, 2, 4}, 5, "x: sequence position 2: [SOS] inside the sequence"},
+        {{-1}, 1, "x: sequence position 0: label -1 is outside the vocabulary"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cxs_writer_utt x = {0};
+        x.data = f;
+        x.frames = 4;
+        x.dim = D;
+        x.type = CXS_DTYPE_F32;
+        x.seq = bad[i].n ? bad[i].s : NULL;
+        x.seq_count = bad[i].n;
+        x.seq_size = 8;
+        ck_assert_int_eq(cxs_writer_add(w, "x", &x, &dg), CXS_E_INPUT);
+        ck_assert_msg(strstr(dg.message, bad[i].want), "%zu: %s", i, dg.message);
+    }
+    /* Frame labels in a dataset of sequences only: a caller's mistake. */
+    uint8_t lab[4] = {0};
+    int64_t ok[2] = {1, 2};
+    cxs_writer_utt x = {0};
+    x.data = f;
+    x.frames = 4;
+    x.dim = D;
+    x.type = CXS_DTYPE_F32;
+    x.labels = lab;
+    x.label_count = 4;
+    x.label_size = 1;
+    x.seq = ok;
+    x.seq_count = 2;
+    x.seq_size = 8;
+    ck_assert_int_eq(cxs_writer_add(w, "x", &x, &dg), CXS_E_INVALID);
+    x.labels = NULL;
+    x.label_count = 0;
+    ck_assert_int_eq(cxs_writer_add(w, "x", &x, &dg), 0); /* still usable */
+    ck_assert_int_eq(cxs_writer_commit(w, NULL, &dg), 0);
+    /* Sequences need a vocabulary; a sequence to a writer without them. */
+    o = opts();
+    o.vocab_size = 0;
+    o.vocab = NULL;
+    o.label_seqs = CXS_SEQ_ONLY;
+    ck_assert_int_eq(cxs_writer_create(at("v"), &o, &w, &dg), CXS_E_INVALID);
+    o = opts();
+    o.label_seqs = 7;
+    ck_assert_int_eq(cxs_writer_create(at("v"), &o, &w, &dg), CXS_E_INVALID);
+    o = opts();
+    ck_assert_int_eq(cxs_writer_create(at("v"), &o, &w, &dg), 0);
+    x.labels = lab;
+    x.label_count = 4;
+    ck_assert_int_eq(cxs_writer_add(w, "x", &x, &dg), CXS_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(dg.message, "without label sequences"));
+    cxs_writer_abort(w);
+    rm_rf(dir);
+}
+END_TEST
+
 RUN_SUITE("writer", reads_back_exactly, every_input_form_same_bytes,
           rules_refuse_and_writer_goes_on, options_and_outputs_checked,
-          abort_and_full_disk_leave_nothing, manual_cut)
+          abort_and_full_disk_leave_nothing, manual_cut, label_sequences_read_back,
+          label_sequences_refused)
