@@ -52,9 +52,7 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_SEQ_META_SIZE 64u
 
 /* Compression codes (DATASET_META offset 60, CHUNKS codec): the
- * CXS_COMPRESSION_* of ctxshard_base.h.  The old spelling below stays only
- * until lib/writer.c, its last user, says CXS_COMPRESSION_ZSTD. */
-#define CXS_COMPRESS_ZSTD CXS_COMPRESSION_ZSTD
+ * CXS_COMPRESSION_* of ctxshard_base.h. */
 #define CXS_FILTER_NONE 0u
 #define CXS_FILTER_SHUFFLE 1u
 /* A chunk decodes to at most this many bytes (bounds reader memory). */

@@ -183,7 +183,7 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     /* Label sequences (format 1.2): need a vocabulary to index. */
     const cxs_section *sq = cxs_container_find(&ds->mc, CXS_SEC_SEQ_META);
     if (sq) {
-        if ((rc = cxs_seq_meta_load(ds->mmap + sq->offset, sq->length, &ds->seqm, mp, d)))
+        if ((rc = cxs_seq_meta_load(ds->map + sq->offset, sq->length, &ds->seqm, mp, d)))
             return rc;
         if (!m->vocab_size)
             return cxs_diagf(d, CXS_E_CORRUPT,

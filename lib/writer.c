@@ -168,7 +168,7 @@ static int shard_end(cxs_writer *k) {
         bytes t = {0};
         uint8_t head[CXS_CHUNKS_HEAD];
         uint64_t rows = w->feat_len / ((uint64_t)k->D * k->esize);
-        cxs_chunks_head h = {CXS_COMPRESS_ZSTD, k->o.shuffle ? CXS_FILTER_SHUFFLE : 0,
+        cxs_chunks_head h = {CXS_COMPRESSION_ZSTD, k->o.shuffle ? CXS_FILTER_SHUFFLE : 0,
                              w->feat_len, k->chunk_rows, k->o.level,
                              (rows + k->chunk_rows - 1) / k->chunk_rows};
         cxs_chunks_head_store(head, &h);
