@@ -176,6 +176,8 @@ static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan 
             uint64_t r1 = ds->row[b->u1 - 1] + utt_frames(ds, b->u1 - 1) + sh->meta.guard;
             b->off = (uint64_t)(sh->features - sh->map) + r0 * ds->row_bytes;
             b->len = (r1 - r0) * ds->row_bytes;
+        } else { /* compressed: no range of the mapping to read ahead */
+            b->off = b->len = 0;
         }
     }
     /* The blocks' order: Fisher-Yates from the epoch's key. */

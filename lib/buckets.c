@@ -112,7 +112,7 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
             uint64_t group = o.memory_bytes / (o.blocks + 1ull) * o.blocks / ds->row_bytes;
             if (group < frames) frames = group;
         }
-        uint64_t nb = frames / (2 * o.frame_budget);
+        uint64_t nb = frames / 2 / o.frame_budget; /* 2 * budget may wrap */
         o.buckets = nb < 1 ? 1 : nb > CXS_UTT_MAX_AUTO_BUCKETS ? CXS_UTT_MAX_AUTO_BUCKETS : (uint32_t)nb;
     }
     uint64_t over = 0, longest = 0, longest_u = 0;
@@ -177,8 +177,11 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
                                       ds->meta.guard, o.blocks, &bd);
         if (rc) {
             cxs_utt_sampler_free(s);
-            return cxs_diagf(d, rc, "utterance sampler: the memory budget of %llu bytes over %u+1 blocks: %s",
-                             (unsigned long long)o.memory_bytes, o.blocks, bd.message);
+            return cxs_diagf(d, rc,
+                             "utterance sampler: the memory budget of %llu bytes over %u+1 blocks: "
+                             "%s%s",
+                             (unsigned long long)o.memory_bytes, o.blocks, bd.message,
+                             rc == CXS_E_RANGE ? ": raise memory or lower blocks" : "");
         }
         s->block = 1;
     }

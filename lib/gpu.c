@@ -491,7 +491,9 @@ int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **b
 
 int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
-    if (l->ops->check_start && l->ops->check_start(l, start)) return CXS_E_INVALID;
+    if (l->ops->check_start && l->ops->check_start(l, start))
+        return gpu_fail(l, CXS_E_INVALID, "reset: start %llu is past the end of the epoch",
+                        (unsigned long long)start);
     l->be->set_device(l->dev);
     l->rc = 0;
     l->epoch = epoch, l->pos = start, l->index = 0;
@@ -520,4 +522,13 @@ int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, vo
     return e ? GPU_DEVICE_FAIL(l, "", e, "download") : 0;
 }
 
-const char *cxs_gpu_loader_error(const cxs_gpu_loader *l) { return l ? l->err : ""; }
+const char *cxs_gpu_loader_error(const cxs_gpu_loader *l) {
+    if (!l) return "";
+    /* A snapshot taken under the lock: a background thread (feeder,
+     * refresher) may still write err after the consumer's own failure. */
+    cxs_gpu_loader *m = (cxs_gpu_loader *)l;
+    pthread_mutex_lock(&m->err_mu);
+    memcpy(m->err_shown, m->err, sizeof m->err_shown);
+    pthread_mutex_unlock(&m->err_mu);
+    return m->err_shown;
+}

@@ -145,6 +145,7 @@ struct cxs_gpu_loader {
      * feeder and the refresher write it too, once, when they fail; the
      * consumer learns of it through the mode's rc under the mode's lock). */
     char err[512];
+    char err_shown[512]; /* cxs_gpu_loader_error's copy of err, taken under err_mu */
     pthread_mutex_t err_mu;
     cxs_gpu_loader_info info;
     uint64_t uploaded; /* atomic: the feeder and refresher add to it */

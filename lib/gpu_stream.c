@@ -108,8 +108,10 @@ static int stream_start(cxs_gpu_loader *l) {
     lo.ring = l->st.nstage, lo.flags = l->o.flags, lo.drop_last = l->o.drop_last;
     lo.labels = l->o.labels, lo.external = 1;
     lo.norm = l->o.norm;
-    int rc = cxs_loader_create(l->ds, l->sampler, &lo, l->epoch, l->pos, &l->st.cl);
-    if (rc) return gpu_fail(l, rc, "CPU loader: %s", cxs_strerror(rc));
+    cxs_diag diag = {{0}};
+    int rc = cxs_loader_create_ex(l->ds, l->sampler, &lo, l->epoch, l->pos, &l->st.cl, &diag);
+    if (rc)
+        return gpu_fail(l, rc, "CPU loader: %s", diag.message[0] ? diag.message : cxs_strerror(rc));
     for (uint32_t i = 0; i < l->st.nstage; i++)
         if ((rc = cxs_loader_provide(l->st.cl, l->st.h_x[i], l->st.h_y ? l->st.h_y[i] : NULL)))
             return gpu_fail(l, rc, "CPU loader: %s", cxs_strerror(rc));

@@ -393,7 +393,7 @@ int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
         rc = cxs_ra_init(&l->ra, ds, sampler, l->o.readahead != CXS_READAHEAD_OFF, B, l->o.k,
                          &l->mu, &l->generation, &l->epoch, &l->start, &l->next_claim,
                          &l->nbatches, &l->stop);
-    if (l->window > SIZE_MAX / sizeof(float) / B) rc = CXS_E_INVALID;
+    if (!rc && l->window > SIZE_MAX / sizeof(float) / B) rc = CXS_E_INVALID;
     for (uint32_t i = 0; !rc && i < l->nring; i++) {
         slot *s = &l->ring[i];
         s->frames = malloc(B * sizeof *s->frames);

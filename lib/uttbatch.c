@@ -120,10 +120,11 @@ static int pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint
 #define PAD_FLAGS (CXS_GATHER_NORMALIZE | CXS_PAD_PER_UTTERANCE)
 
 /* The normalisation constants flags and norm ask for, or NULL. */
-static int norm_for(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, double **c) {
+static int norm_for(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, double **c,
+                    cxs_diag *d) {
     *c = NULL;
     if (!(flags & CXS_GATHER_NORMALIZE)) return 0;
-    return cxs_norm_constants(ds, norm, c, NULL);
+    return cxs_norm_constants(ds, norm, c, d);
 }
 
 int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
@@ -140,7 +141,7 @@ int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n,
     if (!tmax) tmax = longest;
     if (longest > tmax) return CXS_E_RANGE;
     double *c;
-    int rc = norm_for(ds, flags, norm, &c);
+    int rc = norm_for(ds, flags, norm, &c, NULL);
     if (rc) return rc;
     pad_ctx pc = {0};
     rc = pad_batch(ds, utts, n, tmax, c, c ? c + ds->meta.dim : NULL,
@@ -148,6 +149,43 @@ int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n,
     pad_ctx_free(&pc);
     free(c);
     return rc;
+}
+
+/* The label sequences of utts as targets[n][lmax] (CXS_UTT_PAD_LABEL after
+ * each) and their lengths; lmax at least the longest (checked by callers). */
+static int pad_targets(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t lmax,
+                       int64_t *targets, int64_t *target_lengths) {
+    for (size_t i = 0; i < n; i++) {
+        int64_t *row = targets + i * lmax;
+        uint32_t len;
+        int rc = cxs_dataset_label_seq(ds, utts[i], row, (uint32_t)lmax, &len);
+        if (rc) return rc;
+        for (uint64_t j = len; j < lmax; j++) row[j] = CXS_UTT_PAD_LABEL;
+        target_lengths[i] = len;
+    }
+    return 0;
+}
+
+/* The longest label sequence of utts. */
+static uint64_t longest_seq(const cxs_dataset *ds, const uint64_t *utts, size_t n) {
+    uint64_t longest = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len = 0;
+        if (!cxs_dataset_label_seq(ds, utts[i], NULL, 0, &len) && len > longest) longest = len;
+    }
+    return longest;
+}
+
+int cxs_dataset_pad_targets(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t lmax,
+                            int64_t *targets, int64_t *target_lengths) {
+    if (!ds || (n && (!utts || !targets || !target_lengths))) return CXS_E_INVALID;
+    if (!ds->has_seqs) return CXS_E_NO_SEQUENCES;
+    for (size_t i = 0; i < n; i++)
+        if (utts[i] >= ds->meta.num_utterances) return CXS_E_RANGE;
+    uint64_t longest = longest_seq(ds, utts, n);
+    if (!lmax) lmax = longest;
+    if (longest > lmax || lmax > UINT32_MAX) return CXS_E_RANGE;
+    return pad_targets(ds, utts, n, lmax, targets, target_lengths);
 }
 
 /* ---- the loader -------------------------------------------------------- */
@@ -159,6 +197,7 @@ typedef struct uslot {
     uint64_t batch;
     float *x;
     int64_t *lengths, *y;
+    int64_t *targets, *tlen; /* opts.targets: [cap][seq_max], [cap] */
     uint64_t *utts;
     cxs_utt_batch pub;
 } uslot;
@@ -247,9 +286,15 @@ static void *uworker_main(void *arg) {
                      : pad_batch(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
                                  !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,
                                  l->o.labels ? s->y : NULL, &w->c);
+        uint64_t lmax = 0;
+        if (!rc && l->o.targets) {
+            lmax = longest_seq(ds, s->utts, n);
+            rc = pad_targets(ds, s->utts, n, lmax, s->targets, s->tlen);
+        }
         s->rc = rc;
         s->pub = (cxs_utt_batch){s->x, s->lengths, l->o.labels ? s->y : NULL, s->utts, (size_t)n,
-                                 tmax, frames, pos, g};
+                                 tmax, frames, pos, g, l->o.targets ? s->targets : NULL,
+                                 l->o.targets ? s->tlen : NULL, lmax};
         pthread_mutex_lock(&l->mu);
         if (gen == l->generation) {
             s->state = READY;
@@ -293,6 +338,8 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
         free(l->ring[i].x);
         free(l->ring[i].lengths);
         free(l->ring[i].y);
+        free(l->ring[i].targets);
+        free(l->ring[i].tlen);
         free(l->ring[i].utts);
     }
     free(l->ring);
@@ -311,14 +358,19 @@ static unsigned default_threads(void) {
 
 /* Under mu (or before the workers start): the plan and batch count of
  * (epoch, start). */
-static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
+static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start, cxs_diag *d) {
     cxs_utt_plan *p;
     int rc = cxs_utt_plan_get(l->sampler, epoch, &p);
-    if (rc) return rc;
+    if (rc) return cxs_diagf(d, rc, "utterance loader: the order of epoch %llu: %s",
+                             (unsigned long long)epoch, cxs_strerror(rc));
     uint64_t len = cxs_utt_plan_length(l->sampler, p);
     if (start > len) {
         cxs_utt_plan_put(l->sampler, p);
-        return CXS_E_INVALID;
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "utterance loader: start %llu is past this rank's %llu batches of "
+                         "epoch %llu",
+                         (unsigned long long)start, (unsigned long long)len,
+                         (unsigned long long)epoch);
     }
     if (l->plan) cxs_utt_plan_put(l->sampler, l->plan);
     l->plan = p;
@@ -329,20 +381,58 @@ static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
     return 0;
 }
 
+/* The options' own checks, each named. */
+static int check_opts(const cxs_dataset *ds, const cxs_utt_loader_opts *o, cxs_diag *d) {
+    if (o->threads > 256)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance loader: threads %u (0 to 256; 0: min(CPUs, 4))",
+                         o->threads);
+    if (o->ring > 1024)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance loader: ring %u (0 to 1024; 0: threads + 2)",
+                         o->ring);
+    if (o->flags & ~PAD_FLAGS)
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "utterance loader: unknown flags 0x%x (CXS_GATHER_NORMALIZE, "
+                         "CXS_PAD_PER_UTTERANCE)",
+                         o->flags & ~PAD_FLAGS);
+    if (o->labels > 1 || o->targets > 1)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance loader: labels and targets are 0 or 1");
+    if (o->readahead > CXS_READAHEAD_OFF)
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "utterance loader: readahead %u (0, or CXS_READAHEAD_OFF)", o->readahead);
+    if (o->labels && !ds->meta.label_width)
+        return cxs_diagf(d, CXS_E_NO_LABELS,
+                         ds->has_seqs ? "utterance loader: per-frame labels asked of a dataset of "
+                                        "label sequences only (ask for the targets)"
+                                      : "utterance loader: labels asked of a features-only "
+                                        "dataset");
+    if (o->targets && !ds->has_seqs)
+        return cxs_diagf(d, CXS_E_NO_SEQUENCES,
+                         "utterance loader: targets (label sequences) asked of a dataset without "
+                         "them (pack it with --transcripts sequence or both)");
+    return 0;
+}
+
 int cxs_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
                           const cxs_utt_loader_opts *opts, uint64_t epoch, uint64_t start,
                           cxs_utt_loader **out) {
-    if (!ds || !sampler || !opts || !out || opts->threads > 256 || opts->ring > 1024 ||
-        (opts->flags & ~PAD_FLAGS) || opts->labels > 1 || opts->readahead > CXS_READAHEAD_OFF)
-        return CXS_E_INVALID;
-    if (opts->labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
+    return cxs_utt_loader_create_ex(ds, sampler, opts, epoch, start, out, NULL);
+}
+
+int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
+                             const cxs_utt_loader_opts *opts, uint64_t epoch, uint64_t start,
+                             cxs_utt_loader **out, cxs_diag *diag) {
+    if (!ds || !sampler || !opts || !out)
+        return cxs_diagf(diag, CXS_E_INVALID,
+                         "utterance loader: dataset, sampler, options and out must not be NULL");
+    int rc = check_opts(ds, opts, diag);
+    if (rc) return rc;
     cxs_utt_loader *l = calloc(1, sizeof *l);
-    if (!l) return -ENOMEM;
+    if (!l) return cxs_diagf(diag, -ENOMEM, "utterance loader: out of memory");
     l->ds = ds;
     l->sampler = sampler;
     l->o = *opts;
     l->o.norm = NULL; /* copied: the caller's may go */
-    int rc = norm_for(ds, opts->flags, opts->norm, &l->norm);
+    rc = norm_for(ds, opts->flags, opts->norm, &l->norm, diag);
     if (rc) {
         free(l);
         return rc;
@@ -370,10 +460,19 @@ int cxs_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
         s->lengths = malloc((size_t)l->cap * sizeof *s->lengths);
         s->utts = malloc((size_t)l->cap * sizeof *s->utts);
         if (l->o.labels) s->y = malloc((size_t)l->max_frames * sizeof *s->y + 1);
-        if (!s->x || !s->lengths || !s->utts || (l->o.labels && !s->y)) rc = -ENOMEM;
+        if (l->o.targets) {
+            s->targets = malloc((size_t)l->cap * ds->seq_max * sizeof *s->targets + 1);
+            s->tlen = malloc((size_t)l->cap * sizeof *s->tlen);
+        }
+        if (!s->x || !s->lengths || !s->utts || (l->o.labels && !s->y) ||
+            (l->o.targets && (!s->targets || !s->tlen)))
+            rc = -ENOMEM;
     }
-    if (!rc) rc = position(l, epoch, start);
-    if (!rc) rc = start_threads(l);
+    if (rc) cxs_diagf(diag, rc, "utterance loader: out of memory for %u batch buffers of %llu "
+                      "frames", l->nring, (unsigned long long)l->max_frames);
+    if (!rc) rc = position(l, epoch, start, diag);
+    if (!rc && (rc = start_threads(l)))
+        cxs_diagf(diag, rc, "utterance loader: no worker thread could be started");
     if (rc) {
         cxs_utt_loader_free(l);
         return rc;
@@ -388,13 +487,16 @@ static int respawn(cxs_utt_loader *l) {
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv_work, NULL);
     pthread_cond_init(&l->cv_ready, NULL);
-    l->pid = getpid();
     l->generation++;
     l->stop = 0;
     for (uint32_t i = 0; i < l->nring; i++)
         if ((int)i != l->held) l->ring[i].state = FREE;
     l->next_claim = l->next_take;
-    return start_threads(l);
+    int rc = start_threads(l);
+    /* only once workers run: a failed start is retried by the next call
+     * instead of waiting for batches no one fills */
+    if (!rc) l->pid = getpid();
+    return rc;
 }
 
 int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
@@ -437,7 +539,7 @@ int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
         if (rc) return rc;
     }
     pthread_mutex_lock(&l->mu);
-    int rc = position(l, epoch, start);
+    int rc = position(l, epoch, start, NULL);
     if (!rc) {
         l->generation++;
         for (uint32_t i = 0; i < l->nring; i++)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ctxshard.h"
 #include "util.h"
@@ -45,7 +46,7 @@ static int measure(const char *dir, cxs_dataset *ds, const bench_utt_opts *o, ui
         cxs_utt_sampler *r = NULL;
         t0 = now_seconds();
         rc = u ? cxs_utt_sampler_create(ds, &so, &r, NULL) : -ENOMEM;
-        if (!rc) rc = cxs_utt_sampler_batch(r, 0, n / 2, u, cxs_utt_sampler_max_batch(r), &m, NULL);
+        if (!rc && n) rc = cxs_utt_sampler_batch(r, 0, n / 2, u, cxs_utt_sampler_max_batch(r), &m, NULL);
         f->resume_ms = (now_seconds() - t0) * 1e3;
         cxs_utt_sampler_free(r);
         free(u);
@@ -55,13 +56,16 @@ static int measure(const char *dir, cxs_dataset *ds, const bench_utt_opts *o, ui
     t0 = now_seconds();
     if ((rc = cxs_utt_loader_create(ds, s, &lo, 0, 0, &l))) goto fail;
     const cxs_utt_batch *b;
-    uint64_t want = o->batches ? o->batches : n;
+    uint64_t want = o->batches ? o->batches : n, epoch = 0, in_epoch = 0;
     while (f->batches < want) {
         if ((rc = cxs_utt_loader_next(l, &b))) goto fail;
         if (!b) {
-            if ((rc = cxs_utt_loader_reset(l, f->batches, 0))) goto fail;
+            if (!in_epoch) break; /* an epoch without batches: nothing to measure */
+            in_epoch = 0;
+            if ((rc = cxs_utt_loader_reset(l, ++epoch, 0))) goto fail;
             continue;
         }
+        in_epoch++;
         if (!f->batches) f->first_ms = (now_seconds() - t0) * 1e3;
         f->batches++;
         f->utts += b->n;
@@ -94,9 +98,11 @@ int bench_utt_run(const char *dir, const bench_utt_opts *o) {
         return ec;
     }
     if (o->json) {
-        printf("{\"dataset\": \"%s\", \"utterances\": %llu, \"frames\": %llu, \"frame_budget\": "
+        printf("{\"dataset\": ");
+        json_print_string(dir, strlen(dir));
+        printf(", \"utterances\": %llu, \"frames\": %llu, \"frame_budget\": "
                "%llu, \"threads\": %u",
-               dir, (unsigned long long)in.num_utterances, (unsigned long long)in.num_frames,
+               (unsigned long long)in.num_utterances, (unsigned long long)in.num_frames,
                (unsigned long long)o->frame_budget, o->threads);
         for (int i = 0; i < 2; i++)
             printf(", \"%s\": {\"batches\": %llu, \"epoch_batches\": %llu, \"utterances_per_s\": "

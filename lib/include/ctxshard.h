@@ -785,6 +785,18 @@ CXS_API int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, s
                                   uint64_t tmax, uint32_t flags, const cxs_norm *norm, float *x,
                                   int64_t *lengths, int64_t *y);
 
+/**
+ * The label sequences of n utterances as a padded batch of CTC targets:
+ * targets[n][lmax] int64 vocabulary indices, CXS_UTT_PAD_LABEL past each
+ * sequence's end, and target_lengths[n].  lmax must be at least the
+ * longest of them (0: exactly the longest; the caller's buffer must then
+ * hold it: see cxs_info.max_seq_length).  Returns 0, CXS_E_NO_SEQUENCES (a
+ * dataset without label sequences), CXS_E_RANGE (an utterance past the
+ * end, or a sequence longer than lmax), CXS_E_INVALID.
+ */
+CXS_API int cxs_dataset_pad_targets(const cxs_dataset *ds, const uint64_t *utts, size_t n,
+                                    uint64_t lmax, int64_t *targets, int64_t *target_lengths);
+
 typedef struct cxs_utt_loader_opts {
     uint32_t threads;     /**< worker threads; 0: min(CPUs, 4) */
     uint32_t ring;        /**< batch buffers; 0: threads + 2 (at least 3) */
@@ -796,14 +808,15 @@ typedef struct cxs_utt_loader_opts {
                                read the next group of blocks ahead
                                (MADV_WILLNEED) when the first batch of a group
                                is taken; CXS_READAHEAD_OFF: no */
+    uint32_t targets;     /**< 1: the label sequences too, as CTC targets
+                               (cxs_utt_batch.targets; needs a dataset with
+                               sequences, CXS_E_NO_SEQUENCES otherwise) */
 } cxs_utt_loader_opts;
 
 /**
  * A padded batch handed out by cxs_utt_loader_next; valid until the next
- * call.  Fields may be added at the end (the loader allocates it): label
- * sequences (CTC targets) will come as `const int64_t *targets`
- * ([n][lmax], padded with CXS_UTT_PAD_LABEL), `const int64_t
- * *target_lengths` ([n]) and `uint64_t lmax`, after `global`.
+ * call (or cxs_utt_loader_reset).  Fields may be added at the end (the
+ * loader allocates it).
  */
 typedef struct cxs_utt_batch {
     const float *x;         /**< [n][tmax][dim], zero past each length */
@@ -816,6 +829,11 @@ typedef struct cxs_utt_batch {
     uint64_t frames;        /**< real frames: the sum of lengths */
     uint64_t index;         /**< this rank's position of the batch in the epoch */
     uint64_t global;        /**< its place in the epoch's global batch order */
+    const int64_t *targets; /**< [n][lmax] label sequences (vocabulary
+                                 indices), CXS_UTT_PAD_LABEL past each
+                                 target length; NULL unless opts.targets */
+    const int64_t *target_lengths; /**< [n] symbols; NULL unless opts.targets */
+    uint64_t lmax;          /**< the longest label sequence of the batch */
 } cxs_utt_batch;
 
 typedef struct cxs_utt_loader cxs_utt_loader;
@@ -826,17 +844,23 @@ typedef struct cxs_utt_loader cxs_utt_loader;
  * sampler must outlive it.  The batches and their order never depend on
  * the thread count.  Fork-safe like cxs_loader: a forked child's first
  * call starts new workers at the child's position.  Returns 0, -ENOMEM,
- * -EAGAIN, CXS_E_NO_LABELS, CXS_E_INVALID (start past the rank's length,
- * unknown flags, normalisation without statistics).
+ * -EAGAIN, CXS_E_NO_LABELS, CXS_E_NO_SEQUENCES, CXS_E_INVALID (start past
+ * the rank's length, unknown flags, normalisation without statistics).
  */
 CXS_API int cxs_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
                                   const cxs_utt_loader_opts *opts, uint64_t epoch,
                                   uint64_t start, cxs_utt_loader **out);
+/** cxs_utt_loader_create with a diagnostic: on failure diag (may be NULL)
+ * says which option is wrong and why.  The same return codes. */
+CXS_API int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
+                                     const cxs_utt_loader_opts *opts, uint64_t epoch,
+                                     uint64_t start, cxs_utt_loader **out, cxs_diag *diag);
 /** Hand back the previous batch and take the next (waiting for it); *batch
  * NULL at the end of the epoch.  Returns 0 or the first error met. */
 CXS_API int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch);
-/** Restart at (epoch, start), discarding prefetched batches.  The position
- * to save for an exact resume is the last batch's index + 1. */
+/** Restart at (epoch, start), discarding prefetched batches; the batch
+ * handed out last becomes invalid.  The position to save for an exact
+ * resume is the last batch's index + 1. */
 CXS_API int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start);
 /** Stop and join the workers, free the ring.  NULL is a no-op. */
 CXS_API void cxs_utt_loader_free(cxs_utt_loader *l);
