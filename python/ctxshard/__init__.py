@@ -366,6 +366,13 @@ class Dataset:
         return uid, feats, labels
 
     @property
+    def has_frame_labels(self):
+        """True when every frame has a label (LABELS): the frame
+        classifier's target.  False for features only and for a dataset of
+        label sequences only."""
+        return bool(self._info.label_width)
+
+    @property
     def has_label_seqs(self):
         """True when every utterance has a label sequence (label_seq(u)):
         the phoneme sequence of a sequence model's target (CTC, attention),

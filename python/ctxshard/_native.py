@@ -116,16 +116,16 @@ class UttSamplerOpts(Structure):
 
 class UttLoaderOpts(Structure):
     _fields_ = [("threads", c_uint32), ("ring", c_uint32), ("flags", c_uint32),
-                ("labels", c_uint32), ("norm", POINTER(Norm)), ("readahead", c_uint32)]
+                ("labels", c_uint32), ("norm", POINTER(Norm)), ("readahead", c_uint32),
+                ("targets", c_uint32)]
 
 
-# Fields may be added at the end (the library allocates it): CTC targets
-# will come as ("targets", c_void_p), ("target_lengths", c_void_p),
-# ("lmax", c_uint64) after "global".
+# Fields may be added at the end (the library allocates it).
 class UttBatch(Structure):
     _fields_ = [("x", c_void_p), ("lengths", c_void_p), ("y", c_void_p), ("utts", c_void_p),
                 ("n", c_size_t), ("tmax", c_uint64), ("frames", c_uint64), ("index", c_uint64),
-                ("global", c_uint64)]
+                ("global", c_uint64), ("targets", c_void_p), ("target_lengths", c_void_p),
+                ("lmax", c_uint64)]
 
 
 UTT_SEQUENTIAL, UTT_SHUFFLE = 0, 1
@@ -318,8 +318,12 @@ def _load():
                                           POINTER(c_uint32), POINTER(c_uint64)]),
         "cxs_dataset_pad_batch": (c_int, [ds, c_void_p, c_size_t, c_uint64, c_uint32,
                                           POINTER(Norm), c_void_p, c_void_p, c_void_p]),
+        "cxs_dataset_pad_targets": (c_int, [ds, c_void_p, c_size_t, c_uint64, c_void_p,
+                                            c_void_p]),
         "cxs_utt_loader_create": (c_int, [ds, c_void_p, POINTER(UttLoaderOpts), c_uint64,
                                           c_uint64, POINTER(c_void_p)]),
+        "cxs_utt_loader_create_ex": (c_int, [ds, c_void_p, POINTER(UttLoaderOpts), c_uint64,
+                                             c_uint64, POINTER(c_void_p), POINTER(Diag)]),
         "cxs_utt_loader_next": (c_int, [c_void_p, POINTER(POINTER(UttBatch))]),
         "cxs_utt_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
         "cxs_utt_loader_free": (None, [c_void_p]),

@@ -164,12 +164,29 @@ def _labels_default(func, ds, labels):
     dataset is an error that says so."""
     labels = _a.optional_flag(func, "labels", labels)
     if labels is None:
-        return bool(ds.num_classes)
-    if labels and not ds.num_classes:
+        return ds.has_frame_labels
+    if labels and not ds.has_frame_labels:
+        if ds.has_label_seqs:
+            raise ValueError(f"{func}: labels=True, but {ds.path} has label sequences only, no "
+                             "per-frame labels: whole-utterance batches carry them as targets "
+                             "(UtteranceLoader, UtteranceDataset); or pass labels=False")
         raise ValueError(f"{func}: labels=True, but {ds.path} has no labels (features only, "
                          "like a test split): leave labels unset (the default: labels when "
                          "the dataset has them) or pass labels=False")
     return labels
+
+
+def _targets_default(func, ds, targets):
+    """targets=None: whether the dataset has label sequences; True on one
+    without them is an error that says so."""
+    targets = _a.optional_flag(func, "targets", targets)
+    if targets is None:
+        return ds.has_label_seqs
+    if targets and not ds.has_label_seqs:
+        raise ValueError(f"{func}: targets=True, but {ds.path} has no label sequences (pack it "
+                         "with --transcripts sequence or both): leave targets unset or pass "
+                         "targets=False")
+    return targets
 
 
 def _default_threads():
@@ -750,45 +767,86 @@ class UtteranceBatchSampler(_u.UtteranceSampler):
     _FUNC = "UtteranceBatchSampler"
 
 
-class _PaddedBatch(collections.abc.Sequence):
-    """A padded batch assembled at once, presented as a sequence of (x_i,
-    y_i) utterances; pad_collate returns its tensors as they are."""
+class Utterance(tuple):
+    """One utterance of an UtteranceDataset: (x [T, D]), then y [T] when
+    the dataset has per-frame labels, then target [L] (its label
+    sequence) when targets are on.  A tuple; `fields` names its parts, so
+    that pad_collate pads each as it should."""
 
-    def __init__(self, x, lengths, y):
+    def __new__(cls, parts, fields):
+        t = super().__new__(cls, parts)
+        t.fields = fields
+        return t
+
+
+class _PaddedBatch(collections.abc.Sequence):
+    """A padded batch assembled at once, presented as a sequence of
+    Utterance items; pad_collate returns its tensors as they are."""
+
+    def __init__(self, x, lengths, y, targets=None, target_lengths=None):
         self.x, self.lengths, self.y = x, lengths, y
+        self.targets, self.target_lengths = targets, target_lengths
 
     def __len__(self):
         return len(self.x)
 
     def __getitem__(self, i):
         t = int(self.lengths[i])
-        return (self.x[i, :t], self.y[i, :t]) if self.y is not None else self.x[i, :t]
+        parts, fields = [self.x[i, :t]], ["x"]
+        if self.y is not None:
+            parts.append(self.y[i, :t])
+            fields.append("y")
+        if self.targets is not None:
+            parts.append(self.targets[i, :int(self.target_lengths[i])])
+            fields.append("target")
+        return Utterance(parts, tuple(fields)) if len(parts) > 1 else parts[0]
+
+    def tensors(self):
+        out = [self.x, self.lengths]
+        if self.y is not None:
+            out.append(self.y)
+        if self.targets is not None:
+            out += [self.targets, self.target_lengths]
+        return tuple(out)
 
 
 def pad_collate(batch):
     """collate_fn for DataLoader over an UtteranceDataset: (x [B, Tmax, D],
-    lengths [B], y [B, Tmax]) -- or (x, lengths) without labels -- with y
-    padded by PAD_LABEL (-100, CrossEntropyLoss's ignore_index).  A batch
-    from UtteranceDataset.__getitems__ comes out without a copy; a list of
-    utterances is padded with torch.nn.utils.rnn.pad_sequence."""
+    lengths [B]), then y [B, Tmax] when the dataset has per-frame labels
+    (padded by PAD_LABEL = -100, CrossEntropyLoss's ignore_index), then
+    targets [B, Lmax] and target_lengths [B] when it has label sequences
+    (padded by PAD_LABEL too; CTCLoss reads only target_lengths[i] of
+    each row).  A batch from UtteranceDataset.__getitems__ comes out
+    without a copy; a list of utterances (Utterance items, (x, y) pairs
+    or x alone) is padded with torch.nn.utils.rnn.pad_sequence."""
     if isinstance(batch, _PaddedBatch):
-        return (batch.x, batch.lengths, batch.y) if batch.y is not None else (batch.x,
-                                                                               batch.lengths)
+        return batch.tensors()
     from torch.nn.utils.rnn import pad_sequence
-    if batch and isinstance(batch[0], (tuple, list)):
-        xs, ys = zip(*batch)
+    if batch and isinstance(batch[0], Utterance):
+        fields = batch[0].fields
+    elif batch and isinstance(batch[0], (tuple, list)):
+        fields = ("x", "y")
     else:
-        xs, ys = batch, None
-    lengths = torch.tensor([len(x) for x in xs], dtype=torch.int64)
-    x = pad_sequence(list(xs), batch_first=True)
-    if ys is None:
-        return x, lengths
-    return x, lengths, pad_sequence(list(ys), batch_first=True, padding_value=PAD_LABEL)
+        fields = ("x",)
+        batch = [(x,) for x in batch]
+    parts = dict(zip(fields, zip(*batch))) if batch else {f: () for f in fields}
+    xs = list(parts["x"])
+    out = [pad_sequence(xs, batch_first=True),
+           torch.tensor([len(x) for x in xs], dtype=torch.int64)]
+    if "y" in parts:
+        out.append(pad_sequence(list(parts["y"]), batch_first=True, padding_value=PAD_LABEL))
+    if "target" in parts:
+        ts = list(parts["target"])
+        out += [pad_sequence(ts, batch_first=True, padding_value=PAD_LABEL),
+                torch.tensor([len(t) for t in ts], dtype=torch.int64)]
+    return tuple(out)
 
 
 class UtteranceDataset(_TorchDataset):
     """The utterances of a packed dataset as (x float32 [T, D], y int64
-    [T]) -- x alone for a features-only dataset -- for a DataLoader with
+    [T]) -- x alone for a features-only dataset, (x, target int64 [L]) for
+    one of label sequences, (x, y, target) for one with both (targets=False
+    leaves the sequences out) -- for a DataLoader with
     UtteranceBatchSampler and pad_collate.  __getitems__ assembles a whole
     padded batch in the library (one call, any stored dtype, compressed
     datasets too).  normalize: as FrameDataset (normalize=train_ds for the
@@ -796,11 +854,12 @@ class UtteranceDataset(_TorchDataset):
     mean and variance per dimension.  Works in forked or spawned workers
     (the dataset is reopened by path)."""
 
-    def __init__(self, path, normalize=False, per_utterance=False, labels=None):
+    def __init__(self, path, normalize=False, per_utterance=False, labels=None, targets=None):
         f = "UtteranceDataset"
         ds = path if isinstance(path, Dataset) else Dataset(_a.path(f, "path", path))
         self.path = ds.path
         self.labels = _labels_default(f, ds, labels)
+        self.targets = _targets_default(f, ds, targets)
         self.per_utterance = _a.flag(f, "per_utterance", per_utterance)
         mode, st = normalization(f, ds, normalize)
         self.normalize = False if mode is None else ("own" if mode == "own" else st)
@@ -827,16 +886,21 @@ class UtteranceDataset(_TorchDataset):
         nrm = self.dataset if self.normalize == "own" else self.normalize
         x, lengths, y = _u.pad_batch(self.dataset, indices, normalize=nrm,
                                      per_utterance=self.per_utterance, labels=self.labels)
-        return (torch.from_numpy(x), torch.from_numpy(lengths),
-                torch.from_numpy(y) if y is not None else None)
+        t = tl = None
+        if self.targets:
+            t, tl = (torch.from_numpy(a) for a in _u.pad_targets(self.dataset, indices))
+        return _PaddedBatch(torch.from_numpy(x), torch.from_numpy(lengths),
+                            torch.from_numpy(y) if y is not None else None, t, tl)
 
     def __getitem__(self, u):
+        """x [T, D] float32 for a features-only dataset, else an Utterance:
+        (x, y [T]) with per-frame labels, (x, target [L]) with label
+        sequences, (x, y, target) with both."""
         u = _a.index("UtteranceDataset", "u", u, self._len, "utterances")
-        x, _, y = self._fetch(np.array([u], dtype=np.uint64))
-        return (x[0], y[0]) if y is not None else x[0]
+        return self._fetch(np.array([u], dtype=np.uint64))[0]
 
     def __getitems__(self, indices):
-        return _PaddedBatch(*self._fetch(np.asarray(indices, dtype=np.uint64)))
+        return self._fetch(np.asarray(indices, dtype=np.uint64))
 
 
 class _LoaderSampler(_u.UtteranceSampler):
@@ -846,8 +910,11 @@ class _LoaderSampler(_u.UtteranceSampler):
 class UtteranceLoader:
     """Padded batches of whole utterances from the library's prefetching
     utterance loader: (x float32 [B, Tmax, D] zero-padded, lengths int64
-    [B], y int64 [B, Tmax] padded with PAD_LABEL = -100) -- (x, lengths)
-    for a features-only dataset -- fresh tensors, yours to keep.
+    [B]), then y int64 [B, Tmax] padded with PAD_LABEL = -100 when the
+    dataset has per-frame labels (labels=False: not), then targets int64
+    [B, Lmax] padded with PAD_LABEL and target_lengths int64 [B] when it
+    has label sequences (targets=False: not) -- the inputs of torch's
+    CTCLoss.  Fresh tensors, yours to keep.
 
     The batches are UtteranceSampler's (frame_budget, shuffle, seed,
     buckets, max_batch, long_utterances, drop_last, memory, blocks; rank
@@ -864,7 +931,7 @@ class UtteranceLoader:
     def __init__(self, path, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, drop_last=False, buckets=None, max_batch=None,
                  long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
-                 memory=None, blocks=None, device=None):
+                 memory=None, blocks=None, device=None, targets=None):
         f = "UtteranceLoader"
         if not isinstance(path, Dataset):
             path = _a.path(f, "path", path)
@@ -876,6 +943,7 @@ class UtteranceLoader:
                                       world_size, drop_last, buckets, max_batch,
                                       long_utterances, memory, blocks)
         self.labels = _labels_default(f, self.dataset, labels)
+        self.targets = _targets_default(f, self.dataset, targets)
         self._flags, self._norm, self._keep = _u._norm_args(f, self.dataset, normalize,
                                                             per_utterance)
         self.input_size = self.dataset.dim
@@ -908,13 +976,15 @@ class UtteranceLoader:
         s = self.sampler
         order = s._order()
         opts = _n.UttLoaderOpts(self.threads, 0, self._flags, int(self.labels),
-                                ctypes.pointer(self._norm) if self._norm is not None else None)
+                                ctypes.pointer(self._norm) if self._norm is not None else None,
+                                0, int(self.targets))
         ptr = ctypes.c_void_p()
         epoch = s.epoch
-        rc = _lib.cxs_utt_loader_create(self.dataset._ptr, order.ptr, ctypes.byref(opts), epoch,
-                                        s._start, ctypes.byref(ptr))
+        diag = _n.Diag()
+        rc = _lib.cxs_utt_loader_create_ex(self.dataset._ptr, order.ptr, ctypes.byref(opts),
+                                           epoch, s._start, ctypes.byref(ptr), ctypes.byref(diag))
         if rc:
-            _raise(rc, what="utterance loader")
+            _raise(rc, diag, what="utterance loader")
         bp = ctypes.POINTER(_n.UttBatch)()
         D = self.dataset.dim
         try:
@@ -934,14 +1004,24 @@ class UtteranceLoader:
                 if b.y:
                     y = torch.empty((n, T), dtype=torch.int64)
                     ctypes.memmove(y.data_ptr(), b.y, n * T * 8)
+                out = [x, lengths] + ([y] if y is not None else [])
+                keep = {id(lengths)}
+                if b.targets:
+                    L = b.lmax
+                    t = torch.empty((n, L), dtype=torch.int64)
+                    ctypes.memmove(t.data_ptr(), b.targets, n * L * 8)
+                    tl = torch.empty(n, dtype=torch.int64)
+                    ctypes.memmove(tl.data_ptr(), b.target_lengths, n * 8)
+                    out += [t, tl]
+                    keep.add(id(tl))
                 s._start = b.index + 1
                 self.batch_info = {"utterances": np.ctypeslib.as_array(
                     ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)), shape=(n,)).copy(),
                     "global": getattr(b, "global"), "index": b.index, "frames": b.frames}
-                if self.device is not None:
-                    x = x.to(self.device, non_blocking=True)
-                    y = y.to(self.device, non_blocking=True) if y is not None else None
-                yield (x, lengths, y) if y is not None else (x, lengths)
+                if self.device is not None:  # the lengths stay on the CPU (as CTCLoss likes)
+                    out = [v if id(v) in keep else v.to(self.device, non_blocking=True)
+                           for v in out]
+                yield tuple(out)
             s.epoch, s._origin, s._start = epoch + 1, 0, 0
         finally:
             _lib.cxs_utt_loader_free(ptr)

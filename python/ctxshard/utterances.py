@@ -18,7 +18,7 @@ import numpy as np
 from . import Dataset, _args as _a, _native as _n, _raise, normalization
 from ._native import lib as _lib
 
-__all__ = ["UtteranceSampler", "pad_batch", "PAD_LABEL"]
+__all__ = ["UtteranceSampler", "pad_batch", "pad_targets", "PAD_LABEL"]
 
 PAD_LABEL = _n.UTT_PAD_LABEL  # label of padded frames: torch's ignore_index
 
@@ -280,9 +280,11 @@ def pad_batch(dataset, utterances, normalize=False, per_utterance=False, labels=
                          f"(the dataset has {ds.num_utterances} utterances)")
     utts = utts.astype(np.uint64)
     want = _a.optional_flag(f, "labels", labels)
-    if want and not ds.num_classes:
-        raise ValueError(f"{f}: labels=True, but {ds.path} has no labels (features only)")
-    want = bool(ds.num_classes) if want is None else want
+    if want and not ds.has_frame_labels:
+        raise ValueError(f"{f}: labels=True, but {ds.path} has no per-frame labels "
+                         + ("(label sequences only: pad_targets)" if ds.has_label_seqs
+                            else "(features only)"))
+    want = ds.has_frame_labels if want is None else want
     flags, nrm, _keep = _norm_args(f, ds, normalize, per_utterance)
     lengths = np.empty(len(utts), dtype=np.int64)
     for i, u in enumerate(utts):
@@ -296,3 +298,30 @@ def pad_batch(dataset, utterances, normalize=False, per_utterance=False, labels=
     if rc:
         _raise(rc, what=f)
     return x, lengths, y
+
+
+def pad_targets(dataset, utterances):
+    """(targets int64 [B, Lmax], target_lengths int64 [B]) of the given
+    utterance numbers: their label sequences (vocabulary indices, the CTC
+    targets) padded with PAD_LABEL (-100) past each length, Lmax the
+    longest of them.  ValueError when the dataset has no label sequences
+    (has_label_seqs)."""
+    f = "pad_targets"
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(_a.path(f, "dataset", dataset))
+    utts = np.ascontiguousarray(utterances)
+    if utts.ndim != 1 or not (np.issubdtype(utts.dtype, np.integer) or utts.size == 0):
+        raise TypeError(f"{f}: utterances must be a 1-D sequence of utterance numbers")
+    if utts.size and (utts.min() < 0 or utts.max() >= ds.num_utterances):
+        raise IndexError(f"{f}: utterance numbers must be in 0..{ds.num_utterances - 1} "
+                         f"(the dataset has {ds.num_utterances} utterances)")
+    if not ds.has_label_seqs:
+        raise ValueError(f"{f}: {ds.path} has no label sequences (pack it with --transcripts "
+                         "sequence or both)")
+    utts = utts.astype(np.uint64)
+    lengths = np.empty(len(utts), dtype=np.int64)
+    targets = np.empty((len(utts), ds.max_seq_length), dtype=np.int64)
+    rc = _lib.cxs_dataset_pad_targets(ds._ptr, utts.ctypes.data, len(utts), ds.max_seq_length,
+                                      targets.ctypes.data, lengths.ctypes.data)
+    if rc:
+        _raise(rc, what=f)
+    return np.ascontiguousarray(targets[:, :int(lengths.max()) if len(utts) else 0]), lengths

@@ -27,6 +27,7 @@ import reference  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-utt-")
 RAW = os.path.join(TMP, "raw")
+SEQRAW = os.path.join(TMP, "seqraw")
 BUDGET = 9000
 
 
@@ -43,6 +44,13 @@ def setUpModule():
     run("synth", os.path.join(TMP, "testraw"), "--utts", 5, "--seed", 7, "--dim", 10,
         "--no-transcripts", "--quiet")
     run("pack", os.path.join(TMP, "testraw"), os.path.join(TMP, "test"), "--quiet")
+    # label sequences: HW3P2-style transcripts alone, and with frame labels
+    run("synth", SEQRAW, "--utts", 30, "--seed", 8, "--dim", 10, "--transcripts", "sequence",
+        "--quiet")
+    run("pack", SEQRAW, os.path.join(TMP, "seq"), "--transcripts", "sequence", "--quiet")
+    run("pack", SEQRAW, os.path.join(TMP, "seqz"), "--transcripts", "sequence", "--compress",
+        "zstd", "--quiet")
+    run("pack", RAW, os.path.join(TMP, "both"), "--transcripts", "both", "--quiet")
 
 
 def tearDownModule():
@@ -206,6 +214,105 @@ class Utterances(unittest.TestCase):
                            text=True)
         self.assertEqual(r.returncode, 2)
         self.assertIn("longer than frame_budget 100", r.stderr)
+
+
+def reference_targets(raw, utts, runs=False):
+    """(targets [B, Lmax] padded with -100, lengths) from the raw transcripts:
+    the symbols between [SOS] and [EOS] (runs=True: per-frame transcripts,
+    every run of equal symbols once), as indices of reference.PHONEMES."""
+    ids = reference.utterance_ids(raw)
+    seqs = []
+    for u in utts:
+        t = [str(p) for p in np.load(os.path.join(raw, "transcript", ids[u] + ".npy"))[1:-1]]
+        if runs:
+            t = [p for i, p in enumerate(t) if i == 0 or p != t[i - 1]]
+        seqs.append([reference.PHONEMES.index(p) for p in t])
+    out = np.full((len(utts), max(map(len, seqs))), -100, np.int64)
+    for i, q in enumerate(seqs):
+        out[i, :len(q)] = q
+    return out, np.array([len(q) for q in seqs])
+
+
+class Targets(unittest.TestCase):
+    """Label sequences as CTC targets in whole-utterance batches."""
+
+    def check(self, batch, utts, raw, runs=False):
+        t, tl = batch[-2], batch[-1]
+        want, wl = reference_targets(raw, utts, runs)
+        self.assertEqual(tl.tolist(), wl.tolist())
+        self.assertTrue(np.array_equal(t.numpy(), want))
+
+    def test_loader_serves_targets(self):
+        for name, raw, runs in (("seq", SEQRAW, False), ("seqz", SEQRAW, False),
+                                ("both", RAW, True)):
+            p = os.path.join(TMP, name)
+            seen = []
+            for threads in (1, 3):
+                L = cxt.UtteranceLoader(p, BUDGET, seed=2, threads=threads)
+                for b in L:
+                    utts = L.batch_info["utterances"].tolist()
+                    # x, lengths, [y,] targets, target_lengths
+                    self.assertEqual(len(b), 5 if name == "both" else 4)
+                    self.check(b, utts, raw, runs)
+                    if threads == 1:
+                        seen += utts
+            self.assertEqual(sorted(seen), list(range(ctxshard.open(p).num_utterances)))
+            # targets=False: the batch without them
+            b = next(iter(cxt.UtteranceLoader(p, BUDGET, targets=False)))
+            self.assertEqual(len(b), 3 if name == "both" else 2)
+
+    def test_dataset_and_collate(self):
+        p = os.path.join(TMP, "seq")
+        D = cxt.UtteranceDataset(p)
+        item = D[4]
+        self.assertEqual(item.fields, ("x", "target"))
+        want, wl = reference_targets(SEQRAW, [4])
+        self.assertEqual(item[1].tolist(), want[0, :wl[0]].tolist())
+        # the library's batch (__getitems__) and pad_sequence over single items agree
+        utts = [3, 0, 7, 5]
+        whole = cxt.pad_collate(D.__getitems__(utts))
+        single = cxt.pad_collate([D[u] for u in utts])
+        self.assertEqual(len(whole), 4)
+        for a, b in zip(whole, single):
+            self.assertTrue(torch.equal(a, b))
+        self.check(whole, utts, SEQRAW)
+        sampler = cxt.UtteranceBatchSampler(p, frame_budget=BUDGET, seed=0)
+        batches = list(sampler)  # epoch 0's; iterating moves on to epoch 1
+        sampler.set_epoch(0)
+        dl = torch.utils.data.DataLoader(D, batch_sampler=sampler, collate_fn=cxt.pad_collate)
+        n = 0
+        for (x, lengths, t, tl), utts in zip(dl, batches):
+            self.check((t, tl), list(utts), SEQRAW)
+            n += 1
+        self.assertEqual(n, len(batches))
+
+    def test_refusals(self):
+        with self.assertRaisesRegex(ValueError, "label sequences only"):
+            cxt.UtteranceLoader(os.path.join(TMP, "seq"), BUDGET, labels=True)
+        with self.assertRaisesRegex(ValueError, "no label sequences"):
+            cxt.UtteranceLoader(os.path.join(TMP, "f32"), BUDGET, targets=True)
+        with self.assertRaisesRegex(ValueError, "no label sequences"):
+            cxt.UtteranceDataset(os.path.join(TMP, "f32"), targets=True)
+        from ctxshard.utterances import pad_targets
+        with self.assertRaisesRegex(ValueError, "no label sequences"):
+            pad_targets(os.path.join(TMP, "f32"), [0])
+        # a frame loader over a dataset of sequences only: features, no labels
+        x = next(iter(cxt.Loader(os.path.join(TMP, "seq"), 2, 64, shuffle=False)))
+        self.assertEqual(tuple(x.shape), (64, 50))
+
+    def test_example_learns(self):
+        """examples/train_ctc.py: the CTC loss falls and the dev PER with it."""
+        import re
+        out = subprocess.run(
+            [sys.executable, os.path.join(SRC, "examples", "train_ctc.py"), "--synth",
+             "--train-utts", "60", "--dev-utts", "8", "--epochs", "3", "--hidden", "64"],
+            check=True, capture_output=True, text=True,
+            env=dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))).stdout
+        loss = [float(v) for v in re.findall(r"CTC loss ([\d.]+)", out)]
+        per = [float(v) for v in re.findall(r"dev PER ([\d.]+)%", out)]
+        self.assertEqual(len(loss), 3, out)
+        self.assertLess(loss[-1], loss[0] * 0.8, out)
+        self.assertLess(per[-1], 100.0, out)
 
 
 if __name__ == "__main__":
