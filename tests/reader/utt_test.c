@@ -17,7 +17,7 @@
 
 #define BUDGET 9000
 
-static char dir[256], packed[300], zpacked[300];
+static char dir[256], packed[300], zpacked[300], seqpacked[300];
 static cxs_dataset *ds;
 static cxs_info info;
 
@@ -524,18 +524,85 @@ TEST(fork_child_goes_on) {
 }
 END_TEST
 
+/* Label sequences as CTC targets: cxs_dataset_pad_targets and the
+ * loader's targets equal cxs_dataset_label_seq, padded with
+ * CXS_UTT_PAD_LABEL; asked of a dataset without them, refused by name. */
+TEST(targets_are_the_label_sequences) {
+    cxs_dataset *q;
+    ck_assert_int_eq(cxs_dataset_open(seqpacked, &q, NULL), 0);
+    cxs_info qi;
+    cxs_dataset_info(q, &qi);
+    ck_assert(qi.label_seqs);
+    const uint64_t utts[3] = {5, 0, 17};
+    uint64_t L = qi.max_seq_length;
+    int64_t *t = malloc(3 * L * sizeof *t), tl[3], *ref = malloc(L * sizeof *ref);
+    EXPECT_INT(cxs_dataset_pad_targets(q, utts, 3, L, t, tl), 0);
+    for (int i = 0; i < 3; i++) {
+        uint32_t n;
+        EXPECT_INT(cxs_dataset_label_seq(q, utts[i], ref, (uint32_t)L, &n), 0);
+        EXPECT_INT(tl[i], n);
+        for (uint64_t j = 0; j < L; j++) EXPECT_INT(t[i * L + j], j < n ? ref[j] : CXS_UTT_PAD_LABEL);
+    }
+    EXPECT_INT(cxs_dataset_pad_targets(q, utts, 3, 1, t, tl), CXS_E_RANGE); /* lmax too short */
+    EXPECT_INT(cxs_dataset_pad_targets(ds, utts, 3, L, t, tl), CXS_E_NO_SEQUENCES);
+    cxs_utt_sampler *s = sampler(q, 6, 0, 1, 0, 0);
+    cxs_utt_loader_opts o = {.threads = 2, .targets = 1};
+    cxs_utt_loader *l;
+    EXPECT_INT(cxs_utt_loader_create(q, s, &o, 0, 0, &l), 0);
+    const cxs_utt_batch *b;
+    uint64_t seen = 0;
+    while (!cxs_utt_loader_next(l, &b) && b) {
+        ck_assert(b->targets && b->target_lengths && !b->y);
+        uint64_t longest = 0;
+        for (size_t i = 0; i < b->n; i++) {
+            uint32_t n;
+            EXPECT_INT(cxs_dataset_label_seq(q, b->utts[i], ref, (uint32_t)L, &n), 0);
+            EXPECT_INT(b->target_lengths[i], n);
+            if (n > longest) longest = n;
+            for (uint64_t j = 0; j < b->lmax; j++)
+                EXPECT_INT(b->targets[i * b->lmax + j], j < n ? ref[j] : CXS_UTT_PAD_LABEL);
+        }
+        EXPECT_UINT(b->lmax, longest);
+        seen += b->n;
+    }
+    EXPECT_UINT(seen, qi.num_utterances);
+    cxs_utt_loader_free(l);
+    /* frame labels asked of sequences only; targets of a dataset without them */
+    cxs_diag d = {{0}};
+    o.labels = 1;
+    EXPECT_INT(cxs_utt_loader_create_ex(q, s, &o, 0, 0, &l, &d), CXS_E_NO_LABELS);
+    ck_assert(strstr(d.message, "label sequences only"));
+    cxs_utt_sampler_free(s);
+    s = sampler(ds, 6, 0, 1, 0, 0);
+    o.labels = 0;
+    EXPECT_INT(cxs_utt_loader_create_ex(ds, s, &o, 0, 0, &l, &d), CXS_E_NO_SEQUENCES);
+    ck_assert(strstr(d.message, "--transcripts sequence"));
+    o.targets = 0, o.threads = 300;
+    EXPECT_INT(cxs_utt_loader_create_ex(ds, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    ck_assert(strstr(d.message, "threads 300"));
+    cxs_utt_sampler_free(s);
+    free(t);
+    free(ref);
+    cxs_dataset_close(q);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (argc != 2) return 2;
     snprintf(dir, sizeof dir, "/tmp/cxs-utt-XXXXXX");
     if (!mkdtemp(dir)) return 3;
     snprintf(packed, sizeof packed, "%s/packed", dir);
     snprintf(zpacked, sizeof zpacked, "%s/zpacked", dir);
-    char cmd[2048];
+    snprintf(seqpacked, sizeof seqpacked, "%s/seqpacked", dir);
+    char cmd[3072];
     snprintf(cmd, sizeof cmd,
              "'%s' synth '%s/raw' --utts 150 --seed 4 --dim 12 --quiet && "
              "'%s' pack '%s/raw' '%s' --shard-size 2M --quiet && "
-             "'%s' pack '%s/raw' '%s' --shard-size 2M --compress zstd --chunk-size 64K --quiet",
-             argv[1], dir, argv[1], dir, packed, argv[1], dir, zpacked);
+             "'%s' pack '%s/raw' '%s' --shard-size 2M --compress zstd --chunk-size 64K --quiet && "
+             "'%s' synth '%s/seqraw' --utts 40 --seed 5 --dim 6 --transcripts sequence --quiet && "
+             "'%s' pack '%s/seqraw' '%s' --shard-size 256K --transcripts sequence --quiet",
+             argv[1], dir, argv[1], dir, packed, argv[1], dir, zpacked, argv[1], dir, argv[1], dir,
+             seqpacked);
     if (system(cmd) != 0) return 3;
     Suite *su = suite_create("utt");
     TCase *tc = tcase_create("utt");
@@ -546,7 +613,7 @@ int main(int argc, char **argv) {
                             same_batches_any_threads_and_compressed, exact_resume_mid_epoch,
                             elastic_resume, block_mode_reads_blocks_in_turn,
                             long_utterances_refused_or_alone, pad_batch_normalises,
-                            fork_child_goes_on};
+                            fork_child_goes_on, targets_are_the_label_sequences};
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
         _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
     suite_add_tcase(su, tc);
