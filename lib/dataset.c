@@ -252,10 +252,20 @@ static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, uint64_t
 
 /* Check shard i against its manifest entry (or, for a shard opened alone,
  * against nothing) and fill the dataset's per-utterance arrays. */
-static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
-                      uint64_t *prev_id_off, cxs_diag *d) {
+/* The sections of one shard that open looks at (NULL when absent). */
+typedef struct shard_sections {
+    const cxs_section *meta, *index, *ids, *features, *zfeatures, *chunks, *labels, *seqs;
+    int compressed;
+} shard_sections;
+
+/* Map shard i, parse its container, match it to its manifest entry e (NULL
+ * for a shard opened alone) and find its sections: the required ones, the
+ * features in the form the dataset says, SEQUENCES exactly when the
+ * dataset has label sequences; then hash the small sections (FEATURES and
+ * LABELS are hashed by verify). */
+static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
+                           shard_sections *x, cxs_diag *d) {
     shard *sh = &ds->shards[i];
-    const cxs_dataset_meta *m = &ds->meta;
     const char *path = sh->path;
     int rc = map_file(path, &sh->map, &sh->size, d);
     if (rc) return rc;
@@ -274,26 +284,26 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
                          "%s: header checksum differs from the manifest's (shard replaced or "
                          "damaged)",
                          path);
-    const cxs_section *smeta = need(&sh->c, CXS_SEC_SHARD_META, path, &rc, d);
-    const cxs_section *sidx = need(&sh->c, CXS_SEC_INDEX, path, &rc, d);
-    const cxs_section *sids = need(&sh->c, CXS_SEC_IDS, path, &rc, d);
+    x->meta = need(&sh->c, CXS_SEC_SHARD_META, path, &rc, d);
+    x->index = need(&sh->c, CXS_SEC_INDEX, path, &rc, d);
+    x->ids = need(&sh->c, CXS_SEC_IDS, path, &rc, d);
     /* Compressed (format 1.1): ZFEATURES and CHUNKS instead of FEATURES. */
-    const cxs_section *sz = cxs_container_find(&sh->c, CXS_SEC_ZFEATURES);
-    const cxs_section *schk = cxs_container_find(&sh->c, CXS_SEC_CHUNKS);
-    int zshard = e ? m->compression == CXS_COMPRESSION_ZSTD : sz != NULL;
+    x->zfeatures = cxs_container_find(&sh->c, CXS_SEC_ZFEATURES);
+    x->chunks = cxs_container_find(&sh->c, CXS_SEC_CHUNKS);
+    x->compressed = e ? ds->meta.compression == CXS_COMPRESSION_ZSTD : x->zfeatures != NULL;
     if (!e && i == 0) {
-        ds->compressed = zshard;
-        ds->meta.compression = zshard ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE;
+        ds->compressed = x->compressed;
+        ds->meta.compression = x->compressed ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE;
     }
-    const cxs_section *sfeat = NULL;
-    if (zshard) {
-        sz = need(&sh->c, CXS_SEC_ZFEATURES, path, &rc, d);
-        schk = need(&sh->c, CXS_SEC_CHUNKS, path, &rc, d);
+    x->features = NULL;
+    if (x->compressed) {
+        x->zfeatures = need(&sh->c, CXS_SEC_ZFEATURES, path, &rc, d);
+        x->chunks = need(&sh->c, CXS_SEC_CHUNKS, path, &rc, d);
         if (!rc && cxs_container_find(&sh->c, CXS_SEC_FEATURES))
             rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: both FEATURES and ZFEATURES are present", path);
     } else {
-        sfeat = need(&sh->c, CXS_SEC_FEATURES, path, &rc, d);
-        if (!rc && (sz || schk))
+        x->features = need(&sh->c, CXS_SEC_FEATURES, path, &rc, d);
+        if (!rc && (x->zfeatures || x->chunks))
             rc = cxs_diagf(d, CXS_E_CORRUPT,
                            "%s: a compressed shard in a dataset whose manifest says uncompressed",
                            path);
@@ -302,42 +312,59 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     /* Label sequences (format 1.2): in every shard of a dataset whose
      * manifest has SEQ_META, in none of another; a shard alone has them
      * exactly when it holds the section. */
-    const cxs_section *sseq = cxs_container_find(&sh->c, CXS_SEC_SEQUENCES);
-    if (!e && i == 0) ds->has_seqs = sseq != NULL;
-    if (e && ds->has_seqs && !sseq)
+    x->seqs = cxs_container_find(&sh->c, CXS_SEC_SEQUENCES);
+    if (!e && i == 0) ds->has_seqs = x->seqs != NULL;
+    if (e && ds->has_seqs && !x->seqs)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: required section SEQUENCES is missing", path);
-    if (e && !ds->has_seqs && sseq)
+    if (e && !ds->has_seqs && x->seqs)
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: SEQUENCES present, but the manifest has no SEQ_META", path);
-    /* Small sections are hashed at open; FEATURES and LABELS by verify. */
-    if ((rc = check_section_hash(sh->map, smeta, path, d)) ||
-        (rc = check_section_hash(sh->map, sidx, path, d)) ||
-        (rc = check_section_hash(sh->map, sids, path, d)) ||
-        (schk && zshard && (rc = check_section_hash(sh->map, schk, path, d))) ||
-        (sseq && (rc = check_section_hash(sh->map, sseq, path, d))))
+    x->labels = cxs_container_find(&sh->c, CXS_SEC_LABELS);
+    if ((rc = check_section_hash(sh->map, x->meta, path, d)) ||
+        (rc = check_section_hash(sh->map, x->index, path, d)) ||
+        (rc = check_section_hash(sh->map, x->ids, path, d)) ||
+        (x->chunks && x->compressed && (rc = check_section_hash(sh->map, x->chunks, path, d))) ||
+        (x->seqs && (rc = check_section_hash(sh->map, x->seqs, path, d))))
         return rc;
+    return 0;
+}
+
+/* SHARD_META, and its agreement with the manifest's entry. */
+static int shard_meta(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
+                      const shard_sections *x, cxs_diag *d) {
+    shard *sh = &ds->shards[i];
+    const cxs_dataset_meta *m = &ds->meta;
     cxs_shard_meta *sm = &sh->meta;
-    if ((rc = cxs_shard_meta_load(sh->map + smeta->offset, smeta->length, sm, path, d))) return rc;
+    int rc = cxs_shard_meta_load(sh->map + x->meta->offset, x->meta->length, sm, sh->path, d);
+    if (rc) return rc;
     if (!e) {
-        if ((rc = single_shard_meta(ds, sm, sh->size, path, d))) return rc;
+        if ((rc = single_shard_meta(ds, sm, sh->size, sh->path, d))) return rc;
         sh->u_start = sh->f_start = 0;
-    } else {
-        if (sm->index != i || sm->dim != m->dim || sm->guard != m->guard ||
-            sm->dtype != m->dtype || sm->label_width != m->label_width ||
-            sm->num_utterances != e->num_utterances || sm->num_frames != e->num_frames ||
-            sm->first_utterance != e->first_utterance || sm->first_frame != e->first_frame)
-            return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: SHARD_META disagrees with the manifest (index, dims, dtype, "
-                             "guard or counts)",
-                             path);
-        sh->u_start = sm->first_utterance;
-        sh->f_start = sm->first_frame;
+        return 0;
     }
-    uint64_t U = sm->num_utterances, F = sm->num_frames;
-    if (sidx->length != 8 * (U + 1))
+    if (sm->index != i || sm->dim != m->dim || sm->guard != m->guard || sm->dtype != m->dtype ||
+        sm->label_width != m->label_width || sm->num_utterances != e->num_utterances ||
+        sm->num_frames != e->num_frames || sm->first_utterance != e->first_utterance ||
+        sm->first_frame != e->first_frame)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: SHARD_META disagrees with the manifest (index, dims, dtype, "
+                         "guard or counts)",
+                         sh->path);
+    sh->u_start = sm->first_utterance;
+    sh->f_start = sm->first_frame;
+    return 0;
+}
+
+/* INDEX: U+1 increasing frame offsets from 0 to F; fills the dataset's
+ * per-utterance arrays. */
+static int shard_index(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs_diag *d) {
+    shard *sh = &ds->shards[i];
+    const char *path = sh->path;
+    const uint64_t U = sh->meta.num_utterances, F = sh->meta.num_frames;
+    if (x->index->length != 8 * (U + 1))
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX is %llu bytes, expected %llu", path,
-                         (unsigned long long)sidx->length, (unsigned long long)(8 * (U + 1)));
-    sh->index = sh->map + sidx->offset;
+                         (unsigned long long)x->index->length, (unsigned long long)(8 * (U + 1)));
+    sh->index = sh->map + x->index->offset;
     uint64_t prev = cxs_ld64(sh->index);
     if (prev != 0) return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX entry 0 is not 0", path);
     for (uint64_t u = 0; u < U; u++) {
@@ -350,7 +377,7 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
         uint64_t g = sh->u_start + u;
         ds->cum[g] = sh->f_start + prev;
         ds->utt_shard[g] = i;
-        ds->row[g] = (uint64_t)m->guard * (u + 1) + prev;
+        ds->row[g] = (uint64_t)ds->meta.guard * (u + 1) + prev;
         if (nx - prev < ds->min_len) ds->min_len = nx - prev;
         if (nx - prev > ds->max_len) ds->max_len = nx - prev;
         prev = nx;
@@ -358,66 +385,87 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     if (prev != F)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX ends at %llu, the shard has %llu frames",
                          path, (unsigned long long)prev, (unsigned long long)F);
-    if ((rc = cxs_strtab_check(sh->map + sids->offset, sids->length, U, CXS_MAX_ID_LEN, "IDS",
-                               path, d)))
-        return rc;
-    sh->ids = sh->map + sids->offset;
-    /* Ids must be in strictly increasing byte order, across shards too. */
-    const uint8_t *bytes = sh->ids + 8 * (U + 1);
-    for (uint64_t u = 0; u < U; u++) {
-        uint64_t a = cxs_ld64(sh->ids + 8 * u), b = cxs_ld64(sh->ids + 8 * (u + 1));
-        if (u > 0 || i > 0) {
-            const uint8_t *pb;
-            uint64_t pl;
-            if (u > 0) {
-                uint64_t pa = cxs_ld64(sh->ids + 8 * (u - 1));
-                pb = bytes + pa;
-                pl = a - pa;
-            } else {
-                const shard *ps = &ds->shards[i - 1];
-                uint64_t pu = ps->meta.num_utterances;
-                const uint8_t *pbytes = ps->ids + 8 * (pu + 1);
-                pb = pbytes + prev_id_off[0];
-                pl = prev_id_off[1];
-            }
-            if (id_cmp(pb, pl, bytes + a, b - a) >= 0)
-                return cxs_diagf(d, CXS_E_CORRUPT,
-                                 "%s: IDS: utterance %llu's id is not after the previous one",
-                                 path, (unsigned long long)(sm->first_utterance + u));
-        }
-        if (u + 1 == U) {
-            prev_id_off[0] = a;
-            prev_id_off[1] = b - a;
-        }
+    return 0;
+}
+
+/* Id u of a shard whose IDS open has checked. */
+static const uint8_t *shard_id(const shard *sh, uint64_t u, uint64_t *len) {
+    const uint64_t U = sh->meta.num_utterances;
+    uint64_t a = cxs_ld64(sh->ids + 8 * u), b = cxs_ld64(sh->ids + 8 * (u + 1));
+    *len = b - a;
+    return sh->ids + 8 * (U + 1) + a;
+}
+
+/* IDS: a string table of U ids, in strictly increasing byte order, across
+ * shards too (the previous shard's last id, from its own IDS). */
+static int shard_ids(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs_diag *d) {
+    shard *sh = &ds->shards[i];
+    const uint64_t U = sh->meta.num_utterances;
+    int rc = cxs_strtab_check(sh->map + x->ids->offset, x->ids->length, U, CXS_MAX_ID_LEN, "IDS",
+                              sh->path, d);
+    if (rc) return rc;
+    sh->ids = sh->map + x->ids->offset;
+    uint64_t pl = 0;
+    const uint8_t *pb = NULL;
+    if (i > 0) {
+        const shard *ps = &ds->shards[i - 1];
+        pb = shard_id(ps, ps->meta.num_utterances - 1, &pl);
     }
+    for (uint64_t u = 0; u < U; u++) {
+        uint64_t l;
+        const uint8_t *id = shard_id(sh, u, &l);
+        if (pb && id_cmp(pb, pl, id, l) >= 0)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: IDS: utterance %llu's id is not after the previous one",
+                             sh->path, (unsigned long long)(sh->meta.first_utterance + u));
+        pb = id, pl = l;
+    }
+    return 0;
+}
+
+/* FEATURES (or ZFEATURES and CHUNKS): (F + (U+1) guard rows) rows. */
+static int shard_features(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs_diag *d) {
+    shard *sh = &ds->shards[i];
+    const cxs_dataset_meta *m = &ds->meta;
+    const uint64_t U = sh->meta.num_utterances, F = sh->meta.num_frames;
     uint64_t rows = F + (U + 1) * (uint64_t)m->guard;
     uint64_t row_bytes = (uint64_t)m->dim * ds->esize;
-    uint64_t flen = zshard ? (rows <= UINT64_MAX / row_bytes ? rows * row_bytes : 0)
-                           : sfeat->length;
+    uint64_t flen = x->compressed ? (rows <= UINT64_MAX / row_bytes ? rows * row_bytes : 0)
+                                  : x->features->length;
     if (rows > UINT64_MAX / row_bytes || flen != rows * row_bytes)
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: FEATURES is %llu bytes, expected (%llu frames + %llu guard rows) x "
                          "%llu bytes",
-                         path, (unsigned long long)flen, (unsigned long long)F,
+                         sh->path, (unsigned long long)flen, (unsigned long long)F,
                          (unsigned long long)((U + 1) * (uint64_t)m->guard),
                          (unsigned long long)row_bytes);
     ds->row_bytes = row_bytes;
     ds->raw_feature_bytes += flen;
-    if (zshard) {
-        if ((rc = cxs_chunks_load(sh->map + schk->offset, schk->length, flen, row_bytes,
-                                  sz->length, &sh->ch, path, d)))
-            return rc;
-        sh->chunk_table = sh->map + schk->offset + CXS_CHUNKS_HEAD;
-        sh->zdata = sh->map + sz->offset;
-        sh->chunk_base = ds->total_chunks;
-        ds->total_chunks += sh->ch.num_chunks;
-        ds->zbytes += sz->length;
-        size_t cb = (size_t)(sh->ch.chunk_rows * row_bytes);
-        if (cb > ds->max_chunk_bytes) ds->max_chunk_bytes = cb;
-    } else {
-        sh->features = sh->map + sfeat->offset;
+    if (!x->compressed) {
+        sh->features = sh->map + x->features->offset;
+        return 0;
     }
-    const cxs_section *slab = cxs_container_find(&sh->c, CXS_SEC_LABELS);
+    int rc = cxs_chunks_load(sh->map + x->chunks->offset, x->chunks->length, flen, row_bytes,
+                             x->zfeatures->length, &sh->ch, sh->path, d);
+    if (rc) return rc;
+    sh->chunk_table = sh->map + x->chunks->offset + CXS_CHUNKS_HEAD;
+    sh->zdata = sh->map + x->zfeatures->offset;
+    sh->chunk_base = ds->total_chunks;
+    ds->total_chunks += sh->ch.num_chunks;
+    ds->zbytes += x->zfeatures->length;
+    size_t cb = (size_t)(sh->ch.chunk_rows * row_bytes);
+    if (cb > ds->max_chunk_bytes) ds->max_chunk_bytes = cb;
+    return 0;
+}
+
+/* LABELS, and SEQUENCES (format 1.2). */
+static int shard_labels(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
+                        const shard_sections *x, cxs_diag *d) {
+    shard *sh = &ds->shards[i];
+    const cxs_dataset_meta *m = &ds->meta;
+    const char *path = sh->path;
+    const uint64_t U = sh->meta.num_utterances, F = sh->meta.num_frames;
+    const cxs_section *slab = x->labels;
     /* Frame labels: always with a vocabulary, unless the dataset holds
      * label sequences only (SEQ_META frame_labels 0); a shard alone with
      * SEQUENCES may hold LABELS or not. */
@@ -435,21 +483,32 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: LABELS present in a dataset %s", path,
                          m->label_width ? "of label sequences only" : "without a vocabulary");
     }
-    if (sseq) {
-        if (!m->label_width)
-            return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQUENCES in a shard of label width 0", path);
-        /* A shard alone has no vocabulary: any value of the width. */
-        uint32_t V = e ? m->vocab_size : m->label_width == 1 ? 256u : 65536u;
-        uint64_t tot, lo, hi;
-        if ((rc = cxs_sequences_check(sh->map + sseq->offset, sseq->length, U, m->label_width, V,
-                                      &tot, &lo, &hi, path, d)))
-            return rc;
-        sh->seqs = sh->map + sseq->offset;
-        ds->seq_width = m->label_width;
-        ds->seq_total += tot;
-        if (i == 0 || lo < ds->seq_min) ds->seq_min = lo;
-        if (hi > ds->seq_max) ds->seq_max = hi;
-    }
+    if (!x->seqs) return 0;
+    if (!m->label_width)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQUENCES in a shard of label width 0", path);
+    /* A shard alone has no vocabulary: any value of the width. */
+    uint32_t V = e ? m->vocab_size : m->label_width == 1 ? 256u : 65536u;
+    uint64_t tot, lo, hi;
+    int rc = cxs_sequences_check(sh->map + x->seqs->offset, x->seqs->length, U, m->label_width, V,
+                                 &tot, &lo, &hi, path, d);
+    if (rc) return rc;
+    sh->seqs = sh->map + x->seqs->offset;
+    ds->seq_width = m->label_width;
+    ds->seq_total += tot;
+    if (i == 0 || lo < ds->seq_min) ds->seq_min = lo;
+    if (hi > ds->seq_max) ds->seq_max = hi;
+    return 0;
+}
+
+/* Shard i (e: its manifest entry, NULL for a shard opened alone), its
+ * checks in the spec's order (spec/format.md, section 8). */
+static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e, cxs_diag *d) {
+    shard_sections x;
+    int rc;
+    if ((rc = shard_container(ds, i, e, &x, d)) || (rc = shard_meta(ds, i, e, &x, d)) ||
+        (rc = shard_index(ds, i, &x, d)) || (rc = shard_ids(ds, i, &x, d)) ||
+        (rc = shard_features(ds, i, &x, d)) || (rc = shard_labels(ds, i, e, &x, d)))
+        return rc;
     return 0;
 }
 
@@ -535,7 +594,6 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
     char *dir = NULL;
     struct stat st;
     int rc;
-    uint64_t prev_id[2] = {0, 0};
     if (stat(path, &st) != 0) {
         int e = errno;
         rc = cxs_diagf(d, -e, "%s: %s", path, strerror(e));
@@ -549,7 +607,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
             rc = -ENOMEM;
             goto fail;
         }
-        if ((rc = open_shard(ds, 0, NULL, prev_id, d)) || (rc = finish_open(ds))) goto fail;
+        if ((rc = open_shard(ds, 0, NULL, d)) || (rc = finish_open(ds))) goto fail;
         *out = ds;
         return 0;
     }
@@ -643,7 +701,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
                            (unsigned long long)e.first_frame, (unsigned long long)e.num_frames);
             goto fail;
         }
-        if ((rc = open_shard(ds, i, &e, prev_id, d))) goto fail;
+        if ((rc = open_shard(ds, i, &e, d))) goto fail;
     }
     const shard *last = &ds->shards[ds->meta.num_shards - 1];
     if (last->u_start + last->meta.num_utterances != U ||

@@ -205,6 +205,15 @@ def main():
             if fix:
                 rehash(os.path.join(HERE, "invalid", name))
             exp.write(f"{name} {step} {code}\n")
+        # Ids out of order ("ab" stored as "ba"), every checksum made good.
+        i0 = ss[3][0] + 24  # IDS: 3 offsets, then the bytes of a and b
+
+        def swap_ids(d):
+            d[i0], d[i0 + 1] = d[i0 + 1], d[i0]
+            return d
+        damaged("ids-order", tiny, shard, swap_ids)
+        rehash(os.path.join(HERE, "invalid", "ids-order"))
+        exp.write("ids-order open CXS_E_CORRUPT\n")
         # A shard the manifest lists is missing.
         shutil.copytree(tiny, os.path.join(HERE, "invalid", "missing-shard"))
         os.remove(os.path.join(HERE, "invalid", "missing-shard", shard))
