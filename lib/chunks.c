@@ -229,7 +229,7 @@ int cxs_read_rows(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t r0, u
                   uint8_t *dst) {
     const shard *sh = &ds->shards[s];
     const uint64_t rb = ds->row_bytes;
-    if (!ds->compressed) {
+    if (!cxs_compressed(ds)) {
         memcpy(dst, sh->features + r0 * rb, (size_t)(n * rb));
         return 0;
     }

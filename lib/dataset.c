@@ -135,6 +135,7 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     ds->esize = cxs_dtype_size(m->dtype);
     if (!ds->esize)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: unknown dtype %u", mp, m->dtype);
+    ds->row_bytes = (uint64_t)m->dim * ds->esize;
     if (m->dim == 0 || m->dim > CXS_MAX_DIM || m->guard > CXS_MAX_GUARD)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: dim %u / guard %u out of range",
                          mp, m->dim, m->guard);
@@ -239,6 +240,7 @@ static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, uint64_t
     m->dtype = sm->dtype;
     m->label_width = sm->label_width;
     ds->esize = cxs_dtype_size(m->dtype);
+    ds->row_bytes = (uint64_t)m->dim * ds->esize;
     if (!ds->esize || m->dim == 0 || m->dim > CXS_MAX_DIM || m->guard > CXS_MAX_GUARD ||
         m->label_width > 2 || m->num_utterances == 0 || m->num_frames < m->num_utterances ||
         m->num_utterances > UINT32_MAX * 64ull)
@@ -247,7 +249,7 @@ static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, uint64_t
                          "utterances, %llu frames is not valid",
                          path, m->dtype, m->dim, m->guard, m->label_width,
                          (unsigned long long)m->num_utterances, (unsigned long long)m->num_frames);
-    return alloc_arrays(ds, size, ds->compressed, path, d);
+    return alloc_arrays(ds, size, cxs_compressed(ds), path, d);
 }
 
 /* Check shard i against its manifest entry (or, for a shard opened alone,
@@ -292,7 +294,6 @@ static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e
     x->chunks = cxs_container_find(&sh->c, CXS_SEC_CHUNKS);
     x->compressed = e ? ds->meta.compression == CXS_COMPRESSION_ZSTD : x->zfeatures != NULL;
     if (!e && i == 0) {
-        ds->compressed = x->compressed;
         ds->meta.compression = x->compressed ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE;
     }
     x->features = NULL;
@@ -429,7 +430,7 @@ static int shard_features(cxs_dataset *ds, uint32_t i, const shard_sections *x, 
     const cxs_dataset_meta *m = &ds->meta;
     const uint64_t U = sh->meta.num_utterances, F = sh->meta.num_frames;
     uint64_t rows = F + (U + 1) * (uint64_t)m->guard;
-    uint64_t row_bytes = (uint64_t)m->dim * ds->esize;
+    const uint64_t row_bytes = ds->row_bytes;
     uint64_t flen = x->compressed ? (rows <= UINT64_MAX / row_bytes ? rows * row_bytes : 0)
                                   : x->features->length;
     if (rows > UINT64_MAX / row_bytes || flen != rows * row_bytes)
@@ -439,7 +440,6 @@ static int shard_features(cxs_dataset *ds, uint32_t i, const shard_sections *x, 
                          sh->path, (unsigned long long)flen, (unsigned long long)F,
                          (unsigned long long)((U + 1) * (uint64_t)m->guard),
                          (unsigned long long)row_bytes);
-    ds->row_bytes = row_bytes;
     ds->raw_feature_bytes += flen;
     if (!x->compressed) {
         sh->features = sh->map + x->features->offset;
@@ -579,7 +579,7 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
     int rc = open_impl(path, &ds, d);
     if (rc) return rc;
     uint64_t cache = opts ? opts->cache_bytes : CXS_DEFAULT_CACHE_BYTES;
-    if (ds->compressed && (rc = cxs_zcache_create(ds, cache))) {
+    if (cxs_compressed(ds) && (rc = cxs_zcache_create(ds, cache))) {
         cxs_dataset_close(ds);
         return cxs_diagf(d, rc, "%s: cannot allocate a chunk cache of %llu bytes", path,
                          (unsigned long long)cache);
@@ -679,8 +679,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
         }
         bytes += (uint64_t)sst.st_size;
     }
-    ds->compressed = ds->meta.compression == CXS_COMPRESSION_ZSTD;
-    if ((rc = alloc_arrays(ds, bytes, ds->compressed, ds->manifest_path, d))) goto fail;
+    if ((rc = alloc_arrays(ds, bytes, cxs_compressed(ds), ds->manifest_path, d))) goto fail;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         cxs_shard_entry e;
         if (cxs_shard_entry_load(table + (uint64_t)i * CXS_SHARD_ENTRY_SIZE, &e)) {
@@ -764,16 +763,16 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
     info->max_length = ds->max_len;
     info->total_bytes = ds->total_bytes;
     info->single_shard = (uint32_t)ds->single_shard;
-    info->compression = ds->compressed ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE;
+    info->compression = cxs_compressed(ds) ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE;
     info->feature_bytes = ds->raw_feature_bytes;
-    info->stored_feature_bytes = ds->compressed ? ds->zbytes : ds->raw_feature_bytes;
+    info->stored_feature_bytes = cxs_compressed(ds) ? ds->zbytes : ds->raw_feature_bytes;
     info->label_seqs = (uint32_t)ds->has_seqs;
     if (ds->has_seqs) {
         info->seq_symbols = ds->seq_total;
         info->min_seq_length = ds->seq_min;
         info->max_seq_length = ds->seq_max;
     }
-    if (ds->compressed) {
+    if (cxs_compressed(ds)) {
         info->chunk_rows = ds->shards[0].ch.chunk_rows;
         info->compression_level = ds->shards[0].ch.level;
         info->shuffle = ds->shards[0].ch.filter == CXS_FILTER_SHUFFLE;
@@ -839,14 +838,14 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     out->first_frame = ds->cum[u];
     out->num_frames = ds->cum[u + 1] - ds->cum[u];
     out->shard = ds->utt_shard[u];
-    out->features = ds->compressed ? NULL : cxs_row_ptr(ds, u, 0);
+    out->features = cxs_compressed(ds) ? NULL : cxs_row_ptr(ds, u, 0);
     out->labels = sh->labels ? sh->labels + (ds->cum[u] - sh->f_start) * sh->meta.label_width
                              : NULL;
     return 0;
 }
 
 int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
-    if (ds->compressed) return CXS_E_UNSUPPORTED;
+    if (cxs_compressed(ds)) return CXS_E_UNSUPPORTED;
     if (k > ds->meta.guard || frame >= ds->meta.num_frames) return CXS_E_RANGE;
     uint64_t u = cxs_find_utt(ds, frame);
     *window = cxs_row_ptr(ds, u, (int64_t)(frame - ds->cum[u]) - (int64_t)k);

@@ -63,7 +63,6 @@ struct cxs_dataset {
     /* Read-time normalisation constants (spec section 7.4) from the stored
      * statistics, dim each; NULL without statistics. */
     double *norm_mean, *norm_scale;
-    int compressed;
     uint64_t row_bytes;       /* dim * esize */
     uint64_t total_chunks;
     size_t max_chunk_bytes;   /* decoded size of the largest chunk */
@@ -77,6 +76,11 @@ struct cxs_dataset {
     cxs_seq_meta seqm;        /* the manifest's SEQ_META */
     uint64_t seq_total, seq_min, seq_max; /* from the shards */
 };
+
+/* Whether the shards hold ZFEATURES (format 1.1) rather than FEATURES. */
+static inline int cxs_compressed(const cxs_dataset *ds) {
+    return ds->meta.compression == CXS_COMPRESSION_ZSTD;
+}
 
 /* Per-thread state for reading compressed features: a decoder and scratch
  * buffers.  Zeroed = not yet set up. */

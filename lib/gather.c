@@ -118,7 +118,7 @@ static int gather_range(job *j) {
     cxs_gather_ctx own = {0}, *ctx = j->ctx ? j->ctx : &own;
     uint8_t *stage = NULL; /* compressed: the real rows of one window */
     const size_t need = (2 * (size_t)j->k + 1) * (size_t)ds->row_bytes;
-    if (ds->compressed && j->n) {
+    if (cxs_compressed(ds) && j->n) {
         if (ctx->stage_bytes < need) {
             free(ctx->stage);
             ctx->stage_bytes = (ctx->stage = malloc(need)) ? need : 0;
@@ -149,7 +149,7 @@ static int gather_range(job *j) {
              * and a damaged guard row is never served. */
             int64_t lo = t - k, hi = t + k;
             int64_t a = lo < 0 ? 0 : lo, b = hi >= T ? T - 1 : hi;
-            p[i].src = ds->compressed ? NULL : cxs_row_ptr(ds, u, a);
+            p[i].src = cxs_compressed(ds) ? NULL : cxs_row_ptr(ds, u, a);
             p[i].row = ds->row[u] + (uint64_t)a;
             p[i].zlo = (int32_t)(a - lo);
             p[i].rows = (int32_t)(b - a + 1);

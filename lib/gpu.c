@@ -148,7 +148,7 @@ int gpu_up_rows(cxs_gpu_loader *l, uploader *u, zreader *zr, uint32_t s, uint64_
                 uint8_t *dst) {
     const cxs_dataset *ds = l->ds;
     const uint64_t rb = ds->row_bytes;
-    if (!ds->compressed)
+    if (!cxs_compressed(ds))
         return gpu_up_write(l, u, dst, ds->shards[s].features + r0 * rb, (size_t)(n * rb));
     while (n) {
         uint8_t *p;

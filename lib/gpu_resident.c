@@ -77,7 +77,7 @@ static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
 #ifdef CXS_HAVE_CUDA
     const cxs_dataset *ds = l->ds;
     gds_lib g;
-    if (ds->compressed || l->be != &cxs_gpu_cuda || gds_load(&g)) return -1;
+    if (cxs_compressed(ds) || l->be != &cxs_gpu_cuda || gds_load(&g)) return -1;
     gds_error e = g.driver_open();
     if (e.err) {
         dlclose(g.so);
@@ -131,7 +131,7 @@ static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
 static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
     const cxs_dataset *ds = l->ds;
     int yes = 0;
-    if (ds->compressed || (l->o.paths & CXS_GPU_NO_REGISTER) ||
+    if (cxs_compressed(ds) || (l->o.paths & CXS_GPU_NO_REGISTER) ||
         l->be->register_supported(l->dev, &yes) || !yes)
         return -1;
     const uint32_t S = ds->meta.num_shards;

@@ -72,7 +72,6 @@ struct cxs_loader {
     double *norm;  /* normalisation constants (means, then scales), or NULL */
     uint64_t epoch, start, nbatches, length;
     slot *ring;
-    uint32_t nring;
     uint64_t next_claim, next_take, generation;
     int held; /* slot handed to the consumer, or -1 */
     /* External mode: buffers the caller provided, not yet filled (FIFO). */
@@ -97,7 +96,7 @@ static void *worker(void *arg);
 static int abandoned(void *arg);
 
 static void pool_push(cxs_loader *l, float *x, int64_t *y) {
-    uint32_t at = (l->pool_head + l->pool_count++) % l->nring;
+    uint32_t at = (l->pool_head + l->pool_count++) % l->o.ring;
     l->pool[at].x = x;
     l->pool[at].y = y;
 }
@@ -223,7 +222,7 @@ static void *worker(void *arg) {
             continue;
         }
         uint64_t b = l->next_claim;
-        slot *s = b < l->nbatches ? &l->ring[b % l->nring] : NULL;
+        slot *s = b < l->nbatches ? &l->ring[b % l->o.ring] : NULL;
         if (!s || s->state != RING_FREE || (l->o.external && !l->pool_count)) {
             pthread_cond_wait(&l->cv_work, &l->mu);
             continue;
@@ -231,7 +230,7 @@ static void *worker(void *arg) {
         if (l->o.external) {
             s->x = l->pool[l->pool_head].x;
             s->y = l->pool[l->pool_head].y;
-            l->pool_head = (l->pool_head + 1) % l->nring;
+            l->pool_head = (l->pool_head + 1) % l->o.ring;
             l->pool_count--;
         }
         s->state = RING_FILLING;
@@ -287,7 +286,7 @@ void cxs_loader_free(cxs_loader *l) {
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_ready);
-    for (uint32_t i = 0; l->ring && i < l->nring; i++) {
+    for (uint32_t i = 0; l->ring && i < l->o.ring; i++) {
         if (!l->o.external) { /* external buffers belong to the caller */
             free(l->ring[i].x);
             free(l->ring[i].y);
@@ -372,7 +371,6 @@ int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
      * more only evicts the batches from the cache before they are used. */
     if (!l->o.ring) l->o.ring = l->o.threads + 2;
     if (l->o.ring < 3) l->o.ring = 3;
-    l->nring = l->o.ring;
     l->window = (2 * (size_t)l->o.k + 1) * ds->meta.dim;
     l->epoch = epoch;
     l->start = start;
@@ -383,10 +381,10 @@ int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv_work, NULL);
     pthread_cond_init(&l->cv_ready, NULL);
-    l->ring = calloc(l->nring, sizeof *l->ring);
+    l->ring = calloc(l->o.ring, sizeof *l->ring);
     l->threads = calloc(l->o.threads, sizeof *l->threads);
     l->wctx = calloc(l->o.threads, sizeof *l->wctx);
-    l->pool = calloc(l->nring, sizeof *l->pool);
+    l->pool = calloc(l->o.ring, sizeof *l->pool);
     rc = l->ring && l->threads && l->wctx && l->pool ? 0 : -ENOMEM;
     size_t B = l->o.batch_size;
     if (!rc)
@@ -394,7 +392,7 @@ int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
                          &l->mu, &l->generation, &l->epoch, &l->start, &l->next_claim,
                          &l->nbatches, &l->stop);
     if (!rc && l->window > SIZE_MAX / sizeof(float) / B) rc = CXS_E_INVALID;
-    for (uint32_t i = 0; !rc && i < l->nring; i++) {
+    for (uint32_t i = 0; !rc && i < l->o.ring; i++) {
         slot *s = &l->ring[i];
         s->frames = malloc(B * sizeof *s->frames);
         if (!s->frames) rc = -ENOMEM;
@@ -437,14 +435,14 @@ static int respawn(cxs_loader *l) {
         cxs_block_plan_put(cxs_sampler_blocks(l->sampler), l->sh.rb.plan);
     l->sh.s = NULL;
     l->sh_pending = 0;
-    for (uint32_t i = 0; i < l->nring; i++)
+    for (uint32_t i = 0; i < l->o.ring; i++)
         if ((int)i != l->held) slot_discard(l, &l->ring[i]);
     l->next_claim = l->next_take;
     return start_threads(l);
 }
 
 static int any_filling(const cxs_loader *l) {
-    for (uint32_t i = 0; i < l->nring; i++)
+    for (uint32_t i = 0; i < l->o.ring; i++)
         if (l->ring[i].state == RING_FILLING) return 1;
     return 0;
 }
@@ -468,7 +466,7 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
         *batch = NULL;
         return 0;
     }
-    uint32_t i = (uint32_t)(l->next_take % l->nring);
+    uint32_t i = (uint32_t)(l->next_take % l->o.ring);
     slot *s = &l->ring[i];
     while (!(s->state == RING_READY && s->batch == l->next_take)) {
         /* External mode without a buffer for this batch: nothing would ever
@@ -500,7 +498,7 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     }
     pthread_mutex_lock(&l->mu);
     __atomic_add_fetch(&l->generation, 1, __ATOMIC_RELAXED); /* also read by abandoned() */
-    for (uint32_t i = 0; i < l->nring; i++) {
+    for (uint32_t i = 0; i < l->o.ring; i++) {
         slot *x = &l->ring[i];
         if (x->state == RING_READY) slot_discard(l, x);
         else if (x->state == RING_HELD) {
@@ -519,7 +517,7 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     return 0;
 }
 
-uint32_t cxs_loader_ring(const cxs_loader *l) { return l ? l->nring : 0; }
+uint32_t cxs_loader_ring(const cxs_loader *l) { return l ? l->o.ring : 0; }
 
 int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y) {
     if (!l || !l->o.external || !x || (l->o.labels && !y)) return CXS_E_INVALID;
@@ -529,10 +527,10 @@ int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y) {
     }
     pthread_mutex_lock(&l->mu);
     uint32_t owned = l->pool_count;
-    for (uint32_t i = 0; i < l->nring; i++)
+    for (uint32_t i = 0; i < l->o.ring; i++)
         owned += l->ring[i].x != NULL && l->ring[i].state != RING_HELD;
     int rc = 0;
-    if (owned >= l->nring) {
+    if (owned >= l->o.ring) {
         rc = CXS_E_INVALID; /* every slot already has a buffer */
     } else {
         pool_push(l, x, y);

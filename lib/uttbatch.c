@@ -45,7 +45,7 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
         int rc = cxs_read_rows(ds, &c->zr, s, ds->row[u], T, (uint8_t *)x);
         if (rc) return rc;
         src = NULL;
-    } else if (!ds->compressed) {
+    } else if (!cxs_compressed(ds)) {
         src = sh->features + ds->row[u] * ds->row_bytes;
     } else {
         size_t need = (size_t)(T * ds->row_bytes);
@@ -218,7 +218,6 @@ struct cxs_utt_loader {
     cxs_utt_plan *plan; /* the epoch's, under mu */
     uint64_t advised;   /* block mode: the last group asked for, UINT64_MAX: none */
     uslot *ring;
-    uint32_t nring;
     uint64_t next_claim, next_take, generation;
     int held, stop;
     pthread_mutex_t mu;
@@ -236,7 +235,7 @@ static void *uworker_main(void *arg) {
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         uint64_t b = l->next_claim;
-        uslot *s = b < l->nbatches ? &l->ring[b % l->nring] : NULL;
+        uslot *s = b < l->nbatches ? &l->ring[b % l->o.ring] : NULL;
         if (!s || s->state != FREE) {
             pthread_cond_wait(&l->cv_work, &l->mu);
             continue;
@@ -334,7 +333,7 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_ready);
-    for (uint32_t i = 0; l->ring && i < l->nring; i++) {
+    for (uint32_t i = 0; l->ring && i < l->o.ring; i++) {
         free(l->ring[i].x);
         free(l->ring[i].lengths);
         free(l->ring[i].y);
@@ -440,7 +439,6 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     if (!l->o.threads) l->o.threads = default_threads();
     if (!l->o.ring) l->o.ring = l->o.threads + 2;
     if (l->o.ring < 3) l->o.ring = 3;
-    l->nring = l->o.ring;
     l->cap = cxs_utt_sampler_max_batch(sampler);
     l->max_frames = cxs_utt_sampler_max_frames(sampler);
     l->held = -1;
@@ -448,13 +446,13 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv_work, NULL);
     pthread_cond_init(&l->cv_ready, NULL);
-    l->ring = calloc(l->nring, sizeof *l->ring);
+    l->ring = calloc(l->o.ring, sizeof *l->ring);
     l->threads = calloc(l->o.threads, sizeof *l->threads);
     l->w = calloc(l->o.threads, sizeof *l->w);
     rc = l->ring && l->threads && l->w ? 0 : -ENOMEM;
     if (!rc && l->max_frames > SIZE_MAX / sizeof(float) / (ds->meta.dim ? ds->meta.dim : 1))
         rc = -ENOMEM;
-    for (uint32_t i = 0; !rc && i < l->nring; i++) {
+    for (uint32_t i = 0; !rc && i < l->o.ring; i++) {
         uslot *s = &l->ring[i];
         s->x = malloc((size_t)l->max_frames * ds->meta.dim * sizeof *s->x + 1);
         s->lengths = malloc((size_t)l->cap * sizeof *s->lengths);
@@ -469,7 +467,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
             rc = -ENOMEM;
     }
     if (rc) cxs_diagf(diag, rc, "utterance loader: out of memory for %u batch buffers of %llu "
-                      "frames", l->nring, (unsigned long long)l->max_frames);
+                      "frames", l->o.ring, (unsigned long long)l->max_frames);
     if (!rc) rc = position(l, epoch, start, diag);
     if (!rc && (rc = start_threads(l)))
         cxs_diagf(diag, rc, "utterance loader: no worker thread could be started");
@@ -489,7 +487,7 @@ static int respawn(cxs_utt_loader *l) {
     pthread_cond_init(&l->cv_ready, NULL);
     l->generation++;
     l->stop = 0;
-    for (uint32_t i = 0; i < l->nring; i++)
+    for (uint32_t i = 0; i < l->o.ring; i++)
         if ((int)i != l->held) l->ring[i].state = FREE;
     l->next_claim = l->next_take;
     int rc = start_threads(l);
@@ -516,7 +514,7 @@ int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
         *batch = NULL;
         return 0;
     }
-    uint32_t i = (uint32_t)(l->next_take % l->nring);
+    uint32_t i = (uint32_t)(l->next_take % l->o.ring);
     uslot *s = &l->ring[i];
     while (!(s->state == READY && s->batch == l->next_take))
         pthread_cond_wait(&l->cv_ready, &l->mu);
@@ -542,7 +540,7 @@ int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
     int rc = position(l, epoch, start, NULL);
     if (!rc) {
         l->generation++;
-        for (uint32_t i = 0; i < l->nring; i++)
+        for (uint32_t i = 0; i < l->o.ring; i++)
             if (l->ring[i].state == READY || l->ring[i].state == HELD) l->ring[i].state = FREE;
         l->held = -1;
         l->next_claim = l->next_take = 0;

@@ -226,7 +226,7 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
         for (uint32_t j = 0; j < sh->c.nsections; j++) {
             const cxs_section *s = &sh->c.sections[j];
             if (s->type == CXS_SEC_FEATURES) rc = verify_features(&v, sh, s, d);
-            else if (s->type == CXS_SEC_ZFEATURES && ds->compressed)
+            else if (s->type == CXS_SEC_ZFEATURES && cxs_compressed(ds))
                 rc = verify_zfeatures(&v, i, s, d);
             else if (s->type == CXS_SEC_LABELS) rc = verify_labels(&v, sh, s, hist, d);
             else if (s->type == CXS_SEC_SEQUENCES && ds->has_seqs)
