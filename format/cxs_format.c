@@ -303,6 +303,44 @@ int cxs_dataset_meta_load(const uint8_t *p, uint64_t len, cxs_dataset_meta *m,
     return 0;
 }
 
+void cxs_part_meta_store(uint8_t *p, const cxs_part_meta *m) {
+    memset(p, 0, CXS_PART_META_SIZE);
+    cxs_st32(p, m->part);
+    cxs_st32(p + 4, m->parts);
+    cxs_st64(p + 8, m->listed);
+    cxs_st64(p + 16, m->input_hash);
+    cxs_st32(p + 24, m->first_shard);
+    cxs_st32(p + 28, m->end_shard);
+    cxs_st32(p + 32, m->total_shards);
+    cxs_st32(p + 36, (uint32_t)m->level);
+    cxs_st32(p + 40, m->chunk_rows);
+    cxs_st32(p + 44, m->filter);
+    cxs_st64(p + 48, m->min_length);
+    cxs_st64(p + 56, m->max_length);
+    memcpy(p + 64, m->version, strnlen(m->version, 15));
+    cxs_st64(p + 80, m->first_item);
+    cxs_st64(p + 88, m->end_item);
+}
+
+void cxs_part_meta_load(const uint8_t *p, cxs_part_meta *m) {
+    m->part = cxs_ld32(p);
+    m->parts = cxs_ld32(p + 4);
+    m->listed = cxs_ld64(p + 8);
+    m->input_hash = cxs_ld64(p + 16);
+    m->first_shard = cxs_ld32(p + 24);
+    m->end_shard = cxs_ld32(p + 28);
+    m->total_shards = cxs_ld32(p + 32);
+    m->level = (int32_t)cxs_ld32(p + 36);
+    m->chunk_rows = cxs_ld32(p + 40);
+    m->filter = cxs_ld32(p + 44);
+    m->min_length = cxs_ld64(p + 48);
+    m->max_length = cxs_ld64(p + 56);
+    memcpy(m->version, p + 64, 16);
+    m->version[16] = 0;
+    m->first_item = cxs_ld64(p + 80);
+    m->end_item = cxs_ld64(p + 88);
+}
+
 void cxs_seq_meta_store(uint8_t *p, const cxs_seq_meta *m) {
     memset(p, 0, CXS_SEQ_META_SIZE);
     cxs_st32(p, m->frame_labels);

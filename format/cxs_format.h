@@ -216,6 +216,22 @@ int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_
                     uint64_t zlen, cxs_chunks_head *h, const char *path, cxs_diag *d);
 
 void cxs_seq_meta_store(uint8_t *p, const cxs_seq_meta *m);
+
+/* PART_META (format 1.1, part manifests only; spec section 10):
+ * CXS_PART_META_SIZE bytes. */
+typedef struct cxs_part_meta {
+    uint32_t part, parts;       /* this part's number (1-based) and of how many */
+    uint64_t listed, input_hash; /* the raw directory's listing: count and hash */
+    uint32_t first_shard, end_shard, total_shards;
+    int32_t level;               /* zstd level; 0 uncompressed */
+    uint32_t chunk_rows, filter; /* 0 uncompressed */
+    uint64_t min_length, max_length; /* of this part's utterances */
+    char version[17];            /* the writing ctxshard's, NUL-terminated */
+    uint64_t first_item, end_item; /* this part's range of the listing */
+} cxs_part_meta;
+void cxs_part_meta_store(uint8_t *p, const cxs_part_meta *m);
+/* p holds CXS_PART_META_SIZE bytes (the caller checks the length). */
+void cxs_part_meta_load(const uint8_t *p, cxs_part_meta *m);
 /* Length, reserved bytes and frame_labels; CXS_E_CORRUPT naming path. */
 int cxs_seq_meta_load(const uint8_t *p, uint64_t len, cxs_seq_meta *m, const char *path,
                       cxs_diag *d);

@@ -58,22 +58,24 @@ static int part_sums_bytes(const cxs_writer *k, bytes *b) {
 static void part_meta_store(uint8_t *p, const cxs_writer *k) {
     const cxs_writer_part *pt = &k->part;
     const cxs_writer_opts *o = &k->o;
-    memset(p, 0, CXS_PART_META_SIZE);
-    cxs_st32(p, pt->part);
-    cxs_st32(p + 4, pt->parts);
-    cxs_st64(p + 8, pt->listed);
-    cxs_st64(p + 16, pt->input_hash);
-    cxs_st32(p + 24, pt->first_shard);
-    cxs_st32(p + 28, pt->end_shard);
-    cxs_st32(p + 32, pt->total_shards);
-    cxs_st32(p + 36, o->compression ? (uint32_t)o->level : 0);
-    cxs_st32(p + 40, o->compression ? k->chunk_rows : 0);
-    cxs_st32(p + 44, o->compression && o->shuffle ? CXS_FILTER_SHUFFLE : 0);
-    cxs_st64(p + 48, k->minlen);
-    cxs_st64(p + 56, k->maxlen);
-    snprintf((char *)p + 64, 16, "%s", cxs_version());
-    cxs_st64(p + 80, pt->first_item);
-    cxs_st64(p + 88, pt->end_item);
+    cxs_part_meta m = {
+        .part = pt->part,
+        .parts = pt->parts,
+        .listed = pt->listed,
+        .input_hash = pt->input_hash,
+        .first_shard = pt->first_shard,
+        .end_shard = pt->end_shard,
+        .total_shards = pt->total_shards,
+        .level = o->compression ? o->level : 0,
+        .chunk_rows = o->compression ? k->chunk_rows : 0,
+        .filter = o->compression && o->shuffle ? CXS_FILTER_SHUFFLE : 0,
+        .min_length = k->minlen,
+        .max_length = k->maxlen,
+        .first_item = pt->first_item,
+        .end_item = pt->end_item,
+    };
+    snprintf(m.version, sizeof m.version, "%s", cxs_version());
+    cxs_part_meta_store(p, &m);
 }
 
 void cxs_writer_seq_meta(const cxs_writer *k, uint8_t out[CXS_SEQ_META_SIZE]) {

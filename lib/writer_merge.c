@@ -26,10 +26,7 @@ typedef struct part_in {
     size_t len;
     cxs_container c;
     cxs_dataset_meta m;
-    uint32_t part, parts, first_shard, end_shard, total_shards, chunk_rows, filter;
-    int32_t level;
-    uint64_t listed, input_hash, minlen, maxlen;
-    char version[17];
+    cxs_part_meta pm; /* PART_META */
     const uint8_t *table, *vocab, *sums, *skipped;
     uint64_t vocab_len, sums_len, skipped_len;
     int has_seqs; /* SEQ_META (format 1.2): label sequences */
@@ -104,19 +101,7 @@ static int part_load(part_in *p, const char *dir, cxs_diag *d) {
         cxs_diagf(d, 0, "%s: not a valid part (DATASET_META, PART_META or PART_SUMS)", path);
         goto out;
     }
-    p->part = cxs_ld32(pm);
-    p->parts = cxs_ld32(pm + 4);
-    p->listed = cxs_ld64(pm + 8);
-    p->input_hash = cxs_ld64(pm + 16);
-    p->first_shard = cxs_ld32(pm + 24);
-    p->end_shard = cxs_ld32(pm + 28);
-    p->total_shards = cxs_ld32(pm + 32);
-    p->level = (int32_t)cxs_ld32(pm + 36);
-    p->chunk_rows = cxs_ld32(pm + 40);
-    p->filter = cxs_ld32(pm + 44);
-    p->minlen = cxs_ld64(pm + 48);
-    p->maxlen = cxs_ld64(pm + 56);
-    memcpy(p->version, pm + 64, 16);
+    cxs_part_meta_load(pm, &p->pm);
     uint64_t tl = 0;
     p->table = part_section(p, CXS_SEC_SHARD_TABLE, &tl);
     p->vocab = part_section(p, CXS_SEC_VOCAB, &p->vocab_len);
@@ -128,7 +113,8 @@ static int part_load(part_in *p, const char *dir, cxs_diag *d) {
         goto out;
     }
     p->has_seqs = sq != NULL;
-    if (p->part < 1 || p->part > p->parts || tl != (uint64_t)p->m.num_shards * CXS_SHARD_ENTRY_SIZE ||
+    if (p->pm.part < 1 || p->pm.part > p->pm.parts ||
+        tl != (uint64_t)p->m.num_shards * CXS_SHARD_ENTRY_SIZE ||
         (p->m.vocab_size && !p->vocab)) {
         cxs_diagf(d, 0, "%s: not a valid part (part number or shard table)", path);
         goto out;
@@ -141,7 +127,7 @@ out:
 
 static int part_cmp(const void *a, const void *b) {
     const part_in *x = a, *y = b;
-    return (x->part > y->part) - (x->part < y->part);
+    return (x->pm.part > y->pm.part) - (x->pm.part < y->pm.part);
 }
 
 /* A size as the command line takes it: "1G", "256M", "4096". */
@@ -205,12 +191,12 @@ static int option_differs(const part_in *p, const part_in *a, cxs_diag *d) {
     } else if (x->compression != y->compression) {
         opt = "--compress ";
         names_of(&v, x->compression, y->compression, comp, 2);
-    } else if (p->level != a->level) {
+    } else if (p->pm.level != a->pm.level) {
         opt = "--compress zstd:";
-        numbers_of(&v, p->level, a->level, "");
-    } else if (p->filter != a->filter) {
+        numbers_of(&v, p->pm.level, a->pm.level, "");
+    } else if (p->pm.filter != a->pm.filter) {
         opt = "";
-        names_of(&v, p->filter, a->filter, filt, 2);
+        names_of(&v, p->pm.filter, a->pm.filter, filt, 2);
     } else if (x->label_width != y->label_width) {
         opt = "labels of ";
         numbers_of(&v, x->label_width, y->label_width, " bytes");
@@ -233,35 +219,36 @@ static int parts_agree(const part_in *ps, uint32_t n, cxs_diag *d) {
     const part_in *full = NULL; /* a part with utterances: it knows the width */
     for (uint32_t i = 0; i < n; i++)
         if (ps[i].m.num_utterances && !full) full = &ps[i];
-    if (a->parts != n)
+    if (a->pm.parts != n)
         return cxs_diagf(d, CXS_E_INPUT, "%s is part %u of %u, but %u part%s given: every part "
-                         "is needed", a->dir, a->part, a->parts, n, n == 1 ? " was" : "s were");
+                         "is needed",
+                         a->dir, a->pm.part, a->pm.parts, n, n == 1 ? " was" : "s were");
     for (uint32_t i = 0; i < n; i++) {
         const part_in *p = &ps[i];
         const char *why = NULL;
-        if (p->part != i + 1) {
-            if (i > 0 && ps[i - 1].part == p->part)
+        if (p->pm.part != i + 1) {
+            if (i > 0 && ps[i - 1].pm.part == p->pm.part)
                 return cxs_diagf(d, CXS_E_INPUT, "%s and %s are both part %u", ps[i - 1].dir,
-                                 p->dir, p->part);
+                                 p->dir, p->pm.part);
             return cxs_diagf(d, CXS_E_INPUT, "part %u of %u is missing (%s is part %u)", i + 1, n,
-                             p->dir, p->part);
+                             p->dir, p->pm.part);
         }
-        if (p->parts != a->parts) why = "a different number of parts (--part I/N)";
-        else if (strcmp(p->version, a->version)) why = "another ctxshard version";
+        if (p->pm.parts != a->pm.parts) why = "a different number of parts (--part I/N)";
+        else if (strcmp(p->pm.version, a->pm.version)) why = "another ctxshard version";
         else if (option_differs(p, a, d)) return CXS_E_INPUT; /* before the listing: the
                                                    * options change the shard layout */
-        else if (p->listed != a->listed || p->input_hash != a->input_hash ||
-                 p->total_shards != a->total_shards)
+        else if (p->pm.listed != a->pm.listed || p->pm.input_hash != a->pm.input_hash ||
+                 p->pm.total_shards != a->pm.total_shards)
             why = "different inputs (the listing of RAW: ids, frame counts or files differ)";
         else if (p->m.vocab_size != a->m.vocab_size || p->vocab_len != a->vocab_len ||
                  (p->vocab_len && memcmp(p->vocab, a->vocab, (size_t)p->vocab_len)))
             why = "a different vocabulary (--vocab)";
-        else if (full && p->m.num_utterances && p->chunk_rows != full->chunk_rows)
+        else if (full && p->m.num_utterances && p->pm.chunk_rows != full->pm.chunk_rows)
             why = "a different --chunk-size";
         else if (full && p->m.num_utterances && p->m.dim != full->m.dim)
             why = "a different feature width (pack with --on-error fail to see which utterances "
                   "differ)";
-        else if (i > 0 && p->first_shard != ps[i - 1].end_shard)
+        else if (i > 0 && p->pm.first_shard != ps[i - 1].pm.end_shard)
             why = "shard ranges that do not follow on";
         if (why)
             return cxs_diagf(d, CXS_E_INPUT, "%s was packed with %s than %s; refusing to merge",
@@ -281,7 +268,7 @@ static int parts_opts(const part_in *a, cxs_writer_opts *o, char ***sym, cxs_dia
     o->normalize = m->normalize;
     o->on_error_skip = m->on_error;
     o->compression = m->compression;
-    if (m->compression) o->level = a->level;
+    if (m->compression) o->level = a->pm.level;
     o->flags = CXS_WRITER_MANUAL_CUT;
     const uint32_t V = m->vocab_size;
     if (V && cxs_strtab_check(a->vocab, a->vocab_len, V, CXS_MAX_SYMBOL_LEN, "VOCAB", a->dir, d))
@@ -436,8 +423,8 @@ static int merge_part(cxs_writer *k, const part_in *p, cxs_progress_fn progress,
                          "%u labels", p->dir, CXS_PART_NAME, D, k->vocab_n);
     for (uint32_t l = 0; l < k->vocab_n; l++) k->hist[l] += cxs_ld64(q + 8ull * l);
     if (p->m.num_utterances) {
-        if (p->minlen < k->minlen) k->minlen = p->minlen;
-        if (p->maxlen > k->maxlen) k->maxlen = p->maxlen;
+        if (p->pm.min_length < k->minlen) k->minlen = p->pm.min_length;
+        if (p->pm.max_length > k->maxlen) k->maxlen = p->pm.max_length;
         if (p->has_seqs) {
             k->seq_total += p->seq.num_symbols;
             if (p->seq.min_length < k->seq_min) k->seq_min = p->seq.min_length;
@@ -454,7 +441,7 @@ static int merge_part(cxs_writer *k, const part_in *p, cxs_progress_fn progress,
         cxs_shard_entry pe, e;
         cxs_shard_entry_load(p->table + (uint64_t)j * CXS_SHARD_ENTRY_SIZE, &pe);
         char name[64];
-        snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, p->first_shard + j);
+        snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, p->pm.first_shard + j);
         char *src = cxs_path_join(p->dir, name);
         snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, k->nshards);
         char *dst = cxs_path_join(k->tmpdir, name);
