@@ -125,13 +125,9 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
         a = end + 1;
     }
     cxs_writer_info wi;
-    rc = cxs_writer_commit(w, &wi, &d);
+    ec = commit_writer(w, &wi);
     w = NULL;
-    if (rc) {
-        warnx_("%s", d.message);
-        ec = EXIT_SYSTEM;
-        goto out;
-    }
+    if (ec) goto out;
     if (!oin->quiet) {
         char a[32], b[32];
         printf("converted %s (%s) to %s (%s) in %.2f s: features %s -> %s\n", in,

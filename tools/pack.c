@@ -344,13 +344,9 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         ec = EXIT_DATA;
         goto out;
     }
-    rc = cxs_writer_commit(w, &wi, &d);
+    ec = commit_writer(w, &wi);
     w = NULL;
-    if (rc) {
-        warnx_("%s", d.message);
-        ec = EXIT_SYSTEM;
-        goto out;
-    }
+    if (ec) goto out;
     if (!o->quiet) {
         double dt = now_seconds() - t0;
         char a[32], b[32];

@@ -592,17 +592,65 @@ static int64_t int_at(const cxs_npy *h, const uint8_t *p, uint64_t j) {
     return (int64_t)v;
 }
 
+/* The checks every transcript passes first: a parsable 1-D .npy of
+ * strings or integers. */
+static int transcript_header(cxs_npy *h, const uint8_t *buf, size_t len, const char *path,
+                             char *why, size_t wn) {
+    char r[256];
+    if (cxs_npy_parse(buf, len, h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    if (h->ndim != 1)
+        return say(why, wn, "%s: transcript has %d dimensions, expected a 1-D array", path,
+                   h->ndim);
+    if (h->kind == 'f' || h->kind == 'b')
+        return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
+                            "integers", path, h->kind);
+    return 0;
+}
+
+/* The last symbol looked up, so that a run of one phoneme over many
+ * frames costs one vocabulary search. */
+typedef struct sym_cache {
+    char prev[CXS_MAX_SYMBOL_LEN + 1];
+    size_t prev_len;
+    int64_t prev_idx;
+} sym_cache;
+
+/* Element j of transcript `path` as a vocabulary index into *idx: an
+ * integer as it is, a string looked up (-1: not in the vocabulary; its text
+ * in sym, sl bytes).  Refuses (say) an integer outside 0..n-1 and a string
+ * that is not valid text. */
+static int label_at(const cxs_npy *h, const uint8_t *src, uint64_t j, int ints, const vocab *v,
+                    sym_cache *c, char *sym, size_t cap, size_t *sl, int64_t *idx,
+                    const char *path, char *why, size_t wn) {
+    if (ints) {
+        *idx = int_at(h, src, j);
+        if (*idx < 0 || *idx >= (int64_t)v->n)
+            return say(why, wn, "%s: position %llu: label %lld is outside the vocabulary "
+                                "(0..%u)", path, (unsigned long long)j, (long long)*idx,
+                       v->n - 1);
+        return 0;
+    }
+    if (symbol_at(h, src, j, sym, cap, sl))
+        return say(why, wn, "%s: position %llu: symbol is not valid text", path,
+                   (unsigned long long)j);
+    if (*sl == c->prev_len && memcmp(sym, c->prev, *sl) == 0) {
+        *idx = c->prev_idx;
+        return 0;
+    }
+    *idx = vocab_find(v, sym, *sl);
+    if (*idx >= 0 && *sl <= CXS_MAX_SYMBOL_LEN) {
+        memcpy(c->prev, sym, *sl);
+        c->prev_len = *sl;
+        c->prev_idx = *idx;
+    }
+    return 0;
+}
+
 int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
                       const char *mfcc, char *why, size_t wn) {
     cxs_npy h;
-    char r[256];
-    if (cxs_npy_parse(buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
-    if (h.ndim != 1)
-        return say(why, wn, "%s: transcript has %d dimensions, expected a 1-D array", path,
-                   h.ndim);
-    if (h.kind == 'f' || h.kind == 'b')
-        return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
-                            "integers", path, h.kind);
+    int rc = transcript_header(&h, buf, len, path, why, wn);
+    if (rc) return rc;
     if (h.count != u->T + 2)
         return say(why, wn, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s); "
                             "if the transcripts are phoneme sequences not aligned with the "
@@ -624,36 +672,15 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
         return say(why, wn, "%s: integer transcripts need %s and %s in the vocabulary", path,
                    v->sos_name, v->eos_name);
     char sym[1024];
-    size_t sl;
-    int64_t prev_idx = -1;
-    char prev[CXS_MAX_SYMBOL_LEN + 1];
-    size_t prev_len = (size_t)-1;
+    size_t sl = 0;
+    sym_cache c = {.prev_len = (size_t)-1};
     for (uint64_t j = 0; j < h.count; j++) {
-        int64_t idx;
-        if (ints) {
-            idx = int_at(&h, src, j);
-            if (idx < 0 || idx >= (int64_t)v->n)
-                return say(why, wn, "%s: position %llu: label %lld is outside the vocabulary "
-                                    "(0..%u)", path, (unsigned long long)j, (long long)idx,
-                           v->n - 1);
-        } else {
-            if (symbol_at(&h, src, j, sym, sizeof sym, &sl))
-                return say(why, wn, "%s: position %llu: symbol is not valid text", path,
-                           (unsigned long long)j);
-            if (sl == prev_len && memcmp(sym, prev, sl) == 0) {
-                idx = prev_idx; /* phonemes span several frames: skip the lookup */
-            } else {
-                idx = vocab_find(v, sym, sl);
-                if (idx < 0 && j > 0 && j + 1 < h.count)
-                    return say(why, wn, "%s: position %llu: unknown symbol '%s'", path,
-                               (unsigned long long)j, sym);
-                if (sl <= CXS_MAX_SYMBOL_LEN) {
-                    memcpy(prev, sym, sl);
-                    prev_len = sl;
-                    prev_idx = idx;
-                }
-            }
-        }
+        int64_t idx = -1;
+        if ((rc = label_at(&h, src, j, ints, v, &c, sym, sizeof sym, &sl, &idx, path, why, wn)))
+            return rc;
+        if (idx < 0 && j > 0 && j + 1 < h.count)
+            return say(why, wn, "%s: position %llu: unknown symbol '%s'", path,
+                       (unsigned long long)j, sym);
         if (j == 0 || j + 1 == h.count) {
             const char *want = j == 0 ? v->sos_name : v->eos_name;
             int ok = ints ? idx == (j == 0 ? v->sos : v->eos)
@@ -681,15 +708,9 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
 int sequence_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
                     char *why, size_t wn) {
     cxs_npy h;
-    char r[256];
     u->seq_len = 0;
-    if (cxs_npy_parse(buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
-    if (h.ndim != 1)
-        return say(why, wn, "%s: transcript has %d dimensions, expected a 1-D array", path,
-                   h.ndim);
-    if (h.kind == 'f' || h.kind == 'b')
-        return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
-                            "integers", path, h.kind);
+    int rc = transcript_header(&h, buf, len, path, why, wn);
+    if (rc) return rc;
     if ((h.kind == 'U' || h.kind == 'S') && h.itemsize > 4 * MAX_SYMBOL_CHARS)
         return say(why, wn, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
                             "characters", path, (unsigned long long)h.itemsize, MAX_SYMBOL_CHARS);
@@ -736,40 +757,19 @@ int sequence_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, cons
     if (a == b)
         return say(why, wn, "%s: empty label sequence (%s %s with no symbol between)", path,
                    v->sos_name, v->eos_name);
-    int64_t prev_idx = -1;
-    char prev[CXS_MAX_SYMBOL_LEN + 1];
-    size_t prev_len = (size_t)-1;
+    sym_cache c = {.prev_len = (size_t)-1};
     for (uint64_t j = a; j < b; j++) {
-        int64_t idx;
-        if (ints) {
-            idx = int_at(&h, src, j);
-            if (idx < 0 || idx >= (int64_t)v->n)
-                return say(why, wn, "%s: position %llu: label %lld is outside the vocabulary "
-                                    "(0..%u)", path, (unsigned long long)j, (long long)idx,
-                           v->n - 1);
-        } else {
-            if (symbol_at(&h, src, j, sym, sizeof sym, &sl))
-                return say(why, wn, "%s: position %llu: symbol is not valid text", path,
-                           (unsigned long long)j);
-            if (sl == prev_len && memcmp(sym, prev, sl) == 0) {
-                idx = prev_idx;
-            } else {
-                idx = vocab_find(v, sym, sl);
-                if (idx < 0) {
-                    int marker = (sl == strlen(v->sos_name) && !memcmp(sym, v->sos_name, sl)) ||
-                                 (sl == strlen(v->eos_name) && !memcmp(sym, v->eos_name, sl));
-                    if (!marker)
-                        return say(why, wn, "%s: position %llu: unknown symbol '%s'", path,
-                                   (unsigned long long)j, sym);
-                    return say(why, wn, "%s: position %llu: %s inside the sequence", path,
-                               (unsigned long long)j, sym);
-                }
-                if (sl <= CXS_MAX_SYMBOL_LEN) {
-                    memcpy(prev, sym, sl);
-                    prev_len = sl;
-                    prev_idx = idx;
-                }
-            }
+        int64_t idx = -1;
+        if ((rc = label_at(&h, src, j, ints, v, &c, sym, sizeof sym, &sl, &idx, path, why, wn)))
+            return rc;
+        if (idx < 0) {
+            int marker = (sl == strlen(v->sos_name) && !memcmp(sym, v->sos_name, sl)) ||
+                         (sl == strlen(v->eos_name) && !memcmp(sym, v->eos_name, sl));
+            if (!marker)
+                return say(why, wn, "%s: position %llu: unknown symbol '%s'", path,
+                           (unsigned long long)j, sym);
+            return say(why, wn, "%s: position %llu: %s inside the sequence", path,
+                       (unsigned long long)j, sym);
         }
         if (idx == v->sos || idx == v->eos)
             return say(why, wn, "%s: position %llu: %s inside the sequence", path,

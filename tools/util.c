@@ -1,5 +1,7 @@
 #include "util.h"
 
+#include "ctxshard_writer.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -333,4 +335,11 @@ void json_print_string(const char *s, size_t n) {
         else putchar(c);
     }
     putchar('"');
+}
+
+int commit_writer(struct cxs_writer *w, struct cxs_writer_info *info) {
+    cxs_diag d = {{0}};
+    if (!cxs_writer_commit(w, info, &d)) return 0;
+    warnx_("%s", d.message);
+    return EXIT_SYSTEM;
 }

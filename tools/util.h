@@ -30,6 +30,12 @@ int raw_path_hint(const char *cmd, const char *raw, const char *out);
 /* Print "ctxshard: message" to stderr. */
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+struct cxs_writer;
+struct cxs_writer_info;
+/* Commit a writer (freed either way), saying why when it fails: 0, or
+ * EXIT_SYSTEM after the message (which names OUT). */
+int commit_writer(struct cxs_writer *w, struct cxs_writer_info *info);
+
 int parse_u64(const char *s, uint64_t *out);
 /* Bytes with an optional K, M, G or T suffix (powers of 1024). */
 int parse_size(const char *s, uint64_t *out);
