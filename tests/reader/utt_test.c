@@ -5,7 +5,8 @@
  * stored features and labels, on a compressed copy too, the same whatever
  * the thread count, after fork).
  *
- * usage: utt_test CTXSHARD_EXE  (it synthesises and packs its datasets) */
+ * usage: utt_test  (it writes its datasets with the library's writer:
+ * testdata.h) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include "ctxshard.h"
 #include "cxs_test.h"
+#include "testdata.h"
 
 #define BUDGET 9000
 
@@ -587,23 +589,20 @@ TEST(targets_are_the_label_sequences) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    if (argc != 2) return 2;
+int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-utt-XXXXXX");
     if (!mkdtemp(dir)) return 3;
     snprintf(packed, sizeof packed, "%s/packed", dir);
     snprintf(zpacked, sizeof zpacked, "%s/zpacked", dir);
     snprintf(seqpacked, sizeof seqpacked, "%s/seqpacked", dir);
-    char cmd[3072];
-    snprintf(cmd, sizeof cmd,
-             "'%s' synth '%s/raw' --utts 150 --seed 4 --dim 12 --quiet && "
-             "'%s' pack '%s/raw' '%s' --shard-size 2M --quiet && "
-             "'%s' pack '%s/raw' '%s' --shard-size 2M --compress zstd --chunk-size 64K --quiet && "
-             "'%s' synth '%s/seqraw' --utts 40 --seed 5 --dim 6 --transcripts sequence --quiet && "
-             "'%s' pack '%s/seqraw' '%s' --shard-size 256K --transcripts sequence --quiet",
-             argv[1], dir, argv[1], dir, packed, argv[1], dir, zpacked, argv[1], dir, argv[1], dir,
-             seqpacked);
-    if (system(cmd) != 0) return 3;
+    td_opts o = {.utts = 150, .dim = 12, .seed = 4, .shard_size = 2u << 20};
+    if (td_make(packed, &o)) return 3;
+    o.compression = CXS_COMPRESSION_ZSTD, o.chunk_size = 64u << 10;
+    if (td_make(zpacked, &o)) return 3;
+    td_opts q = {.utts = 40, .dim = 6, .seed = 5, .shard_size = 256u << 10,
+                 .label_seqs = CXS_SEQ_ONLY};
+    if (td_make(seqpacked, &q)) return 3;
+    char cmd[400];
     Suite *su = suite_create("utt");
     TCase *tc = tcase_create("utt");
     tcase_set_timeout(tc, 240);
