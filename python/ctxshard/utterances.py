@@ -261,6 +261,19 @@ def _norm_args(func, ds, normalize, per_utterance):
     return flags, nrm, st
 
 
+def _dataset_and_utterances(f, dataset, utterances):
+    """The Dataset (opened when given a path) and the utterance numbers as
+    a uint64 array, checked."""
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(_a.path(f, "dataset", dataset))
+    utts = np.ascontiguousarray(utterances)
+    if utts.ndim != 1 or not (np.issubdtype(utts.dtype, np.integer) or utts.size == 0):
+        raise TypeError(f"{f}: utterances must be a 1-D sequence of utterance numbers")
+    if utts.size and (utts.min() < 0 or utts.max() >= ds.num_utterances):
+        raise IndexError(f"{f}: utterance numbers must be in 0..{ds.num_utterances - 1} "
+                         f"(the dataset has {ds.num_utterances} utterances)")
+    return ds, utts.astype(np.uint64)
+
+
 def pad_batch(dataset, utterances, normalize=False, per_utterance=False, labels=None):
     """(x float32 [B, Tmax, D] zero-padded, lengths int64 [B], y int64 [B,
     Tmax] with PAD_LABEL (-100) past each length, or None) of the given
@@ -271,14 +284,7 @@ def pad_batch(dataset, utterances, normalize=False, per_utterance=False, labels=
     dimension (after normalize, when both).  labels: None (when the
     dataset has them), True or False."""
     f = "pad_batch"
-    ds = dataset if isinstance(dataset, Dataset) else Dataset(_a.path(f, "dataset", dataset))
-    utts = np.ascontiguousarray(utterances)
-    if utts.ndim != 1 or not (np.issubdtype(utts.dtype, np.integer) or utts.size == 0):
-        raise TypeError(f"{f}: utterances must be a 1-D sequence of utterance numbers")
-    if utts.size and (utts.min() < 0 or utts.max() >= ds.num_utterances):
-        raise IndexError(f"{f}: utterance numbers must be in 0..{ds.num_utterances - 1} "
-                         f"(the dataset has {ds.num_utterances} utterances)")
-    utts = utts.astype(np.uint64)
+    ds, utts = _dataset_and_utterances(f, dataset, utterances)
     want = _a.optional_flag(f, "labels", labels)
     if want and not ds.has_frame_labels:
         raise ValueError(f"{f}: labels=True, but {ds.path} has no per-frame labels "
@@ -307,17 +313,10 @@ def pad_targets(dataset, utterances):
     longest of them.  ValueError when the dataset has no label sequences
     (has_label_seqs)."""
     f = "pad_targets"
-    ds = dataset if isinstance(dataset, Dataset) else Dataset(_a.path(f, "dataset", dataset))
-    utts = np.ascontiguousarray(utterances)
-    if utts.ndim != 1 or not (np.issubdtype(utts.dtype, np.integer) or utts.size == 0):
-        raise TypeError(f"{f}: utterances must be a 1-D sequence of utterance numbers")
-    if utts.size and (utts.min() < 0 or utts.max() >= ds.num_utterances):
-        raise IndexError(f"{f}: utterance numbers must be in 0..{ds.num_utterances - 1} "
-                         f"(the dataset has {ds.num_utterances} utterances)")
+    ds, utts = _dataset_and_utterances(f, dataset, utterances)
     if not ds.has_label_seqs:
         raise ValueError(f"{f}: {ds.path} has no label sequences (pack it with --transcripts "
                          "sequence or both)")
-    utts = utts.astype(np.uint64)
     lengths = np.empty(len(utts), dtype=np.int64)
     targets = np.empty((len(utts), ds.max_seq_length), dtype=np.int64)
     rc = _lib.cxs_dataset_pad_targets(ds._ptr, utts.ctypes.data, len(utts), ds.max_seq_length,
