@@ -55,8 +55,9 @@ def reverse_padded(x, lengths):
     """Each sequence of x [B, T, H] reversed within its own length (the
     padding stays at the end)."""
     T = x.shape[1]
-    t = torch.arange(T).unsqueeze(0)
-    idx = torch.where(t < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - t, t)
+    t = torch.arange(T, device=x.device).unsqueeze(0)
+    n = lengths.to(x.device).unsqueeze(1)
+    idx = torch.where(t < n, n - 1 - t, t)
     return x.gather(1, idx.unsqueeze(2).expand_as(x))
 
 
@@ -127,12 +128,15 @@ def greedy(logp, lengths, blank):
     return out
 
 
-def evaluate(model, path, budget, blank):
+def evaluate(model, path, budget, blank, device):
     errors = total = 0
     model.eval()
     with torch.no_grad():
-        for x, lengths, targets, tlens in cxt.UtteranceLoader(path, budget, shuffle=False):
-            for hyp, ref, n in zip(greedy(model(x, lengths), lengths, blank), targets, tlens):
+        # labels=False: a dataset packed with --transcripts both has frame labels too
+        for x, lengths, targets, tlens in cxt.UtteranceLoader(path, budget, shuffle=False,
+                                                              labels=False):
+            logp = model(x.to(device), lengths)
+            for hyp, ref, n in zip(greedy(logp, lengths, blank), targets, tlens):
                 ref = ref[:n].tolist()
                 errors += edit_distance(hyp, ref)
                 total += len(ref)
@@ -157,6 +161,8 @@ def main():
     ap.add_argument("--hidden", type=int, default=128, help="channels (conv) or LSTM width "
                     "(each direction)")
     ap.add_argument("--threads", type=int, default=1, help="loader threads (default 1)")
+    ap.add_argument("--device", default="cpu", help="where the model runs: cpu (default) or "
+                    "cuda")
     ap.add_argument("--seed", type=int, default=0, help="order and initialisation seed")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
@@ -178,17 +184,20 @@ def main():
     blank = classes
     print(f"train: {train.num_utterances} utterances, {len(train)} frames, dim {train.dim}, "
           f"{classes} symbols + blank; frame budget {a.frame_budget}")
-    model = (ConvCTC if a.model == "conv" else LstmCTC)(train.dim, classes, a.hidden)
+    device = torch.device(a.device)
+    model = (ConvCTC if a.model == "conv" else LstmCTC)(train.dim, classes, a.hidden).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
     ctc = nn.CTCLoss(blank=blank, zero_infinity=True)
+    # labels=False: a dataset packed with --transcripts both has frame labels too
     loader = cxt.UtteranceLoader(train, a.frame_budget, shuffle=True, seed=a.seed,
-                                 threads=a.threads)
+                                 threads=a.threads, labels=False)
     for epoch in range(a.epochs):
         loader.set_epoch(epoch)
         t0, utts, frames, total = time.perf_counter(), 0, 0, 0.0
         for x, lengths, targets, tlens in loader:
-            logp = model(x, lengths)
-            loss = ctc(logp.transpose(0, 1), targets.clamp(min=0), lengths, tlens)
+            logp = model(x.to(device), lengths)
+            # the -100 past each target length is never read: the targets go as they are
+            loss = ctc(logp.transpose(0, 1), targets.to(device), lengths, tlens)
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 5.0)
@@ -200,7 +209,7 @@ def main():
         line = (f"epoch {epoch + 1}: CTC loss {total / utts:.3f}, {utts / dt:.1f} utterances/s "
                 f"({frames / dt:.0f} frames/s)")
         if a.dev:
-            line += f", dev PER {evaluate(model, a.dev, a.frame_budget, blank):.1%}"
+            line += f", dev PER {evaluate(model, a.dev, a.frame_budget, blank, device):.1%}"
         print(line, flush=True)
     if tmp:
         tmp.cleanup()

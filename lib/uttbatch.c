@@ -452,6 +452,8 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     rc = l->ring && l->threads && l->w ? 0 : -ENOMEM;
     if (!rc && l->max_frames > SIZE_MAX / sizeof(float) / (ds->meta.dim ? ds->meta.dim : 1))
         rc = -ENOMEM;
+    if (!rc && l->o.targets && ds->seq_max > SIZE_MAX / sizeof(int64_t) / (l->cap ? l->cap : 1))
+        rc = -ENOMEM;
     for (uint32_t i = 0; !rc && i < l->o.ring; i++) {
         uslot *s = &l->ring[i];
         s->x = malloc((size_t)l->max_frames * ds->meta.dim * sizeof *s->x + 1);

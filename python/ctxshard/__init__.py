@@ -46,12 +46,13 @@ def _raise(rc, diag=None, what=""):
         raise IndexError(msg)
     if rc == _n.E_INVALID:
         raise ValueError(msg)
+    said = diag is not None and diag.message
     if rc == _n.E_NO_LABELS:
-        raise ValueError((what + ": " if what and not diag else "") +
+        raise ValueError(msg if said else (what + ": " if what else "") +
                          "labels asked of a dataset that has none (features only, like a test "
                          "split, or label sequences only: label_seq(u)): pass labels=False")
     if rc == _n.E_NO_SEQUENCES:
-        raise ValueError((what + ": " if what else "") +
+        raise ValueError(msg if said else (what + ": " if what else "") +
                          "label sequences asked of a dataset that has none (pack with "
                          "--transcripts sequence or both; has_label_seqs says)")
     if -4096 < rc < 0:
@@ -691,9 +692,11 @@ class Sampler:
                                  "0 (one epoch's worth) or a positive count")
         origin = _a.integer(f, "origin", origin, 0, None,
                             "0, or the global position to resume from")
-        if kind == WEIGHTED and not dataset.num_classes:
-            raise ValueError(f"{f}: weighted sampling needs labels (it balances the classes), "
-                             "and the dataset has none (features only, like a test split)")
+        if kind == WEIGHTED and not dataset.has_frame_labels:
+            raise ValueError(f"{f}: weighted sampling needs per-frame labels (it balances the "
+                             "classes), and the dataset has "
+                             + ("none (label sequences only)" if dataset.has_label_seqs else
+                                "no labels (features only, like a test split)"))
         if class_weights is not None and kind != WEIGHTED:
             raise ValueError(f"{f}: class_weights apply to kind=WEIGHTED only")
         if kind == BLOCK:

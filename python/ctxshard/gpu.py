@@ -108,11 +108,14 @@ class GpuLoader:
         budget = 0 if budget is None else _a.size(f, "budget", budget)
         labels = _a.optional_flag(f, "labels", labels)
         if labels is None:
-            labels = bool(dataset.num_classes)
-        elif labels and not dataset.num_classes:
-            raise ValueError(f"{f}: labels=True, but {dataset.path} has no labels (features "
-                             "only, like a test split): leave labels unset (the default: "
-                             "labels when the dataset has them) or pass labels=False")
+            labels = dataset.has_frame_labels
+        elif labels and not dataset.has_frame_labels:
+            raise ValueError(f"{f}: labels=True, but {dataset.path} has "
+                             + ("no per-frame labels (label sequences only)"
+                                if dataset.has_label_seqs else
+                                "no labels (features only, like a test split)") +
+                             ": leave labels unset (the default: labels when the dataset has "
+                             "them) or pass labels=False")
         drop_last = _a.flag(f, "drop_last", drop_last)
         threads = _a.optional_integer(f, "threads", threads, 1, 256)
         slots = _a.integer(f, "slots", slots, 0, 1024, "0 (the default: threads + 2) or 3..1024")

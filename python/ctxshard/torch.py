@@ -44,9 +44,12 @@ _WARMING = set()
 
 @atexit.register
 def _stop_warming():
-    for stop, thread in list(_WARMING):
+    entries = list(_WARMING)
+    for stop, _ in entries:
         stop.set()
-        thread.join()
+    for _, thread in entries:
+        if thread.is_alive():
+            thread.join()
 
 
 class _Batch(collections.abc.Sequence):
@@ -329,10 +332,11 @@ class Loader:
         kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
                                           SHUFFLE if shuffle else SEQUENTIAL)
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
-        if weighted and not self.dataset.num_classes:
-            raise ValueError(f"{f}: weighted sampling needs labels (it balances the classes), "
-                             f"and {self.dataset.path} has no labels (features only, like a "
-                             "test split)")
+        if weighted and not self.dataset.has_frame_labels:
+            raise ValueError(f"{f}: weighted sampling needs per-frame labels (it balances the "
+                             f"classes), and {self.dataset.path} has "
+                             + ("none (label sequences only)" if self.dataset.has_label_seqs
+                                else "no labels (features only, like a test split)"))
         self.labels = _labels_default(f, self.dataset, labels)
         mode, st = normalization(f, self.dataset, normalize)
         self.normalize = mode is not None
@@ -457,7 +461,11 @@ class Loader:
         if t is not None and t.ident is None:
             entry = (self._warm_stop, t)
             _WARMING.add(entry)
-            t.start()
+            try:
+                t.start()
+            except RuntimeError:  # no thread to be had: no warm-up, nothing to join
+                _WARMING.discard(entry)
+                self._warm_thread = None
 
     def wait_prefetch(self):
         """Wait until the background warm-up (prefetch=True) is done
@@ -778,6 +786,9 @@ class Utterance(tuple):
         t.fields = fields
         return t
 
+    def __getnewargs__(self):  # pickle and copy (DataLoader workers send items)
+        return tuple(self), self.fields
+
 
 class _PaddedBatch(collections.abc.Sequence):
     """A padded batch assembled at once, presented as a sequence of
@@ -817,7 +828,7 @@ def pad_collate(batch):
     targets [B, Lmax] and target_lengths [B] when it has label sequences
     (padded by PAD_LABEL too; CTCLoss reads only target_lengths[i] of
     each row).  A batch from UtteranceDataset.__getitems__ comes out
-    without a copy; a list of utterances (Utterance items, (x, y) pairs
+    without a copy; a list of utterances (Utterance items, (x, y) or (x, y, target) tuples
     or x alone) is padded with torch.nn.utils.rnn.pad_sequence."""
     if isinstance(batch, _PaddedBatch):
         return batch.tensors()
@@ -825,7 +836,10 @@ def pad_collate(batch):
     if batch and isinstance(batch[0], Utterance):
         fields = batch[0].fields
     elif batch and isinstance(batch[0], (tuple, list)):
-        fields = ("x", "y")
+        if len(batch[0]) not in (2, 3):
+            raise TypeError(f"pad_collate: an utterance of {len(batch[0])} parts; expected x, "
+                            "(x, y), (x, y, target) or an Utterance (UtteranceDataset's items)")
+        fields = ("x", "y", "target")[:len(batch[0])]
     else:
         fields = ("x",)
         batch = [(x,) for x in batch]

@@ -300,6 +300,45 @@ class Targets(unittest.TestCase):
         x = next(iter(cxt.Loader(os.path.join(TMP, "seq"), 2, 64, shuffle=False)))
         self.assertEqual(tuple(x.shape), (64, 50))
 
+    def test_items_pickle_and_plain_tuples(self):
+        """Utterance items survive pickle and copy (DataLoader workers send
+        them); pad_collate pads plain (x, y, target) tuples as such."""
+        import copy
+        import pickle
+        D = cxt.UtteranceDataset(os.path.join(TMP, "both"))
+        item = D[2]
+        self.assertEqual(item.fields, ("x", "y", "target"))
+        for back in (pickle.loads(pickle.dumps(item)), copy.copy(item)):
+            self.assertEqual(back.fields, item.fields)
+            for a, b in zip(back, item):
+                self.assertTrue(torch.equal(a, b))
+        utts = [2, 5]
+        want = cxt.pad_collate(D.__getitems__(utts))
+        plain = cxt.pad_collate([tuple(D[u]) for u in utts])
+        self.assertEqual(len(plain), 5)
+        for a, b in zip(want, plain):
+            self.assertTrue(torch.equal(a, b))
+        with self.assertRaisesRegex(TypeError, "4 parts"):
+            cxt.pad_collate([(1, 2, 3, 4)])
+
+    def test_sequences_only_frame_paths(self):
+        """A dataset of sequences only has no frame labels: the frame loaders
+        default to none and say why when asked."""
+        from ctxshard import gpu
+        p = os.path.join(TMP, "seq")
+        ds = ctxshard.open(p)
+        with self.assertRaisesRegex(ValueError, "label sequences only"):
+            cxt.Loader(p, 2, 64, weighted=True)
+        L = gpu.GpuLoader(ds, ctxshard.Sampler(ds), 2, 64, device=gpu.EMULATE)
+        try:
+            b = L.next()
+            self.assertEqual(b.n, 64)
+            self.assertIsNone(b.y)  # no labels: none asked, none made
+        finally:
+            L.close()
+        with self.assertRaisesRegex(ValueError, "label sequences only"):
+            gpu.GpuLoader(ds, ctxshard.Sampler(ds), 2, 64, device=gpu.EMULATE, labels=True)
+
     def test_example_learns(self):
         """examples/train_ctc.py: the CTC loss falls and the dev PER with it."""
         import re
@@ -313,6 +352,14 @@ class Targets(unittest.TestCase):
         self.assertEqual(len(loss), 3, out)
         self.assertLess(loss[-1], loss[0] * 0.8, out)
         self.assertLess(per[-1], 100.0, out)
+        # a dataset with frame labels and sequences (--transcripts both) trains too
+        both = os.path.join(TMP, "both")
+        out = subprocess.run(
+            [sys.executable, os.path.join(SRC, "examples", "train_ctc.py"), "--train", both,
+             "--dev", both, "--epochs", "1", "--hidden", "32"],
+            check=True, capture_output=True, text=True,
+            env=dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))).stdout
+        self.assertIn("dev PER", out)
 
 
 if __name__ == "__main__":
