@@ -512,6 +512,8 @@ TEST(fork_child_goes_on) {
             if (b->global != full.glob[i]) ok = 0;
         }
         cxs_utt_loader_free(l);
+        cxs_utt_sampler_free(s); /* the child's own: a leak checker follows it */
+        free(full.glob);
         _exit(ok && i == full.n ? 0 : 1);
     }
     int st;
