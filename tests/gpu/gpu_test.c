@@ -577,6 +577,21 @@ TEST(no_leaked_device_memory) {
             for (int i = 0; i < 4; i++) ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
             cxs_gpu_loader_free(l);
         }
+        /* and the whole-utterance loader */
+        cxs_utt_sampler_opts uo;
+        memset(&uo, 0, sizeof uo);
+        uo.kind = CXS_UTT_SHUFFLE, uo.frame_budget = 6000;
+        cxs_utt_sampler *us;
+        ck_assert_int_eq(cxs_utt_sampler_create(ds, &uo, &us, NULL), 0);
+        cxs_gpu_utt_opts go;
+        memset(&go, 0, sizeof go);
+        go.device = device, go.labels = 1;
+        cxs_gpu_utt_loader *ul;
+        ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &ul, NULL), 0);
+        const cxs_gpu_utt_batch *ub;
+        for (int i = 0; i < 4; i++) ck_assert_int_eq(cxs_gpu_utt_loader_next(ul, stream, &ub), 0);
+        cxs_gpu_utt_loader_free(ul);
+        cxs_utt_sampler_free(us);
         ck_assert_int_eq(cudaDeviceSynchronize(), 0);
         ck_assert_int_eq(cudaMemGetInfo(round == 0 ? &f0 : &f1, &t), 0);
     }
