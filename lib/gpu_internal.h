@@ -5,8 +5,9 @@
  * error message.  Each mode is one file behind a table of operations
  * (gpu_mode): gpu_stream.c (the CPU loader's batches uploaded through
  * pinned staging buffers), gpu_resident.c (the features uploaded once,
- * windows expanded on the device) and gpu_pool.c (blocks of utterances
- * refreshed in a device pool).  Every file is written against the backend
+ * windows expanded on the device), gpu_pool.c (blocks of utterances
+ * refreshed in a device pool) and gpu_utt.c (whole-utterance batches
+ * padded on the device from the resident data).  Every file is written against the backend
  * table of gpu_backend.h, so the host emulation runs all of it. */
 #ifndef CXS_GPU_INTERNAL_H
 #define CXS_GPU_INTERNAL_H
