@@ -385,13 +385,10 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
 }
 
 
-int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
-                          const cxs_gpu_opts *opts, uint64_t epoch, uint64_t start,
-                          cxs_gpu_loader **out, cxs_diag *diag) {
-    if (!ds || !sampler || !opts || !out) return cxs_diagf(diag, CXS_E_INVALID, "NULL argument");
-    int rc = check_opts(ds, sampler, opts, start, diag);
-    if (rc) return rc;
+int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_loader **out,
+                   uint64_t *budget, cxs_diag *diag) {
     cxs_gpu_probe_info pi;
+    int rc;
     if ((rc = cxs_gpu_probe(opts->device, &pi))) return cxs_diagf(diag, rc, "%s", pi.reason);
     const gpu_backend *be = &cxs_gpu_emu;
 #ifdef CXS_HAVE_CUDA
@@ -401,54 +398,72 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     if (!l) return cxs_diagf(diag, -ENOMEM, "out of memory");
     l->be = be;
     pthread_mutex_init(&l->err_mu, NULL);
-    l->ds = ds, l->sampler = sampler, l->o = *opts;
+    l->ds = ds, l->o = *opts;
     l->dev = opts->device == CXS_GPU_EMULATE ? 0 : opts->device;
     l->dtype = ds->meta.dtype, l->D = ds->meta.dim;
     l->W = (2 * (size_t)opts->k + 1) * ds->meta.dim;
     l->xelem = opts->out_dtype == CXS_GPU_OUT_BF16 ? 2 : 4;
-    l->epoch = epoch, l->pos = start;
     l->o.norm = NULL;
     if ((opts->flags & CXS_GATHER_NORMALIZE) && opts->norm) {
         size_t D = ds->meta.dim;
         if (!(l->norm_mv = malloc(2 * D * sizeof *l->norm_mv))) {
-            rc = gpu_fail(l, -ENOMEM, "out of memory");
-            goto fail;
+            cxs_gpu_loader_free(l);
+            return cxs_diagf(diag, -ENOMEM, "out of memory");
         }
         memcpy(l->norm_mv, opts->norm->mean, D * sizeof *l->norm_mv);
         memcpy(l->norm_mv + D, opts->norm->var, D * sizeof *l->norm_mv);
         l->norm = (cxs_norm){(uint32_t)D, l->norm_mv, l->norm_mv + D};
         l->o.norm = &l->norm;
     }
-    uint64_t budget = opts->budget_bytes ? opts->budget_bytes : pi.free_bytes / 5 * 4;
+    *budget = opts->budget_bytes ? opts->budget_bytes : pi.free_bytes / 5 * 4;
     int e;
     if ((e = be->set_device(l->dev))) {
         rc = GPU_DEVICE_FAIL(l, "", e, "set_device");
-        goto fail;
+        cxs_diagf(diag, rc, "%s", l->err);
+        cxs_gpu_loader_free(l);
+        return rc;
     }
-    if ((rc = plan_mode(l, budget))) goto fail;
-    l->info.mode = l->mode;
-    if ((e = be->stream_create(&l->work)) || (e = be->stream_create(&l->copy))) {
-        rc = GPU_DEVICE_FAIL(l, "", e, "stream_create");
-        goto fail;
-    }
-    if ((opts->flags & CXS_GATHER_NORMALIZE) && l->mode != CXS_GPU_STREAM) {
+    *out = l;
+    return 0;
+}
+
+int gpu_loader_streams(cxs_gpu_loader *l) {
+    const gpu_backend *be = l->be;
+    int e, rc;
+    if ((e = be->stream_create(&l->work)) || (e = be->stream_create(&l->copy)))
+        return GPU_DEVICE_FAIL(l, "", e, "stream_create");
+    if ((l->o.flags & CXS_GATHER_NORMALIZE) && l->mode != CXS_GPU_STREAM) {
         const size_t nb = (size_t)l->D * sizeof(double);
         double *c;
-        if ((rc = cxs_norm_constants(ds, l->o.norm, &c, NULL))) {
-            rc = gpu_fail(l, rc, "normalisation constants: %s", cxs_strerror(rc));
-            goto fail;
-        }
+        if ((rc = cxs_norm_constants(l->ds, l->o.norm, &c, NULL)))
+            return gpu_fail(l, rc, "normalisation constants: %s", cxs_strerror(rc));
         if ((e = be->dev_alloc((void **)&l->d_mean, nb)) ||
             (e = be->dev_alloc((void **)&l->d_scale, nb)) ||
             (e = be->copy_h2d(l->d_mean, c, nb, l->work)) ||
             (e = be->copy_h2d(l->d_scale, c + l->D, nb, l->work)) ||
             (e = be->stream_sync(l->work))) {
             free(c);
-            rc = GPU_DEVICE_FAIL(l, "", e, "upload of the normalisation constants");
-            goto fail;
+            return GPU_DEVICE_FAIL(l, "", e, "upload of the normalisation constants");
         }
         free(c);
     }
+    return 0;
+}
+
+int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
+                          const cxs_gpu_opts *opts, uint64_t epoch, uint64_t start,
+                          cxs_gpu_loader **out, cxs_diag *diag) {
+    if (!ds || !sampler || !opts || !out) return cxs_diagf(diag, CXS_E_INVALID, "NULL argument");
+    int rc = check_opts(ds, sampler, opts, start, diag);
+    if (rc) return rc;
+    cxs_gpu_loader *l;
+    uint64_t budget;
+    if ((rc = gpu_loader_new(ds, opts, &l, &budget, diag))) return rc;
+    l->sampler = sampler;
+    l->epoch = epoch, l->pos = start;
+    if ((rc = plan_mode(l, budget))) goto fail;
+    l->info.mode = l->mode;
+    if ((rc = gpu_loader_streams(l))) goto fail;
     /* from here on free() undoes what the mode's setup made */
     l->ops = l->mode == CXS_GPU_STREAM     ? &cxs_gpu_stream_mode
              : l->mode == CXS_GPU_RESIDENT ? &cxs_gpu_resident_mode

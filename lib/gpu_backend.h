@@ -35,6 +35,23 @@ typedef struct gpu_expand_args {
     int64_t *y;
 } gpu_expand_args;
 
+/* A padded batch launch: n utterances into out[n][tmax][D] (float32, or
+ * bfloat16 bits), rows past an utterance's T zero; y[n][tmax] (when not
+ * NULL) their labels from lab (uint16 per global frame), -100 past T.
+ * The values are cxs_x_value's with k = 0, so they are the CPU pad's. */
+typedef struct gpu_pad_args {
+    const void *feat;
+    uint32_t dtype, D;
+    int out_bf16;
+    const double *mean, *scale;
+    size_t n;
+    uint64_t tmax;
+    const cxs_x_utt *utt;
+    const uint16_t *lab;
+    void *out;
+    int64_t *y;
+} gpu_pad_args;
+
 typedef struct gpu_backend {
     const char *name;
     /* Every int function returns 0 or a backend error code (> 0) that
@@ -60,6 +77,7 @@ typedef struct gpu_backend {
     int (*copy_h2d)(void *dst, const void *src, size_t n, void *s);
     int (*copy_d2h_sync)(void *dst, const void *src, size_t n, void *s); /* waits */
     int (*expand)(const gpu_expand_args *a, void *s);
+    int (*pad)(const gpu_pad_args *a, void *s);
 } gpu_backend;
 
 extern const gpu_backend cxs_gpu_emu;

@@ -135,6 +135,38 @@ static int cu_expand(const gpu_expand_args *a, void *s) {
     return (int)cudaGetLastError();
 }
 
+/* Padded whole-utterance batches: one block per output row (utterance i,
+ * frame t), grid-stride, threads along the row's D elements (coalesced on
+ * both sides).  Rows past T are zeros and -100 labels. */
+template <bool BF16>
+__global__ void pad_kernel(gpu_pad_args a) {
+    const size_t rows = a.n * a.tmax;
+    for (size_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const size_t i = row / a.tmax;
+        const uint32_t t = (uint32_t)(row - i * a.tmax);
+        const cxs_x_utt u = a.utt[i];
+        for (uint32_t d = threadIdx.x; d < a.D; d += blockDim.x) {
+            float v = cxs_x_value(a.feat, a.dtype, a.D, u.row0, u.T, t, 0, 0, d, a.mean, a.scale);
+            if (BF16)
+                ((uint16_t *)a.out)[row * a.D + d] = cxs_x_to_bf16(v);
+            else
+                ((float *)a.out)[row * a.D + d] = v;
+        }
+        if (a.y && threadIdx.x == 0) a.y[row] = t < u.T ? (int64_t)a.lab[u.frame0 + t] : -100;
+    }
+}
+
+static int cu_pad(const gpu_pad_args *a, void *s) {
+    const size_t rows = a->n * a->tmax;
+    if (!rows) return 0;
+    unsigned bx = a->D >= 64 ? 128 : (a->D > 32 ? 64 : 32);
+    unsigned grid = rows < (1u << 20) ? (unsigned)rows : (1u << 20);
+    cudaStream_t st = (cudaStream_t)s;
+    if (a->out_bf16) pad_kernel<true><<<grid, bx, 0, st>>>(*a);
+    else pad_kernel<false><<<grid, bx, 0, st>>>(*a);
+    return (int)cudaGetLastError();
+}
+
 extern "C" const gpu_backend cxs_gpu_cuda = {
     "CUDA",
     cu_error_string,
@@ -158,6 +190,7 @@ extern "C" const gpu_backend cxs_gpu_cuda = {
     cu_copy_h2d,
     cu_copy_d2h_sync,
     cu_expand,
+    cu_pad,
 };
 
 extern "C" int cxs_gpu_cuda_probe(int dev, cxs_gpu_probe_info *info) {

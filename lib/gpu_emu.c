@@ -92,6 +92,25 @@ static int emu_expand(const gpu_expand_args *a, void *s) {
     return 0;
 }
 
+static int emu_pad(const gpu_pad_args *a, void *s) {
+    for (size_t i = 0; i < a->n; i++) {
+        const cxs_x_utt u = a->utt[i];
+        for (uint64_t t = 0; t < a->tmax; t++) {
+            const size_t row = i * a->tmax + t;
+            for (uint32_t d = 0; d < a->D; d++) {
+                float v = cxs_x_value(a->feat, a->dtype, a->D, u.row0, u.T, (uint32_t)t, 0, 0, d,
+                                      a->mean, a->scale);
+                if (a->out_bf16)
+                    ((uint16_t *)a->out)[row * a->D + d] = cxs_x_to_bf16(v);
+                else
+                    ((float *)a->out)[row * a->D + d] = v;
+            }
+            if (a->y) a->y[row] = t < u.T ? (int64_t)a->lab[u.frame0 + t] : -100;
+        }
+    }
+    return 0;
+}
+
 const gpu_backend cxs_gpu_emu = {
     "host emulation",
     emu_error_string,
@@ -115,4 +134,5 @@ const gpu_backend cxs_gpu_emu = {
     emu_copy,
     emu_copy_back,
     emu_expand,
+    emu_pad,
 };

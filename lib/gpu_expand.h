@@ -30,6 +30,15 @@ typedef struct cxs_x_desc {
     int64_t label;
 } cxs_x_desc;
 
+/* One utterance of a padded batch (cxs_gpu_utt_loader): the device row
+ * of its frame 0, its global frame number (labels) and its length. */
+typedef struct cxs_x_utt {
+    uint64_t row0;
+    uint64_t frame0;
+    uint32_t T;
+    uint32_t pad_;
+} cxs_x_utt;
+
 /* Largest u in [0, n) with cum[u] <= frame (cum ascending, cum[0] = 0,
  * frame < cum[n]): the utterance holding a global frame. */
 CXS_HD uint64_t cxs_x_locate(const uint64_t *cum, uint64_t n, uint64_t frame) {

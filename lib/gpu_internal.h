@@ -5,8 +5,9 @@
  * error message.  Each mode is one file behind a table of operations
  * (gpu_mode): gpu_stream.c (the CPU loader's batches uploaded through
  * pinned staging buffers), gpu_resident.c (the features uploaded once,
- * windows expanded on the device) and gpu_pool.c (blocks of utterances
- * refreshed in a device pool).  Every file is written against the backend
+ * windows expanded on the device), gpu_pool.c (blocks of utterances
+ * refreshed in a device pool) and gpu_utt.c (whole-utterance batches
+ * padded on the device from the resident data).  Every file is written against the backend
  * table of gpu_backend.h, so the host emulation runs all of it. */
 #ifndef CXS_GPU_INTERNAL_H
 #define CXS_GPU_INTERNAL_H
@@ -128,7 +129,25 @@ typedef struct gpu_mode {
     void (*describe)(const cxs_gpu_loader *l, cxs_gpu_loader_info *info);
 } gpu_mode;
 
-extern const gpu_mode cxs_gpu_stream_mode, cxs_gpu_resident_mode, cxs_gpu_pool_mode;
+/* Whole-utterance batches (gpu_utt.c): the resident data, and per slot of
+ * the ring what the host keeps of its batch.  The slot's d_in/h_in hold
+ * the descriptors [cap], lengths [cap], target lengths [cap] and targets
+ * [cap][seq_max], in that order. */
+typedef struct utt_meta {
+    uint64_t *utts;
+    uint64_t tmax, lmax, frames, global;
+} utt_meta;
+
+typedef struct gpu_utt {
+    const cxs_utt_sampler *sampler;
+    uint32_t cap, targets;
+    uint64_t max_frames, len;
+    uint64_t *urow; /* host: device row of every utterance's frame 0 */
+    utt_meta meta[NSLOT];
+} gpu_utt;
+
+extern const gpu_mode cxs_gpu_stream_mode, cxs_gpu_resident_mode, cxs_gpu_pool_mode,
+    cxs_gpu_utt_mode;
 
 struct cxs_gpu_loader {
     const gpu_backend *be;
@@ -166,6 +185,7 @@ struct cxs_gpu_loader {
     gpu_stream st;
     gpu_resident rs;
     gpu_pool p;
+    gpu_utt ut;
 };
 
 /* The failure helper: write the message, return rc. */
@@ -185,6 +205,19 @@ int gpu_fail(cxs_gpu_loader *l, int rc, const char *fmt, ...)
         int be_err_ = (call);                                               \
         if (be_err_) return GPU_DEVICE_FAIL((l), "", be_err_, #call);       \
     } while (0)
+
+/* cxs_gpu_loader_create's parts that the utterance loader shares: the
+ * probe, the loader with its backend and copied statistics (budget: the
+ * bytes it may take), and, once the mode is set, the streams and the
+ * normalisation constants on the device.  On failure of the second the
+ * caller frees l after cxs_diagf(diag, rc, l->err). */
+int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_loader **out,
+                   uint64_t *budget, cxs_diag *diag);
+int gpu_loader_streams(cxs_gpu_loader *l);
+/* Resident mode's upload of the features, tables and (o.labels) labels,
+ * and the release of what it holds (gpu_resident.c). */
+int gpu_resident_upload(cxs_gpu_loader *l);
+void gpu_resident_release(cxs_gpu_loader *l);
 
 double gpu_now(void);
 uint64_t gpu_shard_rows(const shard *sh);

@@ -172,7 +172,7 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
     return rc;
 }
 
-static int resident_upload(cxs_gpu_loader *l) {
+int gpu_resident_upload(cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     const uint32_t S = ds->meta.num_shards;
     const uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames, rb = ds->row_bytes;
@@ -277,12 +277,12 @@ static int resident_launch(cxs_gpu_loader *l, gslot *s) {
 
 static int resident_setup(cxs_gpu_loader *l) {
     int rc = gpu_ring_alloc(l, 8);
-    if (!rc) rc = resident_upload(l);
+    if (!rc) rc = gpu_resident_upload(l);
     l->info.device_bytes += gpu_ring_bytes(l, 8);
     return rc;
 }
 
-static void resident_release(cxs_gpu_loader *l) {
+void gpu_resident_release(cxs_gpu_loader *l) {
     void *dev[] = {l->rs.d_feat, l->rs.d_cum, l->rs.d_urow, l->rs.d_lab};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         if (dev[i]) l->be->dev_free(dev[i]);
@@ -294,5 +294,5 @@ const gpu_mode cxs_gpu_resident_mode = {
     .next = gpu_ring_next,
     .launch = resident_launch,
     .start = gpu_ring_restart,
-    .release = resident_release,
+    .release = gpu_resident_release,
 };

@@ -11,9 +11,12 @@
 #   2. `ctxshard gpu --json`: the device probe (GPUDirect Storage included);
 #   3. the cuda test program alone (every mode against the CPU gather, bit
 #      for bit, resident mode once through GPUDirect Storage when libcufile
-#      is found; no leaked device memory): a skip (exit 77) fails the step;
+#      is found; the whole-utterance loader against the CPU utterance
+#      loader, bit for bit; no leaked device memory): a skip (exit 77)
+#      fails the step;
 #   4. the same program under compute-sanitizer memcheck (leak check,
-#      CXS_GPU_TEST_QUICK=1, handled API errors not counted); then racecheck
+#      CXS_GPU_TEST_QUICK=1: one test per mode and the utterance loader's,
+#      handled API errors not counted); then racecheck
 #      and synccheck only while time remains, and skipped, not failed,
 #      where the device refuses them;
 #   5. `ctxshard gpu --check` over a synthesised dataset in every mode, with

@@ -29,6 +29,10 @@
  *    the user guide).
  *  - CXS_GPU_AUTO: resident when the features fit the budget, else stream.
  *
+ * Whole-utterance batches for sequence models (the GPU counterpart of
+ * cxs_utt_loader) come from cxs_gpu_utt_loader, at the end of this file:
+ * resident data, batches padded on the device.
+ *
  * Device pointers handed out are valid until the next cxs_gpu_loader_next()
  * (or reset/free) on the same loader: work the caller enqueues on its
  * stream before that call is ordered before the memory is reused.
@@ -204,6 +208,100 @@ CXS_API const char *cxs_gpu_loader_error(const cxs_gpu_loader *l);
 /** Wait for the loader's own work, free its device and pinned memory, its
  * streams and events.  NULL is a no-op. */
 CXS_API void cxs_gpu_loader_free(cxs_gpu_loader *l);
+
+/* ---- whole-utterance batches assembled on the device -------------------- */
+
+/** Options of cxs_gpu_utt_loader_create. */
+typedef struct cxs_gpu_utt_opts {
+    int32_t device;         /**< CUDA ordinal, or CXS_GPU_EMULATE */
+    uint64_t budget_bytes;  /**< device memory the resident data and the batch
+                                 buffers may take; 0: 80% of the device's free memory */
+    uint32_t flags;         /**< CXS_GATHER_NORMALIZE (CXS_PAD_PER_UTTERANCE is
+                                 computed on the CPU only: CXS_E_INVALID) */
+    uint32_t out_dtype;     /**< CXS_GPU_OUT_F32 or CXS_GPU_OUT_BF16 */
+    uint32_t labels;        /**< 1: per-frame labels y too (needs labels) */
+    uint32_t targets;       /**< 1: the label sequences as CTC targets (needs them) */
+    uint32_t slots;         /**< upload chunks in flight, 3..16 (0: 4) */
+    uint32_t paths;         /**< CXS_GPU_NO_REGISTER | CXS_GPU_GDS */
+    const cxs_norm *norm;   /**< with CXS_GATHER_NORMALIZE: these statistics
+                                 (train's); NULL: the dataset's.  Copied. */
+} cxs_gpu_utt_opts;
+
+/** A padded batch of whole utterances in device memory: cxs_utt_batch's
+ * layout, the arrays on the device, the counts also on the host. */
+typedef struct cxs_gpu_utt_batch {
+    void *x;                          /**< device [n][tmax][dim], float32 or bfloat16,
+                                           zero past each length */
+    int64_t *lengths;                 /**< device [n] frames */
+    int64_t *y;                       /**< device [n][tmax], CXS_UTT_PAD_LABEL past
+                                           each length; NULL without labels */
+    int64_t *targets;                 /**< device [n][lmax], CXS_UTT_PAD_LABEL past
+                                           each target length; NULL without targets */
+    int64_t *target_lengths;          /**< device [n]; NULL without targets */
+    const int64_t *host_lengths;      /**< host [n]: lengths */
+    const int64_t *host_target_lengths; /**< host [n]: target_lengths, or NULL */
+    const uint64_t *utts;             /**< host [n] utterance numbers */
+    size_t n;
+    uint64_t tmax;                    /**< the longest of the batch */
+    uint64_t lmax;                    /**< the longest label sequence (targets) */
+    uint64_t frames;                  /**< real frames: the sum of lengths */
+    uint64_t index;                   /**< this rank's position of the batch */
+    uint64_t global;                  /**< its place in the epoch's global order */
+} cxs_gpu_utt_batch;
+
+typedef struct cxs_gpu_utt_loader cxs_gpu_utt_loader;
+
+/**
+ * Whole-utterance batches of `sampler` (ctxshard.h) assembled on the
+ * device: the dataset's feature sections (and, with labels, its per-frame
+ * labels) are uploaded once, as the resident mode of cxs_gpu_loader does
+ * (compressed data decoded on the host during the upload; float16 and
+ * bfloat16 kept as stored and converted by the kernel); then each batch
+ * sends one 24-byte descriptor per utterance (its device row, first frame
+ * and length), its lengths and, with targets, its label sequences padded
+ * on the host (through pinned buffers), and a kernel writes x [n][tmax][D]
+ * zero-padded and y [n][tmax] padded with CXS_UTT_PAD_LABEL.  The batches
+ * are byte for byte those of cxs_utt_loader for the same sampler, epoch
+ * and position (float32 output; bfloat16 output is that rounded to
+ * nearest even), in the same order; the utterance list of each comes from
+ * cxs_utt_sampler_batch.  ds and sampler must outlive the loader.
+ *
+ * Device pointers handed out are valid until the next
+ * cxs_gpu_utt_loader_next (or reset/free), host ones likewise; the work
+ * the caller enqueues on its stream before that call is ordered before
+ * the memory is reused, as with cxs_gpu_loader.
+ *
+ * Returns 0; CXS_E_UNSUPPORTED (no CUDA / no device; diag says why);
+ * CXS_E_NO_LABELS, CXS_E_NO_SEQUENCES; CXS_E_INVALID (a bad option, named;
+ * start past the rank's batches); CXS_E_RANGE (the data and the batch
+ * buffers do not fit budget_bytes: the message gives both sizes);
+ * CXS_E_DEVICE; -ENOMEM; or an error decoding a compressed chunk.  diag
+ * may be NULL.
+ */
+CXS_API int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
+                                      const cxs_gpu_utt_opts *opts, uint64_t epoch,
+                                      uint64_t start, cxs_gpu_utt_loader **out,
+                                      cxs_diag *diag);
+
+/** The next batch, ready for work enqueued on `stream` (a cudaStream_t;
+ * NULL: the legacy default stream); *batch NULL at the end of the epoch.
+ * One consumer, one stream.  Returns 0 or the first error (then
+ * cxs_gpu_utt_loader_error has the message). */
+CXS_API int cxs_gpu_utt_loader_next(cxs_gpu_utt_loader *l, void *stream,
+                                    const cxs_gpu_utt_batch **batch);
+
+/** Restart at this rank's position `start` of `epoch` (CXS_E_INVALID past
+ * its batches).  The resident data stays on the device. */
+CXS_API int cxs_gpu_utt_loader_reset(cxs_gpu_utt_loader *l, uint64_t epoch, uint64_t start);
+
+/** What the loader holds and has moved (mode reads CXS_GPU_RESIDENT). */
+CXS_API void cxs_gpu_utt_loader_describe(const cxs_gpu_utt_loader *l, cxs_gpu_loader_info *info);
+
+/** The message of the last error, "" when none.  Valid until the next call. */
+CXS_API const char *cxs_gpu_utt_loader_error(const cxs_gpu_utt_loader *l);
+
+/** Wait for the loader's work and free everything.  NULL is a no-op. */
+CXS_API void cxs_gpu_utt_loader_free(cxs_gpu_utt_loader *l);
 
 #ifdef __cplusplus
 }

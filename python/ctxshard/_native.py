@@ -162,6 +162,20 @@ class GpuBatch(Structure):
                 ("index", c_uint64), ("position", c_uint64)]
 
 
+class GpuUttOpts(Structure):
+    _fields_ = [("device", ctypes.c_int32), ("budget_bytes", c_uint64), ("flags", c_uint32),
+                ("out_dtype", c_uint32), ("labels", c_uint32), ("targets", c_uint32),
+                ("slots", c_uint32), ("paths", c_uint32), ("norm", POINTER(Norm))]
+
+
+class GpuUttBatch(Structure):
+    _fields_ = [("x", c_void_p), ("lengths", c_void_p), ("y", c_void_p), ("targets", c_void_p),
+                ("target_lengths", c_void_p), ("host_lengths", c_void_p),
+                ("host_target_lengths", c_void_p), ("utts", c_void_p), ("n", c_size_t),
+                ("tmax", c_uint64), ("lmax", c_uint64), ("frames", c_uint64),
+                ("index", c_uint64), ("global", c_uint64)]
+
+
 class GpuLoaderInfo(Structure):
     _fields_ = [("mode", c_uint32), ("upload_path", c_uint32), ("device_bytes", c_uint64),
                 ("uploaded_bytes", c_uint64), ("upload_seconds", c_double),
@@ -335,6 +349,13 @@ def _load():
         "cxs_gpu_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
         "cxs_gpu_loader_error": (c_char_p, [c_void_p]),
         "cxs_gpu_loader_free": (None, [c_void_p]),
+        "cxs_gpu_utt_loader_create": (c_int, [ds, c_void_p, POINTER(GpuUttOpts), c_uint64,
+                                              c_uint64, POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_gpu_utt_loader_next": (c_int, [c_void_p, c_void_p, POINTER(POINTER(GpuUttBatch))]),
+        "cxs_gpu_utt_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
+        "cxs_gpu_utt_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
+        "cxs_gpu_utt_loader_error": (c_char_p, [c_void_p]),
+        "cxs_gpu_utt_loader_free": (None, [c_void_p]),
         "cxs_writer_opts_init": (None, [POINTER(WriterOpts)]),
         "cxs_writer_create": (c_int, [c_char_p, POINTER(WriterOpts), POINTER(c_void_p),
                                       POINTER(Diag)]),
@@ -359,5 +380,5 @@ def _load():
 
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
-           "Batch", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
+           "Batch", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
            "WriterInfo", "c_float", "c_int64"]

@@ -940,18 +940,40 @@ class UtteranceLoader:
     also on another number of ranks or threads).  After each batch,
     batch_info says which it was: utterances (their numbers: ds.ids[u] is
     the id), global (its place in the epoch's global batch order), index
-    (this rank's position) and frames (real frames, without padding)."""
+    (this rank's position) and frames (real frames, without padding).
+
+    device='cuda' (or 'cuda:N'): the dataset's features (and per-frame
+    labels) are uploaded to the GPU once, and each batch is assembled
+    there by the library: x, y and targets are CUDA tensors over its
+    buffers, ready on the current torch stream and valid until the next
+    batch is taken (clone() what you keep); lengths and target_lengths stay
+    on the CPU.  The batches are the CPU path's, byte for byte.  gpu_budget:
+    the device bytes the resident data and the batch buffers may take
+    (default 80% of free memory; a dataset that does not fit is refused,
+    naming both sizes); gpu_dtype: torch.float32 or torch.bfloat16 (x only).
+    Without a usable GPU path (built without CUDA, no driver, torch without
+    CUDA), or with per_utterance=True (computed on the CPU), batches are
+    assembled on the CPU and copied (a warning says why; gpu_mode reads
+    'host' and gpu_reason the reason; 'device' on the device path).
+    gpu_emulate=True runs the device path on the host (CPU tensors), for
+    tests."""
 
     def __init__(self, path, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, drop_last=False, buckets=None, max_batch=None,
                  long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
-                 memory=None, blocks=None, device=None, targets=None):
+                 memory=None, blocks=None, device=None, targets=None, gpu_budget=None,
+                 gpu_dtype=None, gpu_emulate=False):
         f = "UtteranceLoader"
         if not isinstance(path, Dataset):
             path = _a.path(f, "path", path)
         self.threads = _a.optional_integer(f, "threads", threads, 1, 256)
         self.per_utterance = _a.flag(f, "per_utterance", per_utterance)
         self.device = _device(f, device)
+        gpu_budget = None if gpu_budget is None else _a.size(f, "gpu_budget", gpu_budget)
+        if gpu_dtype not in (None, torch.float32, torch.bfloat16):
+            raise ValueError(f"{f}: gpu_dtype={_a._show(gpu_dtype)} is not one of "
+                             "torch.float32, torch.bfloat16")
+        gpu_emulate = _a.flag(f, "gpu_emulate", gpu_emulate)
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
         self.sampler = _LoaderSampler(self.dataset, frame_budget, shuffle, seed, rank,
                                       world_size, drop_last, buckets, max_batch,
@@ -965,6 +987,47 @@ class UtteranceLoader:
         if self.threads is None:
             self.threads = _default_threads()
         self.batch_info = None
+        self._setup_gpu(gpu_budget, gpu_dtype, gpu_emulate)
+
+    def _setup_gpu(self, budget, dtype, emulate):
+        """Choose the device path (batches assembled on the GPU) or the copy
+        path; the device loader is made at the first iteration and kept
+        (its upload happens once)."""
+        self._gpu, self._gl, self._gl_order = None, None, None
+        self.gpu_mode, self.gpu_reason = None, ""
+        cuda = self.device is not None and self.device.type == "cuda"
+        if not (cuda or emulate):
+            return
+        why = None
+        if self.per_utterance:
+            why = "per_utterance normalisation is computed on the CPU"
+        elif cuda and not torch.cuda.is_available():
+            why = "this PyTorch has no usable CUDA device (torch.cuda.is_available() is False)"
+        else:
+            if emulate:
+                dev = _gpu.EMULATE
+            elif self.device.index is not None:
+                dev = self.device.index
+            else:
+                dev = torch.cuda.current_device()
+            probe = _gpu.probe(dev)
+            if probe["usable"]:
+                self._gpu = dict(device=dev, budget=budget or 0,
+                                 out_dtype=torch.bfloat16 if dtype == torch.bfloat16
+                                 else torch.float32)
+                self.gpu_mode = "device"
+                if dev != _gpu.EMULATE:
+                    self.device = torch.device("cuda", dev)
+                return
+            why = probe["reason"]
+        self.gpu_mode, self.gpu_reason = "host", why
+        if cuda:
+            warnings.warn(f"ctxshard: UtteranceLoader(device={str(self.device)!r}): {why}; "
+                          + ("batches are assembled on the CPU and copied"
+                             if torch.cuda.is_available() else "batches stay on the CPU"),
+                          UserWarning, stacklevel=3)
+            if not torch.cuda.is_available():
+                self.device = None
 
     # the sampler's state is the loader's
     def __len__(self):
@@ -987,6 +1050,93 @@ class UtteranceLoader:
         self.sampler.load_state_dict(state)
 
     def __iter__(self):
+        if self._gpu is not None:
+            return self._iter_gpu()
+        return self._iter_host()
+
+    def _view(self, ptr, shape, dtype):
+        """A tensor over the device loader's buffer (emulated: host memory)."""
+        typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
+        if self._gpu["device"] == _gpu.EMULATE:
+            ct = {"<f4": ctypes.c_float, "<i2": ctypes.c_int16, "<i8": ctypes.c_int64}[typestr]
+            t = torch.from_numpy(np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ct)),
+                                                       shape=shape))
+        else:
+            t = torch.as_tensor(_CudaArray(ptr, shape, typestr), device=self.device)
+        return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+
+    @staticmethod
+    def _host_copy(ptr, n):
+        return torch.from_numpy(np.ctypeslib.as_array(
+            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int64)), shape=(n,)).copy())
+
+    def _iter_gpu(self):
+        s = self.sampler
+        order = s._order()
+        epoch = s.epoch
+        o = self._gpu
+        if self._gl is not None and self._gl_order is not order:
+            # a resumed epoch (or the first after it) runs over another
+            # order: the device loader is made again (uploading again)
+            self.close()
+        if self._gl is None:
+            opts = _n.GpuUttOpts(o["device"], o["budget"], self._flags,
+                                 _n.GPU_OUT_BF16 if o["out_dtype"] == torch.bfloat16
+                                 else _n.GPU_OUT_F32, int(self.labels), int(self.targets), 0, 0,
+                                 ctypes.pointer(self._norm) if self._norm is not None else None)
+            ptr = ctypes.c_void_p()
+            diag = _n.Diag()
+            rc = _lib.cxs_gpu_utt_loader_create(self.dataset._ptr, order.ptr, ctypes.byref(opts),
+                                                epoch, s._start, ctypes.byref(ptr),
+                                                ctypes.byref(diag))
+            if rc:
+                _raise(rc, diag, what="GPU utterance loader")
+            self._gl, self._gl_order = ptr, order
+        else:
+            rc = _lib.cxs_gpu_utt_loader_reset(self._gl, epoch, s._start)
+            if rc:
+                self._gpu_fail(rc)
+        emulated = o["device"] == _gpu.EMULATE
+        bp = ctypes.POINTER(_n.GpuUttBatch)()
+        D = self.dataset.dim
+        while True:
+            stream = None if emulated else torch.cuda.current_stream(self.device).cuda_stream
+            rc = _lib.cxs_gpu_utt_loader_next(self._gl, stream, ctypes.byref(bp))
+            if rc:
+                self._gpu_fail(rc)
+            if not bp:
+                break
+            b = bp.contents
+            n, T = b.n, b.tmax
+            out = [self._view(b.x, (n, T, D), o["out_dtype"]), self._host_copy(b.host_lengths, n)]
+            if b.y:
+                out.append(self._view(b.y, (n, T), torch.int64))
+            if b.targets:
+                out += [self._view(b.targets, (n, b.lmax), torch.int64),
+                        self._host_copy(b.host_target_lengths, n)]
+            s._start = b.index + 1
+            self.batch_info = {"utterances": np.ctypeslib.as_array(
+                ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)), shape=(n,)).copy(),
+                "global": getattr(b, "global"), "index": b.index, "frames": b.frames}
+            yield tuple(out)
+        s.epoch, s._origin, s._start = epoch + 1, 0, 0
+
+    def _gpu_fail(self, rc):
+        d = _n.Diag()
+        d.message = (_lib.cxs_gpu_utt_loader_error(self._gl) or b"")[:1023]
+        _raise(rc, d, what="GPU utterance loader")
+
+    def close(self):
+        """Free the device loader's memory now (also done when the loader is
+        collected).  Device batches handed out become invalid."""
+        if getattr(self, "_gl", None) is not None:
+            _lib.cxs_gpu_utt_loader_free(self._gl)
+            self._gl, self._gl_order = None, None
+
+    def __del__(self):
+        self.close()
+
+    def _iter_host(self):
         s = self.sampler
         order = s._order()
         opts = _n.UttLoaderOpts(self.threads, 0, self._flags, int(self.labels),

@@ -28,6 +28,7 @@ static int device = CXS_GPU_EMULATE;
 static void *stream; /* the consumer's stream (a real one on a device) */
 static char dir[256];
 static char path_f32[300], path_f16[300], path_bf16z[300], path_nolab[300];
+static char path_seq32[300], path_seq16[300]; /* frame labels and label sequences */
 
 static void to_host(void *dst, const void *src, size_t n) {
     if (device == CXS_GPU_EMULATE) {
@@ -576,6 +577,21 @@ TEST(no_leaked_device_memory) {
             for (int i = 0; i < 4; i++) ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
             cxs_gpu_loader_free(l);
         }
+        /* and the whole-utterance loader */
+        cxs_utt_sampler_opts uo;
+        memset(&uo, 0, sizeof uo);
+        uo.kind = CXS_UTT_SHUFFLE, uo.frame_budget = 6000;
+        cxs_utt_sampler *us;
+        ck_assert_int_eq(cxs_utt_sampler_create(ds, &uo, &us, NULL), 0);
+        cxs_gpu_utt_opts go;
+        memset(&go, 0, sizeof go);
+        go.device = device, go.labels = 1;
+        cxs_gpu_utt_loader *ul;
+        ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &ul, NULL), 0);
+        const cxs_gpu_utt_batch *ub;
+        for (int i = 0; i < 4; i++) ck_assert_int_eq(cxs_gpu_utt_loader_next(ul, stream, &ub), 0);
+        cxs_gpu_utt_loader_free(ul);
+        cxs_utt_sampler_free(us);
         ck_assert_int_eq(cudaDeviceSynchronize(), 0);
         ck_assert_int_eq(cudaMemGetInfo(round == 0 ? &f0 : &f1, &t), 0);
     }
@@ -585,6 +601,175 @@ TEST(no_leaked_device_memory) {
 }
 END_TEST_
 #endif
+
+/* ---- whole-utterance batches on the device (cxs_gpu_utt_loader) ------- */
+
+/* One epoch of rank `rank` of `world` from `start`: every batch of the GPU
+ * utterance loader equals the CPU utterance loader's, byte for byte: x
+ * (float32, or its bfloat16 rounding), lengths, labels, targets. */
+static void utt_epoch_matches(const char *path, uint32_t rank, uint32_t world, uint32_t flags,
+                              uint32_t out_dtype, uint64_t start) {
+    cxs_dataset *ds = open_ds(path);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    const uint32_t D = info.dim;
+    cxs_utt_sampler_opts so;
+    memset(&so, 0, sizeof so);
+    so.kind = CXS_UTT_SHUFFLE, so.seed = 11, so.frame_budget = 6000, so.buckets = 4;
+    so.rank = rank, so.world_size = world;
+    cxs_utt_sampler *us;
+    cxs_diag d;
+    ck_assert_msg(cxs_utt_sampler_create(ds, &so, &us, &d) == 0, "%s", d.message);
+    cxs_utt_loader_opts co;
+    memset(&co, 0, sizeof co);
+    co.threads = 2, co.flags = flags, co.labels = 1, co.targets = 1;
+    cxs_utt_loader *cl;
+    ck_assert_msg(cxs_utt_loader_create_ex(ds, us, &co, 1, start, &cl, &d) == 0, "%s", d.message);
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = device, go.flags = flags, go.out_dtype = out_dtype, go.labels = 1, go.targets = 1;
+    cxs_gpu_utt_loader *gl;
+    int rc = cxs_gpu_utt_loader_create(ds, us, &go, 1, start, &gl, &d);
+    ck_assert_msg(rc == 0, "create: %s (%s)", cxs_strerror(rc), d.message);
+    const uint64_t F = cxs_utt_sampler_max_frames(us), cap = cxs_utt_sampler_max_batch(us);
+    float *x = malloc(F * D * 4);
+    uint16_t *x16 = malloc(F * D * 2);
+    int64_t *y = malloc(F * 8), *len = malloc(cap * 8), *t = malloc(cap * info.max_seq_length * 8 + 8),
+            *tl = malloc(cap * 8);
+    uint64_t batches = 0;
+    for (;;) {
+        const cxs_utt_batch *c;
+        const cxs_gpu_utt_batch *g;
+        ck_assert_int_eq(cxs_utt_loader_next(cl, &c), 0);
+        rc = cxs_gpu_utt_loader_next(gl, stream, &g);
+        ck_assert_msg(rc == 0, "next: %s (%s)", cxs_strerror(rc), cxs_gpu_utt_loader_error(gl));
+        if (!c) {
+            ck_assert_ptr_null(g);
+            break;
+        }
+        ck_assert_ptr_nonnull(g);
+        batches++;
+        ck_assert_uint_eq(g->n, c->n);
+        ck_assert_uint_eq(g->tmax, c->tmax);
+        ck_assert_uint_eq(g->lmax, c->lmax);
+        ck_assert_uint_eq(g->frames, c->frames);
+        ck_assert_uint_eq(g->index, c->index);
+        ck_assert_uint_eq(g->global, c->global);
+        ck_assert(memcmp(g->utts, c->utts, c->n * 8) == 0);
+        ck_assert(memcmp(g->host_lengths, c->lengths, c->n * 8) == 0);
+        ck_assert(memcmp(g->host_target_lengths, c->target_lengths, c->n * 8) == 0);
+        const size_t nx = c->n * c->tmax * D;
+        if (out_dtype == CXS_GPU_OUT_BF16) {
+            to_host(x16, g->x, nx * 2);
+            for (size_t i = 0; i < nx; i++) EXPECT_LOOP(x16[i] == bf16_rne(c->x[i]));
+        } else {
+            to_host(x, g->x, nx * 4);
+            ck_assert_msg(memcmp(x, c->x, nx * 4) == 0, "batch %llu: x differs from the CPU's",
+                          (unsigned long long)c->index);
+        }
+        to_host(len, g->lengths, c->n * 8);
+        ck_assert(memcmp(len, c->lengths, c->n * 8) == 0);
+        to_host(y, g->y, c->n * c->tmax * 8);
+        ck_assert_msg(memcmp(y, c->y, c->n * c->tmax * 8) == 0, "batch %llu: labels differ",
+                      (unsigned long long)c->index);
+        to_host(t, g->targets, c->n * c->lmax * 8);
+        ck_assert(memcmp(t, c->targets, c->n * c->lmax * 8) == 0);
+        to_host(tl, g->target_lengths, c->n * 8);
+        ck_assert(memcmp(tl, c->target_lengths, c->n * 8) == 0);
+    }
+    uint64_t len_rank;
+    ck_assert_int_eq(cxs_utt_sampler_length(us, 1, NULL, &len_rank), 0);
+    ck_assert_uint_eq(batches, len_rank - start);
+    ck_assert_uint_gt(batches, 1);
+    const cxs_gpu_utt_batch *g;
+    ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &g), 0); /* the end stays the end */
+    ck_assert_ptr_null(g);
+    /* a reset serves the other epoch as the CPU loader does, from a position */
+    ck_assert_int_eq(cxs_gpu_utt_loader_reset(gl, 2, 1), 0);
+    ck_assert_int_eq(cxs_utt_loader_reset(cl, 2, 1), 0);
+    const cxs_utt_batch *c;
+    ck_assert_int_eq(cxs_utt_loader_next(cl, &c), 0);
+    ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &g), 0);
+    ck_assert(c && g && g->n == c->n && g->global == c->global && g->index == 1);
+    ck_assert(memcmp(g->utts, c->utts, c->n * 8) == 0);
+    if (out_dtype == CXS_GPU_OUT_F32) {
+        to_host(x, g->x, c->n * c->tmax * D * 4);
+        ck_assert(memcmp(x, c->x, c->n * c->tmax * D * 4) == 0);
+    }
+    ck_assert_int_eq(cxs_gpu_utt_loader_reset(gl, 2, len_rank + 100), CXS_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(cxs_gpu_utt_loader_error(gl), "past this rank's"));
+    cxs_gpu_loader_info li;
+    cxs_gpu_utt_loader_describe(gl, &li);
+    ck_assert_uint_eq(li.mode, CXS_GPU_RESIDENT);
+    ck_assert_uint_ge(li.device_bytes, info.feature_bytes);
+    cxs_gpu_utt_loader_free(gl);
+    cxs_utt_loader_free(cl);
+    free(x);
+    free(x16);
+    free(y);
+    free(len);
+    free(t);
+    free(tl);
+    cxs_utt_sampler_free(us);
+    cxs_dataset_close(ds);
+}
+
+TEST(utt_batches_equal_the_cpu_loaders) {
+    utt_epoch_matches(path_seq32, 0, 1, 0, CXS_GPU_OUT_F32, 0);
+    utt_epoch_matches(path_seq16, 0, 1, 0, CXS_GPU_OUT_F32, 0);
+    for (uint32_t r = 0; r < 2; r++) {
+        utt_epoch_matches(path_seq32, r, 2, 0, CXS_GPU_OUT_F32, 0);
+        utt_epoch_matches(path_seq16, r, 2, CXS_GATHER_NORMALIZE, CXS_GPU_OUT_F32, r);
+    }
+    utt_epoch_matches(path_seq16, 0, 1, CXS_GATHER_NORMALIZE, CXS_GPU_OUT_BF16, 2);
+}
+END_TEST_
+
+TEST(utt_refusals_name_the_option) {
+    cxs_dataset *ds = open_ds(path_seq32), *nolab = open_ds(path_nolab);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_utt_sampler_opts so;
+    memset(&so, 0, sizeof so);
+    so.kind = CXS_UTT_SHUFFLE, so.frame_budget = 4000;
+    cxs_utt_sampler *us, *un;
+    ck_assert_int_eq(cxs_utt_sampler_create(ds, &so, &us, NULL), 0);
+    ck_assert_int_eq(cxs_utt_sampler_create(nolab, &so, &un, NULL), 0);
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = device;
+    cxs_gpu_utt_loader *gl = NULL;
+    cxs_diag d;
+    go.budget_bytes = info.feature_bytes / 2; /* the data does not fit */
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &gl, &d), CXS_E_RANGE);
+    ck_assert_msg(strstr(d.message, "budget_bytes") && strstr(d.message, "resident data takes"),
+                  "%s", d.message);
+    go.budget_bytes = 0;
+    go.flags = CXS_PAD_PER_UTTERANCE;
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &gl, &d), CXS_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(d.message, "CXS_PAD_PER_UTTERANCE"));
+    go.flags = 0;
+    go.labels = 1;
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(nolab, un, &go, 0, 0, &gl, &d), CXS_E_NO_LABELS);
+    go.labels = 0, go.targets = 1;
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(nolab, un, &go, 0, 0, &gl, &d), CXS_E_NO_SEQUENCES);
+    go.targets = 0;
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 1u << 30, &gl, &d), CXS_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(d.message, "past this rank's"));
+    ck_assert_ptr_null(gl);
+    /* features only: no y, no targets */
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(nolab, un, &go, 0, 0, &gl, &d), 0);
+    const cxs_gpu_utt_batch *b;
+    ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &b), 0);
+    ck_assert(b && !b->y && !b->targets && !b->target_lengths && !b->host_target_lengths);
+    cxs_gpu_utt_loader_free(gl);
+    cxs_gpu_utt_loader_free(NULL);
+    cxs_utt_sampler_free(us);
+    cxs_utt_sampler_free(un);
+    cxs_dataset_close(ds);
+    cxs_dataset_close(nolab);
+}
+END_TEST_
 
 int main(int argc, char **argv) {
     if (argc != 3) return 2;
@@ -611,7 +796,9 @@ int main(int argc, char **argv) {
     snprintf(path_f16, sizeof path_f16, "%s/f16", dir);
     snprintf(path_bf16z, sizeof path_bf16z, "%s/bf16z", dir);
     snprintf(path_nolab, sizeof path_nolab, "%s/nolab", dir);
-    char cmd[4096];
+    snprintf(path_seq32, sizeof path_seq32, "%s/seq32", dir);
+    snprintf(path_seq16, sizeof path_seq16, "%s/seq16", dir);
+    char cmd[8192];
     const char *x = argv[1];
     /* several shards, guard rows narrower than some contexts */
     snprintf(cmd, sizeof cmd,
@@ -620,12 +807,15 @@ int main(int argc, char **argv) {
              "'%s' pack '%s/raw' '%s' --dtype f16 --guard 4 --shard-size 700K --quiet && "
              "'%s' pack '%s/raw' '%s' --dtype bf16 --compress zstd --chunk-size 20K --quiet && "
              "mkdir '%s/raw2' && cp -r '%s/raw/mfcc' '%s/raw2/' && "
-             "'%s' pack '%s/raw2' '%s' --quiet",
+             "'%s' pack '%s/raw2' '%s' --quiet && "
+             "'%s' pack '%s/raw' '%s' --transcripts both --guard 2 --shard-size 600K --quiet && "
+             "'%s' pack '%s/raw' '%s' --transcripts both --dtype f16 --compress zstd --chunk-size 20K --quiet",
              x, dir, x, dir, path_f32, x, dir, path_f16, x, dir, path_bf16z, dir, dir, dir, x, dir,
-             path_nolab);
+             path_nolab, x, dir, path_seq32, x, dir, path_seq16);
     if (system(cmd) != 0) return 3;
     const TTest *tests[] = {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
+        utt_batches_equal_the_cpu_loaders, utt_refusals_name_the_option,
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
@@ -640,10 +830,10 @@ int main(int argc, char **argv) {
         n--; /* device memory accounting needs a device */
 #endif
     }
-    /* CXS_GPU_TEST_QUICK=1: one test per mode and data type, for slow
-     * runs (compute-sanitizer's racecheck and synccheck) */
+    /* CXS_GPU_TEST_QUICK=1: one test per mode and data type, and the
+     * utterance loader's, for slow runs (valgrind, compute-sanitizer) */
     const char *quick = getenv("CXS_GPU_TEST_QUICK");
-    if (quick && *quick == '1') n = 4;
+    if (quick && *quick == '1') n = 5;
     Suite *su = suite_create(device == CXS_GPU_EMULATE ? "gpu-emulated" : "cuda");
     TCase *tc = tcase_create("all");
     tcase_set_timeout(tc, 300);

@@ -29,6 +29,7 @@ C_TYPES = {
     "WarmResult": "cxs_warm_result", "Batch": "cxs_batch",
     "GpuProbeInfo": "cxs_gpu_probe_info", "GpuOpts": "cxs_gpu_opts",
     "GpuBatch": "cxs_gpu_batch", "GpuLoaderInfo": "cxs_gpu_loader_info",
+    "GpuUttOpts": "cxs_gpu_utt_opts", "GpuUttBatch": "cxs_gpu_utt_batch",
     "WriterOpts": "cxs_writer_opts", "WriterUtt": "cxs_writer_utt",
     "WriterInfo": "cxs_writer_info",
     "UttSamplerOpts": "cxs_utt_sampler_opts", "UttLoaderOpts": "cxs_utt_loader_opts",

@@ -51,6 +51,8 @@ def setUpModule():
     run("pack", SEQRAW, os.path.join(TMP, "seqz"), "--transcripts", "sequence", "--compress",
         "zstd", "--quiet")
     run("pack", RAW, os.path.join(TMP, "both"), "--transcripts", "both", "--quiet")
+    run("pack", RAW, os.path.join(TMP, "both16"), "--transcripts", "both", "--dtype", "f16",
+        "--compress", "zstd", "--quiet")
 
 
 def tearDownModule():
@@ -231,6 +233,85 @@ def reference_targets(raw, utts, runs=False):
     for i, q in enumerate(seqs):
         out[i, :len(q)] = q
     return out, np.array([len(q) for q in seqs])
+
+
+class DeviceBatches(unittest.TestCase):
+    """UtteranceLoader's device path (batches assembled from resident data by
+    the library's GPU utterance loader), run in host emulation: the CPU
+    path's batches, byte for byte, targets included."""
+
+    def epoch(self, loader):
+        out = []
+        for b in loader:
+            out.append(([t.clone() for t in b], dict(loader.batch_info)))
+        return out
+
+    def same(self, a, b):
+        self.assertEqual(len(a), len(b))
+        self.assertGreater(len(a), 1)
+        for (ta, ia), (tb, ib) in zip(a, b):
+            self.assertEqual(len(ta), len(tb))
+            for u, v in zip(ta, tb):
+                self.assertEqual(u.dtype, v.dtype)
+                self.assertEqual(u.device, v.device)
+                self.assertTrue(torch.equal(u, v))
+            self.assertTrue(np.array_equal(ia["utterances"], ib["utterances"]))
+            self.assertEqual((ia["global"], ia["index"], ia["frames"]),
+                             (ib["global"], ib["index"], ib["frames"]))
+
+    def test_equal_to_the_cpu_path(self):
+        for name in ("both", "both16"):
+            for rank, world in ((None, None), (0, 2), (1, 2)):
+                kw = dict(seed=3, threads=2, rank=rank, world_size=world,
+                          normalize=(name == "both16"))
+                path = os.path.join(TMP, name)
+                G = cxt.UtteranceLoader(path, BUDGET, gpu_emulate=True, **kw)
+                C = cxt.UtteranceLoader(path, BUDGET, **kw)
+                self.assertEqual(G.gpu_mode, "device")
+                for _ in range(2):  # two epochs: the device loader is reset, not remade
+                    g, c = self.epoch(G), self.epoch(C)
+                    self.same(g, c)
+                    self.assertEqual(len(g[0][0]), 5)  # x, lengths, y, targets, target_lengths
+                self.assertEqual(G.epoch, 2)
+                G.close()
+
+    def test_resume_and_bfloat16(self):
+        path = os.path.join(TMP, "both")
+        G = cxt.UtteranceLoader(path, BUDGET, seed=5, gpu_emulate=True)
+        C = cxt.UtteranceLoader(path, BUDGET, seed=5)
+        it = iter(G)
+        next(it)
+        next(it)
+        state = G.state_dict()
+        R = cxt.UtteranceLoader(path, BUDGET, seed=5, gpu_emulate=True)
+        RC = cxt.UtteranceLoader(path, BUDGET, seed=5)
+        R.load_state_dict(state)
+        RC.load_state_dict(state)
+        rest = self.epoch(R)
+        self.same(rest, self.epoch(RC))
+        full = self.epoch(C)
+        self.assertEqual([r[1]["global"] for r in rest], [f[1]["global"] for f in full[2:]])
+        B = cxt.UtteranceLoader(path, BUDGET, seed=5, gpu_emulate=True, gpu_dtype=torch.bfloat16)
+        gb = next(iter(B))
+        self.assertEqual(gb[0].dtype, torch.bfloat16)
+        ref = full[0][0][0]
+        self.assertTrue(torch.equal(gb[0].float(), ref.to(torch.bfloat16).float()))
+
+    def test_refusals_and_fallback(self):
+        path = os.path.join(TMP, "both")
+        with self.assertRaisesRegex(IndexError, "budget_bytes"):
+            next(iter(cxt.UtteranceLoader(path, BUDGET, gpu_emulate=True, gpu_budget=1000)))
+        P = cxt.UtteranceLoader(path, BUDGET, gpu_emulate=True, per_utterance=True)
+        self.assertEqual((P.gpu_mode, P.gpu_reason),
+                         ("host", "per_utterance normalisation is computed on the CPU"))
+        with self.assertRaisesRegex(ValueError, "gpu_dtype"):
+            cxt.UtteranceLoader(path, BUDGET, gpu_dtype=torch.float16)
+        if not torch.cuda.is_available():
+            with self.assertWarnsRegex(UserWarning, "UtteranceLoader.*CPU"):
+                L = cxt.UtteranceLoader(path, BUDGET, device="cuda")
+            self.assertEqual(L.gpu_mode, "host")
+            self.assertIsNone(L.device)
+            self.assertEqual(next(iter(L))[0].device.type, "cpu")
 
 
 class Targets(unittest.TestCase):
