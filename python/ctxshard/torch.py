@@ -196,6 +196,14 @@ def _default_threads():
     return max(1, min(4, os.cpu_count() or 1))
 
 
+def _gpu_device(device, emulate):
+    """The library's device number for a CUDA torch.device (its index, or
+    the current device), or the host emulation."""
+    if emulate:
+        return _gpu.EMULATE
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _device(func, device):
     """None (CPU tensors), or a torch.device / 'cpu' / 'cuda' / 'cuda:N' / N."""
     if device is None:
@@ -381,12 +389,7 @@ class Loader:
             if not gpu_emulate:
                 pin_memory = False
         if gpu_emulate or cuda:
-            if gpu_emulate:
-                dev = _gpu.EMULATE
-            elif self.device.index is not None:
-                dev = self.device.index
-            else:
-                dev = torch.cuda.current_device()
+            dev = _gpu_device(self.device, gpu_emulate)
             probe = _gpu.probe(dev)
             if probe["usable"]:
                 self.gpu_mode = gpu_mode
@@ -1004,12 +1007,7 @@ class UtteranceLoader:
         elif cuda and not torch.cuda.is_available():
             why = "this PyTorch has no usable CUDA device (torch.cuda.is_available() is False)"
         else:
-            if emulate:
-                dev = _gpu.EMULATE
-            elif self.device.index is not None:
-                dev = self.device.index
-            else:
-                dev = torch.cuda.current_device()
+            dev = _gpu_device(self.device, emulate)
             probe = _gpu.probe(dev)
             if probe["usable"]:
                 self._gpu = dict(device=dev, budget=budget or 0,
