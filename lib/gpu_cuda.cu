@@ -152,7 +152,8 @@ __global__ void pad_kernel(gpu_pad_args a) {
             else
                 ((float *)a.out)[row * a.D + d] = v;
         }
-        if (a.y && threadIdx.x == 0) a.y[row] = t < u.T ? (int64_t)a.lab[u.frame0 + t] : -100;
+        if (a.y && threadIdx.x == 0)
+            a.y[row] = t < u.T ? (int64_t)a.lab[u.frame0 + t] : CXS_UTT_PAD_LABEL;
     }
 }
 

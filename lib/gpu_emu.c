@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctxshard.h"
 #include "gpu_backend.h"
 
 static const char *emu_error_string(int err) {
@@ -105,7 +106,8 @@ static int emu_pad(const gpu_pad_args *a, void *s) {
                 else
                     ((float *)a->out)[row * a->D + d] = v;
             }
-            if (a->y) a->y[row] = t < u.T ? (int64_t)a->lab[u.frame0 + t] : -100;
+            if (a->y)
+                a->y[row] = t < u.T ? (int64_t)a->lab[u.frame0 + t] : CXS_UTT_PAD_LABEL;
         }
     }
     return 0;

@@ -144,6 +144,9 @@ static int utt_setup(cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     gpu_utt *u = &l->ut;
     const uint64_t U = ds->meta.num_utterances;
+    /* the start first: a bad one is refused before anything is uploaded */
+    int rc = utt_position(l);
+    if (rc) return rc;
     if (!(u->urow = malloc((U ? U : 1) * sizeof *u->urow)))
         return gpu_fail(l, -ENOMEM, "out of memory");
     /* the device rows gpu_resident_upload gives the utterances: the
@@ -168,9 +171,9 @@ static int utt_setup(cxs_gpu_loader *l) {
         BE(l, l->be->event_create(&s->ev_ready));
         BE(l, l->be->event_create(&s->ev_consumed));
     }
-    int rc = gpu_resident_upload(l);
-    l->info.device_bytes += ring_bytes(l);
-    return rc ? rc : utt_position(l);
+    rc = gpu_resident_upload(l);
+    if (!rc) l->info.device_bytes += ring_bytes(l);
+    return rc;
 }
 
 static int check_utt_opts(const cxs_dataset *ds, const cxs_gpu_utt_opts *o, cxs_diag *diag) {
@@ -256,6 +259,16 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     l->ut.cap = cxs_utt_sampler_max_batch(sampler);
     l->ut.max_frames = cxs_utt_sampler_max_frames(sampler);
     l->ut.targets = opts->targets;
+    /* every buffer size below fits in size_t, with room for the ring */
+    const uint64_t lim = SIZE_MAX / 16 / NSLOT;
+    if (l->ut.max_frames > lim / ((uint64_t)l->D * l->xelem) ||
+        (l->ut.targets && l->ds->seq_max > lim / 8 / (l->ut.cap ? l->ut.cap : 1))) {
+        rc = gpu_fail(l, CXS_E_RANGE,
+                      "GPU utterance loader: batches of up to %llu frames (%u utterances) are "
+                      "too large to address: lower the frame budget",
+                      (unsigned long long)l->ut.max_frames, l->ut.cap);
+        goto fail;
+    }
     uint64_t data = data_bytes(l), ring = ring_bytes(l);
     if (data + ring > budget) {
         rc = gpu_fail(l, CXS_E_RANGE,

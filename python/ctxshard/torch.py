@@ -225,13 +225,43 @@ def _device(func, device):
 class _CudaArray:
     """A device buffer described by __cuda_array_interface__, for
     torch.as_tensor to wrap without a copy.  No 'stream' entry: the loader
-    has already made the consumer's stream wait for the data."""
+    has already made the consumer's stream wait for the data.  owner: what
+    must outlive the tensor (torch keeps this object as long as it)."""
 
-    __slots__ = ("__cuda_array_interface__",)
+    __slots__ = ("__cuda_array_interface__", "owner")
 
-    def __init__(self, ptr, shape, typestr):
+    def __init__(self, ptr, shape, typestr, owner=None):
         self.__cuda_array_interface__ = {"data": (int(ptr), False), "shape": tuple(shape),
                                          "typestr": typestr, "strides": None, "version": 2}
+        self.owner = owner
+
+
+class _HostArray:
+    """The same for host memory: numpy keeps this object as the array's
+    base, and so its owner."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, ptr, shape, typestr, owner=None):
+        self.__array_interface__ = {"data": (int(ptr), False), "shape": tuple(shape),
+                                    "typestr": typestr, "version": 3}
+        self.owner = owner
+
+
+class _UttLoaderHandle:
+    """A C GPU utterance loader, freed by free() or when the last reference
+    goes: the loader object and every tensor over its buffers hold one."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def free(self):
+        if self.ptr is not None:
+            _lib.cxs_gpu_utt_loader_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        self.free()
 
 
 class Loader:
@@ -931,7 +961,10 @@ class UtteranceLoader:
     dataset has per-frame labels (labels=False: not), then targets int64
     [B, Lmax] padded with PAD_LABEL and target_lengths int64 [B] when it
     has label sequences (targets=False: not) -- the inputs of torch's
-    CTCLoss.  Fresh tensors, yours to keep.
+    CTCLoss.  Fresh tensors, yours to keep -- except with device="cuda"
+    when the GPU path is used (gpu_mode "device"): x, y and targets are
+    then views of the loader's device buffers, valid until the next batch
+    (copy what you keep).
 
     The batches are UtteranceSampler's (frame_budget, shuffle, seed,
     buckets, max_batch, long_utterances, drop_last, memory, blocks; rank
@@ -1053,14 +1086,14 @@ class UtteranceLoader:
         return self._iter_host()
 
     def _view(self, ptr, shape, dtype):
-        """A tensor over the device loader's buffer (emulated: host memory)."""
+        """A tensor over the device loader's buffer (emulated: host memory);
+        it holds the loader's handle, so the memory outlives the loader
+        object (not close())."""
         typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
         if self._gpu["device"] == _gpu.EMULATE:
-            ct = {"<f4": ctypes.c_float, "<i2": ctypes.c_int16, "<i8": ctypes.c_int64}[typestr]
-            t = torch.from_numpy(np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ct)),
-                                                       shape=shape))
+            t = torch.from_numpy(np.asarray(_HostArray(ptr, shape, typestr, self._gl)))
         else:
-            t = torch.as_tensor(_CudaArray(ptr, shape, typestr), device=self.device)
+            t = torch.as_tensor(_CudaArray(ptr, shape, typestr, self._gl), device=self.device)
         return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
 
     @staticmethod
@@ -1087,11 +1120,16 @@ class UtteranceLoader:
             rc = _lib.cxs_gpu_utt_loader_create(self.dataset._ptr, order.ptr, ctypes.byref(opts),
                                                 epoch, s._start, ctypes.byref(ptr),
                                                 ctypes.byref(diag))
+            if rc == _n.E_RANGE and b"budget" in diag.message:
+                raise IndexError(diag.message.decode("utf-8", "replace").replace(
+                    "budget_bytes", "gpu_budget").replace(
+                    "give a larger budget, or use the CPU utterance loader",
+                    "give a larger gpu_budget, or device=None (batches assembled on the CPU)"))
             if rc:
                 _raise(rc, diag, what="GPU utterance loader")
-            self._gl, self._gl_order = ptr, order
+            self._gl, self._gl_order = _UttLoaderHandle(ptr), order
         else:
-            rc = _lib.cxs_gpu_utt_loader_reset(self._gl, epoch, s._start)
+            rc = _lib.cxs_gpu_utt_loader_reset(self._gl.ptr, epoch, s._start)
             if rc:
                 self._gpu_fail(rc)
         emulated = o["device"] == _gpu.EMULATE
@@ -1099,7 +1137,7 @@ class UtteranceLoader:
         D = self.dataset.dim
         while True:
             stream = None if emulated else torch.cuda.current_stream(self.device).cuda_stream
-            rc = _lib.cxs_gpu_utt_loader_next(self._gl, stream, ctypes.byref(bp))
+            rc = _lib.cxs_gpu_utt_loader_next(self._gl.ptr, stream, ctypes.byref(bp))
             if rc:
                 self._gpu_fail(rc)
             if not bp:
@@ -1121,18 +1159,16 @@ class UtteranceLoader:
 
     def _gpu_fail(self, rc):
         d = _n.Diag()
-        d.message = (_lib.cxs_gpu_utt_loader_error(self._gl) or b"")[:1023]
+        d.message = (_lib.cxs_gpu_utt_loader_error(self._gl.ptr) or b"")[:1023]
         _raise(rc, d, what="GPU utterance loader")
 
     def close(self):
-        """Free the device loader's memory now (also done when the loader is
-        collected).  Device batches handed out become invalid."""
+        """Free the device loader's memory now; device batches handed out
+        become invalid.  Without close() it is freed when the loader and
+        the last tensor over its buffers are gone."""
         if getattr(self, "_gl", None) is not None:
-            _lib.cxs_gpu_utt_loader_free(self._gl)
+            self._gl.free()
             self._gl, self._gl_order = None, None
-
-    def __del__(self):
-        self.close()
 
     def _iter_host(self):
         s = self.sampler

@@ -297,9 +297,23 @@ class DeviceBatches(unittest.TestCase):
         ref = full[0][0][0]
         self.assertTrue(torch.equal(gb[0].float(), ref.to(torch.bfloat16).float()))
 
+    def test_batch_outlives_its_loader(self):
+        """A device batch holds the loader's buffers: taken from a loader
+        nobody keeps, it still reads the batch (not freed memory)."""
+        import gc
+        path = os.path.join(TMP, "both")
+        want = next(iter(cxt.UtteranceLoader(path, BUDGET, seed=6)))
+        got = next(iter(cxt.UtteranceLoader(path, BUDGET, seed=6, gpu_emulate=True)))
+        gc.collect()
+        junk = [np.full(1 << 16, 7.0) for _ in range(64)]  # reuse any freed memory
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b))
+        del junk
+
     def test_refusals_and_fallback(self):
         path = os.path.join(TMP, "both")
-        with self.assertRaisesRegex(IndexError, "budget_bytes"):
+        with self.assertRaisesRegex(IndexError, "more than gpu_budget 1000: give a larger "
+                                    "gpu_budget, or device=None"):
             next(iter(cxt.UtteranceLoader(path, BUDGET, gpu_emulate=True, gpu_budget=1000)))
         P = cxt.UtteranceLoader(path, BUDGET, gpu_emulate=True, per_utterance=True)
         self.assertEqual((P.gpu_mode, P.gpu_reason),
