@@ -18,6 +18,19 @@ static int failures;
         }                                                                     \
     } while (0)
 
+/* A valid vector opened, or NULL after a failed check and its message. */
+static cxs_dataset *open_valid(const char *dir) {
+    cxs_dataset *ds;
+    cxs_diag dg;
+    int rc = cxs_dataset_open(dir, &ds, &dg);
+    CHECK(rc == 0);
+    if (rc) {
+        fprintf(stderr, "%s\n", dg.message);
+        return NULL;
+    }
+    return ds;
+}
+
 /* The raw input of valid/tiny (tests/golden/make_golden.py). */
 static const float utt_a[3][2] = {{1, 2}, {3, 4}, {5, 6}};
 static const float utt_b[2][2] = {{10, 11}, {12, 13}};
@@ -35,14 +48,9 @@ static float value(uint64_t frame, int64_t row, int d) {
  * byte shuffle; valid/tiny-zstd-noshuffle: 2 chunks of 5 rows, no filter):
  * the same decoded values, no zero-copy views. */
 static void valid(const char *dir, int compressed, uint32_t chunk_rows, uint32_t shuffle) {
-    cxs_dataset *ds;
     cxs_diag dg;
-    int rc = cxs_dataset_open(dir, &ds, &dg);
-    CHECK(rc == 0);
-    if (rc) {
-        fprintf(stderr, "%s\n", dg.message);
-        return;
-    }
+    cxs_dataset *ds = open_valid(dir);
+    if (!ds) return;
     cxs_info in;
     cxs_dataset_info(ds, &in);
     CHECK(in.num_frames == 5 && in.num_utterances == 2 && in.num_shards == 1);
@@ -148,14 +156,9 @@ static void valid_f16(const char *dir) {
     /* spec Appendix A: mean and var, binary64 bits */
     static const uint64_t stats_bits[4] = {0x3ffd1eb54ccccccdull, 0x406949999999999aull,
                                            0x400d8451fd40b613ull, 0x41036b6fae147ae1ull};
-    cxs_dataset *ds;
     cxs_diag dg;
-    int rc = cxs_dataset_open(dir, &ds, &dg);
-    CHECK(rc == 0);
-    if (rc) {
-        fprintf(stderr, "%s\n", dg.message);
-        return;
-    }
+    cxs_dataset *ds = open_valid(dir);
+    if (!ds) return;
     cxs_info in;
     cxs_dataset_info(ds, &in);
     CHECK(in.num_frames == 5 && in.num_utterances == 2 && in.num_shards == 1);
@@ -214,14 +217,9 @@ static void valid_seq(const char *dir, int only) {
     static const int64_t seq_a[2][3] = {{1, 2, 0}, {1, 2, 0}};
     static const int64_t seq_b[2][4] = {{2, 0, 0, 0}, {2, 1, 2, 0}};
     const uint32_t len_a = only ? 2 : 3, len_b = only ? 4 : 1;
-    cxs_dataset *ds;
     cxs_diag dg;
-    int rc = cxs_dataset_open(dir, &ds, &dg);
-    CHECK(rc == 0);
-    if (rc) {
-        fprintf(stderr, "%s\n", dg.message);
-        return;
-    }
+    cxs_dataset *ds = open_valid(dir);
+    if (!ds) return;
     cxs_info in;
     cxs_dataset_info(ds, &in);
     CHECK(in.num_frames == 5 && in.num_utterances == 2 && in.vocab_size == 5);
