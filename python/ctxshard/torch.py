@@ -74,7 +74,27 @@ def collate(batch):
     return default_collate(batch)
 
 
-class FrameDataset(_TorchDataset):
+class _ByPath(_TorchDataset):
+    """A torch Dataset over a packed dataset that crosses into worker
+    processes by path: pickled without its open Dataset (_ds), reopened on
+    first use there.  Subclasses set path, _ds and _len."""
+
+    @property
+    def dataset(self):
+        if self._ds is None:
+            self._ds = Dataset(self.path)
+        return self._ds
+
+    def __getstate__(self):
+        st = dict(self.__dict__)
+        st["_ds"] = None
+        return st
+
+    def __len__(self):
+        return self._len
+
+
+class FrameDataset(_ByPath):
     """Frames of a packed dataset as (x, y): x float32 [(2k+1)*D], y int64
     (x alone for a features-only dataset, such as a test split).
 
@@ -102,20 +122,6 @@ class FrameDataset(_TorchDataset):
         self.input_size = ds.input_size(self.context)
         self.num_classes = ds.num_classes
         self._len = len(ds)
-
-    @property
-    def dataset(self):
-        if self._ds is None:
-            self._ds = Dataset(self.path)
-        return self._ds
-
-    def __getstate__(self):
-        st = dict(self.__dict__)
-        st["_ds"] = None
-        return st
-
-    def __len__(self):
-        return self._len
 
     def _fetch(self, indices):
         nrm = self.dataset if self.normalize == "own" else self.normalize
@@ -889,7 +895,7 @@ def pad_collate(batch):
     return tuple(out)
 
 
-class UtteranceDataset(_TorchDataset):
+class UtteranceDataset(_ByPath):
     """The utterances of a packed dataset as (x float32 [T, D], y int64
     [T]) -- x alone for a features-only dataset, (x, target int64 [L]) for
     one of label sequences, (x, y, target) for one with both (targets=False
@@ -914,20 +920,6 @@ class UtteranceDataset(_TorchDataset):
         self.input_size = ds.dim
         self.num_classes = ds.num_classes
         self._len = ds.num_utterances
-
-    @property
-    def dataset(self):
-        if self._ds is None:
-            self._ds = Dataset(self.path)
-        return self._ds
-
-    def __getstate__(self):
-        st = dict(self.__dict__)
-        st["_ds"] = None
-        return st
-
-    def __len__(self):
-        return self._len
 
     def _fetch(self, indices):
         nrm = self.dataset if self.normalize == "own" else self.normalize
