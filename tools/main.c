@@ -15,6 +15,7 @@
 #include "stats.h"
 #include "inspect.h"
 #include "pack.h"
+#include "import.h"
 #include "raw.h"
 #include "partenv.h"
 #include "synth.h"
@@ -32,6 +33,7 @@ static const char *const usage_top =
     "  check RAW      validate a raw dataset without writing anything\n"
     "  pack RAW OUT   convert a raw dataset into a packed dataset\n"
     "  convert IN OUT the same dataset compressed (zstd) or uncompressed\n"
+    "  import kaldi SCP_OR_ARK OUT  Kaldi features (and labels) into a packed dataset\n"
     "  merge PART... OUT  join partial datasets packed with --part I/N\n"
     "  verify OUT     re-hash every byte of a packed dataset\n"
     "  info OUT       describe a packed dataset\n"
@@ -144,6 +146,33 @@ static const char *const usage_convert =
     "(zstd chunks) or plain, zero-copy ones.  The result is byte-identical to\n"
     "packing the raw data directly in that form.  OUT is written atomically.\n"
     "--threads N compresses on N threads (default: all CPUs), same bytes.\n";
+
+static const char *const usage_import =
+    "usage: ctxshard import kaldi SCP_OR_ARK OUT [--text FILE | --ali FILE] [--vocab FILE]\n"
+    "                     [--no-sort] [--dtype f32|f16|bf16] [--guard G] [--shard-size SIZE]\n"
+    "                     [--threads N] [--on-error fail|skip] [--normalize none|utterance]\n"
+    "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
+    "\n"
+    "Import Kaldi features into a packed dataset at OUT, written atomically like\n"
+    "pack.  SCP_OR_ARK is a feats.scp (`utt path.ark:offset` lines, paths relative\n"
+    "to the current directory as in Kaldi) or a bare archive (.ark; an scp: or ark:\n"
+    "prefix says which).  Binary objects FM, DM, FV, DV (a vector is one column) and\n"
+    "the compressed CM, CM2, CM3, decoded exactly as Kaldi decodes them; text-form\n"
+    "objects (ark,t), pipes and row ranges are refused.  Utterances are taken in\n"
+    "byte order of their ids: an unsorted listing is sorted (and said so).\n"
+    "\n"
+    "  --text FILE      a Kaldi text file (utt w1 w2 ...): label sequences\n"
+    "  --ali FILE       per-frame alignments (utt p1 .. pT, ali-to-phones\n"
+    "                   --per-frame=true): frame labels, one per frame\n"
+    "  --vocab FILE     their vocabulary: a symbol table (`symbol id` lines, as\n"
+    "                   words.txt, phones.txt; integer tokens are ids) or one symbol\n"
+    "                   per line; default: built from the data and stored (the\n"
+    "                   distinct tokens in byte order, or 0..max for integers)\n"
+    "  --no-sort        refuse an unsorted listing (with the command that sorts it)\n"
+    "  --on-error P     fail (default): write nothing on a bad utterance; skip:\n"
+    "                   leave it out and list it in the dataset\n"
+    "  --threads N      compression threads (default: all CPUs)\n"
+    "  the other options as for pack\n";
 
 static const char *const usage_merge =
     "usage: ctxshard merge PART... OUT [--move] [--quiet]\n"
@@ -301,7 +330,7 @@ enum {
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
-    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS
+    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS, O_TEXT, O_ALI, O_NOSORT
 };
 
 static const struct option longopts[] = {
@@ -334,6 +363,8 @@ static const struct option longopts[] = {
     {"buckets", required_argument, 0, O_BUCKETS},
     {"sos", required_argument, 0, O_SOS},         {"eos", required_argument, 0, O_EOS},
     {"transcripts", required_argument, 0, O_TRANSCRIPTS},
+    {"text", required_argument, 0, O_TEXT},       {"ali", required_argument, 0, O_ALI},
+    {"no-sort", no_argument, 0, O_NOSORT},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -346,6 +377,8 @@ static int allowed(const char *cmd, int opt) {
         {"check", {O_VOCAB, O_THREADS, O_QUIET, O_SOS, O_EOS, O_TRANSCRIPTS}},
         {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
                   O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS, O_TRANSCRIPTS}},
+        {"import", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
+                    O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT}},
         {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS}},
         {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
@@ -445,6 +478,7 @@ int main(int argc, char **argv) {
                         : !strcmp(cmd, "check")  ? usage_check
                         : !strcmp(cmd, "pack")   ? usage_pack
                         : !strcmp(cmd, "convert") ? usage_convert
+                        : !strcmp(cmd, "import") ? usage_import
                         : !strcmp(cmd, "merge")  ? usage_merge
                         : !strcmp(cmd, "verify") ? usage_verify
                         : !strcmp(cmd, "info")   ? usage_info
@@ -475,7 +509,18 @@ int main(int argc, char **argv) {
     uint64_t *frames = NULL;
     size_t nframes = 0;
     const char *out = NULL, *labels = NULL, *stats_from = NULL;
+    import_opts io = {NULL, NULL, 0};
     optind = 2;
+    if (!strcmp(cmd, "import")) {
+        /* `import FORMAT ...`: the format first */
+        if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+            fputs(usage, argc < 3 ? stderr : stdout);
+            return argc < 3 ? EXIT_USAGE : 0;
+        }
+        if (strcmp(argv[2], "kaldi"))
+            return usage_error(usage, "import: unknown format '%s' (kaldi)", argv[2]);
+        optind = 3;
+    }
     int c;
     /* gather's --normalize is a flag; pack's takes a mode. */
     struct option opts[sizeof longopts / sizeof *longopts];
@@ -681,6 +726,9 @@ int main(int argc, char **argv) {
         case O_FORCE: force = 1; break;
         case O_ORDERSTATS: bo.order_stats = 1; break;
         case O_LABELS: labels = optarg; break;
+        case O_TEXT: io.text = optarg; break;
+        case O_ALI: io.ali = optarg; break;
+        case O_NOSORT: io.no_sort = 1; break;
         default: break;
         }
     }
@@ -688,6 +736,17 @@ int main(int argc, char **argv) {
         free(frames);
         if (argc - optind < 2) return usage_error(usage, "%s", "expected at least one PART and OUT");
         return merge_run(argv + optind, argc - optind - 1, argv[argc - 1], move, po.quiet);
+    }
+    if (!strcmp(cmd, "import")) {
+        free(frames);
+        if (argc - optind != 2) return usage_error(usage, "%s", "expected SCP_OR_ARK and OUT");
+        if (io.text && io.ali)
+            return usage_error(usage, "%s", "give --text or --ali, not both (one vocabulary "
+                                            "per dataset)");
+        if (po.vocab_path && !io.text && !io.ali)
+            return usage_error(usage, "%s", "--vocab applies with --text or --ali");
+        if (!po.threads) po.threads = ncpus();
+        return import_kaldi_run(argv[optind], argv[optind + 1], &po, &io);
     }
     if (!strcmp(cmd, "gpu")) {
         free(frames);

@@ -1,0 +1,223 @@
+/* kaldi.c - headers and decoding of Kaldi's binary objects (kaldi.h).
+ *
+ * The decoding of the compressed kinds follows Kaldi's
+ * CompressedMatrix::CopyToMat and its helpers Uint16ToFloat and
+ * CharToFloat (src/matrix/compressed-matrix.cc) operation for operation,
+ * in the same types and the same order, so that every value is the float
+ * Kaldi computes: a decoded feature is bit-identical to what Kaldi's own
+ * tools (copy-feats, nnet3 training) see.  The expressions mix float and
+ * double exactly where Kaldi's do (its constants 1/64.0, 1/128.0, 1/63.0
+ * and 1.0/65535.0 are doubles, 1.52590218966964e-05F is a float); a
+ * contraction into fused multiply-adds would change the last bit, hence
+ * the pragma (GCC in ISO C mode, which the build uses, does not contract
+ * either). */
+#include "kaldi.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ctxshard_base.h"
+#include "cxs_le.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+static const char *const kind_names[KALDI_KINDS] = {"FM", "DM", "FV", "DV", "CM", "CM2", "CM3"};
+
+const char *kaldi_kind_name(uint32_t kind) { return kind < KALDI_KINDS ? kind_names[kind] : "?"; }
+
+int kaldi_is_double(const kaldi_hdr *h) { return h->kind == KALDI_DM || h->kind == KALDI_DV; }
+
+static float ldf32(const uint8_t *p) {
+    uint32_t u = cxs_ld32(p);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* What the bytes at p look like, for a message. */
+static void shown(const uint8_t *p, size_t n, char *why, size_t len, const char *what) {
+    char hex[40] = "";
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < 8 && k + 4 < sizeof hex; i++)
+        k += (size_t)snprintf(hex + k, sizeof hex - k, "%s%02x", i ? " " : "", p[i]);
+    snprintf(why, len, "%s (found bytes %s)", what, n ? hex : "none: end of file");
+}
+
+/* ReadBasicType of an int32 in binary: a size byte of 4, then four bytes
+ * little-endian.  -1 when the size byte is wrong or the value negative. */
+static int64_t basic_i32(const uint8_t *p) {
+    if (p[0] != 4) return -1;
+    int32_t v = (int32_t)cxs_ld32(p + 1);
+    return v < 0 ? -1 : v;
+}
+
+int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t len) {
+    memset(h, 0, sizeof *h);
+    if (n == 0) {
+        snprintf(why, len, "no object: end of file");
+        return CXS_E_TRUNCATED;
+    }
+    if (buf[0] != 0) {
+        /* InitKaldiInputStream: without "\0B" Kaldi reads the object as text */
+        size_t i = 0;
+        while (i < n && (buf[i] == ' ' || buf[i] == '\t')) i++;
+        if (i < n && buf[i] == '[') {
+            snprintf(why, len, "a text-form object (no binary marker \\0B; written with ark,t): "
+                     "not supported, convert it with `copy-feats ark,t:IN ark:OUT`");
+            return CXS_E_UNSUPPORTED;
+        }
+        shown(buf, n, why, len, "no Kaldi object here: expected the binary marker \\0B");
+        return CXS_E_CORRUPT;
+    }
+    if (n < 2) {
+        snprintf(why, len, "object cut short after its first byte");
+        return CXS_E_TRUNCATED;
+    }
+    if (buf[1] != 'B') {
+        shown(buf, n, why, len, "\\0 not followed by B: not a Kaldi binary object");
+        return CXS_E_CORRUPT;
+    }
+    /* The token: up to the space ReadToken requires after it. */
+    size_t t = 2;
+    while (t < n && t < 2 + 8 && buf[t] != ' ') t++;
+    if (t >= n) {
+        snprintf(why, len, "object cut short in its type token");
+        return CXS_E_TRUNCATED;
+    }
+    uint32_t kind = KALDI_KINDS;
+    for (uint32_t k = 0; k < KALDI_KINDS; k++)
+        if (t - 2 == strlen(kind_names[k]) && !memcmp(buf + 2, kind_names[k], t - 2)) kind = k;
+    if (kind == KALDI_KINDS) {
+        char tok[16];
+        size_t m = 0;
+        for (size_t i = 2; i < t && m + 1 < sizeof tok; i++)
+            tok[m++] = buf[i] >= 0x20 && buf[i] < 0x7f ? (char)buf[i] : '?';
+        tok[m] = 0;
+        snprintf(why, len, "unknown object type '%s' (expected FM, DM, FV, DV, CM, CM2 or CM3)",
+                 tok);
+        return CXS_E_CORRUPT;
+    }
+    h->kind = kind;
+    const uint8_t *p = buf + t + 1;
+    size_t left = n - (t + 1);
+    if (kind == KALDI_FM || kind == KALDI_DM) {
+        if (left < 10) {
+            snprintf(why, len, "%s header cut short", kind_names[kind]);
+            return CXS_E_TRUNCATED;
+        }
+        int64_t r = basic_i32(p), c = basic_i32(p + 5);
+        if (r < 0 || c < 0) {
+            shown(p, 10, why, len, "bad matrix size (expected \\4 and a non-negative int32, twice)");
+            return CXS_E_CORRUPT;
+        }
+        h->rows = (uint64_t)r;
+        h->cols = (uint64_t)c;
+        h->head = t + 1 + 10;
+        h->size = h->head + h->rows * h->cols * (kind == KALDI_FM ? 4u : 8u);
+    } else if (kind == KALDI_FV || kind == KALDI_DV) {
+        if (left < 5) {
+            snprintf(why, len, "%s header cut short", kind_names[kind]);
+            return CXS_E_TRUNCATED;
+        }
+        int64_t s = basic_i32(p);
+        if (s < 0) {
+            shown(p, 5, why, len, "bad vector size (expected \\4 and a non-negative int32)");
+            return CXS_E_CORRUPT;
+        }
+        h->rows = (uint64_t)s;
+        h->cols = 1;
+        h->head = t + 1 + 5;
+        h->size = h->head + h->rows * (kind == KALDI_FV ? 4u : 8u);
+    } else {
+        /* CompressedMatrix::Read: the GlobalHeader without its format
+         * field: min_value, range (float), num_rows, num_cols (int32). */
+        if (left < 16) {
+            snprintf(why, len, "%s header cut short", kind_names[kind]);
+            return CXS_E_TRUNCATED;
+        }
+        int32_t r = (int32_t)cxs_ld32(p + 8), c = (int32_t)cxs_ld32(p + 12);
+        if (r < 0 || c < 0) {
+            snprintf(why, len, "%s header: %d rows, %d columns", kind_names[kind], r, c);
+            return CXS_E_CORRUPT;
+        }
+        h->min = ldf32(p);
+        h->range = ldf32(p + 4);
+        h->head = t + 1 + 16;
+        /* num_cols 0 is Kaldi's empty matrix: the header alone. */
+        h->rows = c == 0 ? 0 : (uint64_t)r;
+        h->cols = (uint64_t)c;
+        uint64_t R = h->rows, C = h->cols;
+        h->size = h->head + (C == 0 ? 0
+                             : kind == KALDI_CM  ? C * (8 + R)
+                             : kind == KALDI_CM2 ? 2 * R * C
+                                                 : R * C);
+    }
+    return 0;
+}
+
+/* Kaldi's Uint16ToFloat: min + range * (1/65535 as a float) * value, in
+ * float, left to right. */
+static inline float u16_to_float(float min, float range, uint16_t v) {
+    return min + range * 1.52590218966964e-05F * (float)v;
+}
+
+/* Kaldi's CharToFloat.  (p25 - p0) * value is a float product; the
+ * double constant then makes the rest double, rounded to float once on
+ * return. */
+static inline float char_to_float(float p0, float p25, float p75, float p100, uint8_t v) {
+    if (v <= 64) return (float)((double)p0 + (double)((p25 - p0) * (float)v) * (1 / 64.0));
+    if (v <= 192)
+        return (float)((double)p25 + (double)((p75 - p25) * (float)(v - 64)) * (1 / 128.0));
+    return (float)((double)p75 + (double)((p100 - p75) * (float)(v - 192)) * (1 / 63.0));
+}
+
+void kaldi_decode(const kaldi_hdr *h, const uint8_t *obj, void *out) {
+    const uint8_t *p = obj + h->head;
+    const uint64_t R = h->rows, C = h->cols;
+    switch (h->kind) {
+    case KALDI_FM:
+    case KALDI_FV: {
+        float *o = out;
+        for (uint64_t i = 0; i < R * C; i++) o[i] = ldf32(p + 4 * i);
+        break;
+    }
+    case KALDI_DM:
+    case KALDI_DV: {
+        double *o = out;
+        for (uint64_t i = 0; i < R * C; i++) o[i] = cxs_ldf64(p + 8 * i);
+        break;
+    }
+    case KALDI_CM: {
+        /* Per-column headers (four uint16 percentiles each), then the
+         * bytes column by column. */
+        float *o = out;
+        const uint8_t *bytes = p + 8 * C;
+        for (uint64_t c = 0; c < C; c++) {
+            const uint8_t *ph = p + 8 * c, *col = bytes + c * R;
+            float p0 = u16_to_float(h->min, h->range, cxs_ld16(ph)),
+                  p25 = u16_to_float(h->min, h->range, cxs_ld16(ph + 2)),
+                  p75 = u16_to_float(h->min, h->range, cxs_ld16(ph + 4)),
+                  p100 = u16_to_float(h->min, h->range, cxs_ld16(ph + 6));
+            for (uint64_t r = 0; r < R; r++) o[r * C + c] = char_to_float(p0, p25, p75, p100, col[r]);
+        }
+        break;
+    }
+    case KALDI_CM2: {
+        /* increment = range * (1.0 / 65535.0): a double product stored in
+         * a float; then min + value * increment in float. */
+        float *o = out;
+        const float min = h->min, inc = (float)((double)h->range * (1.0 / 65535.0));
+        for (uint64_t i = 0; i < R * C; i++) o[i] = min + (float)cxs_ld16(p + 2 * i) * inc;
+        break;
+    }
+    case KALDI_CM3: {
+        float *o = out;
+        const float min = h->min, inc = (float)((double)h->range * (1.0 / 255.0));
+        for (uint64_t i = 0; i < R * C; i++) o[i] = min + (float)p[i] * inc;
+        break;
+    }
+    default: break;
+    }
+}
