@@ -679,7 +679,12 @@ static void note(importer *im, const char *fmt, ...) {
 
 /* A bad utterance: skipped and noted, or the import's failure. */
 static int bad(importer *im, const char *key, cxs_diag *d) {
-    if (!im->skip) return CXS_E_INPUT;
+    if (!im->skip) {
+        size_t l = strlen(d->message);
+        snprintf(d->message + l, sizeof d->message - l, " (--on-error skip leaves bad "
+                 "utterances out)");
+        return CXS_E_INPUT;
+    }
     int rc = cxs_writer_skip(im->w, key, d->message);
     if (rc) return cxs_diagf(d, rc, "out of memory");
     note(im, "skipped: %s", d->message);

@@ -63,9 +63,7 @@ int import_kaldi_run(const char *in, const char *out, const pack_opts *o,
             warnx_("%s: interrupted; nothing written", out);
             return EXIT_SYSTEM;
         }
-        warnx_("%s; nothing written%s", d.message,
-               rc == CXS_E_INPUT && !o->skip_bad
-                   ? " (--on-error skip leaves bad utterances out)" : "");
+        warnx_("%s; nothing written", d.message);
         return rc == CXS_E_INPUT ? EXIT_DATA : rc == -EEXIST || rc == CXS_E_INVALID ? EXIT_USAGE
                                                                                   : EXIT_SYSTEM;
     }

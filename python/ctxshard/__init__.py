@@ -24,7 +24,7 @@ from ._native import lib as _lib
 
 __all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "memory_available",
            "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "BLOCK", "Writer", "RejectedUtterance", "pack",
-           "PHONEMES"]
+           "PHONEMES", "import_kaldi"]
 
 SEQUENTIAL, SHUFFLE, WEIGHTED, BLOCK = (_n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFLE,
                                         _n.SAMPLER_WEIGHTED, _n.SAMPLER_BLOCK)
@@ -782,3 +782,4 @@ class Sampler:
 
 
 from .writer import PHONEMES, RejectedUtterance, Writer, pack  # noqa: E402 (uses _raise above)
+from .importers import import_kaldi  # noqa: E402

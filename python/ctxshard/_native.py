@@ -205,6 +205,21 @@ class WriterInfo(Structure):
                 ("stale_removed", c_uint32)]
 
 
+NOTE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p)
+
+
+class KaldiOpts(Structure):
+    _fields_ = [("text", c_char_p), ("ali", c_char_p), ("vocab", c_char_p), ("flags", c_uint32),
+                ("note", NOTE_FN), ("note_user", c_void_p)]
+
+
+class ImportInfo(Structure):
+    _fields_ = [("w", WriterInfo), ("listed", c_uint64), ("input_bytes", c_uint64),
+                ("sorted", c_uint32), ("vocab_size", c_uint32), ("kinds", c_uint32),
+                ("reserved", c_uint32)]
+
+
+KALDI_NO_SORT = 1  # KaldiOpts.flags
 DTYPE_F64 = 4  # a writer's input type (never stored)
 NORM_NONE, NORM_UTTERANCE = 0, 1
 SEQ_NONE, SEQ_WITH_FRAMES, SEQ_ONLY = 0, 1, 2  # WriterOpts.label_seqs
@@ -364,6 +379,9 @@ def _load():
         "cxs_writer_info_get": (c_int, [c_void_p, POINTER(WriterInfo)]),
         "cxs_writer_commit": (c_int, [c_void_p, POINTER(WriterInfo), POINTER(Diag)]),
         "cxs_writer_abort": (None, [c_void_p]),
+        "cxs_kaldi_opts_init": (None, [POINTER(KaldiOpts)]),
+        "cxs_import_kaldi": (c_int, [c_char_p, c_char_p, POINTER(WriterOpts), POINTER(KaldiOpts),
+                                     PROGRESS_FN, c_void_p, POINTER(ImportInfo), POINTER(Diag)]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
@@ -381,4 +399,4 @@ def _load():
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
            "Batch", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
-           "WriterInfo", "c_float", "c_int64"]
+           "WriterInfo", "KaldiOpts", "ImportInfo", "c_float", "c_int64"]

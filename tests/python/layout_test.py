@@ -32,6 +32,7 @@ C_TYPES = {
     "GpuUttOpts": "cxs_gpu_utt_opts", "GpuUttBatch": "cxs_gpu_utt_batch",
     "WriterOpts": "cxs_writer_opts", "WriterUtt": "cxs_writer_utt",
     "WriterInfo": "cxs_writer_info",
+    "KaldiOpts": "cxs_kaldi_opts", "ImportInfo": "cxs_import_info",
     "UttSamplerOpts": "cxs_utt_sampler_opts", "UttLoaderOpts": "cxs_utt_loader_opts",
     "UttBatch": "cxs_utt_batch",
 }
@@ -53,6 +54,7 @@ class Layout(unittest.TestCase):
             self.skipTest("no C compiler")
         lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "ctxshard.h"',
                  '#include "ctxshard_gpu.h"', '#include "ctxshard_writer.h"',
+                 '#include "ctxshard_import.h"',
                  "int main(void) {"]
         want = []
         for py, c in sorted(C_TYPES.items()):

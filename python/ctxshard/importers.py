@@ -1,0 +1,128 @@
+"""Importers: feature stores of other tools into a packed dataset, in the
+library (lib/kaldi_import.c through ctxshard_import.h), the code behind
+`ctxshard import`: the same input and options give the same bytes.
+
+    ctxshard.import_kaldi("data/train/feats.scp", "train.cxs",
+                          ali="exp/tri3_ali/phones.txt", dtype="float16")
+"""
+import os
+import sys
+from ctypes import byref
+
+from . import _args as _a
+from . import _native as _n
+from ._native import lib as _lib
+from .writer import _compression, _info_dict, _progress_fn, _raise_write, _stored_dtype
+
+__all__ = ["import_kaldi"]
+
+_KINDS = ("FM", "DM", "FV", "DV", "CM", "CM2", "CM3")
+
+
+def _optional_path(func, name, value):
+    return None if value is None else os.fsencode(_a.path(func, name, value))
+
+
+def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="float32", guard=64,
+                 shard_size="1G", compress=None, chunk_size="64K", shuffle=True, normalize=None,
+                 on_error="fail", threads=None, progress=None, notes=None):
+    """Import Kaldi features into a packed dataset at out: the rules and
+    the bytes of `ctxshard import kaldi SRC OUT` with the same options.
+
+    - src: a feats.scp (`utt path.ark:offset` lines; relative paths from
+      the current directory, as Kaldi reads them) or a bare archive
+      (.ark; an "scp:" or "ark:" prefix says which).  Binary FM, DM, FV,
+      DV and the compressed CM, CM2, CM3, decoded exactly as Kaldi does;
+    - text: a Kaldi text file (label sequences), or ali: per-frame
+      alignments (`utt p1 .. pT`, ali-to-phones --per-frame=true: frame
+      labels), at most one; vocab: their vocabulary file (a Kaldi symbol
+      table or one symbol per line), or None to build it from the data;
+    - sort: sort an unsorted listing (True) or refuse it (False);
+    - dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
+      threads: as for Writer; on_error: "fail" (nothing written on a bad
+      utterance) or "skip" (left out and listed in the dataset);
+    - progress: a callable (done, total), True for a bar, or None;
+      notes: a callable taking each message (a sorted listing, a skipped
+      utterance), or None to print them on stderr.
+
+    Returns the counts (as Writer.commit) with "listed", "input_bytes",
+    "sorted", "vocab_size" and "kinds" (the object types met).  Raises
+    CtxshardError (code E_INPUT for refused input, the message naming the
+    file, line or offset, utterance and reason); nothing is written then."""
+    f = "import_kaldi"
+    src = _a.path(f, "src", src)
+    out = _a.path(f, "out", out)
+    on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
+    if text is not None and ali is not None:
+        raise ValueError(f"{f}: give text= or ali=, not both (one vocabulary per dataset)")
+    if vocab is not None and text is None and ali is None:
+        raise ValueError(f"{f}: vocab= applies with text= or ali=")
+    o = _n.WriterOpts()
+    _lib.cxs_writer_opts_init(byref(o))
+    o.dtype = _stored_dtype(f, dtype)
+    o.guard = _a.integer(f, "guard", guard, 0, 4096)
+    o.shard_size = _a.size(f, "shard_size", shard_size)
+    o.compression, o.level = _compression(f, compress)
+    o.chunk_size = _a.size(f, "chunk_size", chunk_size)
+    o.shuffle = int(_a.flag(f, "shuffle", shuffle))
+    threads = _a.optional_integer(f, "threads", threads, 1, 256)
+    o.threads = min(os.cpu_count() or 1, 256) if threads is None else threads
+    if normalize in (None, False, "none"):
+        o.normalize = _n.NORM_NONE
+    elif normalize == "utterance":
+        o.normalize = _n.NORM_UTTERANCE
+    else:
+        raise ValueError(f"{f}: normalize={normalize!r}: expected None or 'utterance'")
+    o.on_error_skip = int(on_error == "skip")
+    ko = _n.KaldiOpts()
+    _lib.cxs_kaldi_opts_init(byref(ko))
+    ko.text = _optional_path(f, "text", text)
+    ko.ali = _optional_path(f, "ali", ali)
+    ko.vocab = _optional_path(f, "vocab", vocab)
+    ko.flags = 0 if _a.flag(f, "sort", sort) else _n.KALDI_NO_SORT
+    errors = []
+
+    def on_note(_user, msg):
+        m = msg.decode("utf-8", "replace")
+        try:
+            if notes is None:
+                sys.stderr.write(f"ctxshard: {m}\n")
+            else:
+                notes(m)
+        except BaseException as e:  # an exception cannot cross the C frames
+            errors.append(e)
+    note_fn = _n.NOTE_FN(on_note)
+    ko.note = note_fn
+    report, bar = _progress_fn(progress, 0)
+    if bar is not None:
+        bar.set_description("import")
+
+    def tick(_user, done, total):
+        if errors:
+            return 1
+        if bar is not None and bar.total != total:
+            bar.total = total
+        if report:
+            try:
+                report(done, total)
+            except BaseException as e:
+                errors.append(e)
+                return 1
+        return 0
+    prog = _n.PROGRESS_FN(tick)
+    info, diag = _n.ImportInfo(), _n.Diag()
+    try:
+        rc = _lib.cxs_import_kaldi(os.fsencode(src), os.fsencode(out), byref(o), byref(ko), prog,
+                                   None, byref(info), byref(diag))
+    finally:
+        if bar is not None:
+            bar.close()
+    if errors:
+        raise errors[0]
+    if rc:
+        _raise_write(rc, diag)
+    res = _info_dict(info.w)
+    res.update(listed=info.listed, input_bytes=info.input_bytes, sorted=bool(info.sorted),
+               vocab_size=info.vocab_size,
+               kinds=[k for i, k in enumerate(_KINDS) if info.kinds & (1 << i)])
+    return res
