@@ -310,7 +310,7 @@ static int read_ark(listing *L, files *fs, const char *path, cxs_diag *d) {
         }
         size_t k0 = i;
         while (i < got && !is_space(buf[i]) && buf[i]) i++;
-        if (i == got || buf[i] != ' ') {
+        if (i == got || (buf[i] != ' ' && buf[i] != '\t')) { /* Kaldi takes either */
             if (i - k0 > CXS_MAX_ID_LEN)
                 return cxs_diagf(d, CXS_E_INPUT, "%s: offset %llu: an utterance id longer than "
                                  "%u bytes, or not a Kaldi archive", path,
@@ -320,7 +320,7 @@ static int read_ark(listing *L, files *fs, const char *path, cxs_diag *d) {
                              (unsigned long long)(pos + k0), (int)(i - k0 > 64 ? 64 : i - k0),
                              (const char *)buf + k0,
                              i == got ? "is followed by the end of the file (truncated archive)"
-                                      : "is not followed by a space (not a Kaldi archive)");
+                                      : "is not followed by a space (not a Kaldi binary archive)");
         }
         char *key = strndup((const char *)buf + k0, i - k0);
         if (!key) return cxs_diagf(d, -ENOMEM, "out of memory");
