@@ -100,6 +100,9 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t le
         return CXS_E_CORRUPT;
     }
     h->kind = kind;
+    /* Sizes come from the file: products stay far from 2^64 (rows and
+     * columns are below 2^31) but are limited so that no sum wraps. */
+    const uint64_t max_elems = 1ull << 56;
     const uint8_t *p = buf + t + 1;
     size_t left = n - (t + 1);
     if (kind == KALDI_FM || kind == KALDI_DM) {
@@ -114,6 +117,11 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t le
         }
         h->rows = (uint64_t)r;
         h->cols = (uint64_t)c;
+        if (h->rows * h->cols > max_elems) {
+            snprintf(why, len, "%s of %llux%llu elements: not a real matrix", kind_names[kind],
+                     (unsigned long long)h->rows, (unsigned long long)h->cols);
+            return CXS_E_CORRUPT;
+        }
         h->head = t + 1 + 10;
         h->size = h->head + h->rows * h->cols * (kind == KALDI_FM ? 4u : 8u);
     } else if (kind == KALDI_FV || kind == KALDI_DV) {

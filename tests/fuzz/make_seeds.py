@@ -107,7 +107,28 @@ def zshard_seeds():
     put("zshard", "guard-row", with_chunks(zn, [zframe(b"\1" + c0[1:]), zframe(c1)]))
 
 
+def kaldi_seeds():
+    """Archives of every object type (tests/python/kaldi_ref.py encodes
+    them); the first byte is the target's mode (bit 0: through an scp,
+    bit 1: skip bad utterances)."""
+    import sys
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
+    import kaldi_ref as K
+    rng = np.random.default_rng(1)
+    m = rng.normal(size=(9, 3)).astype(np.float32)
+    objs = [(k, K.encode(m[:, 0] if k in ("FV", "DV") else m, k))
+            for k in ("FM", "DM", "CM", "CM2", "CM3", "FV", "DV")]
+    ark = b"".join(f"u{i} ".encode() + o for i, (_, o) in enumerate(objs))
+    for mode in (0, 1, 2, 3):
+        put("kaldi", f"all-{mode}", bytes([mode]) + ark)
+    for k, o in objs:
+        put("kaldi", k.lower(), b"\0" + b"a " + o + b"b " + o)
+    put("kaldi", "text-form", b"\0a [ 1 2\n 3 4 ]\n")
+    put("kaldi", "cut", b"\0" + ark[:-5])
+
+
 def main():
+    kaldi_seeds()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(5, 3)).astype(np.float32)
     put("npy", "f32", npy(x))
