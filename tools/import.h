@@ -1,9 +1,12 @@
 /* import.h - `ctxshard import FORMAT IN OUT`: feature stores of other
- * tools into a packed dataset (import_kaldi.c). */
+ * tools into a packed dataset (import_kaldi.c, import_hdf5.c; what they
+ * share in import.c). */
 #ifndef CXS_TOOL_IMPORT_H
 #define CXS_TOOL_IMPORT_H
 
+#include "ctxshard_import.h"
 #include "pack.h"
+#include "util.h"
 
 typedef struct import_opts {
     const char *text; /* --text: a Kaldi text file (label sequences) */
@@ -13,5 +16,19 @@ typedef struct import_opts {
 
 /* `ctxshard import kaldi IN OUT`; an exit code, messages printed. */
 int import_kaldi_run(const char *in, const char *out, const pack_opts *o, const import_opts *io);
+/* `ctxshard import hdf5 IN OUT`. */
+int import_hdf5_run(const char *in, const char *out, const pack_opts *o);
+
+/* The shared parts (import.c). */
+typedef struct import_state {
+    progress bar;
+    int quiet;
+} import_state;
+void import_writer_opts(const pack_opts *o, cxs_writer_opts *wo);
+void import_note(void *user, const char *msg);          /* user: import_state */
+int import_progress(void *user, uint64_t done, uint64_t total);
+/* Print the failure; the exit code. */
+int import_failed(int rc, const char *out, const cxs_diag *d);
+void import_summary(const cxs_import_info *info, const char *out, const pack_opts *o, double dt);
 
 #endif

@@ -34,6 +34,7 @@ static const char *const usage_top =
     "  pack RAW OUT   convert a raw dataset into a packed dataset\n"
     "  convert IN OUT the same dataset compressed (zstd) or uncompressed\n"
     "  import kaldi SCP_OR_ARK OUT  Kaldi features (and labels) into a packed dataset\n"
+    "  import hdf5 FILE.h5 OUT      HDF5 features into a packed dataset\n"
     "  merge PART... OUT  join partial datasets packed with --part I/N\n"
     "  verify OUT     re-hash every byte of a packed dataset\n"
     "  info OUT       describe a packed dataset\n"
@@ -172,7 +173,17 @@ static const char *const usage_import =
     "  --on-error P     fail (default): write nothing on a bad utterance; skip:\n"
     "                   leave it out and list it in the dataset\n"
     "  --threads N      compression threads (default: all CPUs)\n"
-    "  the other options as for pack\n";
+    "  the other options as for pack\n"
+    "\n"
+    "usage: ctxshard import hdf5 FILE.h5 OUT [pack's --dtype, --guard, --shard-size,\n"
+    "                     --threads, --on-error, --normalize, --compress ...]\n"
+    "\n"
+    "Import an HDF5 file of features (no labels): one dataset per utterance\n"
+    "(Lhotse's NumpyHdf5Writer: the dataset's path is the id, its value [T, D]\n"
+    "floats; ids in byte order), or the concatenated layout: exactly the root\n"
+    "datasets features [N, D], offsets [U+1] (0 .. N) and ids [U] (strings, in\n"
+    "byte order).  Other files are refused naming the dataset.  Needs a build\n"
+    "with the HDF5 library (libhdf5-dev).\n";
 
 static const char *const usage_merge =
     "usage: ctxshard merge PART... OUT [--move] [--quiet]\n"
@@ -517,8 +528,8 @@ int main(int argc, char **argv) {
             fputs(usage, argc < 3 ? stderr : stdout);
             return argc < 3 ? EXIT_USAGE : 0;
         }
-        if (strcmp(argv[2], "kaldi"))
-            return usage_error(usage, "import: unknown format '%s' (kaldi)", argv[2]);
+        if (strcmp(argv[2], "kaldi") && strcmp(argv[2], "hdf5"))
+            return usage_error(usage, "import: unknown format '%s' (kaldi or hdf5)", argv[2]);
         optind = 3;
     }
     int c;
@@ -739,13 +750,19 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "import")) {
         free(frames);
-        if (argc - optind != 2) return usage_error(usage, "%s", "expected SCP_OR_ARK and OUT");
+        const int hdf5 = !strcmp(argv[2], "hdf5");
+        if (argc - optind != 2)
+            return usage_error(usage, "%s", hdf5 ? "expected FILE.h5 and OUT" : "expected SCP_OR_ARK and OUT");
+        if (hdf5 && (io.text || io.ali || po.vocab_path || io.no_sort))
+            return usage_error(usage, "%s", "import hdf5 takes features only (--text, --ali, "
+                                            "--vocab and --no-sort are kaldi's)");
         if (io.text && io.ali)
             return usage_error(usage, "%s", "give --text or --ali, not both (one vocabulary "
                                             "per dataset)");
         if (po.vocab_path && !io.text && !io.ali)
             return usage_error(usage, "%s", "--vocab applies with --text or --ali");
         if (!po.threads) po.threads = ncpus();
+        if (hdf5) return import_hdf5_run(argv[optind], argv[optind + 1], &po);
         return import_kaldi_run(argv[optind], argv[optind + 1], &po, &io);
     }
     if (!strcmp(cmd, "gpu")) {

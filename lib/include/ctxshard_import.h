@@ -99,6 +99,29 @@ CXS_API int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_o
                              const cxs_kaldi_opts *ko, cxs_progress_fn progress, void *user,
                              cxs_import_info *info, cxs_diag *diag);
 
+/**
+ * Import an HDF5 file of features into a packed dataset at out (features
+ * only).  Two layouts, told apart by what the file holds:
+ * - one dataset per utterance (Lhotse's NumpyHdf5Writer): every dataset,
+ *   in any group, is an utterance, its path without the leading '/' the
+ *   id, its value [T, D] floating point (float16/32/64, any byte order; a
+ *   1-D dataset is one column); taken in byte order of ids;
+ * - concatenated: exactly the root datasets `features` [N, D], `offsets`
+ *   [U + 1] (integers 0 .. N, non-decreasing) and `ids` [U] (strings, in
+ *   byte order, each once).
+ * Other files (other ranks, integer features, extra datasets beside
+ * offsets) are refused naming the dataset.  wo is as for
+ * cxs_import_kaldi(); note, progress and info likewise (may be NULL).
+ *
+ * Returns 0; CXS_E_INPUT for input the rules refuse (diag names the file,
+ * the dataset and the reason); CXS_E_UNSUPPORTED when the library was
+ * built without HDF5; otherwise as cxs_import_kaldi().  On failure nothing
+ * is written.
+ */
+CXS_API int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo,
+                            cxs_note_fn note, void *note_user, cxs_progress_fn progress,
+                            void *user, cxs_import_info *info, cxs_diag *diag);
+
 #ifdef __cplusplus
 }
 #endif

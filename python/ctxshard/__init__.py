@@ -24,7 +24,7 @@ from ._native import lib as _lib
 
 __all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "memory_available",
            "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "BLOCK", "Writer", "RejectedUtterance", "pack",
-           "PHONEMES", "import_kaldi"]
+           "PHONEMES", "import_kaldi", "import_hdf5"]
 
 SEQUENTIAL, SHUFFLE, WEIGHTED, BLOCK = (_n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFLE,
                                         _n.SAMPLER_WEIGHTED, _n.SAMPLER_BLOCK)
@@ -782,4 +782,4 @@ class Sampler:
 
 
 from .writer import PHONEMES, RejectedUtterance, Writer, pack  # noqa: E402 (uses _raise above)
-from .importers import import_kaldi  # noqa: E402
+from .importers import import_hdf5, import_kaldi  # noqa: E402

@@ -379,6 +379,8 @@ def _load():
         "cxs_writer_info_get": (c_int, [c_void_p, POINTER(WriterInfo)]),
         "cxs_writer_commit": (c_int, [c_void_p, POINTER(WriterInfo), POINTER(Diag)]),
         "cxs_writer_abort": (None, [c_void_p]),
+        "cxs_import_hdf5": (c_int, [c_char_p, c_char_p, POINTER(WriterOpts), NOTE_FN, c_void_p,
+                                    PROGRESS_FN, c_void_p, POINTER(ImportInfo), POINTER(Diag)]),
         "cxs_kaldi_opts_init": (None, [POINTER(KaldiOpts)]),
         "cxs_import_kaldi": (c_int, [c_char_p, c_char_p, POINTER(WriterOpts), POINTER(KaldiOpts),
                                      PROGRESS_FN, c_void_p, POINTER(ImportInfo), POINTER(Diag)]),

@@ -14,7 +14,7 @@ from . import _native as _n
 from ._native import lib as _lib
 from .writer import _compression, _info_dict, _progress_fn, _raise_write, _stored_dtype
 
-__all__ = ["import_kaldi"]
+__all__ = ["import_kaldi", "import_hdf5"]
 
 _KINDS = ("FM", "DM", "FV", "DV", "CM", "CM2", "CM3")
 
@@ -52,11 +52,57 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
     f = "import_kaldi"
     src = _a.path(f, "src", src)
     out = _a.path(f, "out", out)
-    on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
     if text is not None and ali is not None:
         raise ValueError(f"{f}: give text= or ali=, not both (one vocabulary per dataset)")
     if vocab is not None and text is None and ali is None:
         raise ValueError(f"{f}: vocab= applies with text= or ali=")
+    o = _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
+                     on_error, threads)
+    ko = _n.KaldiOpts()
+    _lib.cxs_kaldi_opts_init(byref(ko))
+    ko.text = _optional_path(f, "text", text)
+    ko.ali = _optional_path(f, "ali", ali)
+    ko.vocab = _optional_path(f, "vocab", vocab)
+    ko.flags = 0 if _a.flag(f, "sort", sort) else _n.KALDI_NO_SORT
+    cb = _Callbacks(progress, notes)
+    ko.note = cb.note_fn
+    info, diag = _n.ImportInfo(), _n.Diag()
+    try:
+        rc = _lib.cxs_import_kaldi(os.fsencode(src), os.fsencode(out), byref(o), byref(ko),
+                                   cb.prog_fn, None, byref(info), byref(diag))
+    finally:
+        cb.close()
+    return cb.result(rc, info, diag)
+
+
+def import_hdf5(src, out, dtype="float32", guard=64, shard_size="1G", compress=None,
+                chunk_size="64K", shuffle=True, normalize=None, on_error="fail", threads=None,
+                progress=None, notes=None):
+    """Import an HDF5 file of features (no labels) into a packed dataset at
+    out: `ctxshard import hdf5 SRC OUT`.  One dataset per utterance
+    (Lhotse's NumpyHdf5Writer: the dataset's path is the id, its value
+    [T, D] floats), or exactly the root datasets features [N, D], offsets
+    [U+1] and ids [U] (in byte order).  Options, progress, notes, the
+    result and the errors as for import_kaldi (CtxshardError with code
+    E_UNSUPPORTED when the library was built without HDF5)."""
+    f = "import_hdf5"
+    src = _a.path(f, "src", src)
+    out = _a.path(f, "out", out)
+    o = _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
+                     on_error, threads)
+    cb = _Callbacks(progress, notes)
+    info, diag = _n.ImportInfo(), _n.Diag()
+    try:
+        rc = _lib.cxs_import_hdf5(os.fsencode(src), os.fsencode(out), byref(o), cb.note_fn, None,
+                                  cb.prog_fn, None, byref(info), byref(diag))
+    finally:
+        cb.close()
+    return cb.result(rc, info, diag)
+
+
+def _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
+                 on_error, threads):
+    on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
     o = _n.WriterOpts()
     _lib.cxs_writer_opts_init(byref(o))
     o.dtype = _stored_dtype(f, dtype)
@@ -74,55 +120,57 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
     else:
         raise ValueError(f"{f}: normalize={normalize!r}: expected None or 'utterance'")
     o.on_error_skip = int(on_error == "skip")
-    ko = _n.KaldiOpts()
-    _lib.cxs_kaldi_opts_init(byref(ko))
-    ko.text = _optional_path(f, "text", text)
-    ko.ali = _optional_path(f, "ali", ali)
-    ko.vocab = _optional_path(f, "vocab", vocab)
-    ko.flags = 0 if _a.flag(f, "sort", sort) else _n.KALDI_NO_SORT
-    errors = []
+    return o
 
-    def on_note(_user, msg):
+
+class _Callbacks:
+    """The note and progress callbacks of an import; an exception raised in
+    one stops the import and is raised again after it (it cannot cross
+    the C frames)."""
+
+    def __init__(self, progress, notes):
+        self.errors = []
+        self.notes = notes
+        self.report, self.bar = _progress_fn(progress, 0)
+        if self.bar is not None:
+            self.bar.set_description("import")
+        self.note_fn = _n.NOTE_FN(self._note)
+        self.prog_fn = _n.PROGRESS_FN(self._tick)
+
+    def _note(self, _user, msg):
         m = msg.decode("utf-8", "replace")
         try:
-            if notes is None:
+            if self.notes is None:
                 sys.stderr.write(f"ctxshard: {m}\n")
             else:
-                notes(m)
-        except BaseException as e:  # an exception cannot cross the C frames
-            errors.append(e)
-    note_fn = _n.NOTE_FN(on_note)
-    ko.note = note_fn
-    report, bar = _progress_fn(progress, 0)
-    if bar is not None:
-        bar.set_description("import")
+                self.notes(m)
+        except BaseException as e:
+            self.errors.append(e)
 
-    def tick(_user, done, total):
-        if errors:
+    def _tick(self, _user, done, total):
+        if self.errors:
             return 1
-        if bar is not None and bar.total != total:
-            bar.total = total
-        if report:
+        if self.bar is not None and self.bar.total != total:
+            self.bar.total = total
+        if self.report:
             try:
-                report(done, total)
+                self.report(done, total)
             except BaseException as e:
-                errors.append(e)
+                self.errors.append(e)
                 return 1
         return 0
-    prog = _n.PROGRESS_FN(tick)
-    info, diag = _n.ImportInfo(), _n.Diag()
-    try:
-        rc = _lib.cxs_import_kaldi(os.fsencode(src), os.fsencode(out), byref(o), byref(ko), prog,
-                                   None, byref(info), byref(diag))
-    finally:
-        if bar is not None:
-            bar.close()
-    if errors:
-        raise errors[0]
-    if rc:
-        _raise_write(rc, diag)
-    res = _info_dict(info.w)
-    res.update(listed=info.listed, input_bytes=info.input_bytes, sorted=bool(info.sorted),
-               vocab_size=info.vocab_size,
-               kinds=[k for i, k in enumerate(_KINDS) if info.kinds & (1 << i)])
-    return res
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+    def result(self, rc, info, diag):
+        if self.errors:
+            raise self.errors[0]
+        if rc:
+            _raise_write(rc, diag)
+        res = _info_dict(info.w)
+        res.update(listed=info.listed, input_bytes=info.input_bytes, sorted=bool(info.sorted),
+                   vocab_size=info.vocab_size,
+                   kinds=[k for i, k in enumerate(_KINDS) if info.kinds & (1 << i)])
+        return res
