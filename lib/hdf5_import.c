@@ -189,6 +189,7 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
     uint64_t *off = NULL;
     char **idv = NULL;
     hsize_t U = 0;
+    int vlen_ids = 0;
     cxs_import_info res;
     memset(&res, 0, sizeof res);
     int rc = 0, skip = (int)wo_in->on_error_skip;
@@ -302,13 +303,33 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
                            "from offsets)", in, (unsigned long long)U);
             goto out;
         }
-        /* read as variable-length C strings whatever the stored form */
-        hid_t mt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mt, H5T_VARIABLE);
-        H5Tset_cset(mt, H5Tget_cset(ty));
+        /* variable-length strings as they are; fixed-size ones (numpy's
+         * |S) read whole and copied out NUL-terminated */
+        herr_t er;
+        if (H5Tis_variable_str(ty) > 0) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, H5T_VARIABLE);
+            H5Tset_cset(mt, H5Tget_cset(ty));
+            er = H5Dread(ids, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, idv);
+            H5Tclose(mt);
+            vlen_ids = 1;
+        } else {
+            size_t sw = H5Tget_size(ty);
+            char *fx = sw && U <= SIZE_MAX / sw ? malloc(U * sw) : NULL;
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, sw);
+            H5Tset_strpad(mt, H5T_STR_NULLPAD);
+            H5Tset_cset(mt, H5Tget_cset(ty));
+            er = fx ? H5Dread(ids, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, fx) : -1;
+            H5Tclose(mt);
+            for (hsize_t i = 0; er >= 0 && i < U; i++) {
+                size_t l = strnlen(fx + i * sw, sw);
+                idv[i] = l ? strndup(fx + i * sw, l) : NULL;
+                if (l && !idv[i]) er = -1;
+            }
+            free(fx);
+        }
         H5Tclose(ty);
-        herr_t er = H5Dread(ids, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, idv);
-        H5Tclose(mt);
         if (er < 0) {
             rc = cxs_diagf(d, CXS_E_INPUT, "%s: ids cannot be read as strings", in);
             goto out;
@@ -418,7 +439,10 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
 out:
     cxs_writer_abort(w);
     if (idv && ids >= 0) {
-        for (hsize_t i = 0; i < U; i++) H5free_memory(idv[i]); /* HDF5's allocation */
+        for (hsize_t i = 0; i < U; i++) {
+            if (vlen_ids) H5free_memory(idv[i]); /* HDF5's allocation */
+            else free(idv[i]);
+        }
     }
     free(idv);
     free(off);
