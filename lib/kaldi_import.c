@@ -18,9 +18,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "ctxshard_import.h"
 #include "cxs_format.h"
+#include "cxs_le.h"
 #include "kaldi.h"
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -693,6 +695,90 @@ static int bad(importer *im, const char *key, cxs_diag *d) {
 
 void cxs_kaldi_opts_init(cxs_kaldi_opts *o) { memset(o, 0, sizeof *o); }
 
+/* ---- the shard plan of a split import ------------------------------------ */
+
+static int u32_cmp(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Which shard every listed utterance goes to, decided from the objects'
+ * headers before any data is read, as pack's plan does it (tools/pack.c):
+ * utterances in id order, greedily, while the uncompressed shard file
+ * stays within the shard size, each counted with the frames its header
+ * declares (0 when it cannot be read) and the most common width.  An
+ * utterance later skipped keeps its place.  member gets n entries; T the
+ * frames; *hash the listing's hash (ids, frames, widths). */
+static int plan_shards(listing *L, files *fs, const cxs_writer_opts *wo, uint32_t lw,
+                       uint32_t *member, uint64_t *T, uint32_t *nshards, uint64_t *hash,
+                       cxs_diag *d) {
+    uint32_t *D = calloc(L->n + 1, sizeof *D);
+    if (!D) return cxs_diagf(d, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < L->n; i++) {
+        const ent *e = &L->e[i];
+        uint8_t head[KALDI_MAX_HEAD];
+        size_t got = 0;
+        kaldi_hdr h;
+        char why[8];
+        T[i] = 0;
+        if (files_open(fs, e->file, d)) continue;
+        if (pread_all(fs->f[e->file].fd, head, sizeof head, e->off, &got)) continue;
+        if (kaldi_parse(head, got, &h, why, sizeof why) || h.cols > CXS_MAX_DIM) continue;
+        T[i] = h.rows;
+        D[i] = (uint32_t)h.cols;
+    }
+    /* the most common width (0: no header read) */
+    uint32_t width = 0;
+    uint32_t *sorted = malloc((L->n + 1) * sizeof *sorted);
+    if (!sorted) {
+        free(D);
+        return cxs_diagf(d, -ENOMEM, "out of memory");
+    }
+    memcpy(sorted, D, L->n * sizeof *sorted);
+    qsort(sorted, L->n, sizeof *sorted, u32_cmp);
+    for (size_t i = 0, best = 0; i < L->n;) {
+        size_t j = i;
+        while (j < L->n && sorted[j] == sorted[i]) j++;
+        if (sorted[i] && j - i > best) {
+            best = j - i;
+            width = sorted[i];
+        }
+        i = j;
+    }
+    free(sorted);
+    const uint64_t E = cxs_dtype_size(wo->dtype), G = wo->guard;
+    uint64_t U = 0, F = 0, idb = 0;
+    uint32_t s = 0;
+    XXH3_state_t *x = XXH3_createState();
+    if (!x) {
+        free(D);
+        return cxs_diagf(d, -ENOMEM, "out of memory");
+    }
+    XXH3_64bits_reset(x);
+    for (size_t i = 0; i < L->n; i++) {
+        uint64_t il = strlen(L->e[i].key);
+        if (U > 0 && cxs_shard_file_size(U + 1, F + T[i], idb + il, width, E, G, lw) >
+                         wo->shard_size) {
+            s++;
+            U = F = idb = 0;
+        }
+        U++;
+        F += T[i];
+        idb += il;
+        member[i] = s;
+        uint8_t rec[12];
+        cxs_st64(rec, T[i]);
+        cxs_st32(rec + 8, D[i]);
+        XXH3_64bits_update(x, L->e[i].key, il + 1);
+        XXH3_64bits_update(x, rec, sizeof rec);
+    }
+    *hash = XXH3_64bits_digest(x);
+    XXH3_freeState(x);
+    free(D);
+    *nshards = L->n ? s + 1 : 0;
+    return 0;
+}
+
 static int has_suffix(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
@@ -743,6 +829,8 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     void *vals = NULL;
     int32_t *labv = NULL;
     size_t obj_cap = 0, vals_cap = 0, lab_cap = 0;
+    uint32_t *member = NULL; /* a split import's plan */
+    uint64_t *frames = NULL;
     const char *path;
     int rc = input_kind(in, &path, d);
     if (rc < 0) return rc;
@@ -849,9 +937,47 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     wo.label_seqs = ko->text ? CXS_SEQ_ONLY : CXS_SEQ_NONE;
     wo.part = NULL;
     wo.flags &= ~CXS_WRITER_MANUAL_CUT;
+    /* A split import: the plan for the whole listing, this part's slice of
+     * whole shards, cut where the plan says. */
+    size_t i_lo = 0, i_hi = L.n;
+    cxs_writer_part part;
+    if (ko->parts) {
+        if (ko->part < 1 || ko->part > ko->parts) {
+            rc = cxs_diagf(d, CXS_E_INVALID, "import: part %u of %u", ko->part, ko->parts);
+            goto out;
+        }
+        const uint32_t lw = ko->ali ? (V.n <= 256 ? 1 : 2) : 0;
+        uint32_t ns = 0;
+        uint64_t hash = 0;
+        if (!(member = calloc(L.n + 1, sizeof *member)) || !(frames = calloc(L.n + 1, sizeof *frames))) {
+            rc = cxs_diagf(d, -ENOMEM, "out of memory");
+            goto out;
+        }
+        if ((rc = plan_shards(&L, &fs, &wo, lw, member, frames, &ns, &hash, d))) goto out;
+        if (ns < ko->parts && ns < L.n) {
+            rc = cxs_diagf(d, CXS_E_INPUT, "%s: --part %u/%u: at this --shard-size the %zu "
+                           "utterances make %u shard%s, fewer than the %u parts (a part is whole "
+                           "shards): give a smaller --shard-size", path, ko->part, ko->parts,
+                           L.n, ns, ns == 1 ? "" : "s", ko->parts);
+            goto out;
+        }
+        uint32_t s_lo = (uint32_t)((uint64_t)ns * (ko->part - 1) / ko->parts);
+        uint32_t s_hi = (uint32_t)((uint64_t)ns * ko->part / ko->parts);
+        while (i_lo < L.n && member[i_lo] < s_lo) i_lo++;
+        i_hi = i_lo;
+        while (i_hi < L.n && member[i_hi] < s_hi) i_hi++;
+        uint64_t f_base = 0;
+        for (size_t i = 0; i < i_lo; i++) f_base += frames[i];
+        part = (cxs_writer_part){ko->part, ko->parts, s_lo, s_hi, ns, i_lo, f_base, L.n, i_lo,
+                                 i_hi, hash};
+        wo.part = &part;
+        wo.flags |= CXS_WRITER_MANUAL_CUT;
+    }
     if ((rc = cxs_writer_create(out, &wo, &im.w, d))) goto out;
     size_t j = 0;
-    for (size_t i = 0; i < L.n; i++) {
+    int have = 0;
+    uint32_t cur = 0;
+    for (size_t i = i_lo; i < i_hi; i++) {
         const ent *e = &L.e[i];
         char where[512];
         arkfile *a = &fs.f[e->file];
@@ -987,6 +1113,9 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
                 u.seq_size = 4;
             }
         }
+        if (member && have && member[i] != cur && (rc = cxs_writer_cut(im.w, d))) goto out;
+        if (member) cur = member[i];
+        have = 1;
         if ((rc = cxs_writer_add(im.w, e->key, &u, d))) {
             if (rc != CXS_E_INPUT) goto out;
             /* the writer's reason, with where the utterance came from */
@@ -999,14 +1128,14 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
             if ((rc = bad(&im, e->key, d))) goto out;
         }
     next:
-        if (progress && progress(user, i + 1, L.n)) {
+        if (progress && progress(user, i + 1 - i_lo, i_hi - i_lo)) {
             rc = cxs_diagf(d, -ECANCELED, "%s: import stopped", out);
             goto out;
         }
     }
     cxs_writer_info wi;
     cxs_writer_info_get(im.w, &wi);
-    if (wi.num_utterances == 0) {
+    if (wi.num_utterances == 0 && !ko->parts) {
         rc = cxs_diagf(d, CXS_E_INPUT, "%s: no valid utterance to import (%llu skipped)", path,
                        (unsigned long long)wi.num_skipped);
         goto out;
@@ -1016,6 +1145,8 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     if (!rc && info) *info = res;
 out:
     cxs_writer_abort(im.w);
+    free(member);
+    free(frames);
     free(obj);
     free(vals);
     free(labv);

@@ -19,6 +19,8 @@ int import_kaldi_run(const char *in, const char *out, const pack_opts *o,
     ko.ali = io->ali;
     ko.vocab = o->vocab_path;
     ko.flags = io->no_sort ? CXS_KALDI_NO_SORT : 0;
+    ko.part = o->part;
+    ko.parts = o->parts;
     ko.note = import_note;
     ko.note_user = &st;
     cxs_import_info info;
@@ -30,6 +32,9 @@ int import_kaldi_run(const char *in, const char *out, const pack_opts *o,
     progress_done(&st.bar);
     if (rc) return import_failed(rc, out, &d);
     if (!o->quiet) {
+        if (o->parts)
+            printf("imported part %u of %u (join the parts with: ctxshard merge PART... OUT)\n",
+                   o->part, o->parts);
         import_summary(&info, out, o, now_seconds() - t0);
         if (io->text)
             printf("  label sequences from %s, vocabulary of %u symbols%s\n", io->text,

@@ -153,6 +153,7 @@ static const char *const usage_import =
     "                     [--no-sort] [--dtype f32|f16|bf16] [--guard G] [--shard-size SIZE]\n"
     "                     [--threads N] [--on-error fail|skip] [--normalize none|utterance]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
+    "                     [--part I/N|env]\n"
     "\n"
     "Import Kaldi features into a packed dataset at OUT, written atomically like\n"
     "pack.  SCP_OR_ARK is a feats.scp (`utt path.ark:offset` lines, paths relative\n"
@@ -173,6 +174,9 @@ static const char *const usage_import =
     "  --on-error P     fail (default): write nothing on a bad utterance; skip:\n"
     "                   leave it out and list it in the dataset\n"
     "  --threads N      compression threads (default: all CPUs)\n"
+    "  --part I/N       import only the I-th of N slices (whole shards, planned from\n"
+    "                   the headers) into a partial dataset; ctxshard merge joins the\n"
+    "                   N parts into the bytes of the whole import (env: as for pack)\n"
     "  the other options as for pack\n"
     "\n"
     "usage: ctxshard import hdf5 FILE.h5 OUT [pack's --dtype, --guard, --shard-size,\n"
@@ -389,7 +393,7 @@ static int allowed(const char *cmd, int opt) {
         {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
                   O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS, O_TRANSCRIPTS}},
         {"import", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
-                    O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT}},
+                    O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT, O_PART}},
         {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS}},
         {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
@@ -753,9 +757,17 @@ int main(int argc, char **argv) {
         const int hdf5 = !strcmp(argv[2], "hdf5");
         if (argc - optind != 2)
             return usage_error(usage, "%s", hdf5 ? "expected FILE.h5 and OUT" : "expected SCP_OR_ARK and OUT");
-        if (hdf5 && (io.text || io.ali || po.vocab_path || io.no_sort))
-            return usage_error(usage, "%s", "import hdf5 takes features only (--text, --ali, "
-                                            "--vocab and --no-sort are kaldi's)");
+        if (hdf5 && (io.text || io.ali || po.vocab_path || io.no_sort || po.parts || part_env))
+            return usage_error(usage, "%s", "import hdf5 takes features only, whole (--text, "
+                                            "--ali, --vocab, --no-sort and --part are kaldi's)");
+        if (part_env) {
+            char from[256], err[512];
+            if (part_from_env(&po.part, &po.parts, from, sizeof from, err, sizeof err)) {
+                warnx_("--part env: %s", err);
+                return EXIT_USAGE;
+            }
+            if (!po.quiet) fprintf(stderr, "ctxshard import: part %u/%u (%s)\n", po.part, po.parts, from);
+        }
         if (io.text && io.ali)
             return usage_error(usage, "%s", "give --text or --ali, not both (one vocabulary "
                                             "per dataset)");

@@ -43,6 +43,13 @@ typedef struct cxs_kaldi_opts {
     uint32_t flags;     /**< CXS_KALDI_* */
     cxs_note_fn note;   /**< messages (may be NULL) */
     void *note_user;
+    /** A part of the import (`--part I/N`, 1 <= part <= parts; parts 0:
+     *  the whole): the shards are planned from the objects' headers for
+     *  the whole listing, as pack plans them, and this call writes the
+     *  part-th of parts slices of whole shards (a partial dataset:
+     *  part.cxs); `ctxshard merge` joins the N parts into the bytes of the
+     *  whole import. */
+    uint32_t part, parts;
 } cxs_kaldi_opts;
 
 /** What cxs_import_kaldi() did. */

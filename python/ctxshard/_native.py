@@ -210,7 +210,8 @@ NOTE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p)
 
 class KaldiOpts(Structure):
     _fields_ = [("text", c_char_p), ("ali", c_char_p), ("vocab", c_char_p), ("flags", c_uint32),
-                ("note", NOTE_FN), ("note_user", c_void_p)]
+                ("note", NOTE_FN), ("note_user", c_void_p), ("part", c_uint32),
+                ("parts", c_uint32)]
 
 
 class ImportInfo(Structure):

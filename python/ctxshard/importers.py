@@ -25,7 +25,7 @@ def _optional_path(func, name, value):
 
 def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="float32", guard=64,
                  shard_size="1G", compress=None, chunk_size="64K", shuffle=True, normalize=None,
-                 on_error="fail", threads=None, progress=None, notes=None):
+                 on_error="fail", threads=None, progress=None, notes=None, part=None):
     """Import Kaldi features into a packed dataset at out: the rules and
     the bytes of `ctxshard import kaldi SRC OUT` with the same options.
 
@@ -41,6 +41,9 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
     - dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
       threads: as for Writer; on_error: "fail" (nothing written on a bad
       utterance) or "skip" (left out and listed in the dataset);
+    - part: None (the whole), or "I/N" or (I, N): the I-th of N slices of
+      whole shards into a partial dataset (`ctxshard merge` joins them
+      into the bytes of the whole import);
     - progress: a callable (done, total), True for a bar, or None;
       notes: a callable taking each message (a sorted listing, a skipped
       utterance), or None to print them on stderr.
@@ -64,6 +67,14 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
     ko.ali = _optional_path(f, "ali", ali)
     ko.vocab = _optional_path(f, "vocab", vocab)
     ko.flags = 0 if _a.flag(f, "sort", sort) else _n.KALDI_NO_SORT
+    if part is not None:
+        try:
+            pi, pn = (map(int, part.split("/")) if isinstance(part, str) else map(int, part))
+        except (TypeError, ValueError):
+            raise ValueError(f"{f}: part={part!r}: expected 'I/N' or (I, N)") from None
+        if not 1 <= pi <= pn <= 100000:
+            raise ValueError(f"{f}: part={part!r}: expected 1 <= I <= N <= 100000")
+        ko.part, ko.parts = pi, pn
     cb = _Callbacks(progress, notes)
     ko.note = cb.note_fn
     info, diag = _n.ImportInfo(), _n.Diag()

@@ -153,6 +153,42 @@ class Decode(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIsNone(same_dataset(os.path.join(d, "imp"), os.path.join(d, "cli")))
 
+    def test_parts_merge_to_the_whole(self):
+        """--part I/N: slices of whole shards planned from the headers;
+        merged, the bytes of the whole import (and with frame labels)."""
+        items = self.objs[13]
+        d = tmpdir()
+        ark = os.path.join(d, "a.ark")
+        K.write_ark(ark, items)
+        ali = os.path.join(d, "ali.txt")
+        wr(ali, "".join(f"{k} " + " ".join(str((i + t) % 5) for t in range(len(K.decode(o)[1])))
+                        + "\n" for i, (k, o) in enumerate(items)))
+        for extra in ([], ["--ali", ali]):
+            whole = os.path.join(d, "whole")
+            r = run("import", "kaldi", ark, whole, "--shard-size", "20K", *extra)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            parts = []
+            for i in (1, 2, 3):
+                p = os.path.join(d, f"p{i}")
+                r = run("import", "kaldi", ark, p, "--shard-size", "20K", "--part", f"{i}/3",
+                        *extra)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn(f"imported part {i} of 3", r.stdout)
+                parts.append(p)
+            merged = os.path.join(d, "merged")
+            r = run("merge", *reversed(parts), merged)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIsNone(same_dataset(whole, merged))
+            # the Python binding writes the same part
+            ctxshard.import_kaldi(ark, os.path.join(d, "py2"), shard_size="20K", part="2/3",
+                                  ali=extra[1] if extra else None)
+            self.assertIsNone(same_dataset(parts[1], os.path.join(d, "py2")))
+            for p in parts + [whole, merged, os.path.join(d, "py2")]:
+                shutil.rmtree(p)
+        r = run("import", "kaldi", ark, os.path.join(d, "x"), "--part", "1/3")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("give a smaller --shard-size", r.stderr)
+
     def test_vectors(self):
         rng = np.random.default_rng(3)
         items = [("a", K.encode(rng.standard_normal(7).astype(F), "FV")),
