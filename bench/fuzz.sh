@@ -12,7 +12,7 @@ set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-600}
 [ $# -gt 0 ] && shift
-targets=${*:-npy transcript shard manifest zshard}
+targets=${*:-npy transcript shard manifest zshard kaldi}
 jobs=${JOBS:-$(nproc)}
 if [ ! -f build-fuzz/build.ninja ]; then
     CC=clang meson setup build-fuzz -Dfuzzing=true -Db_sanitize=address,undefined \
