@@ -254,22 +254,6 @@ class _HostArray:
         self.owner = owner
 
 
-class _UttLoaderHandle:
-    """A C GPU utterance loader, freed by free() or when the last reference
-    goes: the loader object and every tensor over its buffers hold one."""
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-    def free(self):
-        if self.ptr is not None:
-            _lib.cxs_gpu_utt_loader_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):
-        self.free()
-
-
 class Loader:
     """Batches of (x, y) from ctxshard's native prefetching loader.
 
@@ -441,6 +425,12 @@ class Loader:
                           UserWarning, stacklevel=2)
             pin_memory = False
         self.pin_memory = pin_memory or (cuda and self._gpu_opts is None)
+        # Pinned buffers are reused only after the copies that read them
+        # (see _buffers): the fence is an event on the current stream.
+        self._fence, self._fences = None, {}
+        if self.pin_memory:
+            fdev = self.device if cuda else None
+            self._fence = lambda: torch.cuda.current_stream(fdev).record_event()
 
     def _start_prefetch(self, prefetch, kind, budget):
         """prefetch: warm the dataset into the page cache in a background
@@ -614,13 +604,39 @@ class Loader:
         over these arrays; an array comes back for reuse once no tensor uses
         it any more (its reference count tells: every tensor sharing its
         storage keeps it alive), so steady-state iteration allocates nothing
-        and never page-faults, while batches the caller keeps stay intact."""
-        for i in range(len(self._pool)):
-            pair = self._pool[i]
-            free = sys.getrefcount(pair[0]) <= 2 and (pair[1] is None or sys.getrefcount(pair[1]) <= 2)
-            if free and pair not in self._busy:
-                self._busy.add(pair)
-                return pair
+        and never page-faults, while batches the caller keeps stay intact.
+
+        Pinned pairs (pin_memory, or the copying fallback of device='cuda')
+        are read by copies the host does not wait for: x.to(dev,
+        non_blocking=True) returns at once and drops the last reference
+        while the copy is still queued.  Such a pair goes back to the
+        workers only after a fence -- an event recorded on the current CUDA
+        stream when the pair is found unreferenced, so after every copy
+        queued on that stream before, the last of which read it -- has
+        completed."""
+        free = [p for p in self._pool if p not in self._busy and sys.getrefcount(p[0]) <= 2
+                and (p[1] is None or sys.getrefcount(p[1]) <= 2)]  # (the pair's, the call's)
+        pair = None
+        if self._fence is None:
+            pair = free[0] if free else None
+        else:
+            for p in free:  # newly unreferenced: fenced now, after the copies that read it
+                if id(p) not in self._fences:
+                    self._fences[id(p)] = (p, self._fence())
+            for key, (p, ev) in self._fences.items():  # oldest first
+                if ev.query():
+                    pair = p
+                    break
+            if pair is None and len(self._fences) >= 4:
+                # enough buffers in flight: wait for the oldest copy rather
+                # than pin more memory
+                pair, ev = next(iter(self._fences.values()))
+                ev.synchronize()
+            if pair is not None:
+                del self._fences[id(pair)]
+        if pair is not None:
+            self._busy.add(pair)
+            return pair
         if self.pin_memory:
             x = torch.empty((self.batch_size, self.input_size), dtype=torch.float32,
                             pin_memory=True).numpy()
@@ -647,12 +663,11 @@ class Loader:
 
     def _make_view(self, ptr, shape, dtype):
         typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
+        owner = self._gl.owner  # the tensor keeps the C loader's memory alive
         if self._gpu_opts["device"] == _gpu.EMULATE:
-            ct = {"<f4": ctypes.c_float, "<i2": ctypes.c_int16, "<i8": ctypes.c_int64}[typestr]
-            arr = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ct)), shape=shape)
-            t = torch.from_numpy(arr)
+            t = torch.from_numpy(np.asarray(_HostArray(ptr, shape, typestr, owner)))
         else:
-            t = torch.as_tensor(_CudaArray(ptr, shape, typestr), device=self.device)
+            t = torch.as_tensor(_CudaArray(ptr, shape, typestr, owner), device=self.device)
         return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
 
     def _iter_gpu(self):
@@ -664,6 +679,7 @@ class Loader:
             # uploads again, once per resume)
             self._gl.close()
             self._gl = None
+            self._views.clear()  # views of its buffers hold it, not the next one
         if self._gl is None:
             self._gl = _gpu.GpuLoader(self.dataset, sampler, self.context, self.batch_size,
                                       device=o["device"], mode=o["mode"], budget=o["budget"],
@@ -696,6 +712,8 @@ class Loader:
             b = self._gl.next(stream)
             if b is None:
                 break
+            if emulated:  # the host reads the batch: after the device's work on it
+                _gpu.emulated_sync(None)
             self._start = b.position + b.n
             x = self._wrap(b.x, (b.n, self.input_size), xdtype)
             if b.y is None:
@@ -705,8 +723,10 @@ class Loader:
         self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
 
     def close(self):
-        """Free the GPU loader's device memory now (also done when the
-        Loader is collected).  Batches handed out become invalid."""
+        """No more device batches from this Loader: the GPU loader's memory
+        is freed now, or, while tensors of batches handed out remain, when
+        the last of them goes (they stay valid: close() never frees memory
+        a tensor points into).  Also done when the Loader is collected."""
         self._views.clear()
         self._warm_stop.set()
         if self._warm_thread is not None:
@@ -1119,7 +1139,8 @@ class UtteranceLoader:
                     "give a larger gpu_budget, or device=None (batches assembled on the CPU)"))
             if rc:
                 _raise(rc, diag, what="GPU utterance loader")
-            self._gl, self._gl_order = _UttLoaderHandle(ptr), order
+            self._gl = _gpu._Owner(ptr, _lib.cxs_gpu_utt_loader_free, (self.dataset._h, order))
+            self._gl_order = order
         else:
             rc = _lib.cxs_gpu_utt_loader_reset(self._gl.ptr, epoch, s._start)
             if rc:
@@ -1134,6 +1155,8 @@ class UtteranceLoader:
                 self._gpu_fail(rc)
             if not bp:
                 break
+            if emulated:  # the host reads the batch: after the device's work on it
+                _gpu.emulated_sync(None)
             b = bp.contents
             n, T = b.n, b.tmax
             out = [self._view(b.x, (n, T, D), o["out_dtype"]), self._host_copy(b.host_lengths, n)]
@@ -1155,12 +1178,12 @@ class UtteranceLoader:
         _raise(rc, d, what="GPU utterance loader")
 
     def close(self):
-        """Free the device loader's memory now; device batches handed out
-        become invalid.  Without close() it is freed when the loader and
-        the last tensor over its buffers are gone."""
-        if getattr(self, "_gl", None) is not None:
-            self._gl.free()
-            self._gl, self._gl_order = None, None
+        """No more device batches from this loader: its device memory is
+        freed now, or, while tensors of batches handed out remain, when the
+        last of them goes (they stay valid: close() never frees memory a
+        tensor points into).  Without close() the same happens when the
+        loader is collected."""
+        self._gl, self._gl_order = None, None
 
     def _iter_host(self):
         s = self.sampler

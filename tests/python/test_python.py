@@ -194,6 +194,7 @@ class Binding(unittest.TestCase):
                 with g.GpuLoader(ds, s, k, 128, device=g.EMULATE, mode="resident",
                                  normalize=True) as L:
                     b = L.next()
+                    g.emulated_sync()  # the host reads it: after the device's work
                     x = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
                                               shape=(b.n, ds.input_size(k))).copy()
                     fr = np.asarray(b.frames)
@@ -331,6 +332,7 @@ class Gpu(unittest.TestCase):
                     b = L.next()
                     if b is None:
                         break
+                    g.emulated_sync()  # the host reads it: after the device's work
                     x = self.host(b.x, (b.n, W), ctypes.c_float)
                     y = self.host(b.y, (b.n,), ctypes.c_int64)
                     rx, ry = self.ds.gather(b.frames, k, normalize=True, labels=True)
@@ -443,6 +445,7 @@ class Torch(unittest.TestCase):
                 with g.GpuLoader(dev, ctxshard.Sampler(dev, ctxshard.SEQUENTIAL), k, n,
                                  device=g.EMULATE, mode="stream", normalize=nrm) as G:
                     b = G.next()
+                    g.emulated_sync()  # the host reads it: after the device's work
                     import ctypes
                     gx = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
                                                shape=(b.n, dev.input_size(k)))
