@@ -376,7 +376,9 @@ TEST(abort_and_full_disk_leave_nothing) {
     cxs_writer_abort(w);
     ck_assert_int_eq(entries(), 2);
     ck_assert(same_files(at("out"), at("copy")));
-    /* a full disk (injected after 20 KiB): an error, then nothing new */
+    /* a full disk (injected after 20 KiB, in a build with the test hooks):
+     * an error, then nothing new; without the hooks the variable is
+     * ignored and the writer commits */
     setenv("CXS_PACK_FAULT", "enospc:20000", 1);
     ck_assert_int_eq(cxs_writer_create(at("out"), &o, &w, &dg), 0);
     unsetenv("CXS_PACK_FAULT");
@@ -386,6 +388,13 @@ TEST(abort_and_full_disk_leave_nothing) {
         snprintf(id, sizeof id, "z%03d", i);
         rc = add1(w, id, f, 8, D, lab, 8, 1, &dg);
     }
+#ifndef CXS_TEST_HOOKS
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(cxs_writer_commit(w, NULL, &dg), 0);
+    ck_assert(!same_files(at("out"), at("copy")));
+    rm_rf(dir);
+    return;
+#endif
     if (rc == 0) rc = cxs_writer_commit(w, NULL, &dg);
     else {
         ck_assert_int_eq(rc, -ENOSPC);
