@@ -641,9 +641,18 @@ int cxs_writer_commit(cxs_writer *k, cxs_writer_info *info, cxs_diag *d) {
     else if (k->U == 0 && !k->is_part)
         rc = cxs_diagf(d, CXS_E_INVALID, "%s: no utterance added (%llu skipped); nothing written",
                        k->out, (unsigned long long)k->nskipped);
-    else if ((k->open && (rc = shard_end(k))) || (rc = cxs_writer_write_index(k)) ||
-             (rc = cxs_commit_output(&k->fault, k->tmpdir, k->out, k->replace)))
+    else if ((k->open && (rc = shard_end(k))) || (rc = cxs_writer_write_index(k)))
         cxs_diagf(d, rc, "%s: %s; nothing written", k->out, strerror(-rc));
+    else if ((rc = cxs_commit_output(&k->fault, k->tmpdir, k->out,
+                                     k->is_part ? CXS_PART_NAME : CXS_MANIFEST_NAME))) {
+        if (rc == -EEXIST)
+            cxs_diagf(d, rc, "%s: exists and is not a ctxshard %s (no %s): it changed since the "
+                      "writer was created; left alone, nothing written", k->out,
+                      k->is_part ? "part" : "dataset",
+                      k->is_part ? CXS_PART_NAME : CXS_MANIFEST_NAME);
+        else
+            cxs_diagf(d, rc, "%s: %s; nothing written", k->out, strerror(-rc));
+    }
     if (!rc) {
         free(k->tmpdir); /* renamed: nothing to remove */
         k->tmpdir = NULL;

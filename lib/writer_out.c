@@ -267,13 +267,30 @@ static int parent_fsync(const char *out) {
     return rc;
 }
 
-int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, int replace) {
+static int holds_marker(const char *dir, const char *marker) {
+    char *m = cxs_path_join(dir, marker);
+    struct stat st;
+    int has = m && lstat(m, &st) == 0 && S_ISREG(st.st_mode);
+    free(m);
+    return has;
+}
+
+int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, const char *marker) {
     int rc = fsync_path(tmp, 1);
     if (rc) return rc;
     cxs_wfault_point(f, "rename");
+    /* OUT as it is now: it may have changed since the writer was created */
+    int replace, st = cxs_out_state(out, marker, &replace);
+    if (st < 0) return st;
+    if (st > 0) return -EEXIST;
     if (replace) {
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
-            /* tmp now holds the previous dataset */
+            /* tmp now holds the previous output; if it was swapped for
+             * something else after the check above, put that back */
+            if (!holds_marker(tmp, marker)) {
+                if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0) return -errno;
+                return -EEXIST;
+            }
             parent_fsync(out);
             cxs_wfault_point(f, "after-rename");
             cxs_remove_tree(tmp);
@@ -288,6 +305,11 @@ int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, int repla
         snprintf(old, l, "%s.old", tmp);
         if (rename(out, old) != 0) {
             int e = errno;
+            free(old);
+            return -e;
+        }
+        if (!holds_marker(old, marker)) { /* swapped after the check: not ours */
+            int e = rename(old, out) != 0 ? errno : EEXIST;
             free(old);
             return -e;
         }

@@ -201,8 +201,15 @@ CXS_API int cxs_writer_info_get(const cxs_writer *w, cxs_writer_info *info);
  * nothing is left behind and a previous dataset at OUT is untouched.
  * info (may be NULL) gets the final counts on success.
  *
+ * What OUT holds is looked at again here, not only at create: an OUT
+ * that is no longer a dataset (replaced meanwhile by another directory)
+ * is left alone and the answer is -EEXIST ("OUT: exists and is not a
+ * ctxshard dataset (no manifest.cxs): it changed since the writer was
+ * created; left alone, nothing written").
+ *
  * Returns 0; CXS_E_INVALID when no utterance was added to a whole dataset;
- * -errno (-ENOSPC, -EIO, ...) when writing or renaming failed.
+ * -EEXIST as above; -errno (-ENOSPC, -EIO, ...) when writing or renaming
+ * failed.
  */
 CXS_API int cxs_writer_commit(cxs_writer *w, cxs_writer_info *info, cxs_diag *diag);
 

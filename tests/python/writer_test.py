@@ -333,6 +333,36 @@ class Atomic(unittest.TestCase):
         with self.assertRaisesRegex(OSError, "not a ctxshard dataset"):
             ctxshard.Writer(os.path.join(d, "mine"))
 
+    def test_out_replaced_before_commit(self):
+        """OUT is what it is at commit: a Writer begun over a dataset whose
+        OUT someone replaced by a directory of their own meanwhile leaves
+        that directory alone, names it, and writes nothing."""
+        d = tempfile.mkdtemp(dir=TMP)
+        out = os.path.join(d, "out")
+        x = np.ones((5, 3), np.float32)
+        with ctxshard.Writer(out) as w:
+            w.add("a", x)
+        w = ctxshard.Writer(out)
+        w.add("b", x * 2)
+        os.rename(out, os.path.join(d, "moved"))
+        os.mkdir(out)
+        with open(os.path.join(out, "precious.txt"), "w") as f:
+            f.write("keep me")
+        with self.assertRaisesRegex(FileExistsError, f"{out}: exists and is not a ctxshard dataset "
+                                    r"\(no manifest.cxs\).*left alone, nothing written"):
+            w.commit()
+        self.assertEqual(os.listdir(out), ["precious.txt"])
+        self.assertEqual(open(os.path.join(out, "precious.txt")).read(), "keep me")
+        self.assertEqual(sorted(os.listdir(d)), ["moved", "out"])  # no temporary left
+        # an OUT that went away meanwhile is written as usual
+        shutil.rmtree(out)
+        os.rename(os.path.join(d, "moved"), out)
+        with ctxshard.Writer(out) as w:
+            w.add("c", x)
+            os.rename(out, os.path.join(d, "moved"))
+        with ctxshard.open(out) as ds:
+            self.assertEqual(ds.ids, ["c"])
+
     def test_kill_during_commit(self):
         """kill -9 at each phase of a Writer's commit: OUT is absent, or the
         previous dataset, intact; the next writer removes the leftovers."""
