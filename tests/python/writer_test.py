@@ -16,6 +16,7 @@ import sys
 import tempfile
 import textwrap
 import unittest
+import warnings
 
 BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 EXE = os.path.join(BUILD, "tools", "ctxshard")
@@ -235,16 +236,82 @@ class Rejections(unittest.TestCase):
             self.assertEqual({i for i, _ in ds.skipped}, set(bad))
             self.assertEqual(ds.info["on_error_skip"], 1)
 
+    def test_skip_policy_never_drops_silently(self):
+        """on_error="skip": ids out of order are an error, not skips; dim=
+        fixes the width up front; every skip is returned, listed and
+        warned about at commit."""
+        x = np.ones((6, 4), np.float32)
+        out = os.path.join(TMP, "skip-order")
+        ids = [f"u{n:02d}" for n in (0, 5, 1, 6, 2, 7, 3, 8, 4, 9, 10, 11)]
+        with self.assertRaisesRegex(ValueError, "u01: utterance id comes after 'u05'"):
+            with ctxshard.Writer(out, on_error="skip") as w:
+                for i in ids:
+                    w.add(i, x)
+        self.assertFalse(os.path.exists(out))
+        # the width: a 13-wide first utterance under dim=4 is the odd one
+        w = ctxshard.Writer(out, on_error="skip", dim=4)
+        self.assertFalse(w.add("a0", np.ones((6, 13), np.float32)))
+        for n in range(1, 10):
+            self.assertTrue(w.add(f"a{n}", x))
+        self.assertEqual(w.skipped, [("a0", "13 features per frame, expected 4 (the writer's "
+                                      "dim)")])
+        with self.assertWarnsRegex(UserWarning, f"{out}: 1 utterance skipped, 9 written "
+                                   r"\(a0: 13 features per frame"):
+            counts = w.commit()
+        self.assertEqual(counts["skipped"], w.skipped)
+        self.assertEqual((counts["num_utterances"], counts["num_skipped"], counts["dim"]),
+                         (9, 1, 4))
+        with ctxshard.open(out) as ds:
+            self.assertEqual(len(ds.skipped), 1)
+            self.assertEqual(ds.dim, 4)
+        with self.assertRaisesRegex(ValueError, "dim"):
+            ctxshard.Writer(out, dim=0)
+        # a clean write warns about nothing
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with ctxshard.Writer(out, dim=4) as w:
+                w.add("b", x)
+
+    def test_ids_cannot_be_cut_or_forge_lines(self):
+        """A NUL in an id would cut it in the C library; a TAB or newline in
+        a skipped id or reason would forge lines of the skip list (one line
+        per utterance): refused, naming the id."""
+        out = os.path.join(TMP, "ids-nul")
+        x = np.ones((3, 2), np.float32)
+        with ctxshard.Writer(out, on_error="skip") as w:
+            for bad in ("spk1\x00utt9", b"spk1\x00utt9"):
+                with self.assertRaisesRegex(ValueError, r"Writer.add: utterance id .*spk1\\x00utt9"
+                                            ".* holds a NUL byte"):
+                    w.add(bad, x)
+            with self.assertRaisesRegex(ValueError, "Writer.skip: utterance id .*holds a NUL"):
+                w.skip("a\x00b", "why")
+            for bad in ("u1\tforged", "u1\nu2"):
+                with self.assertRaisesRegex(ValueError, "Writer.skip: utterance id .*control byte"):
+                    w.skip(bad, "why")
+            for why in ("bad\nu2\tforged reason", "a\ttab", "cr\r"):
+                with self.assertRaisesRegex(ValueError, "Writer.skip: u1: reason .* holds a TAB or "
+                                            "newline"):
+                    w.skip("u1", why)
+            w.add("spk1", x)
+            w.skip("spk2", "fine")
+        with ctxshard.open(out) as ds:
+            self.assertEqual(ds.ids, ["spk1"])
+            self.assertEqual(len(ds.skipped), 1)
+
     def test_writer_rules(self):
         out = os.path.join(TMP, "rules")
         x = np.ones((4, 3), np.float32)
         with ctxshard.Writer(out, vocab=["a", "b", "c"]) as w:
             w.add("m", x, labels=[0, 1, 2, 1])
-            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "b: utterance id comes after "
-                                        "'m': ids must arrive in increasing byte order"):
+            # the order is the caller's mistake: a ValueError, not a bad
+            # utterance one could skip
+            with self.assertRaisesRegex(ValueError, "b: utterance id comes after "
+                                        "'m': ids must arrive in increasing byte order") as cm:
                 w.add("b", x, labels=[0, 0, 0, 0])
-            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "duplicate utterance id"):
+            self.assertNotIsInstance(cm.exception, ctxshard.RejectedUtterance)
+            with self.assertRaisesRegex(ValueError, "duplicate utterance id") as cm:
                 w.add("m", x, labels=[0, 0, 0, 0])
+            self.assertNotIsInstance(cm.exception, ctxshard.RejectedUtterance)
             with self.assertRaisesRegex(ctxshard.RejectedUtterance, "label 3 is outside the "
                                         r"vocabulary \(0..2\)"):
                 w.add("n", x, labels=[0, 3, 0, 0])
