@@ -178,6 +178,32 @@ class Crash(unittest.TestCase):
         self.assertTrue(same_tree(out, self.new))
 
     @needs_hooks
+    def test_out_replaced_before_the_rename(self):
+        """OUT is judged when the new dataset is renamed into place: an OUT
+        that someone replaced by a directory of their own while pack ran is
+        left alone, named, and nothing is written (exit 2)."""
+        d, out = self.work(True)
+        p = subprocess.Popen([EXE, "pack", self.raw, out, *self.opts(), "--quiet"],
+                             env=dict(os.environ, CXS_PACK_FAULT="stall:rename:0"),
+                             stderr=subprocess.PIPE, text=True)
+        end = time.monotonic() + 60
+        while not any(n.startswith(".out.tmp-") and
+                      os.path.exists(os.path.join(d, n, "manifest.cxs")) for n in os.listdir(d)):
+            self.assertLess(time.monotonic(), end, "the pack did not reach its rename")
+            time.sleep(0.02)
+        os.rename(out, os.path.join(d, "moved"))
+        os.mkdir(out)
+        with open(os.path.join(out, "precious.txt"), "w") as f:
+            f.write("keep me")
+        _, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 2, err)
+        self.assertIn(f"{out}: exists and is not a ctxshard dataset (no manifest.cxs): it "
+                      "changed since the writer was created; left alone, nothing written", err)
+        self.assertEqual(os.listdir(out), ["precious.txt"])
+        self.assertEqual(open(os.path.join(out, "precious.txt")).read(), "keep me")
+        self.assertEqual(sorted(os.listdir(d)), ["moved", "out"])
+
+    @needs_hooks
     def test_disk_full_injected(self):
         total = sum(os.path.getsize(os.path.join(self.new, n)) for n in os.listdir(self.new))
         for limit in (1, 5000, total // 3, total - 10000, total - 1):
