@@ -187,7 +187,8 @@ class WriterOpts(Structure):
                 ("normalize", c_uint32), ("compression", c_uint32), ("level", ctypes.c_int32),
                 ("chunk_size", c_uint64), ("shuffle", c_uint32), ("vocab_size", c_uint32),
                 ("vocab", POINTER(c_char_p)), ("on_error_skip", c_uint32), ("flags", c_uint32),
-                ("part", c_void_p), ("threads", c_uint32), ("label_seqs", c_uint32)]
+                ("part", c_void_p), ("threads", c_uint32), ("label_seqs", c_uint32),
+                ("dim", c_uint32)]
 
 
 class WriterUtt(Structure):

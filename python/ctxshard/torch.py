@@ -185,6 +185,19 @@ def _labels_default(func, ds, labels):
     return labels
 
 
+def _frame_labels(func, ds, labels):
+    """The frame Loader's labels: True unless labels=False was asked, so that
+    a call yields one shape, (x, y), whatever dataset it is given; a
+    dataset without frame labels then needs labels=False, said here."""
+    labels = _a.optional_flag(func, "labels", labels)
+    if labels is None and not ds.has_frame_labels:
+        what = ("label sequences only, no per-frame labels" if ds.has_label_seqs
+                else "no labels (features only, like a test split)")
+        raise ValueError(f"{func}: {ds.path} has {what}, and batches are (x, y) unless "
+                         "labels=False is asked: pass labels=False for batches of x alone")
+    return _labels_default(func, ds, True if labels is None else labels)
+
+
 def _targets_default(func, ds, targets):
     """targets=None: whether the dataset has label sequences; True on one
     without them is an error that says so."""
@@ -255,7 +268,9 @@ class _HostArray:
 
 
 class Loader:
-    """Batches of (x, y) from ctxshard's native prefetching loader.
+    """Batches of (x, y) from ctxshard's native prefetching loader; of x
+    alone with labels=False (a dataset without frame labels, like a test
+    split, needs it: one shape per call, never x alone by surprise).
 
     Each batch is a fresh pair of tensors that the loader filled in place
     (no copy), yours to keep.  shuffle: True, a new seeded permutation of all
@@ -365,7 +380,7 @@ class Loader:
                              f"classes), and {self.dataset.path} has "
                              + ("none (label sequences only)" if self.dataset.has_label_seqs
                                 else "no labels (features only, like a test split)"))
-        self.labels = _labels_default(f, self.dataset, labels)
+        self.labels = _frame_labels(f, self.dataset, labels)
         mode, st = normalization(f, self.dataset, normalize)
         self.normalize = mode is not None
         self._norm_stats = st  # (mean, var) of another dataset (train's), or None
@@ -504,13 +519,15 @@ class Loader:
             self._warm_thread.join()
 
     def __len__(self):
-        """Batches in a full epoch of this rank."""
-        n = len(self.sampler)
+        """Batches of this rank in the epoch in progress: a full epoch, or
+        after load_state_dict() what remains of it (counted from where it
+        resumes), as the next iteration yields them."""
+        n = len(self._sampler_now())
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def set_epoch(self, epoch):
         """Start the next iteration at the beginning of `epoch`."""
-        epoch = _a.integer("Loader.set_epoch", "epoch", epoch, 0, 2**64 - 1)
+        epoch = _a.integer("Loader.set_epoch", "epoch", epoch, 0, _u.MAX_EPOCH)
         self.epoch, self._start, self._origin = epoch, 0, 0
 
     _KINDS = {SEQUENTIAL: "sequential", SHUFFLE: "shuffle", WEIGHTED: "weighted", BLOCK: "block"}
@@ -570,21 +587,45 @@ class Loader:
         if not isinstance(state, collections.abc.Mapping):
             raise TypeError(f"{f}: state={_a._show(state)} is a {type(state).__name__}, "
                             "expected the dict that Loader.state_dict() returned")
-        missing = [k for k in ("seed", "epoch") if k not in state]
-        if missing or ("global_position" not in state and "position" not in state):
-            raise ValueError(f"{f}: state lacks {', '.join(missing) or 'global_position'}: "
-                             "expected the dict that Loader.state_dict() returned")
         mine = self.state_dict()
+        # what identifies the order is required: a state stripped of it
+        # would load for any dataset and serve another order.  (A state
+        # saved before global positions has position, world_size and
+        # samples_per_epoch instead.)
+        legacy = "global_position" not in state and "samples_per_epoch" in state
+        need = ["seed", "epoch"] + (["position", "world_size", "samples_per_epoch"] if legacy
+                                    else ["global_position", "sampler", "epoch_samples"])
+        if mine["sampler"] == "block":
+            need += ["memory", "blocks"]
+        missing = [k for k in need if k not in state]
+        if missing:
+            raise ValueError(f"{f}: state lacks {', '.join(missing)}: expected the dict that "
+                             "Loader.state_dict() returned")
         for key in ("seed", "sampler", "epoch_samples", "memory", "blocks"):
             if key in state and state[key] != mine.get(key):
-                raise ValueError(f"load_state_dict: {key} {state[key]!r} does not match this "
+                raise ValueError(f"{f}: {key} {state[key]!r} does not match this "
                                  f"loader's {mine.get(key)!r}: the order would differ")
-        epoch = _a.integer(f, "state['epoch']", state["epoch"], 0, 2**64 - 1)
+        epoch = _a.integer(f, "state['epoch']", state["epoch"], 0, _u.MAX_EPOCH)
+        total = self.sampler.epoch_samples
         if "global_position" in state:
-            g = _a.integer(f, "state['global_position']", state["global_position"], 0, None)
+            g = _a.integer(f, "state['global_position']", state["global_position"], 0, total,
+                           f"0..epoch_samples = 0..{total}")
         else:  # saved before global positions: all ranks at `position`
-            g = _a.integer(f, "state['position']", state["position"], 0, None) * \
-                _a.integer(f, "state['world_size']", state.get("world_size", 1), 1, None)
+            ws = _a.integer(f, "state['world_size']", state["world_size"], 1, 2**32 - 1)
+            m = self.sampler
+            ref = len(Sampler(self.dataset, m.kind, m.seed, 0, ws, m.drop_last, m.num_samples,
+                              m._weights, m.memory, m.blocks if m.kind == BLOCK else None))
+            if state["samples_per_epoch"] != ref:
+                raise ValueError(f"{f}: samples_per_epoch {state['samples_per_epoch']!r} does "
+                                 f"not match this loader's {ref} on {ws} ranks: the state is "
+                                 "of another dataset or order")
+            g = _a.integer(f, "state['position']", state["position"], 0, total) * ws
+            if g > total:
+                raise ValueError(f"{f}: state['position'] * state['world_size'] = {g} is past "
+                                 f"the epoch's {total} samples")
+        if g >= total and epoch == _u.MAX_EPOCH:
+            raise ValueError(f"{f}: state['epoch'] = {epoch} is complete, and the next epoch "
+                             f"is past the last one ({_u.MAX_EPOCH})")
         if g >= self.sampler.epoch_samples:
             epoch, g = epoch + 1, 0
         saved = state.get("block_order", 1)  # states without it: the first schedule
@@ -1074,6 +1115,8 @@ class UtteranceLoader:
 
     # the sampler's state is the loader's
     def __len__(self):
+        """Batches of this rank in the epoch in progress (after
+        load_state_dict(), what remains of it)."""
         return len(self.sampler)
 
     @property
