@@ -81,6 +81,8 @@ typedef struct emu_stream {
     uint64_t rng;
     char name[32];
     struct emu_stream *next_dead;
+    struct emu_stream *next_all; /* every stream ever made (under mu) */
+    emu_op *running;             /* the operation being executed (under mu) */
 } emu_stream;
 
 typedef struct emu_event {
@@ -105,6 +107,7 @@ static emu_stream *default_stream;
  * one may still be waited for, and its counters only grow, so such an
  * event reads as complete. */
 static emu_stream *dead;
+static emu_stream *all_streams;
 
 static void emu_config(void) {
     const char *e = getenv("CXS_GPU_EMU");
@@ -184,24 +187,46 @@ static void evict(void) {
         region r = reg[old];
         reg[old] = reg[--nreg];
         q_n--, q_bytes -= r.size;
-        if (r.kind != R_REGISTERED) free(r.base);
+        free(r.base);
     }
 }
 
-/* Free (or unregister) the region at p: poisoned and quarantined. */
+/* A queued copy that still reads [a, a+n) (under mu), or NULL. */
+static const char *queued_reader(const uint8_t *a, size_t n) {
+    for (emu_stream *s = all_streams; s; s = s->next_all)
+        for (emu_op *op = s->running ? s->running : s->head; op;
+             op = op == s->running ? s->head : op->next)
+            if (op->kind == OP_H2D && !op->staged && op->n &&
+                (const uint8_t *)op->src < a + n && a < (const uint8_t *)op->src + op->n)
+                return op->what;
+    return NULL;
+}
+
+/* Free the region at p: poisoned and quarantined.  A registration is not
+ * our memory (a file mapping, unmapped and reused later): it leaves the
+ * registry at once, after a check that no queued copy still reads it. */
 static void release(void *p, int kind) {
     if (!p) return;
     pthread_mutex_lock(&mu);
     region *r = NULL;
     for (size_t i = 0; i < nreg && !r; i++)
         if (reg[i].base == p && !reg[i].freed) r = &reg[i];
+    const char *q;
     if (!r || r->kind != kind) {
         fault("%s free of %p, which is not a live %s allocation", region_kind[kind], p,
               region_kind[kind]);
+    } else if (kind == R_REGISTERED) {
+        if ((q = queued_reader(r->base, r->size)))
+            fault("registered host memory %p (%zu bytes) unregistered while a queued %s still "
+                  "reads it", r->base, r->size, q);
+        *r = reg[--nreg];
     } else {
+        if (kind == R_PINNED && (q = queued_reader(r->base, r->size)))
+            fault("pinned host memory %p (%zu bytes) freed while a queued %s still reads it",
+                  r->base, r->size, q);
         r->freed = 1;
         r->serial = ++serial;
-        if (kind != R_REGISTERED) memset(r->base, 0xff, r->size); /* NaN, -1 */
+        memset(r->base, 0xff, r->size); /* NaN, -1 */
         q_n++, q_bytes += r->size;
         evict();
     }
@@ -384,6 +409,7 @@ static void *stream_main(void *arg) {
         if (!op) break; /* stopping, and everything queued has run */
         s->head = op->next;
         if (!s->head) s->tail = NULL;
+        s->running = op;
         uint64_t delay = sched == SCHED_RANDOM ? rng_next(&s->rng) : 0;
         pthread_mutex_unlock(&mu);
         if (delay % 2) { /* half the operations start up to 0.5 ms late */
@@ -394,6 +420,7 @@ static void *stream_main(void *arg) {
         free(op->staged);
         pthread_mutex_lock(&mu);
         s->done = op->ticket;
+        s->running = NULL;
         free(op);
         pthread_cond_broadcast(&cv);
     }
@@ -408,7 +435,12 @@ static int stream_new(emu_stream **out, const char *name) {
     if (s) dead = s->next_dead, s->next_dead = NULL, s->stop = 0;
     uint64_t id = ++nstreams;
     pthread_mutex_unlock(&mu);
-    if (!s && !(s = calloc(1, sizeof *s))) return ENOMEM;
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return ENOMEM;
+        pthread_mutex_lock(&mu);
+        s->next_all = all_streams, all_streams = s;
+        pthread_mutex_unlock(&mu);
+    }
     s->rng = seed * 0x100000001b3ull + id;
     snprintf(s->name, sizeof s->name, "%s", name);
     if (pthread_create(&s->th, NULL, stream_main, s)) {
