@@ -21,7 +21,9 @@
 
 #include "ctxshard.h"
 #include "cxs_test.h"
+#ifdef CXS_TEST_HOOKS
 #include "testdata.h"
+#endif
 
 #ifdef CXS_TEST_HOOKS
 static char dir[256], packed[300];
