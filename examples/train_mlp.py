@@ -59,12 +59,13 @@ def synthesise(work, train_utts, dev_utts, per_utterance):
 def write_predictions(model, path, context, batch_size, normalize, vocab, csv):
     """One row per test frame, in dataset order: id (the frame's number),
     label (the predicted phoneme symbol)."""
-    loader = cxt.Loader(path, context, batch_size, shuffle=False, normalize=normalize)
+    loader = cxt.Loader(path, context, batch_size, shuffle=False, normalize=normalize,
+                        labels=False)
     model.eval()
     n = 0
     with torch.no_grad(), open(csv, "w") as f:
         f.write("id,label\n")
-        for x in loader:  # a test split has no labels: x alone
+        for x in loader:  # labels=False (a test split has none): x alone
             for p in model(x).argmax(1).tolist():
                 f.write(f"{n},{vocab[p]}\n")
                 n += 1

@@ -325,6 +325,12 @@ void cxs_gpu_loader_free(cxs_gpu_loader *l) {
      * it reads is freed. */
     if (l->ops && l->ops->stop) l->ops->stop(l);
     if (l->work) l->be->stream_sync(l->work);
+    /* and the consumer's work on the batches handed out: what it queued on
+     * its stream before this call still reads them */
+    if (l->handed && !l->be->event_record(l->handed->ev_consumed, l->last_stream))
+        l->handed = NULL;
+    for (int i = 0; i < NSLOT; i++)
+        if (l->slot[i].ev_consumed) l->be->event_sync(l->slot[i].ev_consumed);
     if (l->ops && l->ops->release) l->ops->release(l);
     ring_free(l);
     if (l->d_mean) l->be->dev_free(l->d_mean);

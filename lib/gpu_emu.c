@@ -1,68 +1,278 @@
-/* gpu_emu.c - the GPU backend run on the host (CXS_GPU_EMULATE): device
- * memory is host memory, streams and events are synchronous, the kernels
- * are loops over gpu_expand.h.  It lets the CPU test suites run the
- * loader's every mode end to end against cxs_dataset_gather. */
+/* gpu_emu.c - the GPU backend run on the host (CXS_GPU_EMULATE), built to
+ * behave like a device so that a missing wait fails a test on any machine:
+ *
+ *  - Every stream is a queue executed in order by its own thread, later
+ *    than the call that queued the work.  Under the default schedule
+ *    ("late") an operation runs only when something needs it: a host wait
+ *    (event_sync, stream_sync, a synchronous download) or another stream's
+ *    wait on an event behind it.  "random:SEED" runs operations as soon as
+ *    they are queued, after delays drawn from the seed; "eager" without
+ *    delays.  CXS_GPU_EMU in the environment chooses (read once).
+ *  - An event completes when its stream has executed what was queued
+ *    before it was recorded; stream_wait makes a stream wait for that.
+ *  - A host->device copy from pinned (host_alloc) or registered memory
+ *    reads the host bytes when it executes; if they changed since the copy
+ *    was queued, the library wrote a buffer a queued copy still reads: a
+ *    fault.  A copy from pageable memory is staged when queued, as CUDA
+ *    stages it.
+ *  - Device and pinned memory are filled with a pattern when allocated and
+ *    poisoned (0xFF: NaN, -1) when freed, and kept in quarantine for a
+ *    while: an operation that executes on freed memory, or on host memory
+ *    passed as device memory, is a fault.
+ *
+ * A fault is sticky, as a device's is: every later call fails with its
+ * message (error_string), and cxs_gpu_emu_fault() reports it after the fact
+ * to tests that free the loader first.  Kernels are loops over gpu_expand.h,
+ * so the arithmetic is the device's. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "ctxshard.h"
+#include "ctxshard_gpu.h"
 #include "gpu_backend.h"
 
+#define EMU_FAULT 0x7e11     /* the backend error code of a fault */
+#define QUARANTINE_N 64      /* freed allocations kept poisoned ... */
+#define QUARANTINE_BYTES (256u << 20) /* ... up to this many bytes */
+
+enum { SCHED_LATE, SCHED_RANDOM, SCHED_EAGER };
+enum { R_DEV, R_PINNED, R_REGISTERED };
+static const char *const region_kind[] = {"device", "pinned host", "registered host"};
+
+/* One allocation or registration; freed ones stay (poisoned) in quarantine. */
+typedef struct region {
+    uint8_t *base;
+    size_t size;
+    int kind, freed;
+    uint64_t serial;
+} region;
+
+enum { OP_H2D, OP_COPY, OP_WAIT, OP_EXPAND, OP_PAD, OP_MARK };
+
+typedef struct emu_op {
+    struct emu_op *next;
+    int kind;
+    uint64_t ticket;
+    void *dst;
+    const void *src;
+    size_t n;
+    void *staged;   /* H2D from pageable memory: the bytes, taken when queued */
+    uint64_t hash;  /* H2D from pinned memory: the bytes' hash when queued */
+    struct emu_stream *other; /* WAIT */
+    uint64_t other_ticket;
+    gpu_expand_args ex;
+    gpu_pad_args pad;
+    const char *what;
+} emu_op;
+
+typedef struct emu_stream {
+    pthread_t th;
+    int started, stop;
+    emu_op *head, *tail;
+    uint64_t queued, done, demand;
+    uint64_t rng;
+    char name[32];
+    struct emu_stream *next_dead;
+    struct emu_stream *next_all; /* every stream ever made (under mu) */
+    emu_op *running;             /* the operation being executed (under mu) */
+} emu_stream;
+
+typedef struct emu_event {
+    emu_stream *s;
+    uint64_t ticket;
+} emu_event;
+
+/* One lock for the registry, every stream's queue and counters, the fault. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int sched = SCHED_LATE;
+static uint64_t seed = 1;
+static region *reg;
+static size_t nreg, capreg;
+static uint64_t serial, nstreams;
+static size_t q_n, q_bytes;
+static int faulted;
+static char fault_msg[512];
+static emu_stream *default_stream;
+/* Destroyed streams are kept and reused, never freed: an event recorded on
+ * one may still be waited for, and its counters only grow, so such an
+ * event reads as complete. */
+static emu_stream *dead;
+static emu_stream *all_streams;
+
+static void emu_config(void) {
+    const char *e = getenv("CXS_GPU_EMU");
+    if (!e || !*e || !strcmp(e, "late")) sched = SCHED_LATE;
+    else if (!strcmp(e, "eager")) sched = SCHED_EAGER;
+    else if (!strncmp(e, "random", 6)) {
+        sched = SCHED_RANDOM;
+        if (e[6] == ':') seed = strtoull(e + 7, NULL, 10);
+    }
+}
+
+/* A device lost to a fork: the child's copy of the library starts afresh
+ * (the parent's stream threads do not exist in it). */
+static void emu_atfork_child(void) {
+    pthread_mutex_init(&mu, NULL);
+    pthread_cond_init(&cv, NULL);
+    default_stream = NULL;
+}
+
+static void emu_init(void) {
+    emu_config();
+    pthread_atfork(NULL, NULL, emu_atfork_child);
+}
+
+/* Record the first fault (under mu). */
+static void fault(const char *fmt, ...) {
+    if (faulted) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fault_msg, sizeof fault_msg, fmt, ap);
+    va_end(ap);
+    faulted = 1;
+    pthread_cond_broadcast(&cv);
+}
+
 static const char *emu_error_string(int err) {
-    return err == ENOMEM ? "out of (emulated device) memory" : "emulation error";
+    if (err == ENOMEM) return "out of (emulated device) memory";
+    if (err == EMU_FAULT) return fault_msg; /* sticky: never rewritten once set */
+    return "emulation error";
 }
 
-static int emu_set_device(int dev) { return 0; }
+/* ---- the registry --------------------------------------------------------- */
 
-static int emu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
-    long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES),
-         avail = sysconf(_SC_AVPHYS_PAGES);
-    if (page <= 0 || total <= 0) page = 4096, total = 1l << 20;
-    if (avail <= 0) avail = total;
-    *free_bytes = (uint64_t)avail * (uint64_t)page;
-    *total_bytes = (uint64_t)total * (uint64_t)page;
+/* The region holding [p, p+n), live or quarantined; NULL when none. */
+static region *find(const void *p, size_t n) {
+    const uint8_t *a = p;
+    region *hit = NULL;
+    for (size_t i = 0; i < nreg; i++) {
+        region *r = &reg[i];
+        if (a >= r->base && a - r->base < (ptrdiff_t)(r->size ? r->size : 1) &&
+            n <= r->size - (size_t)(a - r->base)) {
+            if (!r->freed) return r;
+            if (!hit || r->serial > hit->serial) hit = r; /* the most recent free */
+        }
+    }
+    return hit;
+}
+
+static int add_region(void *p, size_t n, int kind) {
+    if (nreg == capreg) {
+        size_t c = capreg ? capreg * 2 : 64;
+        region *g = realloc(reg, c * sizeof *g);
+        if (!g) return ENOMEM;
+        reg = g, capreg = c;
+    }
+    reg[nreg++] = (region){p, n, kind, 0, ++serial};
     return 0;
 }
 
-static int emu_register_supported(int dev, int *yes) {
-    *yes = 1; /* registering is a no-op here, so the registered path runs */
-    return 0;
+/* Evict the oldest quarantined regions beyond the limits. */
+static void evict(void) {
+    while (q_n > QUARANTINE_N || q_bytes > QUARANTINE_BYTES) {
+        size_t old = nreg;
+        for (size_t i = 0; i < nreg; i++)
+            if (reg[i].freed && (old == nreg || reg[i].serial < reg[old].serial)) old = i;
+        if (old == nreg) break;
+        region r = reg[old];
+        reg[old] = reg[--nreg];
+        q_n--, q_bytes -= r.size;
+        free(r.base);
+    }
 }
 
-static int emu_alloc(void **p, size_t n) {
-    *p = malloc(n ? n : 1);
-    return *p ? 0 : ENOMEM;
+/* A queued copy that still reads [a, a+n) (under mu), or NULL. */
+static const char *queued_reader(const uint8_t *a, size_t n) {
+    for (emu_stream *s = all_streams; s; s = s->next_all)
+        for (emu_op *op = s->running ? s->running : s->head; op;
+             op = op == s->running ? s->head : op->next)
+            if (op->kind == OP_H2D && !op->staged && op->n &&
+                (const uint8_t *)op->src < a + n && a < (const uint8_t *)op->src + op->n)
+                return op->what;
+    return NULL;
 }
 
-static void emu_free(void *p) { free(p); }
-
-static int emu_register(void *p, size_t n) { return 0; }
-static void emu_unregister(void *p) {}
-
-/* Streams and events are distinct non-NULL tokens: the loader never looks
- * inside them. */
-static int emu_token(void **s) {
-    *s = malloc(1);
-    return *s ? 0 : ENOMEM;
+/* Free the region at p: poisoned and quarantined.  A registration is not
+ * our memory (a file mapping, unmapped and reused later): it leaves the
+ * registry at once, after a check that no queued copy still reads it. */
+static void release(void *p, int kind) {
+    if (!p) return;
+    pthread_mutex_lock(&mu);
+    region *r = NULL;
+    for (size_t i = 0; i < nreg && !r; i++)
+        if (reg[i].base == p && !reg[i].freed) r = &reg[i];
+    const char *q;
+    if (!r || r->kind != kind) {
+        fault("%s free of %p, which is not a live %s allocation", region_kind[kind], p,
+              region_kind[kind]);
+    } else if (kind == R_REGISTERED) {
+        if ((q = queued_reader(r->base, r->size)))
+            fault("registered host memory %p (%zu bytes) unregistered while a queued %s still "
+                  "reads it", r->base, r->size, q);
+        *r = reg[--nreg];
+    } else {
+        if (kind == R_PINNED && (q = queued_reader(r->base, r->size)))
+            fault("pinned host memory %p (%zu bytes) freed while a queued %s still reads it",
+                  r->base, r->size, q);
+        r->freed = 1;
+        r->serial = ++serial;
+        memset(r->base, 0xff, r->size); /* NaN, -1 */
+        q_n++, q_bytes += r->size;
+        evict();
+    }
+    pthread_mutex_unlock(&mu);
 }
 
-static int emu_record(void *e, void *s) { return 0; }
-static int emu_wait(void *s, void *e) { return 0; }
-static int emu_sync(void *e) { return 0; }
-
-static int emu_copy(void *dst, const void *src, size_t n, void *s) {
-    memcpy(dst, src, n);
-    return 0;
+/* Check that [p, p+n) is live memory of `kind` (under mu); a fault if not.
+ * what: the operation, for the message. */
+static int check(const void *p, size_t n, int kind, const char *what, const char *role) {
+    if (!n) return 0;
+    region *r = find(p, n);
+    if (r && !r->freed && (r->kind == kind || (kind == R_PINNED && r->kind == R_REGISTERED)))
+        return 0;
+    if (!r)
+        fault("%s: its %s %p (+%zu bytes) is not in any %s allocation", what, role, p, n,
+              region_kind[kind]);
+    else if (r->freed)
+        fault("%s: its %s %p (+%zu bytes) is in %s memory freed before the operation ran "
+              "(use after free)",
+              what, role, p, n, region_kind[r->kind]);
+    else
+        fault("%s: its %s %p is %s memory, expected %s memory", what, role, p,
+              region_kind[r->kind], region_kind[kind]);
+    return EMU_FAULT;
 }
 
-static int emu_copy_back(void *dst, const void *src, size_t n, void *s) {
-    memcpy(dst, src, n);
-    return 0;
+/* ---- streams -------------------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *x) { /* splitmix64 */
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
 }
 
-static int emu_expand(const gpu_expand_args *a, void *s) {
+/* Make s execute up to ticket t and wait for it (under mu).  A fault stops
+ * the wait: nothing more is executed after one. */
+static void force(emu_stream *s, uint64_t t) {
+    if (s->demand < t) {
+        s->demand = t;
+        pthread_cond_broadcast(&cv);
+    }
+    while (s->done < t && !faulted) pthread_cond_wait(&cv, &mu);
+}
+
+static void run_expand(const gpu_expand_args *a) {
     const size_t W = (2 * (size_t)a->k + 1) * a->D;
     for (size_t i = 0; i < a->n; i++) {
         uint64_t row0;
@@ -90,10 +300,9 @@ static int emu_expand(const gpu_expand_args *a, void *s) {
             }
         if (a->y) a->y[i] = label;
     }
-    return 0;
 }
 
-static int emu_pad(const gpu_pad_args *a, void *s) {
+static void run_pad(const gpu_pad_args *a) {
     for (size_t i = 0; i < a->n; i++) {
         const cxs_x_utt u = a->utt[i];
         for (uint64_t t = 0; t < a->tmax; t++) {
@@ -110,7 +319,397 @@ static int emu_pad(const gpu_pad_args *a, void *s) {
                 a->y[row] = t < u.T ? (int64_t)a->lab[u.frame0 + t] : CXS_UTT_PAD_LABEL;
         }
     }
+}
+
+/* The memory a kernel touches, checked when it executes (under mu): a
+ * kernel that reads what was freed, or host memory, faults on a device. */
+static int check_expand(const gpu_expand_args *a) {
+    const size_t W = (2 * (size_t)a->k + 1) * a->D, xe = a->out_bf16 ? 2 : 4;
+    const char *w = "window expansion kernel";
+    if (check(a->out, a->n * W * xe, R_DEV, w, "output x") ||
+        (a->y && check(a->y, a->n * 8, R_DEV, w, "output y")) ||
+        check(a->feat, 1, R_DEV, w, "features") ||
+        (a->mean && (check(a->mean, a->D * 8, R_DEV, w, "means") ||
+                     check(a->scale, a->D * 8, R_DEV, w, "scales"))))
+        return EMU_FAULT;
+    if (a->desc) return check(a->desc, a->n * sizeof *a->desc, R_DEV, w, "descriptors");
+    if (check(a->frames, a->n * 8, R_DEV, w, "frame numbers") ||
+        check(a->cum, (a->num_utts + 1) * 8, R_DEV, w, "utterance offsets") ||
+        check(a->urow, a->num_utts * 8, R_DEV, w, "utterance rows") ||
+        (a->lab && check(a->lab, 2, R_DEV, w, "labels")))
+        return EMU_FAULT;
     return 0;
+}
+
+static int check_pad(const gpu_pad_args *a) {
+    const size_t xe = a->out_bf16 ? 2 : 4;
+    const char *w = "padding kernel";
+    if (check(a->out, a->n * a->tmax * a->D * xe, R_DEV, w, "output x") ||
+        (a->y && check(a->y, a->n * a->tmax * 8, R_DEV, w, "output y")) ||
+        check(a->utt, a->n * sizeof *a->utt, R_DEV, w, "descriptors") ||
+        check(a->feat, 1, R_DEV, w, "features") ||
+        (a->lab && check(a->lab, 2, R_DEV, w, "labels")) ||
+        (a->mean && (check(a->mean, a->D * 8, R_DEV, w, "means") ||
+                     check(a->scale, a->D * 8, R_DEV, w, "scales"))))
+        return EMU_FAULT;
+    return 0;
+}
+
+/* Execute one operation (called without mu). */
+static void execute(emu_stream *s, emu_op *op) {
+    int bad = 0;
+    pthread_mutex_lock(&mu);
+    switch (op->kind) {
+    case OP_H2D:
+        bad = check(op->dst, op->n, R_DEV, op->what, "destination");
+        if (!bad && !op->staged) {
+            bad = check(op->src, op->n, R_PINNED, op->what, "source");
+            if (!bad && XXH3_64bits(op->src, op->n) != op->hash) {
+                fault("%s: the %s source %p (%zu bytes) was written after the copy was queued "
+                      "and before it ran (a buffer refilled before its copy completed)",
+                      op->what, region_kind[find(op->src, op->n)->kind], op->src, op->n);
+                bad = EMU_FAULT;
+            }
+        }
+        break;
+    case OP_COPY: {
+        /* a consumer's copy: each side device memory or host memory */
+        region *d = find(op->dst, op->n), *r = find(op->src, op->n);
+        if ((d && d->freed) || (r && r->freed))
+            bad = check(d && d->freed ? op->dst : op->src, op->n, R_DEV, op->what,
+                        d && d->freed ? "destination" : "source");
+        break;
+    }
+    case OP_EXPAND: bad = check_expand(&op->ex); break;
+    case OP_PAD: bad = check_pad(&op->pad); break;
+    case OP_WAIT: force(op->other, op->other_ticket); break;
+    default: break;
+    }
+    bad = bad || faulted;
+    pthread_mutex_unlock(&mu);
+    if (bad) return; /* a faulted device executes nothing more */
+    /* The checks hold while the operation runs: memory is freed only by the
+     * library's host threads, after the waits that order it after this. */
+    switch (op->kind) {
+    case OP_H2D: memcpy(op->dst, op->staged ? op->staged : op->src, op->n); break;
+    case OP_COPY: memmove(op->dst, op->src, op->n); break;
+    case OP_EXPAND: run_expand(&op->ex); break;
+    case OP_PAD: run_pad(&op->pad); break;
+    default: break;
+    }
+}
+
+static void *stream_main(void *arg) {
+    emu_stream *s = arg;
+    pthread_mutex_lock(&mu);
+    for (;;) {
+        while (!s->stop && !(s->head && (sched != SCHED_LATE || s->head->ticket <= s->demand)))
+            pthread_cond_wait(&cv, &mu);
+        emu_op *op = s->head;
+        if (!op) break; /* stopping, and everything queued has run */
+        s->head = op->next;
+        if (!s->head) s->tail = NULL;
+        s->running = op;
+        uint64_t delay = sched == SCHED_RANDOM ? rng_next(&s->rng) : 0;
+        pthread_mutex_unlock(&mu);
+        if (delay % 2) { /* half the operations start up to 0.5 ms late */
+            struct timespec ts = {0, (long)((delay >> 8) % 500000)};
+            nanosleep(&ts, NULL);
+        }
+        execute(s, op);
+        free(op->staged);
+        pthread_mutex_lock(&mu);
+        s->done = op->ticket;
+        s->running = NULL;
+        free(op);
+        pthread_cond_broadcast(&cv);
+    }
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+static int stream_new(emu_stream **out, const char *name) {
+    pthread_once(&once, emu_init);
+    pthread_mutex_lock(&mu);
+    emu_stream *s = dead;
+    if (s) dead = s->next_dead, s->next_dead = NULL, s->stop = 0;
+    uint64_t id = ++nstreams;
+    pthread_mutex_unlock(&mu);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return ENOMEM;
+        pthread_mutex_lock(&mu);
+        s->next_all = all_streams, all_streams = s;
+        pthread_mutex_unlock(&mu);
+    }
+    s->rng = seed * 0x100000001b3ull + id;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    if (pthread_create(&s->th, NULL, stream_main, s)) {
+        pthread_mutex_lock(&mu);
+        s->next_dead = dead, dead = s;
+        pthread_mutex_unlock(&mu);
+        return ENOMEM;
+    }
+    s->started = 1;
+    *out = s;
+    return 0;
+}
+
+/* NULL, the legacy default stream, is one more stream of its own here
+ * (stricter than CUDA, whose default stream also waits for the others). */
+static emu_stream *stream_of(void *p) {
+    if (p) return p;
+    pthread_mutex_lock(&mu);
+    emu_stream *s = default_stream;
+    pthread_mutex_unlock(&mu);
+    if (s) return s;
+    if (stream_new(&s, "default")) return NULL;
+    pthread_mutex_lock(&mu);
+    if (!default_stream) default_stream = s;
+    else { /* another thread made it first: ours goes */
+        s->stop = 1;
+        pthread_cond_broadcast(&cv);
+        pthread_mutex_unlock(&mu);
+        pthread_join(s->th, NULL);
+        pthread_mutex_lock(&mu);
+        s->next_dead = dead, dead = s;
+    }
+    s = default_stream;
+    pthread_mutex_unlock(&mu);
+    return s;
+}
+
+/* Queue op on s (takes op); its ticket is returned in op. */
+static int enqueue(emu_stream *s, emu_op *op) {
+    pthread_mutex_lock(&mu);
+    if (faulted) {
+        pthread_mutex_unlock(&mu);
+        free(op->staged);
+        free(op);
+        return EMU_FAULT;
+    }
+    op->ticket = ++s->queued;
+    if (s->tail) s->tail->next = op;
+    else s->head = op;
+    s->tail = op;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+static emu_op *op_new(int kind, const char *what) {
+    emu_op *op = calloc(1, sizeof *op);
+    if (op) op->kind = kind, op->what = what;
+    return op;
+}
+
+/* ---- the backend ---------------------------------------------------------- */
+
+static int sticky(void) {
+    pthread_mutex_lock(&mu);
+    int f = faulted;
+    pthread_mutex_unlock(&mu);
+    return f ? EMU_FAULT : 0;
+}
+
+static int emu_set_device(int dev) {
+    pthread_once(&once, emu_init);
+    return sticky();
+}
+
+static int emu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
+    long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES),
+         avail = sysconf(_SC_AVPHYS_PAGES);
+    if (page <= 0 || total <= 0) page = 4096, total = 1l << 20;
+    if (avail <= 0) avail = total;
+    *free_bytes = (uint64_t)avail * (uint64_t)page;
+    *total_bytes = (uint64_t)total * (uint64_t)page;
+    return 0;
+}
+
+static int emu_register_supported(int dev, int *yes) {
+    *yes = 1; /* registration is tracked, so the registered path runs */
+    return 0;
+}
+
+static int alloc_kind(void **p, size_t n, int kind) {
+    pthread_once(&once, emu_init);
+    uint8_t *m = malloc(n ? n : 1);
+    if (!m) return ENOMEM;
+    memset(m, kind == R_DEV ? 0xa5 : 0x5a, n); /* never zero: nothing may rely on it */
+    pthread_mutex_lock(&mu);
+    int rc = faulted ? EMU_FAULT : add_region(m, n, kind);
+    pthread_mutex_unlock(&mu);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    *p = m;
+    return 0;
+}
+
+static int emu_dev_alloc(void **p, size_t n) { return alloc_kind(p, n, R_DEV); }
+static void emu_dev_free(void *p) { release(p, R_DEV); }
+static int emu_host_alloc(void **p, size_t n) { return alloc_kind(p, n, R_PINNED); }
+static void emu_host_free(void *p) { release(p, R_PINNED); }
+
+static int emu_register(void *p, size_t n) {
+    pthread_once(&once, emu_init);
+    pthread_mutex_lock(&mu);
+    int rc = faulted ? EMU_FAULT : add_region(p, n, R_REGISTERED);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static void emu_unregister(void *p) { release(p, R_REGISTERED); }
+
+static int emu_stream_create(void **s) {
+    emu_stream *e;
+    int rc = stream_new(&e, "stream");
+    if (!rc) *s = e;
+    return rc;
+}
+
+/* As cudaStreamDestroy: the work already queued still runs. */
+static void emu_stream_destroy(void *p) {
+    emu_stream *s = p;
+    if (!s || s == default_stream) return;
+    pthread_mutex_lock(&mu);
+    s->stop = 1;
+    s->demand = UINT64_MAX;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    pthread_join(s->th, NULL);
+    pthread_mutex_lock(&mu);
+    while (s->head) { /* left by a fault */
+        emu_op *op = s->head;
+        s->head = op->next;
+        free(op->staged);
+        free(op);
+    }
+    s->tail = NULL;
+    s->done = s->queued;
+    s->demand = s->queued;
+    s->next_dead = dead, dead = s;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static int emu_event_create(void **e) {
+    *e = calloc(1, sizeof(emu_event));
+    return *e ? 0 : ENOMEM;
+}
+
+static void emu_event_destroy(void *e) { free(e); }
+
+static int emu_record(void *e, void *sp) {
+    emu_stream *s = stream_of(sp);
+    if (!s) return ENOMEM;
+    emu_event *ev = e;
+    pthread_mutex_lock(&mu);
+    ev->s = s, ev->ticket = s->queued;
+    int f = faulted;
+    pthread_mutex_unlock(&mu);
+    return f ? EMU_FAULT : 0;
+}
+
+static int emu_wait(void *sp, void *e) {
+    emu_stream *s = stream_of(sp);
+    const emu_event *ev = e;
+    if (!s) return ENOMEM;
+    pthread_mutex_lock(&mu);
+    emu_stream *o = ev->s;
+    uint64_t t = ev->ticket;
+    pthread_mutex_unlock(&mu);
+    if (!o || o == s) return sticky(); /* never recorded, or ordered already */
+    emu_op *op = op_new(OP_WAIT, "stream_wait");
+    if (!op) return ENOMEM;
+    op->other = o, op->other_ticket = t;
+    return enqueue(s, op);
+}
+
+static int emu_event_sync(void *e) {
+    const emu_event *ev = e;
+    pthread_mutex_lock(&mu);
+    if (ev->s) force(ev->s, ev->ticket);
+    int f = faulted;
+    pthread_mutex_unlock(&mu);
+    return f ? EMU_FAULT : 0;
+}
+
+static int emu_stream_sync(void *sp) {
+    emu_stream *s = stream_of(sp);
+    if (!s) return ENOMEM;
+    pthread_mutex_lock(&mu);
+    force(s, s->queued);
+    int f = faulted;
+    pthread_mutex_unlock(&mu);
+    return f ? EMU_FAULT : 0;
+}
+
+static int emu_copy(void *dst, const void *src, size_t n, void *sp) {
+    emu_stream *s = stream_of(sp);
+    emu_op *op = op_new(OP_H2D, "host-to-device copy");
+    if (!s || !op) {
+        free(op);
+        return ENOMEM;
+    }
+    op->dst = dst, op->src = src, op->n = n;
+    pthread_mutex_lock(&mu);
+    int bad = check(dst, n, R_DEV, op->what, "destination");
+    region *r = n ? find(src, n) : NULL;
+    if (!bad && r && r->freed) bad = check(src, n, R_PINNED, op->what, "source");
+    int pinned = r && !r->freed && r->kind != R_DEV;
+    if (!bad && r && r->kind == R_DEV) bad = check(src, n, R_PINNED, op->what, "source");
+    pthread_mutex_unlock(&mu);
+    if (!bad && n) {
+        if (pinned) {
+            op->hash = XXH3_64bits(src, n);
+        } else if (!(op->staged = malloc(n))) {
+            free(op);
+            return ENOMEM;
+        } else {
+            memcpy(op->staged, src, n);
+        }
+    }
+    if (bad) {
+        free(op);
+        return bad;
+    }
+    return enqueue(s, op);
+}
+
+static int emu_copy_back(void *dst, const void *src, size_t n, void *sp) {
+    emu_stream *s = stream_of(sp);
+    emu_op *op = op_new(OP_COPY, "device-to-host copy");
+    if (!s || !op) {
+        free(op);
+        return ENOMEM;
+    }
+    op->dst = dst, op->src = src, op->n = n;
+    int rc = enqueue(s, op);
+    return rc ? rc : emu_stream_sync(s);
+}
+
+static int emu_expand(const gpu_expand_args *a, void *sp) {
+    emu_stream *s = stream_of(sp);
+    emu_op *op = op_new(OP_EXPAND, "expand");
+    if (!s || !op) {
+        free(op);
+        return ENOMEM;
+    }
+    op->ex = *a; /* launch arguments are taken by value, as a kernel's */
+    return enqueue(s, op);
+}
+
+static int emu_pad(const gpu_pad_args *a, void *sp) {
+    emu_stream *s = stream_of(sp);
+    emu_op *op = op_new(OP_PAD, "pad");
+    if (!s || !op) {
+        free(op);
+        return ENOMEM;
+    }
+    op->pad = *a;
+    return enqueue(s, op);
 }
 
 const gpu_backend cxs_gpu_emu = {
@@ -119,22 +718,62 @@ const gpu_backend cxs_gpu_emu = {
     emu_set_device,
     emu_mem_info,
     emu_register_supported,
-    emu_alloc,
-    emu_free,
-    emu_alloc,
-    emu_free,
+    emu_dev_alloc,
+    emu_dev_free,
+    emu_host_alloc,
+    emu_host_free,
     emu_register,
     emu_unregister,
-    emu_token,
-    emu_free,
-    emu_token,
-    emu_free,
+    emu_stream_create,
+    emu_stream_destroy,
+    emu_event_create,
+    emu_event_destroy,
     emu_record,
     emu_wait,
-    emu_sync,
-    emu_sync,
+    emu_event_sync,
+    emu_stream_sync,
     emu_copy,
     emu_copy_back,
     emu_expand,
     emu_pad,
 };
+
+/* ---- the consumer's side (ctxshard_gpu.h) --------------------------------- */
+
+int cxs_gpu_emu_stream_create(void **stream) {
+    if (!stream) return CXS_E_INVALID;
+    return emu_stream_create(stream) ? -ENOMEM : 0;
+}
+
+void cxs_gpu_emu_stream_destroy(void *stream) {
+    if (stream) emu_stream_destroy(stream);
+}
+
+int cxs_gpu_emu_copy_async(void *dst, const void *src, size_t n, void *stream) {
+    if (n && (!dst || !src)) return CXS_E_INVALID;
+    emu_stream *s = stream_of(stream);
+    emu_op *op = op_new(OP_COPY, "consumer's copy");
+    if (!s || !op) {
+        free(op);
+        return -ENOMEM;
+    }
+    op->dst = dst, op->src = (void *)src, op->n = n;
+    return enqueue(s, op) ? CXS_E_DEVICE : 0;
+}
+
+int cxs_gpu_emu_stream_sync(void *stream) {
+    pthread_once(&once, emu_init);
+    return emu_stream_sync(stream) ? CXS_E_DEVICE : 0;
+}
+
+const char *cxs_gpu_emu_fault(void) {
+    pthread_mutex_lock(&mu);
+    int f = faulted;
+    pthread_mutex_unlock(&mu);
+    return f ? fault_msg : NULL;
+}
+
+const char *cxs_gpu_emu_schedule(void) {
+    pthread_once(&once, emu_init);
+    return sched == SCHED_LATE ? "late" : sched == SCHED_EAGER ? "eager" : "random";
+}

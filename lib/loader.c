@@ -21,6 +21,7 @@
 
 #include "blocks.h"
 #include "dataset_internal.h"
+#include "hooks.h"
 #include "readahead.h"
 
 enum { RING_FREE, RING_FILLING, RING_READY, RING_HELD };
@@ -117,6 +118,10 @@ static uint64_t batches_for(const cxs_loader *l) {
     return l->o.drop_last ? left / B : left / B + (left % B != 0);
 }
 
+static void stop_threads(cxs_loader *l);
+
+/* The workers and the read-ahead helper; at least one worker, or none of
+ * them left running and -EAGAIN. */
 static int start_threads(cxs_loader *l) {
     l->nthreads = 0;
     if (cxs_ra_start(&l->ra)) return -EAGAIN;
@@ -124,10 +129,13 @@ static int start_threads(cxs_loader *l) {
         worker_ctx *wc = &l->wctx[t];
         cxs_gather_ctx_free(&wc->g); /* in a forked child: what a parent thread held */
         *wc = (worker_ctx){.w = {.l = l}, .g = {.cancelled = abandoned, .arg = &wc->w}};
-        if (pthread_create(&l->threads[t], NULL, worker, wc) != 0) break;
+        if (cxs_hook_thread_fails() || pthread_create(&l->threads[t], NULL, worker, wc) != 0) break;
         l->nthreads++;
     }
-    return l->nthreads ? 0 : -EAGAIN;
+    if (l->nthreads) return 0;
+    stop_threads(l); /* the helper: a retry starts it again */
+    __atomic_store_n(&l->stop, 0, __ATOMIC_RELAXED);
+    return -EAGAIN;
 }
 
 /* Whether the batch a worker fills for generation gen is no longer wanted
@@ -427,7 +435,6 @@ static int respawn(cxs_loader *l) {
     pthread_cond_init(&l->cv_work, NULL);
     pthread_cond_init(&l->cv_ready, NULL);
     cxs_ra_after_fork(&l->ra);
-    l->pid = getpid();
     __atomic_add_fetch(&l->generation, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&l->stop, 0, __ATOMIC_RELAXED);
     /* the parent's workers were filling it: give back its plan reference */
@@ -438,7 +445,12 @@ static int respawn(cxs_loader *l) {
     for (uint32_t i = 0; i < l->o.ring; i++)
         if ((int)i != l->held) slot_discard(l, &l->ring[i]);
     l->next_claim = l->next_take;
-    return start_threads(l);
+    int rc = start_threads(l);
+    /* only once workers run (as the utterance loader does): a failed start
+     * is retried by the next call instead of waiting for batches no one
+     * fills */
+    if (!rc) l->pid = getpid();
+    return rc;
 }
 
 static int any_filling(const cxs_loader *l) {

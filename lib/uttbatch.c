@@ -12,6 +12,7 @@
 
 #include "buckets.h"
 #include "cxs_convert.h"
+#include "hooks.h"
 #include "cxs_le.h"
 #include "dataset_internal.h"
 
@@ -312,7 +313,9 @@ static int start_threads(cxs_utt_loader *l) {
     for (uint32_t t = 0; t < l->o.threads; t++) {
         pad_ctx_free(&l->w[t].c); /* in a forked child: what a parent thread held */
         l->w[t].l = l;
-        if (pthread_create(&l->threads[t], NULL, uworker_main, &l->w[t]) != 0) break;
+        if (cxs_hook_thread_fails() ||
+            pthread_create(&l->threads[t], NULL, uworker_main, &l->w[t]) != 0)
+            break;
         l->nthreads++;
     }
     return l->nthreads ? 0 : -EAGAIN;

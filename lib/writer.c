@@ -264,6 +264,9 @@ static int check_opts(const cxs_writer_opts *o, const char *out, cxs_diag *d) {
             if (strcmp(o->vocab[j], s) == 0)
                 return cxs_diagf(d, CXS_E_INVALID, "%s: symbol '%s' appears twice", out, s);
     }
+    if (o->dim > CXS_MAX_DIM)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: dim %u, expected 1..%u (0: the first "
+                         "utterance's)", out, o->dim, CXS_MAX_DIM);
     const cxs_writer_part *p = o->part;
     if (p && (p->part < 1 || p->part > p->parts || p->first_shard > p->end_shard))
         return cxs_diagf(d, CXS_E_INVALID, "%s: part %u of %u", out, p->part, p->parts);
@@ -349,6 +352,10 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
                          strerror(e));
     }
     cxs_wfault_init(&k->fault);
+    if (k->o.dim && (rc = cxs_writer_set_width(k, k->o.dim))) {
+        cxs_writer_abort(k);
+        return cxs_diagf(d, rc, "%s: %s", out, strerror(-rc));
+    }
     *wp = k;
     return 0;
 }
@@ -522,10 +529,12 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
     if (k->last_id) {
         int c = memcmp(k->last_id, id, il < k->last_len ? il : k->last_len);
         if (c == 0) c = k->last_len < il ? -1 : k->last_len > il;
-        if (c == 0) return cxs_diagf(d, CXS_E_INPUT, "%s: duplicate utterance id", id);
+        /* The caller's mistake, whatever its policy for bad utterances:
+         * skipping it would drop the rest of an unsorted stream. */
+        if (c == 0) return cxs_diagf(d, CXS_E_INVALID, "%s: duplicate utterance id", id);
         if (c > 0)
-            return cxs_diagf(d, CXS_E_INPUT, "%s: utterance id comes after '%s': ids must arrive "
-                             "in increasing byte order", id, k->last_id);
+            return cxs_diagf(d, CXS_E_INVALID, "%s: utterance id comes after '%s': ids must "
+                             "arrive in increasing byte order", id, k->last_id);
     }
     const uint64_t T = u->frames, D = u->dim;
     size_t isz = cxs_in_size(u->type);
@@ -537,8 +546,9 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
         return cxs_diagf(d, CXS_E_INPUT, "%s: feature dimension %llu, expected 1..%u", id,
                          (unsigned long long)D, CXS_MAX_DIM);
     if (k->D && D != k->D)
-        return cxs_diagf(d, CXS_E_INPUT, "%s: %llu features per frame, expected %u like the "
-                         "first utterance", id, (unsigned long long)D, k->D);
+        return cxs_diagf(d, CXS_E_INPUT, "%s: %llu features per frame, expected %u %s", id,
+                         (unsigned long long)D, k->D,
+                         k->o.dim ? "(the writer's dim)" : "like the first utterance");
     if (T > (SIZE_MAX / 2) / (D * 8))
         return cxs_diagf(d, CXS_E_INPUT, "%s: %llu frames is too large", id,
                          (unsigned long long)T);
@@ -598,7 +608,11 @@ fail:
 }
 
 int cxs_writer_skip(cxs_writer *k, const char *id, const char *reason) {
-    if (!k || !id || !reason) return CXS_E_INVALID;
+    if (!k || !id || !reason || !*id) return CXS_E_INVALID;
+    /* one line per utterance: "id TAB reason LF" */
+    for (const char *c = id; *c; c++)
+        if ((uint8_t)*c < 0x20) return CXS_E_INVALID;
+    if (strpbrk(reason, "\t\n\r")) return CXS_E_INVALID;
     int rc;
     if ((rc = cxs_bytes_put(&k->skipped, id, strlen(id))) || (rc = cxs_bytes_put(&k->skipped, "\t", 1)) ||
         (rc = cxs_bytes_put(&k->skipped, reason, strlen(reason))) ||
@@ -641,9 +655,18 @@ int cxs_writer_commit(cxs_writer *k, cxs_writer_info *info, cxs_diag *d) {
     else if (k->U == 0 && !k->is_part)
         rc = cxs_diagf(d, CXS_E_INVALID, "%s: no utterance added (%llu skipped); nothing written",
                        k->out, (unsigned long long)k->nskipped);
-    else if ((k->open && (rc = shard_end(k))) || (rc = cxs_writer_write_index(k)) ||
-             (rc = cxs_commit_output(&k->fault, k->tmpdir, k->out, k->replace)))
+    else if ((k->open && (rc = shard_end(k))) || (rc = cxs_writer_write_index(k)))
         cxs_diagf(d, rc, "%s: %s; nothing written", k->out, strerror(-rc));
+    else if ((rc = cxs_commit_output(&k->fault, k->tmpdir, k->out,
+                                     k->is_part ? CXS_PART_NAME : CXS_MANIFEST_NAME))) {
+        if (rc == -EEXIST)
+            cxs_diagf(d, rc, "%s: exists and is not a ctxshard %s (no %s): it changed since the "
+                      "writer was created; left alone, nothing written", k->out,
+                      k->is_part ? "part" : "dataset",
+                      k->is_part ? CXS_PART_NAME : CXS_MANIFEST_NAME);
+        else
+            cxs_diagf(d, rc, "%s: %s; nothing written", k->out, strerror(-rc));
+    }
     if (!rc) {
         free(k->tmpdir); /* renamed: nothing to remove */
         k->tmpdir = NULL;

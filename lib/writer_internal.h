@@ -47,8 +47,13 @@ void cxs_remove_parents(const char *out, const char *made);
 char *cxs_make_tmpdir(const char *out);
 /* Remove temporary directories of OUT whose process is gone; how many. */
 uint32_t cxs_remove_stale(const char *out);
-/* fsync tmp, rename it to OUT (exchanging with a previous output). */
-int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, int replace);
+/* fsync tmp, rename it to OUT (exchanging with a previous output).  What
+ * OUT holds is decided here, not when the writer began: OUT must be absent,
+ * an empty directory or an output holding marker; anything else (OUT
+ * replaced meanwhile by a directory of someone else's) is left alone and
+ * the answer is -EEXIST.  The previous output is removed only once it is
+ * seen to hold marker (after an exchange it is put back otherwise). */
+int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, const char *marker);
 
 /* A growable byte buffer. */
 typedef struct bytes {

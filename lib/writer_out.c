@@ -1,8 +1,9 @@
 /* writer_out.c - where a writer's output goes: OUT's state, the temporary
  * directory beside it, the removal of what killed writers left, and the
  * atomic commit (fsync, rename or RENAME_EXCHANGE, fsync of the parent).
- * Also the fault-injection hook the crash-safety tests drive, and the
- * byte output every file of a writer goes through. */
+ * Also the fault-injection hook the crash-safety tests drive (compiled
+ * in only by -Dtest_hooks=true), and the byte output every file of a
+ * writer goes through. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -24,22 +25,31 @@
  * after each shard it places), "stall:PHASE:N" sleeps there
  * (for a test to send a signal meanwhile); "enospc:BYTES" makes every
  * write fail with ENOSPC once BYTES have been written (a merge counts the
- * shards it copies).  Never set otherwise. */
+ * shards it copies).  Only in test builds (CXS_TEST_HOOKS, meson
+ * -Dtest_hooks=true): a library users install reads no such variable and
+ * its writers never fail on purpose. */
 void cxs_wfault_init(cxs_wfault *f) {
     memset(f, 0, sizeof *f);
     f->n = -1;
+#ifdef CXS_TEST_HOOKS
     const char *e = getenv("CXS_PACK_FAULT");
     if (!e) return;
     unsigned long long b;
     if (sscanf(e, "enospc:%llu", &b) == 1) f->enospc_after = b ? b : 1;
     else if (sscanf(e, "%7[a-z]:%31[a-z-]:%ld", f->action, f->phase, &f->n) != 3)
         f->n = -1;
+#endif
 }
 
 void cxs_wfault_point(cxs_wfault *f, const char *phase) {
+#ifdef CXS_TEST_HOOKS
     if (f->n < 0 || strcmp(phase, f->phase) != 0 || f->n-- != 0) return;
     if (strcmp(f->action, "kill") == 0) raise(SIGKILL);
     if (strcmp(f->action, "stall") == 0) sleep(10); /* a signal ends it early */
+#else
+    (void)f;
+    (void)phase;
+#endif
 }
 
 char *cxs_path_join(const char *a, const char *b) {
@@ -257,13 +267,30 @@ static int parent_fsync(const char *out) {
     return rc;
 }
 
-int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, int replace) {
+static int holds_marker(const char *dir, const char *marker) {
+    char *m = cxs_path_join(dir, marker);
+    struct stat st;
+    int has = m && lstat(m, &st) == 0 && S_ISREG(st.st_mode);
+    free(m);
+    return has;
+}
+
+int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, const char *marker) {
     int rc = fsync_path(tmp, 1);
     if (rc) return rc;
     cxs_wfault_point(f, "rename");
+    /* OUT as it is now: it may have changed since the writer was created */
+    int replace, st = cxs_out_state(out, marker, &replace);
+    if (st < 0) return st;
+    if (st > 0) return -EEXIST;
     if (replace) {
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
-            /* tmp now holds the previous dataset */
+            /* tmp now holds the previous output; if it was swapped for
+             * something else after the check above, put that back */
+            if (!holds_marker(tmp, marker)) {
+                if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0) return -errno;
+                return -EEXIST;
+            }
             parent_fsync(out);
             cxs_wfault_point(f, "after-rename");
             cxs_remove_tree(tmp);
@@ -278,6 +305,11 @@ int cxs_commit_output(cxs_wfault *f, const char *tmp, const char *out, int repla
         snprintf(old, l, "%s.old", tmp);
         if (rename(out, old) != 0) {
             int e = errno;
+            free(old);
+            return -e;
+        }
+        if (!holds_marker(old, marker)) { /* swapped after the check: not ours */
+            int e = rename(old, out) != 0 ? errno : EEXIST;
             free(old);
             return -e;
         }

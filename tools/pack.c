@@ -315,6 +315,10 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
                 goto out;
             }
             if (!o->quiet) warnx_("skipped: %s", s->why);
+            /* the list holds one line per utterance: a TAB or newline of a
+             * path in the reason becomes a space */
+            for (char *c = s->why; *c; c++)
+                if (*c == '\t' || *c == '\n' || *c == '\r') *c = ' ';
             if ((rc = cxs_writer_skip(w, it->id, s->why))) {
                 warnx_("%s: %s; nothing written", out, strerror(-rc));
                 ec = EXIT_SYSTEM;

@@ -339,7 +339,10 @@ void json_print_string(const char *s, size_t n) {
 
 int commit_writer(struct cxs_writer *w, struct cxs_writer_info *info) {
     cxs_diag d = {{0}};
-    if (!cxs_writer_commit(w, info, &d)) return 0;
+    int rc = cxs_writer_commit(w, info, &d);
+    if (!rc) return 0;
     warnx_("%s", d.message);
-    return EXIT_SYSTEM;
+    /* OUT became something that is not a dataset meanwhile: refused as
+     * at create */
+    return rc == -EEXIST ? EXIT_USAGE : EXIT_SYSTEM;
 }

@@ -597,7 +597,9 @@ CXS_API int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampl
  * it if the workers are behind.  *batch is NULL at the end of the epoch.
  * Returns 0, or the first error a worker met.  One consumer at a time.
  * After fork() the child may go on using a loader it inherited: the first
- * call in the child starts new workers at the child's position.
+ * call in the child starts new workers at the child's position.  If no
+ * worker thread can start there, that call returns -EAGAIN and the next
+ * call tries again (it never waits for batches no thread fills).
  */
 CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
 

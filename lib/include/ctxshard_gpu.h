@@ -35,7 +35,14 @@
  *
  * Device pointers handed out are valid until the next cxs_gpu_loader_next()
  * (or reset/free) on the same loader: work the caller enqueues on its
- * stream before that call is ordered before the memory is reused.
+ * stream before that call is ordered before the memory is reused or freed
+ * (an event recorded on the caller's stream, waited for by the loader's
+ * stream or, at free, by the host).  Between taking batch k and asking for
+ * k+1 the caller queues its work on batch k on the stream it passed, and
+ * passes that same stream again; work on another stream must be made to
+ * wait for it first (cudaStreamWaitEvent), or the memory may be refilled
+ * under it.  Host pointers of a batch (frames) are valid until the same
+ * call.  The emulated device (CXS_GPU_EMULATE) enforces exactly this.
  *
  * Little-endian hosts only (CXS_E_UNSUPPORTED otherwise).
  */
@@ -51,11 +58,33 @@
 extern "C" {
 #endif
 
-/** cxs_gpu_opts.device / cxs_gpu_probe: run on the host instead of a GPU.
- * "Device" memory is ordinary host memory, copies are memcpy, kernels run as
- * loops of the same arithmetic, streams and events are synchronous.  For
- * tests and debugging on machines without a GPU: every mode, every index
- * computation and every buffer handover runs as it would on a device. */
+/** cxs_gpu_opts.device / cxs_gpu_probe: run on the host instead of a GPU,
+ * on an emulated device that behaves like one, so that code which forgets
+ * a wait fails on any machine:
+ *
+ *  - every stream (the loader's and the consumer's, NULL included) is a
+ *    queue executed in order by a thread of its own, later than the call
+ *    that queued the work: under the default schedule, only when a host
+ *    wait or another stream's wait needs it;
+ *  - an event completes when its stream has run what was queued before it;
+ *  - a copy from pinned or registered host memory reads it when the copy
+ *    runs, and a change to those bytes between queueing and running is a
+ *    fault (a buffer refilled before its copy completed);
+ *  - "device" memory is host memory, filled with a pattern when allocated,
+ *    poisoned (all bits set: NaN, -1) when freed and quarantined for a
+ *    while; work that runs on freed memory, or on host memory given as
+ *    device memory, is a fault.
+ *
+ * A fault is sticky, as on a device: every later call of every loader fails
+ * with CXS_E_DEVICE and the fault's message; cxs_gpu_emu_fault() returns it.
+ * The environment variable CXS_GPU_EMU chooses the schedule, read once:
+ * "late" (the default: every operation as late as the API allows),
+ * "random:SEED" (as soon as queued, after delays drawn from SEED) or
+ * "eager" (as soon as queued).
+ *
+ * A host consumer of emulated batches reads them after
+ * cxs_gpu_emu_stream_sync() of the stream it passed to next(), as a CUDA
+ * consumer's kernels run after the stream's wait. */
 #define CXS_GPU_EMULATE (-1)
 
 typedef struct cxs_gpu_probe_info {
@@ -205,8 +234,10 @@ CXS_API int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void 
 /** The message of the last error, "" when none.  Valid until the next call. */
 CXS_API const char *cxs_gpu_loader_error(const cxs_gpu_loader *l);
 
-/** Wait for the loader's own work, free its device and pinned memory, its
- * streams and events.  NULL is a no-op. */
+/** Wait for the loader's own work and for the work the consumer queued on
+ * its stream before this call (it may still read the batches handed out),
+ * then free the device and pinned memory, the streams and events.  NULL is
+ * a no-op. */
 CXS_API void cxs_gpu_loader_free(cxs_gpu_loader *l);
 
 /* ---- whole-utterance batches assembled on the device -------------------- */
@@ -300,8 +331,36 @@ CXS_API void cxs_gpu_utt_loader_describe(const cxs_gpu_utt_loader *l, cxs_gpu_lo
 /** The message of the last error, "" when none.  Valid until the next call. */
 CXS_API const char *cxs_gpu_utt_loader_error(const cxs_gpu_utt_loader *l);
 
-/** Wait for the loader's work and free everything.  NULL is a no-op. */
+/** Wait for the loader's work and for the consumer's work queued before
+ * this call, then free everything (as cxs_gpu_loader_free).  NULL is a
+ * no-op. */
 CXS_API void cxs_gpu_utt_loader_free(cxs_gpu_utt_loader *l);
+
+/* ---- the emulated device's consumer side (CXS_GPU_EMULATE) ---------------- */
+
+/** A stream of the emulated device, for a consumer: pass it to next() and
+ * queue work on it with cxs_gpu_emu_copy_async.  Returns 0 or -ENOMEM. */
+CXS_API int cxs_gpu_emu_stream_create(void **stream);
+
+/** Destroy an emulated stream (its queued work still runs).  NULL: no-op. */
+CXS_API void cxs_gpu_emu_stream_destroy(void *stream);
+
+/** A consumer's work on an emulated stream (NULL: the default one): copy n
+ * bytes from src to dst when the stream reaches it, as a kernel reading a
+ * batch would.  Returns 0, CXS_E_INVALID or CXS_E_DEVICE (faulted). */
+CXS_API int cxs_gpu_emu_copy_async(void *dst, const void *src, size_t n, void *stream);
+
+/** Wait until an emulated stream (NULL: the default one) has run all its
+ * work.  Returns 0, or CXS_E_DEVICE when the device has faulted. */
+CXS_API int cxs_gpu_emu_stream_sync(void *stream);
+
+/** The emulated device's first fault, NULL when none: an operation on
+ * freed memory, host memory given as device memory, a pinned buffer
+ * written while a queued copy still read it.  Valid for the process. */
+CXS_API const char *cxs_gpu_emu_fault(void);
+
+/** The schedule in use: "late", "random" or "eager" (CXS_GPU_EMU). */
+CXS_API const char *cxs_gpu_emu_schedule(void);
 
 #ifdef __cplusplus
 }

@@ -6,11 +6,12 @@
  * Every byte of the format is written here: `ctxshard pack` (a directory
  * of .npy files), `ctxshard convert`, `ctxshard merge` (cxs_writer_merge)
  * and the Python `ctxshard.Writer` are clients of this API.  The writer applies the packer's rules: the feature
- * width is fixed by the first utterance, values must be finite once
- * stored, labels must lie in the vocabulary, ids must be 1..1024 bytes
- * without control bytes and arrive in strictly increasing byte order (an
- * id out of order is refused, naming both ids: the reader relies on the
- * order).  Statistics (per-dimension mean and variance, label histogram)
+ * width is cxs_writer_opts.dim, or else fixed by the first utterance,
+ * values must be finite once stored, labels must lie in the vocabulary,
+ * ids must be 1..1024 bytes without control bytes and arrive in strictly
+ * increasing byte order (an id out of order or repeated is refused with
+ * CXS_E_INVALID, naming both ids: it is the caller's mistake, not a bad
+ * utterance to skip, and the reader relies on the order).  Statistics (per-dimension mean and variance, label histogram)
  * are computed exactly as the packer computes them, so the same utterances
  * give byte-identical output whichever client wrote them.
  *
@@ -101,6 +102,10 @@ typedef struct cxs_writer_opts {
     uint32_t label_seqs;  /**< CXS_SEQ_*: label sequences (format 1.2; they
                                need a vocabulary).  CXS_SEQ_NONE writes
                                exactly the bytes of earlier versions */
+    uint32_t dim;         /**< features per frame, 1..65536, fixed up front:
+                               an utterance of another width is refused
+                               (CXS_E_INPUT); 0 (default): the first
+                               utterance added fixes it */
 } cxs_writer_opts;
 
 /** One utterance for cxs_writer_add(). */
@@ -181,7 +186,10 @@ CXS_API int cxs_writer_add(cxs_writer *w, const char *id, const cxs_writer_utt *
 
 /**
  * Record that utterance id was left out for a reason (one line of the
- * dataset's SKIPPED list: `ctxshard info` shows it).  Returns 0 or -ENOMEM.
+ * dataset's SKIPPED list: `ctxshard info` shows it).  Returns 0, -ENOMEM,
+ * or CXS_E_INVALID when id is empty or holds a control byte, or reason
+ * holds a TAB, LF or CR (either would forge lines of the list: one line
+ * per utterance, id TAB reason LF); nothing is recorded then.
  */
 CXS_API int cxs_writer_skip(cxs_writer *w, const char *id, const char *reason);
 
@@ -201,8 +209,15 @@ CXS_API int cxs_writer_info_get(const cxs_writer *w, cxs_writer_info *info);
  * nothing is left behind and a previous dataset at OUT is untouched.
  * info (may be NULL) gets the final counts on success.
  *
+ * What OUT holds is looked at again here, not only at create: an OUT
+ * that is no longer a dataset (replaced meanwhile by another directory)
+ * is left alone and the answer is -EEXIST ("OUT: exists and is not a
+ * ctxshard dataset (no manifest.cxs): it changed since the writer was
+ * created; left alone, nothing written").
+ *
  * Returns 0; CXS_E_INVALID when no utterance was added to a whole dataset;
- * -errno (-ENOSPC, -EIO, ...) when writing or renaming failed.
+ * -EEXIST as above; -errno (-ENOSPC, -EIO, ...) when writing or renaming
+ * failed.
  */
 CXS_API int cxs_writer_commit(cxs_writer *w, cxs_writer_info *info, cxs_diag *diag);
 

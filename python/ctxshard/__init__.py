@@ -319,7 +319,9 @@ class Dataset:
         if not n.value:
             return []
         text = ctypes.string_at(p.value, n.value).decode("utf-8", "replace")
-        return [tuple(line.split("\t", 1)) for line in text.splitlines()]
+        # LF only (spec 5.5): str.splitlines would also cut at U+2028 and
+        # other separators a reason may hold
+        return [tuple(line.split("\t", 1)) for line in text.split("\n") if line]
 
     def verify(self):
         """Re-hash every byte and check every padding byte.  Returns the

@@ -187,7 +187,8 @@ class WriterOpts(Structure):
                 ("normalize", c_uint32), ("compression", c_uint32), ("level", ctypes.c_int32),
                 ("chunk_size", c_uint64), ("shuffle", c_uint32), ("vocab_size", c_uint32),
                 ("vocab", POINTER(c_char_p)), ("on_error_skip", c_uint32), ("flags", c_uint32),
-                ("part", c_void_p), ("threads", c_uint32), ("label_seqs", c_uint32)]
+                ("part", c_void_p), ("threads", c_uint32), ("label_seqs", c_uint32),
+                ("dim", c_uint32)]
 
 
 class WriterUtt(Structure):
@@ -372,6 +373,9 @@ def _load():
         "cxs_gpu_utt_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
         "cxs_gpu_utt_loader_error": (c_char_p, [c_void_p]),
         "cxs_gpu_utt_loader_free": (None, [c_void_p]),
+        "cxs_gpu_emu_stream_sync": (c_int, [c_void_p]),
+        "cxs_gpu_emu_fault": (c_char_p, []),
+        "cxs_gpu_emu_schedule": (c_char_p, []),
         "cxs_writer_opts_init": (None, [POINTER(WriterOpts)]),
         "cxs_writer_create": (c_int, [c_char_p, POINTER(WriterOpts), POINTER(c_void_p),
                                       POINTER(Diag)]),

@@ -14,7 +14,18 @@ pool of whole utterances refreshed in the background, for data larger than
 the memory budget), 'auto' (resident when it fits the budget, else stream).
 
 device=EMULATE runs everything on the host ("device" pointers are host
-memory): for tests and debugging without a GPU."""
+memory), on an emulated device that behaves like one (ctxshard_gpu.h):
+work runs on each stream's own thread later than it is queued, freed
+memory is poisoned, a pinned buffer rewritten under a queued copy is a
+fault.  A host consumer reads an emulated batch after emulated_sync();
+emulated_fault() says what went wrong.  For tests and debugging without a
+GPU.
+
+Ownership: GpuBatch holds raw addresses, valid until the loader's next
+next(), reset() or close().  What the loader points into is freed when the
+GpuLoader is closed or collected and no _Owner reference remains (the
+torch adapters' tensors hold one each, so a tensor never outlives its
+memory)."""
 import ctypes
 from ctypes import byref, c_void_p
 
@@ -25,7 +36,7 @@ from . import _args as _a
 from . import _native as _n
 from ._native import lib as _lib
 
-__all__ = ["probe", "GpuLoader", "EMULATE", "MODES"]
+__all__ = ["probe", "GpuLoader", "EMULATE", "MODES", "emulated_sync", "emulated_fault"]
 
 EMULATE = _n.GPU_EMULATE
 MODES = {"auto": _n.GPU_AUTO, "stream": _n.GPU_STREAM, "resident": _n.GPU_RESIDENT,
@@ -38,6 +49,38 @@ def _device(func, device):
     """A CUDA device number (0, 1, ...) or EMULATE."""
     return _a.integer(func, "device", device, EMULATE, 2**31 - 1,
                       "a CUDA device number (0, 1, ...) or ctxshard.gpu.EMULATE")
+
+
+class _Owner:
+    """A C GPU loader and what it reads (dataset and sampler handles),
+    freed when the last reference goes: the Python loader holds one until
+    close(), and so does every tensor or array over its buffers."""
+
+    __slots__ = ("ptr", "_free", "_keep", "__weakref__")
+
+    def __init__(self, ptr, free, keep):
+        self.ptr, self._free, self._keep = ptr, free, keep
+
+    def __del__(self):
+        if self.ptr is not None:
+            self._free(self.ptr)
+            self.ptr = None
+
+
+def emulated_fault():
+    """The emulated device's first fault (a str), or None: work that ran on
+    freed memory, host memory given as device memory, a pinned buffer
+    written while a queued copy still read it.  Sticky for the process."""
+    f = _lib.cxs_gpu_emu_fault()
+    return None if f is None else f.decode("utf-8", "replace")
+
+
+def emulated_sync(stream=None):
+    """Wait until the emulated device has run the work queued on `stream`
+    (None: the default stream), as a host reader of emulated batches must
+    before reading them; raises CtxshardError when the device faulted."""
+    if _lib.cxs_gpu_emu_stream_sync(stream):
+        _fail(_n.E_DEVICE, ("emulated device fault: " + (emulated_fault() or "")).encode())
 
 
 def probe(device=0):
@@ -153,15 +196,27 @@ class GpuLoader:
         opts.threads = threads or 0
         opts.slots, opts.pool_segments = slots, pool_segments
         opts.paths = (0 if register else _n.GPU_NO_REGISTER) | (_n.GPU_GDS if gds else 0)
-        self._ptr = c_void_p()
+        ptr = c_void_p()
         diag = _n.Diag()
+        self._owner = None
         rc = _lib.cxs_gpu_loader_create(dataset._ptr, sampler._ptr, byref(opts), int(epoch),
-                                        int(start), byref(self._ptr), byref(diag))
+                                        int(start), byref(ptr), byref(diag))
         if rc:
-            self._ptr = None
             _raise(rc, diag, what="GPU loader")
-        self._keep = (dataset._h, sampler)  # both must outlive the C loader
+        # the dataset and the sampler outlive the C loader: its owner holds them
+        self._owner = _Owner(ptr, _lib.cxs_gpu_loader_free, (dataset._h, sampler))
+        self.emulated = device == EMULATE
         self._bp = ctypes.POINTER(_n.GpuBatch)()
+
+    @property
+    def _ptr(self):
+        return self._owner.ptr if self._owner is not None else None
+
+    @property
+    def owner(self):
+        """What keeps the C loader's memory alive: hold it as long as
+        memory it hands out is used (the torch adapters' tensors do)."""
+        return self._owner
 
     def next(self, stream=None):
         """The next batch, ready for work on `stream` (a cudaStream_t as an
@@ -200,10 +255,11 @@ class GpuLoader:
         return self._ptr
 
     def close(self):
-        """Free the device and pinned memory (waits for the loader's work)."""
-        if getattr(self, "_ptr", None):
-            _lib.cxs_gpu_loader_free(self._ptr)
-            self._ptr = None
+        """No more batches from this loader.  Its device and pinned memory
+        are freed now (after the loader's work and the work queued on the
+        consumer's stream) unless a tensor over them still holds the owner;
+        then when the last one goes."""
+        self._owner = None
 
     def __del__(self):
         self.close()

@@ -185,6 +185,19 @@ def _labels_default(func, ds, labels):
     return labels
 
 
+def _frame_labels(func, ds, labels):
+    """The frame Loader's labels: True unless labels=False was asked, so that
+    a call yields one shape, (x, y), whatever dataset it is given; a
+    dataset without frame labels then needs labels=False, said here."""
+    labels = _a.optional_flag(func, "labels", labels)
+    if labels is None and not ds.has_frame_labels:
+        what = ("label sequences only, no per-frame labels" if ds.has_label_seqs
+                else "no labels (features only, like a test split)")
+        raise ValueError(f"{func}: {ds.path} has {what}, and batches are (x, y) unless "
+                         "labels=False is asked: pass labels=False for batches of x alone")
+    return _labels_default(func, ds, True if labels is None else labels)
+
+
 def _targets_default(func, ds, targets):
     """targets=None: whether the dataset has label sequences; True on one
     without them is an error that says so."""
@@ -254,24 +267,10 @@ class _HostArray:
         self.owner = owner
 
 
-class _UttLoaderHandle:
-    """A C GPU utterance loader, freed by free() or when the last reference
-    goes: the loader object and every tensor over its buffers hold one."""
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-    def free(self):
-        if self.ptr is not None:
-            _lib.cxs_gpu_utt_loader_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):
-        self.free()
-
-
 class Loader:
-    """Batches of (x, y) from ctxshard's native prefetching loader.
+    """Batches of (x, y) from ctxshard's native prefetching loader; of x
+    alone with labels=False (a dataset without frame labels, like a test
+    split, needs it: one shape per call, never x alone by surprise).
 
     Each batch is a fresh pair of tensors that the loader filled in place
     (no copy), yours to keep.  shuffle: True, a new seeded permutation of all
@@ -381,7 +380,7 @@ class Loader:
                              f"classes), and {self.dataset.path} has "
                              + ("none (label sequences only)" if self.dataset.has_label_seqs
                                 else "no labels (features only, like a test split)"))
-        self.labels = _labels_default(f, self.dataset, labels)
+        self.labels = _frame_labels(f, self.dataset, labels)
         mode, st = normalization(f, self.dataset, normalize)
         self.normalize = mode is not None
         self._norm_stats = st  # (mean, var) of another dataset (train's), or None
@@ -441,6 +440,12 @@ class Loader:
                           UserWarning, stacklevel=2)
             pin_memory = False
         self.pin_memory = pin_memory or (cuda and self._gpu_opts is None)
+        # Pinned buffers are reused only after the copies that read them
+        # (see _buffers): the fence is an event on the current stream.
+        self._fence, self._fences = None, {}
+        if self.pin_memory:
+            fdev = self.device if cuda else None
+            self._fence = lambda: torch.cuda.current_stream(fdev).record_event()
 
     def _start_prefetch(self, prefetch, kind, budget):
         """prefetch: warm the dataset into the page cache in a background
@@ -514,13 +519,15 @@ class Loader:
             self._warm_thread.join()
 
     def __len__(self):
-        """Batches in a full epoch of this rank."""
-        n = len(self.sampler)
+        """Batches of this rank in the epoch in progress: a full epoch, or
+        after load_state_dict() what remains of it (counted from where it
+        resumes), as the next iteration yields them."""
+        n = len(self._sampler_now())
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def set_epoch(self, epoch):
         """Start the next iteration at the beginning of `epoch`."""
-        epoch = _a.integer("Loader.set_epoch", "epoch", epoch, 0, 2**64 - 1)
+        epoch = _a.integer("Loader.set_epoch", "epoch", epoch, 0, _u.MAX_EPOCH)
         self.epoch, self._start, self._origin = epoch, 0, 0
 
     _KINDS = {SEQUENTIAL: "sequential", SHUFFLE: "shuffle", WEIGHTED: "weighted", BLOCK: "block"}
@@ -580,21 +587,45 @@ class Loader:
         if not isinstance(state, collections.abc.Mapping):
             raise TypeError(f"{f}: state={_a._show(state)} is a {type(state).__name__}, "
                             "expected the dict that Loader.state_dict() returned")
-        missing = [k for k in ("seed", "epoch") if k not in state]
-        if missing or ("global_position" not in state and "position" not in state):
-            raise ValueError(f"{f}: state lacks {', '.join(missing) or 'global_position'}: "
-                             "expected the dict that Loader.state_dict() returned")
         mine = self.state_dict()
+        # what identifies the order is required: a state stripped of it
+        # would load for any dataset and serve another order.  (A state
+        # saved before global positions has position, world_size and
+        # samples_per_epoch instead.)
+        legacy = "global_position" not in state and "samples_per_epoch" in state
+        need = ["seed", "epoch"] + (["position", "world_size", "samples_per_epoch"] if legacy
+                                    else ["global_position", "sampler", "epoch_samples"])
+        if mine["sampler"] == "block":
+            need += ["memory", "blocks"]
+        missing = [k for k in need if k not in state]
+        if missing:
+            raise ValueError(f"{f}: state lacks {', '.join(missing)}: expected the dict that "
+                             "Loader.state_dict() returned")
         for key in ("seed", "sampler", "epoch_samples", "memory", "blocks"):
             if key in state and state[key] != mine.get(key):
-                raise ValueError(f"load_state_dict: {key} {state[key]!r} does not match this "
+                raise ValueError(f"{f}: {key} {state[key]!r} does not match this "
                                  f"loader's {mine.get(key)!r}: the order would differ")
-        epoch = _a.integer(f, "state['epoch']", state["epoch"], 0, 2**64 - 1)
+        epoch = _a.integer(f, "state['epoch']", state["epoch"], 0, _u.MAX_EPOCH)
+        total = self.sampler.epoch_samples
         if "global_position" in state:
-            g = _a.integer(f, "state['global_position']", state["global_position"], 0, None)
+            g = _a.integer(f, "state['global_position']", state["global_position"], 0, total,
+                           f"0..epoch_samples = 0..{total}")
         else:  # saved before global positions: all ranks at `position`
-            g = _a.integer(f, "state['position']", state["position"], 0, None) * \
-                _a.integer(f, "state['world_size']", state.get("world_size", 1), 1, None)
+            ws = _a.integer(f, "state['world_size']", state["world_size"], 1, 2**32 - 1)
+            m = self.sampler
+            ref = len(Sampler(self.dataset, m.kind, m.seed, 0, ws, m.drop_last, m.num_samples,
+                              m._weights, m.memory, m.blocks if m.kind == BLOCK else None))
+            if state["samples_per_epoch"] != ref:
+                raise ValueError(f"{f}: samples_per_epoch {state['samples_per_epoch']!r} does "
+                                 f"not match this loader's {ref} on {ws} ranks: the state is "
+                                 "of another dataset or order")
+            g = _a.integer(f, "state['position']", state["position"], 0, total) * ws
+            if g > total:
+                raise ValueError(f"{f}: state['position'] * state['world_size'] = {g} is past "
+                                 f"the epoch's {total} samples")
+        if g >= total and epoch == _u.MAX_EPOCH:
+            raise ValueError(f"{f}: state['epoch'] = {epoch} is complete, and the next epoch "
+                             f"is past the last one ({_u.MAX_EPOCH})")
         if g >= self.sampler.epoch_samples:
             epoch, g = epoch + 1, 0
         saved = state.get("block_order", 1)  # states without it: the first schedule
@@ -614,13 +645,39 @@ class Loader:
         over these arrays; an array comes back for reuse once no tensor uses
         it any more (its reference count tells: every tensor sharing its
         storage keeps it alive), so steady-state iteration allocates nothing
-        and never page-faults, while batches the caller keeps stay intact."""
-        for i in range(len(self._pool)):
-            pair = self._pool[i]
-            free = sys.getrefcount(pair[0]) <= 2 and (pair[1] is None or sys.getrefcount(pair[1]) <= 2)
-            if free and pair not in self._busy:
-                self._busy.add(pair)
-                return pair
+        and never page-faults, while batches the caller keeps stay intact.
+
+        Pinned pairs (pin_memory, or the copying fallback of device='cuda')
+        are read by copies the host does not wait for: x.to(dev,
+        non_blocking=True) returns at once and drops the last reference
+        while the copy is still queued.  Such a pair goes back to the
+        workers only after a fence -- an event recorded on the current CUDA
+        stream when the pair is found unreferenced, so after every copy
+        queued on that stream before, the last of which read it -- has
+        completed."""
+        free = [p for p in self._pool if p not in self._busy and sys.getrefcount(p[0]) <= 2
+                and (p[1] is None or sys.getrefcount(p[1]) <= 2)]  # (the pair's, the call's)
+        pair = None
+        if self._fence is None:
+            pair = free[0] if free else None
+        else:
+            for p in free:  # newly unreferenced: fenced now, after the copies that read it
+                if id(p) not in self._fences:
+                    self._fences[id(p)] = (p, self._fence())
+            for key, (p, ev) in self._fences.items():  # oldest first
+                if ev.query():
+                    pair = p
+                    break
+            if pair is None and len(self._fences) >= 4:
+                # enough buffers in flight: wait for the oldest copy rather
+                # than pin more memory
+                pair, ev = next(iter(self._fences.values()))
+                ev.synchronize()
+            if pair is not None:
+                del self._fences[id(pair)]
+        if pair is not None:
+            self._busy.add(pair)
+            return pair
         if self.pin_memory:
             x = torch.empty((self.batch_size, self.input_size), dtype=torch.float32,
                             pin_memory=True).numpy()
@@ -647,12 +704,11 @@ class Loader:
 
     def _make_view(self, ptr, shape, dtype):
         typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
+        owner = self._gl.owner  # the tensor keeps the C loader's memory alive
         if self._gpu_opts["device"] == _gpu.EMULATE:
-            ct = {"<f4": ctypes.c_float, "<i2": ctypes.c_int16, "<i8": ctypes.c_int64}[typestr]
-            arr = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ct)), shape=shape)
-            t = torch.from_numpy(arr)
+            t = torch.from_numpy(np.asarray(_HostArray(ptr, shape, typestr, owner)))
         else:
-            t = torch.as_tensor(_CudaArray(ptr, shape, typestr), device=self.device)
+            t = torch.as_tensor(_CudaArray(ptr, shape, typestr, owner), device=self.device)
         return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
 
     def _iter_gpu(self):
@@ -664,6 +720,7 @@ class Loader:
             # uploads again, once per resume)
             self._gl.close()
             self._gl = None
+            self._views.clear()  # views of its buffers hold it, not the next one
         if self._gl is None:
             self._gl = _gpu.GpuLoader(self.dataset, sampler, self.context, self.batch_size,
                                       device=o["device"], mode=o["mode"], budget=o["budget"],
@@ -696,6 +753,8 @@ class Loader:
             b = self._gl.next(stream)
             if b is None:
                 break
+            if emulated:  # the host reads the batch: after the device's work on it
+                _gpu.emulated_sync(None)
             self._start = b.position + b.n
             x = self._wrap(b.x, (b.n, self.input_size), xdtype)
             if b.y is None:
@@ -705,8 +764,10 @@ class Loader:
         self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
 
     def close(self):
-        """Free the GPU loader's device memory now (also done when the
-        Loader is collected).  Batches handed out become invalid."""
+        """No more device batches from this Loader: the GPU loader's memory
+        is freed now, or, while tensors of batches handed out remain, when
+        the last of them goes (they stay valid: close() never frees memory
+        a tensor points into).  Also done when the Loader is collected."""
         self._views.clear()
         self._warm_stop.set()
         if self._warm_thread is not None:
@@ -1054,6 +1115,8 @@ class UtteranceLoader:
 
     # the sampler's state is the loader's
     def __len__(self):
+        """Batches of this rank in the epoch in progress (after
+        load_state_dict(), what remains of it)."""
         return len(self.sampler)
 
     @property
@@ -1119,7 +1182,8 @@ class UtteranceLoader:
                     "give a larger gpu_budget, or device=None (batches assembled on the CPU)"))
             if rc:
                 _raise(rc, diag, what="GPU utterance loader")
-            self._gl, self._gl_order = _UttLoaderHandle(ptr), order
+            self._gl = _gpu._Owner(ptr, _lib.cxs_gpu_utt_loader_free, (self.dataset._h, order))
+            self._gl_order = order
         else:
             rc = _lib.cxs_gpu_utt_loader_reset(self._gl.ptr, epoch, s._start)
             if rc:
@@ -1134,6 +1198,8 @@ class UtteranceLoader:
                 self._gpu_fail(rc)
             if not bp:
                 break
+            if emulated:  # the host reads the batch: after the device's work on it
+                _gpu.emulated_sync(None)
             b = bp.contents
             n, T = b.n, b.tmax
             out = [self._view(b.x, (n, T, D), o["out_dtype"]), self._host_copy(b.host_lengths, n)]
@@ -1155,12 +1221,12 @@ class UtteranceLoader:
         _raise(rc, d, what="GPU utterance loader")
 
     def close(self):
-        """Free the device loader's memory now; device batches handed out
-        become invalid.  Without close() it is freed when the loader and
-        the last tensor over its buffers are gone."""
-        if getattr(self, "_gl", None) is not None:
-            self._gl.free()
-            self._gl, self._gl_order = None, None
+        """No more device batches from this loader: its device memory is
+        freed now, or, while tensors of batches handed out remain, when the
+        last of them goes (they stay valid: close() never frees memory a
+        tensor points into).  Without close() the same happens when the
+        loader is collected."""
+        self._gl, self._gl_order = None, None
 
     def _iter_host(self):
         s = self.sampler

@@ -22,14 +22,26 @@ __all__ = ["UtteranceSampler", "pad_batch", "pad_targets", "PAD_LABEL"]
 
 PAD_LABEL = _n.UTT_PAD_LABEL  # label of padded frames: torch's ignore_index
 
+# The last epoch a loader or sampler takes: its successor still fits the
+# library's 64-bit epoch (a larger one would wrap to epoch 0's order).
+MAX_EPOCH = 2**63 - 1
+
 
 class _Order:
     """A C utterance sampler (freed with the object)."""
 
-    def __init__(self, ds, opts):
+    def __init__(self, ds, opts, func="UtteranceSampler"):
         self.ds = ds  # kept alive: the sampler points into it
         ptr, diag = c_void_p(), _n.Diag()
         rc = _lib.cxs_utt_sampler_create(ds._ptr, byref(opts), byref(ptr), byref(diag))
+        if rc == _n.E_RANGE and diag.message:
+            # a budget an utterance does not fit: a wrong argument, said
+            # with the Python spelling of the options
+            msg = diag.message.decode("utf-8", "replace")
+            msg = msg.replace("(long_alone)", '(long_utterances="alone")')
+            if msg.startswith("utterance sampler: "):
+                msg = f"{func}: " + msg[len("utterance sampler: "):]
+            raise ValueError(msg)
         if rc:
             _raise(rc, diag)
         self.ptr = ptr
@@ -157,7 +169,7 @@ class UtteranceSampler:
         if o is None:
             if len(self._orders) > 2:
                 self._orders = {k: v for k, v in self._orders.items() if k == 0}
-            o = self._orders[origin] = _Order(self.dataset, self._opts(origin))
+            o = self._orders[origin] = _Order(self.dataset, self._opts(origin), self._FUNC)
         return o
 
     def __len__(self):
@@ -166,14 +178,17 @@ class UtteranceSampler:
         return self._order().lengths(self.epoch)[1]
 
     def global_batches(self, epoch=None):
-        """Batches of the global order of epoch (default: the current one)."""
+        """The number of batches (an int) in the global order of epoch
+        (default: the current one): all ranks' together, before the last
+        round is completed or cut for equal counts.  batches() yields this
+        rank's batches themselves."""
         e = self.epoch if epoch is None else _a.integer(
-            f"{self._FUNC}.global_batches", "epoch", epoch, 0, 2**64 - 1)
+            f"{self._FUNC}.global_batches", "epoch", epoch, 0, MAX_EPOCH)
         return self._order(0).lengths(e)[0]
 
     def set_epoch(self, epoch):
         """Start the next iteration at the beginning of `epoch`."""
-        self.epoch = _a.integer(f"{self._FUNC}.set_epoch", "epoch", epoch, 0, 2**64 - 1)
+        self.epoch = _a.integer(f"{self._FUNC}.set_epoch", "epoch", epoch, 0, MAX_EPOCH)
         self._origin, self._start = 0, 0
 
     def batches(self):
@@ -230,18 +245,30 @@ class UtteranceSampler:
         if not isinstance(state, collections.abc.Mapping):
             raise TypeError(f"{f}: state={_a._show(state)} is a {type(state).__name__}, "
                             "expected the dict that state_dict() returned")
-        missing = [k for k in ("seed", "epoch", "global_position") if k not in state]
+        # everything that identifies the order is required: a state
+        # stripped of it would load for any dataset and serve another order
+        missing = [k for k in ("epoch", "global_position", "global_batches") + self._FIXED
+                   if k not in state]
         if missing:
             raise ValueError(f"{f}: state lacks {', '.join(missing)}: expected the dict that "
                              "state_dict() returned")
-        epoch = _a.integer(f, "state['epoch']", state["epoch"], 0, 2**64 - 1)
-        g = _a.integer(f, "state['global_position']", state["global_position"], 0, None)
+        epoch = _a.integer(f, "state['epoch']", state["epoch"], 0, MAX_EPOCH)
         mine = self.state_dict()
         for key in self._FIXED:
-            if key in state and state[key] != mine[key]:
+            if state[key] != mine[key]:
                 raise ValueError(f"{f}: {key} {state[key]!r} does not match this sampler's "
                                  f"{mine[key]!r}: the order would differ")
-        if g >= self.global_batches(epoch):
+        total = self.global_batches(epoch)
+        if state["global_batches"] != total:
+            raise ValueError(f"{f}: global_batches {state['global_batches']!r} does not match "
+                             f"the {total} batches of epoch {epoch} here: the state is of "
+                             "another dataset or order")
+        g = _a.integer(f, "state['global_position']", state["global_position"], 0, total,
+                       f"0..global_batches = 0..{total}")
+        if g >= total and epoch == MAX_EPOCH:
+            raise ValueError(f"{f}: state['epoch'] = {epoch} is complete, and the next epoch "
+                             f"is past the last one ({MAX_EPOCH})")
+        if g >= total:
             epoch, g = epoch + 1, 0
         self.epoch, self._origin, self._start = epoch, g, 0
 

@@ -108,7 +108,7 @@ class Writer:
 
     Writer(out, dtype="float32", vocab=None, guard=64, shard_size="1G",
            compress=None, chunk_size="64K", shuffle=True, normalize=None,
-           on_error="raise", threads=None, transcripts="frames")
+           on_error="raise", threads=None, transcripts="frames", dim=None)
 
     - dtype: stored type, "float32", "float16" or "bfloat16" (round to
       nearest even; features may come in float16, float32 or float64);
@@ -118,8 +118,17 @@ class Writer:
       shuffle are its options;
     - normalize: None or "utterance" (per-utterance mean/variance, stored);
     - on_error: "raise" (add raises RejectedUtterance) or "skip" (add
-      records the utterance as skipped, listed by `ctxshard info`, and
-      returns False);
+      records the utterance as skipped and returns False).  Either way a
+      skip is never silent: it is in the dataset (`ctxshard info`,
+      Dataset.skipped), in Writer.skipped and commit()'s "skipped", and
+      commit() warns (UserWarning) with the count and the first reasons.
+      Ids out of order, or repeated, are an error (ValueError) whatever
+      on_error says: skipping them would drop the rest of an unsorted
+      stream;
+    - dim: features per frame, fixed up front (an utterance of another
+      width is then a bad utterance); None: the first utterance's width.
+      `ctxshard pack` takes the most common width of the files; a stream
+      whose first utterance may be odd should pass dim=;
     - threads: compression threads (default: all CPUs); the bytes are the
       same for any number;
     - transcripts (with a vocabulary): "frames" (default): add takes
@@ -135,11 +144,12 @@ class Writer:
 
     def __init__(self, out, dtype="float32", vocab=None, guard=64, shard_size="1G",
                  compress=None, chunk_size="64K", shuffle=True, normalize=None, on_error="raise",
-                 threads=None, transcripts="frames"):
+                 threads=None, transcripts="frames", dim=None):
         f = "Writer"
         out = _a.path(f, "out", out)
         o = _n.WriterOpts()
         _lib.cxs_writer_opts_init(byref(o))
+        o.dim = _a.optional_integer(f, "dim", dim, 1, 65536) or 0
         o.dtype = _stored_dtype(f, dtype)
         o.guard = _a.integer(f, "guard", guard, 0, 4096)
         o.shard_size = _a.size(f, "shard_size", shard_size)
@@ -172,6 +182,7 @@ class Writer:
             arr = (c_char_p * len(enc))(*enc)
             o.vocab_size, o.vocab = len(enc), cast(arr, POINTER(c_char_p))
         self.path = out
+        self._skipped = []
         self._w = c_void_p()
         diag = _n.Diag()
         rc = _lib.cxs_writer_create(os.fsencode(out), byref(o), byref(self._w), byref(diag))
@@ -215,13 +226,27 @@ class Writer:
         rc = _lib.cxs_writer_commit(w, byref(info), byref(diag))
         if rc:
             _raise_write(rc, diag)
-        return _info_dict(info)
+        d = _info_dict(info)
+        d["skipped"] = list(self._skipped)
+        if self._skipped:
+            n = len(self._skipped)
+            first = "; ".join(f"{i}: {r}" for i, r in self._skipped[:3])
+            import warnings
+            warnings.warn(f"ctxshard: {self.path}: {n} utterance{'s' * (n != 1)} skipped, "
+                          f"{d['num_utterances']} written ({first}{'; ...' if n > 3 else ''}); "
+                          f"`ctxshard info {self.path}` lists them", UserWarning, stacklevel=2)
+        return d
 
     def abort(self):
         """Discard everything written; out stays as it was.  Idempotent."""
         if self._w:
             _lib.cxs_writer_abort(self._w)
             self._w = None
+
+    @property
+    def skipped(self):
+        """The utterances left out so far, as (id, reason) pairs, in order."""
+        return list(self._skipped)
 
     @property
     def info(self):
@@ -234,11 +259,23 @@ class Writer:
     # -- utterances -------------------------------------------------------
 
     def skip(self, utt_id, reason):
-        """Record that utt_id was left out, and why (`ctxshard info` lists it)."""
-        rc = _lib.cxs_writer_skip(self._live("skip"), _id_bytes(utt_id),
-                                  str(reason).encode("utf-8", "replace"))
-        if rc:
-            raise MemoryError("Writer.skip: out of memory")
+        """Record that utt_id was left out, and why (`ctxshard info` lists it,
+        one line each: the id and the reason may hold no TAB or newline)."""
+        w = self._live("skip")
+        bid = _id_bytes(utt_id, "Writer.skip")
+        why = str(reason)
+        if not bid or any(b < 0x20 for b in bid):
+            raise ValueError(f"Writer.skip: utterance id {utt_id!r}: empty or holds a control "
+                             "byte (TAB, LF ...): the skip list has one line per utterance")
+        if any(c in why for c in "\t\n\r"):
+            raise ValueError(f"Writer.skip: {bid.decode('utf-8', 'replace')}: reason {why!r} "
+                             "holds a TAB or newline: the skip list has one line per utterance")
+        self._record_skip(w, bid, why, "Writer.skip")
+
+    def _record_skip(self, w, bid, why, func):
+        if _lib.cxs_writer_skip(w, bid, why.encode("utf-8", "replace")):
+            raise MemoryError(f"{func}: out of memory")
+        self._skipped.append((bid.decode("utf-8", "replace"), why))
 
     def add(self, utt_id, x, labels=None, seq=None):
         """Append one utterance: utt_id (str or bytes; ids must increase in
@@ -251,7 +288,7 @@ class Writer:
         utterance raises RejectedUtterance (on_error="raise") or is
         recorded as skipped and add returns False (on_error="skip")."""
         w = self._live("add")
-        bid = _id_bytes(utt_id)
+        bid = _id_bytes(utt_id, "Writer.add")
         shown = bid.decode("utf-8", "replace")
         try:
             u, keep = self._utterance(shown, x, labels, seq)
@@ -271,8 +308,11 @@ class Writer:
     def _rejected(self, w, bid, e):
         if self._on_error == "raise":
             raise e
-        if _lib.cxs_writer_skip(w, bid, e.reason.encode("utf-8", "replace")):
-            raise MemoryError("Writer.add: out of memory")
+        # the packer's reasons are one line; a path in one may not be
+        why = "".join(" " if c in "\t\n\r" else c for c in e.reason)
+        if any(b < 0x20 for b in bid):  # an id the skip list cannot hold either
+            raise e
+        self._record_skip(w, bid, why, "Writer.add")
         return False
 
     def _utterance(self, shown, x, labels, seq=None):
@@ -341,13 +381,18 @@ class Writer:
         return np.ascontiguousarray(self._order[pos], dtype=np.int64)
 
 
-def _id_bytes(utt_id):
+def _id_bytes(utt_id, func="Writer"):
     if isinstance(utt_id, bytes):
-        return utt_id
-    if isinstance(utt_id, str):
-        return utt_id.encode("utf-8", "surrogateescape")
-    raise TypeError(f"Writer: utterance id {utt_id!r} is a {type(utt_id).__name__}, expected "
-                    "str or bytes")
+        b = utt_id
+    elif isinstance(utt_id, str):
+        b = utt_id.encode("utf-8", "surrogateescape")
+    else:
+        raise TypeError(f"{func}: utterance id {utt_id!r} is a {type(utt_id).__name__}, "
+                        "expected str or bytes")
+    # the library takes C strings: a NUL would cut the id short
+    if b"\0" in b:
+        raise ValueError(f"{func}: utterance id {utt_id!r} holds a NUL byte")
+    return b
 
 
 def _info_dict(info):
@@ -504,7 +549,7 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
                     if on_error == "fail":
                         raise ValueError(f"pack: {err} (nothing written; on_error='skip' leaves "
                                          "bad utterances out)")
-                    w.skip(i, err)
+                    w.skip(i, "".join(" " if c in "\t\n\r" else c for c in err))
                 if report:
                     report(n + 1, len(ids))
         return w.commit()

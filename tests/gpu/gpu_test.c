@@ -32,7 +32,10 @@ static char path_seq32[300], path_seq16[300]; /* frame labels and label sequence
 
 static void to_host(void *dst, const void *src, size_t n) {
     if (device == CXS_GPU_EMULATE) {
-        memcpy(dst, src, n);
+        /* the emulated device runs the batch's work only when something
+         * waits for it: the consumer's stream, as a CUDA consumer would */
+        ck_assert_int_eq(cxs_gpu_emu_copy_async(dst, src, n, stream), 0);
+        ck_assert_msg(cxs_gpu_emu_stream_sync(stream) == 0, "%s", cxs_gpu_emu_fault());
         return;
     }
 #ifdef CXS_HAVE_CUDA
@@ -40,6 +43,21 @@ static void to_host(void *dst, const void *src, size_t n) {
     ck_assert_int_eq(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, (cudaStream_t)stream), 0);
     ck_assert_int_eq(cudaStreamSynchronize((cudaStream_t)stream), 0);
 #endif
+}
+
+/* Each test (in its own process: the emulated device's threads do not
+ * survive a fork) has a consumer stream of the emulated device, and ends
+ * with no fault: a use after free or a buffer refilled under a queued copy
+ * found after the loader was freed fails the test that caused it. */
+static void emu_setup(void) {
+    ck_assert_int_eq(cxs_gpu_emu_stream_create(&stream), 0);
+}
+
+static void emu_teardown(void) {
+    cxs_gpu_emu_stream_destroy(stream);
+    stream = NULL;
+    const char *f = cxs_gpu_emu_fault();
+    ck_assert_msg(!f, "emulated device fault: %s", f);
 }
 
 static uint16_t bf16_rne(float f) {
@@ -187,6 +205,156 @@ static void check_modes(const char *p, uint32_t k, uint32_t B, uint32_t flags, u
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
 }
+
+/* The consumer's side of the contract: work it queues on its stream that
+ * reads batch k, before it asks for batch k+1, reads batch k's bytes,
+ * however late the stream runs it.  Here that work is a copy queued and
+ * not waited for; every copy is checked after the epoch.  (On the
+ * emulated device, under the late schedule, nothing runs the stream until
+ * the loader's reuse of a slot waits for it: a missing ev_consumed wait
+ * shows as a later batch's bytes.) */
+static void queue_read(void *dst, const void *src, size_t n) {
+    if (device == CXS_GPU_EMULATE) {
+        ck_assert_int_eq(cxs_gpu_emu_copy_async(dst, src, n, stream), 0);
+        return;
+    }
+#ifdef CXS_HAVE_CUDA
+    ck_assert_int_eq(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, (cudaStream_t)stream), 0);
+#endif
+}
+
+static void consumer_sync(void) {
+    if (device == CXS_GPU_EMULATE) {
+        ck_assert_msg(cxs_gpu_emu_stream_sync(stream) == 0, "%s", cxs_gpu_emu_fault());
+        return;
+    }
+#ifdef CXS_HAVE_CUDA
+    ck_assert_int_eq(cudaStreamSynchronize((cudaStream_t)stream), 0);
+#endif
+}
+
+TEST(queued_consumer_work_reads_its_batch) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const uint32_t k = 4, B = 97, NB = 24;
+    const size_t W = (2 * (size_t)k + 1) * info.dim;
+    float *got = malloc((size_t)NB * B * W * 4), *ref = malloc((size_t)B * W * 4);
+    int64_t *ygot = malloc((size_t)NB * B * 8), *yref = malloc((size_t)B * 8);
+    uint64_t *frames = malloc((size_t)NB * B * 8);
+    size_t *ns = malloc(NB * sizeof *ns);
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], k, B);
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 1, 0, &l, &d) == 0, "%s", d.message);
+        uint32_t nb = 0;
+        for (; nb < NB; nb++) {
+            const cxs_gpu_batch *b;
+            ck_assert_msg(cxs_gpu_loader_next(l, stream, &b) == 0, "%s", cxs_gpu_loader_error(l));
+            if (!b) break;
+            ns[nb] = b->n;
+            memcpy(frames + (size_t)nb * B, b->frames, b->n * 8); /* host: valid until next */
+            queue_read(got + (size_t)nb * B * W, b->x, b->n * W * 4);
+            queue_read(ygot + (size_t)nb * B, b->y, b->n * 8);
+        }
+        ck_assert_uint_eq(nb, NB);
+        consumer_sync();
+        for (uint32_t i = 0; i < nb; i++) {
+            ck_assert_int_eq(cxs_dataset_gather(ds, frames + (size_t)i * B, ns[i], k, 0, 1, ref, yref), 0);
+            ck_assert_msg(memcmp(got + (size_t)i * B * W, ref, ns[i] * W * 4) == 0,
+                          "mode %u: batch %u as the consumer's queued work read it differs", modes[m], i);
+            ck_assert(memcmp(ygot + (size_t)i * B, yref, ns[i] * 8) == 0);
+        }
+        cxs_gpu_loader_free(l);
+    }
+    /* the same for whole-utterance batches */
+    cxs_utt_sampler_opts uo;
+    memset(&uo, 0, sizeof uo);
+    uo.kind = CXS_UTT_SHUFFLE, uo.seed = 3, uo.frame_budget = 4000;
+    cxs_utt_sampler *us;
+    cxs_dataset *sq = open_ds(path_seq32);
+    cxs_dataset_info(sq, &info);
+    ck_assert_int_eq(cxs_utt_sampler_create(sq, &uo, &us, NULL), 0);
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = device, go.labels = 1, go.targets = 1;
+    cxs_gpu_utt_loader *gl;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_utt_loader_create(sq, us, &go, 0, 0, &gl, &d) == 0, "%s", d.message);
+    cxs_utt_loader_opts co;
+    memset(&co, 0, sizeof co);
+    co.labels = 1, co.targets = 1, co.threads = 1;
+    cxs_utt_loader *cl;
+    ck_assert_msg(cxs_utt_loader_create_ex(sq, us, &co, 0, 0, &cl, &d) == 0, "%s", d.message);
+    const size_t cap = 4000 * info.dim;
+    float *ux = malloc(NB * cap * 4);
+    int64_t *uy = malloc(NB * 4000 * 8);
+    size_t *un = malloc(NB * sizeof *un);
+    uint32_t nb = 0;
+    for (; nb < NB; nb++) {
+        const cxs_gpu_utt_batch *b;
+        ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &b), 0);
+        if (!b) break;
+        un[nb] = b->n * b->tmax;
+        queue_read(ux + nb * cap, b->x, un[nb] * info.dim * 4);
+        queue_read(uy + nb * 4000, b->y, un[nb] * 8);
+    }
+    ck_assert_uint_ge(nb, 4);
+    consumer_sync();
+    for (uint32_t i = 0; i < nb; i++) {
+        const cxs_utt_batch *c;
+        ck_assert_int_eq(cxs_utt_loader_next(cl, &c), 0);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_uint_eq(c->n * c->tmax, un[i]);
+        ck_assert_msg(memcmp(ux + i * cap, c->x, un[i] * info.dim * 4) == 0,
+                      "utterance batch %u as the consumer's queued work read it differs", i);
+        ck_assert(memcmp(uy + i * 4000, c->y, un[i] * 8) == 0);
+    }
+    cxs_utt_loader_free(cl);
+    cxs_gpu_utt_loader_free(gl);
+    cxs_utt_sampler_free(us);
+    cxs_dataset_close(sq);
+    free(ux), free(uy), free(un);
+    free(got), free(ref), free(ygot), free(yref), free(frames), free(ns);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A loader freed while its work and the consumer's are still queued: free
+ * waits for them before the memory goes (the emulated device faults on
+ * work that runs on freed memory; the teardown checks). */
+TEST(free_with_work_queued) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const size_t W = 5 * info.dim;
+    float *sink = malloc(64 * W * 4 * 2);
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 2, 64);
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+        for (int i = 0; i < 2; i++) {
+            const cxs_gpu_batch *b;
+            ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+            queue_read(sink + i * 64 * W, b->x, b->n * W * 4);
+        }
+        cxs_gpu_loader_free(l);
+        consumer_sync();
+    }
+    free(sink);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
 
 TEST(modes_f32) { check_modes(path_f32, 12, 37, 0, 0); }
 END_TEST_
@@ -815,7 +983,7 @@ int main(int argc, char **argv) {
     if (system(cmd) != 0) return 3;
     const TTest *tests[] = {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
-        utt_batches_equal_the_cpu_loaders, utt_refusals_name_the_option,
+        utt_batches_equal_the_cpu_loaders, queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
@@ -833,10 +1001,11 @@ int main(int argc, char **argv) {
     /* CXS_GPU_TEST_QUICK=1: one test per mode and data type, and the
      * utterance loader's, for slow runs (valgrind, compute-sanitizer) */
     const char *quick = getenv("CXS_GPU_TEST_QUICK");
-    if (quick && *quick == '1') n = 5;
+    if (quick && *quick == '1') n = 7;
     Suite *su = suite_create(device == CXS_GPU_EMULATE ? "gpu-emulated" : "cuda");
     TCase *tc = tcase_create("all");
     tcase_set_timeout(tc, 300);
+    if (device == CXS_GPU_EMULATE) tcase_add_checked_fixture(tc, emu_setup, emu_teardown);
     for (int i = 0; i < n; i++) _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
     suite_add_tcase(su, tc);
     SRunner *r = srunner_create(su);

@@ -194,6 +194,7 @@ class Binding(unittest.TestCase):
                 with g.GpuLoader(ds, s, k, 128, device=g.EMULATE, mode="resident",
                                  normalize=True) as L:
                     b = L.next()
+                    g.emulated_sync()  # the host reads it: after the device's work
                     x = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
                                               shape=(b.n, ds.input_size(k))).copy()
                     fr = np.asarray(b.frames)
@@ -331,6 +332,7 @@ class Gpu(unittest.TestCase):
                     b = L.next()
                     if b is None:
                         break
+                    g.emulated_sync()  # the host reads it: after the device's work
                     x = self.host(b.x, (b.n, W), ctypes.c_float)
                     y = self.host(b.y, (b.n,), ctypes.c_int64)
                     rx, ry = self.ds.gather(b.frames, k, normalize=True, labels=True)
@@ -396,18 +398,31 @@ class Torch(unittest.TestCase):
         xb = next(iter(dl))
         self.assertEqual(tuple(xb.shape), (64, 5 * 28))
         want = torch.from_numpy(ctxshard.open(out).gather(range(len(fd)), 2))
-        # labels default to "when the dataset has them": no labels= needed
-        for kw in ({}, {"labels": False}):
-            L = cxt.Loader(out, 2, 100, shuffle=False, **kw)
-            self.assertFalse(L.labels)
-            xs = torch.cat(list(L))
-            self.assertTrue(torch.equal(xs, want))
+        # one shape per call: (x, y) unless labels=False is asked, so a
+        # dataset without labels needs labels=False, said by name
+        with self.assertRaisesRegex(ValueError, f"Loader: {out} has no labels \\(features "
+                                    r"only, like a test split\), and batches are \(x, y\) unless "
+                                    "labels=False is asked: pass labels=False"):
+            cxt.Loader(out, 2, 100, shuffle=False)
+        with self.assertRaisesRegex(ValueError, "labels=True, but .* has no labels"):
+            cxt.Loader(out, 2, 100, shuffle=False, labels=True)
+        L = cxt.Loader(out, 2, 100, shuffle=False, labels=False)
+        self.assertFalse(L.labels)
+        batches = list(L)
+        self.assertTrue(all(isinstance(b, torch.Tensor) for b in batches))
+        self.assertTrue(torch.equal(torch.cat(batches), want))
+        # a labelled dataset: pairs by default and with labels=True, x alone
+        # with labels=False
+        for kw, pair in (({}, True), ({"labels": True}, True), ({"labels": False}, False)):
+            b = next(iter(cxt.Loader(self.path, 2, 2, shuffle=False, **kw)))
+            self.assertEqual(isinstance(b, tuple) and len(b) == 2, pair, kw)
+            self.assertEqual(isinstance(b, torch.Tensor), not pair, kw)
         import ctxshard.gpu as g
         with ctxshard.open(out) as t:
             with g.GpuLoader(t, ctxshard.Sampler(t, ctxshard.SEQUENTIAL), 2, 100,
                              device=g.EMULATE, mode="resident") as G:
                 self.assertIsNone(G.next().y)
-        L = cxt.Loader(out, 2, 100, shuffle=False, gpu_emulate=True)
+        L = cxt.Loader(out, 2, 100, shuffle=False, gpu_emulate=True, labels=False)
         self.assertTrue(torch.equal(torch.cat([x.clone() for x in L]), want))
         self.assertTrue(cxt.Loader(self.path, 2, 100).labels)
 
@@ -443,6 +458,7 @@ class Torch(unittest.TestCase):
                 with g.GpuLoader(dev, ctxshard.Sampler(dev, ctxshard.SEQUENTIAL), k, n,
                                  device=g.EMULATE, mode="stream", normalize=nrm) as G:
                     b = G.next()
+                    g.emulated_sync()  # the host reads it: after the device's work
                     import ctypes
                     gx = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
                                                shape=(b.n, dev.input_size(k)))
@@ -618,10 +634,63 @@ class Torch(unittest.TestCase):
         L.load_state_dict(dict(first, epoch=1, global_position=0))
         self.assertEqual((L.epoch, L.state_dict()["global_position"]), (1, 0))
         # a state saved before global positions: (position, world_size)
-        old = {"epoch": 1, "position": 40, "seed": 3, "world_size": 2}
+        per_rank = len(ctxshard.Sampler(self.ds, ctxshard.SHUFFLE, seed=3, rank=0,
+                                        world_size=2))
+        old = {"epoch": 1, "position": 40, "seed": 3, "world_size": 2,
+               "samples_per_epoch": per_rank}
         L = cxt.Loader(self.path, 0, 64, seed=3)
         L.load_state_dict(old)
         self.assertEqual(L.state_dict()["global_position"], 80)
+        # ... which says what data it was of: another count is refused
+        with self.assertRaisesRegex(ValueError, "samples_per_epoch"):
+            L.load_state_dict(dict(old, samples_per_epoch=per_rank - 1))
+
+    def test_loader_hostile_states(self):
+        """load_state_dict range-checks every number and requires the keys
+        that identify the order: a state stripped of them, or of another
+        dataset, or past the last epoch, is refused, naming the key."""
+        L = cxt.Loader(self.path, 2, 300, seed=9)
+        state = L.state_dict()
+        for key, value, msg in (
+                ("epoch", 2**64 - 1, r"state\['epoch'\]=18446744073709551615 is out of range"),
+                ("epoch", -1, r"state\['epoch'\]=-1 is out of range"),
+                ("global_position", len(self.ds) + 1, r"state\['global_position'\]=.* out of "
+                 "range: expected 0..epoch_samples"),
+                ("global_position", -5, "global_position"),
+                ("epoch_samples", len(self.ds) - 1, "epoch_samples .* does not match")):
+            with self.subTest(key=key, value=value):
+                with self.assertRaisesRegex(ValueError, msg):
+                    L.load_state_dict(dict(state, **{key: value}))
+        for key in ("seed", "epoch", "global_position", "sampler", "epoch_samples"):
+            with self.subTest(removed=key):
+                with self.assertRaisesRegex(ValueError, f"state lacks {key}"):
+                    L.load_state_dict({k: v for k, v in state.items() if k != key})
+        with self.assertRaisesRegex(ValueError, "past the last one"):
+            L.load_state_dict(dict(state, epoch=2**63 - 1, global_position=len(self.ds)))
+        with self.assertRaisesRegex(ValueError, "epoch=18446744073709551615 is out of range"):
+            L.set_epoch(2**64 - 1)
+        # refused states leave the loader as it was; the last epoch itself works
+        self.assertEqual(L.state_dict(), state)
+        L.load_state_dict(dict(state, epoch=2**63 - 1))
+        self.assertEqual(L.state_dict()["epoch"], 2**63 - 1)
+
+    def test_loader_len_after_resume(self):
+        """len(loader) is what the next iteration yields: after
+        load_state_dict, the batches that remain of the epoch."""
+        for kw in ({}, {"drop_last": True}, {"rank": 1, "world_size": 3}):
+            with self.subTest(**kw):
+                L = cxt.Loader(self.path, 1, 256, seed=2, **kw)
+                full = len(L)
+                it = iter(L)
+                for _ in range(5):
+                    next(it)
+                state = L.state_dict()
+                del it
+                M = cxt.Loader(self.path, 1, 256, seed=2, **kw)
+                M.load_state_dict(state)
+                self.assertEqual(len(M), full - 5)
+                self.assertEqual(sum(1 for _ in M), full - 5)
+                self.assertEqual(len(M), full)  # the next epoch: whole again
 
     def test_gpu_loader_emulated(self):
         # stream and resident deliver exactly the host loader's batches,

@@ -147,6 +147,66 @@ class Utterances(unittest.TestCase):
             self.assertTrue(torch.equal(a[0], b[0]))
         self.assertEqual(R.epoch, 1)
 
+    def test_hostile_states(self):
+        """load_state_dict range-checks the epoch and the position and
+        requires every key that identifies the order (a state stripped of
+        them, or of another dataset, loaded for any dataset before)."""
+        p = os.path.join(TMP, "f32")
+        L = cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=1)
+        it = iter(L)
+        for _ in range(3):
+            next(it)
+        state = L.state_dict()
+        del it
+        N = state["global_batches"]
+        for key, value, msg in (
+                ("epoch", 2**64 - 1, r"state\['epoch'\]=18446744073709551615 is out of range"),
+                ("epoch", -1, "epoch"),
+                ("global_position", N + 1, r"state\['global_position'\]=.* out of range: "
+                 f"expected 0..global_batches = 0..{N}"),
+                ("global_batches", N + 1, "global_batches .* does not match")):
+            with self.subTest(key=key, value=value):
+                R = cxt.UtteranceLoader(p, frame_budget=BUDGET, seed=1)
+                with self.assertRaisesRegex(ValueError, msg):
+                    R.load_state_dict(dict(state, **{key: value}))
+        for key in ("seed", "epoch", "global_position", "global_batches", "sampler",
+                    "frame_budget", "shuffle", "buckets", "long_utterances", "memory"):
+            with self.subTest(removed=key):
+                with self.assertRaisesRegex(ValueError, f"state lacks {key}"):
+                    R.load_state_dict({k: v for k, v in state.items() if k != key})
+        # another dataset's state (another number of batches) is refused
+        other = cxt.UtteranceLoader(os.path.join(TMP, "test"), frame_budget=BUDGET, seed=1)
+        with self.assertRaisesRegex(ValueError, "global_batches"):
+            other.load_state_dict(state)
+        with self.assertRaisesRegex(ValueError, "past the last one"):
+            R.load_state_dict(dict(state, epoch=2**63 - 1, global_position=N))
+        with self.assertRaisesRegex(ValueError, "epoch=18446744073709551615 is out of range"):
+            R.set_epoch(2**64 - 1)
+        # len(loader) after a resume: the batches that remain
+        R.load_state_dict(state)
+        self.assertEqual(len(R), N - 3)
+        self.assertEqual(len(drain(R)), N - 3)
+
+    def test_budget_refusal_speaks_python(self):
+        """A budget an utterance does not fit is a ValueError that names the
+        Python option, not the C one."""
+        p = os.path.join(TMP, "f32")
+        with ctxshard.open(p) as ds:
+            longest = max(ds.utterance_frames(u)[1] for u in range(ds.num_utterances))
+        for make, who in ((cxt.UtteranceLoader, "UtteranceLoader"),
+                          (cxt.UtteranceBatchSampler, "UtteranceBatchSampler")):
+            with self.assertRaises(ValueError) as cm:
+                make(p, frame_budget=longest - 1)
+            msg = str(cm.exception)
+            self.assertNotIsInstance(cm.exception, IndexError)
+            self.assertTrue(msg.startswith(f"{who}: "), msg)
+            self.assertIn(f"longer than frame_budget {longest - 1}", msg)
+            self.assertIn('long_utterances="alone"', msg)
+            self.assertNotIn("long_alone", msg)
+        S = cxt.UtteranceBatchSampler(p, frame_budget=BUDGET)
+        self.assertIsInstance(S.global_batches(), int)
+        self.assertEqual(S.global_batches(), len(S))
+
     def test_elastic_resume_2_to_3_and_1(self):
         p = os.path.join(TMP, "f32")
         kw = dict(frame_budget=BUDGET, seed=4)
@@ -391,8 +451,12 @@ class Targets(unittest.TestCase):
         from ctxshard.utterances import pad_targets
         with self.assertRaisesRegex(ValueError, "no label sequences"):
             pad_targets(os.path.join(TMP, "f32"), [0])
-        # a frame loader over a dataset of sequences only: features, no labels
-        x = next(iter(cxt.Loader(os.path.join(TMP, "seq"), 2, 64, shuffle=False)))
+        # a frame loader over a dataset of sequences only: features, no
+        # labels, asked by labels=False (it yields (x, y) otherwise: refused)
+        with self.assertRaisesRegex(ValueError, "label sequences only, no per-frame labels.*"
+                                    "pass labels=False"):
+            cxt.Loader(os.path.join(TMP, "seq"), 2, 64, shuffle=False)
+        x = next(iter(cxt.Loader(os.path.join(TMP, "seq"), 2, 64, shuffle=False, labels=False)))
         self.assertEqual(tuple(x.shape), (64, 50))
 
     def test_items_pickle_and_plain_tuples(self):

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import textwrap
 import unittest
+import warnings
 
 BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 EXE = os.path.join(BUILD, "tools", "ctxshard")
@@ -27,6 +28,9 @@ import numpy as np  # noqa: E402
 import ctxshard  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-writer-")
+# the fault-injection hooks (CXS_PACK_FAULT) exist only in builds
+# configured with -Dtest_hooks=true; meson says which
+HOOKS = os.environ.get("CXS_TEST_HOOKS") == "1"
 
 
 def run(*args, check=True):
@@ -232,16 +236,82 @@ class Rejections(unittest.TestCase):
             self.assertEqual({i for i, _ in ds.skipped}, set(bad))
             self.assertEqual(ds.info["on_error_skip"], 1)
 
+    def test_skip_policy_never_drops_silently(self):
+        """on_error="skip": ids out of order are an error, not skips; dim=
+        fixes the width up front; every skip is returned, listed and
+        warned about at commit."""
+        x = np.ones((6, 4), np.float32)
+        out = os.path.join(TMP, "skip-order")
+        ids = [f"u{n:02d}" for n in (0, 5, 1, 6, 2, 7, 3, 8, 4, 9, 10, 11)]
+        with self.assertRaisesRegex(ValueError, "u01: utterance id comes after 'u05'"):
+            with ctxshard.Writer(out, on_error="skip") as w:
+                for i in ids:
+                    w.add(i, x)
+        self.assertFalse(os.path.exists(out))
+        # the width: a 13-wide first utterance under dim=4 is the odd one
+        w = ctxshard.Writer(out, on_error="skip", dim=4)
+        self.assertFalse(w.add("a0", np.ones((6, 13), np.float32)))
+        for n in range(1, 10):
+            self.assertTrue(w.add(f"a{n}", x))
+        self.assertEqual(w.skipped, [("a0", "13 features per frame, expected 4 (the writer's "
+                                      "dim)")])
+        with self.assertWarnsRegex(UserWarning, f"{out}: 1 utterance skipped, 9 written "
+                                   r"\(a0: 13 features per frame"):
+            counts = w.commit()
+        self.assertEqual(counts["skipped"], w.skipped)
+        self.assertEqual((counts["num_utterances"], counts["num_skipped"], counts["dim"]),
+                         (9, 1, 4))
+        with ctxshard.open(out) as ds:
+            self.assertEqual(len(ds.skipped), 1)
+            self.assertEqual(ds.dim, 4)
+        with self.assertRaisesRegex(ValueError, "dim"):
+            ctxshard.Writer(out, dim=0)
+        # a clean write warns about nothing
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with ctxshard.Writer(out, dim=4) as w:
+                w.add("b", x)
+
+    def test_ids_cannot_be_cut_or_forge_lines(self):
+        """A NUL in an id would cut it in the C library; a TAB or newline in
+        a skipped id or reason would forge lines of the skip list (one line
+        per utterance): refused, naming the id."""
+        out = os.path.join(TMP, "ids-nul")
+        x = np.ones((3, 2), np.float32)
+        with ctxshard.Writer(out, on_error="skip") as w:
+            for bad in ("spk1\x00utt9", b"spk1\x00utt9"):
+                with self.assertRaisesRegex(ValueError, r"Writer.add: utterance id .*spk1\\x00utt9"
+                                            ".* holds a NUL byte"):
+                    w.add(bad, x)
+            with self.assertRaisesRegex(ValueError, "Writer.skip: utterance id .*holds a NUL"):
+                w.skip("a\x00b", "why")
+            for bad in ("u1\tforged", "u1\nu2"):
+                with self.assertRaisesRegex(ValueError, "Writer.skip: utterance id .*control byte"):
+                    w.skip(bad, "why")
+            for why in ("bad\nu2\tforged reason", "a\ttab", "cr\r"):
+                with self.assertRaisesRegex(ValueError, "Writer.skip: u1: reason .* holds a TAB or "
+                                            "newline"):
+                    w.skip("u1", why)
+            w.add("spk1", x)
+            w.skip("spk2", "fine")
+        with ctxshard.open(out) as ds:
+            self.assertEqual(ds.ids, ["spk1"])
+            self.assertEqual(len(ds.skipped), 1)
+
     def test_writer_rules(self):
         out = os.path.join(TMP, "rules")
         x = np.ones((4, 3), np.float32)
         with ctxshard.Writer(out, vocab=["a", "b", "c"]) as w:
             w.add("m", x, labels=[0, 1, 2, 1])
-            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "b: utterance id comes after "
-                                        "'m': ids must arrive in increasing byte order"):
+            # the order is the caller's mistake: a ValueError, not a bad
+            # utterance one could skip
+            with self.assertRaisesRegex(ValueError, "b: utterance id comes after "
+                                        "'m': ids must arrive in increasing byte order") as cm:
                 w.add("b", x, labels=[0, 0, 0, 0])
-            with self.assertRaisesRegex(ctxshard.RejectedUtterance, "duplicate utterance id"):
+            self.assertNotIsInstance(cm.exception, ctxshard.RejectedUtterance)
+            with self.assertRaisesRegex(ValueError, "duplicate utterance id") as cm:
                 w.add("m", x, labels=[0, 0, 0, 0])
+            self.assertNotIsInstance(cm.exception, ctxshard.RejectedUtterance)
             with self.assertRaisesRegex(ctxshard.RejectedUtterance, "label 3 is outside the "
                                         r"vocabulary \(0..2\)"):
                 w.add("n", x, labels=[0, 3, 0, 0])
@@ -330,6 +400,36 @@ class Atomic(unittest.TestCase):
         with self.assertRaisesRegex(OSError, "not a ctxshard dataset"):
             ctxshard.Writer(os.path.join(d, "mine"))
 
+    def test_out_replaced_before_commit(self):
+        """OUT is what it is at commit: a Writer begun over a dataset whose
+        OUT someone replaced by a directory of their own meanwhile leaves
+        that directory alone, names it, and writes nothing."""
+        d = tempfile.mkdtemp(dir=TMP)
+        out = os.path.join(d, "out")
+        x = np.ones((5, 3), np.float32)
+        with ctxshard.Writer(out) as w:
+            w.add("a", x)
+        w = ctxshard.Writer(out)
+        w.add("b", x * 2)
+        os.rename(out, os.path.join(d, "moved"))
+        os.mkdir(out)
+        with open(os.path.join(out, "precious.txt"), "w") as f:
+            f.write("keep me")
+        with self.assertRaisesRegex(FileExistsError, f"{out}: exists and is not a ctxshard dataset "
+                                    r"\(no manifest.cxs\).*left alone, nothing written"):
+            w.commit()
+        self.assertEqual(os.listdir(out), ["precious.txt"])
+        self.assertEqual(open(os.path.join(out, "precious.txt")).read(), "keep me")
+        self.assertEqual(sorted(os.listdir(d)), ["moved", "out"])  # no temporary left
+        # an OUT that went away meanwhile is written as usual
+        shutil.rmtree(out)
+        os.rename(os.path.join(d, "moved"), out)
+        with ctxshard.Writer(out) as w:
+            w.add("c", x)
+            os.rename(out, os.path.join(d, "moved"))
+        with ctxshard.open(out) as ds:
+            self.assertEqual(ds.ids, ["c"])
+
     def test_kill_during_commit(self):
         """kill -9 at each phase of a Writer's commit: OUT is absent, or the
         previous dataset, intact; the next writer removes the leftovers."""
@@ -344,6 +444,15 @@ class Atomic(unittest.TestCase):
                           labels=[n % 2] * 60)
         """)
         env = dict(os.environ)
+        if not HOOKS:
+            # what users install: the variable changes nothing, the
+            # Writer commits and the process lives
+            r = subprocess.run([sys.executable, "-c", script, "2"],
+                               env=dict(env, CXS_PACK_FAULT="kill:rename:0"))
+            self.assertEqual(r.returncode, 0)
+            with ctxshard.open(out) as ds:
+                self.assertEqual(ds.num_utterances, 12)
+            self.skipTest("built without the test hooks (-Dtest_hooks=true): no kill injected")
         for previous in (False, True):
             if previous:
                 subprocess.run([sys.executable, "-c", script, "1"], check=True, env=env)

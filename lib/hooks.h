@@ -1,0 +1,25 @@
+/* hooks.h - the reader's test hooks.  They exist only in test builds
+ * (meson -Dtest_hooks=true defines CXS_TEST_HOOKS, as SQLite's test
+ * fixtures are compiled in only on request); in any other build each is
+ * a constant, and the library reads no environment variable for them.
+ * The writer's hook, CXS_PACK_FAULT, is in writer_out.c under the same
+ * condition. */
+#ifndef CXS_HOOKS_H
+#define CXS_HOOKS_H
+
+#ifdef CXS_TEST_HOOKS
+#include <stdlib.h>
+#include <string.h>
+/* CXS_LOADER_FAULT=threads: every worker thread a loader (frame or
+ * utterance) starts fails to start, as pthread_create failing with
+ * EAGAIN would; read at each start, so a test can set it in a forked
+ * child and clear it again. */
+static inline int cxs_hook_thread_fails(void) {
+    const char *e = getenv("CXS_LOADER_FAULT");
+    return e && strcmp(e, "threads") == 0;
+}
+#else
+static inline int cxs_hook_thread_fails(void) { return 0; }
+#endif
+
+#endif

@@ -1,0 +1,50 @@
+#!/bin/sh
+# Proof that the emulated GPU device sees what it must: each ordering or
+# ownership guard of the GPU loader is removed in turn, in a scratch copy
+# of the tree, and the emulated GPU suite must fail, naming the test that
+# caught it.  Not part of the default suites (about a minute per guard):
+#
+#     sh tests/gpu/guards.sh [SCRATCH_DIR]
+#
+# Prints one line per guard: the guard, then FAILED (caught, with the
+# failing tests) or PASSED (not caught: a hole in the emulation or in the
+# tests).  Exits 1 when any guard was not caught.
+set -eu
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=${1:-$(mktemp -d /tmp/cxs-guards-XXXXXX)}
+mkdir -p "$work"
+git -C "$root" worktree add --detach -f "$work/src" HEAD >/dev/null 2>&1
+trap 'git -C "$root" worktree remove --force "$work/src" >/dev/null 2>&1 || true' EXIT
+cd "$work/src"
+meson setup "$work/build" -Dcuda=disabled >/dev/null
+ninja -C "$work/build" >/dev/null
+
+# file | text to delete or replace (sed) | what the guard does
+guards='lib/gpu.c|s/int e = l->be->stream_wait(stream, c->ev_ready);/int e = 0;/|the consumer stream waits for the batch (missing stream wait)
+lib/gpu_resident.c|/if (s->used) BE(l, l->be->event_sync(s->ev_ready)); \/\* h_in/d|resident: h_in refilled only after its last copy (missing event sync)
+lib/gpu_stream.c|s/if ((e = be->event_sync(pend_ev))) {/if ((e = 0)) {/|stream: a staging buffer goes back to the workers after its copy (buffer refilled before its copy ran)
+lib/gpu_resident.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));/d|resident: a slot is refilled after the consumer is done with it (missing stream wait on ev_consumed)
+lib/gpu.c|/if (l->slot\[i\].ev_consumed) l->be->event_sync(l->slot\[i\].ev_consumed);/d|free waits for the consumer work queued on its batches (read after free)
+lib/gpu.c|/if (l->work) l->be->stream_sync(l->work);$/d|free waits for the loader'"'"'s own queued work (read after free)
+lib/gpu_pool.c|/if (sg->freed_once \&\& (e = l->be->stream_wait(p->copy, sg->ev_freed)))/,+2d|pool: a segment is reloaded after the kernels reading it (missing stream wait on ev_freed)
+lib/gpu_utt.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));/d|utterances: a slot is refilled after the consumer is done with it'
+
+status=0
+echo "$guards" | while IFS='|' read -r file expr what; do
+    git checkout -q -- lib
+    cp "$file" "$work/orig"
+    sed -i "$expr" "$file"
+    if cmp -s "$file" "$work/orig"; then
+        echo "NOT APPLIED ($file: the pattern no longer matches): $what"
+        exit 1
+    fi
+    ninja -C "$work/build" >/dev/null
+    if out=$(CK_DEFAULT_TIMEOUT=120 "$work/build/tests/gpu/gpu_test" "$work/build/tools/ctxshard" emulate 2>&1); then
+        echo "PASSED (not caught): $what"
+        exit 1
+    fi
+    echo "FAILED (caught): $what"
+    echo "$out" | grep -E ':[EF]:all:' | sed 's/^/    /' | cut -c1-300
+done || status=1
+git checkout -q -- lib
+exit $status

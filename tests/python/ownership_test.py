@@ -1,0 +1,196 @@
+"""Ownership and ordering of what the loaders hand out, on the emulated GPU
+device (late schedule: the device runs work only when something waits for
+it) and with a stand-in for a CUDA stream that runs copies late:
+
+- a pinned batch buffer goes back to the workers only after the copy that
+  reads it has run (the copying fallback of device='cuda', and the user's
+  own x.to(dev, non_blocking=True) with pin_memory=True);
+- a device batch outlives its loader object, and close() with batches
+  outstanding leaves them valid; the memory goes with the last of them;
+- the raw GpuLoader's batches read after emulated_sync();
+- the emulated device never faulted.
+
+usage: /usr/bin/python3 tests/python/ownership_test.py BUILD_DIR SOURCE_ROOT"""
+import ctypes
+import gc
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import weakref
+
+BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+EXE = os.path.join(BUILD, "tools", "ctxshard")
+os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
+sys.path.insert(0, os.path.join(SRC, "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import ctxshard  # noqa: E402
+import ctxshard.gpu as g  # noqa: E402
+import ctxshard.torch as cxt  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="ctxshard-own-")
+PATH = os.path.join(TMP, "f32")
+SEQ = os.path.join(TMP, "both")
+
+
+def setUpModule():
+    raw = os.path.join(TMP, "raw")
+    subprocess.run([EXE, "synth", raw, "--utts", "30", "--seed", "3", "--dim", "12", "--quiet"],
+                   check=True)
+    subprocess.run([EXE, "pack", raw, PATH, "--shard-size", "400K", "--quiet"], check=True)
+    subprocess.run([EXE, "pack", raw, SEQ, "--transcripts", "both", "--quiet"], check=True)
+
+
+def tearDownModule():
+    shutil.rmtree(TMP)
+
+
+class LateStream:
+    """A stand-in for a CUDA stream that runs `lag` copies behind the host.
+    copy() queues a read of a tensor's bytes by address, as a DMA engine
+    reads them: the queue holds no reference to the tensor, so nothing but
+    the loader's own ordering keeps the buffer unchanged until the copy
+    runs.  record() is the fence: an event that completes when every copy
+    queued before it has run."""
+
+    def __init__(self, lag):
+        self.lag, self.queue, self.done, self.results = lag, [], 0, []
+
+    def copy(self, t):
+        self.queue.append((t.data_ptr(), t.numel() * t.element_size(), t.numpy().dtype,
+                           tuple(t.shape)))
+        while self.done < len(self.queue) - self.lag:
+            self._run()
+        return len(self.queue) - 1
+
+    def _run(self):
+        ptr, n, dtype, shape = self.queue[self.done]
+        self.results.append(np.frombuffer(ctypes.string_at(ptr, n), dtype).reshape(shape).copy())
+        self.done += 1
+
+    def flush(self):
+        while self.done < len(self.queue):
+            self._run()
+
+    def record(self):
+        stream, ticket = self, len(self.queue)
+
+        class Event:
+            def query(self):
+                return stream.done >= ticket
+
+            def synchronize(self):
+                while stream.done < ticket:
+                    stream._run()
+        return Event()
+
+
+class PinnedBuffersWaitForTheirCopies(unittest.TestCase):
+    def test_late_copies_read_their_own_batch(self):
+        # The loader's copying fallback and a user's own non_blocking copy
+        # drop the last reference to the pinned batch right after queueing
+        # the copy; the stream may run it batches later.
+        for lag in (0, 1, 2, 4, 9):
+            L = cxt.Loader(PATH, 3, 64, seed=2, threads=2)
+            late = LateStream(lag)
+            L._fence = late.record  # what a CUDA stream's record_event() is
+            want, idx = [], []
+            for x, y in L:
+                want.append((x.numpy().copy(), y.numpy().copy()))
+                idx.append((late.copy(x), late.copy(y)))
+                del x, y  # as `x = x.to(dev, non_blocking=True)` drops it
+            late.flush()
+            bad = sum(not (np.array_equal(late.results[i], wx) and
+                           np.array_equal(late.results[j], wy))
+                      for (i, j), (wx, wy) in zip(idx, want))
+            self.assertEqual(bad, 0, f"lag {lag}: {bad} of {len(want)} batches were "
+                             "refilled before their copy ran")
+            self.assertGreater(len(want), 20)
+            # pinned memory stays bounded: a few buffers in flight, not one a batch
+            self.assertLessEqual(len(L._pool), L.threads + 2 + 6)
+
+
+class DeviceBatchOwnership(unittest.TestCase):
+    def tearDown(self):
+        gc.collect()
+        self.assertIsNone(g.emulated_fault())
+
+    def reference(self, **kw):
+        return next(iter(cxt.Loader(PATH, 4, 100, seed=5, **kw)))
+
+    def test_schedule_is_late(self):
+        self.assertEqual(_schedule(), "late")
+
+    def test_a_batch_outlives_its_loader(self):
+        rx, ry = self.reference()
+        for mode in ("stream", "resident", "pool"):
+            info = ctxshard.open(PATH).info
+            budget = (4 * 2 * info["max_length"] * info["dim"] * 4 +
+                      3 * 100 * (9 * info["dim"] * 4 + 8 + 24)) if mode == "pool" else None
+            x, y = next(iter(cxt.Loader(PATH, 4, 100, seed=5, gpu_emulate=True, gpu_mode=mode,
+                                        gpu_budget=budget)))
+            gc.collect()  # the Loader and its GpuLoader are gone; x and y hold the memory
+            if mode != "pool":
+                self.assertTrue(torch.equal(x, rx), mode)
+                self.assertTrue(torch.equal(y, ry), mode)
+            else:  # the pool serves its own order: its rows are real windows
+                self.assertFalse(torch.isnan(x).any())
+                self.assertTrue(bool((y >= 0).all()))
+            del x, y
+        utt = next(iter(cxt.UtteranceLoader(SEQ, 5000, seed=1, gpu_emulate=True, targets=True)))
+        ref = next(iter(cxt.UtteranceLoader(SEQ, 5000, seed=1, targets=True)))
+        gc.collect()
+        for a, b in zip(utt, ref):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_close_with_batches_outstanding(self):
+        rx, ry = self.reference()
+        L = cxt.Loader(PATH, 4, 100, seed=5, gpu_emulate=True, gpu_mode="resident")
+        x, y = next(iter(L))
+        owner = weakref.ref(L._gl.owner)
+        L.close()
+        gc.collect()
+        self.assertTrue(torch.equal(x, rx) and torch.equal(y, ry))  # still valid
+        self.assertIsNotNone(owner())
+        del x
+        gc.collect()
+        self.assertIsNotNone(owner())  # y still holds it
+        del y
+        gc.collect()
+        self.assertIsNone(owner())  # the last batch gone: the memory went with it
+        U = cxt.UtteranceLoader(SEQ, 5000, seed=1, gpu_emulate=True)
+        ref = next(iter(cxt.UtteranceLoader(SEQ, 5000, seed=1)))
+        got = next(iter(U))
+        owner = weakref.ref(U._gl)
+        U.close()
+        gc.collect()
+        for a, b in zip(got, ref):
+            self.assertTrue(torch.equal(a, b))
+        del got
+        gc.collect()
+        self.assertIsNone(owner())
+
+    def test_raw_loader_reads_after_sync(self):
+        ds = ctxshard.open(PATH)
+        s = ctxshard.Sampler(ds, ctxshard.SHUFFLE, seed=8)
+        W = ds.input_size(2)
+        with g.GpuLoader(ds, s, 2, 50, device=g.EMULATE, mode="resident") as L:
+            for _ in range(5):
+                b = L.next()
+                g.emulated_sync()
+                x = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
+                                          shape=(b.n, W)).copy()
+                self.assertTrue(np.array_equal(x, ds.gather(b.frames, 2)))
+
+
+def _schedule():
+    return ctxshard._native.lib.cxs_gpu_emu_schedule().decode()
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
