@@ -122,7 +122,6 @@ END_TEST_
  * flight, nor a schedule lock a parent thread held, is inherited.  Each
  * child has 20 s (a hang is a SIGALRM). */
 TEST(fork_during_first_batches) {
-    if (getenv("CXS_TEST_NO_FORK")) return; /* the sanitizers' allocators */
     for (uint64_t it = 0; it < 12; it++) {
         cxs_sampler *s = block_sampler(it, 0, 1, 0, 0);
         cxs_loader_opts lo = {.k = 5, .batch_size = 1024, .threads = 2, .labels = 1};
@@ -365,7 +364,8 @@ int main(int argc, char **argv) {
                             budget_refused, loader_same_order_any_threads,
                             exact_resume_mid_epoch, elastic_resume};
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
-        _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
+        cxs_add_test(tc, tests[i],
+                     tests[i] == fork_during_first_batches ? CXS_FORK_THREADS : CXS_FORK_NONE);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -634,7 +634,7 @@ TEST(loader_external_buffers) {
 }
 END_TEST_
 
-TEST(concurrent_threads_and_forks) {
+TEST(concurrent_threads) {
     tjob jobs[8];
     pthread_t t[8];
     for (int i = 0; i < 8; i++) {
@@ -643,9 +643,11 @@ TEST(concurrent_threads_and_forks) {
     }
     for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
     for (int i = 0; i < 8; i++) EXPECT_UINT(jobs[i].h, hash_batches(ds, (uint64_t)i, 20));
-    /* Forked children read the same mapping and get the same bytes.
-     * (ThreadSanitizer cannot follow a fork: CXS_TEST_NO_FORK=all.) */
-    if (getenv("CXS_TEST_NO_FORK") && !strcmp(getenv("CXS_TEST_NO_FORK"), "all")) return;
+}
+END_TEST_
+
+TEST(forked_children_read_the_same) {
+    /* Forked children read the same mapping and get the same bytes. */
     int fds[4][2];
     pid_t pids[4];
     for (int c = 0; c < 4; c++) {
@@ -665,7 +667,7 @@ TEST(concurrent_threads_and_forks) {
         int status;
         waitpid(pids[c], &status, 0);
         ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        EXPECT_UINT(h, jobs[c].h);
+        EXPECT_UINT(h, hash_batches(ds, (uint64_t)c, 20));
     }
 }
 END_TEST_
@@ -676,7 +678,6 @@ TEST(loader_after_fork) {
      * CXS_TEST_NO_FORK set: the sanitizers' own allocators are not fork-safe
      * while other threads run (glibc's malloc is), so a child starting
      * threads can deadlock inside the sanitizer. */
-    if (getenv("CXS_TEST_NO_FORK")) return;
     cxs_sampler *s;
     cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = 3, .world_size = 1};
     EXPECT_INT(cxs_sampler_create(ds, &so, &s), 0);
@@ -771,6 +772,12 @@ TEST(open_close_repeatedly) {
 }
 END_TEST_
 
+static int fork_kind(const TTest *t) {
+    return t == forked_children_read_the_same ? CXS_FORK_ANY
+           : t == loader_after_fork           ? CXS_FORK_THREADS
+                                              : CXS_FORK_NONE;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) return 2;
     snprintf(dir, sizeof dir, "/tmp/cxs-reader-XXXXXX");
@@ -796,19 +803,21 @@ int main(int argc, char **argv) {
                             weighted_matches_distribution, loader_matches_gather,
                             labels_of_and_shard_labels, loader_norm_from_other_stats,
                             loader_reset_and_early_free,
-                            loader_external_buffers, concurrent_threads_and_forks,
-                            loader_after_fork, single_shard, open_close_repeatedly};
+                            loader_external_buffers, concurrent_threads,
+                            forked_children_read_the_same, loader_after_fork, single_shard,
+                            open_close_repeatedly};
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
-        _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
+        cxs_add_test(tc, tests[i], fork_kind(tests[i]));
     suite_add_tcase(s, tc);
     TCase *tz = tcase_create("compressed");
     tcase_set_timeout(tz, 120);
     tcase_add_checked_fixture(tz, setup_compressed, teardown);
     const TTest *ztests[] = {gather_threads_and_normalize, loader_matches_gather,
                              loader_reset_and_early_free, loader_external_buffers,
-                             concurrent_threads_and_forks, loader_after_fork};
+                             concurrent_threads, forked_children_read_the_same,
+                             loader_after_fork};
     for (size_t i = 0; i < sizeof ztests / sizeof *ztests; i++)
-        _tcase_add_test(tz, ztests[i], 0, 0, 0, 1);
+        cxs_add_test(tz, ztests[i], fork_kind(ztests[i]));
     suite_add_tcase(s, tz);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
