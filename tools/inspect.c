@@ -69,6 +69,10 @@ int info_run(const char *dir, int json) {
     size_t skipped_len;
     cxs_dataset_skipped(ds, &skipped, &skipped_len);
     double mean_len = (double)in.num_frames / (double)in.num_utterances;
+    /* The symbols of label sequences are stored at the width the vocabulary
+     * size gives (spec 5.1, checked at open), which cxs_info.label_width
+     * does not say when there are no frame labels (spec 5.6). */
+    unsigned seq_width = in.vocab_size <= 256 ? 1 : 2;
     if (json) {
         printf("{\n  \"path\": ");
         json_print_string(dir, strlen(dir));
@@ -92,9 +96,9 @@ int info_run(const char *dir, int json) {
                (unsigned long long)in.stored_feature_bytes);
         printf("  \"label_width\": %u,\n", in.label_width);
         if (in.label_seqs)
-            printf("  \"label_sequences\": {\"symbols\": %llu, \"min\": %llu, \"mean\": %.3f, "
-                   "\"max\": %llu},\n",
-                   (unsigned long long)in.seq_symbols, (unsigned long long)in.min_seq_length,
+            printf("  \"label_sequences\": {\"symbols\": %llu, \"width\": %u, \"min\": %llu, "
+                   "\"mean\": %.3f, \"max\": %llu},\n",
+                   (unsigned long long)in.seq_symbols, seq_width, (unsigned long long)in.min_seq_length,
                    (double)in.seq_symbols / (double)in.num_utterances,
                    (unsigned long long)in.max_seq_length);
         printf("  \"vocab\": [");
@@ -150,9 +154,10 @@ int info_run(const char *dir, int json) {
     else
         printf("labels        none (features only)\n");
     if (in.label_seqs)
-        printf("sequences     one per utterance, %llu symbols (per utterance: min %llu, mean "
-               "%.1f, max %llu)\n",
-               (unsigned long long)in.seq_symbols, (unsigned long long)in.min_seq_length,
+        printf("sequences     one per utterance, %llu symbols stored as %s (per utterance: min "
+               "%llu, mean %.1f, max %llu)\n",
+               (unsigned long long)in.seq_symbols, seq_width == 1 ? "uint8" : "uint16",
+               (unsigned long long)in.min_seq_length,
                (double)in.seq_symbols / (double)in.num_utterances,
                (unsigned long long)in.max_seq_length);
     printf("shards        %u (target size %s), %s in all\n", in.num_shards,

@@ -498,6 +498,20 @@ class Usage(unittest.TestCase):
         expected = open(os.path.join(SRC, "tests", "cli", "info_tiny.txt")).read()
         self.assertEqual(out, expected)
 
+    def test_info_exact_sequences_only(self):
+        """Spec 5.6: info reports the stored width of the symbols of a
+        dataset of label sequences only (its label_width reads 0)."""
+        valid = os.path.join(SRC, "tests", "golden", "valid")
+        rc, out, _ = run("info", "tiny-seq-only", cwd=valid)
+        self.assertEqual(rc, 0)
+        expected = open(os.path.join(SRC, "tests", "cli", "info_tiny_seq_only.txt")).read()
+        self.assertEqual(out, expected)
+        import json
+        rc, out, _ = run("info", "tiny-seq-only", "--json", cwd=valid)
+        j = json.loads(out)
+        self.assertEqual(j["label_width"], 0)
+        self.assertEqual(j["label_sequences"]["width"], 1)
+
     def test_info_json(self):
         import json
         tiny = os.path.join(SRC, "tests", "golden", "valid", "tiny")
