@@ -651,6 +651,12 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
     cxs_npy h;
     int rc = transcript_header(&h, buf, len, path, why, wn);
     if (rc) return rc;
+    if (h.count != u->T + 2 && h.count == (uint64_t)u->D + 2 && u->D != u->T)
+        return say(why, wn, "%s: shape [%llu, %u] looks transposed: its transcript %s has "
+                            "%llu symbols, one per column plus %s and %s; save the features "
+                            "as [frames, features] (numpy: np.ascontiguousarray(x.T))",
+                   mfcc, (unsigned long long)u->T, u->D, path, (unsigned long long)h.count,
+                   v->sos_name, v->eos_name);
     if (h.count != u->T + 2)
         return say(why, wn, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s); "
                             "if the transcripts are phoneme sequences not aligned with the "

@@ -211,6 +211,54 @@ class BadInputs(Base):
         self.assertIn("2 problems", out)
         self.assertEqual(len(err.strip().splitlines()), 2)
 
+    def test_transposed_features_named(self):
+        """A [D, T] features file is named, and said to look transposed,
+        with its transcript (the length rule fails first) and without."""
+        x = np.load(self.mfcc(self.ids[2]))
+        np.save(self.mfcc(self.ids[2]), np.ascontiguousarray(x.T))
+        for args in ([], ["--no-transcripts"]):
+            with self.subTest(args=args):
+                if args:
+                    shutil.rmtree(os.path.join(self.raw, "transcript"))
+                rc, out, err = run("check", self.raw)
+                self.assertEqual(rc, 1)
+                line = [l for l in err.splitlines() if "transposed" in l]
+                self.assertEqual(len(line), 1, err)
+                self.assertTrue(line[0].startswith(self.mfcc(self.ids[2]) + ": "), line[0])
+                self.assertIn(f"[{x.shape[1]}, {x.shape[0]}]", line[0])
+                self.assertIn("1 problem", out)
+
+    def test_check_repeated_hint_once(self):
+        """An HW3P2 split (label sequences) checked in the default mode: one
+        problem line per utterance, the hint once, and a summary of it."""
+        raw = os.path.join(self.tmp, "seq")
+        run("synth", raw, "--utts", 7, "--transcripts", "sequence", "--quiet")
+        rc, out, err = run("check", raw)
+        self.assertEqual(rc, 1)
+        lines = err.strip().splitlines()
+        self.assertEqual(err.count("--transcripts sequence"), 2, err)  # first line, summary
+        self.assertEqual(sum("symbols, expected" in l for l in lines), 7)
+        self.assertIn("--transcripts sequence", lines[0])
+        self.assertIn("7 of the 7 problems above", lines[-1])
+        self.assertIn("--transcripts sequence", lines[-1])
+        self.assertEqual(out.strip().splitlines()[-1],
+                         f"{raw}: 7 utterances checked, 0 valid (0 frames, dim 28, with "
+                         "transcripts), 7 problems")
+
+    def test_missing_shard_is_damaged_data(self):
+        """A shard the manifest lists and the directory lacks is a damaged
+        dataset (exit 1, the shard named), not a system error."""
+        ds = os.path.join(self.tmp, "ds")
+        shutil.copytree(os.path.join(SRC, "tests", "golden", "valid", "tiny"), ds)
+        os.remove(os.path.join(ds, "shard-000000.cxs"))
+        for cmd in (["verify"], ["info"], ["stats"], ["warm"]):
+            with self.subTest(cmd=cmd):
+                rc, _, err = run(*cmd, ds)
+                self.assertEqual(rc, 1, err)
+                self.assertIn(os.path.join(ds, "shard-000000.cxs"), err)
+        rc, _, err = run("convert", ds, os.path.join(self.tmp, "c"), "--compress", "zstd")
+        self.assertEqual(rc, 1, err)
+
     def test_skip_policy(self):
         x = np.load(self.mfcc(self.ids[4]))
         x[1, 1] = np.nan
