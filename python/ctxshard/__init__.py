@@ -312,6 +312,14 @@ class Dataset:
         return Stats(st.count, mean, var, lc)
 
     @property
+    def identity(self):
+        """The dataset's identity, an int: the checksum of its manifest's
+        header, which vouches for every byte (a copy has the same, another
+        pack another).  A dataset reopened by path (a pickled FrameDataset
+        in a worker) is checked against it."""
+        return int(_lib.cxs_dataset_identity(self._ptr))
+
+    @property
     def skipped(self):
         """The pack-time skip report: [(id, reason)]."""
         p, n = c_void_p(), c_size_t()

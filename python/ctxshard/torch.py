@@ -28,8 +28,8 @@ import torch
 from torch.utils.data import Dataset as _TorchDataset
 from torch.utils.data._utils.collate import default_collate
 
-from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _args as _a, _native as _n,
-               _raise, memory_available, normalization)
+from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, CtxshardError, Dataset, Sampler,
+               _args as _a, _native as _n, _raise, memory_available, normalization)
 from . import gpu as _gpu
 from ._native import lib as _lib
 
@@ -77,13 +77,36 @@ def collate(batch):
 class _ByPath(_TorchDataset):
     """A torch Dataset over a packed dataset that crosses into worker
     processes by path: pickled without its open Dataset (_ds), reopened on
-    first use there.  Subclasses set path, _ds and _len."""
+    first use there.  Subclasses set path, _ds and _len.
+
+    What was resolved at construction (the length, the statistics of
+    normalize=True, the input size) travels with the object, so the
+    dataset reopened must be the one it was made from: its identity (the
+    manifest's checksum) is pickled too and checked on reopening; a
+    dataset packed again at that path since is refused with a
+    CtxshardError that says so."""
 
     @property
     def dataset(self):
         if self._ds is None:
-            self._ds = Dataset(self.path)
+            ds = Dataset(self.path)
+            want = self.__dict__.get("_identity")
+            if want is not None and ds.identity != want:
+                got = ds.identity
+                ds.close()
+                # the checksum that names the dataset differs: CXS_E_CHECKSUM
+                raise CtxshardError(
+                    _n.E_CHECKSUM,
+                    f"{type(self).__name__}: {self.path} is not the dataset this object was "
+                    f"made from (identity {got:016x}, expected {want:016x}: packed again "
+                    f"since); its length ({self._len}) and statistics would be wrong -- "
+                    f"make a new {type(self).__name__} from the dataset as it is now")
+            self._ds = ds
         return self._ds
+
+    def _remember(self, ds):
+        self._ds = ds
+        self._identity = ds.identity
 
     def __getstate__(self):
         st = dict(self.__dict__)
@@ -118,7 +141,7 @@ class FrameDataset(_ByPath):
         mode, st = normalization(f, ds, normalize)
         # resolved once: the statistics travel with the object to workers
         self.normalize = False if mode is None else ("own" if mode == "own" else st)
-        self._ds = ds
+        self._remember(ds)
         self.input_size = ds.input_size(self.context)
         self.num_classes = ds.num_classes
         self._len = len(ds)
@@ -957,7 +980,7 @@ class UtteranceDataset(_ByPath):
         self.per_utterance = _a.flag(f, "per_utterance", per_utterance)
         mode, st = normalization(f, ds, normalize)
         self.normalize = False if mode is None else ("own" if mode == "own" else st)
-        self._ds = ds
+        self._remember(ds)
         self.input_size = ds.dim
         self.num_classes = ds.num_classes
         self._len = ds.num_utterances

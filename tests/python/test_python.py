@@ -384,6 +384,39 @@ class Torch(unittest.TestCase):
             self.assertTrue(torch.equal(xb, torch.from_numpy(wx)))
             self.assertTrue(torch.equal(yb, torch.from_numpy(wy)))
 
+    def test_reopen_by_path_checks_identity(self):
+        """A FrameDataset or UtteranceDataset pickled (as DataLoader sends
+        it to a worker) and reopened by path after the dataset was packed
+        again there is refused, naming the path; unchanged, it serves the
+        same rows, and a copy of the dataset has the same identity."""
+        import pickle
+        raw2 = os.path.join(TMP, "raw-repack")
+        run("synth", raw2, "--utts", 3, "--seed", 11, "--quiet")
+        path = os.path.join(TMP, "repacked")
+        run("pack", os.path.join(TMP, "raw"), path, "--quiet")
+        ident = ctxshard.open(path).identity
+        self.assertIsInstance(ident, int)
+        self.assertEqual(ctxshard.open(os.path.join(TMP, "f32")).identity,
+                         ctxshard.open(os.path.join(TMP, "f32")).identity)
+        self.assertNotEqual(ident, ctxshard.open(os.path.join(TMP, "f32")).identity)
+        fd = cxt.FrameDataset(path, 2, normalize=True)
+        ud = cxt.UtteranceDataset(path)
+        n = len(fd)
+        want = fd[n - 1][0]
+        same = pickle.loads(pickle.dumps(fd))
+        self.assertTrue(torch.equal(same[n - 1][0], want))
+        blobs = [pickle.dumps(fd), pickle.dumps(ud)]
+        run("pack", raw2, path, "--quiet")  # packed again at the same path
+        self.assertNotEqual(ctxshard.open(path).identity, ident)
+        for blob, name in zip(blobs, ("FrameDataset", "UtteranceDataset")):
+            back = pickle.loads(blob)
+            with self.assertRaisesRegex(ctxshard.CtxshardError,
+                                        f"{name}: {re.escape(path)} is not the dataset this "
+                                        "object was made from .*packed again"):
+                back[0]
+        # the original object, whose dataset is still open, is unaffected
+        self.assertTrue(torch.equal(fd[n - 1][0], want))
+
     def test_features_only(self):
         raw = os.path.join(TMP, "raw-test")
         out = os.path.join(TMP, "test-split")
