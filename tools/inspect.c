@@ -354,8 +354,26 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
             cxs_dataset_close(train);
             return EXIT_USAGE;
         }
+        if (ti.normalize != in.normalize) {
+            /* Statistics of per-utterance normalised features (mean ~0,
+             * variance ~1) do not describe raw ones, nor the reverse. */
+            warnx_("%s was packed %s, %s %s: its statistics cannot normalise it (pack both "
+                   "splits with the same --normalize)",
+                   stats_from,
+                   ti.normalize == CXS_NORM_UTTERANCE ? "with --normalize utterance" : "without "
+                                                                                     "--normalize utterance",
+                   dir, in.normalize == CXS_NORM_UTTERANCE ? "with it" : "without it");
+            cxs_dataset_close(ds);
+            cxs_dataset_close(train);
+            return EXIT_USAGE;
+        }
         norm = (cxs_norm){in.dim, ts.mean, ts.var};
         normalize = 1;
+    } else if (normalize && in.num_frames) {
+        warnx_("%s: --normalize without --stats-from normalises by its own statistics; "
+               "normalise every split (train, dev, test) with the training split's: "
+               "--stats-from TRAIN_OUT (on the training split itself, --stats-from it says so "
+               "and silences this)", dir);
     }
     if (normalize && !train && !st.mean) {
         warnx_("%s: no stored statistics to normalise with", dir);

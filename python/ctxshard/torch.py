@@ -126,7 +126,7 @@ class FrameDataset(_ByPath):
     training split's Dataset), train_ds.stats or a (mean, var) pair --
     normalise dev and test with the training split's statistics; the
     dataset itself for its own; True also means its own, with a warning
-    once per process (ctxshard.Dataset.gather).
+    once per dataset (ctxshard.Dataset.gather).
 
     Works in DataLoader worker processes (forked or spawned): each process
     opens the dataset on first use; the files are shared through the page

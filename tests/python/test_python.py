@@ -151,6 +151,55 @@ class Binding(unittest.TestCase):
         with ctxshard.open(narrow) as n5, self.assertRaisesRegex(ValueError, "dim 28"):
             self.ds.gather([0], 1, normalize=n5)
 
+    def test_normalization_warnings_and_mismatch(self):
+        """normalize=True warns once per dataset (train, then dev: two
+        warnings, each naming its dataset); `gather --normalize` without
+        --stats-from warns the same; statistics of a split packed with
+        --normalize utterance are refused for one packed without it (and
+        the other way round), in Python and in the command."""
+        import warnings
+        dev_raw, dev = os.path.join(TMP, "raw-dev6"), os.path.join(TMP, "dev6")
+        utt = os.path.join(TMP, "train-utt")
+        run("synth", dev_raw, "--utts", 2, "--seed", 12, "--offset", 60, "--quiet")
+        run("pack", dev_raw, dev, "--quiet")
+        run("pack", os.path.join(TMP, "raw"), utt, "--normalize", "utterance", "--quiet")
+        train = os.path.join(TMP, "f32")
+        ctxshard._warned_own_stats.clear()
+        with warnings.catch_warnings(record=True) as w, ctxshard.open(dev) as d, \
+                ctxshard.open(train) as t:
+            warnings.simplefilter("always")
+            t.gather([0], 1, normalize=True)
+            d.gather([0], 1, normalize=True)
+            d.gather([1], 1, normalize=True)
+            msgs = [str(m.message) for m in w if "own statistics" in str(m.message)]
+            self.assertEqual(len(msgs), 2, msgs)
+            self.assertIn(train, msgs[0])
+            self.assertIn(dev, msgs[1])
+        xpath = os.path.join(TMP, "cli-dev6.npy")
+        p = subprocess.run([EXE, "gather", dev, "--context", "1", "--frames", "0", "--out", xpath,
+                            "--normalize"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"{dev}: --normalize without --stats-from normalises by its own "
+                      "statistics", p.stderr)
+        self.assertIn("--stats-from TRAIN_OUT", p.stderr)
+        p = subprocess.run([EXE, "gather", dev, "--context", "1", "--frames", "0", "--out", xpath,
+                            "--stats-from", dev], capture_output=True, text=True)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        for a, b in ((dev, utt), (utt, dev)):
+            p = subprocess.run([EXE, "gather", a, "--context", "1", "--frames", "0", "--out",
+                                xpath, "--stats-from", b], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--normalize utterance", p.stderr)
+            self.assertIn(b, p.stderr)
+        with ctxshard.open(dev) as d, ctxshard.open(utt) as u:
+            for nrm in (u, u.stats):
+                with self.assertRaisesRegex(ValueError, "packed with --normalize utterance"):
+                    d.gather([0], 1, normalize=nrm)
+                with self.assertRaisesRegex(ValueError, "packed with --normalize utterance"):
+                    cxt.FrameDataset(dev, 1, normalize=nrm)
+            with self.assertRaisesRegex(ValueError, "packed with --normalize utterance"):
+                u.gather([0], 1, normalize=d)
+
     def test_normalize_is_the_spec(self):
         """gather(normalize=...) and the GPU kernel's arithmetic (host
         emulation, resident mode) against an independent numpy reading of
@@ -460,7 +509,8 @@ class Torch(unittest.TestCase):
     def test_normalize_with_train_statistics(self):
         """Dev normalised with train's statistics, the same windows through
         gather, FrameDataset, the Loader and the (emulated) GPU loader,
-        whichever form the statistics take; normalize=True warns once."""
+        whichever form the statistics take; normalize=True warns once per
+        dataset."""
         import warnings
         import ctxshard.gpu as g
         raw = os.path.join(TMP, "raw-dev")
@@ -493,9 +543,9 @@ class Torch(unittest.TestCase):
                     gx = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
                                                shape=(b.n, dev.input_size(k)))
                     self.assertTrue(np.array_equal(gx, want))
-            # True: the dataset's own, with one warning per process naming the fix;
+            # True: the dataset's own, with one warning per dataset naming the fix;
             # the dataset itself: the same windows, no warning
-            ctxshard._warned_own_stats = False
+            ctxshard._warned_own_stats.clear()
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 a = dev.gather(range(n), k, normalize=True)
@@ -506,7 +556,7 @@ class Torch(unittest.TestCase):
             self.assertEqual(len(msgs), 1, msgs)
             self.assertIn("normalize=train_ds", msgs[0])
             self.assertIn("normalize=ds", msgs[0])
-            ctxshard._warned_own_stats = False
+            ctxshard._warned_own_stats.clear()
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 dev.gather(range(n), k, normalize=dev)
