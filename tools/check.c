@@ -57,7 +57,8 @@ int check_run(const char *rawdir, const pack_opts *o) {
     vocab v;
     int ec = open_raw(rawdir, o->vocab_path, o->sos, o->eos, &rs, &v);
     if (ec) return ec;
-    conv_opts co = {CXS_DTYPE_F32, CXS_NORM_NONE, rs.has_transcripts ? &v : NULL, o->transcripts};
+    conv_opts co = {CXS_DTYPE_F32, CXS_NORM_NONE, rs.has_transcripts ? &v : NULL, o->transcripts,
+                    o->fill_nonfinite};
     /* The width is the most common one, so the headers come first (a few
      * hundred bytes a file). */
     uint64_t *hT = calloc(rs.n + 1, sizeof *hT);

@@ -69,6 +69,16 @@ int info_run(const char *dir, int json) {
     size_t skipped_len;
     cxs_dataset_skipped(ds, &skipped, &skipped_len);
     double mean_len = (double)in.num_frames / (double)in.num_utterances;
+    /* A features-only split (a test split) is there to be predicted frame
+     * by frame: one that lost utterances gives fewer rows than the raw
+     * split, and every frame after a gap shifts.  Said on stderr in both
+     * forms, and in the report. */
+    const int lost = in.vocab_size == 0 && in.num_skipped > 0;
+    if (lost)
+        warnx_("WARNING: %s is a features-only split (a test split?) with %llu utterance%s left "
+               "out at pack time: predictions over it have fewer rows than the raw split has "
+               "frames; pack it again with --fill-nonfinite or with the files fixed",
+               dir, (unsigned long long)in.num_skipped, in.num_skipped == 1 ? "" : "s");
     /* The symbols of label sequences are stored at the width the vocabulary
      * size gives (spec 5.1, checked at open), which cxs_info.label_width
      * does not say when there are no frame labels (spec 5.6). */
@@ -127,6 +137,10 @@ int info_run(const char *dir, int json) {
     printf("format        %u.%u\n", in.format_major, in.format_minor);
     printf("utterances    %llu (%llu skipped at pack time)\n", (unsigned long long)in.num_utterances,
            (unsigned long long)in.num_skipped);
+    if (lost)
+        printf("WARNING       features only, and %llu utterance%s left out (listed below): "
+               "fewer rows than the raw split has frames\n",
+               (unsigned long long)in.num_skipped, in.num_skipped == 1 ? "" : "s");
     printf("frames        %llu (per utterance: min %llu, mean %.1f, max %llu)\n",
            (unsigned long long)in.num_frames, (unsigned long long)in.min_length, mean_len,
            (unsigned long long)in.max_length);

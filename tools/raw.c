@@ -533,8 +533,9 @@ int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, 
                    (int64_t)(h.fortran_order ? isz : D * isz),
                    (int64_t)(h.fortran_order ? T * isz : isz)};
     char r2[256];
-    if (cxs_features_convert(&fs, o->dtype, o->normalize, u->feat, u->sum, u->sumsq, u->tmp, r2,
-                             sizeof r2))
+    if (cxs_features_convert_ex(&fs, o->dtype, o->normalize,
+                                o->fill_nonfinite ? CXS_FEAT_FILL_NONFINITE : 0, u->feat, u->sum,
+                                u->sumsq, u->tmp, &u->filled, r2, sizeof r2))
         return say(why, wn, "%s: %s", path, r2);
     return 0;
 }
@@ -805,6 +806,7 @@ int sequence_from_frames(utt *u, const vocab *v) {
 }
 
 int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn) {
+    u->filled = 0;
     if (raw_item_problem(rs, i, why, wn)) return -1;
     const raw_item *it = &rs->items[i];
     size_t len;

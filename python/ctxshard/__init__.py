@@ -332,6 +332,21 @@ class Dataset:
         return int(_lib.cxs_dataset_identity(self._ptr))
 
     @property
+    def num_skipped(self):
+        """Utterances left out at pack time (on_error="skip")."""
+        return int(self._info.num_skipped)
+
+    @property
+    def incomplete(self):
+        """True for a features-only dataset (a test split) that lost
+        utterances at pack time: predictions over it have fewer rows than
+        the raw split has frames, and every frame after a gap shifts.  The
+        torch adapters warn about it (once per dataset); ds.skipped names
+        them; `pack --fill-nonfinite` keeps utterances whose only problem
+        is NaN or infinite values."""
+        return self._info.vocab_size == 0 and self._info.num_skipped > 0
+
+    @property
     def skipped(self):
         """The pack-time skip report: [(id, reason)]."""
         p, n = c_void_p(), c_size_t()
@@ -596,6 +611,29 @@ class Dataset:
 
 
 _warned_own_stats = set()  # normalize=True warns once per dataset (by identity)
+
+
+_warned_incomplete = set()  # features-only datasets that lost utterances, by identity
+
+
+def warn_if_incomplete(func, ds, stacklevel=3):
+    """Warn, once per dataset, that ds is a features-only split (a test
+    split) with utterances left out at pack time: whatever is predicted
+    over it has fewer rows than the raw split has frames."""
+    if not ds.incomplete or ds.identity in _warned_incomplete:
+        return
+    _warned_incomplete.add(ds.identity)
+    ids = [i for i, _ in ds.skipped]
+    shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+    import warnings
+    warnings.warn(
+        f"ctxshard: {func}: {ds.path} is a features-only split (a test split?) with "
+        f"{ds.num_skipped} utterance{'s' if ds.num_skipped != 1 else ''} left out at pack "
+        f"time ({shown}): predictions over it have fewer rows than the raw split has frames, "
+        "and every frame after a gap is shifted.  Pack it again with the files fixed, or "
+        "with fill_nonfinite=True (ctxshard pack --fill-nonfinite) to keep utterances whose "
+        "only problem is NaN or infinite values; ds.skipped lists them.",
+        UserWarning, stacklevel=stacklevel)
 
 
 def _same_pack_normalize(func, ds, src, mode):

@@ -29,7 +29,8 @@ from torch.utils.data import Dataset as _TorchDataset
 from torch.utils.data._utils.collate import default_collate
 
 from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, CtxshardError, Dataset, Sampler,
-               _args as _a, _native as _n, _raise, memory_available, normalization)
+               _args as _a, _native as _n, _raise, memory_available, normalization,
+               warn_if_incomplete)
 from . import gpu as _gpu
 from ._native import lib as _lib
 
@@ -137,6 +138,7 @@ class FrameDataset(_ByPath):
         ds = path if isinstance(path, Dataset) else Dataset(_a.path(f, "path", path))
         self.path = ds.path
         self.context = _a.integer(f, "context", context, 0, 1000000)
+        warn_if_incomplete(f, ds)
         self.labels = _labels_default(f, ds, labels)
         mode, st = normalization(f, ds, normalize)
         # resolved once: the statistics travel with the object to workers
@@ -414,6 +416,7 @@ class Loader:
         kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
                                           SHUFFLE if shuffle else SEQUENTIAL)
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        warn_if_incomplete(f, self.dataset)
         if weighted and not self.dataset.has_frame_labels:
             raise ValueError(f"{f}: weighted sampling needs per-frame labels (it balances the "
                              f"classes), and {self.dataset.path} has "
@@ -975,6 +978,7 @@ class UtteranceDataset(_ByPath):
         f = "UtteranceDataset"
         ds = path if isinstance(path, Dataset) else Dataset(_a.path(f, "path", path))
         self.path = ds.path
+        warn_if_incomplete(f, ds)
         self.labels = _labels_default(f, ds, labels)
         self.targets = _targets_default(f, ds, targets)
         self.per_utterance = _a.flag(f, "per_utterance", per_utterance)
@@ -1067,6 +1071,7 @@ class UtteranceLoader:
                              "torch.float32, torch.bfloat16")
         gpu_emulate = _a.flag(f, "gpu_emulate", gpu_emulate)
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        warn_if_incomplete(f, self.dataset)
         self.sampler = _LoaderSampler(self.dataset, frame_budget, shuffle, seed, rank,
                                       world_size, drop_last, buckets, max_batch,
                                       long_utterances, memory, blocks)

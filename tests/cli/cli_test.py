@@ -259,6 +259,52 @@ class BadInputs(Base):
         rc, _, err = run("convert", ds, os.path.join(self.tmp, "c"), "--compress", "zstd")
         self.assertEqual(rc, 1, err)
 
+    def test_test_split_losing_utterances_is_loud(self):
+        """A features-only split packed with --on-error skip that lost
+        utterances says so in pack (even --quiet) and info, naming the
+        count and the ids; --fill-nonfinite keeps every frame instead,
+        non-finite values stored as 0, each utterance named."""
+        shutil.rmtree(os.path.join(self.raw, "transcript"))
+        bad = self.ids[1]
+        x = np.load(self.mfcc(bad))
+        total = sum(np.load(self.mfcc(i)).shape[0] for i in self.ids)
+        x[2, 3], x[4, 0] = np.nan, -np.inf
+        np.save(self.mfcc(bad), x)
+        out = os.path.join(self.tmp, "skip")
+        for quiet in ([], ["--quiet"]):
+            rc, _, err = run("pack", self.raw, out, "--on-error", "skip", *quiet)
+            self.assertEqual(rc, 0, err)
+            self.assertIn(f"WARNING: {out} is a features-only split (a test split?) and 1 "
+                          f"utterance was left out ({bad}): predictions over it have fewer rows",
+                          err)
+            self.assertIn("--fill-nonfinite", err)
+        rc, info, err = run("info", out)
+        self.assertEqual(rc, 0)
+        self.assertIn("WARNING       features only, and 1 utterance left out", info)
+        self.assertIn("1 utterance left out at pack time: predictions", err)
+        rc, _, err = run("info", out, "--json")
+        self.assertIn("WARNING", err)
+        fill = os.path.join(self.tmp, "fill")
+        rc, said, err = run("pack", self.raw, fill, "--fill-nonfinite")
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"zero-filled: {self.mfcc(bad)}: 2 NaN or infinite values stored as 0", err)
+        self.assertIn(f"zero-filled 2 NaN or infinite values in 1 utterance ({bad}; ", said)
+        self.assertNotIn("WARNING", err)
+        rc, info, err = run("info", fill)
+        self.assertIn("5 (0 skipped at pack time)", info)
+        self.assertEqual(err, "")
+        xo = os.path.join(self.tmp, "x.npy")
+        rc, _, err = run("gather", fill, "--context", 0, "--all", "--out", xo)
+        self.assertEqual(rc, 0, err)
+        rows = np.load(xo)
+        self.assertEqual(len(rows), total)  # a row per frame of the raw split
+        self.assertTrue(np.isfinite(rows).all())
+        rc, out2, _ = run("check", self.raw)
+        self.assertEqual(rc, 1)
+        rc, out2, _ = run("check", self.raw, "--fill-nonfinite")
+        self.assertEqual(rc, 0, out2)
+        self.assertEqual(run("verify", fill)[0], 0)
+
     def test_skip_policy(self):
         x = np.load(self.mfcc(self.ids[4]))
         x[1, 1] = np.nan

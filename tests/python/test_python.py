@@ -466,6 +466,65 @@ class Torch(unittest.TestCase):
         # the original object, whose dataset is still open, is unaffected
         self.assertTrue(torch.equal(fd[n - 1][0], want))
 
+    def test_incomplete_test_split_warns(self):
+        """A features-only split that lost utterances at pack time warns,
+        naming the count and the ids, in FrameDataset, UtteranceDataset,
+        Loader, UtteranceLoader and ctxshard.pack (once per dataset);
+        ds.incomplete says it; pack(fill_nonfinite=True) keeps every frame
+        and gives the command's bytes."""
+        import warnings
+        raw = os.path.join(TMP, "raw-test-nan")
+        run("synth", raw, "--utts", 3, "--seed", 13, "--no-transcripts", "--quiet")
+        names = sorted(os.listdir(os.path.join(raw, "mfcc")))
+        p = os.path.join(raw, "mfcc", names[1])
+        x = np.load(p)
+        x[0, 0] = np.nan
+        np.save(p, x)
+        bad = names[1][:-4]
+        out = os.path.join(TMP, "test-nan")
+        ctxshard._warned_incomplete.clear()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            ctxshard.pack(raw, out, on_error="skip")
+        msgs = [str(m.message) for m in w if "features-only split" in str(m.message)]
+        self.assertEqual(len(msgs), 1, [str(m.message) for m in w])
+        self.assertIn("1 utterance left out", msgs[0])
+        self.assertIn(bad, msgs[0])
+        with ctxshard.open(out) as ds:
+            self.assertTrue(ds.incomplete)
+            self.assertEqual(ds.num_skipped, 1)
+        makers = [lambda: cxt.FrameDataset(out, 2), lambda: cxt.UtteranceDataset(out),
+                  lambda: cxt.Loader(out, 2, 64, labels=False),
+                  lambda: cxt.UtteranceLoader(out, frame_budget=20000)]
+        for make in makers:
+            ctxshard._warned_incomplete.clear()
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                make()
+                make()  # once per dataset
+            msgs = [str(m.message) for m in w if "features-only split" in str(m.message)]
+            self.assertEqual(len(msgs), 1, msgs)
+            self.assertIn(f"{out} is a features-only split (a test split?) with 1 utterance "
+                          f"left out at pack time ({bad}): predictions", msgs[0])
+        with ctxshard.open(self.path) as ds:
+            self.assertFalse(ds.incomplete)
+        fill = os.path.join(TMP, "test-fill")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            done = ctxshard.pack(raw, fill, fill_nonfinite=True)
+        self.assertEqual(done["zero_filled"], {bad: 1})
+        self.assertTrue(any("zero-filled 1 NaN" in str(m.message) for m in w))
+        cli = os.path.join(TMP, "test-fill-cli")
+        subprocess.run([EXE, "pack", raw, cli, "--fill-nonfinite", "--quiet"], check=True,
+                       capture_output=True)
+        with ctxshard.open(fill) as a, ctxshard.open(cli) as b:
+            self.assertFalse(a.incomplete)
+            self.assertEqual(len(a), sum(np.load(os.path.join(raw, "mfcc", n)).shape[0]
+                                         for n in names))
+            self.assertTrue(np.array_equal(a.gather(range(len(a)), 1),
+                                           b.gather(range(len(b)), 1)))
+            self.assertEqual(a.identity, b.identity)  # the same bytes
+
     def test_features_only(self):
         raw = os.path.join(TMP, "raw-test")
         out = os.path.join(TMP, "test-split")
