@@ -324,6 +324,11 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
     }
     cxs_info in;
     cxs_dataset_info(ds, &in);
+    if (in.vocab_size == 0 && in.num_skipped)
+        warnx_("WARNING: %s is a features-only split (a test split?) with %llu utterance%s left "
+               "out at pack time: the windows written are fewer than the raw split's frames "
+               "(ctxshard info %s lists them; pack --fill-nonfinite keeps them)",
+               dir, (unsigned long long)in.num_skipped, in.num_skipped == 1 ? "" : "s", dir);
     if (all) n = (size_t)in.num_frames;
     for (size_t i = 0; !all && i < n; i++)
         if (frames[i] >= in.num_frames) {

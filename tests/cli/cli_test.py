@@ -284,6 +284,11 @@ class BadInputs(Base):
         self.assertIn("1 utterance left out at pack time: predictions", err)
         rc, _, err = run("info", out, "--json")
         self.assertIn("WARNING", err)
+        rc, _, err = run("gather", out, "--context", 0, "--all", "--out",
+                         os.path.join(self.tmp, "lost.npy"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"WARNING: {out} is a features-only split (a test split?) with 1 "
+                      "utterance left out at pack time: the windows written are fewer", err)
         fill = os.path.join(self.tmp, "fill")
         rc, said, err = run("pack", self.raw, fill, "--fill-nonfinite")
         self.assertEqual(rc, 0, err)
