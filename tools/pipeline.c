@@ -167,7 +167,7 @@ void width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char *
         *D = s->u.D;
         return;
     }
-    if (s->u.D != *D && s->u.T == *D) {
+    if (s->u.D != *D && s->u.T == *D && s->u.T < s->u.D) {
         s->status = -1;
         snprintf(s->why, sizeof s->why,
                  "%s: shape [%llu, %u] looks transposed: most files are [frames, %u]; save it "

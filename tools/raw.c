@@ -652,7 +652,10 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
     cxs_npy h;
     int rc = transcript_header(&h, buf, len, path, why, wn);
     if (rc) return rc;
-    if (h.count != u->T + 2 && h.count == (uint64_t)u->D + 2 && u->D != u->T)
+    /* [D, T] saved for [T, D]: the transcript fits the columns, and there
+     * are fewer "frames" than "features" (real utterances are longer than
+     * their 13..80 features are wide). */
+    if (h.count != u->T + 2 && h.count == (uint64_t)u->D + 2 && u->T < u->D)
         return say(why, wn, "%s: shape [%llu, %u] looks transposed: its transcript %s has "
                             "%llu symbols, one per column plus %s and %s; save the features "
                             "as [frames, features] (numpy: np.ascontiguousarray(x.T))",
