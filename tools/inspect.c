@@ -126,7 +126,8 @@ int info_run(const char *dir, int json) {
         printf("], \"label_counts\": [");
         for (uint32_t i = 0; st.label_counts && i < in.vocab_size; i++)
             printf("%s%llu", i ? ", " : "", (unsigned long long)st.label_counts[i]);
-        printf("]},\n  \"skipped\": %llu,\n  \"skipped_report\": ", (unsigned long long)in.num_skipped);
+        printf("]},\n  \"skipped\": %llu,\n  \"incomplete\": %s,\n  \"skipped_report\": ",
+               (unsigned long long)in.num_skipped, lost ? "true" : "false");
         json_print_string(skipped ? skipped : "", skipped_len);
         printf("\n}\n");
         cxs_dataset_close(ds);

@@ -282,8 +282,10 @@ class BadInputs(Base):
         self.assertEqual(rc, 0)
         self.assertIn("WARNING       features only, and 1 utterance left out", info)
         self.assertIn("1 utterance left out at pack time: predictions", err)
-        rc, _, err = run("info", out, "--json")
+        rc, js, err = run("info", out, "--json")
         self.assertIn("WARNING", err)
+        import json
+        self.assertIs(json.loads(js)["incomplete"], True)
         rc, _, err = run("gather", out, "--context", 0, "--all", "--out",
                          os.path.join(self.tmp, "lost.npy"))
         self.assertEqual(rc, 0, err)
@@ -624,6 +626,7 @@ class Usage(unittest.TestCase):
         self.assertEqual(j["stats"]["mean"], [6.2, 7.2])
         self.assertEqual(j["pack_options"]["on_error"], "fail")
         self.assertEqual(j["format_version"], "1.0")
+        self.assertIs(j["incomplete"], False)
 
     def test_synth_deterministic(self):
         with tempfile.TemporaryDirectory() as tmp:
