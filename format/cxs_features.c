@@ -60,6 +60,15 @@ static void store_elem(uint8_t *dst, uint32_t dtype, double x, double *stored) {
 
 int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint8_t *dst,
                          double *sum, double *sumsq, double *tmp, char *why, size_t wn) {
+    return cxs_features_convert_ex(s, dtype, normalize, 0, dst, sum, sumsq, tmp, NULL, why, wn);
+}
+
+int cxs_features_convert_ex(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize,
+                            uint32_t flags, uint8_t *dst, double *sum, double *sumsq,
+                            double *tmp, uint64_t *filled, char *why, size_t wn) {
+    const int fill = (flags & CXS_FEAT_FILL_NONFINITE) != 0;
+    uint64_t nfilled = 0;
+    if (filled) *filled = 0;
     const uint64_t T = s->T, D = s->D;
     const size_t es = dtype == ST_F32 ? 4 : 2;
     const int be = s->big_endian && cxs_in_size(s->type) > 1;
@@ -97,6 +106,10 @@ int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, 
         for (uint64_t d = 0; d < D; d++) {
             double x = load_elem(AT(t, d), s->type, be);
             if (!isfinite(x)) {
+                if (fill) {
+                    nfilled++;
+                    continue; /* stored as 0: adds nothing to the sums */
+                }
                 snprintf(why, wn, "%s at frame %llu, dimension %llu", isnan(x) ? "NaN" : "infinity",
                          (unsigned long long)t, (unsigned long long)d);
                 return -1;
@@ -120,6 +133,7 @@ int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, 
     for (uint64_t t = 0; t < T; t++)
         for (uint64_t d = 0; d < D; d++) {
             double x = load_elem(AT(t, d), s->type, be), v;
+            if (!isfinite(x)) x = 0; /* only with fill: the first pass refused it otherwise */
             if (normalize != NORM_NONE) x = (x - mean[d]) * scale[d];
             store_elem(dst + (t * D + d) * es, dtype, x, &v);
             if (!isfinite(v)) {
@@ -131,5 +145,6 @@ int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, 
             sumsq[d] += v * v;
         }
 #undef AT
+    if (filled) *filled = nfilled;
     return 0;
 }

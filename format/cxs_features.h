@@ -42,4 +42,12 @@ size_t cxs_in_size(uint32_t type);
 int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint8_t *dst,
                          double *sum, double *sumsq, double *tmp, char *why, size_t wn);
 
+/* cxs_features_convert's flags: a NaN or infinite input value is stored as
+ * 0 (before normalisation) instead of refusing the utterance; *filled
+ * counts them.  For a test split, whose every frame needs a prediction. */
+#define CXS_FEAT_FILL_NONFINITE 1u
+int cxs_features_convert_ex(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize,
+                            uint32_t flags, uint8_t *dst, double *sum, double *sumsq,
+                            double *tmp, uint64_t *filled, char *why, size_t wn);
+
 #endif

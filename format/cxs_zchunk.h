@@ -8,6 +8,10 @@
 #include <stdint.h>
 #include <zstd.h>
 
+/* Largest zstd window a chunk's frame may declare (spec 4.6): the
+ * reference decoder's default limit. */
+#define CXS_ZCHUNK_MAX_WINDOW (1ull << 27)
+
 /* Byte shuffle of n elements of e bytes: byte b of element i goes to
  * b*n + i (all first bytes, then all second bytes, ...). */
 void cxs_shuffle(uint8_t *dst, const uint8_t *src, size_t n, size_t e);
@@ -30,7 +34,8 @@ size_t cxs_zchunk_encode(ZSTD_CCtx *cc, int level, uint32_t filter, size_t esize
 /*
  * Decompress one chunk of zn bytes into exactly n bytes at dst, undoing the
  * filter (scratch: n bytes).  Returns 0, or -1 when the bytes are not one
- * zstd frame of exactly n bytes.
+ * zstd frame of exactly n bytes, or the frame needs a dictionary or a
+ * window over CXS_ZCHUNK_MAX_WINDOW.
  */
 int cxs_zchunk_decode(ZSTD_DCtx *dc, uint32_t filter, size_t esize, const uint8_t *src,
                       size_t zn, uint8_t *scratch, uint8_t *dst, size_t n);

@@ -818,6 +818,10 @@ void cxs_dataset_skipped(const cxs_dataset *ds, const char **text, size_t *len) 
     *len = (size_t)ds->skipped_len;
 }
 
+uint64_t cxs_dataset_identity(const cxs_dataset *ds) {
+    return ds->single_shard ? ds->shards[0].c.header_checksum : ds->mc.header_checksum;
+}
+
 int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame, uint64_t *utterance,
                        uint64_t *offset) {
     if (frame >= ds->meta.num_frames) return CXS_E_RANGE;

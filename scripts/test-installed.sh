@@ -25,6 +25,12 @@ unset PYTHONPATH CTXSHARD_LIB
 # A wheel has no fault-injection hooks: crash_test.py checks that
 # CXS_PACK_FAULT changes nothing, and skips the cases that need them.
 export CXS_TEST_HOOKS=0
+# The man page comes with the wheel: man-db finds it beside the
+# environment's bin/ on PATH.
+if command -v man >/dev/null 2>&1; then
+    PATH="$work/venv/bin:$PATH" man -w ctxshard | grep -q "^$work/venv/" ||
+        { echo "man ctxshard: the wheel's page is not found" >&2; exit 1; }
+fi
 echo "== the installed package: $($exe --version), $("$py" -c 'import ctxshard; print(ctxshard.__file__)')"
 "$py" -W ignore "$src/tests/python/test_python.py" --installed "$src"
 "$py" "$src/tests/python/dist_test.py" --installed "$src"

@@ -14,13 +14,10 @@
 
 int convert_run(const char *in, const char *out, const pack_opts *oin) {
     cxs_dataset *ds = NULL;
-    cxs_diag d;
+    cxs_diag d = {{0}};
     cxs_open_opts oo = {64ull << 20};
     int rc = cxs_dataset_open_ex(in, &oo, &ds, &d);
-    if (rc) {
-        warnx_("%s", d.message);
-        return exit_code_for(rc);
-    }
+    if (rc) return open_failed(in, rc, &d);
     cxs_info info;
     cxs_dataset_info(ds, &info);
     if (info.single_shard) {

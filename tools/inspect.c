@@ -69,6 +69,20 @@ int info_run(const char *dir, int json) {
     size_t skipped_len;
     cxs_dataset_skipped(ds, &skipped, &skipped_len);
     double mean_len = (double)in.num_frames / (double)in.num_utterances;
+    /* A features-only split (a test split) is there to be predicted frame
+     * by frame: one that lost utterances gives fewer rows than the raw
+     * split, and every frame after a gap shifts.  Said on stderr in both
+     * forms, and in the report. */
+    const int lost = in.vocab_size == 0 && in.num_skipped > 0;
+    if (lost)
+        warnx_("WARNING: %s is a features-only split (a test split?) with %llu utterance%s left "
+               "out at pack time: predictions over it have fewer rows than the raw split has "
+               "frames; pack it again with --fill-nonfinite or with the files fixed",
+               dir, (unsigned long long)in.num_skipped, in.num_skipped == 1 ? "" : "s");
+    /* The symbols of label sequences are stored at the width the vocabulary
+     * size gives (spec 5.1, checked at open), which cxs_info.label_width
+     * does not say when there are no frame labels (spec 5.6). */
+    unsigned seq_width = in.vocab_size <= 256 ? 1 : 2;
     if (json) {
         printf("{\n  \"path\": ");
         json_print_string(dir, strlen(dir));
@@ -92,9 +106,9 @@ int info_run(const char *dir, int json) {
                (unsigned long long)in.stored_feature_bytes);
         printf("  \"label_width\": %u,\n", in.label_width);
         if (in.label_seqs)
-            printf("  \"label_sequences\": {\"symbols\": %llu, \"min\": %llu, \"mean\": %.3f, "
-                   "\"max\": %llu},\n",
-                   (unsigned long long)in.seq_symbols, (unsigned long long)in.min_seq_length,
+            printf("  \"label_sequences\": {\"symbols\": %llu, \"width\": %u, \"min\": %llu, "
+                   "\"mean\": %.3f, \"max\": %llu},\n",
+                   (unsigned long long)in.seq_symbols, seq_width, (unsigned long long)in.min_seq_length,
                    (double)in.seq_symbols / (double)in.num_utterances,
                    (unsigned long long)in.max_seq_length);
         printf("  \"vocab\": [");
@@ -112,7 +126,8 @@ int info_run(const char *dir, int json) {
         printf("], \"label_counts\": [");
         for (uint32_t i = 0; st.label_counts && i < in.vocab_size; i++)
             printf("%s%llu", i ? ", " : "", (unsigned long long)st.label_counts[i]);
-        printf("]},\n  \"skipped\": %llu,\n  \"skipped_report\": ", (unsigned long long)in.num_skipped);
+        printf("]},\n  \"skipped\": %llu,\n  \"incomplete\": %s,\n  \"skipped_report\": ",
+               (unsigned long long)in.num_skipped, lost ? "true" : "false");
         json_print_string(skipped ? skipped : "", skipped_len);
         printf("\n}\n");
         cxs_dataset_close(ds);
@@ -123,6 +138,10 @@ int info_run(const char *dir, int json) {
     printf("format        %u.%u\n", in.format_major, in.format_minor);
     printf("utterances    %llu (%llu skipped at pack time)\n", (unsigned long long)in.num_utterances,
            (unsigned long long)in.num_skipped);
+    if (lost)
+        printf("WARNING       features only, and %llu utterance%s left out (listed below): "
+               "fewer rows than the raw split has frames\n",
+               (unsigned long long)in.num_skipped, in.num_skipped == 1 ? "" : "s");
     printf("frames        %llu (per utterance: min %llu, mean %.1f, max %llu)\n",
            (unsigned long long)in.num_frames, (unsigned long long)in.min_length, mean_len,
            (unsigned long long)in.max_length);
@@ -150,9 +169,10 @@ int info_run(const char *dir, int json) {
     else
         printf("labels        none (features only)\n");
     if (in.label_seqs)
-        printf("sequences     one per utterance, %llu symbols (per utterance: min %llu, mean "
-               "%.1f, max %llu)\n",
-               (unsigned long long)in.seq_symbols, (unsigned long long)in.min_seq_length,
+        printf("sequences     one per utterance, %llu symbols stored as %s (per utterance: min "
+               "%llu, mean %.1f, max %llu)\n",
+               (unsigned long long)in.seq_symbols, seq_width == 1 ? "uint8" : "uint16",
+               (unsigned long long)in.min_seq_length,
                (double)in.seq_symbols / (double)in.num_utterances,
                (unsigned long long)in.max_seq_length);
     printf("shards        %u (target size %s), %s in all\n", in.num_shards,
@@ -305,6 +325,11 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
     }
     cxs_info in;
     cxs_dataset_info(ds, &in);
+    if (in.vocab_size == 0 && in.num_skipped)
+        warnx_("WARNING: %s is a features-only split (a test split?) with %llu utterance%s left "
+               "out at pack time: the windows written are fewer than the raw split's frames "
+               "(ctxshard info %s lists them; pack --fill-nonfinite keeps them)",
+               dir, (unsigned long long)in.num_skipped, in.num_skipped == 1 ? "" : "s", dir);
     if (all) n = (size_t)in.num_frames;
     for (size_t i = 0; !all && i < n; i++)
         if (frames[i] >= in.num_frames) {
@@ -349,8 +374,26 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
             cxs_dataset_close(train);
             return EXIT_USAGE;
         }
+        if (ti.normalize != in.normalize) {
+            /* Statistics of per-utterance normalised features (mean ~0,
+             * variance ~1) do not describe raw ones, nor the reverse. */
+            warnx_("%s was packed %s, %s %s: its statistics cannot normalise it (pack both "
+                   "splits with the same --normalize)",
+                   stats_from,
+                   ti.normalize == CXS_NORM_UTTERANCE ? "with --normalize utterance" : "without "
+                                                                                     "--normalize utterance",
+                   dir, in.normalize == CXS_NORM_UTTERANCE ? "with it" : "without it");
+            cxs_dataset_close(ds);
+            cxs_dataset_close(train);
+            return EXIT_USAGE;
+        }
         norm = (cxs_norm){in.dim, ts.mean, ts.var};
         normalize = 1;
+    } else if (normalize && in.num_frames) {
+        warnx_("%s: --normalize without --stats-from normalises by its own statistics; "
+               "normalise every split (train, dev, test) with the training split's: "
+               "--stats-from TRAIN_OUT (on the training split itself, --stats-from it says so "
+               "and silences this)", dir);
     }
     if (normalize && !train && !st.mean) {
         warnx_("%s: no stored statistics to normalise with", dir);

@@ -74,7 +74,8 @@ static const char *const usage_synth =
 
 static const char *const usage_check =
     "usage: ctxshard check RAW [--vocab FILE] [--sos SYM] [--eos SYM] [--threads N]\n"
-    "                      [--transcripts frames|sequence|both] [--quiet]\n"
+    "                      [--transcripts frames|sequence|both] [--fill-nonfinite]\n"
+    "                      [--quiet]\n"
     "\n"
     "Run every validation pack runs and list every problem, one line each,\n"
     "naming the file; write nothing.  Exit status 1 when there are problems.\n"
@@ -84,6 +85,7 @@ static const char *const usage_check =
     "  --sos SYM      the symbol every transcript starts with (default [SOS])\n"
     "  --eos SYM      the symbol every transcript ends with (default [EOS])\n"
     "  --transcripts L  what the transcripts hold, as for pack (default frames)\n"
+    "  --fill-nonfinite  NaN and infinite values are no problem, as for pack\n"
     "  --threads N    reader threads (default: all CPUs)\n";
 
 static const char *const usage_pack =
@@ -92,7 +94,7 @@ static const char *const usage_pack =
     "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
     "                     [--sos SYM] [--eos SYM] [--transcripts frames|sequence|both]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle]\n"
-    "                     [--part I/N|env]\n"
+    "                     [--part I/N|env] [--fill-nonfinite]\n"
     "\n"
     "Validate RAW, convert it and write a packed dataset to OUT atomically (a\n"
     "temporary directory beside OUT, fsynced, renamed into place; a previous\n"
@@ -110,7 +112,12 @@ static const char *const usage_pack =
     "  --threads N        reader and compression threads (default: all CPUs);\n"
     "                     the output is byte-identical for any N\n"
     "  --on-error P       fail (default): write nothing on a bad utterance;\n"
-    "                     skip: leave it out and list it in the dataset\n"
+    "                     skip: leave it out and list it in the dataset (a\n"
+    "                     features-only split, a test split, then has fewer\n"
+    "                     frames than the raw one: a loud warning says so)\n"
+    "  --fill-nonfinite   store NaN and infinite feature values as 0 and keep\n"
+    "                     the utterance (each one named), instead of refusing\n"
+    "                     it: for a test split, which needs every frame\n"
     "  --normalize M      none (default) or utterance: per-utterance mean and\n"
     "                     variance normalisation before storing\n"
     "  --vocab FILE       phoneme list, one symbol per line\n"
@@ -345,7 +352,8 @@ enum {
     O_NORMFLAG, O_BATCH, O_BATCHES, O_SAMPLER, O_OFFSET, O_HTML, O_SVG, O_NOSCAN, O_EXAMPLES,
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
-    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS, O_TEXT, O_ALI, O_NOSORT
+    O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS, O_TEXT, O_ALI,
+    O_NOSORT, O_FILL
 };
 
 static const struct option longopts[] = {
@@ -380,18 +388,19 @@ static const struct option longopts[] = {
     {"transcripts", required_argument, 0, O_TRANSCRIPTS},
     {"text", required_argument, 0, O_TEXT},       {"ali", required_argument, 0, O_ALI},
     {"no-sort", no_argument, 0, O_NOSORT},
+    {"fill-nonfinite", no_argument, 0, O_FILL},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
 static int allowed(const char *cmd, int opt) {
     static const struct {
         const char *cmd;
-        int opts[16];
+        int opts[24];
     } table[] = {
         {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_OFFSET, O_TRANSCRIPTS}},
-        {"check", {O_VOCAB, O_THREADS, O_QUIET, O_SOS, O_EOS, O_TRANSCRIPTS}},
+        {"check", {O_VOCAB, O_THREADS, O_QUIET, O_SOS, O_EOS, O_TRANSCRIPTS, O_FILL}},
         {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
-                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS, O_TRANSCRIPTS}},
+                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS, O_TRANSCRIPTS, O_FILL}},
         {"import", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
                     O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT, O_PART}},
         {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS}},
@@ -412,7 +421,7 @@ static int allowed(const char *cmd, int opt) {
     if (opt == O_HELP) return 1;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (strcmp(table[i].cmd, cmd) == 0)
-            for (int j = 0; j < 16 && table[i].opts[j]; j++)
+            for (int j = 0; j < 24 && table[i].opts[j]; j++)
                 if (table[i].opts[j] == opt) return 1;
     return 0;
 }
@@ -512,7 +521,7 @@ int main(int argc, char **argv) {
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0, NULL, NULL,
-                    TRANSCRIPTS_FRAMES};
+                    TRANSCRIPTS_FRAMES, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0};
@@ -579,6 +588,9 @@ int main(int argc, char **argv) {
             }
             break;
         case O_NOTRANS: so.transcripts = 0; break;
+        case O_FILL:
+            po.fill_nonfinite = 1;
+            break;
         case O_TRANSCRIPTS:
             if (!strcmp(cmd, "synth")) {
                 if (!strcmp(optarg, "frames")) so.transcripts = 1;

@@ -183,6 +183,18 @@ void say_stale(const cxs_writer *w, const char *out, int quiet) {
                wi.stale_removed, wi.stale_removed == 1 ? "y" : "ies", out);
 }
 
+/* Append id to a short comma-separated list in buf (cap bytes), ending it
+ * with "..." once full. */
+static void add_id(char *buf, size_t cap, const char *id) {
+    size_t n = strlen(buf);
+    if (n >= 3 && !strcmp(buf + n - 3, "...")) return;
+    int w = snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", id);
+    if (w < 0 || (size_t)w >= cap - n) {
+        buf[n] = 0;
+        snprintf(buf + n, cap - n, "%s...", n ? ", " : "");
+    }
+}
+
 int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     raw_set rs;
     vocab v;
@@ -281,7 +293,8 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         goto out;
     }
     say_stale(w, out, o->quiet);
-    conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL, o->transcripts};
+    conv_opts co = {o->dtype, o->normalize, rs.has_transcripts ? &v : NULL, o->transcripts,
+                    o->fill_nonfinite};
     if ((rc = pipeline_start(&p, &rs, &co, o->threads, i_lo, i_hi))) {
         warnx_("%s: %s; nothing written", out, strerror(-rc));
         ec = EXIT_SYSTEM;
@@ -292,6 +305,10 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     uint32_t D = pl.width, cur = 0;
     int have = 0;
     uint64_t bytes_in = 0;
+    /* For the warning of a features-only split that lost utterances, and
+     * the summary of the ones --fill-nonfinite kept: a few ids each. */
+    char lost[256] = "", kept[256] = "";
+    uint64_t nfilled_utts = 0, nfilled = 0;
     for (size_t i = i_lo; i < i_hi; i++) {
         if (g_interrupted) {
             warnx_("%s: interrupted; nothing written", out);
@@ -315,6 +332,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
                 goto out;
             }
             if (!o->quiet) warnx_("skipped: %s", s->why);
+            add_id(lost, sizeof lost, it->id);
             /* the list holds one line per utterance: a TAB or newline of a
              * path in the reason becomes a space */
             for (char *c = s->why; *c; c++)
@@ -326,6 +344,14 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
             }
         } else {
             bytes_in += s->u.file_bytes;
+            if (s->u.filled) {
+                if (!o->quiet)
+                    warnx_("zero-filled: %s: %llu NaN or infinite value%s stored as 0", it->mfcc,
+                           (unsigned long long)s->u.filled, s->u.filled == 1 ? "" : "s");
+                nfilled_utts++;
+                nfilled += s->u.filled;
+                add_id(kept, sizeof kept, it->id);
+            }
             if (have && pl.member[i] != cur && (rc = cxs_writer_cut(w, &d))) goto addfail;
             cur = pl.member[i];
             have = 1;
@@ -382,9 +408,23 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
         if (wi.num_skipped)
             printf("  skipped %llu bad utterance%s (listed in the dataset: ctxshard info %s)\n",
                    (unsigned long long)wi.num_skipped, wi.num_skipped == 1 ? "" : "s", out);
+        if (nfilled_utts)
+            printf("  zero-filled %llu NaN or infinite value%s in %llu utterance%s (%s; "
+                   "--fill-nonfinite)\n",
+                   (unsigned long long)nfilled, nfilled == 1 ? "" : "s",
+                   (unsigned long long)nfilled_utts, nfilled_utts == 1 ? "" : "s", kept);
         if (is_part)
             printf("  join the parts with: ctxshard merge PART... OUT\n");
     }
+    if (!rs.has_transcripts && wi.num_skipped)
+        /* Even with --quiet: a prediction per frame of a test split is the
+         * point of it, and each utterance left out shifts every later one. */
+        warnx_("WARNING: %s is a features-only split (a test split?) and %llu utterance%s "
+               "%s left out (%s): predictions over it have fewer rows than the split has "
+               "frames, and every frame after a gap is shifted.  Keep them: fix the files, or "
+               "pack with --fill-nonfinite to store NaN/infinite values as 0",
+               out, (unsigned long long)wi.num_skipped, wi.num_skipped == 1 ? "" : "s",
+               wi.num_skipped == 1 ? "was" : "were", lost);
     goto out;
 addfail:
     /* The reader threads validated the utterance: a refusal here is the

@@ -24,6 +24,7 @@ typedef struct pack_opts {
     int shard_size_set;  /* --shard-size given (else parts choose theirs) */
     const char *sos, *eos; /* --sos, --eos: the transcript's first and last symbol */
     int transcripts;     /* --transcripts: TRANSCRIPTS_* (raw.h) */
+    int fill_nonfinite;  /* --fill-nonfinite: NaN/infinite values stored as 0 */
 } pack_opts;
 
 /* The command's defaults are the writer's. */

@@ -167,7 +167,13 @@ void width_check(slot *s, const raw_set *rs, size_t i, uint32_t *D, const char *
         *D = s->u.D;
         return;
     }
-    if (s->u.D != *D) {
+    if (s->u.D != *D && s->u.T == *D && s->u.T < s->u.D) {
+        s->status = -1;
+        snprintf(s->why, sizeof s->why,
+                 "%s: shape [%llu, %u] looks transposed: most files are [frames, %u]; save it "
+                 "as [frames, features] (numpy: np.ascontiguousarray(x.T))",
+                 rs->items[i].mfcc, (unsigned long long)s->u.T, s->u.D, *D);
+    } else if (s->u.D != *D) {
         s->status = -1;
         snprintf(s->why, sizeof s->why,
                  "%s: %u features per frame, expected %u like most files (widths: %s); "

@@ -533,8 +533,9 @@ int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, 
                    (int64_t)(h.fortran_order ? isz : D * isz),
                    (int64_t)(h.fortran_order ? T * isz : isz)};
     char r2[256];
-    if (cxs_features_convert(&fs, o->dtype, o->normalize, u->feat, u->sum, u->sumsq, u->tmp, r2,
-                             sizeof r2))
+    if (cxs_features_convert_ex(&fs, o->dtype, o->normalize,
+                                o->fill_nonfinite ? CXS_FEAT_FILL_NONFINITE : 0, u->feat, u->sum,
+                                u->sumsq, u->tmp, &u->filled, r2, sizeof r2))
         return say(why, wn, "%s: %s", path, r2);
     return 0;
 }
@@ -651,6 +652,15 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
     cxs_npy h;
     int rc = transcript_header(&h, buf, len, path, why, wn);
     if (rc) return rc;
+    /* [D, T] saved for [T, D]: the transcript fits the columns, and there
+     * are fewer "frames" than "features" (real utterances are longer than
+     * their 13..80 features are wide). */
+    if (h.count != u->T + 2 && h.count == (uint64_t)u->D + 2 && u->T < u->D)
+        return say(why, wn, "%s: shape [%llu, %u] looks transposed: its transcript %s has "
+                            "%llu symbols, one per column plus %s and %s; save the features "
+                            "as [frames, features] (numpy: np.ascontiguousarray(x.T))",
+                   mfcc, (unsigned long long)u->T, u->D, path, (unsigned long long)h.count,
+                   v->sos_name, v->eos_name);
     if (h.count != u->T + 2)
         return say(why, wn, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s); "
                             "if the transcripts are phoneme sequences not aligned with the "
@@ -799,6 +809,7 @@ int sequence_from_frames(utt *u, const vocab *v) {
 }
 
 int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn) {
+    u->filled = 0;
     if (raw_item_problem(rs, i, why, wn)) return -1;
     const raw_item *it = &rs->items[i];
     size_t len;

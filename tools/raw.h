@@ -73,11 +73,13 @@ typedef struct conv_opts {
     uint32_t normalize; /* CXS_NORM_* */
     const vocab *v;     /* NULL: features only */
     int transcripts;    /* TRANSCRIPTS_* */
+    int fill_nonfinite; /* NaN/infinite values stored as 0, counted in utt.filled */
 } conv_opts;
 
 /* An utterance read, validated and converted into its stored form. */
 typedef struct utt {
     uint64_t T;
+    uint64_t filled;     /* NaN/infinite values stored as 0 (fill_nonfinite) */
     uint64_t file_bytes; /* size of the features file read */
     uint32_t D;
     uint8_t *feat;     /* T*D stored elements */

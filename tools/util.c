@@ -26,14 +26,27 @@ int exit_code_for(int rc) {
     return EXIT_DATA;
 }
 
+int open_failed(const char *path, int rc, const cxs_diag *d) {
+    const char *msg = d && d->message[0] ? d->message : cxs_strerror(rc);
+    /* A file the manifest lists that is not there (a shard lost in a copy)
+     * is a damaged dataset, exit 1 like any other damage; a path with no
+     * dataset at all stays a system error (ENOENT), as documented. */
+    char m[4096];
+    struct stat st;
+    if (rc == -ENOENT && (size_t)snprintf(m, sizeof m, "%s/manifest.cxs", path) < sizeof m &&
+        stat(m, &st) == 0 && S_ISREG(st.st_mode)) {
+        warnx_("%s (the manifest lists it: the dataset is incomplete; copy it again or re-pack)",
+               msg);
+        return EXIT_DATA;
+    }
+    warnx_("%s", msg);
+    return exit_code_for(rc);
+}
+
 int open_dataset(const char *path, const cxs_open_opts *opts, cxs_dataset **ds) {
     cxs_diag d = {{0}};
     int rc = cxs_dataset_open_ex(path, opts, ds, &d);
-    if (rc) {
-        warnx_("%s", d.message[0] ? d.message : cxs_strerror(rc));
-        return exit_code_for(rc);
-    }
-    return 0;
+    return rc ? open_failed(path, rc, &d) : 0;
 }
 
 static int has(const char *dir, const char *name, int want_dir) {

@@ -19,6 +19,11 @@ int exit_code_for(int rc);
  * and return the exit code. */
 struct cxs_dataset;
 struct cxs_open_opts;
+struct cxs_diag;
+/* Print the failure of opening the dataset at path (rc, the library's
+ * message in d) and return its exit code: 1 for a file the manifest lists
+ * that is missing, else exit_code_for(rc). */
+int open_failed(const char *path, int rc, const struct cxs_diag *d);
 int open_dataset(const char *path, const struct cxs_open_opts *opts, struct cxs_dataset **ds);
 
 /* pack and check: a RAW (and OUT) of the wrong shape said in words before

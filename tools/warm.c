@@ -18,10 +18,7 @@ int warm_run(const char *dir, int force, int quiet, int json) {
     cxs_dataset *ds;
     cxs_diag d = {{0}};
     int rc = cxs_dataset_open(dir, &ds, &d);
-    if (rc) {
-        fprintf(stderr, "%s\n", d.message[0] ? d.message : cxs_strerror(rc));
-        return exit_code_for(rc);
-    }
+    if (rc) return open_failed(dir, rc, &d);
     install_signal_flag();
     progress bar;
     progress_init(&bar, "warm", quiet || json);

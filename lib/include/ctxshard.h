@@ -243,6 +243,16 @@ CXS_API int cxs_dataset_vocab(const cxs_dataset *ds, uint32_t i,
  */
 CXS_API void cxs_dataset_skipped(const cxs_dataset *ds, const char **text, size_t *len);
 
+/**
+ * The dataset's identity: the XXH3-64 checksum of its manifest's header
+ * (spec 3.3; of the shard's header for a shard opened alone).  The
+ * checksums are chained, so it vouches for every byte of the dataset: a
+ * copy has the same identity, and another pack (other data or other
+ * options) has another.  For checking that a dataset reopened by path is
+ * still the one that was opened (a pickled Dataset in a worker).
+ */
+CXS_API uint64_t cxs_dataset_identity(const cxs_dataset *ds);
+
 /* ---- utterances and frames ------------------------------------------- */
 
 typedef struct cxs_utterance {

@@ -115,8 +115,12 @@ class Stats:
     """Statistics stored at pack time: count, mean and var (float64 [dim]),
     label_counts (uint64 [vocab]); read-only views."""
 
-    def __init__(self, count, mean, var, label_counts):
+    def __init__(self, count, mean, var, label_counts, source=None, pack_normalize=None):
         self.count, self.mean, self.var, self.label_counts = count, mean, var, label_counts
+        # where they come from: the dataset's path and how it was packed
+        # ("none" or "utterance"), so that normalize=train_ds.stats can be
+        # checked like normalize=train_ds; None when not known
+        self.source, self.pack_normalize = source, pack_normalize
 
     @property
     def std(self):
@@ -309,7 +313,38 @@ class Dataset:
         var = _view(self._h, addr(st.var, c_void_p).value, (D,), "<f8")
         lc = (_view(self._h, addr(st.label_counts, c_void_p).value, (V,), "<u8")
               if st.label_counts else None)
-        return Stats(st.count, mean, var, lc)
+        return Stats(st.count, mean, var, lc, self.path, self.pack_normalize)
+
+    @property
+    def pack_normalize(self):
+        """How the features were normalised at pack time: "none", or
+        "utterance" (pack --normalize utterance: each utterance by its own
+        mean and variance, so the stored statistics are of normalised
+        features)."""
+        return "utterance" if self._info.normalize == _n.NORM_UTTERANCE else "none"
+
+    @property
+    def identity(self):
+        """The dataset's identity, an int: the checksum of its manifest's
+        header, which vouches for every byte (a copy has the same, another
+        pack another).  A dataset reopened by path (a pickled FrameDataset
+        in a worker) is checked against it."""
+        return int(_lib.cxs_dataset_identity(self._ptr))
+
+    @property
+    def num_skipped(self):
+        """Utterances left out at pack time (on_error="skip")."""
+        return int(self._info.num_skipped)
+
+    @property
+    def incomplete(self):
+        """True for a features-only dataset (a test split) that lost
+        utterances at pack time: predictions over it have fewer rows than
+        the raw split has frames, and every frame after a gap shifts.  The
+        torch adapters warn about it (once per dataset); ds.skipped names
+        them; `pack --fill-nonfinite` keeps utterances whose only problem
+        is NaN or infinite values."""
+        return self._info.vocab_size == 0 and self._info.num_skipped > 0
 
     @property
     def skipped(self):
@@ -530,7 +565,7 @@ class Dataset:
         (mean, var) pair -- normalise every split, dev and test included,
         with the training split's statistics; ds itself for its own
         statistics (on the training split); True also means the dataset's
-        own, with a warning (once per process) that dev and test want
+        own, with a warning (once per dataset) that dev and test want
         train's.  Into `out` when given (a C-contiguous float32 array of
         that shape).  With labels=True returns (x, y) with y int64 [n].
         threads: gather threads (default: up to 4 for large batches)."""
@@ -575,7 +610,42 @@ class Dataset:
         return y
 
 
-_warned_own_stats = False  # normalize=True warns once per process
+_warned_own_stats = set()  # normalize=True warns once per dataset (by identity)
+
+
+_warned_incomplete = set()  # features-only datasets that lost utterances, by identity
+
+
+def warn_if_incomplete(func, ds, stacklevel=3):
+    """Warn, once per dataset, that ds is a features-only split (a test
+    split) with utterances left out at pack time: whatever is predicted
+    over it has fewer rows than the raw split has frames."""
+    if not ds.incomplete or ds.identity in _warned_incomplete:
+        return
+    _warned_incomplete.add(ds.identity)
+    ids = [i for i, _ in ds.skipped]
+    shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+    import warnings
+    warnings.warn(
+        f"ctxshard: {func}: {ds.path} is a features-only split (a test split?) with "
+        f"{ds.num_skipped} utterance{'s' if ds.num_skipped != 1 else ''} left out at pack "
+        f"time ({shown}): predictions over it have fewer rows than the raw split has frames, "
+        "and every frame after a gap is shifted.  Pack it again with the files fixed, or "
+        "with fill_nonfinite=True (ctxshard pack --fill-nonfinite) to keep utterances whose "
+        "only problem is NaN or infinite values; ds.skipped lists them.",
+        UserWarning, stacklevel=stacklevel)
+
+
+def _same_pack_normalize(func, ds, src, mode):
+    if mode != ds.pack_normalize:
+        def how(path, m):
+            return (f"{path} was packed with --normalize utterance" if m == "utterance"
+                    else f"{path} was packed without it")
+        raise ValueError(
+            f"{func}: the statistics of {src} cannot normalise {ds.path}: "
+            f"{how(src, mode)}, {how(ds.path, ds.pack_normalize)} (statistics of "
+            "per-utterance normalised features do not describe the others); pack the "
+            "splits with the same --normalize")
 
 
 def _same_dataset(a, b):
@@ -593,11 +663,12 @@ def normalization(func, ds, normalize, stacklevel=3):
     ("given", (mean, var)) with float64 arrays of ds.dim values.
 
     normalize may be False (or None), True (ds's own statistics, with a
-    warning once per process: every split should be normalised with the
+    warning once per dataset: every split should be normalised with the
     training split's), a Dataset (its statistics: the training split's;
     ds itself means its own, without a warning), a Stats (ds.stats) or a
-    (mean, var) pair of arrays."""
-    global _warned_own_stats
+    (mean, var) pair of arrays.  Statistics of a dataset packed with
+    another --normalize than ds are refused: those of per-utterance
+    normalised features do not describe raw ones, nor the reverse."""
     if normalize is None or normalize is False or (isinstance(normalize, np.bool_) and
                                                    not normalize):
         return None, None
@@ -606,8 +677,8 @@ def normalization(func, ds, normalize, stacklevel=3):
             raise ValueError(f"{func}: normalize=True, but {ds.path} has no stored statistics "
                              "(a shard opened alone): open the dataset directory, or pass "
                              "normalize=train_ds")
-        if not _warned_own_stats:
-            _warned_own_stats = True
+        if ds.identity not in _warned_own_stats:
+            _warned_own_stats.add(ds.identity)
             import warnings
             warnings.warn(
                 f"ctxshard: {func}(normalize=True) normalises {ds.path} by its own statistics. "
@@ -628,8 +699,11 @@ def normalization(func, ds, normalize, stacklevel=3):
         if st is None:
             raise ValueError(f"{func}: normalize={normalize!r} has no stored statistics (a "
                              "shard opened alone): open the dataset directory")
+        _same_pack_normalize(func, ds, normalize.path, normalize.pack_normalize)
         mean, var = st.mean, st.var
     elif isinstance(normalize, Stats):
+        if normalize.pack_normalize is not None:
+            _same_pack_normalize(func, ds, normalize.source, normalize.pack_normalize)
         mean, var = normalize.mean, normalize.var
     elif isinstance(normalize, (tuple, list)) and len(normalize) == 2:
         mean, var = normalize

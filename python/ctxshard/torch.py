@@ -28,8 +28,9 @@ import torch
 from torch.utils.data import Dataset as _TorchDataset
 from torch.utils.data._utils.collate import default_collate
 
-from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _args as _a, _native as _n,
-               _raise, memory_available, normalization)
+from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, CtxshardError, Dataset, Sampler,
+               _args as _a, _native as _n, _raise, memory_available, normalization,
+               warn_if_incomplete)
 from . import gpu as _gpu
 from ._native import lib as _lib
 
@@ -77,13 +78,36 @@ def collate(batch):
 class _ByPath(_TorchDataset):
     """A torch Dataset over a packed dataset that crosses into worker
     processes by path: pickled without its open Dataset (_ds), reopened on
-    first use there.  Subclasses set path, _ds and _len."""
+    first use there.  Subclasses set path, _ds and _len.
+
+    What was resolved at construction (the length, the statistics of
+    normalize=True, the input size) travels with the object, so the
+    dataset reopened must be the one it was made from: its identity (the
+    manifest's checksum) is pickled too and checked on reopening; a
+    dataset packed again at that path since is refused with a
+    CtxshardError that says so."""
 
     @property
     def dataset(self):
         if self._ds is None:
-            self._ds = Dataset(self.path)
+            ds = Dataset(self.path)
+            want = self.__dict__.get("_identity")
+            if want is not None and ds.identity != want:
+                got = ds.identity
+                ds.close()
+                # the checksum that names the dataset differs: CXS_E_CHECKSUM
+                raise CtxshardError(
+                    _n.E_CHECKSUM,
+                    f"{type(self).__name__}: {self.path} is not the dataset this object was "
+                    f"made from (identity {got:016x}, expected {want:016x}: packed again "
+                    f"since); its length ({self._len}) and statistics would be wrong -- "
+                    f"make a new {type(self).__name__} from the dataset as it is now")
+            self._ds = ds
         return self._ds
+
+    def _remember(self, ds):
+        self._ds = ds
+        self._identity = ds.identity
 
     def __getstate__(self):
         st = dict(self.__dict__)
@@ -103,7 +127,7 @@ class FrameDataset(_ByPath):
     training split's Dataset), train_ds.stats or a (mean, var) pair --
     normalise dev and test with the training split's statistics; the
     dataset itself for its own; True also means its own, with a warning
-    once per process (ctxshard.Dataset.gather).
+    once per dataset (ctxshard.Dataset.gather).
 
     Works in DataLoader worker processes (forked or spawned): each process
     opens the dataset on first use; the files are shared through the page
@@ -114,11 +138,12 @@ class FrameDataset(_ByPath):
         ds = path if isinstance(path, Dataset) else Dataset(_a.path(f, "path", path))
         self.path = ds.path
         self.context = _a.integer(f, "context", context, 0, 1000000)
+        warn_if_incomplete(f, ds)
         self.labels = _labels_default(f, ds, labels)
         mode, st = normalization(f, ds, normalize)
         # resolved once: the statistics travel with the object to workers
         self.normalize = False if mode is None else ("own" if mode == "own" else st)
-        self._ds = ds
+        self._remember(ds)
         self.input_size = ds.input_size(self.context)
         self.num_classes = ds.num_classes
         self._len = len(ds)
@@ -375,6 +400,7 @@ class Loader:
         kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
                                           SHUFFLE if shuffle else SEQUENTIAL)
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        warn_if_incomplete(f, self.dataset)
         if weighted and not self.dataset.has_frame_labels:
             raise ValueError(f"{f}: weighted sampling needs per-frame labels (it balances the "
                              f"classes), and {self.dataset.path} has "
@@ -972,12 +998,13 @@ class UtteranceDataset(_ByPath):
         f = "UtteranceDataset"
         ds = path if isinstance(path, Dataset) else Dataset(_a.path(f, "path", path))
         self.path = ds.path
+        warn_if_incomplete(f, ds)
         self.labels = _labels_default(f, ds, labels)
         self.targets = _targets_default(f, ds, targets)
         self.per_utterance = _a.flag(f, "per_utterance", per_utterance)
         mode, st = normalization(f, ds, normalize)
         self.normalize = False if mode is None else ("own" if mode == "own" else st)
-        self._ds = ds
+        self._remember(ds)
         self.input_size = ds.dim
         self.num_classes = ds.num_classes
         self._len = ds.num_utterances
@@ -1064,6 +1091,7 @@ class UtteranceLoader:
                              "torch.float32, torch.bfloat16")
         gpu_emulate = _a.flag(f, "gpu_emulate", gpu_emulate)
         self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        warn_if_incomplete(f, self.dataset)
         self.sampler = _LoaderSampler(self.dataset, frame_budget, shuffle, seed, rank,
                                       world_size, drop_last, buckets, max_batch,
                                       long_utterances, memory, blocks)

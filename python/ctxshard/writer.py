@@ -464,7 +464,7 @@ def _progress_fn(progress, total):
 
 def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compress=None,
          chunk_size="64K", shuffle=True, normalize=None, on_error="fail", progress=None,
-         threads=None, transcripts="frames"):
+         threads=None, transcripts="frames", fill_nonfinite=False):
     """Pack a raw directory in the HW1P2 layout (RAW/mfcc/<id>.npy, and
     RAW/transcript/<id>.npy when there are labels) into out, in this
     process: the same rules and the same bytes as `ctxshard pack RAW OUT`
@@ -474,7 +474,10 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     RAW/transcript holds, as `--transcripts`: "frames" (default; [SOS], one
     symbol per frame, [EOS]), "sequence" (a label sequence of any length,
     HW3P2) or "both" (frames, plus the sequence of the frame labels' runs).
-    progress: a callable
+    fill_nonfinite: store NaN and infinite feature values as 0 and keep the
+    utterance (`--fill-nonfinite`; for a test split, which needs a row per
+    frame), listed in the result's "zero_filled" ({id: values}) and in a
+    warning.  progress: a callable
     (done, total), True for a bar (tqdm when installed), or None.  threads:
     files read ahead, and compression threads (default: all CPUs).  Returns
     the counts
@@ -483,6 +486,8 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     raw = _a.path(f, "raw", raw)
     out = _a.path(f, "out", out)
     on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
+    fill_nonfinite = _a.flag(f, "fill_nonfinite", fill_nonfinite)
+    pending, filled = {}, {}  # zero-filled values by id: read, then kept
     transcripts = _a.choice(f, "transcripts", transcripts, tuple(_TRANSCRIPTS))
     nthreads = _a.optional_integer(f, "threads", threads, 1, 1024) or os.cpu_count() or 1
     ids, mdir, tdir = _listing(raw)
@@ -499,6 +504,12 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
             x = np.load(mp, allow_pickle=False)  # read here, in the reading thread
         except (OSError, ValueError) as e:
             return mp, None, None, f"{mp}: {e}"
+        if fill_nonfinite and x.dtype.kind == "f":
+            bad = ~np.isfinite(x)
+            nbad = int(bad.sum())
+            if nbad:  # as the command: 0 in the input type, before any conversion
+                x = np.where(bad, x.dtype.type(0), x)
+                pending[i] = nbad
         t, tp = None, None
         if tdir is not None:
             tp = os.path.join(tdir, name)
@@ -545,6 +556,9 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
                                 w.add(i, x, labels=t, seq=_runs(w, i, t, x.shape[0]))
                         except RejectedUtterance as e:
                             err = f"{tp if _about_labels(e.reason) else mp}: {e.reason}"
+                if err is None and i in pending:
+                    filled[os.fsdecode(i)] = pending.pop(i)
+                pending.pop(i, None)
                 if err is not None:
                     if on_error == "fail":
                         raise ValueError(f"pack: {err} (nothing written; on_error='skip' leaves "
@@ -552,7 +566,21 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
                     w.skip(i, "".join(" " if c in "\t\n\r" else c for c in err))
                 if report:
                     report(n + 1, len(ids))
-        return w.commit()
+        done = w.commit()
+        if tdir is None and done["num_skipped"]:
+            from . import Dataset, warn_if_incomplete
+            with Dataset(out) as ds:
+                warn_if_incomplete("pack", ds)
+        if fill_nonfinite:
+            done["zero_filled"] = filled
+            if filled:
+                import warnings
+                shown = ", ".join(list(filled)[:5]) + (", ..." if len(filled) > 5 else "")
+                warnings.warn(f"ctxshard: pack: zero-filled {sum(filled.values())} NaN or "
+                              f"infinite values in {len(filled)} utterance"
+                              f"{'s' if len(filled) != 1 else ''} of {out} ({shown}; "
+                              "fill_nonfinite=True)", UserWarning, stacklevel=2)
+        return done
     finally:
         w.abort()
         if bar is not None:

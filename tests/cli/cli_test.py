@@ -211,6 +211,107 @@ class BadInputs(Base):
         self.assertIn("2 problems", out)
         self.assertEqual(len(err.strip().splitlines()), 2)
 
+    def test_transposed_features_named(self):
+        """A [D, T] features file is named, and said to look transposed,
+        with its transcript (the length rule fails first) and without."""
+        x = np.load(self.mfcc(self.ids[2]))
+        np.save(self.mfcc(self.ids[2]), np.ascontiguousarray(x.T))
+        for args in ([], ["--no-transcripts"]):
+            with self.subTest(args=args):
+                if args:
+                    shutil.rmtree(os.path.join(self.raw, "transcript"))
+                rc, out, err = run("check", self.raw)
+                self.assertEqual(rc, 1)
+                line = [l for l in err.splitlines() if "transposed" in l]
+                self.assertEqual(len(line), 1, err)
+                self.assertTrue(line[0].startswith(self.mfcc(self.ids[2]) + ": "), line[0])
+                self.assertIn(f"[{x.shape[1]}, {x.shape[0]}]", line[0])
+                self.assertIn("1 problem", out)
+
+    def test_check_repeated_hint_once(self):
+        """An HW3P2 split (label sequences) checked in the default mode: one
+        problem line per utterance, the hint once, and a summary of it."""
+        raw = os.path.join(self.tmp, "seq")
+        run("synth", raw, "--utts", 7, "--transcripts", "sequence", "--quiet")
+        rc, out, err = run("check", raw)
+        self.assertEqual(rc, 1)
+        lines = err.strip().splitlines()
+        self.assertEqual(err.count("--transcripts sequence"), 2, err)  # first line, summary
+        self.assertEqual(sum("symbols, expected" in l for l in lines), 7)
+        self.assertIn("--transcripts sequence", lines[0])
+        self.assertIn("7 of the 7 problems above", lines[-1])
+        self.assertIn("--transcripts sequence", lines[-1])
+        self.assertEqual(out.strip().splitlines()[-1],
+                         f"{raw}: 7 utterances checked, 0 valid (0 frames, dim 28, with "
+                         "transcripts), 7 problems")
+
+    def test_missing_shard_is_damaged_data(self):
+        """A shard the manifest lists and the directory lacks is a damaged
+        dataset (exit 1, the shard named), not a system error."""
+        ds = os.path.join(self.tmp, "ds")
+        shutil.copytree(os.path.join(SRC, "tests", "golden", "valid", "tiny"), ds)
+        os.remove(os.path.join(ds, "shard-000000.cxs"))
+        for cmd in (["verify"], ["info"], ["stats"], ["warm"]):
+            with self.subTest(cmd=cmd):
+                rc, _, err = run(*cmd, ds)
+                self.assertEqual(rc, 1, err)
+                self.assertIn(os.path.join(ds, "shard-000000.cxs"), err)
+        rc, _, err = run("convert", ds, os.path.join(self.tmp, "c"), "--compress", "zstd")
+        self.assertEqual(rc, 1, err)
+
+    def test_test_split_losing_utterances_is_loud(self):
+        """A features-only split packed with --on-error skip that lost
+        utterances says so in pack (even --quiet) and info, naming the
+        count and the ids; --fill-nonfinite keeps every frame instead,
+        non-finite values stored as 0, each utterance named."""
+        shutil.rmtree(os.path.join(self.raw, "transcript"))
+        bad = self.ids[1]
+        x = np.load(self.mfcc(bad))
+        total = sum(np.load(self.mfcc(i)).shape[0] for i in self.ids)
+        x[2, 3], x[4, 0] = np.nan, -np.inf
+        np.save(self.mfcc(bad), x)
+        out = os.path.join(self.tmp, "skip")
+        for quiet in ([], ["--quiet"]):
+            rc, _, err = run("pack", self.raw, out, "--on-error", "skip", *quiet)
+            self.assertEqual(rc, 0, err)
+            self.assertIn(f"WARNING: {out} is a features-only split (a test split?) and 1 "
+                          f"utterance was left out ({bad}): predictions over it have fewer rows",
+                          err)
+            self.assertIn("--fill-nonfinite", err)
+        rc, info, err = run("info", out)
+        self.assertEqual(rc, 0)
+        self.assertIn("WARNING       features only, and 1 utterance left out", info)
+        self.assertIn("1 utterance left out at pack time: predictions", err)
+        rc, js, err = run("info", out, "--json")
+        self.assertIn("WARNING", err)
+        import json
+        self.assertIs(json.loads(js)["incomplete"], True)
+        rc, _, err = run("gather", out, "--context", 0, "--all", "--out",
+                         os.path.join(self.tmp, "lost.npy"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"WARNING: {out} is a features-only split (a test split?) with 1 "
+                      "utterance left out at pack time: the windows written are fewer", err)
+        fill = os.path.join(self.tmp, "fill")
+        rc, said, err = run("pack", self.raw, fill, "--fill-nonfinite")
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"zero-filled: {self.mfcc(bad)}: 2 NaN or infinite values stored as 0", err)
+        self.assertIn(f"zero-filled 2 NaN or infinite values in 1 utterance ({bad}; ", said)
+        self.assertNotIn("WARNING", err)
+        rc, info, err = run("info", fill)
+        self.assertIn("5 (0 skipped at pack time)", info)
+        self.assertEqual(err, "")
+        xo = os.path.join(self.tmp, "x.npy")
+        rc, _, err = run("gather", fill, "--context", 0, "--all", "--out", xo)
+        self.assertEqual(rc, 0, err)
+        rows = np.load(xo)
+        self.assertEqual(len(rows), total)  # a row per frame of the raw split
+        self.assertTrue(np.isfinite(rows).all())
+        rc, out2, _ = run("check", self.raw)
+        self.assertEqual(rc, 1)
+        rc, out2, _ = run("check", self.raw, "--fill-nonfinite")
+        self.assertEqual(rc, 0, out2)
+        self.assertEqual(run("verify", fill)[0], 0)
+
     def test_skip_policy(self):
         x = np.load(self.mfcc(self.ids[4]))
         x[1, 1] = np.nan
@@ -498,6 +599,20 @@ class Usage(unittest.TestCase):
         expected = open(os.path.join(SRC, "tests", "cli", "info_tiny.txt")).read()
         self.assertEqual(out, expected)
 
+    def test_info_exact_sequences_only(self):
+        """Spec 5.6: info reports the stored width of the symbols of a
+        dataset of label sequences only (its label_width reads 0)."""
+        valid = os.path.join(SRC, "tests", "golden", "valid")
+        rc, out, _ = run("info", "tiny-seq-only", cwd=valid)
+        self.assertEqual(rc, 0)
+        expected = open(os.path.join(SRC, "tests", "cli", "info_tiny_seq_only.txt")).read()
+        self.assertEqual(out, expected)
+        import json
+        rc, out, _ = run("info", "tiny-seq-only", "--json", cwd=valid)
+        j = json.loads(out)
+        self.assertEqual(j["label_width"], 0)
+        self.assertEqual(j["label_sequences"]["width"], 1)
+
     def test_info_json(self):
         import json
         tiny = os.path.join(SRC, "tests", "golden", "valid", "tiny")
@@ -511,6 +626,7 @@ class Usage(unittest.TestCase):
         self.assertEqual(j["stats"]["mean"], [6.2, 7.2])
         self.assertEqual(j["pack_options"]["on_error"], "fail")
         self.assertEqual(j["format_version"], "1.0")
+        self.assertIs(j["incomplete"], False)
 
     def test_synth_deterministic(self):
         with tempfile.TemporaryDirectory() as tmp:

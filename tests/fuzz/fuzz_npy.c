@@ -14,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const uint32_t dtypes[3] = {CXS_DTYPE_F32, CXS_DTYPE_F16, CXS_DTYPE_BF16};
     utt u;
     memset(&u, 0, sizeof u);
-    conv_opts o = {dtypes[size % 3], (uint32_t)(size / 3 % 2), NULL, 0};
+    /* the fill of non-finite values (--fill-nonfinite) too */
+    conv_opts o = {dtypes[size % 3], (uint32_t)(size / 3 % 2), NULL, 0, (int)(size / 6 % 2)};
     (void)features_decode(&u, data, size, &o, "fuzz.npy", why, sizeof why);
     utt_free(&u);
     return 0;

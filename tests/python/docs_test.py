@@ -170,6 +170,40 @@ class Docs(unittest.TestCase):
                     self.assertTrue(skip.strip(), f"{doc}:{line}")
                     self.assertIn(lang, ("sh", "python", "c"), f"{doc}:{line}: only code is run")
 
+    def test_references_are_complete(self):
+        """Every command of the ctxshard command (tools/main.c's table) is in
+        the README's synopsis and the man page's SYNOPSIS and COMMANDS;
+        every CTXSHARD_* variable the code reads is in the man page's
+        ENVIRONMENT; the install recipes name Debian's interpreter."""
+        main = open(os.path.join(SRC, "tools", "main.c")).read()
+        cmds = re.findall(r'^\s*\{"([a-z-]+)", \{O_', main, re.M)
+        self.assertIn("bench-utt", cmds)
+        readme = open(os.path.join(SRC, "README.md")).read()
+        man = open(os.path.join(SRC, "docs", "ctxshard.1")).read().replace("\\-", "-")
+        synopsis = man[man.index(".SH SYNOPSIS"):man.index(".SH DESCRIPTION")]
+        commands = man[man.index(".SH COMMANDS"):man.index(".SH OPTIONS")]
+        environment = man[man.index(".SH ENVIRONMENT"):man.index(".SH FILES")]
+        for c in cmds:
+            self.assertRegex(readme, rf"(?m)^ctxshard {c} ", f"README synopsis lacks {c}")
+            self.assertTrue(f".B ctxshard {c}\n" in synopsis, f"man SYNOPSIS lacks {c}")
+            self.assertTrue(f".B {c}\n" in commands, f"man COMMANDS lacks {c}")
+        read = set()
+        for top in ("lib", "tools", os.path.join("python", "ctxshard")):
+            for dirpath, _, files in os.walk(os.path.join(SRC, top)):
+                for f in files:
+                    if f.endswith((".c", ".py")):
+                        text = open(os.path.join(dirpath, f), errors="replace").read()
+                        read |= set(re.findall(r'getenv\("(CTXSHARD_[A-Z_]+)"\)', text))
+                        read |= set(re.findall(r'environ(?:\.get\(|\[)"(CTXSHARD_[A-Z_]+)"', text))
+        self.assertIn("CTXSHARD_LIB", read)
+        for v in sorted(read):
+            self.assertTrue(f".B {v}\n" in environment, f"man ENVIRONMENT lacks {v}")
+        for doc in ("README.md", os.path.join("docs", "python.md")):
+            for line in open(os.path.join(SRC, doc)):
+                if "-m venv" in line:
+                    self.assertIn("/usr/bin/python3 -m venv", line, f"{doc}: {line.strip()}")
+        self.assertIn("mpirun -n 8 /usr/bin/python3", open(os.path.join(SRC, DOCS[1])).read())
+
     def test_readme_c_example(self):
         """The README's C program checks every return code: it compiles
         without warnings, runs over a labelled and a features-only dataset,

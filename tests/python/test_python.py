@@ -151,6 +151,55 @@ class Binding(unittest.TestCase):
         with ctxshard.open(narrow) as n5, self.assertRaisesRegex(ValueError, "dim 28"):
             self.ds.gather([0], 1, normalize=n5)
 
+    def test_normalization_warnings_and_mismatch(self):
+        """normalize=True warns once per dataset (train, then dev: two
+        warnings, each naming its dataset); `gather --normalize` without
+        --stats-from warns the same; statistics of a split packed with
+        --normalize utterance are refused for one packed without it (and
+        the other way round), in Python and in the command."""
+        import warnings
+        dev_raw, dev = os.path.join(TMP, "raw-dev6"), os.path.join(TMP, "dev6")
+        utt = os.path.join(TMP, "train-utt")
+        run("synth", dev_raw, "--utts", 2, "--seed", 12, "--offset", 60, "--quiet")
+        run("pack", dev_raw, dev, "--quiet")
+        run("pack", os.path.join(TMP, "raw"), utt, "--normalize", "utterance", "--quiet")
+        train = os.path.join(TMP, "f32")
+        ctxshard._warned_own_stats.clear()
+        with warnings.catch_warnings(record=True) as w, ctxshard.open(dev) as d, \
+                ctxshard.open(train) as t:
+            warnings.simplefilter("always")
+            t.gather([0], 1, normalize=True)
+            d.gather([0], 1, normalize=True)
+            d.gather([1], 1, normalize=True)
+            msgs = [str(m.message) for m in w if "own statistics" in str(m.message)]
+            self.assertEqual(len(msgs), 2, msgs)
+            self.assertIn(train, msgs[0])
+            self.assertIn(dev, msgs[1])
+        xpath = os.path.join(TMP, "cli-dev6.npy")
+        p = subprocess.run([EXE, "gather", dev, "--context", "1", "--frames", "0", "--out", xpath,
+                            "--normalize"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"{dev}: --normalize without --stats-from normalises by its own "
+                      "statistics", p.stderr)
+        self.assertIn("--stats-from TRAIN_OUT", p.stderr)
+        p = subprocess.run([EXE, "gather", dev, "--context", "1", "--frames", "0", "--out", xpath,
+                            "--stats-from", dev], capture_output=True, text=True)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        for a, b in ((dev, utt), (utt, dev)):
+            p = subprocess.run([EXE, "gather", a, "--context", "1", "--frames", "0", "--out",
+                                xpath, "--stats-from", b], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--normalize utterance", p.stderr)
+            self.assertIn(b, p.stderr)
+        with ctxshard.open(dev) as d, ctxshard.open(utt) as u:
+            for nrm in (u, u.stats):
+                with self.assertRaisesRegex(ValueError, "packed with --normalize utterance"):
+                    d.gather([0], 1, normalize=nrm)
+                with self.assertRaisesRegex(ValueError, "packed with --normalize utterance"):
+                    cxt.FrameDataset(dev, 1, normalize=nrm)
+            with self.assertRaisesRegex(ValueError, "packed with --normalize utterance"):
+                u.gather([0], 1, normalize=d)
+
     def test_normalize_is_the_spec(self):
         """gather(normalize=...) and the GPU kernel's arithmetic (host
         emulation, resident mode) against an independent numpy reading of
@@ -386,6 +435,98 @@ class Torch(unittest.TestCase):
             self.assertTrue(torch.equal(xb, torch.from_numpy(wx)))
             self.assertTrue(torch.equal(yb, torch.from_numpy(wy)))
 
+    def test_reopen_by_path_checks_identity(self):
+        """A FrameDataset or UtteranceDataset pickled (as DataLoader sends
+        it to a worker) and reopened by path after the dataset was packed
+        again there is refused, naming the path; unchanged, it serves the
+        same rows, and a copy of the dataset has the same identity."""
+        import pickle
+        raw2 = os.path.join(TMP, "raw-repack")
+        run("synth", raw2, "--utts", 3, "--seed", 11, "--quiet")
+        path = os.path.join(TMP, "repacked")
+        run("pack", os.path.join(TMP, "raw"), path, "--quiet")
+        ident = ctxshard.open(path).identity
+        self.assertIsInstance(ident, int)
+        self.assertEqual(ctxshard.open(os.path.join(TMP, "f32")).identity,
+                         ctxshard.open(os.path.join(TMP, "f32")).identity)
+        self.assertNotEqual(ident, ctxshard.open(os.path.join(TMP, "f32")).identity)
+        fd = cxt.FrameDataset(path, 2, normalize=True)
+        ud = cxt.UtteranceDataset(path)
+        n = len(fd)
+        want = fd[n - 1][0]
+        same = pickle.loads(pickle.dumps(fd))
+        self.assertTrue(torch.equal(same[n - 1][0], want))
+        blobs = [pickle.dumps(fd), pickle.dumps(ud)]
+        run("pack", raw2, path, "--quiet")  # packed again at the same path
+        self.assertNotEqual(ctxshard.open(path).identity, ident)
+        for blob, name in zip(blobs, ("FrameDataset", "UtteranceDataset")):
+            back = pickle.loads(blob)
+            with self.assertRaisesRegex(ctxshard.CtxshardError,
+                                        f"{name}: {re.escape(path)} is not the dataset this "
+                                        "object was made from .*packed again"):
+                back[0]
+        # the original object, whose dataset is still open, is unaffected
+        self.assertTrue(torch.equal(fd[n - 1][0], want))
+
+    def test_incomplete_test_split_warns(self):
+        """A features-only split that lost utterances at pack time warns,
+        naming the count and the ids, in FrameDataset, UtteranceDataset,
+        Loader, UtteranceLoader and ctxshard.pack (once per dataset);
+        ds.incomplete says it; pack(fill_nonfinite=True) keeps every frame
+        and gives the command's bytes."""
+        import warnings
+        raw = os.path.join(TMP, "raw-test-nan")
+        run("synth", raw, "--utts", 3, "--seed", 13, "--no-transcripts", "--quiet")
+        names = sorted(os.listdir(os.path.join(raw, "mfcc")))
+        p = os.path.join(raw, "mfcc", names[1])
+        x = np.load(p)
+        x[0, 0] = np.nan
+        np.save(p, x)
+        bad = names[1][:-4]
+        out = os.path.join(TMP, "test-nan")
+        ctxshard._warned_incomplete.clear()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            ctxshard.pack(raw, out, on_error="skip")
+        msgs = [str(m.message) for m in w if "features-only split" in str(m.message)]
+        self.assertEqual(len(msgs), 1, [str(m.message) for m in w])
+        self.assertIn("1 utterance left out", msgs[0])
+        self.assertIn(bad, msgs[0])
+        with ctxshard.open(out) as ds:
+            self.assertTrue(ds.incomplete)
+            self.assertEqual(ds.num_skipped, 1)
+        makers = [lambda: cxt.FrameDataset(out, 2), lambda: cxt.UtteranceDataset(out),
+                  lambda: cxt.Loader(out, 2, 64, labels=False),
+                  lambda: cxt.UtteranceLoader(out, frame_budget=20000)]
+        for make in makers:
+            ctxshard._warned_incomplete.clear()
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                make()
+                make()  # once per dataset
+            msgs = [str(m.message) for m in w if "features-only split" in str(m.message)]
+            self.assertEqual(len(msgs), 1, msgs)
+            self.assertIn(f"{out} is a features-only split (a test split?) with 1 utterance "
+                          f"left out at pack time ({bad}): predictions", msgs[0])
+        with ctxshard.open(self.path) as ds:
+            self.assertFalse(ds.incomplete)
+        fill = os.path.join(TMP, "test-fill")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            done = ctxshard.pack(raw, fill, fill_nonfinite=True)
+        self.assertEqual(done["zero_filled"], {bad: 1})
+        self.assertTrue(any("zero-filled 1 NaN" in str(m.message) for m in w))
+        cli = os.path.join(TMP, "test-fill-cli")
+        subprocess.run([EXE, "pack", raw, cli, "--fill-nonfinite", "--quiet"], check=True,
+                       capture_output=True)
+        with ctxshard.open(fill) as a, ctxshard.open(cli) as b:
+            self.assertFalse(a.incomplete)
+            self.assertEqual(len(a), sum(np.load(os.path.join(raw, "mfcc", n)).shape[0]
+                                         for n in names))
+            self.assertTrue(np.array_equal(a.gather(range(len(a)), 1),
+                                           b.gather(range(len(b)), 1)))
+            self.assertEqual(a.identity, b.identity)  # the same bytes
+
     def test_features_only(self):
         raw = os.path.join(TMP, "raw-test")
         out = os.path.join(TMP, "test-split")
@@ -429,7 +570,8 @@ class Torch(unittest.TestCase):
     def test_normalize_with_train_statistics(self):
         """Dev normalised with train's statistics, the same windows through
         gather, FrameDataset, the Loader and the (emulated) GPU loader,
-        whichever form the statistics take; normalize=True warns once."""
+        whichever form the statistics take; normalize=True warns once per
+        dataset."""
         import warnings
         import ctxshard.gpu as g
         raw = os.path.join(TMP, "raw-dev")
@@ -463,9 +605,9 @@ class Torch(unittest.TestCase):
                     gx = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
                                                shape=(b.n, dev.input_size(k)))
                     self.assertTrue(np.array_equal(gx, want))
-            # True: the dataset's own, with one warning per process naming the fix;
+            # True: the dataset's own, with one warning per dataset naming the fix;
             # the dataset itself: the same windows, no warning
-            ctxshard._warned_own_stats = False
+            ctxshard._warned_own_stats.clear()
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 a = dev.gather(range(n), k, normalize=True)
@@ -476,7 +618,7 @@ class Torch(unittest.TestCase):
             self.assertEqual(len(msgs), 1, msgs)
             self.assertIn("normalize=train_ds", msgs[0])
             self.assertIn("normalize=ds", msgs[0])
-            ctxshard._warned_own_stats = False
+            ctxshard._warned_own_stats.clear()
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 dev.gather(range(n), k, normalize=dev)

@@ -3,6 +3,7 @@
 
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_zchunk.h"
 #include "cxs_test.h"
 
 static uint8_t f[3 * CXS_PAGE];
@@ -228,5 +229,48 @@ TEST(shard_file_size) {
 }
 END_TEST_
 
+/* Spec 4.6: a frame whose window exceeds 2^27 bytes is refused, whatever
+ * else it holds.  The frame is built by hand (RFC 8878): a
+ * Window_Descriptor (not single-segment), a 4-byte content size and one
+ * raw block of 16 bytes. */
+static size_t wframe(uint8_t *out, uint8_t window_descriptor) {
+    size_t o = 0;
+    cxs_st32(out, 0xFD2FB528u);
+    o = 4;
+    out[o++] = 0x80; /* FCS_Field_Size 4, no single segment, no checksum/dict */
+    out[o++] = window_descriptor;
+    cxs_st32(out + o, 16);
+    o += 4;
+    uint32_t bh = 1u | (16u << 3); /* last block, raw, 16 bytes */
+    out[o++] = (uint8_t)bh;
+    out[o++] = (uint8_t)(bh >> 8);
+    out[o++] = (uint8_t)(bh >> 16);
+    for (int i = 0; i < 16; i++) out[o++] = (uint8_t)(i + 1);
+    return o;
+}
+
+TEST(zchunk_window_limit) {
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    uint8_t fr[64], dst[16], scratch[16];
+    /* Window_Descriptor: exponent e (bits 7-3), mantissa m (bits 2-0):
+     * 2^(10+e) + m * 2^(10+e)/8 */
+    struct { uint8_t wd; int ok; } cases[] = {
+        {0x00, 1},               /* 1 KiB */
+        {(17 << 3), 1},          /* 2^27: the limit, accepted */
+        {(17 << 3) | 1, 0},      /* 2^27 + 2^24 */
+        {(21 << 3), 0},          /* 2^31 */
+        {(22 << 3), 0},          /* 2^32 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = wframe(fr, cases[i].wd);
+        memset(dst, 0, sizeof dst);
+        int r = cxs_zchunk_decode(dc, 0, 4, fr, n, scratch, dst, sizeof dst);
+        ck_assert_msg(r == (cases[i].ok ? 0 : -1), "window descriptor 0x%02x: %d", cases[i].wd, r);
+        if (cases[i].ok) EXPECT_UINT(dst[15], 16);
+    }
+    ZSTD_freeDCtx(dc);
+}
+END_TEST_
+
 RUN_SUITE("format", round_trip, refusals, strtab, strtab_distinct, chunks_order, le_helpers,
-          shard_file_size)
+          shard_file_size, zchunk_window_limit)
