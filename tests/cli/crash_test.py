@@ -135,15 +135,27 @@ class Crash(unittest.TestCase):
         t0 = time.perf_counter()
         run("pack", self.raw, os.path.join(self.tmp, "timing"), *self.opts(), "--quiet")
         duration = time.perf_counter() - t0
+        landed = 0
         for i in range(16):
             previous = i % 2 == 1
             d, out = self.work(previous)
             p = subprocess.Popen([EXE, "pack", self.raw, out, *self.opts(), "--quiet"])
-            time.sleep(rng.uniform(0, duration * 1.2))
+            # a random moment of the writing: once the temporary directory
+            # exists, within the time a whole pack took
+            t1 = time.perf_counter()
+            while (p.poll() is None and time.perf_counter() - t1 < 10 and
+                   not any(n.startswith(".out.tmp-") for n in os.listdir(d))):
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0, duration * 0.8))
             p.send_signal(signal.SIGKILL)
-            p.wait()
+            rc = p.wait()
+            # mid-write: killed while running, its temporary directory left
+            if rc == -signal.SIGKILL and any(n.startswith(".out.tmp-") for n in os.listdir(d)):
+                landed += 1
             self.check_state(d, out, previous)
             self.rerun(d, out)
+        # the test means something only if the kills met the writing
+        self.assertGreaterEqual(landed, 9, f"only {landed} of 16 kills landed mid-write")
 
     @needs_hooks
     def test_interrupt_cleans_up(self):

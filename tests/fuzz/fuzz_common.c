@@ -39,7 +39,12 @@ void fuzz_exercise(cxs_dataset *ds) {
     cxs_stats st;
     cxs_dataset_stats(ds, &st);
     cxs_diag d;
-    (void)cxs_dataset_verify(ds, NULL, NULL, &d);
+    memset(&d, 0, sizeof d);
+    /* The oracle: a file that opens passes verify or names its damage. */
+    if (cxs_dataset_verify(ds, NULL, NULL, &d) != 0 && !d.message[0]) {
+        fprintf(stderr, "fuzz oracle: verify failed without a message\n");
+        abort();
+    }
     for (uint32_t i = 0; i < in.vocab_size && i < 100; i++) {
         const char *s;
         size_t n;
@@ -73,12 +78,19 @@ void fuzz_exercise(cxs_dataset *ds) {
         if (W * n > (64u << 20)) continue;
         float *out = malloc(W * n * sizeof *out + 1);
         int64_t *lab = malloc(n * sizeof *lab + 1);
-        (void)cxs_dataset_gather(ds, frames, n, ks[j], 0, 1, out, in.label_width ? lab : NULL);
-        if (st.mean) (void)cxs_dataset_gather(ds, frames, n, ks[j], CXS_GATHER_NORMALIZE, 2, out, NULL);
+        int grc = cxs_dataset_gather(ds, frames, n, ks[j], 0, 1, out, in.label_width ? lab : NULL);
+        /* The oracle: a zero-copy view of float32 rows is what the gather
+         * wrote for the same frame. */
         for (uint64_t i = 0; i < n && i < 64; i++) {
             const void *w;
-            (void)cxs_dataset_window(ds, frames[i], ks[j], &w);
+            if (cxs_dataset_window(ds, frames[i], ks[j], &w) == 0 && grc == 0 &&
+                in.dtype == CXS_DTYPE_F32 && memcmp(w, out + i * W, W * sizeof *out) != 0) {
+                fprintf(stderr, "fuzz oracle: window(%llu, %u) differs from its gather\n",
+                        (unsigned long long)frames[i], ks[j]);
+                abort();
+            }
         }
+        if (st.mean) (void)cxs_dataset_gather(ds, frames, n, ks[j], CXS_GATHER_NORMALIZE, 2, out, NULL);
         free(out);
         free(lab);
     }
@@ -102,4 +114,43 @@ void fuzz_exercise(cxs_dataset *ds) {
         cxs_sampler_free(s);
     }
     free(frames);
+    /* Whole-utterance batches: the utterance sampler and the padding of
+     * its first batches (features, labels and label sequences). */
+    cxs_utt_sampler_opts uo = {.kind = CXS_UTT_SHUFFLE, .seed = 2, .frame_budget = 4096,
+                               .long_alone = 1};
+    cxs_utt_sampler *us;
+    if (in.dim <= 4096 && in.max_length <= (1u << 16) &&
+        cxs_utt_sampler_create(ds, &uo, &us, NULL) == 0) {
+        const uint32_t cap = cxs_utt_sampler_max_batch(us);
+        const uint64_t mf = cxs_utt_sampler_max_frames(us);
+        uint64_t len = 0, g;
+        uint64_t *utts = malloc((cap + 1) * sizeof *utts);
+        float *x = malloc(mf * in.dim * sizeof *x + 1);
+        int64_t *lens = malloc((cap + 1) * 8), *y = malloc(mf * 8 + 1);
+        (void)cxs_utt_sampler_length(us, 0, NULL, &len);
+        for (uint64_t b = 0; utts && x && lens && y && b < len && b < 4; b++) {
+            uint32_t nb;
+            if (cxs_utt_sampler_batch(us, 0, b, utts, cap, &nb, &g)) break;
+            uint64_t tmax = 0, lmax = 0;
+            for (uint32_t i = 0; i < nb; i++) {
+                cxs_utterance ut;
+                if (cxs_dataset_utterance(ds, utts[i], &ut) == 0 && ut.num_frames > tmax)
+                    tmax = ut.num_frames;
+                uint32_t sl;
+                if (in.label_seqs && cxs_dataset_label_seq(ds, utts[i], NULL, 0, &sl) == 0 &&
+                    sl > lmax)
+                    lmax = sl;
+            }
+            if (nb * tmax > mf) continue;
+            (void)cxs_dataset_pad_batch(ds, utts, nb, tmax, 0, NULL, x, lens,
+                                        in.label_width ? y : NULL);
+            if (in.label_seqs && lmax && nb * lmax <= mf) {
+                int64_t *tl = malloc((cap + 1) * 8);
+                if (tl) (void)cxs_dataset_pad_targets(ds, utts, nb, lmax, y, tl);
+                free(tl);
+            }
+        }
+        free(utts), free(x), free(lens), free(y);
+        cxs_utt_sampler_free(us);
+    }
 }
