@@ -17,6 +17,7 @@
 #include "cxs_version.h"
 
 #include "dataset_internal.h"
+#include "fault.h"
 
 const char *cxs_version(void) { return CXS_VERSION_STRING; }
 
@@ -589,6 +590,7 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
 }
 
 static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
+    cxs_fault_install(); /* before any mapping is read: see fault.h */
     cxs_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) return -ENOMEM;
     char *dir = NULL;
@@ -779,6 +781,21 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
     }
 }
 
+typedef struct read_arg {
+    const cxs_dataset *ds;
+    zreader *zr;
+    uint32_t s;
+    uint64_t r0, n;
+    void *out;
+} read_arg;
+
+/* In a recovery region (fault.h): a shard truncated since open is
+ * CXS_E_TRUNCATED, not a SIGBUS. */
+static int read_rows_mapped(void *p) {
+    const read_arg *a = p;
+    return cxs_read_rows(a->ds, a->zr, a->s, a->r0, a->n, a->out);
+}
+
 int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_t first, uint64_t count,
                               void *out) {
     if (!ds || (count && !out)) return CXS_E_INVALID;
@@ -787,7 +804,9 @@ int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_t first,
     if (first > T || count > T - first) return CXS_E_RANGE;
     if (!count) return 0;
     zreader zr = {0};
-    int rc = cxs_read_rows(ds, &zr, ds->utt_shard[u], ds->row[u] + first, count, out);
+    read_arg a = {ds, &zr, ds->utt_shard[u], ds->row[u] + first, count, out};
+    cxs_fault f;
+    int rc = cxs_fault_run(ds, read_rows_mapped, &a, &f);
     cxs_zreader_free(&zr);
     return rc;
 }
@@ -844,11 +863,39 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     return 0;
 }
 
+typedef struct guard_arg {
+    const uint8_t *p;
+    size_t n;
+} guard_arg;
+
+static int guard_zero(void *arg) {
+    const guard_arg *g = arg;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->p[i]) return CXS_E_CORRUPT;
+    return 0;
+}
+
 int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
     if (cxs_compressed(ds)) return CXS_E_UNSUPPORTED;
     if (k > ds->meta.guard || frame >= ds->meta.num_frames) return CXS_E_RANGE;
     uint64_t u = cxs_find_utt(ds, frame);
-    *window = cxs_row_ptr(ds, u, (int64_t)(frame - ds->cum[u]) - (int64_t)k);
+    const int64_t t = (int64_t)(frame - ds->cum[u]), T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+    /* The guard rows a view spans are served as they are stored: check
+     * them (at most 2k rows, only near the borders), so that a damaged
+     * guard row is refused rather than served as padding.  Open does not
+     * read them; verify checks every one. */
+    cxs_fault f;
+    if (t < (int64_t)k) {
+        guard_arg g = {cxs_row_ptr(ds, u, t - (int64_t)k), (size_t)((int64_t)k - t) * ds->row_bytes};
+        int rc = cxs_fault_run(ds, guard_zero, &g, &f);
+        if (rc) return rc;
+    }
+    if (t + (int64_t)k >= T) {
+        guard_arg g = {cxs_row_ptr(ds, u, T), (size_t)(t + (int64_t)k - T + 1) * ds->row_bytes};
+        int rc = cxs_fault_run(ds, guard_zero, &g, &f);
+        if (rc) return rc;
+    }
+    *window = cxs_row_ptr(ds, u, t - (int64_t)k);
     return 0;
 }
 
@@ -858,9 +905,12 @@ int cxs_dataset_labels_of(const cxs_dataset *ds, const uint64_t *frames, size_t 
     if (!ds->meta.label_width) return CXS_E_NO_LABELS;
     for (size_t i = 0; i < n; i++)
         if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
+    const uint32_t V = ds->meta.vocab_size;
     for (size_t i = 0; i < n; i++) {
         const shard *sh = &ds->shards[ds->utt_shard[cxs_find_utt(ds, frames[i])]];
-        out[i] = cxs_shard_label(sh, frames[i] - sh->f_start);
+        uint32_t l = cxs_shard_label(sh, frames[i] - sh->f_start);
+        if (V && l >= V) return CXS_E_CORRUPT; /* damaged: never served */
+        out[i] = l;
     }
     return 0;
 }
@@ -886,7 +936,11 @@ int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, in
     while (f < end) {
         const shard *sh = &ds->shards[si++];
         uint64_t stop = sh->f_start + sh->meta.num_frames < end ? sh->f_start + sh->meta.num_frames : end;
-        for (uint64_t i = 0; i < stop - f; i++) out[i] = cxs_shard_label(sh, f - sh->f_start + i);
+        for (uint64_t i = 0; i < stop - f; i++) {
+            uint32_t l = cxs_shard_label(sh, f - sh->f_start + i);
+            if (ds->meta.vocab_size && l >= ds->meta.vocab_size) return CXS_E_CORRUPT;
+            out[i] = l;
+        }
         out += stop - f;
         f = stop;
     }
