@@ -21,11 +21,15 @@ typedef struct region {
     volatile uint64_t offset;
 } region;
 
-/* initial-exec: static TLS, which the handler may read without the dynamic
- * TLS allocation a first access from a dlopen'ed library could make (not
- * async-signal-safe).  A thread's pointer is written before any region
- * runs, and read only by its own signals. */
-static __thread region *current __attribute__((tls_model("initial-exec")));
+/* The region a thread is in.  Dynamic TLS (the library is often dlopen'ed,
+ * by Python, where static TLS may be full): its first access in a thread
+ * may allocate, which a signal handler must not do.  So the handler reads
+ * it only while some thread is inside a region (`active`), and a thread in
+ * a region has touched it already; a thread that never entered one faults
+ * in a region-free instant almost always.  And a SIGBUS is not raised
+ * inside malloc, whose memory is no file mapping. */
+static __thread region *current;
+static int active; /* threads inside a region, atomic */
 static struct sigaction previous;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -52,7 +56,7 @@ static void chain(int sig, siginfo_t *si, void *uc) {
 }
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
-    region *r = current;
+    region *r = __atomic_load_n(&active, __ATOMIC_ACQUIRE) ? current : NULL;
     if (r && si->si_code > 0) { /* raised by the kernel for an access */
         const uintptr_t a = (uintptr_t)si->si_addr;
         const cxs_dataset *ds = r->ds;
@@ -62,6 +66,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
                 r->shard = i;
                 r->offset = (uint64_t)(a - (uintptr_t)sh->map);
                 current = r->prev;
+                __atomic_sub_fetch(&active, 1, __ATOMIC_RELEASE);
                 siglongjmp(r->jb, 1);
             }
         }
@@ -93,7 +98,9 @@ int cxs_fault_run(const cxs_dataset *ds, int (*fn)(void *), void *arg, cxs_fault
         return CXS_E_TRUNCATED;
     }
     current = &r;
+    __atomic_add_fetch(&active, 1, __ATOMIC_ACQ_REL);
     int rc = fn(arg);
+    __atomic_sub_fetch(&active, 1, __ATOMIC_RELEASE);
     current = r.prev;
     return rc;
 }
@@ -118,21 +125,26 @@ static int read_id(void *p) {
     return 0;
 }
 
+void cxs_utt_name(const cxs_dataset *ds, uint64_t u, char *buf, size_t cap) {
+    const shard *sh = &ds->shards[ds->utt_shard[u]];
+    char id[200];
+    id_arg a = {sh, u - sh->u_start, id, sizeof id};
+    cxs_fault f;
+    if (cxs_fault_run(ds, read_id, &a, &f) == 0)
+        snprintf(buf, cap, "utterance %s (number %llu)", id, (unsigned long long)u);
+    else
+        snprintf(buf, cap, "utterance number %llu (its id can no longer be read)",
+                 (unsigned long long)u);
+}
+
 int cxs_where_diag(const cxs_dataset *ds, int rc, const cxs_where *w, cxs_diag *d) {
     if (!d) return rc;
     const shard *sh = &ds->shards[w->shard < ds->meta.num_shards ? w->shard : 0];
     char utt[400] = "", chunk[160] = "", reason[640];
-    if (w->utt != UINT64_MAX && w->utt >= sh->u_start &&
-        w->utt - sh->u_start < sh->meta.num_utterances) {
-        char id[256];
-        id_arg a = {sh, w->utt - sh->u_start, id, sizeof id};
-        cxs_fault f;
-        if (cxs_fault_run(ds, read_id, &a, &f) == 0)
-            snprintf(utt, sizeof utt, ": utterance %s (number %llu)", id,
-                     (unsigned long long)w->utt);
-        else
-            snprintf(utt, sizeof utt, ": utterance number %llu (its id can no longer be read)",
-                     (unsigned long long)w->utt);
+    if (w->utt != UINT64_MAX && w->utt < ds->meta.num_utterances) {
+        char name[300];
+        cxs_utt_name(ds, w->utt, name, sizeof name);
+        snprintf(utt, sizeof utt, ": %s", name);
     }
     if (w->chunk != UINT64_MAX && sh->chunk_table) {
         snprintf(chunk, sizeof chunk, ", chunk %llu", (unsigned long long)w->chunk);

@@ -19,6 +19,7 @@
 #ifndef CXS_FAULT_H
 #define CXS_FAULT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ctxshard.h"
@@ -52,6 +53,10 @@ typedef struct cxs_where {
 
 #define CXS_WHERE_NONE                                                                 \
     (cxs_where) { 0, UINT64_MAX, UINT64_MAX, UINT64_MAX, 0, 0, 0 }
+
+/* "utterance ID (number U)" into buf, the id read in a recovery region
+ * ("utterance number U (its id can no longer be read)" if it faults). */
+void cxs_utt_name(const cxs_dataset *ds, uint64_t u, char *buf, size_t cap);
 
 /* A diagnostic "SHARD: utterance ID (number U)[, chunk C]: reason" for a
  * serve-time failure rc; returns rc. */

@@ -56,7 +56,6 @@ static void loader_meets_truncation(uint32_t compression, const char *name) {
     EXPECT_INT(rc, CXS_E_TRUNCATED);
     EXPECT_STR_HAS(d.message, shard);
     EXPECT_STR_HAS(d.message, "truncated");
-    fprintf(stderr, "%s\n", d.message);
     EXPECT_STR_HAS(d.message, "utterance ");
     EXPECT_STR_HAS(d.message, "8192 bytes");
     ck_assert(served < cxs_sampler_length(s) / o.batch_size); /* it failed mid-epoch */
@@ -152,9 +151,9 @@ TEST(other_sigbus_is_chained) {
     uint64_t fr[4] = {0, 1000, 20000, 40000};
     float x[4 * 8];
     cxs_diag d;
-    EXPECT_INT(cxs_dataset_gather_ex(ds, fr, 4, 0, 0, NULL, 1, x, NULL, &d), CXS_E_TRUNCATED);
     mine_called = 0;
-    EXPECT_INT(mine_called, 0);
+    EXPECT_INT(cxs_dataset_gather_ex(ds, fr, 4, 0, 0, NULL, 1, x, NULL, &d), CXS_E_TRUNCATED);
+    EXPECT_INT(mine_called, 0); /* not passed on */
     cxs_dataset_close(ds);
 }
 END_TEST
