@@ -27,6 +27,10 @@ typedef struct vctx {
      * squares in float64, in frame order; over utterances, exact sums. */
     double *u1, *u2;  /* dim each: the utterance at work */
     cxs_xsum *x1, *x2; /* dim each */
+    /* Compressed: one chunk's rows and a decoder, made once (nothing is
+     * allocated inside the recovery region the shards are read in). */
+    uint8_t *buf;
+    zreader zr;
 } vctx;
 
 /* Stored element i of p as float64. */
@@ -249,14 +253,12 @@ static int verify_zfeatures(vctx *v, uint32_t si, const cxs_section *s, cxs_diag
     const struct shard *sh = &ds->shards[si];
     int rc = 0;
     const uint64_t rowb = ds->row_bytes, G = ds->meta.guard, U = sh->meta.num_utterances;
-    uint8_t *buf = malloc(ds->max_chunk_bytes);
-    zreader zr = {0};
-    if (!buf) return -ENOMEM;
+    uint8_t *buf = v->buf;
     /* Segments of the row stream: guard 0, utterance 0, guard 1, ... */
     uint64_t seg = 0, seg_end = G, row = 0, bad;
     for (uint64_t c = 0; c < sh->ch.num_chunks && !rc; c++) {
         size_t n;
-        rc = cxs_decode_chunk(ds, &zr, si, c, buf, &n);
+        rc = cxs_decode_chunk(ds, &v->zr, si, c, buf, &n);
         if (rc) {
             const uint8_t *e = sh->chunk_table + CXS_CHUNK_ENTRY * c;
             uint64_t a = c ? cxs_ld64(e - CXS_CHUNK_ENTRY) : 0, b = cxs_ld64(e);
@@ -299,8 +301,6 @@ static int verify_zfeatures(vctx *v, uint32_t si, const cxs_section *s, cxs_diag
         }
     }
     if (!rc && seg % 2) sum_utterance(v); /* the last utterance, without a guard after it */
-    free(buf);
-    cxs_zreader_free(&zr);
     /* The section's own checksum last: the chunks' name the damage first. */
     if (!rc) rc = hash_plain(v, sh->map, s, sh->path, d);
     return rc;
@@ -350,8 +350,44 @@ static int verify_sequences(vctx *v, const struct shard *sh, const cxs_section *
                                &tot, &lo, &hi, sh->path, d);
 }
 
+typedef struct shard_arg {
+    vctx *v;
+    uint32_t i;
+    uint64_t *hist;
+    cxs_diag *d;
+    uint64_t *minlen, *maxlen;
+} shard_arg;
+
+/* Every byte of shard i: in a recovery region (fault.h), so that a shard
+ * truncated under verify is reported, not a SIGBUS. */
+static int verify_shard(void *p) {
+    const shard_arg *a = p;
+    vctx *v = a->v;
+    const cxs_dataset *ds = v->ds;
+    const struct shard *sh = &ds->shards[a->i];
+    cxs_diag *d = a->d;
+    int rc = check_padding(sh->map, sh->size, &sh->c, sh->path, d);
+    for (uint32_t j = 0; j < sh->c.nsections && !rc; j++) {
+        const cxs_section *s = &sh->c.sections[j];
+        if (s->type == CXS_SEC_FEATURES) rc = verify_features(v, sh, s, d);
+        else if (s->type == CXS_SEC_ZFEATURES && cxs_compressed(ds))
+            rc = verify_zfeatures(v, a->i, s, d);
+        else if (s->type == CXS_SEC_LABELS) rc = verify_labels(v, sh, s, a->hist, d);
+        else if (s->type == CXS_SEC_SEQUENCES && ds->has_seqs)
+            rc = verify_sequences(v, sh, s, d);
+        else rc = hash_plain(v, sh->map, s, sh->path, d);
+    }
+    for (uint64_t u = 0; u < sh->meta.num_utterances && !rc; u++) {
+        uint64_t T = cxs_ld64(sh->index + 8 * (u + 1)) - cxs_ld64(sh->index + 8 * u);
+        if (T < *a->minlen) *a->minlen = T;
+        if (T > *a->maxlen) *a->maxlen = T;
+    }
+    return rc;
+}
+
 int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *user, cxs_diag *d) {
-    vctx v = {ds, progress, user, 0, ds->total_bytes, XXH3_createState(), NULL, NULL, NULL, NULL};
+    vctx v = {ds, progress, user, 0, ds->total_bytes, XXH3_createState(), NULL, NULL, NULL, NULL,
+              NULL, {0}};
     uint64_t *hist = calloc(65537, sizeof *hist);
     const uint32_t D = ds->meta.dim;
     v.u1 = calloc(2 * (size_t)D + 1, sizeof *v.u1);
@@ -359,7 +395,8 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
     v.x1 = calloc(2 * (size_t)D + 1, sizeof *v.x1);
     v.x2 = v.x1 ? v.x1 + D : NULL;
     int rc = 0;
-    if (!v.st || !hist || !v.u1 || !v.x1) {
+    if (cxs_compressed(ds) && ds->max_chunk_bytes) v.buf = malloc(ds->max_chunk_bytes);
+    if (!v.st || !hist || !v.u1 || !v.x1 || (cxs_compressed(ds) && ds->max_chunk_bytes && !v.buf)) {
         rc = -ENOMEM;
         goto out;
     }
@@ -372,24 +409,16 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
     }
     uint64_t minlen = UINT64_MAX, maxlen = 0;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
-        const struct shard *sh = &ds->shards[i];
-        if ((rc = check_padding(sh->map, sh->size, &sh->c, sh->path, d))) goto out;
-        for (uint32_t j = 0; j < sh->c.nsections; j++) {
-            const cxs_section *s = &sh->c.sections[j];
-            if (s->type == CXS_SEC_FEATURES) rc = verify_features(&v, sh, s, d);
-            else if (s->type == CXS_SEC_ZFEATURES && cxs_compressed(ds))
-                rc = verify_zfeatures(&v, i, s, d);
-            else if (s->type == CXS_SEC_LABELS) rc = verify_labels(&v, sh, s, hist, d);
-            else if (s->type == CXS_SEC_SEQUENCES && ds->has_seqs)
-                rc = verify_sequences(&v, sh, s, d);
-            else rc = hash_plain(&v, sh->map, s, sh->path, d);
-            if (rc) goto out;
+        shard_arg a = {&v, i, hist, d, &minlen, &maxlen};
+        cxs_fault f;
+        rc = cxs_fault_run(ds, verify_shard, &a, &f);
+        if (rc == CXS_E_TRUNCATED && f.shard == i) {
+            cxs_where w = CXS_WHERE_NONE;
+            w.shard = i;
+            w.offset = f.offset;
+            cxs_where_diag(ds, rc, &w, d);
         }
-        for (uint64_t u = 0; u < sh->meta.num_utterances; u++) {
-            uint64_t T = cxs_ld64(sh->index + 8 * (u + 1)) - cxs_ld64(sh->index + 8 * u);
-            if (T < minlen) minlen = T;
-            if (T > maxlen) maxlen = T;
-        }
+        if (rc) goto out;
     }
     /* The stored statistics must describe the data. */
     const uint8_t *st = ds->stats;
@@ -431,6 +460,8 @@ out:
     free(hist);
     free(v.u1);
     free(v.x1);
+    free(v.buf);
+    cxs_zreader_free(&v.zr);
     if (v.st) XXH3_freeState(v.st);
     return rc;
 }
