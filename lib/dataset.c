@@ -798,15 +798,37 @@ static int read_rows_mapped(void *p) {
 
 int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_t first, uint64_t count,
                               void *out) {
-    if (!ds || (count && !out)) return CXS_E_INVALID;
-    if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
+    return cxs_dataset_read_features_ex(ds, u, first, count, out, NULL);
+}
+
+int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t first,
+                                 uint64_t count, void *out, cxs_diag *d) {
+    if (!ds || (count && !out))
+        return cxs_diagf(d, CXS_E_INVALID, "read_features: no dataset or out is NULL");
+    if (u >= ds->meta.num_utterances)
+        return cxs_diagf(d, CXS_E_RANGE, "read_features: utterance %llu is past the dataset's %llu",
+                         (unsigned long long)u, (unsigned long long)ds->meta.num_utterances);
     uint64_t T = ds->cum[u + 1] - ds->cum[u];
-    if (first > T || count > T - first) return CXS_E_RANGE;
+    if (first > T || count > T - first)
+        return cxs_diagf(d, CXS_E_RANGE,
+                         "read_features: frames %llu..%llu of utterance %llu, which has %llu",
+                         (unsigned long long)first, (unsigned long long)(first + count),
+                         (unsigned long long)u, (unsigned long long)T);
     if (!count) return 0;
     zreader zr = {0};
     read_arg a = {ds, &zr, ds->utt_shard[u], ds->row[u] + first, count, out};
     cxs_fault f;
     int rc = cxs_fault_run(ds, read_rows_mapped, &a, &f);
+    if (rc && rc != -ENOMEM) {
+        cxs_where w = CXS_WHERE_NONE;
+        w.shard = ds->utt_shard[u];
+        w.utt = u;
+        w.chunk = zr.bad_chunk;
+        w.offset = rc == CXS_E_TRUNCATED && zr.bad_chunk == UINT64_MAX ? f.offset : zr.bad_offset;
+        cxs_where_diag(ds, rc, &w, d);
+    } else if (rc) {
+        cxs_diagf(d, rc, "read_features: out of memory");
+    }
     cxs_zreader_free(&zr);
     return rc;
 }
@@ -846,12 +868,31 @@ int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame, uint64_t *utteranc
     return 0;
 }
 
+typedef struct ids_arg {
+    const uint8_t *at;
+    uint64_t a, b;
+} ids_arg;
+
+static int read_id_offsets(void *p) {
+    ids_arg *x = p;
+    x->a = cxs_ld64(x->at);
+    x->b = cxs_ld64(x->at + 8);
+    return 0;
+}
+
 int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out) {
     if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
     const shard *sh = &ds->shards[ds->utt_shard[u]];
     uint64_t lu = u - sh->u_start;
     uint64_t U = sh->meta.num_utterances;
-    uint64_t a = cxs_ld64(sh->ids + 8 * lu), b = cxs_ld64(sh->ids + 8 * (lu + 1));
+    /* the id's offsets, from the mapping: a shard truncated since open is
+     * CXS_E_TRUNCATED here, not a SIGBUS (the id's bytes, like the
+     * features, are the caller's to read) */
+    ids_arg x = {sh->ids + 8 * lu, 0, 0};
+    cxs_fault f;
+    int rc = cxs_fault_run(ds, read_id_offsets, &x, &f);
+    if (rc) return rc;
+    uint64_t a = x.a, b = x.b;
     out->id = (const char *)sh->ids + 8 * (U + 1) + a;
     out->id_len = (size_t)(b - a);
     out->first_frame = ds->cum[u];

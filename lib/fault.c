@@ -91,8 +91,15 @@ int cxs_fault_run(const cxs_dataset *ds, int (*fn)(void *), void *arg, cxs_fault
     r.prev = current;
     r.shard = 0;
     r.offset = 0;
-    /* savemask 1: the handler runs with SIGBUS blocked; the jump unblocks it */
-    if (sigsetjmp(r.jb, 1)) {
+    /* savemask 0: no system call on the way in (regions are entered for
+     * every batch part, chunk and utterance).  The handler runs with SIGBUS
+     * blocked (it was not blocked before: a fault while it is blocked kills
+     * the process), so the way out after a jump unblocks it. */
+    if (sigsetjmp(r.jb, 0)) {
+        sigset_t bus;
+        sigemptyset(&bus);
+        sigaddset(&bus, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
         where->shard = r.shard;
         where->offset = r.offset;
         return CXS_E_TRUNCATED;

@@ -182,22 +182,35 @@ static int norm_for(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm,
 int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
                           uint32_t flags, const cxs_norm *norm, float *x, int64_t *lengths,
                           int64_t *y) {
-    if (!ds || (n && (!utts || !x || !lengths)) || (flags & ~PAD_FLAGS)) return CXS_E_INVALID;
-    if (y && !ds->meta.label_width) return CXS_E_NO_LABELS;
+    return cxs_dataset_pad_batch_ex(ds, utts, n, tmax, flags, norm, x, lengths, y, NULL);
+}
+
+int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
+                             uint32_t flags, const cxs_norm *norm, float *x, int64_t *lengths,
+                             int64_t *y, cxs_diag *d) {
+    if (!ds || (n && (!utts || !x || !lengths)) || (flags & ~PAD_FLAGS))
+        return cxs_diagf(d, CXS_E_INVALID, "pad_batch: a NULL argument or unknown flags");
+    if (y && !ds->meta.label_width)
+        return cxs_diagf(d, CXS_E_NO_LABELS, "pad_batch: labels asked of a dataset that has none");
     uint64_t longest = 0;
     for (size_t i = 0; i < n; i++) {
-        if (utts[i] >= ds->meta.num_utterances) return CXS_E_RANGE;
+        if (utts[i] >= ds->meta.num_utterances)
+            return cxs_diagf(d, CXS_E_RANGE, "pad_batch: utterance %llu is past the dataset's %llu",
+                             (unsigned long long)utts[i],
+                             (unsigned long long)ds->meta.num_utterances);
         uint64_t T = ds->cum[utts[i] + 1] - ds->cum[utts[i]];
         if (T > longest) longest = T;
     }
     if (!tmax) tmax = longest;
-    if (longest > tmax) return CXS_E_RANGE;
+    if (longest > tmax)
+        return cxs_diagf(d, CXS_E_RANGE, "pad_batch: an utterance of %llu frames is past tmax %llu",
+                         (unsigned long long)longest, (unsigned long long)tmax);
     double *c;
-    int rc = norm_for(ds, flags, norm, &c, NULL);
+    int rc = norm_for(ds, flags, norm, &c, d);
     if (rc) return rc;
     pad_ctx pc = {0};
     rc = pad_batch(ds, utts, n, tmax, c, c ? c + ds->meta.dim : NULL,
-                   !!(flags & CXS_PAD_PER_UTTERANCE), x, lengths, y, &pc, NULL);
+                   !!(flags & CXS_PAD_PER_UTTERANCE), x, lengths, y, &pc, d);
     pad_ctx_free(&pc);
     free(c);
     return rc;

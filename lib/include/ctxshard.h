@@ -257,7 +257,9 @@ typedef struct cxs_utterance {
     const void *labels;   /**< num_frames labels of label_width bytes, or NULL */
 } cxs_utterance;
 
-/** Utterance u (0 <= u < num_utterances).  Returns 0 or CXS_E_RANGE. */
+/** Utterance u (0 <= u < num_utterances).  Returns 0, CXS_E_RANGE, or
+ * CXS_E_TRUNCATED when its shard lost the bytes of the id table since open
+ * (the pointers it gives are read by the caller: see cxs_dataset_window). */
 CXS_API int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out);
 
 /**
@@ -270,6 +272,11 @@ CXS_API int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utteran
  */
 CXS_API int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_t first,
                                       uint64_t count, void *out);
+/** cxs_dataset_read_features with a diagnostic: on failure diag (may be
+ * NULL) names the argument at fault, or for damaged or truncated data the
+ * shard, the utterance id and the chunk.  The same return codes. */
+CXS_API int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t first,
+                                         uint64_t count, void *out, cxs_diag *diag);
 
 /**
  * Which utterance holds global frame `frame`, and the frame's offset in it.
@@ -811,6 +818,14 @@ CXS_API int cxs_utt_sampler_batch(const cxs_utt_sampler *s, uint64_t epoch, uint
 CXS_API int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n,
                                   uint64_t tmax, uint32_t flags, const cxs_norm *norm, float *x,
                                   int64_t *lengths, int64_t *y);
+/** cxs_dataset_pad_batch with a diagnostic: on failure diag (may be NULL)
+ * says why, naming for damaged or truncated data the shard, the utterance
+ * id and the chunk (CXS_E_CORRUPT also for a label outside the vocabulary,
+ * never served; CXS_E_TRUNCATED for a shard that lost bytes since open).
+ * The same return codes. */
+CXS_API int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t n,
+                                     uint64_t tmax, uint32_t flags, const cxs_norm *norm,
+                                     float *x, int64_t *lengths, int64_t *y, cxs_diag *diag);
 
 /**
  * The label sequences of n utterances as a padded batch of CTC targets:

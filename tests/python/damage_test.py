@@ -139,6 +139,22 @@ class Truncated(unittest.TestCase):
         self.check(str(cm.exception), shard)
         ds.close()
 
+    def test_utterance_and_pad_batch(self):
+        from ctxshard.utterances import pad_batch
+        d = copy("trunc-utt-z", "zstd")
+        shard = os.path.join(d, SHARD)
+        ds = ctxshard.open(d)
+        U = len(ds.ids)
+        ds.utterance(0)
+        os.truncate(shard, 8192)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.utterance(U - 1)  # not decoded yet
+        self.check(str(cm.exception), shard)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            pad_batch(ds, [U - 2])
+        self.assertIn(shard, str(cm.exception))
+        ds.close()
+
     def test_bench_read(self):
         d = copy("trunc-bench")
         shard = os.path.join(d, SHARD)
@@ -180,8 +196,12 @@ class Damaged(unittest.TestCase):
         ds = ctxshard.open(d)
         with self.assertRaises(ctxshard.CtxshardError):
             ds.gather(np.array([at], dtype=np.uint64), 2, labels=True)
-        with self.assertRaises(ctxshard.CtxshardError):
-            ds.labels_of(np.array([at], dtype=np.uint64))
+        for call in (lambda: ds.labels_of(np.array([at - 1, at], dtype=np.uint64)),
+                     lambda: ds.label(at)):
+            with self.assertRaises(ctxshard.CtxshardError) as cm:
+                call()
+            self.assertIn(shard, str(cm.exception))
+            self.assertIn("outside the vocabulary", str(cm.exception))
         # verify names the frame and its utterance
         with self.assertRaises(ctxshard.CtxshardError) as cm:
             ds.verify()
