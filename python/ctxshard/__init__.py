@@ -446,7 +446,9 @@ class Dataset:
     def window(self, i, k):
         """Zero-copy window of frame i: a read-only view [2k+1, dim] of the
         stored dtype (bfloat16 as uint16 bits), zero rows past the
-        utterance's borders.  Needs k <= guard; use gather() for any k."""
+        utterance's borders.  Needs k <= guard; use gather() for any k.
+        The zero rows are the stored guard rows, checked: a damaged one
+        raises CtxshardError instead of being served."""
         i = self._frame(i, "window")
         k = _a.integer("window", "k", k, 0, None)
         if self.compressed:
@@ -457,6 +459,12 @@ class Dataset:
                              "use gather(), which pads any k")
         p = c_void_p()
         rc = _lib.cxs_dataset_window(self._ptr, i, k, byref(p))
+        if rc == _n.E_CORRUPT:
+            u, _ = self.locate(i)
+            raise CtxshardError(rc, f"{self.path}: window({i}, {k}): utterance "
+                                f"{self.utterance(u)[0]} (number {u}): a guard row the window "
+                                "spans is not zero: its shard's FEATURES are damaged (ctxshard "
+                                "verify); not served (gather() pads with its own zeros)")
         if rc:
             _raise(rc, what=f"window({i}, {k})")
         return _view(self._h, p.value, (2 * k + 1, self._info.dim), _DTYPES[self._info.dtype][1])

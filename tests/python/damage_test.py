@@ -242,8 +242,9 @@ class Damaged(unittest.TestCase):
             struct.pack_into("<f", data, off + (G - 1) * D * 4, 7.0)
         edit(shard, bad)
         ds = ctxshard.open(d)
-        with self.assertRaises(ctxshard.CtxshardError):
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
             ds.window(0, 2)  # served 7.0 as padding before
+        self.assertIn("guard row", str(cm.exception))
         self.assertEqual(np.asarray(ds.window(10, 2)).size, 5 * D)  # inside: served
         # the gather writes its own zeros: unaffected
         x = ds.gather(np.array([0], dtype=np.uint64), 2)
