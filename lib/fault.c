@@ -21,13 +21,15 @@ typedef struct region {
     volatile uint64_t offset;
 } region;
 
-/* The region a thread is in.  Dynamic TLS (the library is often dlopen'ed,
- * by Python, where static TLS may be full): its first access in a thread
- * may allocate, which a signal handler must not do.  So the handler reads
- * it only while some thread is inside a region (`active`), and a thread in
- * a region has touched it already; a thread that never entered one faults
- * in a region-free instant almost always.  And a SIGBUS is not raised
- * inside malloc, whose memory is no file mapping. */
+/* The region a thread is in.  Dynamic TLS, not initial-exec: the library
+ * is often dlopen'ed (Python), where static TLS may be full and the library
+ * would not load.  A first access to dynamic TLS in a thread may allocate,
+ * which a signal handler should not do; so the handler reads it only while
+ * some thread is inside a region (`active`), and every thread in a region
+ * has touched it already.  What remains, a thread that never entered one
+ * faulting on a file mapping while another is in a region, allocates at a
+ * moment it holds no allocator lock (the fault is on a file mapping, not
+ * inside malloc). */
 static __thread region *current;
 static int active; /* threads inside a region, atomic */
 static struct sigaction previous;
