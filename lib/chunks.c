@@ -18,6 +18,7 @@
 
 #include "cxs_le.h"
 #include "dataset_internal.h"
+#include "fault.h"
 
 enum { SLOT_EMPTY, SLOT_LOADING, SLOT_READY };
 
@@ -119,11 +120,22 @@ static int zreader_setup(const cxs_dataset *ds, zreader *zr) {
     return -ENOMEM;
 }
 
-int cxs_decode_chunk(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t c, uint8_t *dst,
-                     size_t *n) {
-    int rc = zreader_setup(ds, zr);
-    if (rc) return rc;
-    const shard *sh = &ds->shards[s];
+typedef struct decode_arg {
+    const cxs_dataset *ds;
+    zreader *zr;
+    const shard *sh;
+    uint64_t c;
+    uint8_t *dst;
+    size_t *n;
+} decode_arg;
+
+/* Everything that reads the mapping: the chunk table, the checksum, the
+ * decode (in a recovery region: no lock held, nothing to release). */
+static int decode_mapped(void *p) {
+    const decode_arg *x = p;
+    const cxs_dataset *ds = x->ds;
+    const shard *sh = x->sh;
+    const uint64_t c = x->c;
     const uint8_t *e = sh->chunk_table + CXS_CHUNK_ENTRY * c;
     uint64_t a = c ? cxs_ld64(e - CXS_CHUNK_ENTRY) : 0;
     uint64_t b = cxs_ld64(e);
@@ -132,11 +144,27 @@ int cxs_decode_chunk(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t c,
     uint64_t r0 = c * sh->ch.chunk_rows;
     uint64_t nr = rows - r0 < sh->ch.chunk_rows ? rows - r0 : sh->ch.chunk_rows;
     if (cxs_checksum_differs(cxs_hash(sh->zdata + a, (size_t)(b - a)), sum)) return CXS_E_CHECKSUM;
-    *n = (size_t)(nr * ds->row_bytes);
-    if (cxs_zchunk_decode(zr->dc, sh->ch.filter, ds->esize, sh->zdata + a, (size_t)(b - a),
-                          zr->scratch, dst, *n))
+    *x->n = (size_t)(nr * ds->row_bytes);
+    if (cxs_zchunk_decode(x->zr->dc, sh->ch.filter, ds->esize, sh->zdata + a, (size_t)(b - a),
+                          x->zr->scratch, x->dst, *x->n))
         return CXS_E_CORRUPT;
     return 0;
+}
+
+int cxs_decode_chunk(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t c, uint8_t *dst,
+                     size_t *n) {
+    int rc = zreader_setup(ds, zr);
+    if (rc) return rc;
+    decode_arg x = {ds, zr, &ds->shards[s], c, dst, n};
+    cxs_fault f;
+    rc = cxs_fault_run(ds, decode_mapped, &x, &f);
+    if (rc) zr->bad_chunk = c;
+    if (rc == CXS_E_TRUNCATED) {
+        zr->bad_offset = f.offset;
+        /* the decoder was left mid-frame */
+        ZSTD_DCtx_reset(zr->dc, ZSTD_reset_session_and_parameters);
+    }
+    return rc;
 }
 
 static void release(const cxs_dataset *ds, zreader *zr) {
@@ -229,6 +257,7 @@ int cxs_read_rows(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t r0, u
                   uint8_t *dst) {
     const shard *sh = &ds->shards[s];
     const uint64_t rb = ds->row_bytes;
+    zr->bad_chunk = UINT64_MAX;
     if (!cxs_compressed(ds)) {
         memcpy(dst, sh->features + r0 * rb, (size_t)(n * rb));
         return 0;

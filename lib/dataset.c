@@ -17,6 +17,7 @@
 #include "cxs_version.h"
 
 #include "dataset_internal.h"
+#include "fault.h"
 
 const char *cxs_version(void) { return CXS_VERSION_STRING; }
 
@@ -589,6 +590,7 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
 }
 
 static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
+    cxs_fault_install(); /* before any mapping is read: see fault.h */
     cxs_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) return -ENOMEM;
     char *dir = NULL;
@@ -779,15 +781,54 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
     }
 }
 
+typedef struct read_arg {
+    const cxs_dataset *ds;
+    zreader *zr;
+    uint32_t s;
+    uint64_t r0, n;
+    void *out;
+} read_arg;
+
+/* In a recovery region (fault.h): a shard truncated since open is
+ * CXS_E_TRUNCATED, not a SIGBUS. */
+static int read_rows_mapped(void *p) {
+    const read_arg *a = p;
+    return cxs_read_rows(a->ds, a->zr, a->s, a->r0, a->n, a->out);
+}
+
 int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_t first, uint64_t count,
                               void *out) {
-    if (!ds || (count && !out)) return CXS_E_INVALID;
-    if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
+    return cxs_dataset_read_features_ex(ds, u, first, count, out, NULL);
+}
+
+int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t first,
+                                 uint64_t count, void *out, cxs_diag *d) {
+    if (!ds || (count && !out))
+        return cxs_diagf(d, CXS_E_INVALID, "read_features: no dataset or out is NULL");
+    if (u >= ds->meta.num_utterances)
+        return cxs_diagf(d, CXS_E_RANGE, "read_features: utterance %llu is past the dataset's %llu",
+                         (unsigned long long)u, (unsigned long long)ds->meta.num_utterances);
     uint64_t T = ds->cum[u + 1] - ds->cum[u];
-    if (first > T || count > T - first) return CXS_E_RANGE;
+    if (first > T || count > T - first)
+        return cxs_diagf(d, CXS_E_RANGE,
+                         "read_features: frames %llu..%llu of utterance %llu, which has %llu",
+                         (unsigned long long)first, (unsigned long long)(first + count),
+                         (unsigned long long)u, (unsigned long long)T);
     if (!count) return 0;
     zreader zr = {0};
-    int rc = cxs_read_rows(ds, &zr, ds->utt_shard[u], ds->row[u] + first, count, out);
+    read_arg a = {ds, &zr, ds->utt_shard[u], ds->row[u] + first, count, out};
+    cxs_fault f;
+    int rc = cxs_fault_run(ds, read_rows_mapped, &a, &f);
+    if (rc && rc != -ENOMEM) {
+        cxs_where w = CXS_WHERE_NONE;
+        w.shard = ds->utt_shard[u];
+        w.utt = u;
+        w.chunk = zr.bad_chunk;
+        w.offset = rc == CXS_E_TRUNCATED && zr.bad_chunk == UINT64_MAX ? f.offset : zr.bad_offset;
+        cxs_where_diag(ds, rc, &w, d);
+    } else if (rc) {
+        cxs_diagf(d, rc, "read_features: out of memory");
+    }
     cxs_zreader_free(&zr);
     return rc;
 }
@@ -831,12 +872,31 @@ int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame, uint64_t *utteranc
     return 0;
 }
 
+typedef struct ids_arg {
+    const uint8_t *at;
+    uint64_t a, b;
+} ids_arg;
+
+static int read_id_offsets(void *p) {
+    ids_arg *x = p;
+    x->a = cxs_ld64(x->at);
+    x->b = cxs_ld64(x->at + 8);
+    return 0;
+}
+
 int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out) {
     if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
     const shard *sh = &ds->shards[ds->utt_shard[u]];
     uint64_t lu = u - sh->u_start;
     uint64_t U = sh->meta.num_utterances;
-    uint64_t a = cxs_ld64(sh->ids + 8 * lu), b = cxs_ld64(sh->ids + 8 * (lu + 1));
+    /* the id's offsets, from the mapping: a shard truncated since open is
+     * CXS_E_TRUNCATED here, not a SIGBUS (the id's bytes, like the
+     * features, are the caller's to read) */
+    ids_arg x = {sh->ids + 8 * lu, 0, 0};
+    cxs_fault f;
+    int rc = cxs_fault_run(ds, read_id_offsets, &x, &f);
+    if (rc) return rc;
+    uint64_t a = x.a, b = x.b;
     out->id = (const char *)sh->ids + 8 * (U + 1) + a;
     out->id_len = (size_t)(b - a);
     out->first_frame = ds->cum[u];
@@ -848,11 +908,39 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     return 0;
 }
 
+typedef struct guard_arg {
+    const uint8_t *p;
+    size_t n;
+} guard_arg;
+
+static int guard_zero(void *arg) {
+    const guard_arg *g = arg;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->p[i]) return CXS_E_CORRUPT;
+    return 0;
+}
+
 int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
     if (cxs_compressed(ds)) return CXS_E_UNSUPPORTED;
     if (k > ds->meta.guard || frame >= ds->meta.num_frames) return CXS_E_RANGE;
     uint64_t u = cxs_find_utt(ds, frame);
-    *window = cxs_row_ptr(ds, u, (int64_t)(frame - ds->cum[u]) - (int64_t)k);
+    const int64_t t = (int64_t)(frame - ds->cum[u]), T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+    /* The guard rows a view spans are served as they are stored: check
+     * them (at most 2k rows, only near the borders), so that a damaged
+     * guard row is refused rather than served as padding.  Open does not
+     * read them; verify checks every one. */
+    cxs_fault f;
+    if (t < (int64_t)k) {
+        guard_arg g = {cxs_row_ptr(ds, u, t - (int64_t)k), (size_t)((int64_t)k - t) * ds->row_bytes};
+        int rc = cxs_fault_run(ds, guard_zero, &g, &f);
+        if (rc) return rc;
+    }
+    if (t + (int64_t)k >= T) {
+        guard_arg g = {cxs_row_ptr(ds, u, T), (size_t)(t + (int64_t)k - T + 1) * ds->row_bytes};
+        int rc = cxs_fault_run(ds, guard_zero, &g, &f);
+        if (rc) return rc;
+    }
+    *window = cxs_row_ptr(ds, u, t - (int64_t)k);
     return 0;
 }
 
@@ -862,9 +950,12 @@ int cxs_dataset_labels_of(const cxs_dataset *ds, const uint64_t *frames, size_t 
     if (!ds->meta.label_width) return CXS_E_NO_LABELS;
     for (size_t i = 0; i < n; i++)
         if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
+    const uint32_t V = ds->meta.vocab_size;
     for (size_t i = 0; i < n; i++) {
         const shard *sh = &ds->shards[ds->utt_shard[cxs_find_utt(ds, frames[i])]];
-        out[i] = cxs_shard_label(sh, frames[i] - sh->f_start);
+        uint32_t l = cxs_shard_label(sh, frames[i] - sh->f_start);
+        if (V && l >= V) return CXS_E_CORRUPT; /* damaged: never served */
+        out[i] = l;
     }
     return 0;
 }
@@ -890,7 +981,11 @@ int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, in
     while (f < end) {
         const shard *sh = &ds->shards[si++];
         uint64_t stop = sh->f_start + sh->meta.num_frames < end ? sh->f_start + sh->meta.num_frames : end;
-        for (uint64_t i = 0; i < stop - f; i++) out[i] = cxs_shard_label(sh, f - sh->f_start + i);
+        for (uint64_t i = 0; i < stop - f; i++) {
+            uint32_t l = cxs_shard_label(sh, f - sh->f_start + i);
+            if (ds->meta.vocab_size && l >= ds->meta.vocab_size) return CXS_E_CORRUPT;
+            out[i] = l;
+        }
         out += stop - f;
         f = stop;
     }

@@ -88,15 +88,23 @@ typedef struct zreader {
     ZSTD_DCtx *dc;
     uint8_t *scratch, *own;
     int32_t slot; /* cache slot held by the last get, or -1 */
+    /* After a failed read: the shard-local chunk that failed, and for
+     * CXS_E_TRUNCATED the file offset that could not be read. */
+    uint64_t bad_chunk, bad_offset;
 } zreader;
 
 /* Copy stored rows r0 .. r0+n-1 of shard s's FEATURES layout into dst (n *
  * row_bytes bytes), decoding chunks of a compressed shard through the cache.
- * Returns 0, -ENOMEM, CXS_E_CHECKSUM or CXS_E_CORRUPT (a damaged chunk). */
+ * Returns 0, -ENOMEM, CXS_E_CHECKSUM or CXS_E_CORRUPT (a damaged chunk:
+ * zr->bad_chunk says which), CXS_E_TRUNCATED (the shard lost the bytes
+ * since open: zr->bad_chunk, zr->bad_offset).  Plain shards: a bare copy
+ * from the mapping, which the caller runs in a recovery region (fault.h). */
 int cxs_read_rows(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t r0, uint64_t n,
                   uint8_t *dst);
 /* Decode chunk c of shard s into dst (max_chunk_bytes) with checksum check;
- * *n gets its decoded size.  No cache. */
+ * *n gets its decoded size.  No cache.  The mapping is read in a recovery
+ * region (fault.h): CXS_E_TRUNCATED when the file lost the chunk's bytes,
+ * zr->bad_offset the first it could not read. */
 int cxs_decode_chunk(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t c, uint8_t *dst,
                      size_t *n);
 void cxs_zreader_free(zreader *zr);
@@ -160,9 +168,13 @@ void cxs_gather_ctx_free(cxs_gather_ctx *c);
 
 /* cxs_dataset_gather with explicit constants: mean/scale NULL means no
  * normalisation.  ctx NULL: no early end, scratch of this call's own; with
- * a ctx, threads must be 1 (it is one thread's). */
+ * a ctx, threads must be 1 (it is one thread's).  A failure in the data
+ * (CXS_E_TRUNCATED: the shard lost bytes since open; CXS_E_CHECKSUM or
+ * CXS_E_CORRUPT: a damaged chunk, a label outside the vocabulary) gets a
+ * message in d (may be NULL) naming the shard, the utterance and the
+ * chunk (fault.h). */
 int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                     const double *mean, const double *scale, unsigned threads, float *out,
-                    int64_t *labels, cxs_gather_ctx *ctx);
+                    int64_t *labels, cxs_gather_ctx *ctx, cxs_diag *d);
 
 #endif

@@ -8,6 +8,7 @@
 #include "cxs_convert.h"
 #include "cxs_le.h"
 #include "dataset_internal.h"
+#include "fault.h"
 
 /* Convert n stored elements (whole rows) to float32, normalising when
  * mean/scale are given (row-wise over dim D). */
@@ -91,6 +92,12 @@ typedef struct job {
     int64_t *labels;
     cxs_gather_ctx *ctx; /* or NULL */
     int rc;
+    /* While the windows are copied: the scratch of this call, the window
+     * at work (volatile: read after a fault's jump), and what failed. */
+    uint8_t *stage;
+    zreader *zr;
+    volatile size_t at;
+    cxs_where where;
 } job;
 
 /* Where one window comes from: real rows a..b (relative to the frame) of
@@ -113,20 +120,13 @@ void cxs_gather_ctx_free(cxs_gather_ctx *c) {
     c->stage_bytes = 0;
 }
 
-static int gather_range(job *j) {
+/* The copies, which read the mapping: in a recovery region (fault.h), so
+ * nothing here allocates or locks. */
+static int gather_windows(void *arg) {
+    job *j = arg;
     const cxs_dataset *ds = j->ds;
-    cxs_gather_ctx own = {0}, *ctx = j->ctx ? j->ctx : &own;
-    uint8_t *stage = NULL; /* compressed: the real rows of one window */
-    const size_t need = (2 * (size_t)j->k + 1) * (size_t)ds->row_bytes;
-    if (cxs_compressed(ds) && j->n) {
-        if (ctx->stage_bytes < need) {
-            free(ctx->stage);
-            ctx->stage_bytes = (ctx->stage = malloc(need)) ? need : 0;
-        }
-        if (!(stage = ctx->stage)) return j->rc = -ENOMEM;
-    }
-    zreader *zr = &ctx->zr;
-    const uint32_t D = ds->meta.dim, k = j->k;
+    cxs_gather_ctx *ctx = j->ctx;
+    const uint32_t D = ds->meta.dim, k = j->k, V = ds->meta.vocab_size;
     const size_t W = (2 * (size_t)k + 1) * D;
     const double *mean = j->mean, *scale = j->scale;
     plan p[PLAN_CHUNK];
@@ -134,10 +134,7 @@ static int gather_range(job *j) {
      * misses overlap), then copy, prefetching a few windows ahead so that
      * the random start of each window is in cache when its copy begins. */
     for (size_t c0 = 0; c0 < j->n; c0 += PLAN_CHUNK) {
-        if (ctx->cancelled && ctx->cancelled(ctx->arg)) {
-            j->rc = -ECANCELED;
-            break;
-        }
+        if (ctx && ctx->cancelled && ctx->cancelled(ctx->arg)) return -ECANCELED;
         size_t m = j->n - c0 < PLAN_CHUNK ? j->n - c0 : PLAN_CHUNK;
         for (size_t i = 0; i < m; i++) {
             uint64_t f = j->frames[c0 + i];
@@ -159,16 +156,19 @@ static int gather_range(job *j) {
             if (i < PREFETCH_AHEAD && p[i].src) __builtin_prefetch(p[i].src);
         }
         for (size_t i = 0; i < m; i++) {
+            j->at = c0 + i;
             if (i + PREFETCH_AHEAD < m && p[i + PREFETCH_AHEAD].src)
                 __builtin_prefetch(p[i + PREFETCH_AHEAD].src);
             const uint8_t *src = p[i].src;
             if (!src) {
-                int rc = cxs_read_rows(ds, zr, p[i].shard, p[i].row, (uint64_t)p[i].rows, stage);
+                int rc = cxs_read_rows(ds, j->zr, p[i].shard, p[i].row, (uint64_t)p[i].rows,
+                                       j->stage);
                 if (rc) {
-                    j->rc = rc;
-                    goto done;
+                    j->where.chunk = j->zr->bad_chunk;
+                    j->where.offset = j->zr->bad_offset;
+                    return rc;
                 }
-                src = stage;
+                src = j->stage;
             }
             float *o = j->out + (c0 + i) * W;
             if (p[i].zlo) memset(o, 0, (size_t)p[i].zlo * D * sizeof *o);
@@ -178,14 +178,60 @@ static int gather_range(job *j) {
                 memset(r + (size_t)p[i].rows * D, 0, (size_t)p[i].zhi * D * sizeof *o);
             if (j->labels) {
                 const shard *sh = &ds->shards[p[i].shard];
-                uint64_t li = p[i].label_index;
-                j->labels[c0 + i] = cxs_shard_label(sh, li);
+                uint32_t l = cxs_shard_label(sh, p[i].label_index);
+                /* A damaged label is never served (a shard opened alone
+                 * has no vocabulary: any value of its width is one). */
+                if (V && l >= V) {
+                    j->where.bad_label = 1;
+                    j->where.label = l;
+                    return CXS_E_CORRUPT;
+                }
+                j->labels[c0 + i] = l;
             }
         }
     }
-done:
+    return 0;
+}
+
+static int gather_range(job *j) {
+    const cxs_dataset *ds = j->ds;
+    cxs_gather_ctx own = {0}, *ctx = j->ctx ? j->ctx : &own;
+    const size_t need = (2 * (size_t)j->k + 1) * (size_t)ds->row_bytes;
+    j->stage = NULL; /* compressed: the real rows of one window */
+    j->where = CXS_WHERE_NONE;
+    j->at = 0;
+    if (cxs_compressed(ds) && j->n) {
+        if (ctx->stage_bytes < need) {
+            free(ctx->stage);
+            ctx->stage_bytes = (ctx->stage = malloc(need)) ? need : 0;
+        }
+        if (!(j->stage = ctx->stage)) return j->rc = -ENOMEM;
+    }
+    j->zr = &ctx->zr;
+    cxs_fault f;
+    j->rc = cxs_fault_run(ds, gather_windows, j, &f);
+    if (j->rc && j->rc != -ECANCELED && j->rc != -ENOMEM) {
+        size_t at = j->at;
+        uint64_t fr = j->frames[at < j->n ? at : 0];
+        uint64_t u = cxs_find_utt(ds, fr);
+        j->where.utt = u;
+        j->where.frame = fr;
+        j->where.shard = ds->utt_shard[u];
+        if (j->rc == CXS_E_TRUNCATED && j->where.chunk == UINT64_MAX) {
+            /* a fault in this region (a plain shard's rows, or the labels) */
+            j->where.shard = f.shard;
+            j->where.offset = f.offset;
+        }
+    }
     if (ctx == &own) cxs_gather_ctx_free(&own);
     return j->rc;
+}
+
+/* rc, with the message naming the shard, utterance and chunk of a failure
+ * in the data (not of a cancel or of memory). */
+static int served(const cxs_dataset *ds, int rc, const cxs_where *w, cxs_diag *d) {
+    if (!rc || rc == -ECANCELED || rc == -ENOMEM || w->utt == UINT64_MAX) return rc;
+    return cxs_where_diag(ds, rc, w, d);
 }
 
 static void *gather_thread(void *arg) {
@@ -195,7 +241,7 @@ static void *gather_thread(void *arg) {
 
 int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
                     const double *mean, const double *scale, unsigned threads, float *out,
-                    int64_t *labels, cxs_gather_ctx *ctx) {
+                    int64_t *labels, cxs_gather_ctx *ctx, cxs_diag *d) {
     if (!ds || (n && (!frames || !out)) || k > 1000000) return CXS_E_INVALID;
     if (labels && !ds->meta.label_width) return CXS_E_NO_LABELS;
     for (size_t i = 0; i < n; i++)
@@ -204,16 +250,18 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
     if (threads > n || ctx) threads = ctx ? 1 : (unsigned)n;
     if (threads > 256) threads = 256;
     if (threads <= 1) {
-        job j = {ds, frames, n, k, mean, scale, out, labels, ctx, 0};
-        return gather_range(&j);
+        job j = {.ds = ds, .frames = frames, .n = n, .k = k, .mean = mean, .scale = scale,
+                 .out = out, .labels = labels, .ctx = ctx};
+        int rc = gather_range(&j);
+        return served(ds, rc, &j.where, d);
     }
     job jobs[256];
     pthread_t tid[256];
     unsigned char created[256];
     for (unsigned t = 0; t < threads; t++) {
         size_t a = n * t / threads, b = n * (t + 1) / threads;
-        jobs[t] = (job){ds, frames + a, b - a, k, mean, scale, out + a * W,
-                        labels ? labels + a : NULL, NULL, 0};
+        jobs[t] = (job){.ds = ds, .frames = frames + a, .n = b - a, .k = k, .mean = mean,
+                        .scale = scale, .out = out + a * W, .labels = labels ? labels + a : NULL};
         /* Thread 0 is the caller; a thread that cannot start is done inline. */
         created[t] = t > 0 && pthread_create(&tid[t], NULL, gather_thread, &jobs[t]) == 0;
     }
@@ -222,7 +270,7 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
     for (unsigned t = 1; t < threads; t++)
         if (created[t]) pthread_join(tid[t], NULL);
     for (unsigned t = 0; t < threads; t++)
-        if (jobs[t].rc) return jobs[t].rc;
+        if (jobs[t].rc) return served(ds, jobs[t].rc, &jobs[t].where, d);
     return 0;
 }
 
@@ -254,14 +302,19 @@ int cxs_dataset_gather_ex(const cxs_dataset *ds, const uint64_t *frames, size_t 
                        "gather: labels asked of a dataset that has none (features only, like "
                        "a test split)");
     } else {
+        cxs_diag wd;
+        wd.message[0] = 0;
         rc = cxs_gather_impl(ds, frames, n, k, c ? c : normalize ? ds->norm_mean : NULL,
-                             c ? c + ds->meta.dim : ds->norm_scale, threads, out, labels, NULL);
+                             c ? c + ds->meta.dim : ds->norm_scale, threads, out, labels, NULL,
+                             &wd);
         if (rc == CXS_E_RANGE) {
             size_t i = 0;
             while (i < n && frames[i] < ds->meta.num_frames) i++;
             cxs_diagf(d, rc, "gather: frame %llu (item %zu) is past the dataset's %llu frames",
                       (unsigned long long)(i < n ? frames[i] : 0), i,
                       (unsigned long long)ds->meta.num_frames);
+        } else if (rc && wd.message[0]) {
+            cxs_diagf(d, rc, "%s", wd.message);
         } else if (rc) {
             cxs_diagf(d, rc, "gather: %s", cxs_strerror(rc));
         }

@@ -29,6 +29,7 @@ enum { RING_FREE, RING_FILLING, RING_READY, RING_HELD };
 typedef struct slot {
     int state;
     int rc;
+    cxs_diag diag; /* what rc means, naming the shard and utterance */
     uint64_t batch;
     float *x;
     int64_t *y;
@@ -164,13 +165,14 @@ static int fill_begin(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64
     return rc;
 }
 
-/* Windows a..e of the batch in s. */
-static int fill_part(cxs_loader *l, slot *s, size_t a, size_t e, uint64_t gen, worker_ctx *wc) {
+/* Windows a..e of the batch in s; a failure's message into d. */
+static int fill_part(cxs_loader *l, slot *s, size_t a, size_t e, uint64_t gen, worker_ctx *wc,
+                     cxs_diag *d) {
     wc->w.gen = gen;
     const size_t W = l->window;
     return cxs_gather_impl(l->ds, s->frames + a, e - a, l->o.k, l->norm,
                            l->norm ? l->norm + l->ds->meta.dim : NULL, 1, s->x + a * W,
-                           l->o.labels ? s->y + a : NULL, &wc->g);
+                           l->o.labels ? s->y + a : NULL, &wc->g, d);
 }
 
 static void fill_end(cxs_loader *l, slot *s, uint64_t b, uint64_t pos, cxs_ra_batch *rb,
@@ -202,9 +204,14 @@ static void fill_shared_part(cxs_loader *l, worker_ctx *wc) {
     size_t a = h->n * p / h->parts, e = h->n * (p + 1) / h->parts;
     uint64_t gen = h->gen;
     pthread_mutex_unlock(&l->mu);
-    int rc = fill_part(l, s, a, e, gen, wc);
+    cxs_diag pd;
+    pd.message[0] = 0;
+    int rc = fill_part(l, s, a, e, gen, wc, &pd);
     pthread_mutex_lock(&l->mu);
-    if (rc && !h->rc) h->rc = rc;
+    if (rc && !h->rc) {
+        h->rc = rc;
+        memcpy(s->diag.message, pd.message, sizeof pd.message);
+    }
     if (++h->done < h->parts) return;
     share d = *h;
     h->s = NULL;
@@ -253,6 +260,7 @@ static void *worker(void *arg) {
         cxs_ra_claimed(&l->ra);
         cxs_ra_batch rb;
         rb.plan = NULL;
+        s->diag.message[0] = 0;
         int first, rc = fill_begin(l, s, b, epoch, pos, gen, &rb, &first);
         if (parts > 1) {
             pthread_mutex_lock(&l->mu);
@@ -265,7 +273,7 @@ static void *worker(void *arg) {
             }
             pthread_mutex_unlock(&l->mu);
         }
-        if (!rc) rc = fill_part(l, s, 0, n, gen, wc);
+        if (!rc) rc = fill_part(l, s, 0, n, gen, wc, &s->diag);
         fill_end(l, s, b, pos, &rb, first, rc);
         pthread_mutex_lock(&l->mu);
         publish(l, s, gen);
@@ -460,10 +468,16 @@ static int any_filling(const cxs_loader *l) {
 }
 
 int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
-    if (!l || !batch) return CXS_E_INVALID;
+    return cxs_loader_next_ex(l, batch, NULL);
+}
+
+int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
+    if (!l || !batch) return cxs_diagf(d, CXS_E_INVALID, "loader: no loader or batch pointer");
     if (l->pid != getpid()) {
         int rc = respawn(l);
-        if (rc) return rc;
+        if (rc)
+            return cxs_diagf(d, rc, "loader: no worker thread could start in this process: %s",
+                             cxs_strerror(rc));
     }
     pthread_mutex_lock(&l->mu);
     if (l->held >= 0) {
@@ -486,7 +500,8 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
          * reset threw away (a slot still filling). */
         if (l->o.external && s->state == RING_FREE && !l->pool_count && !any_filling(l)) {
             pthread_mutex_unlock(&l->mu);
-            return CXS_E_INVALID;
+            return cxs_diagf(d, CXS_E_INVALID,
+                             "loader: no buffer provided for the next batch (cxs_loader_provide)");
         }
         pthread_cond_wait(&l->cv_ready, &l->mu);
     }
@@ -495,7 +510,12 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     l->held = (int)i;
     l->next_take++;
     pthread_mutex_unlock(&l->mu);
-    if (rc) return rc;
+    if (rc) {
+        /* the slot is held: no worker writes its message now */
+        if (s->diag.message[0]) return cxs_diagf(d, rc, "%s", s->diag.message);
+        return cxs_diagf(d, rc, "loader: batch %llu: %s", (unsigned long long)s->batch,
+                         cxs_strerror(rc));
+    }
     *batch = &s->pub;
     return 0;
 }

@@ -15,6 +15,7 @@
 #include "hooks.h"
 #include "cxs_le.h"
 #include "dataset_internal.h"
+#include "fault.h"
 
 /* What one thread keeps from batch to batch: a decoder for compressed
  * data and a staging buffer for stored rows that are not float32. */
@@ -34,7 +35,8 @@ static void pad_ctx_free(pad_ctx *c) {
 /* Utterance u into x[tmax][D] (zero after its T rows), its labels into
  * y[tmax] (CXS_UTT_PAD_LABEL after them) when y is not NULL. */
 static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const double *mean,
-                   const double *scale, int cmvn, float *x, int64_t *y, pad_ctx *c) {
+                   const double *scale, int cmvn, float *x, int64_t *y, pad_ctx *c,
+                   cxs_where *w) {
     const uint32_t D = ds->meta.dim;
     const uint64_t T = ds->cum[u + 1] - ds->cum[u];
     const uint32_t s = ds->utt_shard[u];
@@ -44,7 +46,7 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
     const uint8_t *src;
     if (f32) { /* rows land in x as they are */
         int rc = cxs_read_rows(ds, &c->zr, s, ds->row[u], T, (uint8_t *)x);
-        if (rc) return rc;
+        if (rc) return w->chunk = c->zr.bad_chunk, w->offset = c->zr.bad_offset, rc;
         src = NULL;
     } else if (!cxs_compressed(ds)) {
         src = sh->features + ds->row[u] * ds->row_bytes;
@@ -56,7 +58,7 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
             if (!c->stage) return -ENOMEM;
         }
         int rc = cxs_read_rows(ds, &c->zr, s, ds->row[u], T, c->stage);
-        if (rc) return rc;
+        if (rc) return w->chunk = c->zr.bad_chunk, w->offset = c->zr.bad_offset, rc;
         src = c->stage;
     }
     if (src) {
@@ -99,23 +101,72 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
     if (tmax > T) memset(x + n, 0, (size_t)(tmax - T) * D * sizeof *x);
     if (y) {
         uint64_t l0 = ds->cum[u] - sh->f_start;
-        for (uint64_t t = 0; t < T; t++) y[t] = cxs_shard_label(sh, l0 + t);
+        const uint32_t V = ds->meta.vocab_size;
+        for (uint64_t t = 0; t < T; t++) {
+            uint32_t l = cxs_shard_label(sh, l0 + t);
+            if (V && l >= V) { /* damaged: never served */
+                w->bad_label = 1;
+                w->label = l;
+                w->frame = ds->cum[u] + t;
+                return CXS_E_CORRUPT;
+            }
+            y[t] = l;
+        }
         for (uint64_t t = T; t < tmax; t++) y[t] = CXS_UTT_PAD_LABEL;
     }
     return 0;
 }
 
-static int pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
-                     const double *mean, const double *scale, int cmvn, float *x,
-                     int64_t *lengths, int64_t *y, pad_ctx *c) {
-    const size_t row = (size_t)tmax * ds->meta.dim;
-    for (size_t i = 0; i < n; i++) {
-        int rc = pad_one(ds, utts[i], tmax, mean, scale, cmvn, x + i * row, y ? y + i * tmax : NULL,
-                         c);
+typedef struct pad_arg {
+    const cxs_dataset *ds;
+    const uint64_t *utts;
+    size_t n;
+    uint64_t tmax;
+    const double *mean, *scale;
+    int cmvn;
+    float *x;
+    int64_t *lengths, *y;
+    pad_ctx *c;
+    volatile size_t at; /* the utterance at work: read after a fault's jump */
+    cxs_where w;
+} pad_arg;
+
+/* In a recovery region (fault.h): it reads the mapping. */
+static int pad_all(void *p) {
+    pad_arg *a = p;
+    const cxs_dataset *ds = a->ds;
+    const size_t row = (size_t)a->tmax * ds->meta.dim;
+    for (size_t i = 0; i < a->n; i++) {
+        a->at = i;
+        int rc = pad_one(ds, a->utts[i], a->tmax, a->mean, a->scale, a->cmvn, a->x + i * row,
+                         a->y ? a->y + i * a->tmax : NULL, a->c, &a->w);
         if (rc) return rc;
-        lengths[i] = (int64_t)(ds->cum[utts[i] + 1] - ds->cum[utts[i]]);
+        a->lengths[i] = (int64_t)(ds->cum[a->utts[i] + 1] - ds->cum[a->utts[i]]);
     }
     return 0;
+}
+
+/* A failure in the data gets a message in d (may be NULL) naming the
+ * shard, the utterance and the chunk. */
+static int pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
+                     const double *mean, const double *scale, int cmvn, float *x,
+                     int64_t *lengths, int64_t *y, pad_ctx *c, cxs_diag *d) {
+    pad_arg a = {.ds = ds, .utts = utts, .n = n, .tmax = tmax, .mean = mean, .scale = scale,
+                 .cmvn = cmvn, .x = x, .lengths = lengths, .y = y, .c = c, .at = 0,
+                 .w = CXS_WHERE_NONE};
+    cxs_fault f;
+    int rc = cxs_fault_run(ds, pad_all, &a, &f);
+    if (rc && rc != -ENOMEM) {
+        uint64_t u = utts[a.at];
+        a.w.utt = u;
+        a.w.shard = ds->utt_shard[u];
+        if (rc == CXS_E_TRUNCATED && a.w.chunk == UINT64_MAX) {
+            a.w.shard = f.shard;
+            a.w.offset = f.offset;
+        }
+        cxs_where_diag(ds, rc, &a.w, d);
+    }
+    return rc;
 }
 
 #define PAD_FLAGS (CXS_GATHER_NORMALIZE | CXS_PAD_PER_UTTERANCE)
@@ -131,22 +182,35 @@ static int norm_for(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm,
 int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
                           uint32_t flags, const cxs_norm *norm, float *x, int64_t *lengths,
                           int64_t *y) {
-    if (!ds || (n && (!utts || !x || !lengths)) || (flags & ~PAD_FLAGS)) return CXS_E_INVALID;
-    if (y && !ds->meta.label_width) return CXS_E_NO_LABELS;
+    return cxs_dataset_pad_batch_ex(ds, utts, n, tmax, flags, norm, x, lengths, y, NULL);
+}
+
+int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
+                             uint32_t flags, const cxs_norm *norm, float *x, int64_t *lengths,
+                             int64_t *y, cxs_diag *d) {
+    if (!ds || (n && (!utts || !x || !lengths)) || (flags & ~PAD_FLAGS))
+        return cxs_diagf(d, CXS_E_INVALID, "pad_batch: a NULL argument or unknown flags");
+    if (y && !ds->meta.label_width)
+        return cxs_diagf(d, CXS_E_NO_LABELS, "pad_batch: labels asked of a dataset that has none");
     uint64_t longest = 0;
     for (size_t i = 0; i < n; i++) {
-        if (utts[i] >= ds->meta.num_utterances) return CXS_E_RANGE;
+        if (utts[i] >= ds->meta.num_utterances)
+            return cxs_diagf(d, CXS_E_RANGE, "pad_batch: utterance %llu is past the dataset's %llu",
+                             (unsigned long long)utts[i],
+                             (unsigned long long)ds->meta.num_utterances);
         uint64_t T = ds->cum[utts[i] + 1] - ds->cum[utts[i]];
         if (T > longest) longest = T;
     }
     if (!tmax) tmax = longest;
-    if (longest > tmax) return CXS_E_RANGE;
+    if (longest > tmax)
+        return cxs_diagf(d, CXS_E_RANGE, "pad_batch: an utterance of %llu frames is past tmax %llu",
+                         (unsigned long long)longest, (unsigned long long)tmax);
     double *c;
-    int rc = norm_for(ds, flags, norm, &c, NULL);
+    int rc = norm_for(ds, flags, norm, &c, d);
     if (rc) return rc;
     pad_ctx pc = {0};
     rc = pad_batch(ds, utts, n, tmax, c, c ? c + ds->meta.dim : NULL,
-                   !!(flags & CXS_PAD_PER_UTTERANCE), x, lengths, y, &pc);
+                   !!(flags & CXS_PAD_PER_UTTERANCE), x, lengths, y, &pc, d);
     pad_ctx_free(&pc);
     free(c);
     return rc;
@@ -195,6 +259,7 @@ enum { FREE, FILLING, READY, HELD };
 
 typedef struct uslot {
     int state, rc;
+    cxs_diag diag; /* what rc means, naming the shard and utterance */
     uint64_t batch;
     float *x;
     int64_t *lengths, *y;
@@ -281,11 +346,12 @@ static void *uworker_main(void *arg) {
             frames += T;
             if (T > tmax) tmax = T;
         }
+        s->diag.message[0] = 0;
         int rc = n > l->cap || n * tmax > l->max_frames
                      ? CXS_E_CORRUPT /* not reached: the sampler sized them */
                      : pad_batch(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
                                  !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,
-                                 l->o.labels ? s->y : NULL, &w->c);
+                                 l->o.labels ? s->y : NULL, &w->c, &s->diag);
         uint64_t lmax = 0;
         if (!rc && l->o.targets) {
             lmax = longest_seq(ds, s->utts, n);
@@ -503,10 +569,18 @@ static int respawn(cxs_utt_loader *l) {
 }
 
 int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
-    if (!l || !batch) return CXS_E_INVALID;
+    return cxs_utt_loader_next_ex(l, batch, NULL);
+}
+
+int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d) {
+    if (!l || !batch)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance loader: no loader or batch pointer");
     if (l->pid != getpid()) {
         int rc = respawn(l);
-        if (rc) return rc;
+        if (rc)
+            return cxs_diagf(d, rc,
+                             "utterance loader: no worker thread could start in this process: %s",
+                             cxs_strerror(rc));
     }
     pthread_mutex_lock(&l->mu);
     if (l->held >= 0) {
@@ -528,7 +602,12 @@ int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
     l->held = (int)i;
     l->next_take++;
     pthread_mutex_unlock(&l->mu);
-    if (rc) return rc;
+    if (rc) {
+        /* the slot is held: no worker writes its message now */
+        if (s->diag.message[0]) return cxs_diagf(d, rc, "%s", s->diag.message);
+        return cxs_diagf(d, rc, "utterance loader: batch %llu: %s", (unsigned long long)s->batch,
+                         cxs_strerror(rc));
+    }
     *batch = &s->pub;
     return 0;
 }

@@ -1,5 +1,7 @@
 /* verify.c - cxs_dataset_verify(): one streaming pass over every byte. */
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -9,7 +11,10 @@
 #include "cxs_le.h"
 
 /* Shared with dataset.c through this small internal view. */
+#include "cxs_convert.h"
+#include "cxs_xsum.h"
 #include "dataset_internal.h"
+#include "fault.h"
 
 typedef struct vctx {
     const cxs_dataset *ds;
@@ -17,7 +22,100 @@ typedef struct vctx {
     void *user;
     uint64_t done, total;
     XXH3_state_t *st;
+    /* The statistics recomputed as the writer forms them (spec 7.3): per
+     * utterance and dimension, sums of the stored values and of their
+     * squares in float64, in frame order; over utterances, exact sums. */
+    double *u1, *u2;  /* dim each: the utterance at work */
+    cxs_xsum *x1, *x2; /* dim each */
+    /* Compressed: one chunk's rows and a decoder, made once (nothing is
+     * allocated inside the recovery region the shards are read in). */
+    uint8_t *buf;
+    zreader zr;
 } vctx;
+
+/* Stored element i of p as float64. */
+static double elem(const uint8_t *p, uint64_t i, uint32_t dtype) {
+    if (dtype == CXS_DTYPE_F32) {
+        uint32_t b = cxs_ld32(p + 4 * i);
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    if (dtype == CXS_DTYPE_F16) return cxs_f16_to_f32(cxs_ld16(p + 2 * i));
+    return cxs_bf16_to_f32(cxs_ld16(p + 2 * i));
+}
+
+/* Add rows of an utterance to its sums. */
+static void sum_rows(vctx *v, const uint8_t *p, uint64_t rows) {
+    const uint32_t D = v->ds->meta.dim, dt = v->ds->meta.dtype;
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint32_t d = 0; d < D; d++) {
+            double x = elem(p, r * D + d, dt);
+            v->u1[d] += x;
+            v->u2[d] += x * x;
+        }
+}
+
+/* An utterance is complete: its sums join the exact totals. */
+static void sum_utterance(vctx *v) {
+    for (uint32_t d = 0; d < v->ds->meta.dim; d++) {
+        cxs_xsum_add(&v->x1[d], v->u1[d]);
+        cxs_xsum_add(&v->x2[d], v->u2[d]);
+        v->u1[d] = v->u2[d] = 0;
+    }
+}
+
+/* A value no feature extractor gives: further than this many standard
+ * deviations (the stored statistics') from its dimension's mean. */
+#define IMPLAUSIBLE_SD 1000.0
+
+/* After a FEATURES checksum mismatch: which utterances hold implausible
+ * values, appended to msg.  The format has one checksum per section, so
+ * damage that leaves every value plausible cannot be located. */
+static void locate_features(const vctx *v, const struct shard *sh, const uint8_t *f, char *msg,
+                            size_t cap) {
+    const cxs_dataset *ds = v->ds;
+    const uint32_t D = ds->meta.dim;
+    size_t len = strlen(msg);
+    if (!ds->stats) {
+        snprintf(msg + len, cap - len,
+                 "; a shard opened alone carries no statistics to judge its values by, and the "
+                 "section checksum cannot say which utterance changed (verify the dataset)");
+        return;
+    }
+    const uint8_t *mean = ds->stats + CXS_STATS_HEAD, *var = mean + 8ull * D;
+    uint64_t found = 0;
+    for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+        const uint64_t u = sh->u_start + lu, T = ds->cum[u + 1] - ds->cum[u];
+        const uint8_t *p = f + ds->row[u] * ds->row_bytes;
+        for (uint64_t i = 0; i < T * D; i++) {
+            uint32_t d = (uint32_t)(i % D);
+            double x = elem(p, i, ds->meta.dtype), m = cxs_ldf64(mean + 8ull * d);
+            double sd = sqrt(cxs_ldf64(var + 8ull * d));
+            if (!(fabs(x - m) > IMPLAUSIBLE_SD * sd)) continue;
+            if (found++ < 3) {
+                char name[300];
+                cxs_utt_name(ds, u, name, sizeof name);
+                len = strlen(msg);
+                snprintf(msg + len, cap - len,
+                         "%s %s holds %g at frame %llu, dimension %u (more than %g standard "
+                         "deviations from the dimension's mean)",
+                         found == 1 ? ";" : ",", name, x, (unsigned long long)(i / D), d,
+                         IMPLAUSIBLE_SD);
+            }
+            break; /* one value per utterance */
+        }
+    }
+    len = strlen(msg);
+    if (found > 3)
+        snprintf(msg + len, cap - len, ", and %llu more utterances", (unsigned long long)(found - 3));
+    else if (!found)
+        snprintf(msg + len, cap - len,
+                 "; every value is plausible (within %g standard deviations of its dimension's "
+                 "mean): the section checksum cannot say which utterance changed (format 1.2 "
+                 "has one checksum per section)",
+                 IMPLAUSIBLE_SD);
+}
 
 static int tick(vctx *v, uint64_t n) {
     v->done += n;
@@ -103,48 +201,82 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
                              sh->path, (unsigned long long)(sh->meta.first_utterance + u),
                              (unsigned long long)(s->offset + pos + bad * ds->esize));
         XXH3_64bits_update(v->st, f + pos, (size_t)n);
+        sum_rows(v, f + pos, T);
+        sum_utterance(v);
         pos += n;
         int rc = tick(v, gbytes + n);
         if (rc) return rc;
     }
-    if (cxs_checksum_differs(XXH3_64bits_digest(v->st), s->checksum))
-        return cxs_diagf(d, CXS_E_CHECKSUM,
-                         "%s: section FEATURES (bytes %llu..%llu): checksum mismatch", sh->path,
-                         (unsigned long long)s->offset,
-                         (unsigned long long)(s->offset + s->length));
+    if (cxs_checksum_differs(XXH3_64bits_digest(v->st), s->checksum)) {
+        char msg[sizeof d->message];
+        snprintf(msg, sizeof msg, "%s: section FEATURES (bytes %llu..%llu): checksum mismatch",
+                 sh->path, (unsigned long long)s->offset,
+                 (unsigned long long)(s->offset + s->length));
+        locate_features(v, sh, f, msg, sizeof msg);
+        return cxs_diagf(d, CXS_E_CHECKSUM, "%s", msg);
+    }
     return 0;
 }
 
-/* ZFEATURES (compressed): the section hash, then every chunk decoded
- * (its own checksum and exact size), checking guard rows and values on the
- * decoded rows as verify_features does. */
+/* ", which holds rows of utterance A .. utterance B" for chunk c. */
+static void chunk_utterances(const cxs_dataset *ds, const struct shard *sh, uint64_t c, char *out,
+                             size_t cap) {
+    const uint64_t r0 = c * sh->ch.chunk_rows, r1 = r0 + sh->ch.chunk_rows;
+    uint64_t first = UINT64_MAX, last = 0;
+    for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+        const uint64_t u = sh->u_start + lu, a = ds->row[u], b = a + (ds->cum[u + 1] - ds->cum[u]);
+        if (a < r1 && b > r0) {
+            if (first == UINT64_MAX) first = u;
+            last = u;
+        }
+    }
+    out[0] = 0;
+    if (first == UINT64_MAX) {
+        snprintf(out, cap, ", which holds guard rows only");
+        return;
+    }
+    char a[300], b[300];
+    cxs_utt_name(ds, first, a, sizeof a);
+    if (first == last) {
+        snprintf(out, cap, ", which holds rows of %s", a);
+        return;
+    }
+    cxs_utt_name(ds, last, b, sizeof b);
+    snprintf(out, cap, ", which holds rows of %s .. %s", a, b);
+}
+
+/* ZFEATURES (compressed): every chunk decoded (its own checksum and exact
+ * size), checking guard rows and values on the decoded rows as
+ * verify_features does, then the section hash. */
 static int verify_zfeatures(vctx *v, uint32_t si, const cxs_section *s, cxs_diag *d) {
     const cxs_dataset *ds = v->ds;
     const struct shard *sh = &ds->shards[si];
-    int rc = hash_plain(v, sh->map, s, sh->path, d);
-    if (rc) return rc;
+    int rc = 0;
     const uint64_t rowb = ds->row_bytes, G = ds->meta.guard, U = sh->meta.num_utterances;
-    uint8_t *buf = malloc(ds->max_chunk_bytes);
-    zreader zr = {0};
-    if (!buf) return -ENOMEM;
+    uint8_t *buf = v->buf;
     /* Segments of the row stream: guard 0, utterance 0, guard 1, ... */
     uint64_t seg = 0, seg_end = G, row = 0, bad;
     for (uint64_t c = 0; c < sh->ch.num_chunks && !rc; c++) {
         size_t n;
-        rc = cxs_decode_chunk(ds, &zr, si, c, buf, &n);
+        rc = cxs_decode_chunk(ds, &v->zr, si, c, buf, &n);
         if (rc) {
             const uint8_t *e = sh->chunk_table + CXS_CHUNK_ENTRY * c;
             uint64_t a = c ? cxs_ld64(e - CXS_CHUNK_ENTRY) : 0, b = cxs_ld64(e);
+            char held[700];
+            chunk_utterances(ds, sh, c, held, sizeof held);
             rc = cxs_diagf(d, rc,
-                           "%s: ZFEATURES: chunk %llu (bytes %llu..%llu) %s", sh->path,
+                           "%s: ZFEATURES: chunk %llu (bytes %llu..%llu) %s%s", sh->path,
                            (unsigned long long)c, (unsigned long long)(s->offset + a),
                            (unsigned long long)(s->offset + b),
                            rc == CXS_E_CHECKSUM ? "fails its checksum"
-                                                : "does not decode to its rows");
+                           : rc == CXS_E_TRUNCATED ? "can no longer be read (the file shrank)"
+                                                   : "does not decode to its rows",
+                           held);
             break;
         }
         for (uint64_t r = 0; r < n / rowb; r++, row++) {
             while (row >= seg_end && seg < 2 * U) {
+                if (seg % 2) sum_utterance(v); /* its last row is behind */
                 seg++;
                 uint64_t len = seg % 2 ? cxs_ld64(sh->index + 8 * (seg / 2 + 1)) -
                                              cxs_ld64(sh->index + 8 * (seg / 2))
@@ -165,29 +297,43 @@ static int verify_zfeatures(vctx *v, uint32_t si, const cxs_section *s, cxs_diag
                                (unsigned long long)row);
                 break;
             }
+            if (seg % 2 == 1) sum_rows(v, p, 1);
         }
     }
-    free(buf);
-    cxs_zreader_free(&zr);
+    if (!rc && seg % 2) sum_utterance(v); /* the last utterance, without a guard after it */
+    /* The section's own checksum last: the chunks' name the damage first. */
+    if (!rc) rc = hash_plain(v, sh->map, s, sh->path, d);
     return rc;
 }
 
 static int verify_labels(vctx *v, const struct shard *sh, const cxs_section *s, uint64_t *hist,
                          cxs_diag *d) {
-    int rc = hash_plain(v, sh->map, s, sh->path, d);
-    if (rc) return rc;
     const uint32_t w = sh->meta.label_width;
     /* A shard alone has no vocabulary: any value of the width is valid. */
     const uint32_t V = v->ds->meta.vocab_size ? v->ds->meta.vocab_size : (w == 1 ? 256u : 65536u);
+    /* The values first: a label outside the vocabulary names its frame and
+     * utterance, which the section checksum could not. */
     for (uint64_t i = 0; i < sh->meta.num_frames; i++) {
         uint32_t l = cxs_shard_label(sh, i);
-        if (l >= V)
+        if (l >= V) {
+            char name[300];
+            cxs_utt_name(v->ds, cxs_find_utt(v->ds, sh->f_start + i), name, sizeof name);
             return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: LABELS: frame %llu has label %u, the vocabulary has %u symbols",
-                             sh->path, (unsigned long long)(sh->f_start + i), l, V);
+                             "%s: LABELS: frame %llu (%s) has label %u, the vocabulary has %u "
+                             "symbols",
+                             sh->path, (unsigned long long)(sh->f_start + i), name, l, V);
+        }
         hist[l]++;
     }
-    return 0;
+    int rc = hash_plain(v, sh->map, s, sh->path, d);
+    if (rc == CXS_E_CHECKSUM && d) {
+        size_t len = strlen(d->message);
+        snprintf(d->message + len, sizeof d->message - len,
+                 "; every label is in the vocabulary: the section checksum cannot say which "
+                 "frame changed (format 1.2 has one checksum per section; the label "
+                 "histogram in STATS may show which labels)");
+    }
+    return rc;
 }
 
 /* SEQUENCES (format 1.2): its checksum, then its offsets and every symbol
@@ -204,11 +350,53 @@ static int verify_sequences(vctx *v, const struct shard *sh, const cxs_section *
                                &tot, &lo, &hi, sh->path, d);
 }
 
+typedef struct shard_arg {
+    vctx *v;
+    uint32_t i;
+    uint64_t *hist;
+    cxs_diag *d;
+    uint64_t *minlen, *maxlen;
+} shard_arg;
+
+/* Every byte of shard i: in a recovery region (fault.h), so that a shard
+ * truncated under verify is reported, not a SIGBUS. */
+static int verify_shard(void *p) {
+    const shard_arg *a = p;
+    vctx *v = a->v;
+    const cxs_dataset *ds = v->ds;
+    const struct shard *sh = &ds->shards[a->i];
+    cxs_diag *d = a->d;
+    int rc = check_padding(sh->map, sh->size, &sh->c, sh->path, d);
+    for (uint32_t j = 0; j < sh->c.nsections && !rc; j++) {
+        const cxs_section *s = &sh->c.sections[j];
+        if (s->type == CXS_SEC_FEATURES) rc = verify_features(v, sh, s, d);
+        else if (s->type == CXS_SEC_ZFEATURES && cxs_compressed(ds))
+            rc = verify_zfeatures(v, a->i, s, d);
+        else if (s->type == CXS_SEC_LABELS) rc = verify_labels(v, sh, s, a->hist, d);
+        else if (s->type == CXS_SEC_SEQUENCES && ds->has_seqs)
+            rc = verify_sequences(v, sh, s, d);
+        else rc = hash_plain(v, sh->map, s, sh->path, d);
+    }
+    for (uint64_t u = 0; u < sh->meta.num_utterances && !rc; u++) {
+        uint64_t T = cxs_ld64(sh->index + 8 * (u + 1)) - cxs_ld64(sh->index + 8 * u);
+        if (T < *a->minlen) *a->minlen = T;
+        if (T > *a->maxlen) *a->maxlen = T;
+    }
+    return rc;
+}
+
 int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *user, cxs_diag *d) {
-    vctx v = {ds, progress, user, 0, ds->total_bytes, XXH3_createState()};
+    vctx v = {ds, progress, user, 0, ds->total_bytes, XXH3_createState(), NULL, NULL, NULL, NULL,
+              NULL, {0}};
     uint64_t *hist = calloc(65537, sizeof *hist);
+    const uint32_t D = ds->meta.dim;
+    v.u1 = calloc(2 * (size_t)D + 1, sizeof *v.u1);
+    v.u2 = v.u1 ? v.u1 + D : NULL;
+    v.x1 = calloc(2 * (size_t)D + 1, sizeof *v.x1);
+    v.x2 = v.x1 ? v.x1 + D : NULL;
     int rc = 0;
-    if (!v.st || !hist) {
+    if (cxs_compressed(ds) && ds->max_chunk_bytes) v.buf = malloc(ds->max_chunk_bytes);
+    if (!v.st || !hist || !v.u1 || !v.x1 || (cxs_compressed(ds) && ds->max_chunk_bytes && !v.buf)) {
         rc = -ENOMEM;
         goto out;
     }
@@ -221,24 +409,16 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
     }
     uint64_t minlen = UINT64_MAX, maxlen = 0;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
-        const struct shard *sh = &ds->shards[i];
-        if ((rc = check_padding(sh->map, sh->size, &sh->c, sh->path, d))) goto out;
-        for (uint32_t j = 0; j < sh->c.nsections; j++) {
-            const cxs_section *s = &sh->c.sections[j];
-            if (s->type == CXS_SEC_FEATURES) rc = verify_features(&v, sh, s, d);
-            else if (s->type == CXS_SEC_ZFEATURES && cxs_compressed(ds))
-                rc = verify_zfeatures(&v, i, s, d);
-            else if (s->type == CXS_SEC_LABELS) rc = verify_labels(&v, sh, s, hist, d);
-            else if (s->type == CXS_SEC_SEQUENCES && ds->has_seqs)
-                rc = verify_sequences(&v, sh, s, d);
-            else rc = hash_plain(&v, sh->map, s, sh->path, d);
-            if (rc) goto out;
+        shard_arg a = {&v, i, hist, d, &minlen, &maxlen};
+        cxs_fault f;
+        rc = cxs_fault_run(ds, verify_shard, &a, &f);
+        if (rc == CXS_E_TRUNCATED && f.shard == i) {
+            cxs_where w = CXS_WHERE_NONE;
+            w.shard = i;
+            w.offset = f.offset;
+            cxs_where_diag(ds, rc, &w, d);
         }
-        for (uint64_t u = 0; u < sh->meta.num_utterances; u++) {
-            uint64_t T = cxs_ld64(sh->index + 8 * (u + 1)) - cxs_ld64(sh->index + 8 * u);
-            if (T < minlen) minlen = T;
-            if (T > maxlen) maxlen = T;
-        }
+        if (rc) goto out;
     }
     /* The stored statistics must describe the data. */
     const uint8_t *st = ds->stats;
@@ -248,6 +428,24 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
         rc = cxs_diagf(d, CXS_E_CORRUPT,
                        "%s: STATS: frame count or length range disagrees with the shards", mp);
         goto out;
+    }
+    /* Mean and variance as the writer forms them (spec 7.3), bit for bit:
+     * forged statistics (checksums recomputed) would otherwise pass and
+     * normalise every window with them. */
+    for (uint32_t k = 0; k < D && ds->meta.num_frames; k++) {
+        const double F = (double)ds->meta.num_frames;
+        const double mean = cxs_xsum_value(&v.x1[k]) / F;
+        double var = cxs_xsum_value(&v.x2[k]) / F - mean * mean;
+        var = var > 0 ? var : 0.0;
+        const double sm = cxs_ldf64(st + CXS_STATS_HEAD + 8ull * k);
+        const double sv = cxs_ldf64(st + CXS_STATS_HEAD + 8ull * (D + k));
+        if (memcmp(&sm, &mean, sizeof mean) || memcmp(&sv, &var, sizeof var)) {
+            rc = cxs_diagf(d, CXS_E_CORRUPT,
+                           "%s: STATS: dimension %u has mean %.17g and variance %.17g; the "
+                           "features give %.17g and %.17g",
+                           mp, k, sm, sv, mean, var);
+            goto out;
+        }
     }
     const uint8_t *lc = st + CXS_STATS_HEAD + 16ull * ds->meta.dim;
     for (uint32_t l = 0; l < ds->meta.vocab_size; l++)
@@ -260,6 +458,10 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
         }
 out:
     free(hist);
+    free(v.u1);
+    free(v.x1);
+    free(v.buf);
+    cxs_zreader_free(&v.zr);
     if (v.st) XXH3_freeState(v.st);
     return rc;
 }

@@ -65,8 +65,9 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     double first = 0;
     double start = now_seconds();
     while (batches < o->batches) {
-        if ((rc = cxs_loader_next(l, &b))) {
-            warnx_("%s: %s", dir, cxs_strerror(rc));
+        if ((rc = cxs_loader_next_ex(l, &b, &d))) {
+            /* the message names the shard (and the utterance) itself */
+            warnx_("%s", d.message[0] ? d.message : cxs_strerror(rc));
             ec = exit_code_for(rc);
             goto out;
         }

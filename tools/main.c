@@ -214,7 +214,10 @@ static const char *const usage_verify =
     "\n"
     "Re-hash every byte of the dataset against its XXH3 checksums, check zero\n"
     "padding and guard rows, finite features, labels inside the vocabulary and\n"
-    "the stored statistics.  Exit status 1 names the first problem.\n";
+    "the stored statistics, recomputed from the data (count, mean and variance\n"
+    "per dimension, label histogram).  Exit status 1 names the first problem,\n"
+    "with the utterance where the format allows (a label, a chunk, an\n"
+    "implausible feature value).\n";
 
 static const char *const usage_info =
     "usage: ctxshard info OUT [--json]\n"

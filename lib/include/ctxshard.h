@@ -267,17 +267,26 @@ typedef struct cxs_utterance {
     const void *labels;   /**< num_frames labels of label_width bytes, or NULL */
 } cxs_utterance;
 
-/** Utterance u (0 <= u < num_utterances).  Returns 0 or CXS_E_RANGE. */
+/** Utterance u (0 <= u < num_utterances).  Returns 0, CXS_E_RANGE, or
+ * CXS_E_TRUNCATED when its shard lost the bytes of the id table since open
+ * (the pointers it gives are read by the caller: see cxs_dataset_window). */
 CXS_API int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out);
 
 /**
  * Copy frames first .. first+count-1 of utterance u, in the stored dtype
  * (count * dim elements, little-endian), into out.  Works on compressed and
  * uncompressed datasets alike.  Returns 0, CXS_E_RANGE, CXS_E_INVALID,
- * -ENOMEM, or CXS_E_CHECKSUM / CXS_E_CORRUPT for a damaged compressed chunk.
+ * -ENOMEM, or CXS_E_CHECKSUM / CXS_E_CORRUPT for a damaged compressed chunk,
+ * CXS_E_TRUNCATED when the shard lost the bytes since open (truncated:
+ * reported, never a SIGBUS).
  */
 CXS_API int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_t first,
                                       uint64_t count, void *out);
+/** cxs_dataset_read_features with a diagnostic: on failure diag (may be
+ * NULL) names the argument at fault, or for damaged or truncated data the
+ * shard, the utterance id and the chunk.  The same return codes. */
+CXS_API int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t first,
+                                         uint64_t count, void *out, cxs_diag *diag);
 
 /**
  * Which utterance holds global frame `frame`, and the frame's offset in it.
@@ -292,13 +301,24 @@ CXS_API int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame,
  * window passes the utterance's borders.  Needs k <= guard (CXS_E_RANGE
  * otherwise: use cxs_dataset_gather, which pads any k).  The pointer is
  * read-only and valid until close.  CXS_E_UNSUPPORTED on a compressed
- * dataset (no zero-copy view exists there).
+ * dataset (no zero-copy view exists there).  The zero rows are the stored
+ * guard rows: the call checks those the window spans (near the borders
+ * only, at most 2k rows) and returns CXS_E_CORRUPT when one is not zero
+ * (damaged: never served as padding), CXS_E_TRUNCATED when the shard lost
+ * them since open.  The rows of the utterance itself are served as stored:
+ * cxs_dataset_verify checks them.  Reading through the pointer is the
+ * caller's own access: a shard truncated meanwhile faults there (SIGBUS);
+ * datasets are replaced by rename, never rewritten in place.
  */
 CXS_API int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k,
                                const void **window);
 
 /** Label (vocabulary index) of a frame.  CXS_E_RANGE, or CXS_E_NO_LABELS on
- * a dataset without labels. */
+ * a dataset without labels; CXS_E_CORRUPT for a label outside the
+ * vocabulary (a damaged LABELS section: never served).  The same holds for
+ * cxs_dataset_labels and cxs_dataset_labels_of (nothing useful in out
+ * then); the zero-copy label views (cxs_utterance.labels,
+ * cxs_dataset_shard_labels) are the bytes as stored, which verify checks. */
 CXS_API int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label);
 
 /**
@@ -614,6 +634,18 @@ CXS_API int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampl
 CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
 
 /**
+ * cxs_loader_next with a diagnostic: on failure diag (may be NULL) says
+ * what went wrong, naming the shard file, the utterance id and, for a
+ * compressed dataset, the chunk when the data is at fault:
+ * CXS_E_TRUNCATED when a shard lost bytes since the dataset was opened
+ * (truncated under the loader: the read is stopped, the process goes on),
+ * CXS_E_CHECKSUM or CXS_E_CORRUPT for a damaged chunk or a label outside
+ * the vocabulary (never served).  The same return codes.  A failed batch
+ * is one batch: the next call goes on with the next one.
+ */
+CXS_API int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *diag);
+
+/**
  * External mode: give the loader one buffer pair to fill, x of batch_size *
  * (2k+1)*dim floats and y of batch_size int64 (NULL when labels are off).
  * Buffers are filled in the order given; the batch handed out by
@@ -796,6 +828,14 @@ CXS_API int cxs_utt_sampler_batch(const cxs_utt_sampler *s, uint64_t epoch, uint
 CXS_API int cxs_dataset_pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n,
                                   uint64_t tmax, uint32_t flags, const cxs_norm *norm, float *x,
                                   int64_t *lengths, int64_t *y);
+/** cxs_dataset_pad_batch with a diagnostic: on failure diag (may be NULL)
+ * says why, naming for damaged or truncated data the shard, the utterance
+ * id and the chunk (CXS_E_CORRUPT also for a label outside the vocabulary,
+ * never served; CXS_E_TRUNCATED for a shard that lost bytes since open).
+ * The same return codes. */
+CXS_API int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t n,
+                                     uint64_t tmax, uint32_t flags, const cxs_norm *norm,
+                                     float *x, int64_t *lengths, int64_t *y, cxs_diag *diag);
 
 /**
  * The label sequences of n utterances as a padded batch of CTC targets:
@@ -870,6 +910,12 @@ CXS_API int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sample
 /** Hand back the previous batch and take the next (waiting for it); *batch
  * NULL at the end of the epoch.  Returns 0 or the first error met. */
 CXS_API int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch);
+/** cxs_utt_loader_next with a diagnostic, as cxs_loader_next_ex: a failure
+ * in the data (a shard truncated since open, a damaged chunk, a label
+ * outside the vocabulary) names the shard file, the utterance id and the
+ * chunk.  The same return codes. */
+CXS_API int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batch,
+                                   cxs_diag *diag);
 /** Restart at (epoch, start), discarding prefetched batches; the batch
  * handed out last becomes invalid.  The position to save for an exact
  * resume is the last batch's index + 1. */

@@ -378,7 +378,18 @@ class Dataset:
     def _utt(self, u, func="utterance"):
         u = _a.index(func, "u", u, self._info.num_utterances, "utterances")
         ut = _n.Utterance()
-        _lib.cxs_dataset_utterance(self._ptr, u, byref(ut))
+        rc = _lib.cxs_dataset_utterance(self._ptr, u, byref(ut))
+        if rc == _n.E_TRUNCATED:
+            # its first frame's read gives the message that names the shard
+            diag = _n.Diag()
+            row = np.empty(self._info.dim * 4, dtype=np.uint8)
+            if _lib.cxs_dataset_read_features_ex(self._ptr, u, 0, 1, row.ctypes.data,
+                                                 byref(diag)) == 0:
+                diag.message = (f"{self.path}: {func}({u}): a shard was truncated since the "
+                                "dataset was opened").encode()
+            _raise(rc, diag, what=func)
+        if rc:
+            _raise(rc, what=func)
         return ut
 
     def utterance(self, u):
@@ -386,17 +397,20 @@ class Dataset:
         the features are a zero-copy view, or for a compressed dataset a
         fresh read-only array decoded from its chunks."""
         ut = self._utt(u)
-        uid = ctypes.string_at(ut.id, ut.id_len).decode("utf-8", "replace")
         typestr = _DTYPES[self._info.dtype][1]
         if ut.features:
             feats = _view(self._h, ut.features, (ut.num_frames, self._info.dim), typestr)
         else:
             feats = np.empty((ut.num_frames, self._info.dim), dtype=np.dtype(typestr))
-            rc = _lib.cxs_dataset_read_features(self._ptr, int(u), 0, ut.num_frames,
-                                                feats.ctypes.data)
+            diag = _n.Diag()
+            rc = _lib.cxs_dataset_read_features_ex(self._ptr, int(u), 0, ut.num_frames,
+                                                   feats.ctypes.data, byref(diag))
             if rc:
-                _raise(rc, what=f"utterance {u}")
+                _raise(rc, diag, what=f"utterance {u}")
             feats.flags.writeable = False
+        # the id is read from the mapping by this process (after the decode,
+        # which reports a shard truncated since open by name)
+        uid = ctypes.string_at(ut.id, ut.id_len).decode("utf-8", "replace")
         labels = None
         if ut.labels:
             labels = _view(self._h, ut.labels, (ut.num_frames,),
@@ -467,7 +481,9 @@ class Dataset:
     def window(self, i, k):
         """Zero-copy window of frame i: a read-only view [2k+1, dim] of the
         stored dtype (bfloat16 as uint16 bits), zero rows past the
-        utterance's borders.  Needs k <= guard; use gather() for any k."""
+        utterance's borders.  Needs k <= guard; use gather() for any k.
+        The zero rows are the stored guard rows, checked: a damaged one
+        raises CtxshardError instead of being served."""
         i = self._frame(i, "window")
         k = _a.integer("window", "k", k, 0, None)
         if self.compressed:
@@ -478,6 +494,12 @@ class Dataset:
                              "use gather(), which pads any k")
         p = c_void_p()
         rc = _lib.cxs_dataset_window(self._ptr, i, k, byref(p))
+        if rc == _n.E_CORRUPT:
+            u, _ = self.locate(i)
+            raise CtxshardError(rc, f"{self.path}: window({i}, {k}): utterance "
+                                f"{self.utterance(u)[0]} (number {u}): a guard row the window "
+                                "spans is not zero: its shard's FEATURES are damaged (ctxshard "
+                                "verify); not served (gather() pads with its own zeros)")
         if rc:
             _raise(rc, what=f"window({i}, {k})")
         return _view(self._h, p.value, (2 * k + 1, self._info.dim), _DTYPES[self._info.dtype][1])
@@ -519,10 +541,23 @@ class Dataset:
 
     def label(self, i):
         v = c_uint32()
-        rc = _lib.cxs_dataset_label(self._ptr, self._frame(i, "label"), byref(v))
+        f = self._frame(i, "label")
+        rc = _lib.cxs_dataset_label(self._ptr, f, byref(v))
+        if rc == _n.E_CORRUPT:
+            self._label_damage(np.array([f], dtype=np.uint64), f"label({i})")
         if rc:
             _raise(rc, what=f"label({i})")
         return v.value
+
+    def _label_damage(self, f, what):
+        """A label outside the vocabulary among frames f: raise the error
+        the gather gives, which names the shard, the utterance and the frame."""
+        x = np.empty((f.size, self._info.dim), dtype=np.float32)
+        y = np.empty(f.size, dtype=np.int64)
+        diag = _n.Diag()
+        rc = _lib.cxs_dataset_gather_ex(self._ptr, f.ctypes.data, f.size, 0, 0, None, 1,
+                                        x.ctypes.data, y.ctypes.data, byref(diag))
+        _raise(rc or _n.E_CORRUPT, diag, what=what)
 
     # ---- gather --------------------------------------------------------------
     def _frames_array(self, frames, func):
@@ -605,6 +640,8 @@ class Dataset:
             raise ValueError("labels_of: " + self._no_frame_labels()[len("ctxshard: "):])
         y = np.empty(f.size, dtype=np.int64)
         rc = _lib.cxs_dataset_labels_of(self._ptr, f.ctypes.data, f.size, y.ctypes.data)
+        if rc == _n.E_CORRUPT:
+            self._label_damage(f, "labels_of")
         if rc:
             _raise(rc, what="labels_of")
         return y

@@ -849,9 +849,9 @@ class Loader:
                     # the workers (see _start_prefetch)
                     self._kick_prefetch()
                 first = False
-                rc = _lib.cxs_loader_next(ptr, ctypes.byref(bp))
+                rc = _lib.cxs_loader_next_ex(ptr, ctypes.byref(bp), ctypes.byref(diag))
                 if rc:
-                    _raise(rc, what="loader")
+                    _raise(rc, diag, what="loader")
                 if not bp:
                     break
                 b = bp.contents
@@ -1273,9 +1273,9 @@ class UtteranceLoader:
         D = self.dataset.dim
         try:
             while True:
-                rc = _lib.cxs_utt_loader_next(ptr, ctypes.byref(bp))
+                rc = _lib.cxs_utt_loader_next_ex(ptr, ctypes.byref(bp), ctypes.byref(diag))
                 if rc:
-                    _raise(rc, what="utterance loader")
+                    _raise(rc, diag, what="utterance loader")
                 if not bp:
                     break
                 b = bp.contents

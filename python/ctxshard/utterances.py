@@ -325,11 +325,13 @@ def pad_batch(dataset, utterances, normalize=False, per_utterance=False, labels=
     tmax = int(lengths.max()) if len(utts) else 0
     x = np.empty((len(utts), tmax, ds.dim), dtype=np.float32)
     y = np.empty((len(utts), tmax), dtype=np.int64) if want else None
-    rc = _lib.cxs_dataset_pad_batch(ds._ptr, utts.ctypes.data, len(utts), tmax, flags,
-                                    byref(nrm) if nrm is not None else None, x.ctypes.data,
-                                    lengths.ctypes.data, y.ctypes.data if y is not None else None)
+    diag = _n.Diag()
+    rc = _lib.cxs_dataset_pad_batch_ex(ds._ptr, utts.ctypes.data, len(utts), tmax, flags,
+                                       byref(nrm) if nrm is not None else None, x.ctypes.data,
+                                       lengths.ctypes.data,
+                                       y.ctypes.data if y is not None else None, byref(diag))
     if rc:
-        _raise(rc, what=f)
+        _raise(rc, diag, what=f)
     return x, lengths, y
 
 

@@ -1,0 +1,309 @@
+"""Damaged and changing datasets through the Python package and bench-read:
+a shard truncated under a running Loader, UtteranceLoader and bench-read
+ends the batch in flight in an error naming the shard (the process lives
+on: it died of SIGBUS before); labels outside the vocabulary are never
+served; a damaged compressed chunk names the shard, utterance and chunk;
+window() refuses a damaged guard row; verify recomputes the statistics
+(forged STATS with their checksums recomputed passed it) and locates damaged
+feature values by utterance.
+
+usage: /usr/bin/python3 tests/python/damage_test.py BUILD_DIR SOURCE_ROOT"""
+import ctypes
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+EXE = os.path.join(BUILD, "tools", "ctxshard")
+os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
+sys.path.insert(0, os.path.join(SRC, "python"))
+
+import numpy as np  # noqa: E402
+
+import ctxshard  # noqa: E402
+import ctxshard.torch as cxt  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="ctxshard-damage-")
+RAW = os.path.join(TMP, "raw")
+SHARD = "shard-000000.cxs"
+SEC_FEATURES, SEC_LABELS, SEC_ZFEATURES, SEC_STATS = 4, 5, 6, 19
+
+_XXH = ctypes.CDLL("libxxhash.so.0")
+_XXH.XXH3_64bits.restype = ctypes.c_uint64
+_XXH.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def xxh3(b):
+    b = bytes(b)
+    return _XXH.XXH3_64bits(b, len(b))
+
+
+def run(*args):
+    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True)
+
+
+def sections(data):
+    n = struct.unpack_from("<I", data, 24)[0]
+    out = {}
+    for i in range(n):
+        t, _, off, ln, _ = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
+        out[t] = (off, ln, 64 + 32 * i)
+    return out
+
+
+def rehash(data):
+    """Every section checksum and the header checksum of one file, as a
+    writer that forged the bytes would leave them."""
+    n = struct.unpack_from("<I", data, 24)[0]
+    for i in range(n):
+        _, _, off, ln, _ = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
+        struct.pack_into("<Q", data, 64 + 32 * i + 24, xxh3(data[off:off + ln]))
+    struct.pack_into("<Q", data, 56, 0)
+    struct.pack_into("<Q", data, 56, xxh3(data[:64 + 32 * n]))
+
+
+def copy(name, src="plain"):
+    dst = os.path.join(TMP, name)
+    shutil.copytree(os.path.join(TMP, src), dst)
+    return dst
+
+
+def edit(path, fn):
+    data = bytearray(open(path, "rb").read())
+    fn(data)
+    with open(path, "r+b") as f:  # in place, as damage on disk would be
+        f.write(bytes(data))
+
+
+def setUpModule():
+    assert run("synth", RAW, "--utts", 40, "--seed", 3, "--dim", 8, "--quiet").returncode == 0
+    for name, extra in (("plain", ()), ("zstd", ("--compress", "zstd", "--chunk-size", "32K"))):
+        p = run("pack", RAW, os.path.join(TMP, name), "--quiet", *extra)
+        assert p.returncode == 0, p.stderr
+
+
+def tearDownModule():
+    shutil.rmtree(TMP)
+
+
+class Truncated(unittest.TestCase):
+    """truncate(2) under a running reader."""
+
+    def check(self, err, shard):
+        self.assertIn(shard, err)
+        self.assertIn("truncated", err)
+        self.assertIn("utterance", err)
+
+    def test_loader(self):
+        for src in ("plain", "zstd"):
+            with self.subTest(src):
+                d = copy("trunc-loader-" + src, src)
+                shard = os.path.join(d, SHARD)
+                loader = cxt.Loader(d, context=3, batch_size=128, threads=2, seed=1)
+                it = iter(loader)
+                next(it)
+                os.truncate(shard, 8192)
+                with self.assertRaises(ctxshard.CtxshardError) as cm:
+                    for _ in it:
+                        pass
+                self.check(str(cm.exception), shard)
+                # the process goes on: the next epoch says the same, nothing crashes
+                with self.assertRaises(ctxshard.CtxshardError):
+                    for _ in loader:
+                        pass
+
+    def test_utterance_loader(self):
+        d = copy("trunc-utt")
+        shard = os.path.join(d, SHARD)
+        loader = cxt.UtteranceLoader(d, frame_budget=4000, threads=2)
+        it = iter(loader)
+        next(it)
+        os.truncate(shard, 8192)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            for _ in it:
+                pass
+        self.check(str(cm.exception), shard)
+
+    def test_gather(self):
+        d = copy("trunc-gather")
+        shard = os.path.join(d, SHARD)
+        ds = ctxshard.open(d)
+        ds.gather(np.arange(100, dtype=np.uint64), 3)
+        os.truncate(shard, 8192)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.gather(np.arange(0, len(ds), 97, dtype=np.uint64), 3, threads=2)
+        self.check(str(cm.exception), shard)
+        ds.close()
+
+    def test_utterance_and_pad_batch(self):
+        from ctxshard.utterances import pad_batch
+        d = copy("trunc-utt-z", "zstd")
+        shard = os.path.join(d, SHARD)
+        ds = ctxshard.open(d)
+        U = len(ds.ids)
+        ds.utterance(0)
+        os.truncate(shard, 8192)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.utterance(U - 1)  # not decoded yet
+        self.check(str(cm.exception), shard)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            pad_batch(ds, [U - 2])
+        self.assertIn(shard, str(cm.exception))
+        ds.close()
+
+    def test_bench_read(self):
+        d = copy("trunc-bench")
+        shard = os.path.join(d, SHARD)
+        p = subprocess.Popen([EXE, "bench-read", d, "--context", "3", "--batch", "256",
+                              "--threads", "2", "--batches", "100000000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # truncate once the loader's workers run (open is done): threads
+        # beyond the main one show in /proc
+        task = f"/proc/{p.pid}/task"
+        while p.poll() is None and len(os.listdir(task)) < 3:
+            pass
+        os.truncate(shard, 8192)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 1, err)  # was -7 (SIGBUS), 135 in a shell
+        self.check(err, shard)
+
+
+class Damaged(unittest.TestCase):
+    def test_label_outside_vocabulary_is_never_served(self):
+        d = copy("badlabel")
+        shard = os.path.join(d, SHARD)
+        ds = ctxshard.open(d)
+        V = len(ds.vocab)
+        at = ds.utterance_frames(5)[0] + 3
+        ds.close()
+
+        def bad(data):
+            off, _, _ = sections(data)[SEC_LABELS]
+            data[off + at] = 200  # the vocabulary has fewer symbols
+        edit(shard, bad)
+        self.assertLess(V, 200)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            for _ in cxt.Loader(d, context=2, batch_size=512, shuffle=False, threads=2):
+                pass
+        msg = str(cm.exception)
+        self.assertIn(shard, msg)
+        self.assertIn("outside the vocabulary", msg)
+        self.assertIn("utterance ", msg)
+        ds = ctxshard.open(d)
+        with self.assertRaises(ctxshard.CtxshardError):
+            ds.gather(np.array([at], dtype=np.uint64), 2, labels=True)
+        for call in (lambda: ds.labels_of(np.array([at - 1, at], dtype=np.uint64)),
+                     lambda: ds.label(at)):
+            with self.assertRaises(ctxshard.CtxshardError) as cm:
+                call()
+            self.assertIn(shard, str(cm.exception))
+            self.assertIn("outside the vocabulary", str(cm.exception))
+        # verify names the frame and its utterance
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.verify()
+        self.assertIn("utterance ", str(cm.exception))
+        ds.close()
+
+    def test_damaged_chunk_names_shard_utterance_chunk(self):
+        d = copy("badchunk", "zstd")
+        shard = os.path.join(d, SHARD)
+
+        def bad(data):
+            off, ln, _ = sections(data)[SEC_ZFEATURES]
+            data[off + ln // 2] ^= 0x55
+        edit(shard, bad)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            for _ in cxt.Loader(d, context=2, batch_size=512, shuffle=False, threads=2):
+                pass
+        msg = str(cm.exception)  # was "loader: checksum mismatch"
+        self.assertIn(shard, msg)
+        self.assertIn("chunk ", msg)
+        self.assertIn("utterance ", msg)
+        p = run("verify", d)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("which holds rows of utterance", p.stderr)
+
+    def test_window_refuses_damaged_guard_row(self):
+        d = copy("badguard")
+        shard = os.path.join(d, SHARD)
+        ds = ctxshard.open(d)
+        G, D = ds.guard, ds.dim
+        ok = np.array(ds.window(0, 2))
+        self.assertFalse(ok[:2].any())
+        ds.close()
+
+        def bad(data):
+            off, _, _ = sections(data)[SEC_FEATURES]
+            # the guard row just before utterance 0's first frame
+            struct.pack_into("<f", data, off + (G - 1) * D * 4, 7.0)
+        edit(shard, bad)
+        ds = ctxshard.open(d)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.window(0, 2)  # served 7.0 as padding before
+        self.assertIn("guard row", str(cm.exception))
+        self.assertEqual(np.asarray(ds.window(10, 2)).size, 5 * D)  # inside: served
+        # the gather writes its own zeros: unaffected
+        x = ds.gather(np.array([0], dtype=np.uint64), 2)
+        self.assertFalse(np.asarray(x).reshape(5, D)[:2].any())
+        ds.close()
+
+    def test_forged_statistics_fail_verify(self):
+        d = copy("forgedstats")
+        man = os.path.join(d, "manifest.cxs")
+
+        def forge(data):
+            off, _, _ = sections(data)[SEC_STATS]
+            struct.pack_into("<d", data, off + 32, -1e6)        # mean of dimension 0
+            struct.pack_into("<d", data, off + 32 + 8 * 8, 1e-80)  # its variance
+            rehash(data)
+        edit(man, forge)
+        ds = ctxshard.open(d)  # finite statistics: open accepts them
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.verify()
+        msg = str(cm.exception)
+        self.assertIn("STATS", msg)
+        self.assertIn("dimension 0", msg)
+        ds.close()
+        p = run("verify", d)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("STATS: dimension 0", p.stderr)
+
+    def test_verify_locates_damaged_features(self):
+        d = copy("badfeat")
+        shard = os.path.join(d, SHARD)
+        ds = ctxshard.open(d)
+        uid = ds.utterance(7)[0]
+        first = ds.utterance_frames(7)[0]
+        G, D = ds.guard, ds.dim
+        ds.close()
+
+        def bad(data):
+            off, _, _ = sections(data)[SEC_FEATURES]
+            # frame 4 of utterance 7: rows are guards, then utterances, each with a guard after
+            row = G * (7 + 1) + first + 4
+            struct.pack_into("<f", data, off + row * D * 4 + 4 * 2, 3e30)  # finite, absurd
+        edit(shard, bad)
+        p = run("verify", d)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("FEATURES", p.stderr)
+        self.assertIn(f"utterance {uid}", p.stderr)
+        self.assertIn("frame 4, dimension 2", p.stderr)
+        # damage that leaves every value plausible: said plainly
+        d2 = copy("badfeat2")
+
+        def small(data):
+            off, _, _ = sections(data)[SEC_FEATURES]
+            row = G * (7 + 1) + first + 4
+            data[off + row * D * 4] ^= 0x01  # the mantissa's last bit
+        edit(os.path.join(d2, SHARD), small)
+        p = run("verify", d2)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("cannot say which utterance", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
