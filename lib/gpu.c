@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cxs_le.h"
+#include "fault.h"
 #include "gpu_internal.h"
 
 int gpu_fail(cxs_gpu_loader *l, int rc, const char *fmt, ...) {
@@ -143,13 +144,38 @@ int gpu_up_write(cxs_gpu_loader *l, uploader *u, uint8_t *dst, const void *src, 
     return 0;
 }
 
+typedef struct up_job {
+    cxs_gpu_loader *l;
+    uploader *u;
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t n;
+} up_job;
+
+static int up_job_run(void *arg) {
+    up_job *j = arg;
+    return gpu_up_write(j->l, j->u, j->dst, j->src, j->n);
+}
+
 /* Stored rows r0 .. r0+n-1 of shard s's FEATURES layout to dst. */
 int gpu_up_rows(cxs_gpu_loader *l, uploader *u, zreader *zr, uint32_t s, uint64_t r0, uint64_t n,
                 uint8_t *dst) {
     const cxs_dataset *ds = l->ds;
     const uint64_t rb = ds->row_bytes;
-    if (!cxs_compressed(ds))
-        return gpu_up_write(l, u, dst, ds->shards[s].features + r0 * rb, (size_t)(n * rb));
+    if (!cxs_compressed(ds)) {
+        /* the mapping is read in a recovery region: a shard truncated
+         * since open ends the upload in an error naming it, not in SIGBUS */
+        up_job j = {l, u, dst, ds->shards[s].features + r0 * rb, (size_t)(n * rb)};
+        cxs_fault w;
+        int rc = cxs_fault_run(ds, up_job_run, &j, &w);
+        if (rc == CXS_E_TRUNCATED)
+            return gpu_fail(l, rc,
+                            "%s%s: the shard changed since the dataset was opened: truncated "
+                            "(byte %llu can no longer be read); replace a dataset by renaming "
+                            "a new one into place, never by rewriting its files",
+                            u->ctx, ds->shards[w.shard].path, (unsigned long long)w.offset);
+        return rc;
+    }
     while (n) {
         uint8_t *p;
         size_t avail;

@@ -128,6 +128,28 @@ class Truncated(unittest.TestCase):
                 pass
         self.check(str(cm.exception), shard)
 
+    def test_gpu_uploads(self):
+        # the resident upload and the pool's refresher read the mapping
+        # (staged: register=False) on the emulated device
+        import ctxshard.gpu as g
+        for mode in ("resident", "pool"):
+            with self.subTest(mode):
+                d = copy("trunc-gpu-" + mode)
+                shard = os.path.join(d, SHARD)
+                ds = ctxshard.open(d)
+                s = ctxshard.Sampler(ds, ctxshard.SHUFFLE, seed=1)
+                os.truncate(shard, 8192)
+                info = ds.info
+                budget = (4 * 2 * info["max_length"] * info["dim"] * 4 +
+                          3 * 64 * (info["dim"] * 4 + 8 + 24)) if mode == "pool" else None
+                with self.assertRaises(ctxshard.CtxshardError) as cm:
+                    with g.GpuLoader(ds, s, 0, 64, device=g.EMULATE, mode=mode,
+                                     register=False, budget=budget) as L:
+                        while L.next() is not None:
+                            pass
+                self.assertIn(shard, str(cm.exception))
+                self.assertIn("truncated", str(cm.exception))
+
     def test_gather(self):
         d = copy("trunc-gather")
         shard = os.path.join(d, SHARD)
