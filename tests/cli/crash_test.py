@@ -132,29 +132,47 @@ class Crash(unittest.TestCase):
 
     def test_kill_at_random_moments(self):
         rng = random.Random(7)
-        t0 = time.perf_counter()
-        run("pack", self.raw, os.path.join(self.tmp, "timing"), *self.opts(), "--quiet")
-        duration = time.perf_counter() - t0
+
+        def tmp_left(d):
+            return any(n.startswith(".out.tmp-") for n in os.listdir(d))
+
+        def writing(d, p):
+            """Wait until the pack writes (its temporary directory exists)."""
+            t1 = time.perf_counter()
+            while p.poll() is None and time.perf_counter() - t1 < 10 and not tmp_left(d):
+                time.sleep(0.001)
+
+        # How long the writing lasts (from the temporary directory's
+        # creation to the end), the median of three packs: kills are drawn
+        # within it, so that they meet the writing whatever the machine's pace.
+        spans = []
+        for _ in range(3):
+            d = tempfile.mkdtemp(dir=self.tmp)
+            p = subprocess.Popen([EXE, "pack", self.raw, os.path.join(d, "out"), *self.opts(),
+                                  "--quiet"])
+            writing(d, p)
+            t1 = time.perf_counter()
+            p.wait()
+            spans.append(time.perf_counter() - t1)
+            shutil.rmtree(d)
+        duration = sorted(spans)[1]
         landed = 0
         for i in range(16):
             previous = i % 2 == 1
             d, out = self.work(previous)
             p = subprocess.Popen([EXE, "pack", self.raw, out, *self.opts(), "--quiet"])
-            # a random moment of the writing: once the temporary directory
-            # exists, within the time a whole pack took
-            t1 = time.perf_counter()
-            while (p.poll() is None and time.perf_counter() - t1 < 10 and
-                   not any(n.startswith(".out.tmp-") for n in os.listdir(d))):
-                time.sleep(0.001)
-            time.sleep(rng.uniform(0, duration * 0.8))
+            writing(d, p)  # then a random moment of the writing
+            time.sleep(rng.uniform(0, duration * 0.7))
             p.send_signal(signal.SIGKILL)
             rc = p.wait()
             # mid-write: killed while running, its temporary directory left
-            if rc == -signal.SIGKILL and any(n.startswith(".out.tmp-") for n in os.listdir(d)):
+            if rc == -signal.SIGKILL and tmp_left(d):
                 landed += 1
             self.check_state(d, out, previous)
             self.rerun(d, out)
         # the test means something only if the kills met the writing
+        print(f"random kills: {landed} of 16 landed mid-write (writing lasts {duration:.3f} s)",
+              file=sys.stderr)
         self.assertGreaterEqual(landed, 9, f"only {landed} of 16 kills landed mid-write")
 
     @needs_hooks
