@@ -1,0 +1,322 @@
+"""Benchmark: the cost of the utterance count (issue 28's baseline).
+
+Two datasets with the same frames, written once through ctxshard.Writer
+and kept under --dir (reused while they open and hold what was asked):
+
+- many:    N utterances of 8 frames x 4 dims (N = --utts, 10,000,000 by
+           default);
+- control: N/100 utterances of 800 frames x 4 dims.
+
+Both float32, features only, guard 4 (= the context used below, so
+windows are zero-copy), random values.  Then, --runs times, the two
+datasets in alternating order, each held in the page cache first
+(`ctxshard warm`), and every figure taken in a fresh process so that the
+first open's costs are paid each time:
+
+1. C open: `ctxshard info OUT` under `/usr/bin/time -f %M`, its wall time
+   (taken by this script around the process) and its max RSS;
+2. Python `ctxshard.open(OUT)`: its time and the anonymous memory it adds
+   (RssAnon of /proc/self/status after - before; the package and torch
+   imported before the clock starts);
+3. `ctxshard.torch.Loader(OUT, 4, 1024, shuffle=True, labels=False)`:
+   creation (which opens the dataset) to the first batch; the RssAnon it
+   added by then; then --batches more batches in the same process,
+   samples/s and minor faults per batch (each batch touched: x.sum());
+4. `ctxshard.torch.UtteranceLoader(OUT, frame_budget=4096)` creation (and
+   open) to the first batch, and the RssAnon it added;
+   the peak RSS (VmHWM) of each Python process is kept too.
+
+Medians, min and max over the runs, and many / control for every figure:
+per-page costs are about equal in the two (same frames; the many dataset
+has 1.5x the feature rows, its guard rows), so the ratio is what the
+utterance count costs, and it survives this machine's drift better than
+the absolute figures.  Prints a table; --json FILE writes everything.
+
+usage: /usr/bin/python3 bench/many_utts.py [--utts 10000000] [--dir /tmp/cxs-many]
+           [--runs 5] [--batches 200] [--json FILE] [--exe build/tools/ctxshard]
+           [--build-only]"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PYDIR = os.path.join(ROOT, "python")
+LIB = os.path.join(ROOT, "build", "lib", "libctxshard.so")
+
+T_MANY, T_CONTROL, DIM, GUARD = 8, 800, 4, 4
+CONTEXT, BATCH, BUDGET = 4, 1024, 4096
+
+
+# -- in the child processes ----------------------------------------------
+
+def _status():
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("RssAnon", "VmHWM", "VmRSS", "RssFile"):
+                out[k] = int(v.split()[0]) / 1024  # MiB
+    return out
+
+
+def child(kind, path, seed, batches):
+    """One measurement in this (fresh) process; prints a JSON object."""
+    import ctxshard
+    import ctxshard.torch as cxt  # and torch with it: imported before the clock starts
+    before = _status()
+    res = {}
+    if kind == "open":
+        t0 = time.perf_counter()
+        ds = ctxshard.open(path)
+        res["open_ms"] = (time.perf_counter() - t0) * 1e3
+        after = _status()
+        res["open_anon_mib"] = after["RssAnon"] - before["RssAnon"]
+        res["utts"] = ds.num_utterances
+        res["frames"] = ds.info["num_frames"]
+        res["nbytes"] = ds.nbytes
+    elif kind == "loader":
+        t0 = time.perf_counter()
+        loader = cxt.Loader(path, CONTEXT, BATCH, shuffle=True, seed=seed, labels=False)
+        it = iter(loader)
+        x = next(it)
+        x.sum()
+        res["loader_first_ms"] = (time.perf_counter() - t0) * 1e3
+        res["loader_anon_mib"] = _status()["RssAnon"] - before["RssAnon"]
+        res["threads"] = loader.threads
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        t0 = time.perf_counter()
+        n = 0
+        for x in it:
+            x.sum()
+            n += x.shape[0]
+            if n >= batches * BATCH:
+                break
+        dt = time.perf_counter() - t0
+        res["shuffle_batches"] = n / BATCH  # fewer than asked if the epoch ended first
+        res["shuffle_samples_s"] = n / dt
+        res["shuffle_minflt_per_batch"] = (
+            resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / (n / BATCH)
+        it.close()
+        loader.close()
+        res["loader_hwm_mib"] = _status()["VmHWM"]
+    elif kind == "utt":
+        t0 = time.perf_counter()
+        loader = cxt.UtteranceLoader(path, frame_budget=BUDGET, seed=seed)
+        it = iter(loader)
+        b = next(it)
+        b[0].sum()
+        res["utt_first_ms"] = (time.perf_counter() - t0) * 1e3
+        res["utt_anon_mib"] = _status()["RssAnon"] - before["RssAnon"]
+        it.close()
+        loader.close()
+        res["utt_hwm_mib"] = _status()["VmHWM"]
+    res["import_anon_mib"] = before["RssAnon"]
+    print(json.dumps(res))
+
+
+# -- in the parent ---------------------------------------------------------
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = PYDIR + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.setdefault("CTXSHARD_LIB", LIB)
+    return e
+
+
+def build(out, n_utts, frames, seed):
+    """n_utts utterances of `frames` frames x DIM through the Writer, once;
+    returns the build record (kept beside the dataset)."""
+    meta = out + ".build.json"
+    want = {"utts": n_utts, "frames_per_utt": frames, "dim": DIM, "guard": GUARD,
+            "dtype": "float32", "seed": seed}
+    if os.path.isdir(out) and os.path.exists(meta):
+        with open(meta) as f:
+            rec = json.load(f)
+        if all(rec.get(k) == v for k, v in want.items()):
+            return rec
+    sys.path.insert(0, PYDIR)
+    os.environ.setdefault("CTXSHARD_LIB", LIB)
+    import numpy as np
+    import ctxshard
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    if os.path.exists(meta):
+        os.remove(meta)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_utts, 800_000 // frames))  # utterances per generated block
+    print(f"writing {out}: {n_utts:,} utterances of {frames} x {DIM}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    gen = 0.0
+    with ctxshard.Writer(out, dtype="float32", guard=GUARD, dim=DIM) as w:
+        for c0 in range(0, n_utts, chunk):
+            c = min(chunk, n_utts - c0)
+            g0 = time.perf_counter()
+            block = rng.standard_normal((c * frames, DIM), dtype=np.float32)
+            gen += time.perf_counter() - g0
+            add = w.add
+            for j in range(c):
+                add(f"u{c0 + j:010d}", block[j * frames:(j + 1) * frames])
+            done = c0 + c
+            if done % (chunk * 10) == 0 or done == n_utts:
+                el = time.perf_counter() - t0
+                print(f"  {done:,} utterances, {el:.0f} s", file=sys.stderr, flush=True)
+    dt = time.perf_counter() - t0
+    size = sum(os.path.getsize(os.path.join(dp, f))
+               for dp, _, fs in os.walk(out) for f in fs)
+    shards = len([f for f in os.listdir(out) if f.startswith("shard-")])
+    rec = dict(want, build_s=dt, generate_s=gen, utts_per_s=n_utts / dt, bytes=size,
+               files=sorted(os.listdir(out)), shards=shards)
+    with open(meta, "w") as f:
+        json.dump(rec, f, indent=1)
+    print(f"  done: {dt:.1f} s ({n_utts / dt:,.0f} utterances/s; {gen:.1f} s of it generating "
+          f"random values), {size / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
+    return rec
+
+
+def run_child(kind, path, seed, batches):
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, path,
+                        "--seed", str(seed), "--batches", str(batches)],
+                       env=env(), capture_output=True, text=True, timeout=1800)
+    if p.returncode:
+        sys.exit(f"child {kind} {path} failed (rc {p.returncode}):\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def c_open(exe, path):
+    t0 = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", exe, "info", path],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       timeout=1800)
+    dt = (time.perf_counter() - t0) * 1e3
+    if p.returncode:
+        sys.exit(f"ctxshard info {path} failed (rc {p.returncode}):\n{p.stderr}")
+    return {"c_info_ms": dt, "c_info_maxrss_mib": int(p.stderr.strip().splitlines()[-1]) / 1024}
+
+
+def uptime():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+# figure -> (label, unit, format)
+FIGURES = {
+    "c_info_ms": ("C open: `ctxshard info` wall", "ms", "{:,.1f}"),
+    "c_info_maxrss_mib": ("C open: `ctxshard info` max RSS", "MiB", "{:,.1f}"),
+    "open_ms": ("Python ctxshard.open", "ms", "{:,.1f}"),
+    "open_anon_mib": ("Python ctxshard.open: RssAnon added", "MiB", "{:,.1f}"),
+    "loader_first_ms": ("Loader(shuffle) creation to first batch", "ms", "{:,.1f}"),
+    "loader_anon_mib": ("Loader: RssAnon added at first batch", "MiB", "{:,.1f}"),
+    "shuffle_samples_s": ("shuffle throughput", "samples/s", "{:,.0f}"),
+    "shuffle_minflt_per_batch": ("shuffle: minor faults per batch", "", "{:,.1f}"),
+    "loader_hwm_mib": ("Loader process peak RSS (VmHWM)", "MiB", "{:,.0f}"),
+    "utt_first_ms": ("UtteranceLoader creation to first batch", "ms", "{:,.1f}"),
+    "utt_anon_mib": ("UtteranceLoader: RssAnon added", "MiB", "{:,.1f}"),
+    "utt_hwm_mib": ("UtteranceLoader process peak RSS (VmHWM)", "MiB", "{:,.0f}"),
+    "import_anon_mib": ("RssAnon after imports (baseline)", "MiB", "{:,.1f}"),
+}
+
+
+def summary(values):
+    return {"runs": values, "median": statistics.median(values), "min": min(values),
+            "max": max(values)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--utts", type=int, default=10_000_000)
+    ap.add_argument("--dir", default="/tmp/cxs-many")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--json")
+    ap.add_argument("--exe", default=os.path.join(ROOT, "build", "tools", "ctxshard"))
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        sys.path.insert(0, PYDIR)
+        os.environ.setdefault("CTXSHARD_LIB", LIB)
+        return child(a.child[0], a.child[1], a.seed, a.batches)
+    if a.utts < 100 or a.utts % 100:
+        sys.exit("--utts: a positive multiple of 100 (the control has --utts / 100 utterances)")
+    os.makedirs(a.dir, exist_ok=True)
+    paths = {"many": os.path.join(a.dir, f"many-{a.utts}"),
+             "control": os.path.join(a.dir, f"control-{a.utts // 100}")}
+    builds = {"many": build(paths["many"], a.utts, T_MANY, 1),
+              "control": build(paths["control"], a.utts // 100, T_CONTROL, 2)}
+    if a.build_only:
+        return
+    load = [uptime()]
+    res = {k: {f: [] for f in FIGURES} for k in paths}
+    described = {}
+    for r in range(a.runs):
+        for name in (["many", "control"] if r % 2 == 0 else ["control", "many"]):
+            path = paths[name]
+            subprocess.run([a.exe, "warm", path, "--quiet"], check=True)
+            got = c_open(a.exe, path)
+            for kind in ("open", "loader", "utt"):
+                got.update(run_child(kind, path, r, a.batches))
+            described[name] = {k: got.pop(k) for k in ("utts", "frames", "nbytes", "threads",
+                                                                "shuffle_batches")
+                               if k in got}
+            for f in FIGURES:
+                res[name][f].append(got[f])
+            print(f"run {r + 1}/{a.runs} {name}: info {got['c_info_ms']:.0f} ms, open "
+                  f"{got['open_ms']:.0f} ms, Loader {got['loader_first_ms']:.0f} ms, "
+                  f"UtteranceLoader {got['utt_first_ms']:.0f} ms, "
+                  f"{got['shuffle_samples_s']:,.0f} samples/s  (load {uptime()})",
+                  file=sys.stderr, flush=True)
+    load.append(uptime())
+
+    figures = {}
+    for f in FIGURES:
+        m, c = summary(res["many"][f]), summary(res["control"][f])
+        figures[f] = {"label": FIGURES[f][0], "unit": FIGURES[f][1], "many": m, "control": c,
+                      "ratio": m["median"] / c["median"] if c["median"] else None}
+    dm, dc = described["many"], described["control"]
+    head = (f"many: {dm['utts']:,} utterances x {T_MANY} frames x {DIM}, "
+            f"{dm['nbytes'] / 2**20:,.0f} MiB; control: {dc['utts']:,} x {T_CONTROL} x {DIM}, "
+            f"{dc['nbytes'] / 2**20:,.0f} MiB; {dm['frames']:,} frames each, float32, guard "
+            f"{GUARD}; {a.runs} runs (fresh processes, warm page cache), medians [min-max]; "
+            f"Loader context {CONTEXT}, batch {BATCH}, {dm.get('threads')} threads, throughput "
+            f"over {a.batches} batches; UtteranceLoader frame budget {BUDGET}; "
+            f"{os.cpu_count()} CPUs, load average {load[0]} before, {load[1]} after")
+    print(head)
+    print()
+    print("| figure | many | control | many / control |")
+    print("|---|---:|---:|---:|")
+    for f, v in figures.items():
+        fmt, unit = FIGURES[f][2], FIGURES[f][1]
+
+        def cell(s):
+            return (f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-"
+                    f"{fmt.format(s['max'])}]")
+        ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}x"
+        print(f"| {v['label']}{' (' + unit + ')' if unit else ''} | {cell(v['many'])} | "
+              f"{cell(v['control'])} | {ratio} |")
+    print()
+    for name in ("many", "control"):
+        b = builds[name]
+        print(f"{name}: written by the Python Writer in {b['build_s']:.1f} s "
+              f"({b['utts_per_s']:,.0f} utterances/s, of which {b['generate_s']:.1f} s "
+              f"generating the values), {b['bytes'] / 2**20:,.0f} MiB on disk")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"config": {"utts": a.utts, "runs": a.runs, "batches": a.batches,
+                                  "context": CONTEXT, "batch": BATCH, "frame_budget": BUDGET,
+                                  "dim": DIM, "guard": GUARD, "cpus": os.cpu_count(),
+                                  "load_before": load[0], "load_after": load[1]},
+                       "datasets": {k: dict(described[k], path=paths[k], build=builds[k])
+                                    for k in paths},
+                       "figures": figures}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
