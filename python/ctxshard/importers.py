@@ -12,7 +12,8 @@ from ctypes import byref
 from . import _args as _a
 from . import _native as _n
 from ._native import lib as _lib
-from .writer import _compression, _info_dict, _progress_fn, _raise_write, _stored_dtype
+from .writer import _info_dict, _progress_fn, _raise_write
+from .writer import _writer_opts as _common_opts
 
 __all__ = ["import_kaldi", "import_hdf5"]
 
@@ -114,22 +115,8 @@ def import_hdf5(src, out, dtype="float32", guard=64, shard_size="1G", compress=N
 def _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
                  on_error, threads):
     on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
-    o = _n.WriterOpts()
-    _lib.cxs_writer_opts_init(byref(o))
-    o.dtype = _stored_dtype(f, dtype)
-    o.guard = _a.integer(f, "guard", guard, 0, 4096)
-    o.shard_size = _a.size(f, "shard_size", shard_size)
-    o.compression, o.level = _compression(f, compress)
-    o.chunk_size = _a.size(f, "chunk_size", chunk_size)
-    o.shuffle = int(_a.flag(f, "shuffle", shuffle))
-    threads = _a.optional_integer(f, "threads", threads, 1, 256)
-    o.threads = min(os.cpu_count() or 1, 256) if threads is None else threads
-    if normalize in (None, False, "none"):
-        o.normalize = _n.NORM_NONE
-    elif normalize == "utterance":
-        o.normalize = _n.NORM_UTTERANCE
-    else:
-        raise ValueError(f"{f}: normalize={normalize!r}: expected None or 'utterance'")
+    o = _common_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
+                     threads)
     o.on_error_skip = int(on_error == "skip")
     return o
 

@@ -103,6 +103,29 @@ def _compression(func, compress):
                      "(1..19) or a level")
 
 
+def _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
+                 threads):
+    """The writer options every client of the writer takes (Writer, the
+    importers), checked in the caller f's words."""
+    o = _n.WriterOpts()
+    _lib.cxs_writer_opts_init(byref(o))
+    o.dtype = _stored_dtype(f, dtype)
+    o.guard = _a.integer(f, "guard", guard, 0, 4096)
+    o.shard_size = _a.size(f, "shard_size", shard_size)
+    o.compression, o.level = _compression(f, compress)
+    o.chunk_size = _a.size(f, "chunk_size", chunk_size)
+    o.shuffle = int(_a.flag(f, "shuffle", shuffle))
+    threads = _a.optional_integer(f, "threads", threads, 1, 256)
+    o.threads = min(os.cpu_count() or 1, 256) if threads is None else threads
+    if normalize in (None, False, "none"):
+        o.normalize = _n.NORM_NONE
+    elif normalize == "utterance":
+        o.normalize = _n.NORM_UTTERANCE
+    else:
+        raise ValueError(f"{f}: normalize={normalize!r}: expected None or 'utterance'")
+    return o
+
+
 class Writer:
     """A packed dataset being written at out, one utterance at a time.
 
@@ -147,23 +170,9 @@ class Writer:
                  threads=None, transcripts="frames", dim=None):
         f = "Writer"
         out = _a.path(f, "out", out)
-        o = _n.WriterOpts()
-        _lib.cxs_writer_opts_init(byref(o))
+        o = _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
+                         threads)
         o.dim = _a.optional_integer(f, "dim", dim, 1, 65536) or 0
-        o.dtype = _stored_dtype(f, dtype)
-        o.guard = _a.integer(f, "guard", guard, 0, 4096)
-        o.shard_size = _a.size(f, "shard_size", shard_size)
-        o.compression, o.level = _compression(f, compress)
-        o.chunk_size = _a.size(f, "chunk_size", chunk_size)
-        o.shuffle = int(_a.flag(f, "shuffle", shuffle))
-        threads = _a.optional_integer(f, "threads", threads, 1, 256)
-        o.threads = min(os.cpu_count() or 1, 256) if threads is None else threads
-        if normalize in (None, False, "none"):
-            o.normalize = _n.NORM_NONE
-        elif normalize == "utterance":
-            o.normalize = _n.NORM_UTTERANCE
-        else:
-            raise ValueError(f"{f}: normalize={normalize!r}: expected None or 'utterance'")
         self._on_error = _a.choice(f, "on_error", on_error, ("raise", "skip"))
         o.on_error_skip = int(on_error == "skip")
         self.transcripts = _a.choice(f, "transcripts", transcripts, tuple(_TRANSCRIPTS))
