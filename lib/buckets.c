@@ -51,9 +51,8 @@ static uint64_t rng_below(uint64_t *st, uint64_t n) {
     }
 }
 
-static inline uint64_t utt_len(const cxs_dataset *ds, uint64_t u) {
-    return ds->cum[u + 1] - ds->cum[u];
-}
+/* (INDEX checked whole at the sampler's creation) */
+static inline uint64_t utt_len(const cxs_dataset *ds, uint64_t u) { return cxs_utt_frames(ds, u); }
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -101,6 +100,11 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
         return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: block mode (memory_bytes) needs the shuffled kind");
     if (!o.blocks) o.blocks = 8;
     const uint64_t U = ds->meta.num_utterances;
+    {
+        /* every length is read below: the whole INDEX checked, once */
+        int rc = cxs_index_check_all(ds, d);
+        if (rc) return rc;
+    }
     if (!o.buckets) {
         /* More buckets always pad less (measured: bench/utt_bench.py),
          * but a bucket of about one batch makes the same batch every epoch

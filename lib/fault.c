@@ -115,29 +115,29 @@ int cxs_fault_run(const cxs_dataset *ds, int (*fn)(void *), void *arg, cxs_fault
 }
 
 typedef struct id_arg {
-    const shard *sh;
-    uint64_t lu;
+    const cxs_dataset *ds;
+    uint64_t u;
     char *out;
     size_t cap;
 } id_arg;
 
-/* The id of utterance lu of a shard, read from the mapping (which may have
+/* The id (checked: cxs_id_get), copied from the mapping (which may have
  * lost it too). */
 static int read_id(void *p) {
     id_arg *a = p;
-    const uint64_t U = a->sh->meta.num_utterances;
-    uint64_t s = cxs_ld64(a->sh->ids + 8 * a->lu), e = cxs_ld64(a->sh->ids + 8 * (a->lu + 1));
-    size_t n = (size_t)(e - s) < a->cap - 1 ? (size_t)(e - s) : a->cap - 1;
-    const uint8_t *id = a->sh->ids + 8 * (U + 1) + s;
+    const uint8_t *id;
+    uint64_t len;
+    int rc = cxs_id_get(a->ds, a->u, &id, &len, NULL);
+    if (rc) return rc;
+    size_t n = (size_t)len < a->cap - 1 ? (size_t)len : a->cap - 1;
     for (size_t i = 0; i < n; i++) a->out[i] = (char)(id[i] >= 0x20 && id[i] != 0x7f ? id[i] : '?');
     a->out[n] = 0;
     return 0;
 }
 
 void cxs_utt_name(const cxs_dataset *ds, uint64_t u, char *buf, size_t cap) {
-    const shard *sh = &ds->shards[ds->utt_shard[u]];
     char id[200];
-    id_arg a = {sh, u - sh->u_start, id, sizeof id};
+    id_arg a = {ds, u, id, sizeof id};
     cxs_fault f;
     if (cxs_fault_run(ds, read_id, &a, &f) == 0)
         snprintf(buf, cap, "utterance %s (number %llu)", id, (unsigned long long)u);
