@@ -154,6 +154,10 @@ int cxs_where_diag(const cxs_dataset *ds, int rc, const cxs_where *w, cxs_diag *
         char name[300];
         cxs_utt_name(ds, w->utt, name, sizeof name);
         snprintf(utt, sizeof utt, ": %s", name);
+    } else if (w->frame != UINT64_MAX) {
+        /* the INDEX that says which utterance could not be read */
+        snprintf(utt, sizeof utt, ": the utterance holding frame %llu",
+                 (unsigned long long)w->frame);
     }
     if (w->chunk != UINT64_MAX && sh->chunk_table) {
         snprintf(chunk, sizeof chunk, ", chunk %llu", (unsigned long long)w->chunk);

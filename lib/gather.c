@@ -243,7 +243,8 @@ static int gather_range(job *j) {
 static int served(const cxs_dataset *ds, int rc, const job *j, cxs_diag *d) {
     if (rc && j->index_failed) return cxs_diagf(d, rc, "%s", j->index_diag.message);
     const cxs_where *w = &j->where;
-    if (!rc || rc == -ECANCELED || rc == -ENOMEM || w->utt == UINT64_MAX) return rc;
+    if (!rc || rc == -ECANCELED || rc == -ENOMEM || (w->utt == UINT64_MAX && w->frame == UINT64_MAX))
+        return rc;
     return cxs_where_diag(ds, rc, w, d);
 }
 
