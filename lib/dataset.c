@@ -278,7 +278,7 @@ static int lazy_setup(shard *sh, lazy_table *t, const cxs_section *sec, int may_
     t->p = sh->map + sec->offset;
     t->len = sec->length;
     t->type = sec->type;
-    t->bs = may_defer ? cxs_blocksums_find(&sh->bsums, sec->type) : NULL;
+    t->bs = may_defer ? cxs_blocksums_find(&sh->bs, sec->type) : NULL;
     t->all_done = t->bs == NULL;
     if (t->all_done) return 0;
     size_t words = (size_t)((t->bs->num_blocks + 63) / 64);
@@ -354,12 +354,7 @@ static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e
      * per-utterance tables it covers are then checked a block at a time at
      * first use (utt_index.c) instead of whole here -- only for a shard of
      * a manifest, whose STATS and SEQ_META bound the lengths. */
-    const cxs_section *xb = cxs_container_find(&sh->c, CXS_SEC_BLOCKSUMS);
-    sh->bsums.n = 0;
-    if (xb && ((rc = check_section_hash(sh->map, xb, path, d)) ||
-               (rc = cxs_blocksums_load(sh->map + xb->offset, xb->length, &sh->c, &sh->bsums,
-                                        path, d))))
-        return rc;
+    if ((rc = cxs_shard_blocksums(ds, i, d))) return rc;
     if ((rc = lazy_setup(sh, &sh->t_index, x->index, e != NULL, d)) ||
         (rc = lazy_setup(sh, &sh->t_ids, x->ids, e != NULL, d)) ||
         (x->seqs && (rc = lazy_setup(sh, &sh->t_seqs, x->seqs, e != NULL, d))))
@@ -878,6 +873,8 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
         info->min_seq_length = ds->seq_min;
         info->max_seq_length = ds->seq_max;
     }
+    for (uint32_t i = 0; i < (ds->single_shard ? 1u : ds->meta.num_shards); i++)
+        info->block_sum_shards += ds->shards[i].bs.n > 0;
     if (cxs_compressed(ds)) {
         info->chunk_rows = ds->shards[0].ch.chunk_rows;
         info->compression_level = ds->shards[0].ch.level;

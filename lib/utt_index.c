@@ -33,25 +33,24 @@ static int bit(const uint64_t *map, uint64_t j) {
 static const char *table_name(const lazy_table *t) { return cxs_section_name(t->type); }
 
 /* Block j's sum, once. */
-static int hash_block(const shard *sh, const lazy_table *t, uint64_t j, cxs_diag *d) {
+static int hash_block(const cxs_dataset *ds, uint32_t s, const lazy_table *t, uint64_t j,
+                      cxs_diag *d) {
     if (bit(t->hashed, j)) return 0;
+    const shard *sh = &ds->shards[s];
     uint64_t a, b;
     cxs_bsum_block(t->bs, j, &a, &b);
-    if (cxs_checksum_differs(cxs_hash(t->p + a, (size_t)(b - a)), cxs_bsum_of(&sh->bsums, t->bs, j)))
-        return cxs_diagf(d, CXS_E_CHECKSUM,
-                         "%s: %s block %llu (section bytes %llu..%llu): checksum mismatch "
-                         "(BLOCKSUMS)",
-                         sh->path, table_name(t), (unsigned long long)j, (unsigned long long)a,
-                         (unsigned long long)b);
+    if (cxs_checksum_differs(cxs_hash(t->p + a, (size_t)(b - a)), cxs_bsum_of(&sh->bs, t->bs, j)))
+        return cxs_block_failed(ds, s, t->bs, j, d);
     set_bit(t->hashed, j);
     return 0;
 }
 
 /* The sums of every block holding bytes [a, b) of the section. */
-static int hash_range(const shard *sh, const lazy_table *t, uint64_t a, uint64_t b, cxs_diag *d) {
+static int hash_range(const cxs_dataset *ds, uint32_t s, const lazy_table *t, uint64_t a,
+                      uint64_t b, cxs_diag *d) {
     if (a >= b) return 0;
     for (uint64_t j = a >> t->bs->shift; j <= (b - 1) >> t->bs->shift; j++) {
-        int rc = hash_block(sh, t, j, d);
+        int rc = hash_block(ds, s, t, j, d);
         if (rc) return rc;
     }
     return 0;
@@ -118,7 +117,7 @@ static int check_ids_block(const cxs_dataset *ds, uint32_t s, const lazy_table *
                              "within %llu)",
                              sh->path, (unsigned long long)i, (unsigned long long)a,
                              (unsigned long long)b, CXS_MAX_ID_LEN, (unsigned long long)bytes);
-        int rc = hash_range(sh, t, base + a, base + b, d);
+        int rc = hash_range(ds, s, t, base + a, base + b, d);
         if (rc) return rc;
         for (uint64_t k = a; k < b; k++)
             if (t->p[base + k] < 0x20)
@@ -134,7 +133,7 @@ static int check_ids_block(const cxs_dataset *ds, uint32_t s, const lazy_table *
                 return cxs_diagf(d, CXS_E_CORRUPT, "%s: IDS: string %llu has offsets %llu..%llu",
                                  sh->path, (unsigned long long)(i - 1), (unsigned long long)pa,
                                  (unsigned long long)a);
-            if ((rc = hash_range(sh, t, base + pa, base + a, d))) return rc;
+            if ((rc = hash_range(ds, s, t, base + pa, base + a, d))) return rc;
             prev = t->p + base + pa, pl = a - pa;
         } else if (s > 0) {
             const shard *ps = &ds->shards[s - 1];
@@ -149,8 +148,9 @@ static int check_ids_block(const cxs_dataset *ds, uint32_t s, const lazy_table *
     return 0;
 }
 
-static int check_seqs_block(const cxs_dataset *ds, const shard *sh, const lazy_table *t,
-                            uint64_t j, cxs_diag *d) {
+static int check_seqs_block(const cxs_dataset *ds, uint32_t s, const lazy_table *t, uint64_t j,
+                            cxs_diag *d) {
+    const shard *sh = &ds->shards[s];
     const uint64_t U = sh->meta.num_utterances, base = 8 * (U + 1);
     const uint32_t w = ds->seq_width, V = ds->meta.vocab_size;
     const uint64_t end = cxs_ld64(t->p + 8 * U); /* checked at open against the length */
@@ -172,7 +172,7 @@ static int check_seqs_block(const cxs_dataset *ds, const shard *sh, const lazy_t
                              sh->path, (unsigned long long)i, (unsigned long long)(b - a),
                              (unsigned long long)ds->seqm.min_length,
                              (unsigned long long)ds->seqm.max_length);
-        int rc = hash_range(sh, t, base + a * w, base + b * w, d);
+        int rc = hash_range(ds, s, t, base + a * w, base + b * w, d);
         if (rc) return rc;
         const uint8_t *sym = t->p + base;
         for (uint64_t k = a; k < b; k++) {
@@ -191,11 +191,11 @@ static int check_block_mapped(void *p) {
     const check_arg *x = p;
     const shard *sh = &x->ds->shards[x->s];
     const lazy_table *t = x->t;
-    int rc = hash_block(sh, t, x->j, x->d);
+    int rc = hash_block(x->ds, x->s, t, x->j, x->d);
     if (rc) return rc;
     if (t->type == CXS_SEC_INDEX) rc = check_index_block(x->ds, sh, t, x->j, x->d);
     else if (t->type == CXS_SEC_IDS) rc = check_ids_block(x->ds, x->s, t, x->j, x->d);
-    else rc = check_seqs_block(x->ds, sh, t, x->j, x->d);
+    else rc = check_seqs_block(x->ds, x->s, t, x->j, x->d);
     if (!rc) set_bit(t->done, x->j);
     return rc;
 }

@@ -12,6 +12,7 @@
 
 #include "ctxshard.h"
 #include "dataset_internal.h"
+#include "fault.h"
 
 /* pread in blocks of 64 MiB.  bench/warm_methods.c on a cold 906 MB
  * dataset (median of 3, page cache dropped before each run): pread 239 MB/s
@@ -225,9 +226,54 @@ static void human(uint64_t b, char *buf, size_t n) {
     else snprintf(buf, n, "%.1f MiB", (double)b / (1ull << 20));
 }
 
+/* Format 1.3: the blocks of shard s that the first `upto` bytes of its
+ * file hold whole (all of them when upto is the file's size), from each
+ * covered section's cursor next[], checked against their sums from the
+ * mapping (now in the page cache), in a recovery region. */
+typedef struct warm_sums {
+    const cxs_dataset *ds;
+    uint32_t s;
+    uint64_t upto, *next;
+    cxs_diag *d;
+} warm_sums;
+
+static int check_sums(void *p) {
+    warm_sums *a = p;
+    const shard *sh = &a->ds->shards[a->s];
+    for (uint32_t j = 0; j < sh->bs.n; j++) {
+        const cxs_bsum_entry *e = &sh->bs.e[j];
+        if (a->upto <= e->sec->offset) continue;
+        uint64_t rel = a->upto - e->sec->offset;
+        rel = rel >= e->sec->length ? e->sec->length : rel >> e->shift << e->shift;
+        int rc = cxs_blocks_check_upto(a->ds, a->s, e, &a->next[j], rel, a->d);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int warm_check(const cxs_dataset *ds, uint32_t s, uint64_t upto, uint64_t *next,
+                      cxs_diag *d) {
+    if (!ds->shards[s].bs.n) return 0;
+    warm_sums a = {ds, s, upto, next, d};
+    cxs_fault f;
+    int rc = cxs_fault_run(ds, check_sums, &a, &f);
+    if (rc == CXS_E_TRUNCATED) {
+        cxs_where w = CXS_WHERE_NONE;
+        w.shard = s;
+        w.offset = f.offset;
+        cxs_where_diag(ds, rc, &w, d);
+    }
+    return rc;
+}
+
 int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn progress, void *user,
                      cxs_warm_result *result, cxs_diag *d) {
     if (!ds || (flags & ~(CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED))) return CXS_E_INVALID;
+    return cxs_warm_impl(ds, flags, 1, progress, user, result, d);
+}
+
+int cxs_warm_impl(const cxs_dataset *ds, uint32_t flags, int sums, cxs_progress_fn progress,
+                  void *user, cxs_warm_result *result, cxs_diag *d) {
     cxs_warm_result r;
     memset(&r, 0, sizeof r);
     double t0 = now_s();
@@ -278,7 +324,9 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
          * read-ahead window keeps the disk busy between two preads. */
         (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         uint64_t size = i == n ? ds->size : ds->shards[i].size;
+        uint64_t next[CXS_BLOCKSUMS_MAX] = {0}; /* block-sum cursors */
         for (uint64_t off = 0; off < size;) {
+            if (sums && i < n && off && (rc = warm_check(ds, i, off, next, d))) break;
             size_t want = size - off < WARM_BLOCK ? (size_t)(size - off) : WARM_BLOCK;
             const uint8_t *map = i < n ? ds->shards[i].map : ds->map;
             if ((flags & CXS_WARM_SKIP_CACHED) && all_resident(map + off, want)) {
@@ -306,6 +354,7 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
                 break;
             }
         }
+        if (!rc && sums && i < n) rc = warm_check(ds, i, size, next, d);
         close(fd);
     }
     free(buf);

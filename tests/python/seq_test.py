@@ -101,7 +101,7 @@ class ReadBack(unittest.TestCase):
         ds, fr = ctxshard.Dataset(at("ds-seq")), ctxshard.Dataset(at("ds-frames"))
         self.assertTrue(ds.has_label_seqs)
         self.assertFalse(fr.has_label_seqs)
-        self.assertEqual(ds.info["format_minor"], 2)
+        self.assertEqual(ds.info["format_minor"], 3)  # 1.3: block sums
         self.assertEqual(ds.info["label_width"], 0)  # no per-frame labels
         self.assertEqual(ds.num_classes, 42)
         vocab = ds.vocab
