@@ -443,8 +443,9 @@ int cxs_tables_check_all(const cxs_dataset *ds, cxs_diag *d) {
     range_arg x = {ds, 0, 0, 0, 0};
     cxs_fault f;
     if ((rc = cxs_fault_run(ds, length_ranges, &x, &f)))
-        return cxs_diagf(d, rc, "%s: truncated since the dataset was opened",
-                         ds->shards[f.shard].path);
+        return cxs_diagf(d, rc, "%s: truncated since the dataset was opened (byte %llu can no "
+                         "longer be read)",
+                         ds->shards[f.shard].path, (unsigned long long)f.offset);
     if (x.lo != ds->min_len || x.hi != ds->max_len)
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: STATS: length range %llu..%llu disagrees with the shards' "
