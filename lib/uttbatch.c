@@ -318,8 +318,7 @@ static void *uworker_main(void *arg) {
          * drop the plan as soon as it is released */
         const cxs_utt_plan *p = l->plan;
         uint64_t pos = l->start + b, g = cxs_utt_plan_global(l->sampler, p, pos);
-        uint64_t a = p->bstart[g], n = p->bstart[g + 1] - a, gen = l->generation;
-        memcpy(s->utts, p->utts + a, n * sizeof *s->utts);
+        uint64_t n = cxs_utt_plan_batch(p, g, s->utts), gen = l->generation;
         /* Block mode: the first batch of a group asks the kernel for the
          * next group's blocks (and its own, after a start), so that they
          * are read sequentially while this one is served. */
