@@ -397,13 +397,17 @@ int cxs_blocksums_load(const uint8_t *p, uint64_t len, const cxs_container *c, c
                              "%s: BLOCKSUMS: entry %u (type %u) does not follow type %u: the "
                              "types must increase",
                              path, i, e->type, out->e[i - 1].type);
-        e->sec = e->type == CXS_SEC_BLOCKSUMS ? NULL : cxs_container_find(c, e->type);
+        const int never = e->type == CXS_SEC_BLOCKSUMS || e->type == CXS_SEC_SHARD_META;
+        e->sec = never ? NULL : cxs_container_find(c, e->type);
+        if (never)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: BLOCKSUMS: entry %u covers %s, which block sums never cover",
+                             path, i, cxs_section_name(e->type));
         if (!e->sec)
             return cxs_diagf(d, CXS_E_CORRUPT,
                              "%s: BLOCKSUMS: entry %u covers section type %u (%s), which the "
-                             "shard does not hold%s",
-                             path, i, e->type, cxs_section_name(e->type),
-                             e->type == CXS_SEC_BLOCKSUMS ? " for it to cover" : "");
+                             "shard does not hold",
+                             path, i, e->type, cxs_section_name(e->type));
         if (e->shift < CXS_BLOCK_SHIFT_MIN || e->shift > CXS_BLOCK_SHIFT_MAX)
             return cxs_diagf(d, CXS_E_CORRUPT, "%s: BLOCKSUMS: entry %u (%s): block shift %u "
                              "(%u to %u)",

@@ -241,7 +241,7 @@ typedef struct cxs_blocksums {
  * Parse and check the BLOCKSUMS section s of container c (p: its len
  * bytes) in spec section 4.8's order: its length holds the head, the count
  * (1 to 16), the reserved field zero, the entries (types strictly
- * increasing, each a section of c other than BLOCKSUMS; shift 12 to 30;
+ * increasing, each a section of c other than BLOCKSUMS and SHARD_META; shift 12 to 30;
  * num_blocks and first as computed), and the exact length.  0 or
  * CXS_E_CORRUPT naming path.  Does not check the sums themselves.
  */

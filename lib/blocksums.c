@@ -100,7 +100,7 @@ int cxs_block_failed(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *e,
     const shard *sh = &ds->shards[s];
     uint64_t a, b, lo = 0, hi = 0, r0 = 0, r1 = 0;
     cxs_bsum_block(e, j, &a, &b);
-    char units[96] = "", held[700] = "";
+    char units[96] = "", held[1400] = "";
     int some = block_utterances(ds, sh, e, a, b, &lo, &hi, &r0, &r1);
     if (e->type == CXS_SEC_FEATURES || e->type == CXS_SEC_LABELS)
         snprintf(units, sizeof units, ", %s %llu..%llu",
@@ -108,14 +108,18 @@ int cxs_block_failed(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *e,
                  (unsigned long long)(e->type == CXS_SEC_LABELS ? sh->f_start + r0 : r0),
                  (unsigned long long)(e->type == CXS_SEC_LABELS ? sh->f_start + r1 : r1));
     if (some) {
-        char x[300], y[300];
-        cxs_utt_name(ds, sh->u_start + lo, x, sizeof x);
-        if (hi == lo) {
-            snprintf(held, sizeof held, "; the block holds %s", x);
-        } else {
-            cxs_utt_name(ds, sh->u_start + hi, y, sizeof y);
-            snprintf(held, sizeof held, "; the block holds %llu utterances, %s .. %s",
-                     (unsigned long long)(hi - lo + 1), x, y);
+        /* every one of a few (a block of features is one or two at 40
+         * dimensions), else the first and the last */
+        char x[300];
+        size_t at = (size_t)snprintf(held, sizeof held, "; the block holds ");
+        if (hi - lo + 1 > 4)
+            at += (size_t)snprintf(held + at, sizeof held - at, "%llu utterances, ",
+                                   (unsigned long long)(hi - lo + 1));
+        for (uint64_t u = lo; u <= hi && at < sizeof held; u++) {
+            if (hi - lo + 1 > 4 && u > lo && u < hi) continue;
+            cxs_utt_name(ds, sh->u_start + u, x, sizeof x);
+            at += (size_t)snprintf(held + at, sizeof held - at, "%s%s",
+                                   u == lo ? "" : hi - lo + 1 > 4 ? " .. " : ", ", x);
         }
     } else if (e->type == CXS_SEC_FEATURES) {
         snprintf(held, sizeof held, "; the block holds guard rows only");

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -39,9 +40,10 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
     pthread_cond_init(&ra->cv, NULL);
     if (ra->kind == CXS_RA_BLOCKS) {
         ra->fds = malloc(ds->meta.num_shards * sizeof *ra->fds);
+        ra->fid = calloc(2 * (size_t)ds->meta.num_shards, sizeof *ra->fid);
         ra->scratch = malloc(STEP);
         ra->xs = XXH3_createState();
-        if (!ra->fds || !ra->scratch || !ra->xs) return -ENOMEM;
+        if (!ra->fds || !ra->fid || !ra->scratch || !ra->xs) return -ENOMEM;
         for (uint32_t i = 0; i < ds->meta.num_shards; i++) ra->fds[i] = -1;
     } else {
         if (!(ra->frames = malloc(batch * sizeof *ra->frames))) return -ENOMEM;
@@ -65,6 +67,7 @@ void cxs_ra_destroy(cxs_readahead *ra) {
     for (uint32_t i = 0; ra->fds && i < ra->ds->meta.num_shards; i++)
         if (ra->fds[i] >= 0) close(ra->fds[i]);
     free(ra->fds);
+    free(ra->fid);
     free(ra->scratch);
     if (ra->xs) XXH3_freeState(ra->xs);
     free(ra->frames);
@@ -74,6 +77,18 @@ void cxs_ra_destroy(cxs_readahead *ra) {
 
 void cxs_ra_after_fork(cxs_readahead *ra) {
     if (ra->kind != CXS_RA_NONE) pthread_cond_init(&ra->cv, NULL);
+    /* A descriptor the parent's helper opened while the fork copied the
+     * process may be in the copied memory and not in the copied table
+     * (the kernel copies the table first): its number is then free here,
+     * and the next open (ours, or the program's) takes it for another
+     * file.  Keep only those that still name their shard's file. */
+    for (uint32_t i = 0; ra->fds && i < ra->ds->meta.num_shards; i++) {
+        struct stat st;
+        if (ra->fds[i] >= 0 && (fstat(ra->fds[i], &st) != 0 ||
+                                (uint64_t)st.st_dev != ra->fid[2 * i] ||
+                                (uint64_t)st.st_ino != ra->fid[2 * i + 1]))
+            ra->fds[i] = -1; /* not ours to close */
+    }
     ra->running = 0;
     /* the parent's batches in flight are not the child's: nothing is being
      * filled or warmed here yet */
@@ -94,8 +109,22 @@ void cxs_ra_claimed(cxs_readahead *ra) {
 }
 
 static int shard_fd(cxs_readahead *ra, uint32_t s) {
-    if (ra->fds[s] < 0) ra->fds[s] = open(ra->ds->shards[s].path, O_RDONLY | O_CLOEXEC);
-    return ra->fds[s];
+    int fd = __atomic_load_n(&ra->fds[s], __ATOMIC_ACQUIRE);
+    if (fd >= 0) return fd;
+    struct stat st;
+    if ((fd = open(ra->ds->shards[s].path, O_RDONLY | O_CLOEXEC)) < 0) return fd;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return -1;
+    }
+    ra->fid[2 * s] = (uint64_t)st.st_dev, ra->fid[2 * s + 1] = (uint64_t)st.st_ino;
+    int none = -1; /* another thread may have opened it meanwhile: keep one */
+    if (!__atomic_compare_exchange_n(&ra->fds[s], &none, fd, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        close(fd);
+        return none;
+    }
+    return fd;
 }
 
 /* Read block b into the page cache: pread in STEP pieces, which returns
