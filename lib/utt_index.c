@@ -200,6 +200,9 @@ static int check_block_mapped(void *p) {
     return rc;
 }
 
+/* The last fault a check of this thread's met (for the caller's message). */
+static _Thread_local cxs_fault last_fault;
+
 /* Check block j of table t of shard s (once), in a recovery region. */
 static int check_block(const cxs_dataset *ds, uint32_t s, const lazy_table *t, uint64_t j,
                        cxs_diag *d) {
@@ -207,10 +210,12 @@ static int check_block(const cxs_dataset *ds, uint32_t s, const lazy_table *t, u
     check_arg x = {ds, s, t, j, d};
     cxs_fault f;
     int rc = cxs_fault_run(ds, check_block_mapped, &x, &f);
-    if (rc == CXS_E_TRUNCATED)
+    if (rc == CXS_E_TRUNCATED) {
+        last_fault = f;
         cxs_diagf(d, rc, "%s: %s can no longer be read at byte %llu: the shard was truncated "
                   "since the dataset was opened",
                   ds->shards[s].path, table_name(t), (unsigned long long)f.offset);
+    }
     return rc;
 }
 
@@ -257,12 +262,25 @@ static int get_mapped(void *p) {
     return 0;
 }
 
+/* A shard truncated since open: the serve-time message (fault.h), naming
+ * the utterance (u) or the frame whose utterance could not be found. */
+static int truncated(const cxs_dataset *ds, const cxs_fault *f, uint64_t u, uint64_t frame,
+                     cxs_diag *d) {
+    cxs_where w = CXS_WHERE_NONE;
+    w.shard = f->shard;
+    w.offset = f->offset;
+    w.utt = u;
+    w.frame = frame;
+    return cxs_where_diag(ds, CXS_E_TRUNCATED, &w, d);
+}
+
 static int get_entries(get_arg *x) {
-    cxs_fault f;
+    cxs_fault f = {UINT32_MAX, 0};
+    last_fault = f;
     int rc = cxs_fault_run(x->ds, get_mapped, x, &f);
     if (rc == CXS_E_TRUNCATED)
-        cxs_diagf(x->d, rc, "%s: truncated since the dataset was opened (byte %llu can no longer "
-                  "be read)", x->ds->shards[f.shard].path, (unsigned long long)f.offset);
+        truncated(x->ds, f.shard != UINT32_MAX ? &f : &last_fault,
+                  x->ds->shards[x->s].u_start + x->lu, UINT64_MAX, x->d);
     return rc;
 }
 
@@ -286,11 +304,10 @@ static int find_mapped(void *p) {
 
 int cxs_find_utt_safe(const cxs_dataset *ds, uint64_t frame, cxs_uloc *l, cxs_diag *d) {
     findloc_arg x = {ds, frame, l, d};
-    cxs_fault f;
+    cxs_fault f = {UINT32_MAX, 0};
+    last_fault = f;
     int rc = cxs_fault_run(ds, find_mapped, &x, &f);
-    if (rc == CXS_E_TRUNCATED)
-        cxs_diagf(d, rc, "%s: truncated since the dataset was opened (byte %llu can no longer "
-                  "be read)", ds->shards[f.shard].path, (unsigned long long)f.offset);
+    if (rc == CXS_E_TRUNCATED) truncated(ds, f.shard != UINT32_MAX ? &f : &last_fault, UINT64_MAX, frame, d);
     return rc;
 }
 
@@ -351,6 +368,7 @@ static int fill_bucket(const cxs_dataset *ds, uint32_t s, uint64_t b, cxs_diag *
         find_arg x = {sh, b << CXS_BUCKET_SHIFT, 0};
         cxs_fault f;
         int rc = cxs_fault_run(ds, search_index, &x, &f);
+        if (rc) last_fault = f;
         if (rc)
             return cxs_diagf(d, rc, "%s: INDEX can no longer be read at byte %llu: the shard "
                              "was truncated since the dataset was opened",
@@ -368,7 +386,7 @@ int cxs_find_utt_slow(const cxs_dataset *ds, uint32_t s, uint64_t lf, uint64_t *
     if ((rc = fill_bucket(ds, s, b, d)) || (rc = fill_bucket(ds, s, b + 1, d))) return rc;
     find_arg x = {sh, lf, 0};
     cxs_fault f;
-    if ((rc = cxs_fault_run(ds, search_index, &x, &f)))
+    if ((rc = cxs_fault_run(ds, search_index, &x, &f)) && (last_fault = f, 1))
         return cxs_diagf(d, rc, "%s: INDEX can no longer be read at byte %llu: the shard was "
                          "truncated since the dataset was opened",
                          sh->path, (unsigned long long)f.offset);
