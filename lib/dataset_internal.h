@@ -248,6 +248,10 @@ static inline int cxs_utt_check(const cxs_dataset *ds, uint64_t u, cxs_diag *d) 
 /* cxs_utt_check, then cxs_utt_at, in a recovery region (fault.h): for the
  * callers that are not in one. */
 int cxs_utt_loc_safe(const cxs_dataset *ds, uint64_t u, cxs_uloc *l, cxs_diag *d);
+/* Map every page of the INDEX sections at once (MADV_POPULATE_READ),
+ * for what is about to look up frames or utterances all over them (a
+ * loader): advice, nothing to report. */
+void cxs_index_populate(const cxs_dataset *ds);
 /* Check every INDEX block of the dataset (what a whole-epoch order needs
  * anyway): 0 or the first failure. */
 int cxs_index_check_all(const cxs_dataset *ds, cxs_diag *d);
