@@ -310,6 +310,12 @@ static inline int cxs_find_utt_loc(const cxs_dataset *ds, uint64_t frame, cxs_ul
     out->row = (uint64_t)ds->meta.guard * (lu + 1) + a;
     return 0;
 }
+/* cxs_find_utt_loc of n <= CXS_FIND_BATCH frames at once, their searches
+ * interleaved (the gather's): 0, or as cxs_find_utt_loc for the first
+ * that fails.  In a recovery region, like it. */
+#define CXS_FIND_BATCH 64
+int cxs_find_utts(const cxs_dataset *ds, const uint64_t *frames, size_t n, cxs_uloc *out,
+                  cxs_diag *d);
 /* cxs_find_utt_loc in a recovery region (fault.h), for callers outside one. */
 int cxs_find_utt_safe(const cxs_dataset *ds, uint64_t frame, cxs_uloc *l, cxs_diag *d);
 /* The utterance of a frame (for messages): UINT64_MAX when it cannot be

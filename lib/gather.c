@@ -139,15 +139,16 @@ static int gather_windows(void *arg) {
     for (size_t c0 = 0; c0 < j->n; c0 += PLAN_CHUNK) {
         if (ctx && ctx->cancelled && ctx->cancelled(ctx->arg)) return -ECANCELED;
         size_t m = j->n - c0 < PLAN_CHUNK ? j->n - c0 : PLAN_CHUNK;
+        cxs_uloc loc[PLAN_CHUNK];
+        int lrc = cxs_find_utts(ds, j->frames + c0, m, loc, &j->index_diag);
+        if (lrc) {
+            j->at = c0;
+            j->index_failed = 1;
+            return lrc;
+        }
         for (size_t i = 0; i < m; i++) {
             uint64_t f = j->frames[c0 + i];
-            cxs_uloc l;
-            int rc = cxs_find_utt_loc(ds, f, &l, &j->index_diag);
-            if (rc) {
-                j->at = c0 + i;
-                j->index_failed = 1;
-                return rc;
-            }
+            const cxs_uloc l = loc[i];
             int64_t T = (int64_t)l.T;
             int64_t t = (int64_t)(f - l.f0);
             /* Rows t-k .. t+k; real rows a .. b, zeros around them.  The

@@ -502,3 +502,64 @@ void cxs_index_populate(const cxs_dataset *ds) {
         (void)madvise((void *)a, e - a, MADV_POPULATE_READ);
     }
 }
+
+int cxs_find_utts(const cxs_dataset *ds, const uint64_t *frames, size_t n, cxs_uloc *out,
+                  cxs_diag *d) {
+    /* The searches of n frames (n <= CXS_FIND_BATCH) in lock step: every
+     * round prefetches each search's next probe, then compares, so that
+     * the cache misses of the n searches overlap instead of following
+     * each other (a bucket of tiny utterances holds hundreds: each search
+     * is ~9 dependent probes, each a miss). */
+    struct {
+        const shard *sh;
+        uint64_t lf, lo, hi;
+        uint32_t s;
+    } q[CXS_FIND_BATCH];
+    size_t active = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = cxs_frame_shard(ds, frames[i]);
+        const shard *sh = &ds->shards[s];
+        uint64_t lf = frames[i] - sh->f_start, b = lf >> CXS_BUCKET_SHIFT;
+        uint32_t lo1 = __atomic_load_n(&sh->bucket[b], __ATOMIC_RELAXED);
+        uint32_t hi1 = __atomic_load_n(&sh->bucket[b + 1], __ATOMIC_RELAXED);
+        if (!lo1 || !hi1) {
+            int rc;
+            if ((rc = fill_bucket(ds, s, b, d)) || (rc = fill_bucket(ds, s, b + 1, d))) return rc;
+            lo1 = sh->bucket[b], hi1 = sh->bucket[b + 1];
+        }
+        q[i].sh = sh, q[i].s = s, q[i].lf = lf;
+        q[i].lo = lo1 - 1;
+        q[i].hi = hi1 < sh->meta.num_utterances ? hi1 : sh->meta.num_utterances;
+        active += q[i].hi - q[i].lo > 1;
+    }
+    while (active) {
+        for (size_t i = 0; i < n; i++)
+            if (q[i].hi - q[i].lo > 1)
+                __builtin_prefetch(q[i].sh->index + 8 * (q[i].lo + (q[i].hi - q[i].lo) / 2));
+        active = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (q[i].hi - q[i].lo <= 1) continue;
+            uint64_t mid = q[i].lo + (q[i].hi - q[i].lo) / 2;
+            if (cxs_index_at(q[i].sh, mid) <= q[i].lf) q[i].lo = mid;
+            else q[i].hi = mid;
+            active += q[i].hi - q[i].lo > 1;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const shard *sh = q[i].sh;
+        uint64_t lu = q[i].lo;
+        if (ds->lazy) {
+            int rc = cxs_utt_check(ds, sh->u_start + lu, d);
+            if (!rc && (cxs_index_at(sh, lu) > q[i].lf || cxs_index_at(sh, lu + 1) <= q[i].lf))
+                rc = cxs_find_utt_slow(ds, q[i].s, q[i].lf, &lu, d);
+            if (rc) return rc;
+        }
+        uint64_t a = cxs_index_at(sh, lu);
+        out[i].shard = q[i].s;
+        out[i].lu = lu;
+        out[i].f0 = sh->f_start + a;
+        out[i].T = cxs_index_at(sh, lu + 1) - a;
+        out[i].row = (uint64_t)ds->meta.guard * (lu + 1) + a;
+    }
+    return 0;
+}
