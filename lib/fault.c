@@ -121,14 +121,18 @@ typedef struct id_arg {
     size_t cap;
 } id_arg;
 
-/* The id (checked: cxs_id_get), copied from the mapping (which may have
- * lost it too). */
+/* The id, copied from the mapping (which may have lost it too).  Its
+ * offsets are only bounds-checked, not its block (the message may be
+ * about that very block: checking it would recurse). */
 static int read_id(void *p) {
     id_arg *a = p;
-    const uint8_t *id;
-    uint64_t len;
-    int rc = cxs_id_get(a->ds, a->u, &id, &len, NULL);
-    if (rc) return rc;
+    const uint32_t s = cxs_utt_shard(a->ds, a->u);
+    const shard *sh = &a->ds->shards[s];
+    const uint64_t lu = a->u - sh->u_start, base = 8 * (sh->meta.num_utterances + 1);
+    const uint64_t x = cxs_ld64(sh->ids + 8 * lu), y = cxs_ld64(sh->ids + 8 * (lu + 1));
+    if (y <= x || y - x > CXS_MAX_ID_LEN || y > sh->t_ids.len - base) return CXS_E_CORRUPT;
+    const uint8_t *id = sh->ids + base + x;
+    const uint64_t len = y - x;
     size_t n = (size_t)len < a->cap - 1 ? (size_t)len : a->cap - 1;
     for (size_t i = 0; i < n; i++) a->out[i] = (char)(id[i] >= 0x20 && id[i] != 0x7f ? id[i] : '?');
     a->out[n] = 0;
@@ -142,7 +146,7 @@ void cxs_utt_name(const cxs_dataset *ds, uint64_t u, char *buf, size_t cap) {
     if (cxs_fault_run(ds, read_id, &a, &f) == 0)
         snprintf(buf, cap, "utterance %s (number %llu)", id, (unsigned long long)u);
     else
-        snprintf(buf, cap, "utterance number %llu (its id can no longer be read)",
+        snprintf(buf, cap, "utterance number %llu (its id cannot be read)",
                  (unsigned long long)u);
 }
 
