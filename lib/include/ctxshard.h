@@ -171,8 +171,8 @@ typedef struct cxs_warm_result {
  * it may run in a background thread while loaders read the mapping (the
  * dataset must stay open until it returns).  Shards with block sums
  * (format 1.3) have every block of every covered section checked against
- * its sum as it is read (cached ranges skipped by CXS_WARM_SKIP_CACHED
- * too, from the page cache): a damaged block stops it with
+ * its sum as it is read (a range CXS_WARM_SKIP_CACHED skips is not read,
+ * so the blocks it touches are not checked): a damaged block stops it with
  * CXS_E_CHECKSUM, diag naming the shard, the block and the utterances it
  * holds.  *result (may be NULL) is written on success.  Returns 0,
  * -ENOMEM (does not fit, diag says so), -ECANCELED, -errno (a file cannot

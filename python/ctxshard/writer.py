@@ -481,7 +481,7 @@ def _progress_fn(progress, total):
 
 def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compress=None,
          chunk_size="64K", shuffle=True, normalize=None, on_error="fail", progress=None,
-         threads=None, transcripts="frames", fill_nonfinite=False):
+         threads=None, transcripts="frames", fill_nonfinite=False, block_sums=True):
     """Pack a raw directory in the HW1P2 layout (RAW/mfcc/<id>.npy, and
     RAW/transcript/<id>.npy when there are labels) into out, in this
     process: the same rules and the same bytes as `ctxshard pack RAW OUT`
@@ -496,8 +496,8 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     frame), listed in the result's "zero_filled" ({id: values}) and in a
     warning.  progress: a callable
     (done, total), True for a bar (tqdm when installed), or None.  threads:
-    files read ahead, and compression threads (default: all CPUs).  Returns
-    the counts
+    files read ahead, and compression threads (default: all CPUs).
+    block_sums: as Writer's (`--block-sums`).  Returns the counts
     (Writer.commit)."""
     f = "pack"
     raw = _a.path(f, "raw", raw)
@@ -544,7 +544,8 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     w = Writer(out, dtype=dtype, vocab=vocab, guard=guard, shard_size=shard_size,
                compress=compress, chunk_size=chunk_size, shuffle=shuffle, normalize=normalize,
                on_error="skip" if on_error == "skip" else "raise", threads=min(nthreads, 256),
-               transcripts=transcripts if vocab is not None else "frames")
+               transcripts=transcripts if vocab is not None else "frames",
+               block_sums=block_sums)
     w._on_error = "raise"  # (recorded as skip in the dataset; pack words the message itself)
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=nthreads) as pool:

@@ -197,6 +197,8 @@ def main():
         ("features-flip", shard, flip(ss[4][0] + 8 + 2), "verify", "CXS_E_CHECKSUM"),
         ("guard-flip", shard, flip(ss[4][0] + 1), "verify", "CXS_E_CORRUPT"),
         ("labels-flip", shard, flip(ss[5][0]), "verify", "CXS_E_CHECKSUM"),
+        # a label outside the vocabulary (5 symbols): the values before the checksum
+        ("labels-vocab", shard, setbyte(ss[5][0] + 3, 9), "verify", "CXS_E_CORRUPT"),
         ("padding-flip", shard, flip(ss[5][0] + ss[5][1] + 3), "verify", "CXS_E_CORRUPT"),
         ("manifest-meta-flip", "manifest.cxs", flip(ms[16][0] + 20), "open", "CXS_E_CHECKSUM"),
         ("manifest-table-flip", "manifest.cxs", flip(ms[17][0] + 8), "open", "CXS_E_CHECKSUM"),
@@ -266,6 +268,9 @@ def main():
              False, "FEATURES_block_1_of_2"),
             # a label in LABELS block 1 (frame 5000, of u2), every checksum made good
             ("sums-labels-flip", setbyte(l0 + 5000, 1), "verify", "CXS_E_CHECKSUM", True,
+             "LABELS_block_1_of_2"),
+            # a label outside the vocabulary, nothing recomputed: its block first
+            ("sums-labels-vocab", setbyte(l0 + 5000, 9), "verify", "CXS_E_CHECKSUM", False,
              "LABELS_block_1_of_2"),
             # a stored sum wrong, BLOCKSUMS's section checksum made good
             ("sums-wrong-sum", flip(sums0 + 8 * 2), "verify", "CXS_E_CHECKSUM", True,

@@ -162,10 +162,14 @@ class ReadBack(unittest.TestCase):
         types = {struct.unpack_from("<I", data, 64 + 32 * i)[0]:
                  struct.unpack_from("<I", data, 64 + 32 * i + 4)[0] for i in range(n)}
         self.assertEqual(types.get(21), 1)
-        self.assertEqual(struct.unpack_from("<H", data, 10)[0], 2)
-        # without sequences: byte for byte the 1.0 dataset
-        data = open(at("ds-frames", "manifest.cxs"), "rb").read()
-        self.assertEqual(struct.unpack_from("<H", data, 10)[0], 0)
+        self.assertEqual(struct.unpack_from("<H", data, 10)[0], 3)  # block sums: 1.3
+        # without block sums: 1.2 with sequences, byte for byte the 1.0
+        # dataset without
+        for src, out, extra, minor in (("seqs", "off-seq", ("--transcripts", "sequence"), 2),
+                                       ("frames", "off-frames", (), 0)):
+            run("pack", at(src), at(out), "--block-sums", "off", "--quiet", *extra)
+            data = open(at(out, "manifest.cxs"), "rb").read()
+            self.assertEqual(struct.unpack_from("<H", data, 10)[0], minor)
 
 
 class Writers(unittest.TestCase):

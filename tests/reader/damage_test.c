@@ -258,9 +258,9 @@ TEST(flipped_value_stops_warm) {
     EXPECT_INT(cxs_dataset_warm(ds, CXS_WARM_FORCE, NULL, NULL, NULL, &d), CXS_E_CHECKSUM);
     EXPECT_STR_HAS(d.message, "FEATURES block ");
     EXPECT_STR_HAS(d.message, id);
-    /* cached now: warming again (skipping the cached ranges) checks them still */
-    EXPECT_INT(cxs_dataset_warm(ds, CXS_WARM_SKIP_CACHED, NULL, NULL, NULL, &d), CXS_E_CHECKSUM);
-    EXPECT_STR_HAS(d.message, id);
+    /* cached now: warming again without reading what is cached checks
+     * nothing (the sums are checked on the bytes warm reads) */
+    EXPECT_INT(cxs_dataset_warm(ds, CXS_WARM_SKIP_CACHED, NULL, NULL, NULL, &d), 0);
     cxs_dataset_close(ds);
 }
 END_TEST
