@@ -370,11 +370,7 @@ static int fill_bucket(const cxs_dataset *ds, uint32_t s, uint64_t b, cxs_diag *
         find_arg x = {sh, b << CXS_BUCKET_SHIFT, 0};
         cxs_fault f;
         int rc = cxs_fault_run(ds, search_index, &x, &f);
-        if (rc) last_fault = f;
-        if (rc)
-            return cxs_diagf(d, rc, "%s: INDEX can no longer be read at byte %llu: the shard "
-                             "was truncated since the dataset was opened",
-                             sh->path, (unsigned long long)f.offset);
+        if (rc) return truncated(ds, &f, UINT64_MAX, sh->f_start + (b << CXS_BUCKET_SHIFT), d);
         v = x.lu;
     }
     __atomic_store_n(&sh->bucket[b], (uint32_t)(v + 1), __ATOMIC_RELAXED);
@@ -388,11 +384,11 @@ int cxs_find_utt_slow(const cxs_dataset *ds, uint32_t s, uint64_t lf, uint64_t *
     if ((rc = fill_bucket(ds, s, b, d)) || (rc = fill_bucket(ds, s, b + 1, d))) return rc;
     find_arg x = {sh, lf, 0};
     cxs_fault f;
-    if ((rc = cxs_fault_run(ds, search_index, &x, &f)) && (last_fault = f, 1))
-        return cxs_diagf(d, rc, "%s: INDEX can no longer be read at byte %llu: the shard was "
-                         "truncated since the dataset was opened",
-                         sh->path, (unsigned long long)f.offset);
-    if ((rc = check_entries(ds, s, &sh->t_index, x.lu, d))) return rc;
+    if ((rc = cxs_fault_run(ds, search_index, &x, &f)))
+        return truncated(ds, &f, UINT64_MAX, sh->f_start + lf, d);
+    if ((rc = check_entries(ds, s, &sh->t_index, x.lu, d)))
+        return rc == CXS_E_TRUNCATED ? truncated(ds, &last_fault, UINT64_MAX, sh->f_start + lf, d)
+                                     : rc;
     if (cxs_index_at(sh, x.lu) > lf || cxs_index_at(sh, x.lu + 1) <= lf)
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: INDEX: frame %llu of the shard is not in utterance %llu found for "
@@ -550,6 +546,8 @@ int cxs_find_utts(const cxs_dataset *ds, const uint64_t *frames, size_t n, cxs_u
         uint64_t lu = q[i].lo;
         if (ds->lazy) {
             int rc = cxs_utt_check(ds, sh->u_start + lu, d);
+            if (rc == CXS_E_TRUNCATED)
+                return truncated(ds, &last_fault, UINT64_MAX, frames[i], d);
             if (!rc && (cxs_index_at(sh, lu) > q[i].lf || cxs_index_at(sh, lu + 1) <= q[i].lf))
                 rc = cxs_find_utt_slow(ds, q[i].s, q[i].lf, &lu, d);
             if (rc) return rc;
