@@ -148,6 +148,8 @@ static int utt_setup(cxs_gpu_loader *l) {
     /* the start first: a bad one is refused before anything is uploaded */
     int rc = utt_position(l);
     if (rc) return rc;
+    cxs_diag id; /* the rows below come from the whole INDEX: checked first */
+    if ((rc = cxs_index_check_all(ds, &id))) return gpu_fail(l, rc, "%s", id.message);
     if (!(u->urow = malloc((U ? U : 1) * sizeof *u->urow)))
         return gpu_fail(l, -ENOMEM, "out of memory");
     /* the device rows gpu_resident_upload gives the utterances: the
