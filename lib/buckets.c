@@ -10,6 +10,7 @@
 
 #include "blocks.h"
 #include "dataset_internal.h"
+#include "fault.h"
 
 #define PLANS 2
 #define CXS_UTT_MAX_AUTO_BUCKETS CXS_UTT_DEFAULT_BUCKETS
@@ -291,8 +292,13 @@ static void fisher_yates(uint64_t *x, uint64_t m, uint64_t *st) {
  * and the batches (start, length) in a seeded random order appended to
  * p.  base is out's offset in p->utts.  tmp: room for the bins' counts,
  * rs and rl for m batches. */
+/* Bins a group of m utterances may need at most (2^lg >= count / 2^BIN_SHIFT
+ * per bucket: under 2 * m / 2^BIN_SHIFT + 1 each), plus one. */
+static uint64_t max_bins(uint64_t m) { return 2 * (m >> BIN_SHIFT) + 1025 + 1; }
+
 static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
-                      cxs_utt_plan *p, uint64_t *out, uint64_t base, uint64_t *rs, uint64_t *rl) {
+                      cxs_utt_plan *p, uint64_t *out, uint64_t base, uint64_t *rs, uint64_t *rl,
+                      uint64_t *bin) {
     const cxs_dataset *ds = s->ds;
     const uint64_t B = s->o.frame_budget, maxb = s->o.max_batch;
     const int shuffle = s->o.kind == CXS_UTT_SHUFFLE;
@@ -333,8 +339,7 @@ static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m
         nbins += 1ull << lg[b];
     }
     first[nb] = nbins;
-    uint64_t *bin = calloc(nbins + 1, sizeof *bin);
-    if (!bin) return -ENOMEM;
+    memset(bin, 0, (nbins + 1) * sizeof *bin); /* room: max_bins(m) */
     const uint64_t bkey = mix64(key ^ 0xa4093822299f31d0ull);
 #define BIN_OF(u, b) (first[b] + (lg[b] ? mix64(bkey + (u) * 0x9e3779b97f4a7c15ull) >> (64 - lg[b]) : 0))
     FOR_EACH_UTT({
@@ -352,7 +357,6 @@ static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m
     uint64_t st = key;
     if (shuffle)
         for (uint64_t k = 0, a = 0; k < nbins; a = bin[k], k++) fisher_yates(out + a, bin[k] - a, &st);
-    free(bin);
     /* greedy cuts, a new batch at every bucket change */
     uint64_t nr = 0, n = 0, tmax = 0;
     uint32_t cur = 0;
@@ -389,6 +393,27 @@ uint64_t cxs_utt_plan_batch(const cxs_utt_plan *p, uint64_t g, uint64_t *out) {
     return n;
 }
 
+typedef struct group_arg {
+    const cxs_utt_sampler *s;
+    const uint64_t *list;
+    uint64_t m, key;
+    cxs_utt_plan *p;
+    uint64_t *out, base, *rs, *rl, *bin;
+} group_arg;
+
+static int group_run(void *x) {
+    group_arg *a = x;
+    return plan_group(a->s, a->list, a->m, a->key, a->p, a->out, a->base, a->rs, a->rl, a->bin);
+}
+
+/* plan_group reads INDEX from the mapping: in a recovery region (fault.h;
+ * it allocates nothing), so a shard truncated since open fails the plan
+ * with CXS_E_TRUNCATED instead of a SIGBUS. */
+static int group_mapped(group_arg *a) {
+    cxs_fault f;
+    return cxs_fault_run(a->s->ds, group_run, a, &f);
+}
+
 static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **out) {
     const cxs_dataset *ds = s->ds;
     const uint64_t U = ds->meta.num_utterances, n1 = U ? U : 1;
@@ -396,6 +421,7 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
     /* rs, rl: a batch per utterance at most, touched only as far as the
      * batches go (fresh pages are mapped at first touch) */
     uint64_t *list = s->block ? malloc(n1 * 8) : NULL, *rs = malloc(n1 * 8), *rl = malloc(n1 * 8);
+    uint64_t *bin = malloc(max_bins(n1) * sizeof *bin);
     int rc = 0;
     if (p) {
         p->epoch = epoch;
@@ -404,14 +430,15 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
         p->nutts = U;
         p->utts = entries_alloc(U);
     }
-    if (!p || !p->bstart || !p->blen || !p->utts || (s->block && !list) || !rs || !rl) {
+    if (!p || !p->bstart || !p->blen || !p->utts || (s->block && !list) || !rs || !rl || !bin) {
         rc = -ENOMEM;
         goto out;
     }
     const uint64_t key = mix64(mix64(s->o.seed ^ 0x452821e638d01377ull) +
                                mix64(epoch * 0xbe5466cf34e90c6cull + 1));
     if (!s->block) {
-        rc = plan_group(s, NULL, U, key, p, p->utts, 0, rs, rl);
+        group_arg ga = {s, NULL, U, key, p, p->utts, 0, rs, rl, bin};
+        rc = group_mapped(&ga);
     } else {
         cxs_block_plan *bp;
         cxs_block_sched *bs = (cxs_block_sched *)&s->bs; /* shared, thread-safe */
@@ -437,8 +464,9 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
                 if (b->len) /* uncompressed: its rows in the shard's mapping */
                     p->rng[nr++] = (cxs_utt_range){ds->shards[b->shard].map + b->off, b->len};
             }
-            rc = plan_group(s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
-                            p->utts + at, at, rs, rl);
+            group_arg ga = {s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
+                            p->utts + at, at, rs, rl, bin};
+            rc = group_mapped(&ga);
             at += m;
         }
         p->gstart[G] = p->nbatches;
@@ -450,6 +478,7 @@ out:
     free(list);
     free(rs);
     free(rl);
+    free(bin);
     if (rc) plan_free(p);
     else *out = p;
     return rc;
