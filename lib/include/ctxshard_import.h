@@ -59,7 +59,8 @@ typedef struct cxs_import_info {
     uint64_t input_bytes; /**< bytes of Kaldi objects read */
     uint32_t sorted;      /**< 1: the listing was not in byte order of ids and was sorted */
     uint32_t vocab_size;  /**< symbols of the stored vocabulary (0: none) */
-    uint32_t kinds;       /**< object types met: bit 0 FM, 1 DM, 2 FV, 3 DV, 4 CM, 5 CM2, 6 CM3 */
+    uint32_t kinds;       /**< object types met: bit 0 FM, 1 DM, 2 FV, 3 DV, 4 CM, 5 CM2, 6 CM3,
+                               7 a text-form matrix */
     uint32_t reserved;
 } cxs_import_info;
 
