@@ -23,6 +23,8 @@
 #include <xxhash.h>
 
 #include "ctxshard_import.h"
+#include "cxs_convert.h"
+#include "cxs_features.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
 #include "kaldi.h"
@@ -48,6 +50,11 @@ typedef struct kslot {
     size_t obj_cap;
     void *vals, *sub; /* the decoded object, the range taken from it */
     size_t vals_cap, sub_cap;
+    uint8_t *conv;    /* the features in the stored type, when converted here */
+    size_t conv_cap;
+    double *scratch;  /* the conversion's sums (the writer makes its own) */
+    size_t scratch_cap;
+    int converted;
     int32_t *labv;
     size_t lab_cap, nlab;
     uint64_t rows, cols, size;
@@ -65,6 +72,7 @@ typedef struct kload {
     const size_t *lab_of; /* the label line of each listed utterance + 1; 0 none */
     const cxs_kaldi_opts *ko;
     const char *path, *lpath, *lwhat;
+    uint32_t dtype, normalize; /* the writer's */
     kslot *slots;
     pthread_mutex_t mu;
 } kload;
@@ -89,6 +97,7 @@ static void load_one(void *user, size_t i, size_t si) {
     s->status = 0;
     s->note[0] = 0;
     s->nlab = 0;
+    s->converted = 0;
     s->lb = K->lab_of && K->lab_of[i] ? &K->B->l[K->lab_of[i] - 1] : NULL;
     char where[700];
     where_of(K, e, where, sizeof where);
@@ -205,6 +214,42 @@ static void load_one(void *user, size_t i, size_t si) {
     s->cols = nc;
     s->kind = h.kind;
     s->size = h.size;
+    /* Into the stored float16 or bfloat16 here, on this reader thread:
+     * the conversion the writer would do (cxs_features_convert, the same
+     * bytes), which then only copies and sums them.  A value the
+     * conversion refuses is left to the writer, which names it. */
+    if (K->dtype != CXS_DTYPE_F32 && K->normalize == CXS_NORM_NONE &&
+        !kaldi_grow((void **)&s->conv, &s->conv_cap, (size_t)(nr * nc), 2)) {
+        const void *x = e->range ? s->sub : s->vals;
+        if (es == 4) {
+            /* the float's bits rounded as cxs_features_convert rounds them
+             * (format/cxs_convert.h: the same for every finite float) */
+            const uint32_t *b = x;
+            uint16_t *o = (uint16_t *)(void *)s->conv;
+            uint32_t special = 0;
+            const uint64_t n = nr * nc;
+            if (K->dtype == CXS_DTYPE_F16)
+                for (uint64_t k = 0; k < n; k++) {
+                    o[k] = cxs_f32_bits_to_f16(b[k]);
+                    special |= (uint32_t)((b[k] & 0x7f800000u) == 0x7f800000u) |
+                               (uint32_t)((o[k] & 0x7c00u) == 0x7c00u);
+                }
+            else
+                for (uint64_t k = 0; k < n; k++) {
+                    o[k] = cxs_f32_bits_to_bf16(b[k]);
+                    special |= (uint32_t)((b[k] & 0x7f800000u) == 0x7f800000u) |
+                               (uint32_t)((o[k] & 0x7f80u) == 0x7f80u);
+                }
+            s->converted = !special;
+        } else {
+            cxs_fsrc src = {x, nr, nc, CXS_IN_F64, 0, (int64_t)(8 * nc), 8};
+            s->converted =
+                !kaldi_grow((void **)&s->scratch, &s->scratch_cap, (size_t)(4 * nc),
+                            sizeof(double)) &&
+                !cxs_features_convert(&src, K->dtype, CXS_NORM_NONE, s->conv, s->scratch,
+                                      s->scratch + nc, s->scratch + 2 * nc, why, sizeof why);
+        }
+    }
     /* the labels of the utterance, looked up in the vocabulary */
     if (K->lpath && s->lb) {
         const lab *lb = s->lb;
@@ -592,7 +637,8 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
      * order, so what is written never depends on the thread count. */
     const unsigned threads = wo_in->threads > CXS_WRITER_MAX_THREADS ? CXS_WRITER_MAX_THREADS
                              : wo_in->threads;
-    kload K = {&L, &fs, &B, &V, lab_of, ko, path, lpath, lwhat, NULL, PTHREAD_MUTEX_INITIALIZER};
+    kload K = {&L,    &fs,   &B,        &V,           lab_of, ko, path, lpath, lwhat, wo.dtype,
+               wo.normalize, NULL, PTHREAD_MUTEX_INITIALIZER};
     nslots = import_ring_slots(threads);
     if (!(K.slots = slots = calloc(nslots, sizeof *slots))) {
         rc = cxs_diagf(d, -ENOMEM, "out of memory");
@@ -624,6 +670,11 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
         u.frames = sl->rows;
         u.dim = sl->cols;
         u.type = sl->kind == KALDI_DM || sl->kind == KALDI_DV ? CXS_DTYPE_F64 : CXS_DTYPE_F32;
+        if (sl->converted) {
+            u.data = sl->conv;
+            u.type = wo.dtype;
+            u.stored = 1;
+        }
         if (lpath) {
             if (!sl->lb) {
                 char where[700];
@@ -687,6 +738,8 @@ out:
         free(slots[k].vals);
         free(slots[k].sub);
         free(slots[k].labv);
+        free(slots[k].conv);
+        free(slots[k].scratch);
     }
     free(slots);
     if (!L.is_scp)

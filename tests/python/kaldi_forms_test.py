@@ -357,6 +357,46 @@ class Threads(unittest.TestCase):
             self.assertIsNone(same_dataset(first[0], out), f"threads={n}")
             self.assertEqual(len([m for m in notes if m.startswith("skipped: ")]), 6)
 
+    def test_half_types_converted_on_the_reader_threads(self):
+        """float16 and bfloat16 (converted on the reader threads): the bytes
+        of ctxshard.Writer with the same dtype for any thread count, float32
+        and float64 objects, subnormals and values near the overflow; a
+        value that overflows float16 is refused with the writer's message,
+        the same for every count."""
+        d = tempfile.mkdtemp(dir=TMP)
+        rng = np.random.default_rng(4)
+        mats = {}
+        for i in range(24):
+            m = features(rng, 3 + 5 * i, 7)
+            m[0, :4] = [65504.0, 65519.0, -6e-8, 3e-5]  # the largest, a tie below overflow, subnormals
+            mats[f"h{i:02d}"] = m.astype(np.float64) if i % 5 == 0 else m
+        items = [(k, K.encode(m, "DM" if m.dtype == np.float64 else "FM")) for k, m in mats.items()]
+        ark = os.path.join(d, "h.ark")
+        K.write_ark(ark, items)
+        for dtype, flag in (("float16", "f16"), ("bfloat16", "bf16")):
+            ref = os.path.join(d, f"w-{flag}")
+            with ctxshard.Writer(ref, dtype=dtype) as w:
+                for k in sorted(mats):
+                    w.add(k, mats[k])
+            for n in (1, 3):
+                out = os.path.join(d, f"{flag}-{n}")
+                r = run("import", "kaldi", ark, out, "--dtype", flag, "--threads", n)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIsNone(same_dataset(ref, out), f"{dtype} --threads {n}")
+        bad = dict(mats)
+        bad["h05"] = bad["h05"].copy()
+        bad["h05"][2, 3] = 65520.0  # rounds to infinity in float16
+        K.write_ark(ark, [(k, K.encode(m, "DM" if m.dtype == np.float64 else "FM"))
+                          for k, m in bad.items()])
+        errs = set()
+        for n in (1, 3):
+            r = run("import", "kaldi", ark, os.path.join(d, "bad"), "--dtype", "f16", "--threads", n)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("utterance h05: value 65520 at frame 2, dimension 3 overflows float16",
+                          r.stderr)
+            errs.add(r.stderr)
+        self.assertEqual(len(errs), 1)
+
 
 if __name__ == "__main__":
     try:
