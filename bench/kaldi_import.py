@@ -24,6 +24,8 @@ competitor once:
   import zstd         --compress zstd (level 3, byte-shuffled)
   dataset cp -r+sync  a copy of the float32 dataset made durable: the floor of
                       writing the import's output, 4x the archive
+  ... -> tmpfs        (--tmpfs DIR) cp and the imports into a tmpfs: no disk and
+                      fsync free, the CPU's work alone
 
 and once the numpy loop over the whole listing and the pure-Python loop
 over its first --py-utts utterances (extrapolated to the archive by
@@ -210,6 +212,9 @@ def main():
                     help="utterances the pure-Python loop decodes (extrapolated by bytes)")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", default=None, help="keep (and reuse) the archive in this directory")
+    ap.add_argument("--tmpfs", default=None,
+                    help="also cp and import into this tmpfs directory (/dev/shm): no disk, "
+                         "fsync free, what is left is the CPU's work")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="ctxshard-kaldi-bench-", dir=a.dir)
     try:
@@ -237,6 +242,19 @@ def main():
             "dataset cp -r+sync": lambda: timed(["sh", "-c", f"rm -rf {dst}.d && cp -r {out} "
                                                  f"{dst}.d && sync {dst}.d/*"]),
         }
+        if a.tmpfs:
+            shm = tempfile.mkdtemp(prefix="ctxshard-kaldi-bench-", dir=a.tmpfs)
+            sdst, sout = os.path.join(shm, "copy.ark"), os.path.join(shm, "imp")
+
+            def shm_run(cmd):
+                shutil.rmtree(sout, ignore_errors=True)
+                if os.path.exists(sdst):
+                    os.remove(sdst)
+                return timed(cmd)
+            runs["cp -> tmpfs"] = lambda: shm_run(["cp", ark, sdst])
+            runs["import -> tmpfs"] = lambda: shm_run(imp + [sout, "--quiet"])
+            runs["import -t1 -> tmpfs"] = lambda: shm_run(imp + [sout, "--quiet", "--threads", "1"])
+            runs["import f16 -> tmpfs"] = lambda: shm_run(imp + [sout, "--quiet", "--dtype", "f16"])
         res = {k: [] for k in runs}
         for r in range(a.repeats):
             for k, f in runs.items():
@@ -277,6 +295,8 @@ def main():
               f"{a.py_utts} utterances, {nb / 1e6:.1f} MB, extrapolated by bytes)")
         print(f"  import == numpy loop, byte for byte: {same}; --threads 1 == all CPUs: "
               f"{same_threads}")
+        if a.tmpfs:
+            shutil.rmtree(shm, ignore_errors=True)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
