@@ -60,6 +60,7 @@ const char *cxs_section_name(uint32_t type) {
     case CXS_SEC_ZFEATURES: return "ZFEATURES";
     case CXS_SEC_CHUNKS: return "CHUNKS";
     case CXS_SEC_SEQUENCES: return "SEQUENCES";
+    case CXS_SEC_BLOCKSUMS: return "BLOCKSUMS";
     case CXS_SEC_DATASET_META: return "DATASET_META";
     case CXS_SEC_SHARD_TABLE: return "SHARD_TABLE";
     case CXS_SEC_VOCAB: return "VOCAB";
@@ -78,7 +79,7 @@ uint64_t cxs_hash(const void *p, size_t n) {
 
 static int known_type(uint32_t kind, uint32_t type) {
     if (kind == CXS_KIND_SHARD)
-        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_SEQUENCES;
+        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_BLOCKSUMS;
     if (kind == CXS_KIND_PART)
         return (type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SEQ_META) ||
                type == CXS_SEC_PART_META || type == CXS_SEC_PART_SUMS;
@@ -366,6 +367,81 @@ int cxs_seq_meta_load(const uint8_t *p, uint64_t len, cxs_seq_meta *m, const cha
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQ_META: frame_labels is %u, expected 0 or 1",
                          path, m->frame_labels);
     return 0;
+}
+
+int cxs_blocksums_load(const uint8_t *p, uint64_t len, const cxs_container *c, cxs_blocksums *out,
+                       const char *path, cxs_diag *d) {
+    memset(out, 0, sizeof *out);
+    if (len < CXS_BLOCKSUMS_HEAD)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: BLOCKSUMS is %llu bytes, shorter than its head",
+                         path, (unsigned long long)len);
+    const uint32_t n = cxs_ld32(p);
+    if (n < 1 || n > CXS_BLOCKSUMS_MAX)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: BLOCKSUMS covers %u sections (1 to %u)", path, n,
+                         CXS_BLOCKSUMS_MAX);
+    if (cxs_ld32(p + 4))
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: BLOCKSUMS: reserved field is not zero", path);
+    if (len < CXS_BLOCKSUMS_HEAD + (uint64_t)CXS_BLOCKSUMS_ENTRY * n)
+        return cxs_diagf(d, CXS_E_CORRUPT, "%s: BLOCKSUMS is %llu bytes, too short for %u entries",
+                         path, (unsigned long long)len, n);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *q = p + CXS_BLOCKSUMS_HEAD + (uint64_t)CXS_BLOCKSUMS_ENTRY * i;
+        cxs_bsum_entry *e = &out->e[i];
+        e->type = cxs_ld32(q);
+        e->shift = cxs_ld32(q + 4);
+        e->num_blocks = cxs_ld64(q + 8);
+        e->first = cxs_ld64(q + 16);
+        if (i > 0 && e->type <= out->e[i - 1].type)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: BLOCKSUMS: entry %u (type %u) does not follow type %u: the "
+                             "types must increase",
+                             path, i, e->type, out->e[i - 1].type);
+        const int never = e->type == CXS_SEC_BLOCKSUMS || e->type == CXS_SEC_SHARD_META;
+        e->sec = never ? NULL : cxs_container_find(c, e->type);
+        if (never)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: BLOCKSUMS: entry %u covers %s, which block sums never cover",
+                             path, i, cxs_section_name(e->type));
+        if (!e->sec)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: BLOCKSUMS: entry %u covers section type %u (%s), which the "
+                             "shard does not hold",
+                             path, i, e->type, cxs_section_name(e->type));
+        if (e->shift < CXS_BLOCK_SHIFT_MIN || e->shift > CXS_BLOCK_SHIFT_MAX)
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: BLOCKSUMS: entry %u (%s): block shift %u "
+                             "(%u to %u)",
+                             path, i, cxs_section_name(e->type), e->shift, CXS_BLOCK_SHIFT_MIN,
+                             CXS_BLOCK_SHIFT_MAX);
+        const uint64_t L = e->sec->length, want = (L >> e->shift) + ((L & ((1ull << e->shift) - 1)) != 0);
+        if (e->num_blocks != want)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: BLOCKSUMS: entry %u (%s): %llu blocks, the section's %llu bytes "
+                             "make %llu",
+                             path, i, cxs_section_name(e->type), (unsigned long long)e->num_blocks,
+                             (unsigned long long)L, (unsigned long long)want);
+        if (e->first != total)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: BLOCKSUMS: entry %u (%s): first sum %llu, expected %llu", path, i,
+                             cxs_section_name(e->type), (unsigned long long)e->first,
+                             (unsigned long long)total);
+        total += e->num_blocks; /* no overflow: each count is below 2^52 (length < 2^64, shift >= 12) */
+    }
+    const uint64_t head = CXS_BLOCKSUMS_HEAD + (uint64_t)CXS_BLOCKSUMS_ENTRY * n;
+    if (total > (UINT64_MAX - head) / 8 || len != head + 8 * total)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: BLOCKSUMS is %llu bytes; its %u entries and %llu sums take %llu",
+                         path, (unsigned long long)len, n, (unsigned long long)total,
+                         (unsigned long long)(head + 8 * total));
+    out->n = n;
+    out->sums = p + head;
+    return 0;
+}
+
+const cxs_bsum_entry *cxs_blocksums_find(const cxs_blocksums *b, uint32_t type) {
+    for (uint32_t i = 0; i < b->n; i++)
+        if (b->e[i].type == type) return &b->e[i];
+    return NULL;
 }
 
 int cxs_sequences_check(const uint8_t *p, uint64_t len, uint64_t U, uint32_t w, uint32_t V,

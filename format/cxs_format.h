@@ -31,6 +31,7 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_SEC_ZFEATURES 6u /* format 1.1: compressed FEATURES */
 #define CXS_SEC_CHUNKS 7u    /* format 1.1: ZFEATURES' chunk table */
 #define CXS_SEC_SEQUENCES 8u /* format 1.2: a label sequence per utterance */
+#define CXS_SEC_BLOCKSUMS 9u /* format 1.3, optional: per-block checksums of sections */
 #define CXS_SEC_DATASET_META 16u
 #define CXS_SEC_SHARD_TABLE 17u
 #define CXS_SEC_VOCAB 18u
@@ -50,6 +51,11 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_CHUNKS_HEAD 64u
 #define CXS_CHUNK_ENTRY 16u
 #define CXS_SEQ_META_SIZE 64u
+#define CXS_BLOCKSUMS_HEAD 8u   /* u32 count, u32 reserved */
+#define CXS_BLOCKSUMS_ENTRY 24u /* u32 type, u32 shift, u64 num_blocks, u64 first */
+#define CXS_BLOCKSUMS_MAX 16u   /* sections one BLOCKSUMS covers, at most */
+#define CXS_BLOCK_SHIFT_MIN 12u /* blocks of 4 KiB .. */
+#define CXS_BLOCK_SHIFT_MAX 30u /* .. 1 GiB */
 
 /* Compression codes (DATASET_META offset 60, CHUNKS codec): the
  * CXS_COMPRESSION_* of ctxshard_base.h. */
@@ -216,6 +222,47 @@ int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_
                     uint64_t zlen, cxs_chunks_head *h, const char *path, cxs_diag *d);
 
 void cxs_seq_meta_store(uint8_t *p, const cxs_seq_meta *m);
+
+/* BLOCKSUMS (format 1.3, spec section 4.8): one covered section. */
+typedef struct cxs_bsum_entry {
+    uint32_t type, shift;    /* the section's type; blocks of 2^shift bytes */
+    uint64_t num_blocks;     /* ceil(length / 2^shift) */
+    uint64_t first;          /* its first sum's index among all the sums */
+    const cxs_section *sec;  /* the covered section, in the container given */
+} cxs_bsum_entry;
+
+typedef struct cxs_blocksums {
+    uint32_t n;              /* covered sections, 0 when the shard has no BLOCKSUMS */
+    cxs_bsum_entry e[CXS_BLOCKSUMS_MAX]; /* by type, increasing */
+    const uint8_t *sums;     /* the u64 LE sums, in entry order */
+} cxs_blocksums;
+
+/*
+ * Parse and check the BLOCKSUMS section s of container c (p: its len
+ * bytes) in spec section 4.8's order: its length holds the head, the count
+ * (1 to 16), the reserved field zero, the entries (types strictly
+ * increasing, each a section of c other than BLOCKSUMS and SHARD_META; shift 12 to 30;
+ * num_blocks and first as computed), and the exact length.  0 or
+ * CXS_E_CORRUPT naming path.  Does not check the sums themselves.
+ */
+int cxs_blocksums_load(const uint8_t *p, uint64_t len, const cxs_container *c, cxs_blocksums *out,
+                       const char *path, cxs_diag *d);
+/* The entry covering section `type`, or NULL. */
+const cxs_bsum_entry *cxs_blocksums_find(const cxs_blocksums *b, uint32_t type);
+/* Bytes [start, end) of block j of entry e, relative to the section. */
+static inline void cxs_bsum_block(const cxs_bsum_entry *e, uint64_t j, uint64_t *start,
+                                  uint64_t *end) {
+    *start = j << e->shift;
+    *end = (j + 1) << e->shift;
+    if (*end > e->sec->length) *end = e->sec->length;
+}
+/* The stored sum of block j of entry e. */
+static inline uint64_t cxs_bsum_of(const cxs_blocksums *b, const cxs_bsum_entry *e, uint64_t j) {
+    const uint8_t *q = b->sums + 8 * (e->first + j);
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | q[i];
+    return v;
+}
 
 /* PART_META (format 1.1, part manifests only; spec section 10):
  * CXS_PART_META_SIZE bytes. */

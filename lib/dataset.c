@@ -508,7 +508,8 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e, cxs
     int rc;
     if ((rc = shard_container(ds, i, e, &x, d)) || (rc = shard_meta(ds, i, e, &x, d)) ||
         (rc = shard_index(ds, i, &x, d)) || (rc = shard_ids(ds, i, &x, d)) ||
-        (rc = shard_features(ds, i, &x, d)) || (rc = shard_labels(ds, i, e, &x, d)))
+        (rc = shard_features(ds, i, &x, d)) || (rc = shard_labels(ds, i, e, &x, d)) ||
+        (rc = cxs_shard_blocksums(ds, i, d)))
         return rc;
     return 0;
 }
@@ -774,6 +775,8 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
         info->min_seq_length = ds->seq_min;
         info->max_seq_length = ds->seq_max;
     }
+    for (uint32_t i = 0; i < (ds->single_shard ? 1u : ds->meta.num_shards); i++)
+        info->block_sum_shards += ds->shards[i].bs.n > 0;
     if (cxs_compressed(ds)) {
         info->chunk_rows = ds->shards[0].ch.chunk_rows;
         info->compression_level = ds->shards[0].ch.level;

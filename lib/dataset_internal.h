@@ -28,6 +28,7 @@ typedef struct shard {
     const uint8_t *chunk_table; /* num_chunks entries: u64 end, u64 checksum */
     const uint8_t *zdata;
     uint64_t chunk_base;       /* dataset-wide number of this shard's chunk 0 */
+    cxs_blocksums bs;          /* BLOCKSUMS (format 1.3); bs.n == 0 without */
 } shard;
 
 /* Label i of a shard's LABELS: one byte, or two little-endian. */
@@ -110,6 +111,29 @@ int cxs_decode_chunk(const cxs_dataset *ds, zreader *zr, uint32_t s, uint64_t c,
 void cxs_zreader_free(zreader *zr);
 int cxs_zcache_create(cxs_dataset *ds, uint64_t bytes);
 void cxs_zcache_free(struct zcache *zc);
+/* blocksums.c: the block sums of format 1.3 (spec section 4.8). */
+/* Open's check of shard s's BLOCKSUMS, when it has one (spec section 8,
+ * step 6 item 13): the section checksum, then its structure; fills
+ * sh->bs.  0, CXS_E_CHECKSUM or CXS_E_CORRUPT. */
+int cxs_shard_blocksums(cxs_dataset *ds, uint32_t s, cxs_diag *d);
+/* A failed block: "SHARD: SECTION block J of N (file bytes A..B[, rows or
+ * frames R0..R1]): checksum mismatch; it holds UTTERANCES" into d, with
+ * the utterances the block holds bytes of for FEATURES, LABELS, INDEX and
+ * SEQUENCES; returns CXS_E_CHECKSUM. */
+int cxs_block_failed(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *e, uint64_t j,
+                     cxs_diag *d);
+/* Check, against their sums, the blocks of entry e (of shard s) from
+ * *next up to the block holding byte `upto - 1` of the section, reading
+ * the mapping; *next moves past them.  The caller runs it in a recovery
+ * region (fault.h).  0 or CXS_E_CHECKSUM (d says which block). */
+int cxs_blocks_check_upto(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *e,
+                          uint64_t *next, uint64_t upto, cxs_diag *d);
+
+/* warm.c: cxs_dataset_warm, with the block sums checked (sums = 1) or
+ * not (the page loader's background warm, whose result nobody reads). */
+int cxs_warm_impl(const cxs_dataset *ds, uint32_t flags, int sums, cxs_progress_fn progress,
+                  void *user, cxs_warm_result *result, cxs_diag *d);
+
 /* open_hint.c: a diagnostic (CXS_E_INVALID) for a path that is not a
  * dataset and holds no manifest.cxs, saying what it most likely is. */
 int cxs_explain_not_dataset(const char *path, int path_is_dir, cxs_diag *d);

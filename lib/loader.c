@@ -159,7 +159,8 @@ static int fill_begin(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64
                       uint64_t gen, cxs_ra_batch *rb, int *first) {
     size_t n = batch_length(l, pos);
     int rc = l->ra.kind == CXS_RA_BLOCKS
-                 ? cxs_ra_batch_frames(&l->ra, l->sampler, epoch, pos, n, s->frames, gen, rb)
+                 ? cxs_ra_batch_frames(&l->ra, l->sampler, epoch, pos, n, s->frames, gen, rb,
+                                       &s->diag)
                  : cxs_sampler_get(l->sampler, epoch, pos, n, s->frames);
     *first = !rc && l->ra.kind == CXS_RA_PAGES ? cxs_ra_batch_pages(&l->ra, b, gen, s->frames, n) : 0;
     return rc;

@@ -6,12 +6,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
-enum { ABSENT, READING, READ };
+enum { ABSENT, READING, READ, BAD };
 
 #define STEP (4u << 20) /* pread size: large enough to run at the disk's sequential rate */
 
@@ -37,8 +40,10 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
     pthread_cond_init(&ra->cv, NULL);
     if (ra->kind == CXS_RA_BLOCKS) {
         ra->fds = malloc(ds->meta.num_shards * sizeof *ra->fds);
+        ra->fid = calloc(2 * (size_t)ds->meta.num_shards, sizeof *ra->fid);
         ra->scratch = malloc(STEP);
-        if (!ra->fds || !ra->scratch) return -ENOMEM;
+        ra->xs = XXH3_createState();
+        if (!ra->fds || !ra->fid || !ra->scratch || !ra->xs) return -ENOMEM;
         for (uint32_t i = 0; i < ds->meta.num_shards; i++) ra->fds[i] = -1;
     } else {
         if (!(ra->frames = malloc(batch * sizeof *ra->frames))) return -ENOMEM;
@@ -62,7 +67,9 @@ void cxs_ra_destroy(cxs_readahead *ra) {
     for (uint32_t i = 0; ra->fds && i < ra->ds->meta.num_shards; i++)
         if (ra->fds[i] >= 0) close(ra->fds[i]);
     free(ra->fds);
+    free(ra->fid);
     free(ra->scratch);
+    if (ra->xs) XXH3_freeState(ra->xs);
     free(ra->frames);
     pthread_cond_destroy(&ra->cv);
     ra->kind = CXS_RA_NONE;
@@ -70,6 +77,18 @@ void cxs_ra_destroy(cxs_readahead *ra) {
 
 void cxs_ra_after_fork(cxs_readahead *ra) {
     if (ra->kind != CXS_RA_NONE) pthread_cond_init(&ra->cv, NULL);
+    /* A descriptor the parent's helper opened while the fork copied the
+     * process may be in the copied memory and not in the copied table
+     * (the kernel copies the table first): its number is then free here,
+     * and the next open (ours, or the program's) takes it for another
+     * file.  Keep only those that still name their shard's file. */
+    for (uint32_t i = 0; ra->fds && i < ra->ds->meta.num_shards; i++) {
+        struct stat st;
+        if (ra->fds[i] >= 0 && (fstat(ra->fds[i], &st) != 0 ||
+                                (uint64_t)st.st_dev != ra->fid[2 * i] ||
+                                (uint64_t)st.st_ino != ra->fid[2 * i + 1]))
+            ra->fds[i] = -1; /* not ours to close */
+    }
     ra->running = 0;
     /* the parent's batches in flight are not the child's: nothing is being
      * filled or warmed here yet */
@@ -90,27 +109,59 @@ void cxs_ra_claimed(cxs_readahead *ra) {
 }
 
 static int shard_fd(cxs_readahead *ra, uint32_t s) {
-    if (ra->fds[s] < 0) ra->fds[s] = open(ra->ds->shards[s].path, O_RDONLY | O_CLOEXEC);
-    return ra->fds[s];
+    int fd = __atomic_load_n(&ra->fds[s], __ATOMIC_ACQUIRE);
+    if (fd >= 0) return fd;
+    struct stat st;
+    if ((fd = open(ra->ds->shards[s].path, O_RDONLY | O_CLOEXEC)) < 0) return fd;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return -1;
+    }
+    ra->fid[2 * s] = (uint64_t)st.st_dev, ra->fid[2 * s + 1] = (uint64_t)st.st_ino;
+    int none = -1; /* another thread may have opened it meanwhile: keep one */
+    if (!__atomic_compare_exchange_n(&ra->fds[s], &none, fd, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        close(fd);
+        return none;
+    }
+    return fd;
 }
 
 /* Read block b into the page cache: pread in STEP pieces, which returns
  * when each is there, with the next AHEAD_STEPS pieces asked for
  * (POSIX_FADV_WILLNEED) so that the disk always has a few requests in
  * flight.  Not the whole block at once: tens of megabytes queued ahead
- * would delay every other read (a first batch's pages) by as long.
- * Errors are left to the workers' own reads to meet. */
+ * would delay every other read (a first batch's pages) by as long.  In a
+ * shard with block sums the read is widened to whole sum blocks and each
+ * is checked as its last byte arrives: CXS_E_CHECKSUM, with d naming the
+ * block, when one fails.  Read errors are left to the workers' own reads
+ * to meet (0). */
 #define AHEAD_STEPS 4
-static void read_block(cxs_readahead *ra, const cxs_block *b) {
+static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
     int fd = shard_fd(ra, b->shard);
-    if (fd < 0 || !b->len) return;
-    uint64_t asked = 0; /* bytes of the block asked for so far */
-    for (uint64_t at = 0; at < b->len;) {
-        if (__atomic_load_n(ra->stop, __ATOMIC_RELAXED)) return; /* the loader is going */
+    if (fd < 0 || !b->len) return 0;
+    const shard *sh = &ra->ds->shards[b->shard];
+    const cxs_bsum_entry *e = cxs_blocksums_find(&sh->bs, CXS_SEC_FEATURES);
+    uint64_t lo = b->off, hi = b->off + b->len, j = 0, base = 0, bend = 0;
+    if (e) { /* whole sum blocks: [lo, hi) from block j's start */
+        const uint64_t B = 1ull << e->shift;
+        base = e->sec->offset;
+        j = (lo - base) >> e->shift;
+        lo = base + (j << e->shift);
+        uint64_t rel = (hi - base + B - 1) & ~(B - 1);
+        hi = base + (rel < e->sec->length ? rel : e->sec->length);
+        XXH3_64bits_reset(ra->xs);
+        uint64_t s0;
+        cxs_bsum_block(e, j, &s0, &bend);
+        bend += base;
+    }
+    uint64_t asked = lo; /* asked for up to here */
+    for (uint64_t at = lo; at < hi;) {
+        if (__atomic_load_n(ra->stop, __ATOMIC_RELAXED)) return 0; /* the loader is going */
         uint64_t want = at + (uint64_t)(AHEAD_STEPS + 1) * STEP;
-        if (want > b->len) want = b->len;
+        if (want > hi) want = hi;
         if (asked < want) {
-            posix_fadvise(fd, (off_t)(b->off + asked), (off_t)(want - asked), POSIX_FADV_WILLNEED);
+            posix_fadvise(fd, (off_t)asked, (off_t)(want - asked), POSIX_FADV_WILLNEED);
             asked = want;
         }
         if (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE)) { /* first batches: pause */
@@ -119,11 +170,23 @@ static void read_block(cxs_readahead *ra, const cxs_block *b) {
                 pthread_cond_wait(&ra->cv, ra->mu);
             pthread_mutex_unlock(ra->mu);
         }
-        size_t n = b->len - at < STEP ? (size_t)(b->len - at) : STEP;
-        ssize_t got = pread(fd, ra->scratch, n, (off_t)(b->off + at));
-        if (got <= 0) return;
+        size_t n = hi - at < STEP ? (size_t)(hi - at) : STEP;
+        ssize_t got = pread(fd, ra->scratch, n, (off_t)at);
+        if (got <= 0) return 0;
+        for (uint64_t p = at, end = at + (uint64_t)got; e && p < end;) {
+            uint64_t take = (bend < end ? bend : end) - p;
+            XXH3_64bits_update(ra->xs, ra->scratch + (p - at), (size_t)take);
+            p += take;
+            if (p < bend) break;
+            if (cxs_checksum_differs(XXH3_64bits_digest(ra->xs), cxs_bsum_of(&sh->bs, e, j)))
+                return cxs_block_failed(ra->ds, b->shard, e, j, d);
+            XXH3_64bits_reset(ra->xs);
+            uint64_t s0;
+            if (++j < e->num_blocks) cxs_bsum_block(e, j, &s0, &bend), bend += base;
+        }
         at += (uint64_t)got;
     }
+    return 0;
 }
 
 /* Let block b go: out of this process's page tables and out of the page
@@ -145,11 +208,13 @@ static void drop_plan(cxs_readahead *ra) {
     if (!ra->plan) return;
     for (uint64_t j = 0; j < ra->plan->nblocks; j++)
         if (ra->state[j] == READ) drop_block(ra, &ra->plan->blk[j]);
+    for (uint64_t j = 0; ra->bad && j < ra->plan->nblocks; j++) free(ra->bad[j]);
     cxs_block_plan_put(cxs_sampler_blocks(ra->sampler), ra->plan);
     ra->plan = NULL;
     free(ra->state);
     free(ra->need);
-    ra->state = NULL, ra->need = NULL;
+    free(ra->bad);
+    ra->state = NULL, ra->need = NULL, ra->bad = NULL;
 }
 
 /* Under mu: follow the loader to its current generation.  Returns 0 or
@@ -171,8 +236,9 @@ static int sync_gen(cxs_readahead *ra) {
     if (cxs_block_plan_get(cxs_sampler_blocks(ra->sampler), *ra->epoch, &p)) return -ENOMEM;
     ra->state = calloc(p->nblocks, 1);
     ra->need = calloc(p->nblocks, sizeof *ra->need);
+    ra->bad = calloc(p->nblocks, sizeof *ra->bad);
     ra->plan = p;
-    if (!ra->state || !ra->need) {
+    if (!ra->state || !ra->need || !ra->bad) {
         drop_plan(ra);
         return -ENOMEM;
     }
@@ -212,9 +278,14 @@ static void blocks_loop(cxs_readahead *ra) {
             ra->state[pick] = READING;
             cxs_block b = P->blk[pick];
             pthread_mutex_unlock(ra->mu);
-            read_block(ra, &b);
+            cxs_diag why;
+            why.message[0] = 0;
+            int bad = read_block(ra, &b, &why);
             pthread_mutex_lock(ra->mu);
-            if (ra->gen == gen && ra->plan == P && ra->state[pick] == READING) ra->state[pick] = READ;
+            if (ra->gen == gen && ra->plan == P && ra->state[pick] == READING) {
+                ra->state[pick] = bad ? BAD : READ;
+                if (bad) ra->bad[pick] = strdup(why.message); /* NULL: said generically */
+            }
             pthread_cond_broadcast(&ra->cv);
         } else if (drop < n) {
             ra->state[drop] = ABSENT;
@@ -331,7 +402,9 @@ static void warm_if_fits(cxs_readahead *ra) {
     if (!probes || cached * 10 >= probes * 9) return;
     cxs_warm_result res;
     __atomic_store_n(&ra->warming, 1, __ATOMIC_RELEASE);
-    cxs_dataset_warm(ds, 0, warm_progress, ra, &res, NULL);
+    /* (no block sums: an error here would reach no one; the block sampler,
+     * `warm` and `verify` check them) */
+    cxs_warm_impl(ds, 0, 0, warm_progress, ra, &res, NULL);
     __atomic_store_n(&ra->warming, 0, __ATOMIC_RELEASE);
 }
 
@@ -391,7 +464,7 @@ void cxs_ra_stop(cxs_readahead *ra) {
 }
 
 int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch, uint64_t pos,
-                        size_t n, uint64_t *frames, uint64_t gen, cxs_ra_batch *rb) {
+                        size_t n, uint64_t *frames, uint64_t gen, cxs_ra_batch *rb, cxs_diag *d) {
     cxs_block_sched *bs = cxs_sampler_blocks(s);
     rb->plan = NULL, rb->nj = 0, rb->gen = UINT64_MAX, rb->direct = 0;
     if (pos > cxs_sampler_length(s) || n > cxs_sampler_length(s) - pos) return CXS_E_RANGE;
@@ -404,7 +477,7 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
         while (q < rb->nj && rb->j[q] != j) q++;
         if (q == rb->nj && rb->nj < CXS_RA_MAX_BLOCKS) rb->j[rb->nj++] = j;
     }
-    int direct = 0;
+    int direct = 0, bad = 0;
     pthread_mutex_lock(ra->mu);
     if (gen == *ra->generation && !sync_gen(ra) && ra->plan->epoch == epoch) {
         rb->gen = gen;
@@ -424,10 +497,17 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
                 q++;
                 continue;
             }
+            if (ra->state[rb->j[q]] == BAD) {
+                const char *why = ra->bad[rb->j[q]];
+                bad = cxs_diagf(d, CXS_E_CHECKSUM, "%s; not served (ctxshard verify)",
+                                why ? why : "a block of the features fails its block sum");
+                break;
+            }
             pthread_cond_wait(&ra->cv, ra->mu);
         }
     }
     pthread_mutex_unlock(ra->mu);
+    if (bad) return bad;
     if (direct) advise_frames(ra, frames, n);
     return 0;
 }

@@ -9,7 +9,11 @@
  * faults page by page; only the first CXS_RA_FIRST_BATCHES batches of a
  * start ask for their windows' pages instead of waiting (a fast first
  * batch rather than R whole blocks read first).  Which blocks are read never changes the order:
- * the frames come from the sampler alone.
+ * the frames come from the sampler alone.  In shards with block sums
+ * (format 1.3) the helper checks every 64 KiB block of FEATURES it reads
+ * against its sum (the edges of a block read whole); a block that fails is
+ * BAD, never READ, and a batch waiting for it ends in CXS_E_CHECKSUM naming
+ * the damaged block's utterances.
  *
  * Other samplers (CXS_RA_PAGES): the feature mapping is marked MADV_RANDOM
  * and the helper asks (MADV_WILLNEED) for the pages of the windows and
@@ -52,13 +56,17 @@ typedef struct cxs_readahead {
     pthread_cond_t cv; /* the helper waits for work, workers for blocks */
     pthread_t th;
     int running;
-    int *fds;          /* per shard, -1 until opened */
+    int *fds;          /* per shard, -1 until opened (atomic: the helper and
+                          the workers' drop_plan open them) */
+    uint64_t *fid;     /* per shard: st_dev, st_ino of its fd (2 each) */
     uint8_t *scratch;  /* pread target */
     uint64_t *frames;  /* pages: one batch's frames */
     uint64_t gen;      /* generation the state below belongs to */
     uint64_t advised;  /* pages: batches below this were asked for */
     cxs_block_plan *plan; /* blocks: the epoch's plan, or NULL */
-    uint8_t *state;       /* per block: ABSENT, READING, READ */
+    uint8_t *state;       /* per block: ABSENT, READING, READ, BAD */
+    char **bad;           /* per block: why it is BAD (malloc'd), or NULL */
+    void *xs;             /* blocks: an XXH3 state for the block sums */
     uint32_t *need;       /* per block: batches being filled that draw on it */
     uint32_t direct;      /* first batches being filled (blocks: without waiting
                              for them; atomic: read_block looks without the lock) */
@@ -90,9 +98,11 @@ void cxs_ra_claimed(cxs_readahead *ra); /* a batch was claimed */
 
 /* Block sampler: the frames of this rank's positions pos .. pos+n-1 of
  * epoch, then wait (not under mu) until their blocks are read, unless the
- * loader moved on (gen) or stops.  Returns 0 or -ENOMEM. */
+ * loader moved on (gen) or stops.  Returns 0, -ENOMEM, or CXS_E_CHECKSUM
+ * when a block the batch waited for failed its block sums (d says which
+ * shard, block and utterances). */
 int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch, uint64_t pos,
-                        size_t n, uint64_t *frames, uint64_t gen, cxs_ra_batch *rb);
+                        size_t n, uint64_t *frames, uint64_t gen, cxs_ra_batch *rb, cxs_diag *d);
 void cxs_ra_batch_done(cxs_readahead *ra, cxs_ra_batch *rb);
 
 /* Other samplers: batch b (of generation gen) holds these frames; when

@@ -112,8 +112,9 @@ static void locate_features(const vctx *v, const struct shard *sh, const uint8_t
     else if (!found)
         snprintf(msg + len, cap - len,
                  "; every value is plausible (within %g standard deviations of its dimension's "
-                 "mean): the section checksum cannot say which utterance changed (format 1.2 "
-                 "has one checksum per section)",
+                 "mean): the section checksum cannot say which utterance changed (the shard "
+                 "has no block sums: it was packed with --block-sums off or by a writer "
+                 "before format 1.3; re-pack or convert it to locate damage)",
                  IMPLAUSIBLE_SD);
 }
 
@@ -183,9 +184,15 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
     const uint64_t rowb = (uint64_t)ds->meta.dim * ds->esize;
     const uint64_t gbytes = rowb * ds->meta.guard;
     const uint8_t *f = sh->map + s->offset;
-    uint64_t pos = 0, bad;
+    const uint32_t si = (uint32_t)(sh - ds->shards);
+    const cxs_bsum_entry *be = cxs_blocksums_find(&sh->bs, CXS_SEC_FEATURES);
+    uint64_t pos = 0, bad, nextb = 0;
+    int rc;
     XXH3_64bits_reset(v->st);
     for (uint64_t u = 0; u <= sh->meta.num_utterances; u++) {
+        /* Format 1.3: the blocks holding the bytes about to be looked at
+         * first, so that damage is named by its block and utterances. */
+        if (be && (rc = cxs_blocks_check_upto(ds, si, be, &nextb, pos + gbytes, d))) return rc;
         if (!zero_range(f, pos, pos + gbytes, &bad))
             return cxs_diagf(d, CXS_E_CORRUPT,
                              "%s: FEATURES: guard row byte at offset %llu is not zero", sh->path,
@@ -195,6 +202,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
         if (u == sh->meta.num_utterances) break;
         uint64_t T = cxs_ld64(sh->index + 8 * (u + 1)) - cxs_ld64(sh->index + 8 * u);
         uint64_t n = T * rowb;
+        if (be && (rc = cxs_blocks_check_upto(ds, si, be, &nextb, pos + n, d))) return rc;
         if (!finite_rows(f + pos, T * ds->meta.dim, ds->meta.dtype, &bad))
             return cxs_diagf(d, CXS_E_CORRUPT,
                              "%s: FEATURES: utterance %llu holds a NaN or infinity at offset %llu",
@@ -204,9 +212,9 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
         sum_rows(v, f + pos, T);
         sum_utterance(v);
         pos += n;
-        int rc = tick(v, gbytes + n);
-        if (rc) return rc;
+        if ((rc = tick(v, gbytes + n))) return rc;
     }
+    if (be && (rc = cxs_blocks_check_upto(ds, si, be, &nextb, s->length, d))) return rc;
     if (cxs_checksum_differs(XXH3_64bits_digest(v->st), s->checksum)) {
         char msg[sizeof d->message];
         snprintf(msg, sizeof msg, "%s: section FEATURES (bytes %llu..%llu): checksum mismatch",
@@ -313,7 +321,16 @@ static int verify_labels(vctx *v, const struct shard *sh, const cxs_section *s, 
     const uint32_t V = v->ds->meta.vocab_size ? v->ds->meta.vocab_size : (w == 1 ? 256u : 65536u);
     /* The values first: a label outside the vocabulary names its frame and
      * utterance, which the section checksum could not. */
+    const cxs_dataset *ds = v->ds;
+    const uint32_t si = (uint32_t)(sh - ds->shards);
+    const cxs_bsum_entry *be = cxs_blocksums_find(&sh->bs, CXS_SEC_LABELS);
+    uint64_t nextb = 0, checked = 0; /* bytes of LABELS checked against block sums */
     for (uint64_t i = 0; i < sh->meta.num_frames; i++) {
+        if (be && (i + 1) * w > checked) {
+            int rc = cxs_blocks_check_upto(ds, si, be, &nextb, (i + 1) * w, d);
+            if (rc) return rc;
+            checked = nextb << be->shift;
+        }
         uint32_t l = cxs_shard_label(sh, i);
         if (l >= V) {
             char name[300];
@@ -326,12 +343,13 @@ static int verify_labels(vctx *v, const struct shard *sh, const cxs_section *s, 
         hist[l]++;
     }
     int rc = hash_plain(v, sh->map, s, sh->path, d);
-    if (rc == CXS_E_CHECKSUM && d) {
+    if (rc == CXS_E_CHECKSUM && d && !be) {
         size_t len = strlen(d->message);
         snprintf(d->message + len, sizeof d->message - len,
                  "; every label is in the vocabulary: the section checksum cannot say which "
-                 "frame changed (format 1.2 has one checksum per section; the label "
-                 "histogram in STATS may show which labels)");
+                 "frame changed (the shard has no block sums: packed with --block-sums off or "
+                 "by a writer before format 1.3; the label histogram in STATS may show which "
+                 "labels)");
     }
     return rc;
 }
@@ -369,6 +387,13 @@ static int verify_shard(void *p) {
     int rc = check_padding(sh->map, sh->size, &sh->c, sh->path, d);
     for (uint32_t j = 0; j < sh->c.nsections && !rc; j++) {
         const cxs_section *s = &sh->c.sections[j];
+        /* Format 1.3: a covered section's blocks before its other checks
+         * (FEATURES and LABELS check theirs as they go). */
+        const cxs_bsum_entry *be = cxs_blocksums_find(&sh->bs, s->type);
+        uint64_t nextb = 0;
+        if (be && s->type != CXS_SEC_FEATURES && s->type != CXS_SEC_LABELS &&
+            (rc = cxs_blocks_check_upto(ds, a->i, be, &nextb, s->length, d)))
+            break;
         if (s->type == CXS_SEC_FEATURES) rc = verify_features(v, sh, s, d);
         else if (s->type == CXS_SEC_ZFEATURES && cxs_compressed(ds))
             rc = verify_zfeatures(v, a->i, s, d);

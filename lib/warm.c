@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "ctxshard.h"
 #include "dataset_internal.h"
 
@@ -225,9 +227,76 @@ static void human(uint64_t b, char *buf, size_t n) {
     else snprintf(buf, n, "%.1f MiB", (double)b / (1ull << 20));
 }
 
+/* Format 1.3: the block sums of one shard, checked on the bytes warm
+ * reads (its buffer, not the mapping: warming maps no page into this
+ * process, so what it read stays evictable).  Per covered section, the
+ * block being hashed (j) and whether its hash began at the block's start
+ * (a range skipped as cached leaves the blocks it touches unchecked). */
+typedef struct warm_sums {
+    uint32_t n;
+    XXH3_state_t *st[CXS_BLOCKSUMS_MAX];
+    uint64_t j[CXS_BLOCKSUMS_MAX];
+    int whole[CXS_BLOCKSUMS_MAX];
+} warm_sums;
+
+static void sums_free(warm_sums *w) {
+    for (uint32_t k = 0; k < w->n; k++) XXH3_freeState(w->st[k]);
+    w->n = 0;
+}
+
+static int sums_init(warm_sums *w, const shard *sh) {
+    memset(w, 0, sizeof *w);
+    for (uint32_t k = 0; k < sh->bs.n; k++) {
+        if (!(w->st[k] = XXH3_createState())) return sums_free(w), -ENOMEM;
+        w->n++;
+        w->j[k] = UINT64_MAX;
+    }
+    return 0;
+}
+
+/* Bytes [off, off + len) of shard s's file: buf, or NULL when skipped. */
+static int sums_feed(warm_sums *w, const cxs_dataset *ds, uint32_t s, uint64_t off,
+                     const uint8_t *buf, uint64_t len, cxs_diag *d) {
+    const shard *sh = &ds->shards[s];
+    for (uint32_t k = 0; k < w->n; k++) {
+        const cxs_bsum_entry *e = &sh->bs.e[k];
+        const uint64_t so = e->sec->offset, se = so + e->sec->length;
+        uint64_t a = off > so ? off : so, b = off + len < se ? off + len : se;
+        if (!buf) {
+            if (a < b) w->j[k] = UINT64_MAX; /* the block here goes unchecked */
+            continue;
+        }
+        while (a < b) {
+            const uint64_t blk = (a - so) >> e->shift;
+            uint64_t bs, be;
+            cxs_bsum_block(e, blk, &bs, &be);
+            if (blk != w->j[k]) { /* a new block: whole when it starts here */
+                w->j[k] = blk;
+                w->whole[k] = a == so + bs;
+                XXH3_64bits_reset(w->st[k]);
+            }
+            const uint64_t end = so + be < b ? so + be : b;
+            if (w->whole[k]) XXH3_64bits_update(w->st[k], buf + (a - off), (size_t)(end - a));
+            a = end;
+            if (a == so + be) {
+                if (w->whole[k] &&
+                    cxs_checksum_differs(XXH3_64bits_digest(w->st[k]), cxs_bsum_of(&sh->bs, e, blk)))
+                    return cxs_block_failed(ds, s, e, blk, d);
+                w->j[k] = UINT64_MAX;
+            }
+        }
+    }
+    return 0;
+}
+
 int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn progress, void *user,
                      cxs_warm_result *result, cxs_diag *d) {
     if (!ds || (flags & ~(CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED))) return CXS_E_INVALID;
+    return cxs_warm_impl(ds, flags, 1, progress, user, result, d);
+}
+
+int cxs_warm_impl(const cxs_dataset *ds, uint32_t flags, int sums, cxs_progress_fn progress,
+                  void *user, cxs_warm_result *result, cxs_diag *d) {
     cxs_warm_result r;
     memset(&r, 0, sizeof r);
     double t0 = now_s();
@@ -278,10 +347,16 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
          * read-ahead window keeps the disk busy between two preads. */
         (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         uint64_t size = i == n ? ds->size : ds->shards[i].size;
+        warm_sums ws = {0};
+        if (sums && i < n && ds->shards[i].bs.n && (rc = sums_init(&ws, &ds->shards[i]))) {
+            close(fd);
+            break;
+        }
         for (uint64_t off = 0; off < size;) {
             size_t want = size - off < WARM_BLOCK ? (size_t)(size - off) : WARM_BLOCK;
             const uint8_t *map = i < n ? ds->shards[i].map : ds->map;
             if ((flags & CXS_WARM_SKIP_CACHED) && all_resident(map + off, want)) {
+                sums_feed(&ws, ds, i, off, NULL, want, d);
                 off += want;
                 done += want;
                 if (progress && progress(user, done, r.total_bytes)) {
@@ -298,6 +373,7 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
                                " failed: %s", path, off, got < 0 ? strerror(e) : "file shrank");
                 break;
             }
+            if (ws.n && i < n && (rc = sums_feed(&ws, ds, i, off, buf, (uint64_t)got, d))) break;
             off += (uint64_t)got;
             done += (uint64_t)got;
             nread += (uint64_t)got;
@@ -306,6 +382,7 @@ int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn prog
                 break;
             }
         }
+        sums_free(&ws);
         close(fd);
     }
     free(buf);

@@ -39,6 +39,12 @@ static int grow(void *pp, size_t *cap, size_t need) {
 
 /* ---- shard writing ---------------------------------------------------- */
 
+/* Format 1.3's block sizes (spec section 9): FEATURES in 64 KiB blocks
+ * (one or two utterances' worth of rows at 40 dimensions), LABELS and the
+ * per-utterance tables in pages (a few utterances' labels). */
+#define CXS_FEATURE_BLOCK_SHIFT 16u
+#define CXS_TABLE_BLOCK_SHIFT 12u
+
 /* One compressed chunk, in order: into ZFEATURES and the chunk table. */
 static int chunk_out(void *user, const uint8_t *z, size_t zn) {
     cxs_writer *k = user;
@@ -70,6 +76,20 @@ static int feat_put(cxs_writer *k, const uint8_t *p, size_t n) {
     w->feat_len += n;
     if (!k->cc) {
         XXH3_64bits_update(w->fh, p, n);
+        /* The block sums of FEATURES as the bytes pass (format 1.3). */
+        for (size_t at = 0; k->block_sums && at < n;) {
+            const uint64_t B = 1ull << CXS_FEATURE_BLOCK_SHIFT;
+            size_t take = B - w->bfill < n - at ? (size_t)(B - w->bfill) : n - at;
+            XXH3_64bits_update(w->bh, p + at, take);
+            w->bfill += take;
+            at += take;
+            if (w->bfill == B) {
+                int rc = cxs_bytes_put64(&w->fsums, XXH3_64bits_digest(w->bh));
+                if (rc) return rc;
+                XXH3_64bits_reset(w->bh);
+                w->bfill = 0;
+            }
+        }
         return cxs_w_write(k, w, p, n);
     }
     while (n) {
@@ -96,7 +116,9 @@ static int shard_begin(cxs_writer *k) {
     snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, w->index);
     w->path = cxs_path_join(k->tmpdir, name);
     w->fh = XXH3_createState();
-    if (!w->path || !w->fh) return -ENOMEM;
+    w->bh = k->block_sums ? XXH3_createState() : NULL;
+    if (!w->path || !w->fh || (k->block_sums && !w->bh)) return -ENOMEM;
+    if (w->bh) XXH3_64bits_reset(w->bh);
     w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) return -errno;
     k->open = 1;
@@ -148,6 +170,8 @@ static void swriter_free(swriter *w) {
     if (w->fd > 0) close(w->fd);
     free(w->path);
     if (w->fh) XXH3_freeState(w->fh);
+    if (w->bh) XXH3_freeState(w->bh);
+    free(w->fsums.p);
     free(w->labels.p);
     free(w->cum.p);
     free(w->idoff.p);
@@ -158,10 +182,76 @@ static void swriter_free(swriter *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* Block sums (format 1.3) of a section written whole: the sums of its
+ * blocks of 2^shift bytes appended to *sums. */
+static int block_sums_of(bytes *sums, const uint8_t *p, uint64_t n, uint32_t shift) {
+    int rc = 0;
+    for (uint64_t at = 0; at < n && !rc; at += 1ull << shift) {
+        uint64_t len = n - at < 1ull << shift ? n - at : 1ull << shift;
+        rc = cxs_bytes_put64(sums, cxs_hash(p + at, (size_t)len));
+    }
+    return rc;
+}
+
+/* A section BLOCKSUMS covers: its type, block shift and bytes (p NULL for
+ * FEATURES, whose sums were formed as it streamed out, in w->fsums). */
+typedef struct covered {
+    uint32_t type, shift;
+    const uint8_t *p; /* the section's bytes; NULL: FEATURES (w->fsums) */
+    uint64_t len;
+} covered;
+
+/* Write the BLOCKSUMS section of the ncv covered sections: an entry each,
+ * by type, then their sums in that order; *out gets its table entry
+ * (optional: required bit clear). */
+static int put_block_sums(cxs_writer *k, swriter *w, cxs_section *out, const covered *cv,
+                          uint32_t ncv) {
+    /* Close FEATURES's last (short) block. */
+    if (w->bfill) {
+        int rc = cxs_bytes_put64(&w->fsums, XXH3_64bits_digest(w->bh));
+        if (rc) return rc;
+        w->bfill = 0;
+    }
+    /* By type: insertion sort of the few entries. */
+    covered c[CXS_BLOCKSUMS_MAX];
+    memcpy(c, cv, ncv * sizeof *c);
+    for (uint32_t i = 1; i < ncv; i++)
+        for (uint32_t j = i; j > 0 && c[j].type < c[j - 1].type; j--) {
+            covered t = c[j];
+            c[j] = c[j - 1];
+            c[j - 1] = t;
+        }
+    bytes t = {0}, sums = {0};
+    uint8_t head[CXS_BLOCKSUMS_HEAD] = {0};
+    cxs_st32(head, ncv);
+    int rc = cxs_bytes_put(&t, head, sizeof head);
+    uint64_t first = 0;
+    for (uint32_t i = 0; i < ncv && !rc; i++) {
+        const uint64_t B = 1ull << c[i].shift, nb = (c[i].len + B - 1) / B;
+        uint8_t e[CXS_BLOCKSUMS_ENTRY];
+        cxs_st32(e, c[i].type);
+        cxs_st32(e + 4, c[i].shift);
+        cxs_st64(e + 8, nb);
+        cxs_st64(e + 16, first);
+        first += nb;
+        rc = cxs_bytes_put(&t, e, sizeof e);
+        if (!rc) rc = c[i].p ? block_sums_of(&sums, c[i].p, c[i].len, c[i].shift)
+                             : cxs_bytes_put(&sums, w->fsums.p, w->fsums.n);
+    }
+    if (!rc && sums.n != 8 * first) rc = -EIO; /* FEATURES's stream and its length disagree */
+    if (!rc) rc = cxs_bytes_put(&t, sums.p, sums.n);
+    if (!rc) rc = cxs_put_section(k, w, out, CXS_SEC_BLOCKSUMS, t.p, t.n);
+    out->flags = 0; /* optional: a 1.2 reader ignores it */
+    free(t.p);
+    free(sums.p);
+    return rc;
+}
+
 static int shard_end(cxs_writer *k) {
     swriter *w = &k->w;
-    cxs_section sec[7];
-    uint32_t n = 0;
+    cxs_section sec[8];
+    covered cv[CXS_BLOCKSUMS_MAX];
+    uint32_t n = 0, ncv = 0;
     int rc = flush_chunk(k);
     if (!rc && k->zp) rc = cxs_zpool_drain(k->zp, chunk_out, k);
     sec[n].type = k->cc ? CXS_SEC_ZFEATURES : CXS_SEC_FEATURES;
@@ -170,13 +260,17 @@ static int shard_end(cxs_writer *k) {
     sec[n].length = k->cc ? w->zlen : w->feat_len;
     sec[n++].checksum = XXH3_64bits_digest(w->fh);
     k->feat_out += sec[0].length;
-    if (!rc && k->flw) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
+    if (!k->cc) cv[ncv++] = (covered){CXS_SEC_FEATURES, CXS_FEATURE_BLOCK_SHIFT, NULL, w->feat_len};
+    if (!rc && k->flw) {
+        rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_LABELS, w->labels.p, w->labels.n);
+        cv[ncv++] = (covered){CXS_SEC_LABELS, CXS_TABLE_BLOCK_SHIFT, w->labels.p, w->labels.n};
+    }
+    bytes seqs = {0}, ids = {0};
     if (!rc && k->o.label_seqs) {
-        bytes t = {0};
-        if (!(rc = cxs_bytes_put(&t, w->seqoff.p, w->seqoff.n)) &&
-            !(rc = cxs_bytes_put(&t, w->seqsym.p, w->seqsym.n)))
-            rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_SEQUENCES, t.p, t.n);
-        free(t.p);
+        if (!(rc = cxs_bytes_put(&seqs, w->seqoff.p, w->seqoff.n)) &&
+            !(rc = cxs_bytes_put(&seqs, w->seqsym.p, w->seqsym.n)))
+            rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_SEQUENCES, seqs.p, seqs.n);
+        cv[ncv++] = (covered){CXS_SEC_SEQUENCES, CXS_TABLE_BLOCK_SHIFT, seqs.p, seqs.n};
     }
     if (!rc && k->cc) {
         bytes t = {0};
@@ -192,16 +286,21 @@ static int shard_end(cxs_writer *k) {
         free(t.p);
     }
     if (!rc) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_INDEX, w->cum.p, w->cum.n);
-    bytes ids = {0};
+    cv[ncv++] = (covered){CXS_SEC_INDEX, CXS_TABLE_BLOCK_SHIFT, w->cum.p, w->cum.n};
     if (!rc && !(rc = cxs_bytes_put(&ids, w->idoff.p, w->idoff.n)) &&
         !(rc = cxs_bytes_put(&ids, w->ids.p, w->ids.n)))
         rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_IDS, ids.p, ids.n);
-    free(ids.p);
+    cv[ncv++] = (covered){CXS_SEC_IDS, CXS_TABLE_BLOCK_SHIFT, ids.p, ids.n};
     uint8_t meta[CXS_SHARD_META_SIZE];
     cxs_shard_meta m = {w->index, k->D, w->U, w->F, w->first_u, w->first_f, k->o.guard,
                         (uint16_t)k->o.dtype, (uint16_t)k->lw};
     cxs_shard_meta_store(meta, &m);
     if (!rc) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_SHARD_META, meta, sizeof meta);
+    /* Format 1.3: the block sums, last (sections in file order need not be
+     * in type order; the table lists them by offset). */
+    if (!rc && k->block_sums) rc = put_block_sums(k, w, &sec[n++], cv, ncv);
+    free(seqs.p);
+    free(ids.p);
     if (!rc) rc = cxs_w_pad(k, w);
     uint8_t page[CXS_PAGE];
     uint64_t h = cxs_container_build_v(page, CXS_KIND_SHARD, k->minor, w->pos, sec, n);
@@ -313,7 +412,8 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
     k->minlen = UINT64_MAX;
     k->seq_min = UINT64_MAX;
     /* The lowest minor version whose features the files use. */
-    k->minor = k->o.label_seqs ? 2 : k->o.compression ? 1 : 0;
+    k->block_sums = !(k->o.flags & CXS_WRITER_NO_BLOCK_SUMS);
+    k->minor = k->block_sums ? 3 : k->o.label_seqs ? 2 : k->o.compression ? 1 : 0;
     k->sos = k->eos = -1;
     k->hist = calloc(k->vocab_n + 1, sizeof *k->hist);
     k->out = strdup(out);

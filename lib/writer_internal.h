@@ -76,6 +76,12 @@ typedef struct swriter {
     uint64_t zlen;     /* compressed: ZFEATURES bytes written */
     bytes labels, cum, idoff, ids, chunks;
     bytes seqoff, seqsym; /* SEQUENCES: offsets (from 0) and symbols */
+    /* BLOCKSUMS (format 1.3): FEATURES's block sums, formed as it streams
+     * out (bh: the block being filled, bfill bytes of it), then every
+     * covered section's, assembled at the shard's end. */
+    XXH3_state_t *bh;
+    uint64_t bfill;
+    bytes fsums;
 } swriter;
 
 struct cxs_writer {
@@ -108,6 +114,7 @@ struct cxs_writer {
     uint32_t stale_removed;
     /* Compression (format 1.1). */
     uint32_t minor;
+    int block_sums; /* format 1.3: shards carry BLOCKSUMS */
     uint32_t chunk_rows;
     size_t chunk_bytes, cfill, zcap;
     uint8_t *cbuf, *zbuf, *scratch;

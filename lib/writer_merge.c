@@ -237,6 +237,8 @@ static int parts_agree(const part_in *ps, uint32_t n, cxs_diag *d) {
         else if (strcmp(p->pm.version, a->pm.version)) why = "another ctxshard version";
         else if (option_differs(p, a, d)) return CXS_E_INPUT; /* before the listing: the
                                                    * options change the shard layout */
+        else if ((p->c.minor >= 3) != (a->c.minor >= 3))
+            why = "another --block-sums";
         else if (p->pm.listed != a->pm.listed || p->pm.input_hash != a->pm.input_hash ||
                  p->pm.total_shards != a->pm.total_shards)
             why = "different inputs (the listing of RAW: ids, frame counts or files differ)";
@@ -270,6 +272,10 @@ static int parts_opts(const part_in *a, cxs_writer_opts *o, char ***sym, cxs_dia
     o->compression = m->compression;
     if (m->compression) o->level = a->pm.level;
     o->flags = CXS_WRITER_MANUAL_CUT;
+    /* The shards carry BLOCKSUMS (format 1.3) exactly when the part files
+     * are of minor version 3 (spec section 3.1); the manifest's version
+     * follows. */
+    if (a->c.minor < 3) o->flags |= CXS_WRITER_NO_BLOCK_SUMS;
     const uint32_t V = m->vocab_size;
     if (V && cxs_strtab_check(a->vocab, a->vocab_len, V, CXS_MAX_SYMBOL_LEN, "VOCAB", a->dir, d))
         return CXS_E_INPUT;

@@ -43,7 +43,8 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
     wo.threads = oin->threads < CXS_WRITER_MAX_THREADS ? oin->threads : CXS_WRITER_MAX_THREADS;
     wo.chunk_size = oin->chunk_size;
     wo.shuffle = (uint32_t)oin->shuffle;
-    wo.flags = CXS_WRITER_MANUAL_CUT; /* the shards of IN, as they are */
+    /* the shards of IN, as they are; block sums unless --block-sums off */
+    wo.flags = CXS_WRITER_MANUAL_CUT | (oin->no_block_sums ? CXS_WRITER_NO_BLOCK_SUMS : 0);
     wo.label_seqs = !info.label_seqs ? CXS_SEQ_NONE
                     : info.label_width ? CXS_SEQ_WITH_FRAMES : CXS_SEQ_ONLY;
     sym = calloc(info.vocab_size + 1, sizeof *sym);

@@ -22,6 +22,7 @@ void import_writer_opts(const pack_opts *o, cxs_writer_opts *wo) {
     wo->chunk_size = o->chunk_size;
     wo->shuffle = (uint32_t)o->shuffle;
     wo->on_error_skip = (uint32_t)o->skip_bad;
+    if (o->no_block_sums) wo->flags |= CXS_WRITER_NO_BLOCK_SUMS;
 }
 
 void import_note(void *user, const char *msg) {

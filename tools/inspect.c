@@ -104,6 +104,7 @@ int info_run(const char *dir, int json) {
                in.compression ? "zstd" : "none", in.compression_level, in.chunk_rows,
                in.shuffle ? "true" : "false", (unsigned long long)in.feature_bytes,
                (unsigned long long)in.stored_feature_bytes);
+        printf("  \"block_sum_shards\": %u,\n", in.block_sum_shards);
         printf("  \"label_width\": %u,\n", in.label_width);
         if (in.label_seqs)
             printf("  \"label_sequences\": {\"symbols\": %llu, \"width\": %u, \"min\": %llu, "
@@ -160,6 +161,16 @@ int info_run(const char *dir, int json) {
                                        : 0.0);
     else
         printf("storage       uncompressed (zero-copy)\n");
+    const uint32_t nsh = in.single_shard ? 1 : in.num_shards;
+    if (in.block_sum_shards == nsh)
+        printf("checksums     per section and per block (format 1.3): verify, warm and the "
+               "block sampler name the damaged block's utterances\n");
+    else if (in.block_sum_shards)
+        printf("checksums     per block in %u of %u shards, per section in the others\n",
+               in.block_sum_shards, nsh);
+    else
+        printf("checksums     per section only (no block sums): damage is detected, not "
+               "located; convert the dataset to add them\n");
     if (in.vocab_size && in.label_width)
         printf("labels        %u symbols, %s per frame\n", in.vocab_size,
                in.label_width == 1 ? "uint8" : "uint16");

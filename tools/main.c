@@ -94,7 +94,7 @@ static const char *const usage_pack =
     "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
     "                     [--sos SYM] [--eos SYM] [--transcripts frames|sequence|both]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle]\n"
-    "                     [--part I/N|env] [--fill-nonfinite]\n"
+    "                     [--part I/N|env] [--fill-nonfinite] [--block-sums on|off]\n"
     "\n"
     "Validate RAW, convert it and write a packed dataset to OUT atomically (a\n"
     "temporary directory beside OUT, fsynced, renamed into place; a previous\n"
@@ -139,6 +139,12 @@ static const char *const usage_pack =
     "  --chunk-size SIZE  decoded bytes per chunk, rounded down to whole rows\n"
     "                     (at least one; default 64K)\n"
     "  --no-shuffle       no byte-shuffle filter before zstd\n"
+    "  --block-sums on|off\n"
+    "                     on (default): a checksum per 64 KiB of features and per\n"
+    "                     4 KiB of labels and tables (format 1.3), so that verify,\n"
+    "                     warm and the block sampler name the utterances a damaged\n"
+    "                     block holds; off: one checksum per section (the bytes\n"
+    "                     of format 1.2 writers; damage is detected, not located)\n"
     "  --part I/N         pack only the I-th of N slices (whole shards) into a\n"
     "                     partial dataset; join the N parts with ctxshard merge\n"
     "  --part env         I/N from the job launcher: a Slurm array task\n"
@@ -149,18 +155,21 @@ static const char *const usage_pack =
 static const char *const usage_convert =
     "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress)\n"
     "                        [--chunk-size SIZE] [--no-shuffle] [--threads N] [--quiet]\n"
+    "                        [--block-sums on|off]\n"
     "\n"
     "Write dataset IN to OUT in the other storage form: compressed features\n"
     "(zstd chunks) or plain, zero-copy ones.  The result is byte-identical to\n"
     "packing the raw data directly in that form.  OUT is written atomically.\n"
-    "--threads N compresses on N threads (default: all CPUs), same bytes.\n";
+    "--threads N compresses on N threads (default: all CPUs), same bytes.\n"
+    "--block-sums (default on) as for pack: converting a dataset packed without\n"
+    "block sums (or before format 1.3) in its own form adds them.\n";
 
 static const char *const usage_import =
     "usage: ctxshard import kaldi SCP_OR_ARK OUT [--text FILE | --ali FILE] [--vocab FILE]\n"
     "                     [--no-sort] [--dtype f32|f16|bf16] [--guard G] [--shard-size SIZE]\n"
     "                     [--threads N] [--on-error fail|skip] [--normalize none|utterance]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
-    "                     [--part I/N|env]\n"
+    "                     [--part I/N|env] [--block-sums on|off]\n"
     "\n"
     "Import Kaldi features into a packed dataset at OUT, written atomically like\n"
     "pack.  SCP_OR_ARK is a feats.scp (`utt path.ark:offset` lines, paths relative\n"
@@ -325,7 +334,9 @@ static const char *const usage_warm =
     "not yet cached is larger than the memory available (MemAvailable, or the\n"
     "room under the memory cgroup limit; CTXSHARD_MEMORY_AVAILABLE overrides\n"
     "both), it reads nothing and says so: use the block sampler there.\n"
-    "Exit status 3 when it does not fit.\n"
+    "Exit status 3 when it does not fit.  Shards with block sums (format 1.3,\n"
+    "pack's default) have every block checked against its sum as it is read:\n"
+    "a damaged block stops it (exit 1), naming the utterances the block holds.\n"
     "\n"
     "  --force   warm even when it does not fit\n"
     "  --quiet   no progress bar, no summary\n"
@@ -359,7 +370,7 @@ enum {
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
     O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS, O_TEXT, O_ALI,
-    O_NOSORT, O_FILL
+    O_NOSORT, O_FILL, O_BLOCKSUMS
 };
 
 static const struct option longopts[] = {
@@ -395,6 +406,7 @@ static const struct option longopts[] = {
     {"text", required_argument, 0, O_TEXT},       {"ali", required_argument, 0, O_ALI},
     {"no-sort", no_argument, 0, O_NOSORT},
     {"fill-nonfinite", no_argument, 0, O_FILL},
+    {"block-sums", required_argument, 0, O_BLOCKSUMS},
     {0, 0, 0, 0}};
 
 /* Options a command accepts, by enum value. */
@@ -406,10 +418,13 @@ static int allowed(const char *cmd, int opt) {
         {"synth", {O_UTTS, O_DIM, O_SEED, O_DTYPE, O_NOTRANS, O_QUIET, O_OFFSET, O_TRANSCRIPTS}},
         {"check", {O_VOCAB, O_THREADS, O_QUIET, O_SOS, O_EOS, O_TRANSCRIPTS, O_FILL}},
         {"pack", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
-                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS, O_TRANSCRIPTS, O_FILL}},
+                  O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_SOS, O_EOS, O_TRANSCRIPTS, O_FILL,
+                  O_BLOCKSUMS}},
         {"import", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
-                    O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT, O_PART}},
-        {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS}},
+                    O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT, O_PART,
+                    O_BLOCKSUMS}},
+        {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS,
+                     O_BLOCKSUMS}},
         {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
@@ -527,7 +542,7 @@ int main(int argc, char **argv) {
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0, NULL, NULL,
-                    TRANSCRIPTS_FRAMES, 0};
+                    TRANSCRIPTS_FRAMES, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0};
@@ -715,6 +730,11 @@ int main(int argc, char **argv) {
                 return usage_error(usage, "--chunk-size: '%s' is not a size in 1..64M", optarg);
             break;
         case O_NOSHUFFLE: po.shuffle = 0; break;
+        case O_BLOCKSUMS:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return usage_error(usage, "--block-sums: '%s' is not on or off", optarg);
+            po.no_block_sums = !strcmp(optarg, "off");
+            break;
         case O_PART: {
             unsigned pi, pn;
             char tail;

@@ -285,7 +285,7 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
                                                              : CXS_SEQ_NONE;
     /* The plan cuts the shards, so that a part cuts them where a whole
      * pack would. */
-    wo.flags = CXS_WRITER_MANUAL_CUT;
+    wo.flags = CXS_WRITER_MANUAL_CUT | (o->no_block_sums ? CXS_WRITER_NO_BLOCK_SUMS : 0);
     wo.part = is_part ? &part : NULL;
     install_signal_flag(); /* before anything exists that a signal would strand */
     if ((rc = cxs_writer_create(out, &wo, &w, &d))) {

@@ -25,6 +25,7 @@ typedef struct pack_opts {
     const char *sos, *eos; /* --sos, --eos: the transcript's first and last symbol */
     int transcripts;     /* --transcripts: TRANSCRIPTS_* (raw.h) */
     int fill_nonfinite;  /* --fill-nonfinite: NaN/infinite values stored as 0 */
+    int no_block_sums;   /* --block-sums off: no BLOCKSUMS (format 1.3) */
 } pack_opts;
 
 /* The command's defaults are the writer's. */

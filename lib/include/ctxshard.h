@@ -169,9 +169,15 @@ typedef struct cxs_warm_result {
  * read with bytes done and the total; a non-zero return stops it
  * (-ECANCELED).  Thread-safe; reads through its own file descriptors, so
  * it may run in a background thread while loaders read the mapping (the
- * dataset must stay open until it returns).  *result (may be NULL) is
- * written on success.  Returns 0, -ENOMEM (does not fit, diag says so),
- * -ECANCELED, -errno (a file cannot be opened or read), CXS_E_INVALID.
+ * dataset must stay open until it returns).  Shards with block sums
+ * (format 1.3) have every block of every covered section checked against
+ * its sum as it is read (a range CXS_WARM_SKIP_CACHED skips is not read,
+ * so the blocks it touches are not checked): a damaged block stops it with
+ * CXS_E_CHECKSUM, diag naming the shard, the block and the utterances it
+ * holds.  *result (may be NULL) is written on success.  Returns 0,
+ * -ENOMEM (does not fit, diag says so), -ECANCELED, -errno (a file cannot
+ * be opened or read), CXS_E_CHECKSUM, CXS_E_TRUNCATED (a shard shrank
+ * under it), CXS_E_INVALID.
  */
 CXS_API int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn progress,
                              void *user, cxs_warm_result *result, cxs_diag *diag);
@@ -209,6 +215,10 @@ typedef struct cxs_info {
     uint64_t seq_symbols;     /**< label sequences: symbols of all of them */
     uint64_t min_seq_length;  /**< label sequences: the shortest, symbols */
     uint64_t max_seq_length;  /**< label sequences: the longest, symbols */
+    uint32_t block_sum_shards; /**< shards that carry block sums (BLOCKSUMS,
+                                   format 1.3): all of them for a dataset
+                                   written with them, 0 for one written
+                                   with --block-sums off or before 1.3 */
 } cxs_info;
 
 /** Fill *info.  Cannot fail for an open dataset. */

@@ -54,6 +54,13 @@ typedef struct cxs_writer cxs_writer;
 /** cxs_writer_opts.flags: shards end only at cxs_writer_cut() (a client
  *  that plans its shards itself); shard_size is then only recorded. */
 #define CXS_WRITER_MANUAL_CUT 1u
+/** cxs_writer_opts.flags: no BLOCKSUMS section (format 1.3): the shards
+ *  then carry one checksum per section, as format 1.2 writers write them,
+ *  and damage to the features can be detected but not located.  Without
+ *  the flag (the default) every shard's FEATURES and LABELS get a checksum
+ *  per 64 KiB block and INDEX, IDS and SEQUENCES one per 4 KiB, which
+ *  `verify`, `warm` and the block sampler's reader check. */
+#define CXS_WRITER_NO_BLOCK_SUMS 2u
 
 /**
  * A part of a dataset split into N slices (`ctxshard pack --part I/N`):

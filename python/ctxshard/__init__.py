@@ -212,8 +212,12 @@ class Dataset:
         threading.Event, cancels it (InterruptedError).  skip_cached=True
         reads only the ranges not all in the page cache already (bytes_read
         then counts those): warming a cached dataset costs a residency check
-        instead of a copy of it.  Releases the GIL while reading, so it may
-        run in a thread (Loader(prefetch=True) does, with skip_cached)."""
+        instead of a copy of it.  With block sums (format 1.3) every block
+        read is checked against its sum (skip_cached leaves the ranges it
+        skips unchecked): a damaged one raises CtxshardError naming it and
+        its utterances.
+        Releases the GIL while reading, so it may run in a thread
+        (Loader(prefetch=True) does, with skip_cached)."""
         h = self._h  # held: the dataset stays open until this returns
         if h is None:
             raise ValueError("ctxshard: the dataset is closed")

@@ -50,7 +50,7 @@ class Info(Structure):
                 ("shuffle", c_uint32), ("feature_bytes", c_uint64),
                 ("stored_feature_bytes", c_uint64), ("label_seqs", c_uint32),
                 ("seq_symbols", c_uint64), ("min_seq_length", c_uint64),
-                ("max_seq_length", c_uint64)]
+                ("max_seq_length", c_uint64), ("block_sum_shards", c_uint32)]
 
 
 class OpenOpts(Structure):
@@ -180,6 +180,9 @@ class GpuLoaderInfo(Structure):
     _fields_ = [("mode", c_uint32), ("upload_path", c_uint32), ("device_bytes", c_uint64),
                 ("uploaded_bytes", c_uint64), ("upload_seconds", c_double),
                 ("pool_utterances", c_uint64), ("reason", c_char * 256)]
+
+
+WRITER_NO_BLOCK_SUMS = 2  # CXS_WRITER_NO_BLOCK_SUMS (format 1.3's BLOCKSUMS off)
 
 
 class WriterOpts(Structure):

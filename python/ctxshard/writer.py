@@ -104,11 +104,13 @@ def _compression(func, compress):
 
 
 def _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
-                 threads):
+                 threads, block_sums=True):
     """The writer options every client of the writer takes (Writer, the
     importers), checked in the caller f's words."""
     o = _n.WriterOpts()
     _lib.cxs_writer_opts_init(byref(o))
+    if not _a.flag(f, "block_sums", block_sums):
+        o.flags |= _n.WRITER_NO_BLOCK_SUMS
     o.dtype = _stored_dtype(f, dtype)
     o.guard = _a.integer(f, "guard", guard, 0, 4096)
     o.shard_size = _a.size(f, "shard_size", shard_size)
@@ -131,7 +133,8 @@ class Writer:
 
     Writer(out, dtype="float32", vocab=None, guard=64, shard_size="1G",
            compress=None, chunk_size="64K", shuffle=True, normalize=None,
-           on_error="raise", threads=None, transcripts="frames", dim=None)
+           on_error="raise", threads=None, transcripts="frames", dim=None,
+           block_sums=True)
 
     - dtype: stored type, "float32", "float16" or "bfloat16" (round to
       nearest even; features may come in float16, float32 or float64);
@@ -157,7 +160,12 @@ class Writer:
     - transcripts (with a vocabulary): "frames" (default): add takes
       labels=, one per frame; "sequence": add takes seq=, the utterance's
       label sequence (any length >= 1, bare or framed by [SOS] .. [EOS]),
-      and the dataset has no frame labels; "both": labels= and seq=.
+      and the dataset has no frame labels; "both": labels= and seq=;
+    - block_sums: True (default): a checksum per 64 KiB of features and per
+      4 KiB of labels and tables besides the section checksums (format
+      1.3), so that `verify`, `warm` and the block sampler name the
+      utterances a damaged block holds; False: the bytes of format 1.2
+      writers (damage is then detected, not located).
 
     Nothing is visible at out until commit() (or the end of a `with`
     block): everything is written into a temporary directory beside it,
@@ -167,11 +175,11 @@ class Writer:
 
     def __init__(self, out, dtype="float32", vocab=None, guard=64, shard_size="1G",
                  compress=None, chunk_size="64K", shuffle=True, normalize=None, on_error="raise",
-                 threads=None, transcripts="frames", dim=None):
+                 threads=None, transcripts="frames", dim=None, block_sums=True):
         f = "Writer"
         out = _a.path(f, "out", out)
         o = _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
-                         threads)
+                         threads, block_sums)
         o.dim = _a.optional_integer(f, "dim", dim, 1, 65536) or 0
         self._on_error = _a.choice(f, "on_error", on_error, ("raise", "skip"))
         o.on_error_skip = int(on_error == "skip")
@@ -473,7 +481,7 @@ def _progress_fn(progress, total):
 
 def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compress=None,
          chunk_size="64K", shuffle=True, normalize=None, on_error="fail", progress=None,
-         threads=None, transcripts="frames", fill_nonfinite=False):
+         threads=None, transcripts="frames", fill_nonfinite=False, block_sums=True):
     """Pack a raw directory in the HW1P2 layout (RAW/mfcc/<id>.npy, and
     RAW/transcript/<id>.npy when there are labels) into out, in this
     process: the same rules and the same bytes as `ctxshard pack RAW OUT`
@@ -488,8 +496,8 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     frame), listed in the result's "zero_filled" ({id: values}) and in a
     warning.  progress: a callable
     (done, total), True for a bar (tqdm when installed), or None.  threads:
-    files read ahead, and compression threads (default: all CPUs).  Returns
-    the counts
+    files read ahead, and compression threads (default: all CPUs).
+    block_sums: as Writer's (`--block-sums`).  Returns the counts
     (Writer.commit)."""
     f = "pack"
     raw = _a.path(f, "raw", raw)
@@ -536,7 +544,8 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     w = Writer(out, dtype=dtype, vocab=vocab, guard=guard, shard_size=shard_size,
                compress=compress, chunk_size=chunk_size, shuffle=shuffle, normalize=normalize,
                on_error="skip" if on_error == "skip" else "raise", threads=min(nthreads, 256),
-               transcripts=transcripts if vocab is not None else "frames")
+               transcripts=transcripts if vocab is not None else "frames",
+               block_sums=block_sums)
     w._on_error = "raise"  # (recorded as skip in the dataset; pack words the message itself)
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=nthreads) as pool:

@@ -525,7 +525,7 @@ class Output(Base):
         shard = os.path.join(out, "shard-000000.cxs")
         manifest = os.path.join(out, "manifest.cxs")
         names = {1: "SHARD_META", 2: "INDEX", 3: "IDS", 4: "FEATURES", 5: "LABELS",
-                 16: "DATASET_META", 17: "SHARD_TABLE", 18: "VOCAB", 19: "STATS"}
+                 9: "BLOCKSUMS", 16: "DATASET_META", 17: "SHARD_TABLE", 18: "VOCAB", 19: "STATS"}
         payload = {4, 5}  # read only by verify
         for path in (shard, manifest):
             for typ, (off, length) in sections(path).items():

@@ -15,7 +15,8 @@ import sys
 import tempfile
 
 EXE = os.path.abspath(sys.argv[1])
-NAMES = {1: "SHARD_META", 2: "INDEX", 3: "IDS", 4: "FEATURES", 5: "LABELS", 16: "DATASET_META",
+NAMES = {1: "SHARD_META", 2: "INDEX", 3: "IDS", 4: "FEATURES", 5: "LABELS", 9: "BLOCKSUMS",
+         16: "DATASET_META",
          17: "SHARD_TABLE", 18: "VOCAB", 19: "STATS", 20: "SKIPPED"}
 PAYLOAD = {4, 5}
 

@@ -46,8 +46,10 @@ static float value(uint64_t frame, int64_t row, int d) {
 
 /* valid/tiny, or a compressed copy (valid/tiny-zstd: 3 chunks of 3 rows,
  * byte shuffle; valid/tiny-zstd-noshuffle: 2 chunks of 5 rows, no filter):
- * the same decoded values, no zero-copy views. */
-static void valid(const char *dir, int compressed, uint32_t chunk_rows, uint32_t shuffle) {
+ * the same decoded values, no zero-copy views.  valid/tiny-sums (sums = 1)
+ * is tiny with format 1.3's block sums: the same values. */
+static void valid(const char *dir, int compressed, uint32_t chunk_rows, uint32_t shuffle,
+                  int sums) {
     cxs_diag dg;
     cxs_dataset *ds = open_valid(dir);
     if (!ds) return;
@@ -57,7 +59,8 @@ static void valid(const char *dir, int compressed, uint32_t chunk_rows, uint32_t
     CHECK(in.dim == 2 && in.guard == 1 && in.dtype == CXS_DTYPE_F32);
     CHECK(in.vocab_size == 5 && in.label_width == 1 && in.format_major == 1);
     CHECK(in.min_length == 2 && in.max_length == 3);
-    CHECK(in.format_minor == (compressed ? 1u : 0u));
+    CHECK(in.format_minor == (sums ? 3u : compressed ? 1u : 0u));
+    CHECK(in.block_sum_shards == (sums ? 1u : 0u));
     CHECK(in.compression == (compressed ? CXS_COMPRESSION_ZSTD : CXS_COMPRESSION_NONE));
     if (compressed)
         CHECK(in.chunk_rows == chunk_rows && in.shuffle == shuffle && in.feature_bytes == 64);
@@ -277,15 +280,52 @@ static int code_of(const char *name) {
     return 1;
 }
 
+/* valid/sums-blocks (format 1.3, tests/golden/make_golden.py raw_blocks):
+ * three utterances u1 u2 u3 of 3000, 2500 and 1000 frames, D = 4, guard 1,
+ * value (u, t, d) = ((7t + 3d + 11u) % 97) / 4, label (t + u) % 3; its
+ * FEATURES and LABELS span two blocks each. */
+static void valid_blocks(const char *dir) {
+    cxs_diag dg;
+    cxs_dataset *ds = open_valid(dir);
+    if (!ds) return;
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    CHECK(in.num_utterances == 3 && in.num_frames == 6500 && in.dim == 4 && in.guard == 1);
+    CHECK(in.format_minor == 3 && in.block_sum_shards == 1);
+    CHECK(cxs_dataset_verify(ds, NULL, NULL, &dg) == 0);
+    CHECK(cxs_dataset_warm(ds, 0, NULL, NULL, NULL, &dg) == 0);
+    const uint64_t T[3] = {3000, 2500, 1000};
+    static float x[3000 * 4];
+    int64_t lab[3000];
+    uint64_t f0 = 0;
+    for (uint64_t u = 0; u < 3; u++) {
+        CHECK(cxs_dataset_read_features(ds, u, 0, T[u], x) == 0);
+        CHECK(cxs_dataset_labels(ds, f0, T[u], lab) == 0);
+        int bad = 0;
+        for (uint64_t t = 0; t < T[u]; t++) {
+            for (uint64_t d = 0; d < 4; d++)
+                bad += x[t * 4 + d] != (float)((7 * t + 3 * d + 11 * u) % 97) / 4.0f;
+            bad += lab[t] != (int64_t)((t + u) % 3);
+        }
+        CHECK(bad == 0);
+        f0 += T[u];
+    }
+    cxs_dataset_close(ds);
+}
+
 static void invalid(const char *dir) {
-    char path[4096], name[128], step[16], code[64], line[512];
+    char path[4096], name[128], step[16], code[64], text[128], line[512];
     if (snprintf(path, sizeof path, "%s/EXPECTED", dir) >= (int)sizeof path) return;
     FILE *f = fopen(path, "r");
     CHECK(f != NULL);
     if (!f) return;
     int cases = 0;
     while (fgets(line, sizeof line, f)) {
-        if (line[0] == '#' || sscanf(line, "%127s %15s %63s", name, step, code) != 3) continue;
+        text[0] = 0;
+        if (line[0] == '#' || sscanf(line, "%127s %15s %63s %127s", name, step, code, text) < 3)
+            continue;
+        for (char *c = text; *c; c++) /* the message must hold it, '_' for ' ' */
+            if (*c == '_') *c = ' ';
         cases++;
         if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) continue;
         cxs_dataset *ds = NULL;
@@ -300,9 +340,9 @@ static void invalid(const char *dir) {
             rc = cxs_dataset_verify(ds, NULL, NULL, &dg);
             cxs_dataset_close(ds);
         }
-        if (rc != want || !strstr(dg.message, path)) {
-            fprintf(stderr, "%s: %s gave %d (%s), expected %s; message: %s\n", name, step, rc,
-                    cxs_strerror(rc), code, dg.message);
+        if (rc != want || !strstr(dg.message, path) || !strstr(dg.message, text)) {
+            fprintf(stderr, "%s: %s gave %d (%s), expected %s%s%s; message: %s\n", name, step,
+                    rc, cxs_strerror(rc), code, *text ? " naming " : "", text, dg.message);
             failures++;
         }
     }
@@ -314,11 +354,15 @@ int main(int argc, char **argv) {
     if (argc != 2) return 2;
     char p[4096];
     snprintf(p, sizeof p, "%s/valid/tiny", argv[1]);
-    valid(p, 0, 0, 0);
+    valid(p, 0, 0, 0, 0);
     snprintf(p, sizeof p, "%s/valid/tiny-zstd", argv[1]);
-    valid(p, 1, 3, 1);
+    valid(p, 1, 3, 1, 0);
     snprintf(p, sizeof p, "%s/valid/tiny-zstd-noshuffle", argv[1]);
-    valid(p, 1, 5, 0);
+    valid(p, 1, 5, 0, 0);
+    snprintf(p, sizeof p, "%s/valid/tiny-sums", argv[1]);
+    valid(p, 0, 0, 0, 1);
+    snprintf(p, sizeof p, "%s/valid/sums-blocks", argv[1]);
+    valid_blocks(p);
     snprintf(p, sizeof p, "%s/valid/tiny-f16", argv[1]);
     valid_f16(p);
     snprintf(p, sizeof p, "%s/valid/tiny-seq", argv[1]);

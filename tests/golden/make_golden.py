@@ -12,7 +12,15 @@ valid/tiny-seq-only the same features with label sequences only
 (--transcripts sequence).  invalid/ holds one damaged copy of tiny (or of
 tiny-seq-only, the seq-* cases) per rule, listed in invalid/EXPECTED with the step that must refuse it
 (open or verify) and the error code.  The compressed bytes depend on the
-zstd version; the decoded values do not."""
+zstd version; the decoded values do not.
+
+Those vectors are written with --block-sums off: they are the bytes of the
+format 1.0-1.2 writers (a 1.3 reader reads them unchanged).  Format 1.3's
+block sums have their own: valid/tiny-sums is tiny as the packer writes it
+by default (a BLOCKSUMS section, one block per section), valid/sums-blocks
+three longer utterances whose FEATURES and LABELS span two blocks each,
+and invalid/sums-* damaged copies of it.  EXPECTED's optional fourth
+column is a text the message must hold (underscores for spaces)."""
 import os
 import shutil
 import struct
@@ -35,6 +43,7 @@ def xxh3(b):
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXE = sys.argv[1]
 VOCAB = ["[SIL]", "AA", "B", "[SOS]", "[EOS]"]
+OFF = ["--block-sums", "off"]  # the vectors of format 1.0-1.2
 
 
 def raw_tiny(root):
@@ -66,6 +75,23 @@ def raw_seq(root):
     raw_tiny(root)
     np.save(os.path.join(root, "transcript", "a.npy"), np.array(["[SOS]", "AA", "B", "[EOS]"]))
     np.save(os.path.join(root, "transcript", "b.npy"), np.array(["B", "AA", "B", "[SIL]"]))
+
+
+def raw_blocks(root):
+    """Three utterances of 4 dimensions, 3000, 2500 and 1000 frames: with
+    guard 1, FEATURES is 104,064 bytes (blocks of 65,536 and 38,528) and
+    LABELS 6,500 (4,096 and 2,404).  Value (u, t, d) = ((7t + 3d + 11u) %
+    97) / 4, exact in float32; the label of frame t is symbol (t + u) % 3."""
+    raw_tiny(root)
+    for f in os.listdir(os.path.join(root, "mfcc")):
+        os.remove(os.path.join(root, "mfcc", f))
+        os.remove(os.path.join(root, "transcript", f))
+    for u, T in enumerate((3000, 2500, 1000)):
+        t = np.arange(T)[:, None]
+        x = ((7 * t + 3 * np.arange(4)[None, :] + 11 * u) % 97) / 4.0
+        np.save(os.path.join(root, "mfcc", f"u{u + 1}.npy"), x.astype(np.float32))
+        tr = ["[SOS]"] + [VOCAB[(i + u) % 3] for i in range(T)] + ["[EOS]"]
+        np.save(os.path.join(root, "transcript", f"u{u + 1}.npy"), np.array(tr))
 
 
 def rehash(d):
@@ -133,13 +159,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         raw_tiny(tmp)
         subprocess.run([EXE, "pack", tmp, tiny, "--guard", "1", "--vocab",
-                        os.path.join(tmp, "vocab.txt"), "--threads", "1", "--quiet"], check=True)
+                        os.path.join(tmp, "vocab.txt"), "--threads", "1", "--quiet",
+                        *OFF], check=True)
     for name, args in [("tiny-zstd", ["--chunk-size", "24"]),
                        ("tiny-zstd-noshuffle", ["--chunk-size", "40", "--no-shuffle"])]:
         dst = os.path.join(HERE, "valid", name)
         shutil.rmtree(dst, ignore_errors=True)
         subprocess.run([EXE, "convert", tiny, dst, "--compress", "zstd:3", *args,
-                        "--threads", "1", "--quiet"], check=True)
+                        "--threads", "1", "--quiet", *OFF], check=True)
     seq = os.path.join(HERE, "valid", "tiny-seq")
     seq_only = os.path.join(HERE, "valid", "tiny-seq-only")
     for dst, make, mode in [(seq, raw_tiny, "both"), (seq_only, raw_seq, "sequence")]:
@@ -148,13 +175,13 @@ def main():
             make(tmp)
             subprocess.run([EXE, "pack", tmp, dst, "--guard", "1", "--vocab",
                             os.path.join(tmp, "vocab.txt"), "--transcripts", mode,
-                            "--threads", "1", "--quiet"], check=True)
+                            "--threads", "1", "--quiet", *OFF], check=True)
     f16 = os.path.join(HERE, "valid", "tiny-f16")
     shutil.rmtree(f16, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         raw_f16(tmp)
         subprocess.run([EXE, "pack", tmp, f16, "--guard", "2", "--dtype", "f16",
-                        "--threads", "1", "--quiet"], check=True)
+                        "--threads", "1", "--quiet", *OFF], check=True)
     shard = "shard-000000.cxs"
     sd, ss = sections(os.path.join(tiny, shard))
     md, ms = sections(os.path.join(tiny, "manifest.cxs"))
@@ -170,6 +197,8 @@ def main():
         ("features-flip", shard, flip(ss[4][0] + 8 + 2), "verify", "CXS_E_CHECKSUM"),
         ("guard-flip", shard, flip(ss[4][0] + 1), "verify", "CXS_E_CORRUPT"),
         ("labels-flip", shard, flip(ss[5][0]), "verify", "CXS_E_CHECKSUM"),
+        # a label outside the vocabulary (5 symbols): the values before the checksum
+        ("labels-vocab", shard, setbyte(ss[5][0] + 3, 9), "verify", "CXS_E_CORRUPT"),
         ("padding-flip", shard, flip(ss[5][0] + ss[5][1] + 3), "verify", "CXS_E_CORRUPT"),
         ("manifest-meta-flip", "manifest.cxs", flip(ms[16][0] + 20), "open", "CXS_E_CHECKSUM"),
         ("manifest-table-flip", "manifest.cxs", flip(ms[17][0] + 8), "open", "CXS_E_CHECKSUM"),
@@ -218,9 +247,54 @@ def main():
         shutil.copytree(tiny, os.path.join(HERE, "invalid", "missing-shard"))
         os.remove(os.path.join(HERE, "invalid", "missing-shard", shard))
         exp.write("missing-shard open ENOENT\n")
+        # Format 1.3: block sums.
+        tsum = os.path.join(HERE, "valid", "tiny-sums")
+        blk = os.path.join(HERE, "valid", "sums-blocks")
+        for dst, make in [(tsum, raw_tiny), (blk, raw_blocks)]:
+            shutil.rmtree(dst, ignore_errors=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                make(tmp)
+                subprocess.run([EXE, "pack", tmp, dst, "--guard", "1", "--vocab",
+                                os.path.join(tmp, "vocab.txt"), "--threads", "1", "--quiet"],
+                               check=True)
+        _, bs = sections(os.path.join(blk, shard))
+        b0, bl = bs[9][0], bs[9][1]  # BLOCKSUMS: head, 4 entries (INDEX, IDS, FEATURES, LABELS)
+        ent = lambda i: b0 + 8 + 24 * i
+        sums0 = b0 + 8 + 24 * 4  # INDEX's sum, IDS's, FEATURES's two, LABELS's two
+        f0, l0 = bs[4][0], bs[5][0]
+        sum_cases = [
+            # a value of u2 (row 1 + 3000 + 1 + 1500, at byte 72,032: FEATURES block 1)
+            ("sums-features-flip", flip(f0 + 16 * 4502 + 2), "verify", "CXS_E_CHECKSUM",
+             False, "FEATURES_block_1_of_2"),
+            # a label in LABELS block 1 (frame 5000, of u2), every checksum made good
+            ("sums-labels-flip", setbyte(l0 + 5000, 1), "verify", "CXS_E_CHECKSUM", True,
+             "LABELS_block_1_of_2"),
+            # a label outside the vocabulary, nothing recomputed: its block first
+            ("sums-labels-vocab", setbyte(l0 + 5000, 9), "verify", "CXS_E_CHECKSUM", False,
+             "LABELS_block_1_of_2"),
+            # a stored sum wrong, BLOCKSUMS's section checksum made good
+            ("sums-wrong-sum", flip(sums0 + 8 * 2), "verify", "CXS_E_CHECKSUM", True,
+             "FEATURES_block_0_of_2"),
+            ("sums-flip", flip(sums0 + 3), "open", "CXS_E_CHECKSUM", False, "BLOCKSUMS"),
+            ("sums-count", setu32(b0, 17), "open", "CXS_E_CORRUPT", True, None),
+            ("sums-reserved", setu32(b0 + 4, 1), "open", "CXS_E_CORRUPT", True, None),
+            ("sums-order", setu32(ent(1), 2), "open", "CXS_E_CORRUPT", True, None),
+            ("sums-absent-type", setu32(ent(0), 7), "open", "CXS_E_CORRUPT", True, None),
+            ("sums-shift", setu32(ent(2) + 4, 11), "open", "CXS_E_CORRUPT", True, None),
+            ("sums-blocks", setu64(ent(2) + 8, 3), "open", "CXS_E_CORRUPT", True, None),
+            ("sums-first", setu64(ent(3) + 16, 5), "open", "CXS_E_CORRUPT", True, None),
+            # the section 8 bytes longer (zero padding taken in)
+            ("sums-length", setu64(bs[9][2] + 16, bl + 8), "open", "CXS_E_CORRUPT", True, None),
+        ]
+        for name, edit, step, code, fix, text in sum_cases:
+            damaged(name, blk, shard, edit)
+            if fix:
+                rehash(os.path.join(HERE, "invalid", name))
+            exp.write(f"{name} {step} {code}" + (f" {text}" if text else "") + "\n")
     hexdump(tiny)
     hexdump(f16)
     hexdump(seq_only)
+    blocksums(os.path.join(HERE, "valid", "tiny-sums", shard))
     chunks(os.path.join(HERE, "valid", "tiny-zstd-noshuffle", shard))
 
 
@@ -239,6 +313,26 @@ def setbyte(pos, v):
         d[pos] = v
         return d
     return e
+
+
+def setu32(pos, v):
+    def e(d):
+        struct.pack_into("<I", d, pos, v)
+        return d
+    return e
+
+
+def blocksums(path):
+    """The BLOCKSUMS section of tiny-sums's shard, for the appendix."""
+    data, secs = sections(path)
+    off, ln, _ = secs[9]
+    n = struct.unpack_from("<I", data, off)[0]
+    print(f"BLOCKSUMS at {off:#x}, {ln} bytes: {n} entries")
+    for i in range(n):
+        t, sh, nb, first = struct.unpack_from("<IIQQ", data, off + 8 + 24 * i)
+        print(f"  type {t} shift {sh} blocks {nb} first {first}")
+    for j in range((ln - 8 - 24 * n) // 8):
+        print(f"  sum {j}: {struct.unpack_from('<Q', data, off + 8 + 24 * n + 8 * j)[0]:016x}")
 
 
 def setu64(pos, v):

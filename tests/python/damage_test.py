@@ -5,7 +5,10 @@ on: it died of SIGBUS before); labels outside the vocabulary are never
 served; a damaged compressed chunk names the shard, utterance and chunk;
 window() refuses a damaged guard row; verify recomputes the statistics
 (forged STATS with their checksums recomputed passed it) and locates damaged
-feature values by utterance.
+feature values by utterance.  Block sums (format 1.3): verify, warm and the
+block sampler's Loader name the utterances a damaged block holds (verify
+could not, warm and the Loader served it); --block-sums off writes 1.2's
+bytes, and merge refuses parts that differ in it.
 
 usage: /usr/bin/python3 tests/python/damage_test.py BUILD_DIR SOURCE_ROOT"""
 import ctypes
@@ -81,7 +84,8 @@ def edit(path, fn):
 
 def setUpModule():
     assert run("synth", RAW, "--utts", 40, "--seed", 3, "--dim", 8, "--quiet").returncode == 0
-    for name, extra in (("plain", ()), ("zstd", ("--compress", "zstd", "--chunk-size", "32K"))):
+    for name, extra in (("plain", ()), ("zstd", ("--compress", "zstd", "--chunk-size", "32K")),
+                        ("nosums", ("--block-sums", "off"))):
         p = run("pack", RAW, os.path.join(TMP, name), "--quiet", *extra)
         assert p.returncode == 0, p.stderr
 
@@ -295,7 +299,31 @@ class Damaged(unittest.TestCase):
         self.assertIn("STATS: dimension 0", p.stderr)
 
     def test_verify_locates_damaged_features(self):
-        d = copy("badfeat")
+        # with block sums (the default): the block and its utterances
+        d = copy("badblock")
+        ds = ctxshard.open(d)
+        uid = ds.utterance(7)[0]
+        first = ds.utterance_frames(7)[0]
+        G, D = ds.guard, ds.dim
+        ds.close()
+
+        def small(data):
+            off, _, _ = sections(data)[SEC_FEATURES]
+            row = G * (7 + 1) + first + 4
+            data[off + row * D * 4] ^= 0x01  # the mantissa's last bit: plausible
+        edit(os.path.join(d, SHARD), small)
+        p = run("verify", d)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("FEATURES block ", p.stderr)
+        self.assertIn(f"utterance {uid}", p.stderr)  # was "cannot say which utterance"
+        ds = ctxshard.open(d)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.verify()
+        self.assertIn(f"utterance {uid}", str(cm.exception))
+        ds.close()
+        # without them (a dataset of format 1.2 or --block-sums off): the
+        # values that are implausible, or said plainly that it cannot
+        d = copy("badfeat", "nosums")
         shard = os.path.join(d, SHARD)
         ds = ctxshard.open(d)
         uid = ds.utterance(7)[0]
@@ -315,7 +343,7 @@ class Damaged(unittest.TestCase):
         self.assertIn(f"utterance {uid}", p.stderr)
         self.assertIn("frame 4, dimension 2", p.stderr)
         # damage that leaves every value plausible: said plainly
-        d2 = copy("badfeat2")
+        d2 = copy("badfeat2", "nosums")
 
         def small(data):
             off, _, _ = sections(data)[SEC_FEATURES]
@@ -325,6 +353,103 @@ class Damaged(unittest.TestCase):
         p = run("verify", d2)
         self.assertEqual(p.returncode, 1)
         self.assertIn("cannot say which utterance", p.stderr)
+
+
+class BlockSums(unittest.TestCase):
+    """Format 1.3: a checksum per block of the features, labels and tables."""
+
+    def damaged(self, name, u=11, t=9):
+        d = copy(name)
+        ds = ctxshard.open(d)
+        uid, first = ds.utterance(u)[0], ds.utterance_frames(u)[0]
+        G, D = ds.guard, ds.dim
+        ds.close()
+
+        def small(data):
+            off, _, _ = sections(data)[SEC_FEATURES]
+            data[off + (G * (u + 1) + first + t) * D * 4 + 4] ^= 0x01
+        edit(os.path.join(d, SHARD), small)
+        return d, uid
+
+    def test_info(self):
+        for name, minor, shards, line in (("plain", 3, 1, "per section and per block"),
+                                          ("nosums", 0, 0, "per section only")):
+            ds = ctxshard.open(os.path.join(TMP, name))
+            self.assertEqual(ds.info["format_minor"], minor)
+            self.assertEqual(ds.info["block_sum_shards"], shards)
+            ds.close()
+            self.assertIn(line, run("info", os.path.join(TMP, name)).stdout)
+        p = run("pack", RAW, os.path.join(TMP, "never"), "--block-sums", "maybe")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--block-sums: 'maybe' is not on or off", p.stderr)
+
+    def test_warm_stops_at_damaged_block(self):
+        d, uid = self.damaged("warmbad")
+        ds = ctxshard.open(d)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.warm(force=True)  # returned the figures before: nothing was checked
+        self.assertIn(f"utterance {uid}", str(cm.exception))
+        self.assertIn("FEATURES block ", str(cm.exception))
+        ds.close()
+        p = run("warm", d, "--force")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"utterance {uid}", p.stderr)
+
+    def test_block_loader_never_serves_damaged_block(self):
+        d, uid = self.damaged("loaderbad", u=30)
+        ds = ctxshard.open(d)
+        u0, n = ds.utterance_frames(30)
+        ds.close()
+        served = 0
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            for _ in cxt.Loader(d, context=2, batch_size=64, shuffle="block", memory="2M",
+                                threads=2):
+                served += 1
+        msg = str(cm.exception)
+        self.assertIn(f"utterance {uid}", msg)
+        self.assertIn("not served", msg)
+        self.assertGreater(served, 0)
+        # the same through the command
+        p = run("bench-read", d, "--sampler", "block", "--memory", "2M", "--batch", "64")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"utterance {uid}", p.stderr)
+
+    def test_writer_flag_and_same_features(self):
+        ds = ctxshard.open(os.path.join(TMP, "plain"))
+        outs = []
+        for on in (True, False):
+            out = os.path.join(TMP, f"w-{on}")
+            with ctxshard.Writer(out, dim=ds.dim, block_sums=on) as w:
+                for u in range(5):
+                    w.add(ds.utterance(u)[0], np.asarray(ds.utterance(u)[1]))
+            outs.append(out)
+        ds.close()
+        a = [ctxshard.open(o) for o in outs]
+        self.assertEqual([x.info["format_minor"] for x in a], [3, 0])
+        self.assertEqual([x.info["block_sum_shards"] for x in a], [1, 0])
+        for x in a:
+            x.verify()
+            x.close()
+        fa, fb = (bytearray(open(os.path.join(o, SHARD), "rb").read()) for o in outs)
+        oa, la, _ = sections(fa)[SEC_FEATURES]
+        ob, lb, _ = sections(fb)[SEC_FEATURES]
+        self.assertEqual(fa[oa:oa + la], fb[ob:ob + lb])
+        self.assertNotIn(9, sections(fb))
+        with self.assertRaises(TypeError):
+            ctxshard.Writer(os.path.join(TMP, "w-bad"), block_sums="yes")
+
+    def test_merge_refuses_parts_that_differ(self):
+        parts = []
+        for i, extra in ((1, ()), (2, ("--block-sums", "off"))):
+            out = os.path.join(TMP, f"part{i}")
+            p = run("pack", RAW, out, "--part", f"{i}/2", "--shard-size", "512K", "--quiet",
+                    *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            parts.append(out)
+        p = run("merge", *parts, os.path.join(TMP, "merged"))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("another --block-sums", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(TMP, "merged")))
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ class ReadBack(unittest.TestCase):
         ds, fr = ctxshard.Dataset(at("ds-seq")), ctxshard.Dataset(at("ds-frames"))
         self.assertTrue(ds.has_label_seqs)
         self.assertFalse(fr.has_label_seqs)
-        self.assertEqual(ds.info["format_minor"], 2)
+        self.assertEqual(ds.info["format_minor"], 3)  # 1.3: block sums
         self.assertEqual(ds.info["label_width"], 0)  # no per-frame labels
         self.assertEqual(ds.num_classes, 42)
         vocab = ds.vocab
@@ -162,10 +162,14 @@ class ReadBack(unittest.TestCase):
         types = {struct.unpack_from("<I", data, 64 + 32 * i)[0]:
                  struct.unpack_from("<I", data, 64 + 32 * i + 4)[0] for i in range(n)}
         self.assertEqual(types.get(21), 1)
-        self.assertEqual(struct.unpack_from("<H", data, 10)[0], 2)
-        # without sequences: byte for byte the 1.0 dataset
-        data = open(at("ds-frames", "manifest.cxs"), "rb").read()
-        self.assertEqual(struct.unpack_from("<H", data, 10)[0], 0)
+        self.assertEqual(struct.unpack_from("<H", data, 10)[0], 3)  # block sums: 1.3
+        # without block sums: 1.2 with sequences, byte for byte the 1.0
+        # dataset without
+        for src, out, extra, minor in (("seqs", "off-seq", ("--transcripts", "sequence"), 2),
+                                       ("frames", "off-frames", (), 0)):
+            run("pack", at(src), at(out), "--block-sums", "off", "--quiet", *extra)
+            data = open(at(out, "manifest.cxs"), "rb").read()
+            self.assertEqual(struct.unpack_from("<H", data, 10)[0], minor)
 
 
 class Writers(unittest.TestCase):

@@ -2,7 +2,9 @@
  * CXS_E_TRUNCATED with a message naming the shard, and the process goes on
  * (a SIGBUS killed it before).  Frame loader (plain and compressed), the
  * utterance loader and the gather; and a SIGBUS that is not the library's
- * still reaches the handler that was there before.
+ * still reaches the handler that was there before.  A byte flipped in the
+ * features (format 1.3's block sums): verify, warm and the block sampler's
+ * loader name the utterance; without block sums verify says it cannot.
  *
  * usage: damage_test  (it writes its datasets with the library's writer:
  * testdata.h) */
@@ -176,19 +178,153 @@ TEST(other_sigbus_is_chained) {
 }
 END_TEST
 
+/* The file offset and length of section `type` of the shard at path. */
+static void section_of(const char *path, uint32_t type, uint64_t *off, uint64_t *len) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    uint8_t h[64 + 32 * 64];
+    ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
+    fclose(f);
+    uint32_t n;
+    memcpy(&n, h + 24, 4);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t t;
+        memcpy(&t, h + 64 + 32 * i, 4);
+        if (t != type) continue;
+        memcpy(off, h + 64 + 32 * i + 8, 8);
+        memcpy(len, h + 64 + 32 * i + 16, 8);
+        return;
+    }
+    ck_abort_msg("%s: no section %u", path, type);
+}
+
+/* Flip one low mantissa bit of frame t, dimension 1 of utterance u of a
+ * dataset of one shard (a plausible value: no statistics can tell). */
+static void flip_value(const cxs_dataset *ds, const char *shard, uint64_t u, uint64_t t) {
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    cxs_utterance ut;
+    EXPECT_INT(cxs_dataset_utterance(ds, u, &ut), 0);
+    uint64_t off, len;
+    section_of(shard, 4 /* FEATURES */, &off, &len);
+    const uint64_t row = in.guard * (u + 1) + ut.first_frame + t, rowb = in.dim * 4ull;
+    FILE *f = fopen(shard, "r+b");
+    ck_assert_ptr_nonnull(f);
+    const long at = (long)(off + row * rowb + 4);
+    uint8_t b;
+    fseek(f, at, SEEK_SET);
+    ck_assert_uint_eq(fread(&b, 1, 1, f), 1);
+    b ^= 1;
+    fseek(f, at, SEEK_SET);
+    ck_assert_uint_eq(fwrite(&b, 1, 1, f), 1);
+    fclose(f);
+}
+
+/* Reopened after the damage (open does not read FEATURES: it opens). */
+static cxs_dataset *damaged(const char *name, uint32_t flags, uint64_t u, char *id, size_t cap) {
+    char out[400], shard[512];
+    snprintf(out, sizeof out, "%s/%s", dir, name);
+    td_opts o = {.utts = 48, .dim = 8, .seed = 11, .flags = flags};
+    ck_assert_int_eq(td_make(out, &o), 0);
+    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", out);
+    cxs_dataset *ds;
+    cxs_diag d;
+    ck_assert_msg(cxs_dataset_open(out, &ds, &d) == 0, "%s", d.message);
+    cxs_utterance ut;
+    EXPECT_INT(cxs_dataset_utterance(ds, u, &ut), 0);
+    snprintf(id, cap, "%.*s", (int)ut.id_len, ut.id);
+    flip_value(ds, shard, u, 7);
+    cxs_dataset_close(ds);
+    ck_assert_msg(cxs_dataset_open(out, &ds, &d) == 0, "%s", d.message);
+    return ds;
+}
+
+TEST(flipped_value_named_by_verify) {
+    char id[300];
+    cxs_dataset *ds = damaged("bs-verify", 0, 29, id, sizeof id);
+    cxs_diag d;
+    EXPECT_INT(cxs_dataset_verify(ds, NULL, NULL, &d), CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.message, "FEATURES block ");
+    EXPECT_STR_HAS(d.message, id);
+    EXPECT_STR_HAS(d.message, "(number 29)");
+    cxs_dataset_close(ds);
+}
+END_TEST
+
+TEST(flipped_value_stops_warm) {
+    char id[300];
+    cxs_dataset *ds = damaged("bs-warm", 0, 17, id, sizeof id);
+    cxs_diag d;
+    EXPECT_INT(cxs_dataset_warm(ds, CXS_WARM_FORCE, NULL, NULL, NULL, &d), CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.message, "FEATURES block ");
+    EXPECT_STR_HAS(d.message, id);
+    /* cached now: warming again without reading what is cached checks
+     * nothing (the sums are checked on the bytes warm reads) */
+    EXPECT_INT(cxs_dataset_warm(ds, CXS_WARM_SKIP_CACHED, NULL, NULL, NULL, &d), 0);
+    cxs_dataset_close(ds);
+}
+END_TEST
+
+/* The block sampler's loader: every block it reads is checked, and a batch
+ * that waits for the damaged one fails, naming it (the first batches of a
+ * start, which do not wait for blocks, may be served before). */
+TEST(flipped_value_stops_block_loader) {
+    char id[300];
+    cxs_dataset *ds = damaged("bs-loader", 0, 40, id, sizeof id);
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_BLOCK, .seed = 3, .memory_bytes = 4u << 20,
+                           .blocks = 2};
+    cxs_sampler *s;
+    cxs_diag d;
+    ck_assert_msg(cxs_sampler_create_ex(ds, &so, &s, &d) == 0, "%s", d.message);
+    cxs_loader_opts o = {.k = 3, .batch_size = 64, .threads = 2, .labels = 1};
+    cxs_loader *l;
+    EXPECT_INT(cxs_loader_create(ds, s, &o, 0, 0, &l), 0);
+    const cxs_batch *b;
+    int rc;
+    uint64_t served = 0;
+    while (!(rc = cxs_loader_next_ex(l, &b, &d)) && b) served++;
+    EXPECT_INT(rc, CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.message, "FEATURES block ");
+    EXPECT_STR_HAS(d.message, id);
+    EXPECT_STR_HAS(d.message, "not served");
+    cxs_loader_free(l);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST
+
+TEST(unlocated_without_block_sums) {
+    char id[300];
+    cxs_dataset *ds = damaged("bs-off", CXS_WRITER_NO_BLOCK_SUMS, 29, id, sizeof id);
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    EXPECT_INT(in.block_sum_shards, 0);
+    EXPECT_INT(in.format_minor, 0);
+    cxs_diag d;
+    EXPECT_INT(cxs_dataset_verify(ds, NULL, NULL, &d), CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.message, "section FEATURES");
+    EXPECT_STR_HAS(d.message, "no block sums");
+    EXPECT_INT(cxs_dataset_warm(ds, CXS_WARM_FORCE, NULL, NULL, NULL, &d), 0); /* nothing to check */
+    cxs_dataset_close(ds);
+}
+END_TEST
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-damage-XXXXXX");
     if (!mkdtemp(dir)) return 3;
     const TTest *const t[] = {truncated_under_frame_loader, truncated_under_frame_loader_compressed,
                               truncated_under_utterance_loader, truncated_under_verify,
+                              flipped_value_named_by_verify, flipped_value_stops_warm,
+                              flipped_value_stops_block_loader, unlocated_without_block_sums,
                               other_sigbus_is_chained};
     /* In one process (CK_FORK=no, valgrind) the library's handler is there
-     * before the test's own: the chaining case needs a process of its own. */
+     * before the test's own: the chaining case (last) needs a process of
+     * its own. */
     const char *fk = getenv("CK_FORK");
-    int n = 5;
+    int n = (int)(sizeof t / sizeof *t);
     if (fk && !strcmp(fk, "no")) {
         puts("SKIP other_sigbus_is_chained: CK_FORK=no (it needs a process of its own)");
-        n = 4;
+        n--;
     }
     Suite *su = suite_create("damage");
     TCase *tc = tcase_create("damage");

@@ -21,6 +21,7 @@ typedef struct td_opts {
     uint32_t compression;      /* CXS_COMPRESSION_* */
     uint64_t chunk_size;       /* 0: the writer's default */
     uint32_t label_seqs;       /* CXS_SEQ_*: the runs of the frame labels */
+    uint32_t flags;            /* CXS_WRITER_* besides (CXS_WRITER_NO_BLOCK_SUMS) */
 } td_opts;
 
 static uint64_t td_next(uint64_t *s) { /* xorshift64* */
@@ -50,6 +51,7 @@ static int td_make(const char *out, const td_opts *o) {
     wo.vocab_size = TD_PHONES;
     wo.vocab = vocab;
     wo.label_seqs = o->label_seqs;
+    wo.flags |= o->flags;
     cxs_diag d = {{0}};
     cxs_writer *w;
     int rc = cxs_writer_create(out, &wo, &w, &d);

@@ -512,7 +512,7 @@ TEST(label_sequences_read_back) {
             ck_assert_int_eq(cxs_dataset_verify(ds, NULL, NULL, &dg), 0);
             cxs_info in;
             cxs_dataset_info(ds, &in);
-            ck_assert_uint_eq(in.format_minor, 2);
+            ck_assert_uint_eq(in.format_minor, 3); /* block sums, format 1.3 */
             ck_assert_uint_eq(in.label_seqs, 1);
             ck_assert_uint_eq(in.label_width, modes[m] == CXS_SEQ_ONLY ? 0 : 1);
             ck_assert_uint_eq(in.min_seq_length, 1);
@@ -537,13 +537,14 @@ TEST(label_sequences_read_back) {
             cxs_dataset_close(ds);
             cxs_dataset_close(pl);
         }
-    /* Without sequences the bytes are those of earlier versions: no
-     * sequence option, no 1.2 file. */
+    /* Without sequences no 1.2 feature is used: the files are of minor
+     * version 3 for their block sums (format 1.3), and 0 without them
+     * (block_sums_off_is_format_1_0). */
     cxs_dataset *pl;
     ck_assert_int_eq(cxs_dataset_open(at("plain"), &pl, NULL), 0);
     cxs_info in;
     cxs_dataset_info(pl, &in);
-    ck_assert_uint_eq(in.format_minor, 0);
+    ck_assert_uint_eq(in.format_minor, 3);
     uint32_t n;
     ck_assert_int_eq(cxs_dataset_label_seq(pl, 0, NULL, 0, &n), CXS_E_NO_SEQUENCES);
     cxs_dataset_close(pl);
