@@ -17,7 +17,7 @@ from .writer import _writer_opts as _common_opts
 
 __all__ = ["import_kaldi", "import_hdf5"]
 
-_KINDS = ("FM", "DM", "FV", "DV", "CM", "CM2", "CM3")
+_KINDS = ("FM", "DM", "FV", "DV", "CM", "CM2", "CM3", "text")
 
 
 def _optional_path(func, name, value):
