@@ -26,6 +26,11 @@ first open's costs are paid each time:
    open) to the first batch, and the RssAnon it added;
    the peak RSS (VmHWM) of each Python process is kept too.
 
+--madv: then, --runs times, bench/shuffle_madv (C, fresh processes) on
+both datasets with the loader's default read-ahead, which marks the
+feature mapping MADV_RANDOM (no fault-around), and with it off, all four
+alternating: what MADV_RANDOM costs a shuffle of cached data here.
+
 Medians, min and max over the runs, and many / control for every figure:
 per-page costs are about equal in the two (same frames; the many dataset
 has 1.5x the feature rows, its guard rows), so the ratio is what the
@@ -34,7 +39,7 @@ the absolute figures.  Prints a table; --json FILE writes everything.
 
 usage: /usr/bin/python3 bench/many_utts.py [--utts 10000000] [--dir /tmp/cxs-many]
            [--runs 5] [--batches 200] [--json FILE] [--exe build/tools/ctxshard]
-           [--build-only]"""
+           [--build-only] [--madv]"""
 import argparse
 import json
 import os
@@ -237,6 +242,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--exe", default=os.path.join(ROOT, "build", "tools", "ctxshard"))
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--madv", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -307,12 +313,38 @@ def main():
         print(f"{name}: written by the Python Writer in {b['build_s']:.1f} s "
               f"({b['utts_per_s']:,.0f} utterances/s, of which {b['generate_s']:.1f} s "
               f"generating the values), {b['bytes'] / 2**20:,.0f} MiB on disk")
+    madv = None
+    if a.madv:
+        exe = os.path.join(os.path.dirname(a.exe), "..", "bench", "shuffle_madv")
+        madv = {f"{n}/{m}": [] for n in paths for m in ("auto", "off")}
+        for r in range(a.runs):
+            for key in (list(madv) if r % 2 == 0 else list(reversed(list(madv)))):
+                name, mode = key.split("/")
+                p = subprocess.run([exe, paths[name], mode, str(a.batches)], env=env(),
+                                   capture_output=True, text=True, timeout=1800)
+                if p.returncode:
+                    sys.exit(f"shuffle_madv failed: {p.stderr}")
+                madv[key].append(json.loads(p.stdout))
+        print()
+        print("| shuffle from C, %d batches (samples/s) | many | control | many / control |"
+              % a.batches)
+        print("|---|---:|---:|---:|")
+        for mode in ("auto", "off"):
+            m = statistics.median(x["samples_s"] for x in madv[f"many/{mode}"])
+            c = statistics.median(x["samples_s"] for x in madv[f"control/{mode}"])
+            fm = statistics.median(x["minflt_per_batch"] for x in madv[f"many/{mode}"])
+            fc = statistics.median(x["minflt_per_batch"] for x in madv[f"control/{mode}"])
+            label = ("read-ahead on (MADV_RANDOM)" if mode == "auto"
+                     else "read-ahead off (fault-around)")
+            print(f"| {label} | {m:,.0f} ({fm:.1f} faults/batch) | {c:,.0f} ({fc:.1f}) | "
+                  f"{m / c:.2f}x |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"config": {"utts": a.utts, "runs": a.runs, "batches": a.batches,
                                   "context": CONTEXT, "batch": BATCH, "frame_budget": BUDGET,
                                   "dim": DIM, "guard": GUARD, "cpus": os.cpu_count(),
                                   "load_before": load[0], "load_after": load[1]},
+                       "madv": madv,
                        "datasets": {k: dict(described[k], path=paths[k], build=builds[k])
                                     for k in paths},
                        "figures": figures}, f, indent=1)

@@ -48,8 +48,6 @@ static uint64_t permute(uint64_t x, uint64_t n, uint64_t key) {
     return x;
 }
 
-static uint64_t utt_frames(const cxs_dataset *ds, uint64_t u) { return ds->cum[u + 1] - ds->cum[u]; }
-
 /* Fork: a process-wide pthread_atfork handler holds every schedule's mutex
  * across fork(), so that a child never inherits one locked by a thread it
  * does not have (the chunk cache does the same). */
@@ -73,6 +71,9 @@ int cxs_block_sched_init(cxs_block_sched *bs, const cxs_dataset *ds, uint64_t se
                          uint64_t block_rows, uint32_t guard_rows, uint32_t R, cxs_diag *d) {
     memset(bs, 0, sizeof *bs);
     if (R < 1) return cxs_diagf(d, CXS_E_INVALID, "a block schedule needs at least one block a round");
+    /* every epoch's plan reads the whole INDEX: check it once, here */
+    int rc = cxs_index_check_all(ds, d);
+    if (rc) return rc;
     if (block_rows < ds->max_len + guard_rows)
         return cxs_diagf(d, CXS_E_RANGE,
                          "a block of %llu bytes cannot hold the longest utterance (%llu bytes: "
@@ -154,26 +155,32 @@ static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan 
     uint64_t st = p->key;
     uint64_t target = bs->block_rows - rng_below(&st, bs->block_rows);
     uint64_t n = 0, rows = 0;
-    for (uint64_t u = 0; u < U; u++) {
-        uint64_t T = utt_frames(ds, u) + G;
-        if (n == 0 || rows + T > target || ds->utt_shard[u] != p->blk[n - 1].shard) {
-            if (n) target = bs->block_rows;
-            cxs_block *b = &p->blk[n++];
-            b->u0 = u;
-            b->f0 = ds->cum[u];
-            b->shard = ds->utt_shard[u];
-            rows = 0;
+    /* INDEX read in place, shard by shard (checked at init) */
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
+        const shard *sh = &ds->shards[s];
+        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+            uint64_t a = cxs_index_at(sh, lu), T = cxs_index_at(sh, lu + 1) - a + G;
+            if (n == 0 || rows + T > target || s != p->blk[n - 1].shard) {
+                if (n) target = bs->block_rows;
+                cxs_block *b = &p->blk[n++];
+                b->u0 = sh->u_start + lu;
+                b->f0 = sh->f_start + a;
+                b->shard = s;
+                rows = 0;
+            }
+            rows += T;
+            p->blk[n - 1].u1 = sh->u_start + lu + 1;
         }
-        rows += T;
-        p->blk[n - 1].u1 = u + 1;
     }
     for (uint64_t j = 0; j < n; j++) {
         cxs_block *b = &p->blk[j];
-        b->nf = ds->cum[b->u1] - b->f0;
         const shard *sh = &ds->shards[b->shard];
+        const uint64_t lu0 = b->u0 - sh->u_start, lu1 = b->u1 - sh->u_start;
+        b->nf = sh->f_start + cxs_index_at(sh, lu1) - b->f0;
         if (sh->features) {
-            uint64_t r0 = ds->row[b->u0] - sh->meta.guard;
-            uint64_t r1 = ds->row[b->u1 - 1] + utt_frames(ds, b->u1 - 1) + sh->meta.guard;
+            /* rows from the guard before u0 to the guard after u1 - 1 */
+            uint64_t r0 = (uint64_t)sh->meta.guard * (lu0 + 1) + cxs_index_at(sh, lu0) - sh->meta.guard;
+            uint64_t r1 = (uint64_t)sh->meta.guard * lu1 + cxs_index_at(sh, lu1) + sh->meta.guard;
             b->off = (uint64_t)(sh->features - sh->map) + r0 * ds->row_bytes;
             b->len = (r1 - r0) * ds->row_bytes;
         } else { /* compressed: no range of the mapping to read ahead */

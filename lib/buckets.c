@@ -4,11 +4,13 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "blocks.h"
 #include "dataset_internal.h"
+#include "fault.h"
 
 #define PLANS 2
 #define CXS_UTT_MAX_AUTO_BUCKETS CXS_UTT_DEFAULT_BUCKETS
@@ -16,7 +18,13 @@
 struct cxs_utt_sampler {
     const cxs_dataset *ds;
     cxs_utt_sampler_opts o;
-    uint16_t *bucket; /* length bucket of every utterance */
+    /* The length buckets: bounds[0 .. nb-2] (a length's bucket is the count
+     * of bounds <= it), and lut[T] = the bucket of length T for T <= lut_max
+     * when the lengths are short enough for a table; nothing per utterance. */
+    uint64_t bounds[1024];
+    uint16_t *lut;
+    uint64_t lut_max;
+    uint64_t count[1024]; /* utterances of every bucket (the whole dataset's) */
     uint32_t max_batch;
     uint64_t max_frames;
     int block;
@@ -33,6 +41,21 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void fork_prepare(void) { pthread_mutex_lock(&plans_mu); }
 static void fork_after(void) { pthread_mutex_unlock(&plans_mu); }
 static void register_atfork(void) { pthread_atfork(fork_prepare, fork_after, fork_after); }
+
+static inline uint64_t mix64(uint64_t z); /* below */
+
+/* The length bucket of an utterance of T frames. */
+static inline uint32_t bucket_of(const cxs_utt_sampler *s, uint32_t nb, uint64_t T) {
+    if (nb <= 1) return 0;
+    if (s->lut) return s->lut[T <= s->lut_max ? T : s->lut_max];
+    uint32_t lo = 0, hi = nb - 1; /* bucket = count of bounds <= T */
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (s->bounds[mid] <= T) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
 
 static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -51,19 +74,31 @@ static uint64_t rng_below(uint64_t *st, uint64_t n) {
     }
 }
 
-static inline uint64_t utt_len(const cxs_dataset *ds, uint64_t u) {
-    return ds->cum[u + 1] - ds->cum[u];
-}
+/* (INDEX checked whole at the sampler's creation) */
+
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
 }
 
+/* The plan's utterance array: mapped, with transparent huge pages asked
+ * for (first touches of fresh memory dominate building a large plan). */
+static uint64_t *entries_alloc(uint64_t n) {
+    size_t bytes = (size_t)(n ? n : 1) * 8;
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= (4u << 20)) madvise(m, bytes, MADV_HUGEPAGE);
+#endif
+    return m;
+}
+
 static void plan_free(cxs_utt_plan *p) {
     if (!p) return;
     free(p->bstart);
-    free(p->utts);
+    free(p->blen);
+    if (p->utts) munmap(p->utts, (size_t)(p->nutts ? p->nutts : 1) * 8);
     free(p->gstart);
     free(p->rstart);
     free(p->rng);
@@ -74,7 +109,7 @@ void cxs_utt_sampler_free(cxs_utt_sampler *s) {
     if (!s) return;
     for (int i = 0; i < PLANS; i++) plan_free(s->cache[i]);
     if (s->block) cxs_block_sched_destroy(&s->bs);
-    free(s->bucket);
+    free(s->lut);
     free(s);
 }
 
@@ -101,6 +136,11 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
         return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: block mode (memory_bytes) needs the shuffled kind");
     if (!o.blocks) o.blocks = 8;
     const uint64_t U = ds->meta.num_utterances;
+    {
+        /* every length is read below: the whole INDEX checked, once */
+        int rc = cxs_index_check_all(ds, d);
+        if (rc) return rc;
+    }
     if (!o.buckets) {
         /* More buckets always pad less (measured: bench/utt_bench.py),
          * but a bucket of about one batch makes the same batch every epoch
@@ -115,13 +155,31 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
         uint64_t nb = frames / 2 / o.frame_budget; /* 2 * budget may wrap */
         o.buckets = nb < 1 ? 1 : nb > CXS_UTT_MAX_AUTO_BUCKETS ? CXS_UTT_MAX_AUTO_BUCKETS : (uint32_t)nb;
     }
-    uint64_t over = 0, longest = 0, longest_u = 0;
-    for (uint64_t u = 0; u < U; u++) {
-        uint64_t T = utt_len(ds, u);
-        if (T > o.frame_budget) over++;
-        if (T > longest) longest = T, longest_u = u;
+    /* One pass over the lengths (the INDEX in place, shard by shard): the
+     * longest, those over the budget, and their histogram when the lengths
+     * are short enough for one (the quantiles then need no sort and no
+     * array per utterance). */
+    const uint64_t hist_max = ds->max_len <= (1u << 20) ? ds->max_len : 0;
+    uint64_t *hist = hist_max ? calloc(hist_max + 1, sizeof *hist) : NULL;
+    uint64_t *sorted = hist_max ? NULL : malloc((U ? U : 1) * sizeof *sorted);
+    if (!hist && !sorted) return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
+    uint64_t over = 0, longest = 0, longest_u = 0, shortest = UINT64_MAX;
+    for (uint32_t si = 0; si < ds->meta.num_shards; si++) {
+        const shard *sh = &ds->shards[si];
+        uint64_t prev = cxs_index_at(sh, 0);
+        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+            uint64_t nx = cxs_index_at(sh, lu + 1), T = nx - prev;
+            prev = nx;
+            if (T > o.frame_budget) over++;
+            if (T > longest) longest = T, longest_u = sh->u_start + lu;
+            if (T < shortest) shortest = T;
+            if (hist) hist[T <= hist_max ? T : hist_max]++; /* (within STATS: checked) */
+            else sorted[sh->u_start + lu] = T;
+        }
     }
     if (over && !o.long_alone) {
+        free(hist);
+        free(sorted);
         cxs_utterance ut;
         cxs_dataset_utterance(ds, longest_u, &ut);
         int idl = ut.id_len > 200 ? 200 : (int)ut.id_len;
@@ -133,35 +191,51 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
                          (unsigned long long)o.frame_budget, idl, ut.id,
                          (unsigned long long)longest);
     }
-    cxs_utt_sampler *s = calloc(1, sizeof *s);
-    if (!s) return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
-    s->ds = ds;
-    s->o = o;
-    /* Bucket bounds at the quantiles of the lengths, fixed for the run. */
-    s->bucket = malloc((U ? U : 1) * sizeof *s->bucket);
-    uint64_t *sorted = malloc((U ? U : 1) * sizeof *sorted);
-    if (!s->bucket || !sorted) {
+    if (longest > UINT32_MAX) { /* a plan entry holds a length in 32 bits */
+        free(hist);
         free(sorted);
-        cxs_utt_sampler_free(s);
+        return cxs_diagf(d, CXS_E_UNSUPPORTED,
+                         "utterance sampler: an utterance of %llu frames (at most 2^32 - 1)",
+                         (unsigned long long)longest);
+    }
+    cxs_utt_sampler *s = calloc(1, sizeof *s);
+    if (!s) {
+        free(hist);
+        free(sorted);
         return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
     }
-    for (uint64_t u = 0; u < U; u++) sorted[u] = utt_len(ds, u);
-    qsort(sorted, U, sizeof *sorted, cmp_u64);
-    uint64_t bounds[1024];
+    s->ds = ds;
+    s->o = o;
+    /* Bucket bounds at the quantiles of the lengths, fixed for the run:
+     * bound i-1 is the length of rank U*i/nb in sorted order. */
     const uint32_t nb = o.buckets;
-    for (uint32_t i = 1; i < nb; i++) bounds[i - 1] = U ? sorted[U * i / nb] : 0;
-    for (uint64_t u = 0; u < U; u++) {
-        uint64_t T = utt_len(ds, u);
-        uint32_t lo = 0, hi = nb - 1; /* bucket = count of bounds <= T */
-        while (lo < hi) {
-            uint32_t mid = (lo + hi) / 2;
-            if (bounds[mid] <= T) lo = mid + 1;
-            else hi = mid;
+    if (hist) {
+        uint64_t below = 0, T = 0; /* lengths < T: below */
+        for (uint32_t i = 1; i < nb; i++) {
+            const uint64_t rank = U * i / nb;
+            while (below + hist[T] <= rank) below += hist[T++];
+            s->bounds[i - 1] = T;
         }
-        s->bucket[u] = (uint16_t)lo;
+        /* the buckets' sizes, which every epoch's plan starts from */
+        for (uint64_t t = 0; t <= hist_max; t++) s->count[bucket_of(s, nb, t)] += hist[t];
+        free(hist);
+        if (nb > 1) { /* each length's bucket, by the search it replaces */
+            uint16_t *lut = malloc((hist_max + 1) * sizeof *lut);
+            if (!lut) {
+                cxs_utt_sampler_free(s);
+                return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
+            }
+            for (uint64_t t = 0; t <= hist_max; t++) lut[t] = (uint16_t)bucket_of(s, nb, t);
+            s->lut = lut;
+            s->lut_max = hist_max;
+        }
+    } else {
+        qsort(sorted, U, sizeof *sorted, cmp_u64);
+        for (uint32_t i = 1; i < nb; i++) s->bounds[i - 1] = U ? sorted[U * i / nb] : 0;
+        for (uint64_t u = 0; u < U; u++) s->count[bucket_of(s, nb, sorted[u])]++;
+        free(sorted);
     }
-    uint64_t shortest = U ? sorted[0] : 1;
-    free(sorted);
+    if (shortest == UINT64_MAX) shortest = 1;
     uint64_t mb = o.max_batch ? o.max_batch : o.frame_budget / (shortest ? shortest : 1);
     if (mb > U) mb = U;
     if (mb > UINT32_MAX) mb = UINT32_MAX;
@@ -190,35 +264,105 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
     return 0;
 }
 
-/* Steps 1-4 of the header's order for the m utterances of list[] (one
- * group): shuffled, bucketed (stable), cut greedily, batches shuffled;
- * appended to p at *at (utterances) and p->nbatches (batches).  tmp, rs
- * and rl have room for m entries; cnt for the buckets + 1. */
-static void plan_group(const cxs_utt_sampler *s, uint64_t *list, uint64_t m, uint64_t key,
-                       cxs_utt_plan *p, uint64_t *at, uint64_t *tmp, uint64_t *rs,
-                       uint64_t *rl, uint64_t *cnt) {
+/* A plan entry: the utterance (low 32 bits) and its length (high). */
+#define ENTRY(u, T) ((uint64_t)(u) | (uint64_t)(T) << 32)
+#define ENTRY_U(e) ((e) & 0xffffffffu)
+#define ENTRY_T(e) ((e) >> 32)
+
+/* Utterances per bin of the shuffle: a bin's entries (64 KiB) are
+ * shuffled in cache. */
+#define BIN_SHIFT 13
+
+static void fisher_yates(uint64_t *x, uint64_t m, uint64_t *st) {
+    for (uint64_t i = m; i > 1; i--) {
+        uint64_t j = rng_below(st, i), t = x[i - 1];
+        x[i - 1] = x[j];
+        x[j] = t;
+    }
+}
+
+/* Steps 1-4 of the header's order for the m utterances list[0..m) (NULL:
+ * all of the dataset's, in order) of one group, into out[0..m): each
+ * utterance's entry goes to its length bucket and, shuffled, to a random
+ * bin of it (2^k bins of about 2^BIN_SHIFT utterances a bucket: every bin
+ * is written in turn, so the pass is sequential), then every bin is
+ * shuffled in cache -- a uniformly random order inside each bucket, the
+ * buckets in order (Rao and Sandelius' shuffle), in two passes over the
+ * utterances and none at random over all of them; then the greedy cuts,
+ * and the batches (start, length) in a seeded random order appended to
+ * p.  base is out's offset in p->utts.  tmp: room for the bins' counts,
+ * rs and rl for m batches. */
+/* Bins a group of m utterances may need at most (2^lg >= count / 2^BIN_SHIFT
+ * per bucket: under 2 * m / 2^BIN_SHIFT + 1 each), plus one. */
+static uint64_t max_bins(uint64_t m) { return 2 * (m >> BIN_SHIFT) + 1025 + 1; }
+
+static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
+                      cxs_utt_plan *p, uint64_t *out, uint64_t base, uint64_t *rs, uint64_t *rl,
+                      uint64_t *bin) {
     const cxs_dataset *ds = s->ds;
     const uint64_t B = s->o.frame_budget, maxb = s->o.max_batch;
     const int shuffle = s->o.kind == CXS_UTT_SHUFFLE;
     const uint32_t nb = shuffle ? s->o.buckets : 1;
+    uint64_t cnt[1025], lg[1024], first[1025];
+    memset(cnt, 0, sizeof cnt);
+#define FOR_EACH_UTT(body)                                                                \
+    do {                                                                                  \
+        if (list) {                                                                       \
+            for (uint64_t i_ = 0; i_ < m; i_++) {                                         \
+                const uint64_t u = list[i_], T = cxs_utt_frames(ds, u);                   \
+                body;                                                                     \
+            }                                                                             \
+        } else {                                                                          \
+            for (uint32_t si_ = 0; si_ < ds->meta.num_shards; si_++) {                    \
+                const shard *sh_ = &ds->shards[si_];                                      \
+                uint64_t prev_ = cxs_index_at(sh_, 0);                                    \
+                for (uint64_t lu_ = 0; lu_ < sh_->meta.num_utterances; lu_++) {           \
+                    const uint64_t nx_ = cxs_index_at(sh_, lu_ + 1), u = sh_->u_start + lu_, \
+                                   T = nx_ - prev_;                                       \
+                    prev_ = nx_;                                                          \
+                    body;                                                                 \
+                }                                                                         \
+            }                                                                             \
+        }                                                                                 \
+    } while (0)
+    if (list || nb != s->o.buckets) FOR_EACH_UTT({
+            (void)u;
+            cnt[bucket_of(s, nb, T)]++;
+        });
+    else memcpy(cnt, s->count, nb * sizeof *cnt); /* counted at create */
+    /* bins: 2^lg[b] for bucket b, numbered bucket after bucket */
+    uint64_t nbins = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        lg[b] = 0;
+        while (shuffle && (cnt[b] >> BIN_SHIFT) >> lg[b]) lg[b]++;
+        first[b] = nbins;
+        nbins += 1ull << lg[b];
+    }
+    first[nb] = nbins;
+    memset(bin, 0, (nbins + 1) * sizeof *bin); /* room: max_bins(m) */
+    const uint64_t bkey = mix64(key ^ 0xa4093822299f31d0ull);
+#define BIN_OF(u, b) (first[b] + (lg[b] ? mix64(bkey + (u) * 0x9e3779b97f4a7c15ull) >> (64 - lg[b]) : 0))
+    FOR_EACH_UTT({
+        uint32_t b = bucket_of(s, nb, T);
+        bin[BIN_OF(u, b) + 1]++;
+    });
+    for (uint64_t k = 0; k < nbins; k++) bin[k + 1] += bin[k];
+    FOR_EACH_UTT({
+        uint32_t b = bucket_of(s, nb, T);
+        out[bin[BIN_OF(u, b)]++] = ENTRY(u, T);
+    });
+#undef BIN_OF
+#undef FOR_EACH_UTT
+    /* bin k now ends at bin[k]; it starts where bin k-1 ends */
     uint64_t st = key;
     if (shuffle)
-        for (uint64_t i = m; i > 1; i--) {
-            uint64_t j = rng_below(&st, i), t = list[i - 1];
-            list[i - 1] = list[j];
-            list[j] = t;
-        }
-    /* a stable counting sort by bucket keeps the random order within one */
-    memset(cnt, 0, (nb + 1) * sizeof *cnt);
-    for (uint64_t i = 0; i < m; i++) cnt[(nb > 1 ? s->bucket[list[i]] : 0) + 1]++;
-    for (uint32_t b = 0; b < nb; b++) cnt[b + 1] += cnt[b];
-    for (uint64_t i = 0; i < m; i++) tmp[cnt[nb > 1 ? s->bucket[list[i]] : 0]++] = list[i];
+        for (uint64_t k = 0, a = 0; k < nbins; a = bin[k], k++) fisher_yates(out + a, bin[k] - a, &st);
     /* greedy cuts, a new batch at every bucket change */
     uint64_t nr = 0, n = 0, tmax = 0;
     uint32_t cur = 0;
     for (uint64_t i = 0; i < m; i++) {
-        uint64_t u = tmp[i], T = utt_len(ds, u);
-        uint32_t bk = nb > 1 ? s->bucket[u] : 0;
+        const uint64_t T = ENTRY_T(out[i]);
+        uint32_t bk = bucket_of(s, nb, T);
         uint64_t t2 = T > tmax ? T : tmax;
         if (n && (bk != cur || (n + 1) * t2 > B || (maxb && n >= maxb))) {
             rl[nr++] = n;
@@ -236,34 +380,65 @@ static void plan_group(const cxs_utt_sampler *s, uint64_t *list, uint64_t m, uin
             rs[j] = a, rl[j] = b;
         }
     for (uint64_t r = 0; r < nr; r++) {
-        p->bstart[p->nbatches++] = *at;
-        memcpy(p->utts + *at, tmp + rs[r], rl[r] * sizeof *tmp);
-        *at += rl[r];
+        p->bstart[p->nbatches] = base + rs[r];
+        p->blen[p->nbatches++] = (uint32_t)rl[r];
     }
+    return 0;
+}
+
+uint64_t cxs_utt_plan_batch(const cxs_utt_plan *p, uint64_t g, uint64_t *out) {
+    const uint64_t *e = p->utts + p->bstart[g];
+    const uint32_t n = p->blen[g];
+    for (uint32_t i = 0; i < n; i++) out[i] = ENTRY_U(e[i]);
+    return n;
+}
+
+typedef struct group_arg {
+    const cxs_utt_sampler *s;
+    const uint64_t *list;
+    uint64_t m, key;
+    cxs_utt_plan *p;
+    uint64_t *out, base, *rs, *rl, *bin;
+} group_arg;
+
+static int group_run(void *x) {
+    group_arg *a = x;
+    return plan_group(a->s, a->list, a->m, a->key, a->p, a->out, a->base, a->rs, a->rl, a->bin);
+}
+
+/* plan_group reads INDEX from the mapping: in a recovery region (fault.h;
+ * it allocates nothing), so a shard truncated since open fails the plan
+ * with CXS_E_TRUNCATED instead of a SIGBUS. */
+static int group_mapped(group_arg *a) {
+    cxs_fault f;
+    return cxs_fault_run(a->s->ds, group_run, a, &f);
 }
 
 static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **out) {
     const cxs_dataset *ds = s->ds;
     const uint64_t U = ds->meta.num_utterances, n1 = U ? U : 1;
     cxs_utt_plan *p = calloc(1, sizeof *p);
-    uint64_t *list = malloc(n1 * 8), *tmp = malloc(n1 * 8), *rs = malloc(n1 * 8),
-             *rl = malloc(n1 * 8), *cnt = malloc(1025 * 8);
+    /* rs, rl: a batch per utterance at most, touched only as far as the
+     * batches go (fresh pages are mapped at first touch) */
+    uint64_t *list = s->block ? malloc(n1 * 8) : NULL, *rs = malloc(n1 * 8), *rl = malloc(n1 * 8);
+    uint64_t *bin = malloc(max_bins(n1) * sizeof *bin);
     int rc = 0;
     if (p) {
         p->epoch = epoch;
         p->bstart = malloc((n1 + 1) * sizeof *p->bstart);
-        p->utts = malloc(n1 * sizeof *p->utts);
+        p->blen = malloc(n1 * sizeof *p->blen);
+        p->nutts = U;
+        p->utts = entries_alloc(U);
     }
-    if (!p || !p->bstart || !p->utts || !list || !tmp || !rs || !rl || !cnt) {
+    if (!p || !p->bstart || !p->blen || !p->utts || (s->block && !list) || !rs || !rl || !bin) {
         rc = -ENOMEM;
         goto out;
     }
     const uint64_t key = mix64(mix64(s->o.seed ^ 0x452821e638d01377ull) +
                                mix64(epoch * 0xbe5466cf34e90c6cull + 1));
-    uint64_t at = 0;
     if (!s->block) {
-        for (uint64_t u = 0; u < U; u++) list[u] = u;
-        plan_group(s, list, U, key, p, &at, tmp, rs, rl, cnt);
+        group_arg ga = {s, NULL, U, key, p, p->utts, 0, rs, rl, bin};
+        rc = group_mapped(&ga);
     } else {
         cxs_block_plan *bp;
         cxs_block_sched *bs = (cxs_block_sched *)&s->bs; /* shared, thread-safe */
@@ -278,8 +453,8 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
             rc = -ENOMEM;
             goto out;
         }
-        uint64_t nr = 0;
-        for (uint64_t g = 0; g < G; g++) {
+        uint64_t nr = 0, at = 0;
+        for (uint64_t g = 0; g < G && !rc; g++) {
             uint64_t m = 0;
             p->gstart[g] = p->nbatches;
             p->rstart[g] = nr;
@@ -289,21 +464,21 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
                 if (b->len) /* uncompressed: its rows in the shard's mapping */
                     p->rng[nr++] = (cxs_utt_range){ds->shards[b->shard].map + b->off, b->len};
             }
-            plan_group(s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p, &at, tmp, rs,
-                       rl, cnt);
+            group_arg ga = {s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
+                            p->utts + at, at, rs, rl, bin};
+            rc = group_mapped(&ga);
+            at += m;
         }
         p->gstart[G] = p->nbatches;
         p->rstart[G] = nr;
         p->ngroups = G;
         cxs_block_plan_put(bs, bp);
     }
-    p->bstart[p->nbatches] = at;
 out:
     free(list);
-    free(tmp);
     free(rs);
     free(rl);
-    free(cnt);
+    free(bin);
     if (rc) plan_free(p);
     else *out = p;
     return rc;
@@ -403,11 +578,11 @@ int cxs_utt_sampler_batch(const cxs_utt_sampler *s, uint64_t epoch, uint64_t pos
     if (pos >= cxs_utt_plan_length(s, p)) {
         rc = CXS_E_RANGE;
     } else {
-        uint64_t g = cxs_utt_plan_global(s, p, pos), a = p->bstart[g], m = p->bstart[g + 1] - a;
+        uint64_t g = cxs_utt_plan_global(s, p, pos), m = p->blen[g];
         if (m > cap) {
             rc = CXS_E_INVALID;
         } else {
-            memcpy(utts, p->utts + a, m * sizeof *utts);
+            cxs_utt_plan_batch(p, g, utts);
             *n = (uint32_t)m;
             if (global) *global = g;
         }

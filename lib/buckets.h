@@ -13,13 +13,15 @@ typedef struct cxs_utt_range {
     uint64_t len;
 } cxs_utt_range;
 
-/* One epoch's global batch order: batch b holds utts[bstart[b] ..
- * bstart[b+1]). */
+/* One epoch's global batch order: batch b holds the utterances of entries
+ * utts[bstart[b] .. bstart[b] + blen[b]) (cxs_utt_plan_batch). */
 typedef struct cxs_utt_plan {
     uint64_t epoch;
     uint64_t nbatches;
-    uint64_t *bstart; /* nbatches + 1 */
-    uint64_t *utts;   /* every utterance once */
+    uint64_t *bstart; /* nbatches */
+    uint32_t *blen;
+    uint64_t *utts;   /* every utterance once: its number | its length << 32 */
+    uint64_t nutts;
     /* Block mode: the epoch's groups of blocks.  Group k holds batches
      * gstart[k] .. gstart[k+1]-1 and reads the byte ranges rng[rstart[k]
      * .. rstart[k+1]) (uncompressed data; none when compressed).  ngroups
@@ -35,6 +37,8 @@ typedef struct cxs_utt_plan {
 int cxs_utt_plan_get(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **out);
 void cxs_utt_plan_put(const cxs_utt_sampler *s, cxs_utt_plan *p);
 
+/* The utterances of global batch g into out; their count. */
+uint64_t cxs_utt_plan_batch(const cxs_utt_plan *p, uint64_t g, uint64_t *out);
 /* This rank's batches in plan p (0 when origin is past the end). */
 uint64_t cxs_utt_plan_length(const cxs_utt_sampler *s, const cxs_utt_plan *p);
 /* The global batch of this rank's position pos (< length). */

@@ -76,16 +76,21 @@ void cxs_dataset_close(cxs_dataset *ds) {
         /* A lone shard may fail before its metadata set num_shards. */
         uint32_t n = ds->single_shard ? 1 : ds->meta.num_shards;
         for (uint32_t i = 0; i < n; i++) {
-            if (ds->shards[i].map) munmap((void *)ds->shards[i].map, ds->shards[i].size);
-            free(ds->shards[i].path);
+            shard *sh = &ds->shards[i];
+            if (sh->map) munmap((void *)sh->map, sh->size);
+            free(sh->path);
+            free(sh->bucket);
+            lazy_table *t[3] = {&sh->t_index, &sh->t_ids, &sh->t_seqs};
+            for (int k = 0; k < 3; k++) {
+                free(t[k]->done);
+                free(t[k]->hashed);
+            }
         }
     }
     if (ds->map) munmap((void *)ds->map, ds->size);
     free(ds->shards);
-    free(ds->cum);
-    free(ds->utt_shard);
-    free(ds->row);
-    free(ds->bucket);
+    free(ds->shard_u0);
+    free(ds->shard_f0);
     free(ds->norm_mean);
     free(ds->norm_scale);
     cxs_zcache_free(ds->zc);
@@ -162,6 +167,13 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
                          (unsigned long long)ss->length,
                          (unsigned long long)(CXS_STATS_HEAD + 16ull * m->dim + 8ull * m->vocab_size));
     ds->stats = ds->map + ss->offset;
+    ds->min_len = cxs_ld64(ds->stats + 8);
+    ds->max_len = cxs_ld64(ds->stats + 16);
+    if (ds->min_len == 0 || ds->min_len > ds->max_len || ds->max_len > m->num_frames)
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "%s: STATS: utterance lengths %llu..%llu in a dataset of %llu frames",
+                         mp, (unsigned long long)ds->min_len, (unsigned long long)ds->max_len,
+                         (unsigned long long)m->num_frames);
     if (cxs_ld64(ds->stats + 24) != 0)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: reserved bytes 24..31 not zero", mp);
     for (uint32_t j = 0; j < m->dim; j++) {
@@ -202,10 +214,10 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     return 0;
 }
 
-/* Per-utterance arrays and the bucket table; needs meta's counts.  `bytes`
- * is the size of the files that must hold them: counts they cannot hold are
- * refused before anything is allocated for them (every utterance takes 8
- * INDEX bytes, every frame at least 2 FEATURES bytes). */
+/* The per-shard arrays; needs meta's counts.  `bytes` is the size of the
+ * files that must hold the dataset: counts they cannot hold are refused
+ * (every utterance takes 8 INDEX bytes, every frame at least 2 FEATURES
+ * bytes), before the lookup's buckets are sized by them. */
 static int alloc_arrays(cxs_dataset *ds, uint64_t bytes, int compressed, const char *path,
                         cxs_diag *d) {
     uint64_t U = ds->meta.num_utterances;
@@ -219,14 +231,12 @@ static int alloc_arrays(cxs_dataset *ds, uint64_t bytes, int compressed, const c
                          "%s: %llu utterances and %llu frames cannot fit in %llu bytes of shards",
                          path, (unsigned long long)U, (unsigned long long)ds->meta.num_frames,
                          (unsigned long long)bytes);
-    uint64_t nb = (ds->meta.num_frames >> CXS_BUCKET_SHIFT) + 2;
-    ds->cum = malloc((U + 1) * sizeof *ds->cum);
-    ds->utt_shard = malloc(U * sizeof *ds->utt_shard);
-    ds->row = malloc(U * sizeof *ds->row);
-    ds->bucket = malloc(nb * sizeof *ds->bucket);
-    ds->min_len = UINT64_MAX;
-    ds->max_len = 0;
-    return ds->cum && ds->utt_shard && ds->row && ds->bucket ? 0 : -ENOMEM;
+    uint32_t S = ds->meta.num_shards;
+    ds->shard_u0 = calloc((size_t)S + 1, sizeof *ds->shard_u0);
+    ds->shard_f0 = calloc((size_t)S + 1, sizeof *ds->shard_f0);
+    ds->scan_min = ds->seq_scan_min = UINT64_MAX;
+    ds->scan_max = ds->seq_scan_max = 0;
+    return ds->shard_u0 && ds->shard_f0 ? 0 : -ENOMEM;
 }
 
 /* A shard opened alone describes the dataset itself. */
@@ -260,6 +270,24 @@ typedef struct shard_sections {
     const cxs_section *meta, *index, *ids, *features, *zfeatures, *chunks, *labels, *seqs;
     int compressed;
 } shard_sections;
+
+/* Table t of a shard over section sec: checked at first use when BLOCKSUMS
+ * covers it and the shard is a manifest's (may_defer), else whole at open. */
+static int lazy_setup(shard *sh, lazy_table *t, const cxs_section *sec, int may_defer,
+                      cxs_diag *d) {
+    t->p = sh->map + sec->offset;
+    t->len = sec->length;
+    t->type = sec->type;
+    t->bs = may_defer ? cxs_blocksums_find(&sh->bs, sec->type) : NULL;
+    t->all_done = t->bs == NULL;
+    if (t->all_done) return 0;
+    size_t words = (size_t)((t->bs->num_blocks + 63) / 64);
+    t->done = calloc(words ? words : 1, sizeof *t->done);
+    t->hashed = calloc(words ? words : 1, sizeof *t->hashed);
+    if (!t->done || !t->hashed) return cxs_diagf(d, -ENOMEM, "%s: out of memory", sh->path);
+    t->per_block = (1ull << t->bs->shift) / 8;
+    return 0;
+}
 
 /* Map shard i, parse its container, match it to its manifest entry e (NULL
  * for a shard opened alone) and find its sections: the required ones, the
@@ -322,12 +350,24 @@ static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: SEQUENCES present, but the manifest has no SEQ_META", path);
     x->labels = cxs_container_find(&sh->c, CXS_SEC_LABELS);
-    if ((rc = check_section_hash(sh->map, x->meta, path, d)) ||
-        (rc = check_section_hash(sh->map, x->index, path, d)) ||
-        (rc = check_section_hash(sh->map, x->ids, path, d)) ||
-        (x->chunks && x->compressed && (rc = check_section_hash(sh->map, x->chunks, path, d))) ||
-        (x->seqs && (rc = check_section_hash(sh->map, x->seqs, path, d))))
+    /* BLOCKSUMS (format 1.3): its own sum and structure at open; the
+     * per-utterance tables it covers are then checked a block at a time at
+     * first use (utt_index.c) instead of whole here -- only for a shard of
+     * a manifest, whose STATS and SEQ_META bound the lengths. */
+    if ((rc = cxs_shard_blocksums(ds, i, d))) return rc;
+    if ((rc = lazy_setup(sh, &sh->t_index, x->index, e != NULL, d)) ||
+        (rc = lazy_setup(sh, &sh->t_ids, x->ids, e != NULL, d)) ||
+        (x->seqs && (rc = lazy_setup(sh, &sh->t_seqs, x->seqs, e != NULL, d))))
         return rc;
+    if ((rc = check_section_hash(sh->map, x->meta, path, d)) ||
+        (sh->t_index.all_done && (rc = check_section_hash(sh->map, x->index, path, d))) ||
+        (sh->t_ids.all_done && (rc = check_section_hash(sh->map, x->ids, path, d))) ||
+        (x->chunks && x->compressed && (rc = check_section_hash(sh->map, x->chunks, path, d))) ||
+        (x->seqs && sh->t_seqs.all_done && (rc = check_section_hash(sh->map, x->seqs, path, d))))
+        return rc;
+    if (!sh->t_index.all_done) ds->lazy = ds->lazy_index = 1;
+    if (!sh->t_ids.all_done) ds->lazy = 1;
+    if (x->seqs && !sh->t_seqs.all_done) ds->lazy = ds->lazy_seqs = 1;
     return 0;
 }
 
@@ -354,11 +394,14 @@ static int shard_meta(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
                          sh->path);
     sh->u_start = sm->first_utterance;
     sh->f_start = sm->first_frame;
+    ds->shard_u0[i] = sh->u_start;
+    ds->shard_f0[i] = sh->f_start;
     return 0;
 }
 
-/* INDEX: U+1 increasing frame offsets from 0 to F; fills the dataset's
- * per-utterance arrays. */
+/* INDEX: U+1 increasing frame offsets from 0 to F.  Read whole when the
+ * shard has no BLOCKSUMS for it (its lengths' range kept for STATS' check),
+ * else only its ends: its blocks are checked at first use (utt_index.c). */
 static int shard_index(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs_diag *d) {
     shard *sh = &ds->shards[i];
     const char *path = sh->path;
@@ -369,20 +412,20 @@ static int shard_index(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs
     sh->index = sh->map + x->index->offset;
     uint64_t prev = cxs_ld64(sh->index);
     if (prev != 0) return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX entry 0 is not 0", path);
-    for (uint64_t u = 0; u < U; u++) {
-        uint64_t nx = cxs_ld64(sh->index + 8 * (u + 1));
-        if (nx <= prev || nx > F)
-            return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: INDEX entry %llu: %llu after %llu (must increase, up to %llu)",
-                             path, (unsigned long long)(u + 1), (unsigned long long)nx,
-                             (unsigned long long)prev, (unsigned long long)F);
-        uint64_t g = sh->u_start + u;
-        ds->cum[g] = sh->f_start + prev;
-        ds->utt_shard[g] = i;
-        ds->row[g] = (uint64_t)ds->meta.guard * (u + 1) + prev;
-        if (nx - prev < ds->min_len) ds->min_len = nx - prev;
-        if (nx - prev > ds->max_len) ds->max_len = nx - prev;
-        prev = nx;
+    if (!sh->t_index.all_done) {
+        prev = cxs_ld64(sh->index + 8 * U);
+    } else {
+        for (uint64_t u = 0; u < U; u++) {
+            uint64_t nx = cxs_ld64(sh->index + 8 * (u + 1));
+            if (nx <= prev || nx > F)
+                return cxs_diagf(d, CXS_E_CORRUPT,
+                                 "%s: INDEX entry %llu: %llu after %llu (must increase, up to %llu)",
+                                 path, (unsigned long long)(u + 1), (unsigned long long)nx,
+                                 (unsigned long long)prev, (unsigned long long)F);
+            if (nx - prev < ds->scan_min) ds->scan_min = nx - prev;
+            if (nx - prev > ds->scan_max) ds->scan_max = nx - prev;
+            prev = nx;
+        }
     }
     if (prev != F)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX ends at %llu, the shard has %llu frames",
@@ -403,15 +446,37 @@ static const uint8_t *shard_id(const shard *sh, uint64_t u, uint64_t *len) {
 static int shard_ids(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs_diag *d) {
     shard *sh = &ds->shards[i];
     const uint64_t U = sh->meta.num_utterances;
-    int rc = cxs_strtab_check(sh->map + x->ids->offset, x->ids->length, U, CXS_MAX_ID_LEN, "IDS",
-                              sh->path, d);
+    const uint8_t *p = sh->map + x->ids->offset;
+    const uint64_t len = x->ids->length;
+    sh->ids = p;
+    if (!sh->t_ids.all_done) {
+        /* the string table's frame now, every id at its block's first use */
+        if (U >= UINT64_MAX / 8 - 1 || len < 8 * (U + 1))
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: IDS: %llu bytes cannot hold %llu offsets",
+                             sh->path, (unsigned long long)len, (unsigned long long)U + 1);
+        if (cxs_ld64(p) != 0)
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: IDS: first offset is not 0", sh->path);
+        if (cxs_ld64(p + 8 * U) != len - 8 * (U + 1))
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: IDS: last offset %llu, expected the string bytes' length %llu",
+                             sh->path, (unsigned long long)cxs_ld64(p + 8 * U),
+                             (unsigned long long)(len - 8 * (U + 1)));
+        return 0;
+    }
+    int rc = cxs_strtab_check(p, len, U, CXS_MAX_ID_LEN, "IDS", sh->path, d);
     if (rc) return rc;
-    sh->ids = sh->map + x->ids->offset;
     uint64_t pl = 0;
     const uint8_t *pb = NULL;
     if (i > 0) {
+        /* the previous shard's last id, checked (its block, if lazy) */
+        cxs_diag pd;
         const shard *ps = &ds->shards[i - 1];
-        pb = shard_id(ps, ps->meta.num_utterances - 1, &pl);
+        if (!ps->t_ids.all_done) {
+            if ((rc = cxs_id_get_in(ds, i - 1, ps->meta.num_utterances - 1, &pb, &pl, &pd)))
+                return cxs_diagf(d, rc, "%s", pd.message);
+        } else {
+            pb = shard_id(ps, ps->meta.num_utterances - 1, &pl);
+        }
     }
     for (uint64_t u = 0; u < U; u++) {
         uint64_t l;
@@ -490,14 +555,29 @@ static int shard_labels(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     /* A shard alone has no vocabulary: any value of the width. */
     uint32_t V = e ? m->vocab_size : m->label_width == 1 ? 256u : 65536u;
     uint64_t tot, lo, hi;
-    int rc = cxs_sequences_check(sh->map + x->seqs->offset, x->seqs->length, U, m->label_width, V,
-                                 &tot, &lo, &hi, path, d);
-    if (rc) return rc;
-    sh->seqs = sh->map + x->seqs->offset;
+    const uint8_t *p = sh->map + x->seqs->offset;
+    const uint64_t len = x->seqs->length, w = m->label_width;
+    sh->seqs = p;
     ds->seq_width = m->label_width;
+    if (!sh->t_seqs.all_done) {
+        /* the offsets' ends now, every sequence at its block's first use */
+        if (U >= UINT64_MAX / 8 - 1 || len < 8 * (U + 1) || cxs_ld64(p) != 0)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: SEQUENCES: %llu bytes do not start with %llu offsets from 0",
+                             path, (unsigned long long)len, (unsigned long long)U + 1);
+        tot = cxs_ld64(p + 8 * U);
+        if (tot > (len - 8 * (U + 1)) / w || 8 * (U + 1) + tot * w != len)
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "%s: SEQUENCES is %llu bytes, its last offset counts %llu symbols",
+                             path, (unsigned long long)len, (unsigned long long)tot);
+        ds->seq_total += tot;
+        return 0;
+    }
+    int rc = cxs_sequences_check(p, len, U, m->label_width, V, &tot, &lo, &hi, path, d);
+    if (rc) return rc;
     ds->seq_total += tot;
-    if (i == 0 || lo < ds->seq_min) ds->seq_min = lo;
-    if (hi > ds->seq_max) ds->seq_max = hi;
+    if (lo < ds->seq_scan_min) ds->seq_scan_min = lo;
+    if (hi > ds->seq_scan_max) ds->seq_scan_max = hi;
     return 0;
 }
 
@@ -508,32 +588,39 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e, cxs
     int rc;
     if ((rc = shard_container(ds, i, e, &x, d)) || (rc = shard_meta(ds, i, e, &x, d)) ||
         (rc = shard_index(ds, i, &x, d)) || (rc = shard_ids(ds, i, &x, d)) ||
-        (rc = shard_features(ds, i, &x, d)) || (rc = shard_labels(ds, i, e, &x, d)) ||
-        (rc = cxs_shard_blocksums(ds, i, d)))
+        (rc = shard_features(ds, i, &x, d)) || (rc = shard_labels(ds, i, e, &x, d)))
         return rc;
     return 0;
 }
 
-/* Frame buckets for cxs_find_utt, and the normalisation constants. */
+/* The lookup's buckets (filled at first use), and the normalisation
+ * constants. */
 static int finish_open(cxs_dataset *ds) {
     uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames;
     if (U > UINT32_MAX) return CXS_E_UNSUPPORTED;
+    if (ds->single_shard) {
+        /* a shard alone is read whole at open: its ranges are the scan's */
+        ds->min_len = ds->scan_min;
+        ds->max_len = ds->scan_max;
+        ds->seq_min = ds->seq_scan_min;
+        ds->seq_max = ds->seq_scan_max;
+    }
     /* The API gives sequence lengths as u32 (a limit of this reader's,
      * reported after the format's checks, spec section 8). */
     if (ds->has_seqs && ds->seq_max > UINT32_MAX) return CXS_E_UNSUPPORTED;
-    ds->cum[U] = F;
-    uint64_t nb = (F >> CXS_BUCKET_SHIFT) + 1, u = 0;
-    for (uint64_t b = 0; b < nb; b++) {
-        uint64_t f = b << CXS_BUCKET_SHIFT;
-        while (u + 1 < U && ds->cum[u + 1] <= f) u++;
-        ds->bucket[b] = (uint32_t)u;
+    const uint32_t S = ds->meta.num_shards;
+    ds->shard_u0[S] = U;
+    ds->shard_f0[S] = F;
+    for (uint32_t i = 0; i < S; i++) {
+        shard *sh = &ds->shards[i];
+        /* bucket b + 1 is read for every b: one more than the buckets */
+        sh->nbuckets = (sh->meta.num_frames >> CXS_BUCKET_SHIFT) + 1;
+        sh->bucket = calloc(sh->nbuckets + 1, sizeof *sh->bucket);
+        if (!sh->bucket) return -ENOMEM;
     }
-    ds->bucket[nb] = (uint32_t)(U - 1);
     /* Label sequences without frame labels: every frame-label call then
      * answers CXS_E_NO_LABELS, as on a features-only dataset. */
     if (ds->has_seqs && !ds->shards[0].labels) ds->meta.label_width = 0;
-    /* The last utterance meeting bucket b is the first of bucket b+1, so a
-     * search in [bucket[b], bucket[b+1]] finds every frame of bucket b. */
     if (ds->stats && cxs_host_is_le()) {
         uint32_t D = ds->meta.dim;
         ds->norm_mean = malloc(D * sizeof *ds->norm_mean);
@@ -717,22 +804,33 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
                        (unsigned long long)U, (unsigned long long)ds->meta.num_frames);
         goto fail;
     }
-    if (cxs_ld64(ds->stats + 8) != ds->min_len || cxs_ld64(ds->stats + 16) != ds->max_len) {
+    /* The length ranges: STATS' and SEQ_META's are the dataset's; an INDEX
+     * or SEQUENCES read whole must agree with them (all of them read whole:
+     * reach them exactly), one checked at use holds every length to them. */
+    uint64_t smin = ds->min_len, smax = ds->max_len;
+    if (ds->lazy_index ? ds->scan_min < smin || (ds->scan_max && ds->scan_max > smax)
+                       : ds->scan_min != smin || ds->scan_max != smax) {
         rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: length range disagrees with the shards",
                        ds->manifest_path);
         goto fail;
     }
-    if (ds->has_seqs && (ds->seqm.num_symbols != ds->seq_total ||
-                         ds->seqm.min_length != ds->seq_min ||
-                         ds->seqm.max_length != ds->seq_max)) {
+    if (ds->has_seqs) {
+        ds->seq_min = ds->seqm.min_length;
+        ds->seq_max = ds->seqm.max_length;
+    }
+    if (ds->has_seqs &&
+        (ds->seqm.num_symbols != ds->seq_total ||
+         (ds->lazy_seqs ? ds->seq_scan_min < ds->seq_min ||
+                              (ds->seq_scan_max && ds->seq_scan_max > ds->seq_max)
+                        : ds->seq_scan_min != ds->seq_min || ds->seq_scan_max != ds->seq_max))) {
         rc = cxs_diagf(d, CXS_E_CORRUPT,
                        "%s: SEQ_META: %llu symbols, sequences of %llu..%llu, the shards hold "
                        "%llu, of %llu..%llu",
                        ds->manifest_path, (unsigned long long)ds->seqm.num_symbols,
                        (unsigned long long)ds->seqm.min_length,
                        (unsigned long long)ds->seqm.max_length,
-                       (unsigned long long)ds->seq_total, (unsigned long long)ds->seq_min,
-                       (unsigned long long)ds->seq_max);
+                       (unsigned long long)ds->seq_total, (unsigned long long)ds->seq_scan_min,
+                       (unsigned long long)ds->seq_scan_max);
         goto fail;
     }
     if ((rc = finish_open(ds))) goto fail;
@@ -811,7 +909,10 @@ int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t fir
     if (u >= ds->meta.num_utterances)
         return cxs_diagf(d, CXS_E_RANGE, "read_features: utterance %llu is past the dataset's %llu",
                          (unsigned long long)u, (unsigned long long)ds->meta.num_utterances);
-    uint64_t T = ds->cum[u + 1] - ds->cum[u];
+    cxs_uloc l;
+    int rc = cxs_utt_loc_safe(ds, u, &l, d);
+    if (rc) return rc;
+    uint64_t T = l.T;
     if (first > T || count > T - first)
         return cxs_diagf(d, CXS_E_RANGE,
                          "read_features: frames %llu..%llu of utterance %llu, which has %llu",
@@ -819,12 +920,12 @@ int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t fir
                          (unsigned long long)u, (unsigned long long)T);
     if (!count) return 0;
     zreader zr = {0};
-    read_arg a = {ds, &zr, ds->utt_shard[u], ds->row[u] + first, count, out};
+    read_arg a = {ds, &zr, l.shard, l.row + first, count, out};
     cxs_fault f;
-    int rc = cxs_fault_run(ds, read_rows_mapped, &a, &f);
+    rc = cxs_fault_run(ds, read_rows_mapped, &a, &f);
     if (rc && rc != -ENOMEM) {
         cxs_where w = CXS_WHERE_NONE;
-        w.shard = ds->utt_shard[u];
+        w.shard = l.shard;
         w.utt = u;
         w.chunk = zr.bad_chunk;
         w.offset = rc == CXS_E_TRUNCATED && zr.bad_chunk == UINT64_MAX ? f.offset : zr.bad_offset;
@@ -869,45 +970,34 @@ uint64_t cxs_dataset_identity(const cxs_dataset *ds) {
 int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame, uint64_t *utterance,
                        uint64_t *offset) {
     if (frame >= ds->meta.num_frames) return CXS_E_RANGE;
-    uint64_t u = cxs_find_utt(ds, frame);
-    *utterance = u;
-    *offset = frame - ds->cum[u];
-    return 0;
-}
-
-typedef struct ids_arg {
-    const uint8_t *at;
-    uint64_t a, b;
-} ids_arg;
-
-static int read_id_offsets(void *p) {
-    ids_arg *x = p;
-    x->a = cxs_ld64(x->at);
-    x->b = cxs_ld64(x->at + 8);
+    cxs_uloc l;
+    int rc = cxs_find_utt_safe(ds, frame, &l, NULL);
+    if (rc) return rc;
+    *utterance = ds->shards[l.shard].u_start + l.lu;
+    *offset = frame - l.f0;
     return 0;
 }
 
 int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out) {
     if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
-    const shard *sh = &ds->shards[ds->utt_shard[u]];
-    uint64_t lu = u - sh->u_start;
-    uint64_t U = sh->meta.num_utterances;
-    /* the id's offsets, from the mapping: a shard truncated since open is
-     * CXS_E_TRUNCATED here, not a SIGBUS (the id's bytes, like the
+    /* the INDEX and IDS blocks of u checked (lazily), the id's offsets
+     * read from the mapping in a recovery region: a shard truncated since
+     * open is CXS_E_TRUNCATED here, not a SIGBUS (the id's bytes, like the
      * features, are the caller's to read) */
-    ids_arg x = {sh->ids + 8 * lu, 0, 0};
-    cxs_fault f;
-    int rc = cxs_fault_run(ds, read_id_offsets, &x, &f);
-    if (rc) return rc;
-    uint64_t a = x.a, b = x.b;
-    out->id = (const char *)sh->ids + 8 * (U + 1) + a;
-    out->id_len = (size_t)(b - a);
-    out->first_frame = ds->cum[u];
-    out->num_frames = ds->cum[u + 1] - ds->cum[u];
-    out->shard = ds->utt_shard[u];
-    out->features = cxs_compressed(ds) ? NULL : cxs_row_ptr(ds, u, 0);
-    out->labels = sh->labels ? sh->labels + (ds->cum[u] - sh->f_start) * sh->meta.label_width
-                             : NULL;
+    const uint8_t *id;
+    uint64_t id_len;
+    int rc;
+    cxs_uloc l;
+    if ((rc = cxs_utt_loc_safe(ds, u, &l, NULL)) || (rc = cxs_id_get(ds, u, &id, &id_len, NULL)))
+        return rc;
+    const shard *sh = &ds->shards[l.shard];
+    out->id = (const char *)id;
+    out->id_len = (size_t)id_len;
+    out->first_frame = l.f0;
+    out->num_frames = l.T;
+    out->shard = l.shard;
+    out->features = cxs_compressed(ds) ? NULL : cxs_loc_row_ptr(ds, &l, 0);
+    out->labels = sh->labels ? sh->labels + (l.f0 - sh->f_start) * sh->meta.label_width : NULL;
     return 0;
 }
 
@@ -926,24 +1016,26 @@ static int guard_zero(void *arg) {
 int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
     if (cxs_compressed(ds)) return CXS_E_UNSUPPORTED;
     if (k > ds->meta.guard || frame >= ds->meta.num_frames) return CXS_E_RANGE;
-    uint64_t u = cxs_find_utt(ds, frame);
-    const int64_t t = (int64_t)(frame - ds->cum[u]), T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+    cxs_uloc l;
+    int rc = cxs_find_utt_safe(ds, frame, &l, NULL);
+    if (rc) return rc;
+    const int64_t t = (int64_t)(frame - l.f0), T = (int64_t)l.T;
     /* The guard rows a view spans are served as they are stored: check
      * them (at most 2k rows, only near the borders), so that a damaged
      * guard row is refused rather than served as padding.  Open does not
      * read them; verify checks every one. */
     cxs_fault f;
     if (t < (int64_t)k) {
-        guard_arg g = {cxs_row_ptr(ds, u, t - (int64_t)k), (size_t)((int64_t)k - t) * ds->row_bytes};
-        int rc = cxs_fault_run(ds, guard_zero, &g, &f);
+        guard_arg g = {cxs_loc_row_ptr(ds, &l, t - (int64_t)k), (size_t)((int64_t)k - t) * ds->row_bytes};
+        rc = cxs_fault_run(ds, guard_zero, &g, &f);
         if (rc) return rc;
     }
     if (t + (int64_t)k >= T) {
-        guard_arg g = {cxs_row_ptr(ds, u, T), (size_t)(t + (int64_t)k - T + 1) * ds->row_bytes};
-        int rc = cxs_fault_run(ds, guard_zero, &g, &f);
+        guard_arg g = {cxs_loc_row_ptr(ds, &l, T), (size_t)(t + (int64_t)k - T + 1) * ds->row_bytes};
+        rc = cxs_fault_run(ds, guard_zero, &g, &f);
         if (rc) return rc;
     }
-    *window = cxs_row_ptr(ds, u, t - (int64_t)k);
+    *window = cxs_loc_row_ptr(ds, &l, t - (int64_t)k);
     return 0;
 }
 
@@ -955,7 +1047,7 @@ int cxs_dataset_labels_of(const cxs_dataset *ds, const uint64_t *frames, size_t 
         if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
     const uint32_t V = ds->meta.vocab_size;
     for (size_t i = 0; i < n; i++) {
-        const shard *sh = &ds->shards[ds->utt_shard[cxs_find_utt(ds, frames[i])]];
+        const shard *sh = &ds->shards[cxs_frame_shard(ds, frames[i])];
         uint32_t l = cxs_shard_label(sh, frames[i] - sh->f_start);
         if (V && l >= V) return CXS_E_CORRUPT; /* damaged: never served */
         out[i] = l;
@@ -979,7 +1071,7 @@ int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, in
     if (!ds->meta.label_width) return CXS_E_NO_LABELS;
     if (first > ds->meta.num_frames || count > ds->meta.num_frames - first) return CXS_E_RANGE;
     if (!count) return 0;
-    uint32_t si = ds->utt_shard[cxs_find_utt(ds, first)];
+    uint32_t si = cxs_frame_shard(ds, first);
     uint64_t f = first, end = first + count;
     while (f < end) {
         const shard *sh = &ds->shards[si++];
@@ -1008,11 +1100,14 @@ int cxs_dataset_label_seq(const cxs_dataset *ds, uint64_t u, int64_t *out, uint3
     if (!ds || !len || (cap && !out)) return CXS_E_INVALID;
     if (!ds->has_seqs) return CXS_E_NO_SEQUENCES;
     if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
-    const shard *sh = &ds->shards[ds->utt_shard[u]];
-    const uint64_t lu = u - sh->u_start, U = sh->meta.num_utterances;
-    const uint64_t a = cxs_ld64(sh->seqs + 8 * lu), b = cxs_ld64(sh->seqs + 8 * (lu + 1));
+    const shard *sh = &ds->shards[cxs_utt_shard(ds, u)];
+    const uint64_t U = sh->meta.num_utterances;
+    uint64_t a, b;
+    int rc = cxs_seq_get(ds, u, &a, &b, NULL);
+    if (rc) return rc;
     const uint8_t *sym = sh->seqs + 8 * (U + 1);
-    /* Open checked the offsets, the lengths (< 2^32) and every symbol. */
+    /* Open or the block's check made sure of the offsets, the lengths
+     * (< 2^32) and every symbol. */
     const uint32_t n = (uint32_t)(b - a), take = n < cap ? n : cap;
     if (ds->seq_width == 1)
         for (uint32_t j = 0; j < take; j++) out[j] = sym[a + j];

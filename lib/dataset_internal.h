@@ -11,6 +11,23 @@
 #include "cxs_le.h"
 #include "cxs_zchunk.h"
 
+/* A per-utterance table of a shard (INDEX, IDS, SEQUENCES) read in place
+ * from the mapping and checked lazily, one block at a time, at its first
+ * use (format 1.3 shards with BLOCKSUMS, spec section 8): `done` has a bit
+ * per block of the section, set once the block's sum and (for the blocks
+ * holding offsets) its structure are checked.  A table checked whole at
+ * open (older shards, or a shard opened alone) has all_done set. */
+typedef struct lazy_table {
+    const uint8_t *p;       /* the section's bytes */
+    uint64_t len;
+    uint32_t type;          /* CXS_SEC_INDEX, _IDS or _SEQUENCES */
+    int all_done;
+    const cxs_bsum_entry *bs; /* its BLOCKSUMS entry (when !all_done) */
+    uint64_t *done;         /* bitmap over bs->num_blocks (atomic bit sets) */
+    uint64_t *hashed;       /* blocks whose sum alone is checked (string bytes) */
+    uint64_t per_block;     /* u64 offsets per block: 2^shift / 8 */
+} lazy_table;
+
 typedef struct shard {
     char *path;
     const uint8_t *map;
@@ -28,6 +45,13 @@ typedef struct shard {
     const uint8_t *chunk_table; /* num_chunks entries: u64 end, u64 checksum */
     const uint8_t *zdata;
     uint64_t chunk_base;       /* dataset-wide number of this shard's chunk 0 */
+    /* The frame -> utterance lookup's buckets of 2^CXS_BUCKET_SHIFT local
+     * frames: 1 + the first local utterance meeting each, 0 while not yet
+     * computed (filled at first use by a search of INDEX; relaxed atomic
+     * stores of a value every thread computes alike). */
+    uint32_t *bucket;
+    uint64_t nbuckets;
+    lazy_table t_index, t_ids, t_seqs;
     cxs_blocksums bs;          /* BLOCKSUMS (format 1.3); bs.n == 0 without */
 } shard;
 
@@ -50,17 +74,25 @@ struct cxs_dataset {
     cxs_container mc;
     cxs_dataset_meta meta;
     shard *shards;
-    uint64_t *cum;        /* first frame of every utterance, U+1 entries */
-    uint32_t *utt_shard;  /* shard of every utterance */
-    uint64_t *row;        /* FEATURES row of every utterance's frame 0 */
-    uint32_t *bucket;     /* first utterance meeting each bucket of frames */
+    /* First utterance and first frame of every shard, num_shards + 1
+     * entries (the last: U and F): the shard of an utterance or a frame by
+     * a search of these; every per-utterance value is read from the
+     * shard's own INDEX in the mapping (no table per utterance). */
+    uint64_t *shard_u0, *shard_f0;
+    int lazy;             /* some table is checked at first use */
     const uint8_t *vocab;
     const uint8_t *stats; /* NULL for a single shard */
     const char *skipped;
     uint64_t skipped_len;
     size_t esize;
     uint64_t total_bytes;
+    /* The shortest and longest utterance: from STATS (the manifest), and
+     * every length served is checked to lie within them (at open, or at
+     * the first use of its INDEX block). */
     uint64_t min_len, max_len;
+    uint64_t scan_min, scan_max;   /* of the INDEXes read whole at open */
+    uint64_t seq_scan_min, seq_scan_max;
+    int lazy_index, lazy_seqs;     /* some shard's INDEX / SEQUENCES is checked at use */
     /* Read-time normalisation constants (spec section 7.4) from the stored
      * statistics, dim each; NULL without statistics. */
     double *norm_mean, *norm_scale;
@@ -146,25 +178,159 @@ uint64_t cxs_sampler_global(const cxs_sampler *s, uint64_t pos);
 /* The block schedule of a block sampler, NULL for other kinds. */
 struct cxs_block_sched *cxs_sampler_blocks(const cxs_sampler *s);
 
-/* Utterance holding frame (< num_frames). */
-static inline uint64_t cxs_find_utt(const cxs_dataset *ds, uint64_t frame) {
-    uint64_t b = frame >> CXS_BUCKET_SHIFT;
-    uint64_t lo = ds->bucket[b], hi = ds->bucket[b + 1] + 1;
-    if (hi > ds->meta.num_utterances) hi = ds->meta.num_utterances;
-    /* Largest u in [lo, hi) with cum[u] <= frame. */
+/* Shard of utterance u (< U) and of frame f (< F). */
+static inline uint32_t cxs_utt_shard(const cxs_dataset *ds, uint64_t u) {
+    uint32_t lo = 0, hi = ds->meta.num_shards;
     while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (ds->cum[mid] <= frame) lo = mid;
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ds->shard_u0[mid] <= u) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+static inline uint32_t cxs_frame_shard(const cxs_dataset *ds, uint64_t f) {
+    uint32_t lo = 0, hi = ds->meta.num_shards;
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ds->shard_f0[mid] <= f) lo = mid;
         else hi = mid;
     }
     return lo;
 }
 
-/* First byte of FEATURES row t (may be negative, into the guard) of
- * utterance u. */
-static inline const uint8_t *cxs_row_ptr(const cxs_dataset *ds, uint64_t u, int64_t t) {
-    const shard *sh = &ds->shards[ds->utt_shard[u]];
-    return sh->features + (uint64_t)((int64_t)ds->row[u] + t) * ds->meta.dim * ds->esize;
+/* INDEX entry lu (<= the shard's U) of a shard, read from the mapping.
+ * Always inside the section; its value is checked only once its block is
+ * (cxs_utt_check, cxs_find_utt). */
+static inline uint64_t cxs_index_at(const shard *sh, uint64_t lu) {
+    return cxs_ld64(sh->index + 8 * lu);
+}
+
+/* Where utterance u is. */
+typedef struct cxs_uloc {
+    uint32_t shard;
+    uint64_t lu;    /* shard-local number */
+    uint64_t f0;    /* first frame, dataset numbering */
+    uint64_t T;     /* frames */
+    uint64_t row;   /* FEATURES row of its frame 0 in its shard */
+} cxs_uloc;
+
+/* The location of utterance u (< U) from its INDEX entries, unchecked:
+ * call after cxs_utt_check (or a check of the whole INDEX) has passed. */
+static inline cxs_uloc cxs_utt_at(const cxs_dataset *ds, uint64_t u) {
+    cxs_uloc l;
+    l.shard = cxs_utt_shard(ds, u);
+    const shard *sh = &ds->shards[l.shard];
+    l.lu = u - sh->u_start;
+    uint64_t a = cxs_index_at(sh, l.lu), b = cxs_index_at(sh, l.lu + 1);
+    l.f0 = sh->f_start + a;
+    l.T = b - a;
+    l.row = (uint64_t)ds->meta.guard * (l.lu + 1) + a;
+    return l;
+}
+static inline uint64_t cxs_utt_frames(const cxs_dataset *ds, uint64_t u) {
+    return cxs_utt_at(ds, u).T;
+}
+static inline uint64_t cxs_utt_first(const cxs_dataset *ds, uint64_t u) {
+    return cxs_utt_at(ds, u).f0;
+}
+
+/* Check (once) the INDEX blocks that utterance u's entries lie in: 0, or
+ * CXS_E_CHECKSUM / CXS_E_CORRUPT with d (may be NULL) naming the shard and
+ * the block; CXS_E_TRUNCATED when the shard lost those bytes. */
+int cxs_utt_check_slow(const cxs_dataset *ds, uint64_t u, cxs_diag *d);
+static inline int cxs_table_done(const lazy_table *t, uint64_t block) {
+    return t->all_done || (__atomic_load_n(&t->done[block >> 6], __ATOMIC_ACQUIRE) >> (block & 63) & 1);
+}
+static inline int cxs_utt_check(const cxs_dataset *ds, uint64_t u, cxs_diag *d) {
+    if (!ds->lazy) return 0;
+    return cxs_utt_check_slow(ds, u, d);
+}
+/* cxs_utt_check, then cxs_utt_at, in a recovery region (fault.h): for the
+ * callers that are not in one. */
+int cxs_utt_loc_safe(const cxs_dataset *ds, uint64_t u, cxs_uloc *l, cxs_diag *d);
+/* Map every page of the INDEX sections at once (MADV_POPULATE_READ),
+ * for what is about to look up frames or utterances all over them (a
+ * loader): advice, nothing to report. */
+void cxs_index_populate(const cxs_dataset *ds);
+/* Check every INDEX block of the dataset (what a whole-epoch order needs
+ * anyway): 0 or the first failure. */
+int cxs_index_check_all(const cxs_dataset *ds, cxs_diag *d);
+/* Every per-utterance check open would make on a shard without
+ * BLOCKSUMS (INDEX, IDS and their order, SEQUENCES, the lengths against
+ * STATS and SEQ_META), for verify. */
+int cxs_tables_check_all(const cxs_dataset *ds, cxs_diag *d);
+/* IDS of utterance u checked (its block and the bytes of its id), and its
+ * id: 0 or as cxs_utt_check. */
+int cxs_id_get(const cxs_dataset *ds, uint64_t u, const uint8_t **id, uint64_t *len,
+               cxs_diag *d);
+int cxs_id_get_in(const cxs_dataset *ds, uint32_t s, uint64_t lu, const uint8_t **id,
+                  uint64_t *len, cxs_diag *d);
+/* SEQUENCES of utterance u checked; its symbols' offsets [*a, *b). */
+int cxs_seq_get(const cxs_dataset *ds, uint64_t u, uint64_t *a, uint64_t *b, cxs_diag *d);
+
+/* Utterance holding frame (< num_frames), its INDEX entries checked: 0,
+ * or as cxs_utt_check.  Reads the mapping: callers serving data run it in
+ * a recovery region (fault.h). */
+int cxs_find_utt_slow(const cxs_dataset *ds, uint32_t s, uint64_t lf, uint64_t *lu, cxs_diag *d);
+static inline int cxs_find_utt_loc(const cxs_dataset *ds, uint64_t frame, cxs_uloc *out,
+                                   cxs_diag *d) {
+    uint32_t s = cxs_frame_shard(ds, frame);
+    const shard *sh = &ds->shards[s];
+    uint64_t lf = frame - sh->f_start, b = lf >> CXS_BUCKET_SHIFT;
+    uint32_t lo1 = __atomic_load_n(&sh->bucket[b], __ATOMIC_RELAXED);
+    uint32_t hi1 = __atomic_load_n(&sh->bucket[b + 1], __ATOMIC_RELAXED);
+    uint64_t lu;
+    if (!lo1 || !hi1) {
+        int rc = cxs_find_utt_slow(ds, s, lf, &lu, d);
+        if (rc) return rc;
+    } else {
+        const uint64_t U = sh->meta.num_utterances;
+        uint64_t lo = lo1 - 1, hi = hi1; /* [bucket[b], bucket[b+1]] */
+        if (hi > U) hi = U;
+        /* Largest lu in [lo, hi) with INDEX[lu] <= lf. */
+        while (hi - lo > 1) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (cxs_index_at(sh, mid) <= lf) lo = mid;
+            else hi = mid;
+        }
+        lu = lo;
+        if (ds->lazy) {
+            int rc = cxs_utt_check(ds, sh->u_start + lu, d);
+            /* buckets found through a block not checked yet: search again */
+            if (!rc && (cxs_index_at(sh, lu) > lf || cxs_index_at(sh, lu + 1) <= lf))
+                rc = cxs_find_utt_slow(ds, s, lf, &lu, d);
+            if (rc) return rc;
+        }
+    }
+    out->shard = s;
+    out->lu = lu;
+    uint64_t a = cxs_index_at(sh, lu);
+    out->f0 = sh->f_start + a;
+    out->T = cxs_index_at(sh, lu + 1) - a;
+    out->row = (uint64_t)ds->meta.guard * (lu + 1) + a;
+    return 0;
+}
+/* cxs_find_utt_loc of n <= CXS_FIND_BATCH frames at once, their searches
+ * interleaved (the gather's): 0, or as cxs_find_utt_loc for the first
+ * that fails.  In a recovery region, like it. */
+#define CXS_FIND_BATCH 64
+int cxs_find_utts(const cxs_dataset *ds, const uint64_t *frames, size_t n, cxs_uloc *out,
+                  cxs_diag *d);
+/* cxs_find_utt_loc in a recovery region (fault.h), for callers outside one. */
+int cxs_find_utt_safe(const cxs_dataset *ds, uint64_t frame, cxs_uloc *l, cxs_diag *d);
+/* The utterance of a frame (for messages): UINT64_MAX when it cannot be
+ * found (a damaged INDEX, a shard truncated since open). */
+static inline uint64_t cxs_find_utt(const cxs_dataset *ds, uint64_t frame) {
+    cxs_uloc l;
+    if (cxs_find_utt_safe(ds, frame, &l, NULL)) return UINT64_MAX;
+    return ds->shards[l.shard].u_start + l.lu;
+}
+
+/* First byte of FEATURES row t (may be negative, into the guard) of the
+ * utterance at l. */
+static inline const uint8_t *cxs_loc_row_ptr(const cxs_dataset *ds, const cxs_uloc *l, int64_t t) {
+    const shard *sh = &ds->shards[l->shard];
+    return sh->features + (uint64_t)((int64_t)l->row + t) * ds->row_bytes;
 }
 
 /* The normalisation constants of spec section 7.4 for `norm` (NULL: the

@@ -115,34 +115,38 @@ int cxs_fault_run(const cxs_dataset *ds, int (*fn)(void *), void *arg, cxs_fault
 }
 
 typedef struct id_arg {
-    const shard *sh;
-    uint64_t lu;
+    const cxs_dataset *ds;
+    uint64_t u;
     char *out;
     size_t cap;
 } id_arg;
 
-/* The id of utterance lu of a shard, read from the mapping (which may have
- * lost it too). */
+/* The id, copied from the mapping (which may have lost it too).  Its
+ * offsets are only bounds-checked, not its block (the message may be
+ * about that very block: checking it would recurse). */
 static int read_id(void *p) {
     id_arg *a = p;
-    const uint64_t U = a->sh->meta.num_utterances;
-    uint64_t s = cxs_ld64(a->sh->ids + 8 * a->lu), e = cxs_ld64(a->sh->ids + 8 * (a->lu + 1));
-    size_t n = (size_t)(e - s) < a->cap - 1 ? (size_t)(e - s) : a->cap - 1;
-    const uint8_t *id = a->sh->ids + 8 * (U + 1) + s;
+    const uint32_t s = cxs_utt_shard(a->ds, a->u);
+    const shard *sh = &a->ds->shards[s];
+    const uint64_t lu = a->u - sh->u_start, base = 8 * (sh->meta.num_utterances + 1);
+    const uint64_t x = cxs_ld64(sh->ids + 8 * lu), y = cxs_ld64(sh->ids + 8 * (lu + 1));
+    if (y <= x || y - x > CXS_MAX_ID_LEN || y > sh->t_ids.len - base) return CXS_E_CORRUPT;
+    const uint8_t *id = sh->ids + base + x;
+    const uint64_t len = y - x;
+    size_t n = (size_t)len < a->cap - 1 ? (size_t)len : a->cap - 1;
     for (size_t i = 0; i < n; i++) a->out[i] = (char)(id[i] >= 0x20 && id[i] != 0x7f ? id[i] : '?');
     a->out[n] = 0;
     return 0;
 }
 
 void cxs_utt_name(const cxs_dataset *ds, uint64_t u, char *buf, size_t cap) {
-    const shard *sh = &ds->shards[ds->utt_shard[u]];
     char id[200];
-    id_arg a = {sh, u - sh->u_start, id, sizeof id};
+    id_arg a = {ds, u, id, sizeof id};
     cxs_fault f;
     if (cxs_fault_run(ds, read_id, &a, &f) == 0)
         snprintf(buf, cap, "utterance %s (number %llu)", id, (unsigned long long)u);
     else
-        snprintf(buf, cap, "utterance number %llu (its id can no longer be read)",
+        snprintf(buf, cap, "utterance number %llu (its id cannot be read)",
                  (unsigned long long)u);
 }
 
@@ -154,6 +158,10 @@ int cxs_where_diag(const cxs_dataset *ds, int rc, const cxs_where *w, cxs_diag *
         char name[300];
         cxs_utt_name(ds, w->utt, name, sizeof name);
         snprintf(utt, sizeof utt, ": %s", name);
+    } else if (w->frame != UINT64_MAX) {
+        /* the INDEX that says which utterance could not be read */
+        snprintf(utt, sizeof utt, ": the utterance holding frame %llu",
+                 (unsigned long long)w->frame);
     }
     if (w->chunk != UINT64_MAX && sh->chunk_table) {
         snprintf(chunk, sizeof chunk, ", chunk %llu", (unsigned long long)w->chunk);

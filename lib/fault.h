@@ -54,8 +54,9 @@ typedef struct cxs_where {
 #define CXS_WHERE_NONE                                                                 \
     (cxs_where) { 0, UINT64_MAX, UINT64_MAX, UINT64_MAX, 0, 0, 0 }
 
-/* "utterance ID (number U)" into buf, the id read in a recovery region
- * ("utterance number U (its id can no longer be read)" if it faults). */
+/* "utterance ID (number U)" into buf, the id read in a recovery region;
+ * its offsets are bounds-checked, not its block ("utterance number U (its
+ * id cannot be read)" when it faults or its offsets are out of range). */
 void cxs_utt_name(const cxs_dataset *ds, uint64_t u, char *buf, size_t cap);
 
 /* A diagnostic "SHARD: utterance ID (number U)[, chunk C]: reason" for a

@@ -98,6 +98,9 @@ typedef struct job {
     zreader *zr;
     volatile size_t at;
     cxs_where where;
+    /* a failed check of an INDEX block (utt_index.c): its message */
+    int index_failed;
+    cxs_diag index_diag;
 } job;
 
 /* Where one window comes from: real rows a..b (relative to the frame) of
@@ -136,22 +139,29 @@ static int gather_windows(void *arg) {
     for (size_t c0 = 0; c0 < j->n; c0 += PLAN_CHUNK) {
         if (ctx && ctx->cancelled && ctx->cancelled(ctx->arg)) return -ECANCELED;
         size_t m = j->n - c0 < PLAN_CHUNK ? j->n - c0 : PLAN_CHUNK;
+        cxs_uloc loc[PLAN_CHUNK];
+        int lrc = cxs_find_utts(ds, j->frames + c0, m, loc, &j->index_diag);
+        if (lrc) {
+            j->at = c0;
+            j->index_failed = 1;
+            return lrc;
+        }
         for (size_t i = 0; i < m; i++) {
             uint64_t f = j->frames[c0 + i];
-            uint64_t u = cxs_find_utt(ds, f);
-            int64_t T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
-            int64_t t = (int64_t)(f - ds->cum[u]);
+            const cxs_uloc l = loc[i];
+            int64_t T = (int64_t)l.T;
+            int64_t t = (int64_t)(f - l.f0);
             /* Rows t-k .. t+k; real rows a .. b, zeros around them.  The
              * zeros are written, not read from the guard, so that any k works
              * and a damaged guard row is never served. */
             int64_t lo = t - k, hi = t + k;
             int64_t a = lo < 0 ? 0 : lo, b = hi >= T ? T - 1 : hi;
-            p[i].src = cxs_compressed(ds) ? NULL : cxs_row_ptr(ds, u, a);
-            p[i].row = ds->row[u] + (uint64_t)a;
+            p[i].src = cxs_compressed(ds) ? NULL : cxs_loc_row_ptr(ds, &l, a);
+            p[i].row = l.row + (uint64_t)a;
             p[i].zlo = (int32_t)(a - lo);
             p[i].rows = (int32_t)(b - a + 1);
             p[i].zhi = (int32_t)(hi - b);
-            p[i].shard = ds->utt_shard[u];
+            p[i].shard = l.shard;
             p[i].label_index = f - ds->shards[p[i].shard].f_start;
             if (i < PREFETCH_AHEAD && p[i].src) __builtin_prefetch(p[i].src);
         }
@@ -200,6 +210,8 @@ static int gather_range(job *j) {
     j->stage = NULL; /* compressed: the real rows of one window */
     j->where = CXS_WHERE_NONE;
     j->at = 0;
+    j->index_failed = 0;
+    j->index_diag.message[0] = 0;
     if (cxs_compressed(ds) && j->n) {
         if (ctx->stage_bytes < need) {
             free(ctx->stage);
@@ -210,13 +222,13 @@ static int gather_range(job *j) {
     j->zr = &ctx->zr;
     cxs_fault f;
     j->rc = cxs_fault_run(ds, gather_windows, j, &f);
-    if (j->rc && j->rc != -ECANCELED && j->rc != -ENOMEM) {
+    if (j->rc && j->rc != -ECANCELED && j->rc != -ENOMEM && !j->index_failed) {
         size_t at = j->at;
         uint64_t fr = j->frames[at < j->n ? at : 0];
         uint64_t u = cxs_find_utt(ds, fr);
         j->where.utt = u;
         j->where.frame = fr;
-        j->where.shard = ds->utt_shard[u];
+        j->where.shard = cxs_frame_shard(ds, fr);
         if (j->rc == CXS_E_TRUNCATED && j->where.chunk == UINT64_MAX) {
             /* a fault in this region (a plain shard's rows, or the labels) */
             j->where.shard = f.shard;
@@ -229,8 +241,11 @@ static int gather_range(job *j) {
 
 /* rc, with the message naming the shard, utterance and chunk of a failure
  * in the data (not of a cancel or of memory). */
-static int served(const cxs_dataset *ds, int rc, const cxs_where *w, cxs_diag *d) {
-    if (!rc || rc == -ECANCELED || rc == -ENOMEM || w->utt == UINT64_MAX) return rc;
+static int served(const cxs_dataset *ds, int rc, const job *j, cxs_diag *d) {
+    if (rc && j->index_failed) return cxs_diagf(d, rc, "%s", j->index_diag.message);
+    const cxs_where *w = &j->where;
+    if (!rc || rc == -ECANCELED || rc == -ENOMEM || (w->utt == UINT64_MAX && w->frame == UINT64_MAX))
+        return rc;
     return cxs_where_diag(ds, rc, w, d);
 }
 
@@ -253,7 +268,7 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
         job j = {.ds = ds, .frames = frames, .n = n, .k = k, .mean = mean, .scale = scale,
                  .out = out, .labels = labels, .ctx = ctx};
         int rc = gather_range(&j);
-        return served(ds, rc, &j.where, d);
+        return served(ds, rc, &j, d);
     }
     job jobs[256];
     pthread_t tid[256];
@@ -270,7 +285,7 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
     for (unsigned t = 1; t < threads; t++)
         if (created[t]) pthread_join(tid[t], NULL);
     for (unsigned t = 0; t < threads; t++)
-        if (jobs[t].rc) return served(ds, jobs[t].rc, &jobs[t].where, d);
+        if (jobs[t].rc) return served(ds, jobs[t].rc, &jobs[t], d);
     return 0;
 }
 

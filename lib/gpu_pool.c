@@ -78,8 +78,9 @@ static int pool_load(cxs_gpu_loader *l, uint32_t g, uint64_t j, zreader *zr) {
                         l->be->error_string(e));
     uint8_t *base = p->d_pool + sg->row_base * ds->row_bytes;
     for (uint64_t u = b->u0; u < b->u1; u++) {
-        int rc = gpu_up_rows(l, &p->up, zr, b->shard, ds->row[u], ds->cum[u + 1] - ds->cum[u],
-                         base + (ds->cum[u] - b->f0) * ds->row_bytes);
+        const cxs_uloc ul = cxs_utt_at(ds, u); /* INDEX checked by the block schedule */
+        int rc = gpu_up_rows(l, &p->up, zr, b->shard, ul.row, ul.T,
+                         base + (ul.f0 - b->f0) * ds->row_bytes);
         if (rc) return rc; /* the uploader wrote the message */
     }
     int rc = gpu_up_flush(l, &p->up);
@@ -313,16 +314,17 @@ static int pool_launch(cxs_gpu_loader *l, gslot *s) {
         const uint64_t f = cxs_block_plan_frame(pl, g, &j);
         const cxs_block *b = &pl->blk[j];
         /* the utterance holding f: last u in the block with cum[u] <= f */
-        uint64_t lo = b->u0, hi = b->u1;
+        const shard *bsh = &ds->shards[b->shard];
+        uint64_t lo = b->u0 - bsh->u_start, hi = b->u1 - bsh->u_start;
         while (hi - lo > 1) {
             uint64_t mid = lo + (hi - lo) / 2;
-            if (ds->cum[mid] <= f) lo = mid;
+            if (bsh->f_start + cxs_index_at(bsh, mid) <= f) lo = mid;
             else hi = mid;
         }
-        const uint64_t u = lo;
-        desc[n].row0 = p->seg[p->res[j % p->S]].row_base + (ds->cum[u] - b->f0);
-        desc[n].T = (uint32_t)(ds->cum[u + 1] - ds->cum[u]);
-        desc[n].t = (uint32_t)(f - ds->cum[u]);
+        const cxs_uloc ul = cxs_utt_at(ds, bsh->u_start + lo);
+        desc[n].row0 = p->seg[p->res[j % p->S]].row_base + (ul.f0 - b->f0);
+        desc[n].T = (uint32_t)ul.T;
+        desc[n].t = (uint32_t)(f - ul.f0);
         desc[n].label = 0;
         if (l->o.labels) {
             const shard *sh = &ds->shards[b->shard];

@@ -176,18 +176,34 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     const uint32_t S = ds->meta.num_shards;
     const uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames, rb = ds->row_bytes;
+    /* the device gets the utterances' first frames and rows (U + 1 and U
+     * entries), made here from the shards' INDEX, checked whole first */
     uint64_t *srow = malloc((S + 1) * sizeof *srow), *urow = malloc((U ? U : 1) * sizeof *urow);
+    uint64_t *cum = malloc((U + 1) * sizeof *cum);
     zreader zr = {0};
     uploader up;
     memset(&up, 0, sizeof up);
     int rc = 0;
-    if (!srow || !urow) {
+    if (!srow || !urow || !cum) {
         rc = gpu_fail(l, -ENOMEM, "out of memory");
+        goto out;
+    }
+    cxs_diag id;
+    if ((rc = cxs_index_check_all(ds, &id))) {
+        rc = gpu_fail(l, rc, "%s", id.message);
         goto out;
     }
     srow[0] = 0;
     for (uint32_t s = 0; s < S; s++) srow[s + 1] = srow[s] + gpu_shard_rows(&ds->shards[s]);
-    for (uint64_t u = 0; u < U; u++) urow[u] = srow[ds->utt_shard[u]] + ds->row[u];
+    for (uint32_t s = 0; s < S; s++) {
+        const shard *sh = &ds->shards[s];
+        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+            uint64_t a = cxs_index_at(sh, lu);
+            cum[sh->u_start + lu] = sh->f_start + a;
+            urow[sh->u_start + lu] = srow[s] + (uint64_t)ds->meta.guard * (lu + 1) + a;
+        }
+    }
+    cum[U] = F;
     int e;
     if ((e = l->be->dev_alloc((void **)&l->rs.d_feat, (size_t)(srow[S] * rb))) ||
         (e = l->be->dev_alloc((void **)&l->rs.d_cum, (size_t)(U + 1) * 8)) ||
@@ -212,7 +228,7 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
             rc = gpu_up_rows(l, &up, &zr, s, 0, gpu_shard_rows(&ds->shards[s]), l->rs.d_feat + srow[s] * rb);
         if (rc) goto out;
     }
-    if ((rc = gpu_up_write(l, &up, (uint8_t *)l->rs.d_cum, ds->cum, (size_t)(U + 1) * 8)) ||
+    if ((rc = gpu_up_write(l, &up, (uint8_t *)l->rs.d_cum, cum, (size_t)(U + 1) * 8)) ||
         (rc = gpu_up_write(l, &up, (uint8_t *)l->rs.d_urow, urow, (size_t)U * 8)))
         goto out;
     if (l->o.labels) {
@@ -244,6 +260,7 @@ out:
     cxs_zreader_free(&zr);
     free(srow);
     free(urow);
+    free(cum);
     return rc;
 }
 

@@ -59,8 +59,9 @@ static int utt_launch(cxs_gpu_loader *l, gslot *s) {
     int64_t *len = (int64_t *)(void *)(h + off_len(u)), *tlen = (int64_t *)(void *)(h + off_tlen(u));
     m->tmax = m->frames = m->lmax = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t v = m->utts[i], T = ds->cum[v + 1] - ds->cum[v];
-        desc[i] = (cxs_x_utt){u->urow[v], ds->cum[v], (uint32_t)T, 0};
+        const cxs_uloc ul = cxs_utt_at(ds, m->utts[i]); /* INDEX checked by the upload */
+        uint64_t v = m->utts[i], T = ul.T;
+        desc[i] = (cxs_x_utt){u->urow[v], ul.f0, (uint32_t)T, 0};
         len[i] = (int64_t)T;
         m->frames += T;
         if (T > m->tmax) m->tmax = T;
@@ -147,6 +148,8 @@ static int utt_setup(cxs_gpu_loader *l) {
     /* the start first: a bad one is refused before anything is uploaded */
     int rc = utt_position(l);
     if (rc) return rc;
+    cxs_diag id; /* the rows below come from the whole INDEX: checked first */
+    if ((rc = cxs_index_check_all(ds, &id))) return gpu_fail(l, rc, "%s", id.message);
     if (!(u->urow = malloc((U ? U : 1) * sizeof *u->urow)))
         return gpu_fail(l, -ENOMEM, "out of memory");
     /* the device rows gpu_resident_upload gives the utterances: the
@@ -156,7 +159,10 @@ static int utt_setup(cxs_gpu_loader *l) {
     if (!srow) return gpu_fail(l, -ENOMEM, "out of memory");
     srow[0] = 0;
     for (uint32_t s = 0; s < S; s++) srow[s + 1] = srow[s] + gpu_shard_rows(&ds->shards[s]);
-    for (uint64_t v = 0; v < U; v++) u->urow[v] = srow[ds->utt_shard[v]] + ds->row[v];
+    for (uint64_t v = 0; v < U; v++) {
+        const cxs_uloc ul = cxs_utt_at(ds, v);
+        u->urow[v] = srow[ul.shard] + ul.row;
+    }
     free(srow);
     const size_t ib = in_bytes(l);
     for (int i = 0; i < NSLOT; i++) {

@@ -389,6 +389,9 @@ int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
     if (!l->o.ring) l->o.ring = l->o.threads + 2;
     if (l->o.ring < 3) l->o.ring = 3;
     l->window = (2 * (size_t)l->o.k + 1) * ds->meta.dim;
+    /* a shuffled epoch looks frames up all over INDEX: map it at once
+     * rather than page by page in the first batches */
+    cxs_index_populate(ds);
     l->epoch = epoch;
     l->start = start;
     l->length = cxs_sampler_length(sampler);

@@ -319,25 +319,27 @@ static void advise_frames(cxs_readahead *ra, const uint64_t *frames, size_t n) {
     const uintptr_t P = page_size();
     int cold = 0;
     for (size_t i = 0; i < n && i < RESIDENT_PROBES && !cold; i++) {
-        uint64_t u = cxs_find_utt(ds, frames[i]);
-        const shard *sh = &ds->shards[ds->utt_shard[u]];
-        cold = !resident(cxs_row_ptr(ds, u, (int64_t)(frames[i] - ds->cum[u])), P) ||
+        cxs_uloc l;
+        if (cxs_find_utt_safe(ds, frames[i], &l, NULL)) return; /* the gather will say */
+        const shard *sh = &ds->shards[l.shard];
+        cold = !resident(cxs_loc_row_ptr(ds, &l, (int64_t)(frames[i] - l.f0)), P) ||
                (sh->labels && !resident(sh->labels + (frames[i] - sh->f_start) * ds->meta.label_width, P));
     }
     if (!cold) return;
     for (size_t i = 0; i < n; i++) {
-        uint64_t u = cxs_find_utt(ds, frames[i]);
-        int64_t t = (int64_t)(frames[i] - ds->cum[u]), T = (int64_t)(ds->cum[u + 1] - ds->cum[u]);
+        cxs_uloc l;
+        if (cxs_find_utt_safe(ds, frames[i], &l, NULL)) return;
+        int64_t t = (int64_t)(frames[i] - l.f0), T = (int64_t)l.T;
         int64_t lo = t - (int64_t)ra->k, hi = t + (int64_t)ra->k + 1;
         if (lo < 0) lo = 0; /* beyond the utterance: zeros, from the guard or not read */
         if (hi > T) hi = T;
-        uintptr_t a = (uintptr_t)cxs_row_ptr(ds, u, lo) & ~(P - 1);
-        uintptr_t e = (uintptr_t)cxs_row_ptr(ds, u, hi);
+        uintptr_t a = (uintptr_t)cxs_loc_row_ptr(ds, &l, lo) & ~(P - 1);
+        uintptr_t e = (uintptr_t)cxs_loc_row_ptr(ds, &l, hi);
         madvise((void *)a, e - a, MADV_WILLNEED);
-        const shard *sh = &ds->shards[ds->utt_shard[u]];
+        const shard *sh = &ds->shards[l.shard];
         if (sh->labels) {
-            uintptr_t l = (uintptr_t)(sh->labels + (frames[i] - sh->f_start) * ds->meta.label_width);
-            madvise((void *)(l & ~(P - 1)), P, MADV_WILLNEED);
+            uintptr_t lp = (uintptr_t)(sh->labels + (frames[i] - sh->f_start) * ds->meta.label_width);
+            madvise((void *)(lp & ~(P - 1)), P, MADV_WILLNEED);
         }
     }
 }

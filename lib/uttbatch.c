@@ -38,18 +38,21 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
                    const double *scale, int cmvn, float *x, int64_t *y, pad_ctx *c,
                    cxs_where *w) {
     const uint32_t D = ds->meta.dim;
-    const uint64_t T = ds->cum[u + 1] - ds->cum[u];
-    const uint32_t s = ds->utt_shard[u];
+    int lrc = cxs_utt_check(ds, u, NULL);
+    if (lrc) return lrc;
+    const cxs_uloc ul = cxs_utt_at(ds, u);
+    const uint64_t T = ul.T;
+    const uint32_t s = ul.shard;
     const shard *sh = &ds->shards[s];
     const size_t n = (size_t)T * D;
     const int f32 = ds->meta.dtype == CXS_DTYPE_F32 && cxs_host_is_le();
     const uint8_t *src;
     if (f32) { /* rows land in x as they are */
-        int rc = cxs_read_rows(ds, &c->zr, s, ds->row[u], T, (uint8_t *)x);
+        int rc = cxs_read_rows(ds, &c->zr, s, ul.row, T, (uint8_t *)x);
         if (rc) return w->chunk = c->zr.bad_chunk, w->offset = c->zr.bad_offset, rc;
         src = NULL;
     } else if (!cxs_compressed(ds)) {
-        src = sh->features + ds->row[u] * ds->row_bytes;
+        src = sh->features + ul.row * ds->row_bytes;
     } else {
         size_t need = (size_t)(T * ds->row_bytes);
         if (c->stage_bytes < need) {
@@ -57,7 +60,7 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
             c->stage_bytes = (c->stage = malloc(need)) ? need : 0;
             if (!c->stage) return -ENOMEM;
         }
-        int rc = cxs_read_rows(ds, &c->zr, s, ds->row[u], T, c->stage);
+        int rc = cxs_read_rows(ds, &c->zr, s, ul.row, T, c->stage);
         if (rc) return w->chunk = c->zr.bad_chunk, w->offset = c->zr.bad_offset, rc;
         src = c->stage;
     }
@@ -100,14 +103,14 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
     }
     if (tmax > T) memset(x + n, 0, (size_t)(tmax - T) * D * sizeof *x);
     if (y) {
-        uint64_t l0 = ds->cum[u] - sh->f_start;
+        uint64_t l0 = ul.f0 - sh->f_start;
         const uint32_t V = ds->meta.vocab_size;
         for (uint64_t t = 0; t < T; t++) {
             uint32_t l = cxs_shard_label(sh, l0 + t);
             if (V && l >= V) { /* damaged: never served */
                 w->bad_label = 1;
                 w->label = l;
-                w->frame = ds->cum[u] + t;
+                w->frame = ul.f0 + t;
                 return CXS_E_CORRUPT;
             }
             y[t] = l;
@@ -141,7 +144,7 @@ static int pad_all(void *p) {
         int rc = pad_one(ds, a->utts[i], a->tmax, a->mean, a->scale, a->cmvn, a->x + i * row,
                          a->y ? a->y + i * a->tmax : NULL, a->c, &a->w);
         if (rc) return rc;
-        a->lengths[i] = (int64_t)(ds->cum[a->utts[i] + 1] - ds->cum[a->utts[i]]);
+        a->lengths[i] = (int64_t)cxs_utt_frames(ds, a->utts[i]); /* checked by pad_one */
     }
     return 0;
 }
@@ -159,7 +162,7 @@ static int pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint
     if (rc && rc != -ENOMEM) {
         uint64_t u = utts[a.at];
         a.w.utt = u;
-        a.w.shard = ds->utt_shard[u];
+        a.w.shard = cxs_utt_shard(ds, u);
         if (rc == CXS_E_TRUNCATED && a.w.chunk == UINT64_MAX) {
             a.w.shard = f.shard;
             a.w.offset = f.offset;
@@ -198,8 +201,10 @@ int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t
             return cxs_diagf(d, CXS_E_RANGE, "pad_batch: utterance %llu is past the dataset's %llu",
                              (unsigned long long)utts[i],
                              (unsigned long long)ds->meta.num_utterances);
-        uint64_t T = ds->cum[utts[i] + 1] - ds->cum[utts[i]];
-        if (T > longest) longest = T;
+        cxs_uloc l;
+        int rc = cxs_utt_loc_safe(ds, utts[i], &l, d);
+        if (rc) return rc;
+        if (l.T > longest) longest = l.T;
     }
     if (!tmax) tmax = longest;
     if (longest > tmax)
@@ -313,8 +318,7 @@ static void *uworker_main(void *arg) {
          * drop the plan as soon as it is released */
         const cxs_utt_plan *p = l->plan;
         uint64_t pos = l->start + b, g = cxs_utt_plan_global(l->sampler, p, pos);
-        uint64_t a = p->bstart[g], n = p->bstart[g + 1] - a, gen = l->generation;
-        memcpy(s->utts, p->utts + a, n * sizeof *s->utts);
+        uint64_t n = cxs_utt_plan_batch(p, g, s->utts), gen = l->generation;
         /* Block mode: the first batch of a group asks the kernel for the
          * next group's blocks (and its own, after a start), so that they
          * are read sequentially while this one is served. */
@@ -341,13 +345,15 @@ static void *uworker_main(void *arg) {
             free(adv);
         }
         uint64_t tmax = 0, frames = 0;
+        int lrc = 0;
         for (uint64_t i = 0; i < n; i++) {
-            uint64_t T = ds->cum[s->utts[i] + 1] - ds->cum[s->utts[i]];
-            frames += T;
-            if (T > tmax) tmax = T;
+            cxs_uloc ul;
+            if ((lrc = cxs_utt_loc_safe(ds, s->utts[i], &ul, &s->diag))) break;
+            frames += ul.T;
+            if (ul.T > tmax) tmax = ul.T;
         }
-        s->diag.message[0] = 0;
-        int rc = n > l->cap || n * tmax > l->max_frames
+        if (!lrc) s->diag.message[0] = 0;
+        int rc = lrc ? lrc : n > l->cap || n * tmax > l->max_frames
                      ? CXS_E_CORRUPT /* not reached: the sampler sized them */
                      : pad_batch(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
                                  !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,

@@ -86,8 +86,10 @@ static void locate_features(const vctx *v, const struct shard *sh, const uint8_t
     const uint8_t *mean = ds->stats + CXS_STATS_HEAD, *var = mean + 8ull * D;
     uint64_t found = 0;
     for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
-        const uint64_t u = sh->u_start + lu, T = ds->cum[u + 1] - ds->cum[u];
-        const uint8_t *p = f + ds->row[u] * ds->row_bytes;
+        const uint64_t u = sh->u_start + lu;
+        const cxs_uloc l = cxs_utt_at(ds, u); /* INDEX checked before the features */
+        const uint64_t T = l.T;
+        const uint8_t *p = f + l.row * ds->row_bytes;
         for (uint64_t i = 0; i < T * D; i++) {
             uint32_t d = (uint32_t)(i % D);
             double x = elem(p, i, ds->meta.dtype), m = cxs_ldf64(mean + 8ull * d);
@@ -232,7 +234,9 @@ static void chunk_utterances(const cxs_dataset *ds, const struct shard *sh, uint
     const uint64_t r0 = c * sh->ch.chunk_rows, r1 = r0 + sh->ch.chunk_rows;
     uint64_t first = UINT64_MAX, last = 0;
     for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
-        const uint64_t u = sh->u_start + lu, a = ds->row[u], b = a + (ds->cum[u + 1] - ds->cum[u]);
+        const uint64_t u = sh->u_start + lu;
+        const cxs_uloc l = cxs_utt_at(ds, u);
+        const uint64_t a = l.row, b = a + l.T;
         if (a < r1 && b > r0) {
             if (first == UINT64_MAX) first = u;
             last = u;
@@ -432,6 +436,10 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
             rc = hash_plain(&v, ds->map, &ds->mc.sections[i], mp, d);
         if (rc) goto out;
     }
+    /* The per-utterance tables that open leaves to their first use (format
+     * 1.3, BLOCKSUMS) are checked whole first: the features' checks below
+     * walk the utterances by INDEX. */
+    if ((rc = cxs_tables_check_all(ds, d))) goto out;
     uint64_t minlen = UINT64_MAX, maxlen = 0;
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         shard_arg a = {&v, i, hist, d, &minlen, &maxlen};

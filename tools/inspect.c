@@ -435,6 +435,14 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         failed = labels_out;
     }
     free(g.scratch);
+    if (rc && g.failed && in.compression == CXS_COMPRESSION_NONE && g.diag.message[0]) {
+        /* a damaged block of a table read at first use (format 1.3): the
+         * library's message names the shard, the section and the block */
+        warnx_("%s (`ctxshard verify %s` lists the damage); %s not written", g.diag.message, dir,
+               out);
+        cxs_dataset_close(ds);
+        return exit_code_for(rc);
+    }
     if (rc && g.failed) {
         /* The data is at fault, not the output: name the shard file. */
         uint64_t u = 0, off = 0;

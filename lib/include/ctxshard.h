@@ -52,8 +52,14 @@ CXS_API const char *cxs_version(void);
  * read-only, checks the header checksums, the section tables and every
  * structural rule of the spec that needs no per-frame work (O(shards +
  * utterances)).  Feature and label bytes are not hashed: cxs_dataset_verify()
- * does that.  On success *out owns the mapping; free it with
- * cxs_dataset_close().
+ * does that.  The per-utterance tables (INDEX, IDS, SEQUENCES) stay in the
+ * mapping, never copied; in a dataset whose shards have block sums (format
+ * 1.3, the writer's default) open reads only their ends, and each 4 KiB
+ * block of them is checked (its block sum and the spec's rules for the
+ * entries it holds) by the first call that uses it, which returns
+ * CXS_E_CHECKSUM or CXS_E_CORRUPT for a damaged block (spec/format.md
+ * section 8, "Deferred tables"): open then costs nothing per utterance.
+ * On success *out owns the mapping; free it with cxs_dataset_close().
  *
  * Returns 0, -errno (the directory or a shard cannot be opened or mapped),
  * CXS_E_BAD_MAGIC, CXS_E_VERSION, CXS_E_TRUNCATED, CXS_E_CORRUPT,
@@ -698,8 +704,10 @@ CXS_API void cxs_loader_free(cxs_loader *l);
  *  1. the utterances are put in a seeded random order (per epoch);
  *  2. each goes to its length bucket: `buckets` buckets of about equal
  *     utterance counts, bounds at the quantiles of the dataset's lengths
- *     (fixed at create); a stable pass keeps the random order inside a
- *     bucket;
+ *     (fixed at create); the random order is kept inside a bucket (built
+ *     bucket by bucket: each utterance to a seeded random bin of its
+ *     bucket, every bin shuffled -- a uniformly random order inside each
+ *     bucket, in sequential passes over the utterances);
  *  3. every bucket is cut greedily into batches: the next utterance joins
  *     the current batch while (n + 1) * max(Tmax, T) <= frame_budget and n <
  *     max_batch;

@@ -334,8 +334,13 @@ class Corruption(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("SEQUENCES", p.stderr)
         self.assertIn("checksum", p.stderr)
-        with self.assertRaises(ctxshard.CtxshardError):
-            ctxshard.Dataset(d)
+        # format 1.3 (BLOCKSUMS, the writer's default): open leaves
+        # SEQUENCES to the first use of each block (spec section 8); the
+        # damaged sequence is refused there, never served
+        ds = ctxshard.Dataset(d)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ds.label_seq(ds.num_utterances - 1)
+        self.assertIn("checksum", str(cm.exception))
 
 
 if __name__ == "__main__":

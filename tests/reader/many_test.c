@@ -1,0 +1,348 @@
+/* many_test.c - a million tiny utterances (issue 28): open reads no
+ * per-utterance page it does not need, and what is served equals a
+ * reference computed from the utterance number.
+ *
+ * The dataset is written once by the library's writer (seconds): 1,000,000
+ * utterances of 1..6 frames x 2 dims, guard 2, three shards, frame labels
+ * and label sequences, every value a formula of (u, t, d), so that the
+ * reference needs no stored copy.  A format 1.3 shard with BLOCKSUMS
+ * leaves its INDEX, IDS and SEQUENCES to the first use of each block (spec
+ * section 8): after open, the process has mapped only a few pages of them
+ * (RssFile, which counts this process's mapped file pages; mincore on the
+ * tables' pages is printed, not asserted: the kernel's read-around fills
+ * the page cache far beyond the pages a process touches).  On a
+ * reader that copies or scans the tables at open, RssFile grows by all of
+ * them (about 24 MiB here) and the first test fails.
+ *
+ * usage: many_test  (MANY_TEST_UTTS overrides the count) */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctxshard.h"
+#include "ctxshard_writer.h"
+#include "cxs_test.h"
+
+#define D 2
+#define G 2
+#define V 8
+
+static char dir[256], packed[300], nosums[300];
+static uint32_t NU = 1000000;
+static uint64_t *cum; /* reference: first frame of every utterance, NU + 1 */
+
+static uint64_t frames_of(uint64_t u) { return 1 + (u * 2654435761u >> 7) % 6; }
+static float value(uint64_t u, uint64_t t, uint32_t d) {
+    return (float)((u & 0xffff) * 64 + t * 4 + d) * 0.5f; /* exact in float */
+}
+static uint8_t label(uint64_t u, uint64_t t) { return (uint8_t)((u + t) % V); }
+/* the sequence of u: 1..3 symbols */
+static uint32_t seq_len(uint64_t u) { return 1 + (uint32_t)(u % 3); }
+static uint8_t seq_sym(uint64_t u, uint32_t j) { return (uint8_t)((u * 3 + j) % V); }
+
+static int make(const char *out, uint32_t n, uint32_t flags) {
+    static const char *vocab[V] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+    cxs_writer_opts wo;
+    cxs_writer_opts_init(&wo);
+    wo.guard = G;
+    wo.shard_size = 24u << 20; /* 3 shards of the million */
+    wo.vocab_size = V;
+    wo.vocab = vocab;
+    wo.label_seqs = CXS_SEQ_WITH_FRAMES;
+    wo.flags |= flags;
+    cxs_diag d = {{0}};
+    cxs_writer *w;
+    int rc = cxs_writer_create(out, &wo, &w, &d);
+    if (rc) {
+        fprintf(stderr, "%s\n", d.message);
+        return rc;
+    }
+    float x[6 * D];
+    uint8_t lab[6], seq[3];
+    for (uint32_t u = 0; u < n && !rc; u++) {
+        uint64_t T = frames_of(u);
+        for (uint64_t t = 0; t < T; t++) {
+            lab[t] = label(u, t);
+            for (uint32_t k = 0; k < D; k++) x[t * D + k] = value(u, t, k);
+        }
+        for (uint32_t j = 0; j < seq_len(u); j++) seq[j] = seq_sym(u, j);
+        cxs_writer_utt wu = {.data = x, .frames = T, .dim = D, .type = CXS_DTYPE_F32,
+                             .labels = lab, .label_count = T, .label_size = 1, .seq = seq,
+                             .seq_count = seq_len(u), .seq_size = 1};
+        char id[32];
+        snprintf(id, sizeof id, "u%07u", u);
+        if ((rc = cxs_writer_add(w, id, &wu, &d))) fprintf(stderr, "%s\n", d.message);
+    }
+    if (rc) {
+        cxs_writer_abort(w);
+        return rc;
+    }
+    cxs_writer_info wi;
+    if ((rc = cxs_writer_commit(w, &wi, &d))) fprintf(stderr, "%s\n", d.message);
+    return rc;
+}
+
+static uint64_t rss_file_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t v = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "RssFile:", 8)) v = strtoull(line + 8, NULL, 10);
+    if (f) fclose(f);
+    return v;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+/* Drop a file's clean pages from the page cache; whether it worked. */
+static int evict(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    struct stat st;
+    fstat(fd, &st);
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return 0;
+    size_t pages = ((size_t)st.st_size + 4095) / 4096, in = 0;
+    unsigned char *v = malloc(pages);
+    if (v && mincore(p, (size_t)st.st_size, v) == 0)
+        for (size_t i = 0; i < pages; i++) in += v[i] & 1;
+    free(v);
+    munmap(p, (size_t)st.st_size);
+    return in < pages / 100;
+}
+
+/* Resident pages of the shard file's bytes [a, b). */
+static uint64_t resident(const char *path, uint64_t a, uint64_t b) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    fstat(fd, &st);
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    uint64_t a0 = a & ~4095ull, pages = (b - a0 + 4095) / 4096, in = 0;
+    unsigned char *v = malloc(pages);
+    if (v && mincore((uint8_t *)p + a0, (size_t)(b - a0), v) == 0)
+        for (uint64_t i = 0; i < pages; i++) in += v[i] & 1;
+    free(v);
+    munmap(p, (size_t)st.st_size);
+    return in;
+}
+
+/* The file range of sections INDEX (2) .. SEQUENCES (8) but the features
+ * and labels: the per-utterance tables, from the section table (offset
+ * 64, 32-byte entries: type, reserved, offset, length, checksum). */
+static uint64_t index_offset;
+static void tables_range(const char *path, uint64_t *lo, uint64_t *hi, uint64_t *bytes) {
+    uint8_t h[4096];
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_eq((int)read(fd, h, sizeof h), (int)sizeof h);
+    close(fd);
+    uint32_t n = (uint32_t)h[24] | (uint32_t)h[25] << 8;
+    *lo = UINT64_MAX, *hi = 0, *bytes = 0;
+    for (uint32_t i = 0; i < n && 64 + 32 * (i + 1) <= sizeof h; i++) {
+        const uint8_t *e = h + 64 + 32 * i;
+        uint32_t type = e[0] | e[1] << 8;
+        uint64_t off = 0, len = 0;
+        for (int k = 7; k >= 0; k--) off = off << 8 | e[8 + k], len = len << 8 | e[16 + k];
+        if (type == 2) index_offset = off;
+        if (type == 2 || type == 3 || type == 8) {
+            if (off < *lo) *lo = off;
+            if (off + len > *hi) *hi = off + len;
+            *bytes += len;
+        }
+    }
+}
+
+TEST(open_reads_no_table_pages) {
+    char shard[400];
+    int evicted = 1;
+    for (int i = 0; i < 3; i++) {
+        snprintf(shard, sizeof shard, "%s/shard-%06d.cxs", packed, i);
+        evicted &= evict(shard);
+    }
+    uint64_t before = rss_file_kib();
+    cxs_dataset *ds;
+    cxs_diag d;
+    int rc = cxs_dataset_open(packed, &ds, &d);
+    if (rc) ck_abort_msg("%s", d.message);
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    EXPECT_UINT(in.num_utterances, NU);
+    EXPECT_UINT(in.num_frames, cum[NU]);
+    EXPECT_UINT(in.min_length, 1);
+    EXPECT_UINT(in.max_length, 6);
+    EXPECT(in.num_shards >= 2);
+    uint64_t grown = rss_file_kib() - before, tables = 0;
+    for (uint32_t i = 0; i < in.num_shards; i++) {
+        uint64_t lo, hi, bytes;
+        snprintf(shard, sizeof shard, "%s/shard-%06u.cxs", packed, i);
+        tables_range(shard, &lo, &hi, &bytes);
+        tables += bytes;
+        if (evicted) {
+            /* said, not asserted: the kernel reads around every page a
+             * mapping faults in (read_ahead_kb, 8 MiB on some machines),
+             * so the page cache may hold most of the tables after the
+             * few pages open touches (their ends); RssFile above counts
+             * what this process mapped */
+            uint64_t r = resident(shard, lo, hi), all = (hi - lo + 4095) / 4096;
+            printf("shard %u: %llu of the per-utterance tables' %llu pages in the page cache "
+                   "after open (kernel read-around included)\n", i, (unsigned long long)r,
+                   (unsigned long long)all);
+        }
+    }
+    printf("RssFile grew by %llu KiB at open (the tables: %llu KiB)%s\n",
+           (unsigned long long)grown, (unsigned long long)(tables >> 10),
+           evicted ? "" : "; the page cache could not be emptied: mincore not checked");
+    EXPECT(grown * 1024 < tables / 8);
+    cxs_dataset_close(ds);
+}
+END_TEST
+
+/* Sampled utterances and frames against the reference, through every
+ * reader of the tables (utterance, read_features, window, gather, locate,
+ * labels, label_seq), on the dataset with BLOCKSUMS and on one without
+ * (whose tables open reads whole). */
+static void exact(const char *path) {
+    cxs_dataset *ds;
+    cxs_diag d;
+    int rc = cxs_dataset_open(path, &ds, &d);
+    if (rc) ck_abort_msg("%s", d.message);
+    float buf[6 * D], win[(2 * 4 + 1) * D];
+    for (int i = 0; i < 3000; i++) {
+        /* the ends and the shard borders too */
+        uint64_t u = i == 0 ? 0 : i == 1 ? NU - 1 : next() % NU;
+        cxs_utterance ut;
+        EXPECT_INT(cxs_dataset_utterance(ds, u, &ut), 0);
+        char id[32];
+        snprintf(id, sizeof id, "u%07llu", (unsigned long long)u);
+        EXPECT_UINT(ut.id_len, strlen(id));
+        EXPECT(!memcmp(ut.id, id, ut.id_len));
+        EXPECT_UINT(ut.first_frame, cum[u]);
+        EXPECT_UINT(ut.num_frames, frames_of(u));
+        const uint64_t T = ut.num_frames;
+        EXPECT_INT(cxs_dataset_read_features(ds, u, 0, T, buf), 0);
+        for (uint64_t t = 0; t < T; t++)
+            for (uint32_t k = 0; k < D; k++) {
+                ck_assert_float_eq(buf[t * D + k], value(u, t, k));
+                float f;
+                memcpy(&f, (const uint8_t *)ut.features + (t * D + k) * 4, 4);
+                ck_assert_float_eq(f, value(u, t, k));
+            }
+        for (uint64_t t = 0; t < T; t++) EXPECT_UINT(((const uint8_t *)ut.labels)[t], label(u, t));
+        int64_t seq[8];
+        uint32_t len;
+        EXPECT_INT(cxs_dataset_label_seq(ds, u, seq, 8, &len), 0);
+        EXPECT_UINT(len, seq_len(u));
+        for (uint32_t j = 0; j < len; j++) EXPECT_UINT(seq[j], seq_sym(u, j));
+        /* a frame of u: located, its window (zero-copy, k = G) and its
+         * gathered window (k = 4 > G: the copying path) */
+        uint64_t t = next() % T, f = cum[u] + t, lu, off;
+        EXPECT_INT(cxs_dataset_locate(ds, f, &lu, &off), 0);
+        EXPECT_UINT(lu, u);
+        EXPECT_UINT(off, t);
+        const void *w;
+        EXPECT_INT(cxs_dataset_window(ds, f, G, &w), 0);
+        int64_t lab;
+        EXPECT_INT(cxs_dataset_gather(ds, &f, 1, 4, 0, 1, win, &lab), 0);
+        EXPECT_UINT(lab, label(u, t));
+        for (int64_t r = -4; r <= 4; r++)
+            for (uint32_t k = 0; k < D; k++) {
+                int64_t tt = (int64_t)t + r;
+                float want = tt < 0 || tt >= (int64_t)T ? 0.0f : value(u, (uint64_t)tt, k);
+                ck_assert_float_eq(win[(r + 4) * D + k], want);
+                if (r >= -G && r <= G) {
+                    float v;
+                    memcpy(&v, (const uint8_t *)w + ((r + G) * D + k) * 4, 4);
+                    ck_assert_float_eq(v, want);
+                }
+            }
+    }
+    cxs_dataset_close(ds);
+}
+
+TEST(sampled_utterances_equal_the_reference) { exact(packed); }
+END_TEST
+
+TEST(without_block_sums_too) { exact(nosums); }
+END_TEST
+
+/* A flipped byte in an INDEX block: open succeeds (the block is not read),
+ * the utterances of the block are refused with the block named, the
+ * others served; verify names it too. */
+TEST(damaged_index_block_refused_at_use) {
+    char copy[400], shard[500], cmd[1200];
+    snprintf(copy, sizeof copy, "%s/damaged", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", copy, packed, copy);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", copy);
+    uint64_t lo, hi, bytes;
+    tables_range(shard, &lo, &hi, &bytes);
+    /* INDEX entry 1000's byte 0, in its block 1 */
+    lo = index_offset;
+    int fd = open(shard, O_RDWR);
+    uint8_t b;
+    ck_assert_int_eq((int)pread(fd, &b, 1, (off_t)(lo + 8 * 1000)), 1);
+    b ^= 0x40;
+    ck_assert_int_eq((int)pwrite(fd, &b, 1, (off_t)(lo + 8 * 1000)), 1);
+    close(fd);
+    cxs_dataset *ds;
+    cxs_diag d;
+    int rc = cxs_dataset_open(copy, &ds, &d);
+    if (rc) ck_abort_msg("open of a dataset with a damaged INDEX block: %s", d.message);
+    cxs_utterance ut;
+    EXPECT_INT(cxs_dataset_utterance(ds, 999, &ut), CXS_E_CHECKSUM);
+    EXPECT_INT(cxs_dataset_utterance(ds, 5000, &ut), 0);
+    EXPECT_UINT(ut.num_frames, frames_of(5000));
+    uint64_t f = cum[999];
+    float x[3 * D];
+    EXPECT_INT(cxs_dataset_gather_ex(ds, &f, 1, 1, 0, NULL, 1, x, NULL, &d), CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.message, "shard-000000.cxs");
+    EXPECT_STR_HAS(d.message, "INDEX");
+    EXPECT_INT(cxs_dataset_verify(ds, NULL, NULL, &d), CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.message, "INDEX");
+    cxs_dataset_close(ds);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void) {
+    const char *e = getenv("MANY_TEST_UTTS");
+    if (e && atoi(e) >= 100000) NU = (uint32_t)atoi(e);
+    snprintf(dir, sizeof dir, "/tmp/cxs-many-XXXXXX");
+    if (!mkdtemp(dir)) return 3;
+    snprintf(packed, sizeof packed, "%s/sums", dir);
+    snprintf(nosums, sizeof nosums, "%s/nosums", dir);
+    cum = malloc((NU + 1ull) * sizeof *cum);
+    if (!cum) return 3;
+    cum[0] = 0;
+    for (uint64_t u = 0; u < NU; u++) cum[u + 1] = cum[u] + frames_of(u);
+    if (make(packed, NU, 0) || make(nosums, NU, CXS_WRITER_NO_BLOCK_SUMS)) return 3;
+    Suite *su = suite_create("many");
+    TCase *tc = tcase_create("many");
+    tcase_set_timeout(tc, 240);
+    const TTest *t[] = {open_reads_no_table_pages, sampled_utterances_equal_the_reference,
+                        without_block_sums_too, damaged_index_block_refused_at_use};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) cxs_add_test(tc, t[i], CXS_FORK_NONE);
+    suite_add_tcase(su, tc);
+    SRunner *r = srunner_create(su);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) return 3;
+    free(cum);
+    return failed ? 1 : 0;
+}
