@@ -58,6 +58,74 @@ static void store_elem(uint8_t *dst, uint32_t dtype, double x, double *stored) {
     }
 }
 
+/* One row of stored float16 (bfloat16) values added to the sums. */
+static uint32_t row_sums_f16(const uint16_t *restrict h, uint64_t D, double *restrict sum,
+                             double *restrict sumsq) {
+    uint32_t special = 0;
+    for (uint64_t d = 0; d < D; d++) {
+        special |= (uint32_t)((h[d] & 0x7c00u) == 0x7c00u);
+        const double v = cxs_f16_finite_to_f32(h[d]);
+        sum[d] += v;
+        sumsq[d] += v * v;
+    }
+    return special;
+}
+
+static uint32_t row_sums_bf16(const uint16_t *restrict h, uint64_t D, double *restrict sum,
+                              double *restrict sumsq) {
+    uint32_t special = 0;
+    for (uint64_t d = 0; d < D; d++) {
+        special |= (uint32_t)((h[d] & 0x7f80u) == 0x7f80u);
+        const double v = cxs_bf16_to_f32(h[d]);
+        sum[d] += v;
+        sumsq[d] += v * v;
+    }
+    return special;
+}
+
+/* One row of float32 bits into float16 (bfloat16), its stored values
+ * added to the sums in the generic pass's order (each dimension's own
+ * sum, row after row); written without branches so that the compiler
+ * vectorises it.  Non-zero when a value is NaN or infinite or overflows. */
+static uint32_t row_to_f16(const uint32_t *restrict in, uint16_t *restrict out, uint64_t D,
+                           double *restrict sum, double *restrict sumsq) {
+    uint32_t special = 0;
+    for (uint64_t d = 0; d < D; d++) {
+        const uint32_t b = in[d];
+        const uint16_t h = cxs_f32_bits_to_f16(b);
+        special |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u) | (uint32_t)((h & 0x7c00u) == 0x7c00u);
+        out[d] = h;
+    }
+    return special | row_sums_f16(out, D, sum, sumsq);
+}
+
+static uint32_t row_to_bf16(const uint32_t *restrict in, uint16_t *restrict out, uint64_t D,
+                            double *restrict sum, double *restrict sumsq) {
+    uint32_t special = 0;
+    for (uint64_t d = 0; d < D; d++) {
+        const uint32_t b = in[d];
+        const uint16_t h = cxs_f32_bits_to_bf16(b);
+        special |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u) | (uint32_t)((h & 0x7f80u) == 0x7f80u);
+        out[d] = h;
+    }
+    return special | row_sums_bf16(out, D, sum, sumsq);
+}
+
+/* One row of float32 values added to the sums (the float32 path). */
+static uint32_t row_sums_f32(const float *restrict f, uint64_t D, double *restrict sum,
+                             double *restrict sumsq) {
+    uint32_t special = 0;
+    for (uint64_t d = 0; d < D; d++) {
+        uint32_t b;
+        memcpy(&b, f + d, 4);
+        special |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+        const double x = f[d];
+        sum[d] += x;
+        sumsq[d] += x * x;
+    }
+    return special;
+}
+
 int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint8_t *dst,
                          double *sum, double *sumsq, double *tmp, char *why, size_t wn) {
     return cxs_features_convert_ex(s, dtype, normalize, 0, dst, sum, sumsq, tmp, NULL, why, wn);
@@ -83,17 +151,42 @@ int cxs_features_convert_ex(const cxs_fsrc *s, uint32_t dtype, uint32_t normaliz
          * sums and looks for an all-ones exponent (NaN or infinity). */
         memcpy(dst, src, T * D * 4);
         const float *f = (const float *)(const void *)dst;
-        const uint32_t *bits = (const uint32_t *)(const void *)dst;
         uint32_t special = 0;
-        for (uint64_t t = 0; t < T; t++)
-            for (uint64_t d = 0; d < D; d++) {
-                double x = f[t * D + d];
-                special |= (uint32_t)((bits[t * D + d] & 0x7f800000u) == 0x7f800000u);
-                sum[d] += x;
-                sumsq[d] += x * x;
-            }
+        for (uint64_t t = 0; t < T; t++) special |= row_sums_f32(f + t * D, D, sum, sumsq);
         if (!special) return 0;
         /* Rare: fall through to the generic pass, which names the place. */
+        memset(sum, 0, D * sizeof(double));
+        memset(sumsq, 0, D * sizeof(double));
+    }
+    if (normalize == NORM_NONE && dtype != ST_F32 && s->type == CXS_IN_F32 && !be && cs == 4 &&
+        rs == (int64_t)(4 * D) && cxs_host_is_le()) {
+        /* float32 into float16 or bfloat16, the other common case: the
+         * rounding done on the float's bits (the same results as
+         * cxs_round_bits from the double, which holds the float exactly:
+         * tests/unit/test_convert.c checks every float), summed as the
+         * generic pass sums.  A NaN, an infinity or an overflow falls
+         * through to the generic pass, which names it. */
+        const uint32_t *in = (const uint32_t *)(const void *)src;
+        uint16_t *out = (uint16_t *)(void *)dst;
+        uint32_t special = 0;
+        for (uint64_t t = 0; t < T; t++)
+            special |= dtype == ST_F16 ? row_to_f16(in + t * D, out + t * D, D, sum, sumsq)
+                                       : row_to_bf16(in + t * D, out + t * D, D, sum, sumsq);
+        if (!special) return 0;
+        memset(sum, 0, D * sizeof(double));
+        memset(sumsq, 0, D * sizeof(double));
+    }
+    if (normalize == NORM_NONE && dtype != ST_F32 && s->type == dtype && !be && cs == 2 &&
+        rs == (int64_t)(2 * D) && cxs_host_is_le()) {
+        /* float16 or bfloat16 already in the stored type (an importer's
+         * reader threads converted it): one copy and the sums */
+        memcpy(dst, src, T * D * 2);
+        const uint16_t *h = (const uint16_t *)(const void *)dst;
+        uint32_t special = 0;
+        for (uint64_t t = 0; t < T; t++)
+            special |= dtype == ST_F16 ? row_sums_f16(h + t * D, D, sum, sumsq)
+                                       : row_sums_bf16(h + t * D, D, sum, sumsq);
+        if (!special) return 0;
         memset(sum, 0, D * sizeof(double));
         memset(sumsq, 0, D * sizeof(double));
     }

@@ -107,7 +107,11 @@ int cxs_block_failed(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *e,
                  e->type == CXS_SEC_FEATURES ? "rows" : "frames",
                  (unsigned long long)(e->type == CXS_SEC_LABELS ? sh->f_start + r0 : r0),
                  (unsigned long long)(e->type == CXS_SEC_LABELS ? sh->f_start + r1 : r1));
-    if (some) {
+    if (some && e->type == CXS_SEC_IDS) {
+        /* the ids are what is damaged: numbers only, nothing read from it */
+        snprintf(held, sizeof held, "; the block holds the ids of utterances %llu..%llu",
+                 (unsigned long long)(sh->u_start + lo), (unsigned long long)(sh->u_start + hi));
+    } else if (some) {
         /* every one of a few (a block of features is one or two at 40
          * dimensions), else the first and the last */
         char x[300];

@@ -104,9 +104,14 @@ static int shape_of(hid_t ds, hsize_t *T, hsize_t *D, int *ndims, size_t *esize,
         goto out;
     }
     if (H5Tget_class(ty) != H5T_FLOAT) {
-        snprintf(why, len, "holds %s, expected floating-point features",
+        /* integers beside the features are most often labels: say where they go */
+        snprintf(why, len, "holds %s, expected floating-point features%s",
                  H5Tget_class(ty) == H5T_INTEGER ? "integers" : H5Tget_class(ty) == H5T_STRING
-                                                                   ? "strings" : "non-float data");
+                                                                   ? "strings" : "non-float data",
+                 H5Tget_class(ty) == H5T_INTEGER
+                     ? " (labels are not imported from HDF5: write features and labels with "
+                       "ctxshard.Writer, as docs/guide.md shows under 'Importing HDF5 features')"
+                     : "");
         rc = CXS_E_INPUT;
         goto out;
     }

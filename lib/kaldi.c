@@ -13,7 +13,11 @@
  * either). */
 #include "kaldi.h"
 
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctxshard_base.h"
@@ -23,7 +27,8 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static const char *const kind_names[KALDI_KINDS] = {"FM", "DM", "FV", "DV", "CM", "CM2", "CM3"};
+static const char *const kind_names[KALDI_KINDS] = {"FM", "DM", "FV", "DV", "CM", "CM2", "CM3",
+                                                     "text"};
 
 const char *kaldi_kind_name(uint32_t kind) { return kind < KALDI_KINDS ? kind_names[kind] : "?"; }
 
@@ -64,9 +69,9 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t le
         size_t i = 0;
         while (i < n && (buf[i] == ' ' || buf[i] == '\t')) i++;
         if (i < n && buf[i] == '[') {
-            snprintf(why, len, "a text-form object (no binary marker \\0B; written with ark,t): "
-                     "not supported, convert it with `copy-feats ark,t:IN ark:OUT`");
-            return CXS_E_UNSUPPORTED;
+            h->kind = KALDI_TXT;
+            h->head = i;
+            return 0;
         }
         shown(buf, n, why, len, "no Kaldi object here: expected the binary marker \\0B");
         return CXS_E_CORRUPT;
@@ -87,7 +92,7 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t le
         return CXS_E_TRUNCATED;
     }
     uint32_t kind = KALDI_KINDS;
-    for (uint32_t k = 0; k < KALDI_KINDS; k++)
+    for (uint32_t k = 0; k < KALDI_TXT; k++)
         if (t - 2 == strlen(kind_names[k]) && !memcmp(buf + 2, kind_names[k], t - 2)) kind = k;
     if (kind == KALDI_KINDS) {
         char tok[16];
@@ -243,4 +248,130 @@ void kaldi_decode(const kaldi_hdr *h, const uint8_t *obj, void *out) {
     }
     default: break;
     }
+}
+
+/* ---- the text form ------------------------------------------------------ */
+
+size_t kaldi_text_end(const uint8_t *buf, size_t n, int more) {
+    const uint8_t *e = memchr(buf, ']', n);
+    if (!e) return 0;
+    size_t k = (size_t)(e - buf) + 1;
+    if (k < n && buf[k] == '\n') return k + 1;
+    if (k < n && buf[k] == '\r') {
+        if (k + 1 < n) return buf[k + 1] == '\n' ? k + 2 : k + 1;
+        return more ? 0 : k + 1;
+    }
+    return k == n && more ? 0 : k;
+}
+
+static int is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+static locale_t c_locale;
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+static void c_locale_make(void) { c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0); }
+
+/* The characters a C++ stream takes for a float (libstdc++'s
+ * num_get::_M_extract_float: a sign, digits with one '.', an exponent
+ * with its sign), from p; their count. */
+static size_t float_chars(const uint8_t *p, size_t n) {
+    size_t k = 0;
+    int dot = 0, digits = 0;
+    if (k < n && (p[k] == '+' || p[k] == '-')) k++;
+    for (; k < n; k++) {
+        if (p[k] >= '0' && p[k] <= '9') digits = 1;
+        else if (p[k] == '.' && !dot) dot = 1;
+        else break;
+    }
+    if (digits && k < n && (p[k] == 'e' || p[k] == 'E')) {
+        k++;
+        if (k < n && (p[k] == '+' || p[k] == '-')) k++;
+        while (k < n && p[k] >= '0' && p[k] <= '9') k++;
+    }
+    return k;
+}
+
+int kaldi_text_parse(const uint8_t *buf, size_t n, uint64_t *rows, uint64_t *cols, float *out,
+                     char *why, size_t len) {
+    size_t i = 0;
+    while (i < n && is_ws(buf[i])) i++;
+    size_t t0 = i;
+    while (i < n && !is_ws(buf[i])) i++;
+    if (i - t0 == 2 && buf[t0] == '[' && buf[t0 + 1] == ']') {
+        *rows = *cols = 0;
+        return 0;
+    }
+    if (i - t0 != 1 || buf[t0] != '[') {
+        snprintf(why, len, "text-form matrix: expected '[' followed by white space, found "
+                 "'%.*s'", (int)(i - t0 > 16 ? 16 : i - t0), (const char *)buf + t0);
+        return CXS_E_CORRUPT;
+    }
+    pthread_once(&c_locale_once, c_locale_make);
+    uint64_t R = 0, C = 0, cur = 0, at = 0;
+    for (;;) {
+        if (i >= n) {
+            snprintf(why, len, "text-form matrix: no ']' before the end of the object");
+            return CXS_E_CORRUPT;
+        }
+        uint8_t c = buf[i];
+        if (c == ']' || c == '\n' || c == ';') {
+            i++;
+            if (cur) {
+                if (R == 0) C = cur;
+                else if (cur != C) {
+                    snprintf(why, len, "text-form matrix: row %llu has %llu values, row 1 has "
+                             "%llu (inconsistent number of columns)", (unsigned long long)R + 1,
+                             (unsigned long long)cur, (unsigned long long)C);
+                    return CXS_E_CORRUPT;
+                }
+                R++;
+                cur = 0;
+            }
+            if (c == ']') break;
+            continue;
+        }
+        if (is_ws(c)) {
+            i++;
+            continue;
+        }
+        float v;
+        if ((c >= '0' && c <= '9') || c == '-') {
+            size_t k = float_chars(buf + i, n - i);
+            char num[64];
+            char *end = num;
+            int ok = k > 0 && k < sizeof num;
+            if (ok) {
+                memcpy(num, buf + i, k);
+                num[k] = 0;
+
+                v = strtof_l(num, &end, c_locale);
+                ok = end == num + k && isfinite(v);
+            }
+            if (!ok) {
+                snprintf(why, len, "text-form matrix: '%.*s' at byte %zu is not a number a float "
+                         "holds", (int)(k ? (k > 24 ? 24 : k) : 1), (const char *)buf + i, i);
+                return CXS_E_CORRUPT;
+            }
+            i += k;
+        } else {
+            size_t k = i;
+            while (k < n && !is_ws(buf[k])) k++;
+            size_t m = k - i;
+            if (m == 3 && !strncasecmp((const char *)buf + i, "nan", 3)) v = NAN;
+            else if ((m == 3 && !strncasecmp((const char *)buf + i, "inf", 3)) ||
+                     (m == 8 && !strncasecmp((const char *)buf + i, "infinity", 8)))
+                v = INFINITY;
+            else {
+                snprintf(why, len, "text-form matrix: expected a number at byte %zu, found "
+                         "'%.*s'", i, (int)(m > 24 ? 24 : m), (const char *)buf + i);
+                return CXS_E_CORRUPT;
+            }
+            i = k;
+        }
+        if (out) out[at] = v;
+        at++;
+        cur++;
+    }
+    *rows = R;
+    *cols = R ? C : 0;
+    return 0;
 }

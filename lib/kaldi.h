@@ -21,6 +21,7 @@ enum {
     KALDI_CM,     /* compressed, one byte per element, per-column headers */
     KALDI_CM2,    /* compressed, two bytes per element */
     KALDI_CM3,    /* compressed, one byte per element */
+    KALDI_TXT,    /* a text-form matrix ("[ 1 2 \n 3 4 ]", ark,t) */
     KALDI_KINDS
 };
 
@@ -41,9 +42,11 @@ const char *kaldi_kind_name(uint32_t kind);
 
 /* Parse the object that starts at buf (n bytes available, at most what
  * the file holds from there).  Returns 0; CXS_E_TRUNCATED when n ends
- * inside the header; CXS_E_UNSUPPORTED for a text-form object (no binary
- * marker); CXS_E_CORRUPT for anything else.  why (len bytes) says what was
- * found. */
+ * inside the header; CXS_E_CORRUPT for anything else.  why (len bytes)
+ * says what was found.  A text-form object (no binary marker, white space
+ * then '[') is kind KALDI_TXT with head the offset of its '[' and rows,
+ * cols and size 0: its extent and sizes are known only once it has been
+ * read to its ']' (kaldi_text_end, kaldi_text_parse). */
 int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t len);
 
 /* Whether the elements decode to double (DM, DV), else float. */
@@ -54,5 +57,24 @@ int kaldi_is_double(const kaldi_hdr *h);
  * are copied as doubles.  Compressed kinds decode exactly as Kaldi's
  * CompressedMatrix::CopyToMat into a Matrix<float>. */
 void kaldi_decode(const kaldi_hdr *h, const uint8_t *obj, void *out);
+
+/* The end of a text-form object whose '[' is at buf[0]: the offset past
+ * its ']' and the line end after it (none, "\n" or "\r\n", as Kaldi's
+ * reader eats it), or 0 when buf (n bytes) holds no ']' yet.  more: bytes
+ * follow buf in the file (a "\r" at the end may be the start of "\r\n"). */
+size_t kaldi_text_end(const uint8_t *buf, size_t n, int more);
+
+/* Read a text-form matrix (buf: n bytes from its '[' to the end that
+ * kaldi_text_end found) as Kaldi's Matrix<float>::Read does in text mode
+ * (src/matrix/kaldi-matrix.cc): the token "[" (or "[]", an empty matrix),
+ * rows ended by a newline or ';', numbers read as a C++ stream reads a
+ * float (the characters of a decimal number, then strtof in the C locale:
+ * correctly rounded; out of float's range is an error), inf, infinity and
+ * nan in any case, ']'.  Rows of different lengths are refused.  With out
+ * NULL only *rows and *cols are set; else out gets rows x cols floats in
+ * C order.  Returns 0, or CXS_E_CORRUPT with why (len bytes) saying what
+ * was found and where (the byte offset from the '['). */
+int kaldi_text_parse(const uint8_t *buf, size_t n, uint64_t *rows, uint64_t *cols, float *out,
+                     char *why, size_t len);
 
 #endif

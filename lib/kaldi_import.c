@@ -13,6 +13,7 @@
  * `path:offset` rxfilenames). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +23,13 @@
 #include <xxhash.h>
 
 #include "ctxshard_import.h"
+#include "cxs_convert.h"
+#include "cxs_features.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
 #include "kaldi.h"
 #include "kaldi_import.h"
+#include "import_ring.h"
 
 /* ---- the import --------------------------------------------------------- */
 
@@ -35,6 +39,259 @@ typedef struct importer {
     int skip;
     char msg[sizeof(((cxs_diag *)0)->message)];
 } importer;
+
+/* One utterance loaded (read, decoded, its labels looked up) by a reader
+ * thread, for the writer's thread to take in listing order. */
+typedef struct kslot {
+    int status;      /* 0 loaded; CXS_E_INPUT a bad utterance; < 0 a system failure */
+    cxs_diag d;      /* why, when status != 0 */
+    char note[256];  /* a range cut at the matrix's end, as Kaldi cuts it ("" none) */
+    uint8_t *obj;
+    size_t obj_cap;
+    void *vals, *sub; /* the decoded object, the range taken from it */
+    size_t vals_cap, sub_cap;
+    uint8_t *conv;    /* the features in the stored type, when converted here */
+    size_t conv_cap;
+    double *scratch;  /* the conversion's sums (the writer makes its own) */
+    size_t scratch_cap;
+    int converted;
+    int32_t *labv;
+    size_t lab_cap, nlab;
+    uint64_t rows, cols, size;
+    uint32_t kind;
+    const lab *lb;
+} kslot;
+
+/* What the reader threads share: read-only while the ring runs, but for
+ * the archives (fs), opened and held under mu. */
+typedef struct kload {
+    listing *L;
+    files *fs;
+    const labels *B;
+    const vocab *V;
+    const size_t *lab_of; /* the label line of each listed utterance + 1; 0 none */
+    const cxs_kaldi_opts *ko;
+    const char *path, *lpath, *lwhat;
+    uint32_t dtype, normalize; /* the writer's */
+    kslot *slots;
+    pthread_mutex_t mu;
+} kload;
+
+static void where_of(const kload *K, const ent *e, char *where, size_t n) {
+    if (e->line)
+        snprintf(where, n, "%s line %llu: %s: %s offset %llu%s%s%s", K->path,
+                 (unsigned long long)e->line, e->key, K->fs->f[e->file].path,
+                 (unsigned long long)e->off, e->range ? " [" : "", e->range ? e->range : "",
+                 e->range ? "]" : "");
+    else
+        snprintf(where, n, "%s: offset %llu: utterance %s", K->path, (unsigned long long)e->off,
+                 e->key);
+}
+
+/* Read, parse and decode listed utterance i into slot s (a reader
+ * thread's work: everything but the writer). */
+static void load_one(void *user, size_t i, size_t si) {
+    kload *K = user;
+    kslot *s = &K->slots[si];
+    const ent *e = &K->L->e[i];
+    s->status = 0;
+    s->note[0] = 0;
+    s->nlab = 0;
+    s->converted = 0;
+    s->lb = K->lab_of && K->lab_of[i] ? &K->B->l[K->lab_of[i] - 1] : NULL;
+    char where[700];
+    where_of(K, e, where, sizeof where);
+    pthread_mutex_lock(&K->mu);
+    int rc = kaldi_files_acquire(K->fs, e->file, &s->d);
+    const arkfile a = K->fs->f[e->file];
+    pthread_mutex_unlock(&K->mu);
+    if (rc) {
+        s->status = rc;
+        return;
+    }
+    kaldi_hdr h;
+    char why[256];
+    uint8_t head[KALDI_MAX_HEAD];
+    size_t got = 0;
+    int prc = 0;
+    if (e->off > a.size) {
+        s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s: the offset is past the end of the file "
+                              "(%llu bytes)", where, (unsigned long long)a.size);
+        goto out;
+    }
+    if ((rc = kaldi_pread_all(a.fd, head, sizeof head, e->off, &got))) {
+        s->status = cxs_diagf(&s->d, rc, "%s: %s", a.path, strerror(-rc));
+        goto out;
+    }
+    prc = kaldi_parse(head, got, &h, why, sizeof why);
+    if (!prc && h.kind == KALDI_TXT) {
+        uint64_t tn = 0;
+        rc = kaldi_text_extent(a.fd, a.size, e->off + h.head, &tn, why, sizeof why);
+        if (rc && rc != CXS_E_TRUNCATED) {
+            s->status = cxs_diagf(&s->d, rc, "%s: %s", a.path, strerror(-rc));
+            goto out;
+        }
+        prc = rc;
+        h.size = h.head + tn;
+    }
+    if (!prc && e->off + h.size > a.size) {
+        snprintf(why, sizeof why, "%s %llux%llu needs %llu bytes, the file ends %llu bytes "
+                 "after its start (truncated archive)", kaldi_kind_name(h.kind),
+                 (unsigned long long)h.rows, (unsigned long long)h.cols,
+                 (unsigned long long)h.size, (unsigned long long)(a.size - e->off));
+        prc = CXS_E_TRUNCATED;
+    } else if (prc == CXS_E_TRUNCATED && e->line) {
+        size_t l = strlen(why);
+        snprintf(why + l, sizeof why - l, " (truncated archive, or a wrong offset)");
+    } else if (prc == CXS_E_CORRUPT && e->line) {
+        size_t l = strlen(why);
+        snprintf(why + l, sizeof why - l, " (a wrong offset?)");
+    }
+    if (!prc && (h.size > SIZE_MAX / 2 ||
+                 kaldi_grow((void **)&s->obj, &s->obj_cap, (size_t)h.size, 1))) {
+        s->status = cxs_diagf(&s->d, -ENOMEM, "%s: out of memory (%llu bytes)", where,
+                              (unsigned long long)h.size);
+        goto out;
+    }
+    if (!prc) {
+        if ((rc = kaldi_pread_all(a.fd, s->obj, (size_t)h.size, e->off, &got))) {
+            s->status = cxs_diagf(&s->d, rc, "%s: %s", a.path, strerror(-rc));
+            goto out;
+        }
+        if (got != h.size) {
+            s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s: the file shrank while being read",
+                                  where);
+            goto out;
+        }
+        if (h.kind == KALDI_TXT) {
+            prc = kaldi_text_parse(s->obj + h.head, (size_t)(h.size - h.head), &h.rows, &h.cols,
+                                   NULL, why, sizeof why);
+            if (!prc && h.cols == 0) h.rows = 0;
+        }
+    }
+    if (!prc && (h.rows == 0 || h.cols == 0)) {
+        snprintf(why, sizeof why, "an empty %s (%llux%llu)", kaldi_kind_name(h.kind),
+                 (unsigned long long)h.rows, (unsigned long long)h.cols);
+        prc = CXS_E_INPUT;
+    }
+    uint64_t r0 = 0, nr = h.rows, c0 = 0, nc = h.cols;
+    int cut = 0;
+    if (!prc && kaldi_range_apply(e, h.rows, h.cols, &r0, &nr, &c0, &nc, &cut, why, sizeof why))
+        prc = CXS_E_INPUT;
+    if (!prc && nc > CXS_MAX_DIM) {
+        snprintf(why, sizeof why, "%s with %llu columns (at most %u features per frame)",
+                 kaldi_kind_name(h.kind), (unsigned long long)nc, CXS_MAX_DIM);
+        prc = CXS_E_INPUT;
+    }
+    if (prc) {
+        s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s: %s", where, why);
+        goto out;
+    }
+    const size_t es = kaldi_is_double(&h) ? 8 : 4;
+    if (kaldi_grow(&s->vals, &s->vals_cap, (size_t)(h.rows * h.cols), 8) ||
+        (e->range && kaldi_grow(&s->sub, &s->sub_cap, (size_t)(nr * nc), 8))) {
+        s->status = cxs_diagf(&s->d, -ENOMEM, "%s: out of memory", where);
+        goto out;
+    }
+    if (h.kind == KALDI_TXT)
+        kaldi_text_parse(s->obj + h.head, (size_t)(h.size - h.head), &h.rows, &h.cols, s->vals,
+                         why, sizeof why);
+    else
+        kaldi_decode(&h, s->obj, s->vals);
+    if (e->range) {
+        /* Kaldi decodes a range element by element with the same
+         * expressions (CompressedMatrix::CopyToMat with offsets): the
+         * block of the whole decoding, the same floats */
+        for (uint64_t r = 0; r < nr; r++)
+            memcpy((uint8_t *)s->sub + r * nc * es,
+                   (const uint8_t *)s->vals + ((r0 + r) * h.cols + c0) * es, (size_t)(nc * es));
+        if (cut)
+            snprintf(s->note, sizeof s->note, "%.180s: rows %llu:%llu end past the matrix's %llu "
+                     "rows: cut there, as Kaldi does", e->key, (unsigned long long)e->r0,
+                     (unsigned long long)e->r1, (unsigned long long)h.rows);
+    }
+    s->rows = nr;
+    s->cols = nc;
+    s->kind = h.kind;
+    s->size = h.size;
+    /* Into the stored float16 or bfloat16 here, on this reader thread:
+     * the conversion the writer would do (cxs_features_convert, the same
+     * bytes), which then only copies and sums them.  A value the
+     * conversion refuses is left to the writer, which names it. */
+    if (K->dtype != CXS_DTYPE_F32 && K->normalize == CXS_NORM_NONE &&
+        !kaldi_grow((void **)&s->conv, &s->conv_cap, (size_t)(nr * nc), 2)) {
+        const void *x = e->range ? s->sub : s->vals;
+        if (es == 4) {
+            /* the float's bits rounded as cxs_features_convert rounds them
+             * (format/cxs_convert.h: the same for every finite float) */
+            const uint32_t *b = x;
+            uint16_t *o = (uint16_t *)(void *)s->conv;
+            uint32_t special = 0;
+            const uint64_t n = nr * nc;
+            if (K->dtype == CXS_DTYPE_F16)
+                for (uint64_t k = 0; k < n; k++) {
+                    o[k] = cxs_f32_bits_to_f16(b[k]);
+                    special |= (uint32_t)((b[k] & 0x7f800000u) == 0x7f800000u) |
+                               (uint32_t)((o[k] & 0x7c00u) == 0x7c00u);
+                }
+            else
+                for (uint64_t k = 0; k < n; k++) {
+                    o[k] = cxs_f32_bits_to_bf16(b[k]);
+                    special |= (uint32_t)((b[k] & 0x7f800000u) == 0x7f800000u) |
+                               (uint32_t)((o[k] & 0x7f80u) == 0x7f80u);
+                }
+            s->converted = !special;
+        } else {
+            cxs_fsrc src = {x, nr, nc, CXS_IN_F64, 0, (int64_t)(8 * nc), 8};
+            s->converted =
+                !kaldi_grow((void **)&s->scratch, &s->scratch_cap, (size_t)(4 * nc),
+                            sizeof(double)) &&
+                !cxs_features_convert(&src, K->dtype, CXS_NORM_NONE, s->conv, s->scratch,
+                                      s->scratch + nc, s->scratch + 2 * nc, why, sizeof why);
+        }
+    }
+    /* the labels of the utterance, looked up in the vocabulary */
+    if (K->lpath && s->lb) {
+        const lab *lb = s->lb;
+        char *toks = lb->toks, *t;
+        size_t n = 0;
+        while ((t = kaldi_next_tok(&toks))) {
+            size_t tl = kaldi_tok_len(t);
+            long x = kaldi_vocab_lookup(K->V, t, tl);
+            if (x < 0) {
+                s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s line %llu: utterance %s: token "
+                                      "%zu '%.*s' is not in the vocabulary (%s, %u symbols)",
+                                      K->lpath, (unsigned long long)lb->line, e->key, n + 1,
+                                      (int)(tl > 64 ? 64 : tl), t,
+                                      K->ko->vocab ? K->ko->vocab : "built from the data",
+                                      K->V->n);
+                goto out;
+            }
+            if (kaldi_grow((void **)&s->labv, &s->lab_cap, n + 1, sizeof *s->labv)) {
+                s->status = cxs_diagf(&s->d, -ENOMEM, "out of memory");
+                goto out;
+            }
+            s->labv[n++] = (int32_t)x;
+        }
+        if (n == 0) {
+            s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s line %llu: utterance %s: no %s",
+                                  K->lpath, (unsigned long long)lb->line, e->key,
+                                  K->ko->text ? "words (an empty transcript)" : "labels");
+            goto out;
+        }
+        if (K->ko->ali && n != nr) {
+            s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s line %llu: utterance %s: %zu labels "
+                                  "for %llu frames (%s)", K->lpath, (unsigned long long)lb->line,
+                                  e->key, n, (unsigned long long)nr, where);
+            goto out;
+        }
+        s->nlab = n;
+    }
+out:
+    pthread_mutex_lock(&K->mu);
+    kaldi_files_release(K->fs, e->file);
+    pthread_mutex_unlock(&K->mu);
+}
 
 static void note(importer *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(importer *im, const char *fmt, ...) {
@@ -81,19 +338,37 @@ static int plan_shards(listing *L, files *fs, const cxs_writer_opts *wo, uint32_
                        cxs_diag *d) {
     uint32_t *D = calloc(L->n + 1, sizeof *D);
     if (!D) return cxs_diagf(d, -ENOMEM, "out of memory");
+    uint8_t *text = NULL;
+    size_t text_cap = 0;
     for (size_t i = 0; i < L->n; i++) {
         const ent *e = &L->e[i];
         uint8_t head[KALDI_MAX_HEAD];
         size_t got = 0;
         kaldi_hdr h;
-        char why[8];
+        char why[256];
         T[i] = 0;
         if (kaldi_files_open(fs, e->file, d)) continue;
         if (kaldi_pread_all(fs->f[e->file].fd, head, sizeof head, e->off, &got)) continue;
-        if (kaldi_parse(head, got, &h, why, sizeof why) || h.cols > CXS_MAX_DIM) continue;
-        T[i] = h.rows;
-        D[i] = (uint32_t)h.cols;
+        if (kaldi_parse(head, got, &h, why, sizeof why)) continue;
+        if (h.kind == KALDI_TXT) {
+            /* its sizes are known once it has been read */
+            uint64_t tn = 0;
+            const arkfile *a = &fs->f[e->file];
+            if (kaldi_text_extent(a->fd, a->size, e->off + h.head, &tn, why, sizeof why) ||
+                tn > SIZE_MAX / 2 || kaldi_grow((void **)&text, &text_cap, (size_t)tn, 1) ||
+                kaldi_pread_all(a->fd, text, (size_t)tn, e->off + h.head, &got) || got != tn ||
+                kaldi_text_parse(text, (size_t)tn, &h.rows, &h.cols, NULL, why, sizeof why))
+                continue;
+        }
+        uint64_t r0, nr, c0, nc;
+        int cut;
+        if (kaldi_range_apply(e, h.rows, h.cols, &r0, &nr, &c0, &nc, &cut, why, sizeof why) ||
+            nc > CXS_MAX_DIM || nr == 0 || nc == 0)
+            continue;
+        T[i] = nr;
+        D[i] = (uint32_t)nc;
     }
+    free(text);
     /* the most common width (0: no header read) */
     uint32_t width = 0;
     uint32_t *sorted = malloc((L->n + 1) * sizeof *sorted);
@@ -168,7 +443,13 @@ static int input_kind(const char *in, const char **path, cxs_diag *d) {
     int rc = kaldi_pread_all(fd, b, sizeof b, 0, &got);
     close(fd);
     if (rc) return cxs_diagf(d, rc, "%s: %s", in, strerror(-rc));
-    return memchr(b, 0, got) ? 0 : 1;
+    if (memchr(b, 0, got)) return 0;
+    /* a text archive: `key [` (the first line's second token opens a matrix) */
+    size_t i = 0;
+    while (i < got && kaldi_is_space(b[i])) i++;
+    while (i < got && !kaldi_is_space(b[i])) i++;
+    while (i < got && (b[i] == ' ' || b[i] == '\t')) i++;
+    return i < got && b[i] == '[' ? 0 : 1;
 }
 
 int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_in,
@@ -192,10 +473,9 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     importer im = {ko, NULL, (int)wo_in->on_error_skip, ""};
     cxs_import_info res;
     memset(&res, 0, sizeof res);
-    uint8_t *obj = NULL;
-    void *vals = NULL;
-    int32_t *labv = NULL;
-    size_t obj_cap = 0, vals_cap = 0, lab_cap = 0;
+    import_ring *ring = NULL;
+    kslot *slots = NULL;
+    size_t nslots = 0, *lab_of = NULL;
     uint32_t *member = NULL; /* a split import's plan */
     uint64_t *frames = NULL;
     const char *path;
@@ -341,142 +621,75 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
         wo.flags |= CXS_WRITER_MANUAL_CUT;
     }
     if ((rc = cxs_writer_create(out, &wo, &im.w, d))) goto out;
-    size_t j = 0;
+    /* Each listed utterance's label line, found before the readers start. */
+    if (lpath) {
+        if (!(lab_of = calloc(L.n + 1, sizeof *lab_of))) {
+            rc = cxs_diagf(d, -ENOMEM, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0, j = 0; i < L.n; i++) {
+            while (j < B.n && kaldi_key_cmp(B.l[j].key, L.e[i].key) < 0) j++;
+            if (j < B.n && !kaldi_key_cmp(B.l[j].key, L.e[i].key)) lab_of[i] = j + 1;
+        }
+    }
+    /* Reader threads load (read, decode, label) utterances ahead into a
+     * ring of slots; this thread hands them to the writer in listing
+     * order, so what is written never depends on the thread count. */
+    const unsigned threads = wo_in->threads > CXS_WRITER_MAX_THREADS ? CXS_WRITER_MAX_THREADS
+                             : wo_in->threads;
+    kload K = {&L,    &fs,   &B,        &V,           lab_of, ko, path, lpath, lwhat, wo.dtype,
+               wo.normalize, NULL, PTHREAD_MUTEX_INITIALIZER};
+    nslots = import_ring_slots(threads);
+    if (!(K.slots = slots = calloc(nslots, sizeof *slots))) {
+        rc = cxs_diagf(d, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = import_ring_start(&ring, threads, i_lo, i_hi, load_one, &K))) {
+        rc = cxs_diagf(d, rc, "%s: cannot start the reader threads: %s", out, strerror(-rc));
+        goto out;
+    }
     int have = 0;
     uint32_t cur = 0;
     for (size_t i = i_lo; i < i_hi; i++) {
         const ent *e = &L.e[i];
-        char where[512];
-        arkfile *a = &fs.f[e->file];
-        const lab *lb = NULL;
-        if (lpath) {
-            while (j < B.n && kaldi_key_cmp(B.l[j].key, e->key) < 0) j++;
-            if (j < B.n && !kaldi_key_cmp(B.l[j].key, e->key)) lb = &B.l[j];
-        }
-        if (e->line)
-            snprintf(where, sizeof where, "%s line %llu: %s: %s offset %llu", path,
-                     (unsigned long long)e->line, e->key, a->path, (unsigned long long)e->off);
-        else
-            snprintf(where, sizeof where, "%s: offset %llu: utterance %s", path,
-                     (unsigned long long)e->off, e->key);
-        if ((rc = kaldi_files_open(&fs, e->file, d))) {
-            if (rc != CXS_E_INPUT || (rc = bad(&im, e->key, d))) goto out;
+        kslot *sl = &slots[import_ring_get(ring, i)];
+        if (sl->status) {
+            *d = sl->d;
+            if (sl->status != CXS_E_INPUT || (rc = bad(&im, e->key, d))) {
+                if (!rc) rc = sl->status;
+                goto out;
+            }
             goto next;
         }
-        kaldi_hdr h;
-        char why[256];
-        uint8_t head[KALDI_MAX_HEAD];
-        size_t got = 0;
-        if (e->off > a->size) {
-            cxs_diagf(d, CXS_E_INPUT, "%s: the offset is past the end of the file (%llu bytes)",
-                      where, (unsigned long long)a->size);
-            if ((rc = bad(&im, e->key, d))) goto out;
-            goto next;
-        }
-        if ((rc = kaldi_pread_all(a->fd, head, sizeof head, e->off, &got))) {
-            cxs_diagf(d, rc, "%s: %s", a->path, strerror(-rc));
-            goto out;
-        }
-        int prc = kaldi_parse(head, got, &h, why, sizeof why);
-        if (!prc && e->off + h.size > a->size) {
-            snprintf(why, sizeof why, "%s %llux%llu needs %llu bytes, the file ends %llu bytes "
-                     "after its start (truncated archive)", kaldi_kind_name(h.kind),
-                     (unsigned long long)h.rows, (unsigned long long)h.cols,
-                     (unsigned long long)h.size, (unsigned long long)(a->size - e->off));
-            prc = CXS_E_TRUNCATED;
-        } else if (!prc && (h.rows == 0 || h.cols == 0)) {
-            snprintf(why, sizeof why, "an empty %s (%llux%llu)", kaldi_kind_name(h.kind),
-                     (unsigned long long)h.rows, (unsigned long long)h.cols);
-            prc = CXS_E_INPUT;
-        } else if (!prc && h.cols > CXS_MAX_DIM) {
-            snprintf(why, sizeof why, "%s with %llu columns (at most %u features per frame)",
-                     kaldi_kind_name(h.kind), (unsigned long long)h.cols, CXS_MAX_DIM);
-            prc = CXS_E_INPUT;
-        } else if (prc == CXS_E_TRUNCATED && e->line) {
-            size_t l = strlen(why);
-            snprintf(why + l, sizeof why - l, " (truncated archive, or a wrong offset)");
-        } else if (prc == CXS_E_CORRUPT && e->line) {
-            size_t l = strlen(why);
-            snprintf(why + l, sizeof why - l, " (a wrong offset?)");
-        }
-        if (prc) {
-            cxs_diagf(d, CXS_E_INPUT, "%s: %s", where, why);
-            if ((rc = bad(&im, e->key, d))) goto out;
-            goto next;
-        }
-        if (h.size > SIZE_MAX / 2 || kaldi_grow((void **)&obj, &obj_cap, (size_t)h.size, 1) ||
-            kaldi_grow(&vals, &vals_cap, (size_t)(h.rows * h.cols), 8)) {
-            rc = cxs_diagf(d, -ENOMEM, "%s: out of memory (%llu bytes)", where,
-                           (unsigned long long)h.size);
-            goto out;
-        }
-        if ((rc = kaldi_pread_all(a->fd, obj, (size_t)h.size, e->off, &got))) {
-            cxs_diagf(d, rc, "%s: %s", a->path, strerror(-rc));
-            goto out;
-        }
-        if (got != h.size) {
-            cxs_diagf(d, CXS_E_INPUT, "%s: the file shrank while being read", where);
-            if ((rc = bad(&im, e->key, d))) goto out;
-            goto next;
-        }
-        kaldi_decode(&h, obj, vals);
-        res.kinds |= 1u << h.kind;
-        res.input_bytes += h.size;
+        if (sl->note[0]) note(&im, "%s", sl->note);
+        res.kinds |= 1u << sl->kind;
+        res.input_bytes += sl->size;
         cxs_writer_utt u;
         memset(&u, 0, sizeof u);
-        u.data = vals;
-        u.frames = h.rows;
-        u.dim = h.cols;
-        u.type = kaldi_is_double(&h) ? CXS_DTYPE_F64 : CXS_DTYPE_F32;
+        u.data = e->range ? sl->sub : sl->vals;
+        u.frames = sl->rows;
+        u.dim = sl->cols;
+        u.type = sl->kind == KALDI_DM || sl->kind == KALDI_DV ? CXS_DTYPE_F64 : CXS_DTYPE_F32;
+        if (sl->converted) {
+            u.data = sl->conv;
+            u.type = wo.dtype;
+            u.stored = 1;
+        }
         if (lpath) {
-            if (!lb) {
+            if (!sl->lb) {
+                char where[700];
+                where_of(&K, e, where, sizeof where);
                 cxs_diagf(d, CXS_E_INPUT, "%s: no line in the %s file %s", where, lwhat, lpath);
                 if ((rc = bad(&im, e->key, d))) goto out;
                 goto next;
             }
-            size_t n = 0;
-            char *s = lb->toks, *t;
-            int badtok = 0;
-            while ((t = kaldi_next_tok(&s))) {
-                size_t tl = kaldi_tok_len(t);
-                long x = kaldi_vocab_lookup(&V, t, tl);
-                if (x < 0) {
-                    cxs_diagf(d, CXS_E_INPUT, "%s line %llu: utterance %s: token %zu '%.*s' is "
-                              "not in the vocabulary (%s, %u symbols)", lpath,
-                              (unsigned long long)lb->line, e->key, n + 1, (int)(tl > 64 ? 64 : tl),
-                              t, ko->vocab ? ko->vocab : "built from the data", V.n);
-                    badtok = 1;
-                    break;
-                }
-                if (kaldi_grow((void **)&labv, &lab_cap, n + 1, sizeof *labv)) {
-                    rc = cxs_diagf(d, -ENOMEM, "out of memory");
-                    goto out;
-                }
-                labv[n++] = (int32_t)x;
-            }
-            if (!badtok && n == 0) {
-                cxs_diagf(d, CXS_E_INPUT, "%s line %llu: utterance %s: no %s", lpath,
-                          (unsigned long long)lb->line, e->key,
-                          ko->text ? "words (an empty transcript)" : "labels");
-                badtok = 1;
-            }
-            if (!badtok && ko->ali && n != h.rows) {
-                cxs_diagf(d, CXS_E_INPUT, "%s line %llu: utterance %s: %zu labels for %llu frames "
-                          "(%s)", lpath, (unsigned long long)lb->line, e->key, n,
-                          (unsigned long long)h.rows, where);
-                badtok = 1;
-            }
-            if (badtok) {
-                if ((rc = bad(&im, e->key, d))) goto out;
-                goto next;
-            }
             if (ko->ali) {
-                u.labels = labv;
-                u.label_count = n;
+                u.labels = sl->labv;
+                u.label_count = sl->nlab;
                 u.label_size = 4;
             } else {
-                u.seq = labv;
-                u.seq_count = n;
+                u.seq = sl->labv;
+                u.seq_count = sl->nlab;
                 u.seq_size = 4;
             }
         }
@@ -486,7 +699,8 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
         if ((rc = cxs_writer_add(im.w, e->key, &u, d))) {
             if (rc != CXS_E_INPUT) goto out;
             /* the writer's reason, with where the utterance came from */
-            char reason[sizeof d->message];
+            char where[700], reason[sizeof d->message];
+            where_of(&K, e, where, sizeof where);
             size_t kl = strlen(e->key);
             const char *r = d->message;
             if (!strncmp(r, e->key, kl) && r[kl] == ':' && r[kl + 1] == ' ') r += kl + 2;
@@ -495,11 +709,14 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
             if ((rc = bad(&im, e->key, d))) goto out;
         }
     next:
+        import_ring_release(ring, i);
         if (progress && progress(user, i + 1 - i_lo, i_hi - i_lo)) {
             rc = cxs_diagf(d, -ECANCELED, "%s: import stopped", out);
             goto out;
         }
     }
+    import_ring_stop(ring);
+    ring = NULL;
     cxs_writer_info wi;
     cxs_writer_info_get(im.w, &wi);
     if (wi.num_utterances == 0 && !ko->parts) {
@@ -511,12 +728,20 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     im.w = NULL;
     if (!rc && info) *info = res;
 out:
+    import_ring_stop(ring);
     cxs_writer_abort(im.w);
     free(member);
     free(frames);
-    free(obj);
-    free(vals);
-    free(labv);
+    free(lab_of);
+    for (size_t k = 0; slots && k < nslots; k++) {
+        free(slots[k].obj);
+        free(slots[k].vals);
+        free(slots[k].sub);
+        free(slots[k].labv);
+        free(slots[k].conv);
+        free(slots[k].scratch);
+    }
+    free(slots);
     if (!L.is_scp)
         for (size_t i = 0; i < L.n; i++) free(L.e[i].key);
     free(L.e);

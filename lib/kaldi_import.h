@@ -19,6 +19,7 @@ typedef struct arkfile {
     char *path;
     int fd;          /* -1 while closed */
     uint64_t size;
+    unsigned users;  /* readers between kaldi_files_acquire and _release */
 } arkfile;
 
 typedef struct files {
@@ -29,12 +30,19 @@ typedef struct files {
     size_t open_n, victim;
 } files;
 
+/* An scp entry's range, `path:offset[R0:R1]` or `[R0:R1,C0:C1]` (Kaldi's
+ * ExtractObjectRange; ":" for all): first and last row and column,
+ * inclusive; KALDI_ALL for "to the end". */
+#define KALDI_ALL UINT64_MAX
+
 typedef struct ent {
     char *key;
     uint32_t file;
     uint64_t off;
     uint64_t line;  /* scp line; 0 for an archive */
     uint64_t order; /* position in the listing */
+    const char *range; /* the text between the brackets; NULL: the whole object */
+    uint64_t r0, r1, c0, c1;
 } ent;
 
 typedef struct listing {
@@ -55,6 +63,22 @@ int kaldi_grow(void **p, size_t *cap, size_t need, size_t elem);
 int kaldi_key_cmp(const char *a, const char *b); /* byte order */
 int kaldi_files_add(files *fs, const char *path, uint32_t *idx);
 int kaldi_files_open(files *fs, uint32_t i, cxs_diag *d);
+/* The same for readers on several threads (the caller serialises the
+ * calls with a lock): file i opened if needed and held open (never chosen
+ * to be closed) until kaldi_files_release. */
+int kaldi_files_acquire(files *fs, uint32_t i, cxs_diag *d);
+void kaldi_files_release(files *fs, uint32_t i);
+/* The extent of the text-form object whose '[' is at off in file fd of
+ * size bytes: *n bytes up to and with its ']' and line end.  0; CXS_E_TRUNCATED
+ * when the file ends first (why says so); -errno. */
+int kaldi_text_extent(int fd, uint64_t size, uint64_t off, uint64_t *n, char *why, size_t len);
+/* Apply e's range to an object of rows x cols: the rows and columns kept
+ * (*r0 .. *r0 + *nr - 1, *c0 .. *c0 + *nc - 1).  Kaldi's rules
+ * (ParseMatrixRangeSpecifier): a row range may end at row index rows + 2
+ * at most, 3 past the last row (it is cut at the last, *cut set); anything
+ * else outside the matrix is refused (-1, why says so). */
+int kaldi_range_apply(const ent *e, uint64_t rows, uint64_t cols, uint64_t *r0, uint64_t *nr,
+                      uint64_t *c0, uint64_t *nc, int *cut, char *why, size_t len);
 void kaldi_files_free(files *fs);
 int kaldi_ent_cmp(const void *a, const void *b);
 /* A feats.scp's lines, or a bare archive's records, into L. */

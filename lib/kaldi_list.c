@@ -124,9 +124,10 @@ int kaldi_files_add(files *fs, const char *path, uint32_t *idx) {
 int kaldi_files_open(files *fs, uint32_t i, cxs_diag *d) {
     arkfile *a = &fs->f[i];
     if (a->fd >= 0) return 0;
-    while (fs->open_n >= MAX_OPEN) {
+    /* close another (one no reader holds); past MAX_OPEN when all are held */
+    for (size_t tries = 0; fs->open_n >= MAX_OPEN && tries < fs->n; tries++) {
         arkfile *v = &fs->f[fs->victim++ % fs->n];
-        if (v->fd >= 0 && v != a) {
+        if (v->fd >= 0 && v != a && !v->users) {
             close(v->fd);
             v->fd = -1;
             fs->open_n--;
@@ -152,6 +153,114 @@ int kaldi_files_open(files *fs, uint32_t i, cxs_diag *d) {
     return 0;
 }
 
+int kaldi_files_acquire(files *fs, uint32_t i, cxs_diag *d) {
+    int rc = kaldi_files_open(fs, i, d);
+    if (!rc) fs->f[i].users++;
+    return rc;
+}
+
+void kaldi_files_release(files *fs, uint32_t i) { fs->f[i].users--; }
+
+int kaldi_text_extent(int fd, uint64_t size, uint64_t off, uint64_t *n, char *why, size_t len) {
+    uint8_t buf[65536];
+    uint64_t pos = off;
+    for (;;) {
+        size_t got = 0;
+        int rc = kaldi_pread_all(fd, buf, sizeof buf, pos, &got);
+        if (rc) return rc;
+        /* (the ']' sought is the first after off: a ']' elsewhere in a
+         * valid object cannot be) */
+        const int more = pos + got < size;
+        size_t e = got ? kaldi_text_end(buf, got, more) : 0;
+        if (e) {
+            *n = pos - off + e;
+            return 0;
+        }
+        if (memchr(buf, ']', got)) {
+            /* a ']' then '\r' at the end of the window: read on from the ']' */
+            pos += (size_t)((const uint8_t *)memchr(buf, ']', got) - buf);
+            size_t g2 = 0;
+            uint8_t b3[3];
+            if ((rc = kaldi_pread_all(fd, b3, 3, pos, &g2))) return rc;
+            *n = pos - off + kaldi_text_end(b3, g2, 0);
+            return 0;
+        }
+        if (!more) {
+            snprintf(why, len, "text-form matrix without its ']': the file ends %llu bytes after "
+                     "its '['", (unsigned long long)(size - off));
+            return CXS_E_TRUNCATED;
+        }
+        pos += got;
+    }
+}
+
+/* A range's bound: decimal digits, at most 2^31 - 1 (Kaldi's int32). */
+static int range_int(const char *s, size_t n, uint64_t *v) {
+    if (n == 0 || n > 10) return -1;
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        x = x * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (x > 0x7fffffffu) return -1;
+    *v = x;
+    return 0;
+}
+
+/* "A:B" or ":" (all) into *lo, *hi.  -1 when it is neither. */
+static int range_pair(const char *s, size_t n, uint64_t *lo, uint64_t *hi) {
+    if (n == 1 && s[0] == ':') {
+        *lo = 0;
+        *hi = KALDI_ALL;
+        return 0;
+    }
+    const char *c = memchr(s, ':', n);
+    if (!c || memchr(c + 1, ':', n - (size_t)(c + 1 - s))) return -1;
+    if (range_int(s, (size_t)(c - s), lo) || range_int(c + 1, n - (size_t)(c + 1 - s), hi)) return -1;
+    return *lo <= *hi ? 0 : -1;
+}
+
+/* Kaldi's ParseMatrixRangeSpecifier: "R0:R1" or "R0:R1,C0:C1", either
+ * pair ":" for all. */
+static int parse_range(const char *r, ent *e) {
+    size_t n = strlen(r);
+    const char *comma = memchr(r, ',', n);
+    e->c0 = 0;
+    e->c1 = KALDI_ALL;
+    if (!comma) return range_pair(r, n, &e->r0, &e->r1);
+    if (range_pair(r, (size_t)(comma - r), &e->r0, &e->r1)) return -1;
+    return range_pair(comma + 1, n - (size_t)(comma + 1 - r), &e->c0, &e->c1);
+}
+
+int kaldi_range_apply(const ent *e, uint64_t rows, uint64_t cols, uint64_t *r0, uint64_t *nr,
+                      uint64_t *c0, uint64_t *nc, int *cut, char *why, size_t len) {
+    *cut = 0;
+    if (!e->range) {
+        *r0 = *c0 = 0;
+        *nr = rows;
+        *nc = cols;
+        return 0;
+    }
+    uint64_t r1 = e->r1 == KALDI_ALL ? rows - 1 : e->r1, c1 = e->c1 == KALDI_ALL ? cols - 1 : e->c1;
+    /* Kaldi's tolerance (length_tolerance 3: segment times rounded to
+     * 10 ms, frames of 25 ms): a row range may end before rows + 3, and
+     * is cut at the last row */
+    if (e->r0 >= rows || r1 >= rows + 3 || c1 >= cols) {
+        snprintf(why, len, "range [%s] is outside the %llux%llu matrix", e->range,
+                 (unsigned long long)rows, (unsigned long long)cols);
+        return -1;
+    }
+    if (r1 >= rows) {
+        r1 = rows - 1;
+        *cut = 1;
+    }
+    *r0 = e->r0;
+    *nr = r1 - e->r0 + 1;
+    *c0 = e->c0;
+    *nc = c1 - e->c0 + 1;
+    return 0;
+}
+
 void kaldi_files_free(files *fs) {
     for (size_t i = 0; i < fs->n; i++) {
         if (fs->f[i].fd >= 0) close(fs->f[i].fd);
@@ -170,11 +279,19 @@ int kaldi_ent_cmp(const void *a, const void *b) {
     return c ? c : (x->order > y->order) - (x->order < y->order);
 }
 
-static int add_ent(listing *L, char *key, uint32_t file, uint64_t off, uint64_t line) {
+static int add_ent(listing *L, char *key, uint32_t file, uint64_t off, uint64_t line,
+                   const ent *range) {
     void *p = L->e;
     if (kaldi_grow(&p, &L->cap, L->n + 1, sizeof *L->e)) return -ENOMEM;
     L->e = p;
-    L->e[L->n] = (ent){key, file, off, line, L->n};
+    L->e[L->n] = (ent){key, file, off, line, L->n, NULL, 0, KALDI_ALL, 0, KALDI_ALL};
+    if (range) {
+        L->e[L->n].range = range->range;
+        L->e[L->n].r0 = range->r0;
+        L->e[L->n].r1 = range->r1;
+        L->e[L->n].c0 = range->c0;
+        L->e[L->n].c1 = range->c1;
+    }
     L->n++;
     return 0;
 }
@@ -222,10 +339,26 @@ int kaldi_read_scp(listing *L, files *fs, const char *path, cxs_diag *d) {
             return cxs_diagf(d, CXS_E_INPUT, "%s: %s: '%s' is a pipe or standard input: only "
                              "files are read (write the features to an archive first: "
                              "copy-feats scp:%s ark,scp:feats.ark,feats.scp)", where, k, rx, path);
-        if (rx[rl - 1] == ']')
-            return cxs_diagf(d, CXS_E_INPUT, "%s: %s: '%s' selects a range of rows or columns: "
-                             "not supported (write the selection to an archive first: "
-                             "copy-feats scp:%s ark,scp:feats.ark,feats.scp)", where, k, rx, path);
+        /* Kaldi's range: exactly one '[', ']' at the end, something before */
+        ent rg = {0};
+        int ranged = rx[rl - 1] == ']';
+        if (ranged) {
+            char *lb = strchr(rx, '[');
+            if (!lb || strchr(lb + 1, '[') || lb == rx || lb + 2 >= rx + rl) 
+                return cxs_diagf(d, CXS_E_INPUT, "%s: %s: '%s': not a Kaldi range (expected "
+                                 "path:offset[R0:R1] or [R0:R1,C0:C1], ':' for all)", where, k,
+                                 rx);
+            rx[rl - 1] = 0;
+            *lb = 0;
+            rg.range = lb + 1;
+            if (parse_range(rg.range, &rg)) {
+                rx[rl - 1] = ']';
+                *lb = '[';
+                return cxs_diagf(d, CXS_E_INPUT, "%s: %s: '%s': not a Kaldi range (expected "
+                                 "[R0:R1] or [R0:R1,C0:C1] with R0 <= R1, C0 <= C1, ':' for "
+                                 "all)", where, k, rx);
+            }
+        }
         /* path:offset when what follows the last ':' is a number */
         uint64_t off = 0;
         char *colon = strrchr(rx, ':');
@@ -242,7 +375,8 @@ int kaldi_read_scp(listing *L, files *fs, const char *path, cxs_diag *d) {
             }
         }
         uint32_t fi;
-        if ((rc = kaldi_files_add(fs, rx, &fi)) || (rc = add_ent(L, k, fi, off, line)))
+        if ((rc = kaldi_files_add(fs, rx, &fi)) ||
+            (rc = add_ent(L, k, fi, off, line, ranged ? &rg : NULL)))
             return cxs_diagf(d, rc, "out of memory");
         s = next;
     }
@@ -289,7 +423,7 @@ int kaldi_read_ark(listing *L, files *fs, const char *path, cxs_diag *d) {
         uint64_t obj = pos + i + 1;
         char where[64];
         snprintf(where, sizeof where, "%s: offset %llu", path, (unsigned long long)(pos + k0));
-        if ((rc = check_key(where, key, d)) || (rc = add_ent(L, key, fi, obj, 0))) {
+        if ((rc = check_key(where, key, d)) || (rc = add_ent(L, key, fi, obj, 0, NULL))) {
             free(key);
             return rc == -ENOMEM ? cxs_diagf(d, rc, "out of memory") : rc;
         }
@@ -301,6 +435,16 @@ int kaldi_read_ark(listing *L, files *fs, const char *path, cxs_diag *d) {
             return cxs_diagf(d, CXS_E_INPUT, "%s: offset %llu: utterance %s: %s%s", path,
                              (unsigned long long)obj, key, why,
                              rc == CXS_E_TRUNCATED ? " (truncated archive)" : "");
+        if (h.kind == KALDI_TXT) {
+            uint64_t tn = 0;
+            rc = kaldi_text_extent(a->fd, a->size, obj + h.head, &tn, why, sizeof why);
+            if (rc && rc != CXS_E_TRUNCATED) return cxs_diagf(d, rc, "%s: %s", path, strerror(-rc));
+            if (rc)
+                return cxs_diagf(d, CXS_E_INPUT, "%s: offset %llu: utterance %s: %s (truncated "
+                                 "archive)", path, (unsigned long long)obj, key, why);
+            pos = obj + h.head + tn;
+            continue;
+        }
         if (obj + h.size > a->size)
             return cxs_diagf(d, CXS_E_INPUT, "%s: offset %llu: utterance %s: %s %llux%llu needs "
                              "%llu bytes, the file ends %llu bytes after its start (truncated "

@@ -23,6 +23,8 @@
 #include "writer_internal.h"
 #include "zpool.h"
 
+#define WRITEBACK_STEP (8ull << 20)
+
 #define SOS_SYMBOL "[SOS]"
 #define EOS_SYMBOL "[EOS]"
 
@@ -135,9 +137,21 @@ static int shard_add(cxs_writer *k, const char *id, size_t il, uint64_t T, const
                      const uint8_t *labels) {
     swriter *w = &k->w;
     size_t fb = (size_t)T * k->D * k->esize;
+    const uint64_t pos0 = w->pos;
     int rc = feat_put(k, feat, fb);
     if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
     if (rc) return rc;
+    /* Start the disk's writeback of every WRITEBACK_STEP bytes written, so
+     * that it overlaps the rest of the shard and the fsync at its end
+     * waits for the last few megabytes only, not for the whole shard (the
+     * kernel alone starts only at its dirty threshold, gigabytes away). */
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (w->pos / WRITEBACK_STEP != pos0 / WRITEBACK_STEP) {
+        uint64_t from = pos0 / WRITEBACK_STEP * WRITEBACK_STEP;
+        uint64_t to = w->pos / WRITEBACK_STEP * WRITEBACK_STEP;
+        (void)sync_file_range(w->fd, (off64_t)from, (off64_t)(to - from), SYNC_FILE_RANGE_WRITE);
+    }
+#endif
     if (k->flw && (rc = cxs_bytes_put(&w->labels, labels, (size_t)T * k->flw))) return rc;
     if (k->o.label_seqs &&
         ((rc = cxs_bytes_put(&w->seqsym, k->sq, (size_t)k->sq_len * k->lw)) ||

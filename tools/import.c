@@ -49,8 +49,8 @@ int import_failed(int rc, const char *out, const cxs_diag *d) {
 
 void import_summary(const cxs_import_info *info, const char *out, const pack_opts *o, double dt) {
     char a[32], b[32], kinds[64] = "";
-    static const char *const names[] = {"FM", "DM", "FV", "DV", "CM", "CM2", "CM3"};
-    for (unsigned k = 0; k < 7; k++)
+    static const char *const names[] = {"FM", "DM", "FV", "DV", "CM", "CM2", "CM3", "text"};
+    for (unsigned k = 0; k < 8; k++)
         if (info->kinds & (1u << k)) {
             size_t l = strlen(kinds);
             snprintf(kinds + l, sizeof kinds - l, "%s%s", l ? " " : "", names[k]);

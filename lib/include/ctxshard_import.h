@@ -59,7 +59,8 @@ typedef struct cxs_import_info {
     uint64_t input_bytes; /**< bytes of Kaldi objects read */
     uint32_t sorted;      /**< 1: the listing was not in byte order of ids and was sorted */
     uint32_t vocab_size;  /**< symbols of the stored vocabulary (0: none) */
-    uint32_t kinds;       /**< object types met: bit 0 FM, 1 DM, 2 FV, 3 DV, 4 CM, 5 CM2, 6 CM3 */
+    uint32_t kinds;       /**< object types met: bit 0 FM, 1 DM, 2 FV, 3 DV, 4 CM, 5 CM2, 6 CM3,
+                               7 a text-form matrix */
     uint32_t reserved;
 } cxs_import_info;
 
@@ -70,21 +71,32 @@ CXS_API void cxs_kaldi_opts_init(cxs_kaldi_opts *o);
  * Import Kaldi features into a packed dataset at out.
  *
  * in is a feats.scp (`utt path.ark:offset` or `utt path` lines; paths
- * relative to the current directory, as Kaldi reads them; pipes and
- * row/column ranges are refused) or a bare archive (.ark): named by its
- * ending, by a Kaldi-style "scp:" or "ark:" prefix, or else recognised by
- * its bytes.  Objects are binary (the "\0B" marker) FM, DM, FV, DV (a
- * vector is one column) or the compressed CM, CM2, CM3, decoded exactly as
- * Kaldi decodes them into a float matrix (double ones stay double until
- * the writer rounds them to the stored type); text-form objects are
- * refused.  Utterances are taken in byte order of their ids: an unsorted
- * listing is sorted (info->sorted; CXS_KALDI_NO_SORT refuses it), a
- * duplicate id is refused naming both places.  A bare archive is indexed
- * first (headers only) and then read in id order; memory holds one
- * utterance at a time.
+ * relative to the current directory, as Kaldi reads them; pipes are
+ * refused) or a bare archive (.ark): named by its ending, by a Kaldi-style
+ * "scp:" or "ark:" prefix, or else recognised by its bytes.  An scp entry
+ * may end in Kaldi's range, `[R0:R1]` or `[R0:R1,C0:C1]` (":" for all):
+ * the block of rows and columns Kaldi's ExtractObjectRange gives (a row
+ * range may end at row rows + 2 at most and is cut at the last row, with
+ * a note; other ranges outside the matrix are refused).  Objects are
+ * binary (the "\0B" marker) FM, DM, FV, DV (a vector is one column) or the
+ * compressed CM, CM2, CM3, decoded exactly as Kaldi decodes them into a
+ * float matrix (double ones stay double until the writer rounds them to
+ * the stored type), or text-form matrices (`[ 1 2 \n 3 4 ]`), read as
+ * Kaldi's Matrix<float>::Read reads them (strtof in the C locale).
+ * Utterances are taken in byte order of their ids: an unsorted listing is
+ * sorted (info->sorted; CXS_KALDI_NO_SORT refuses it), a duplicate id is
+ * refused naming both places.  A bare archive is indexed first (headers;
+ * text objects are read to their ']') and then read in id order.
+ *
+ * wo->threads reader threads (0 or 1: none, the calling thread reads)
+ * read, decode, label and convert utterances into a ring of 2N + 2 slots
+ * ahead of the writer, which takes them in listing order: the output and
+ * every note are the same for any count, and memory holds the utterances
+ * of the ring, whatever the archive's size.
  *
  * wo gives the writer's options (start from cxs_writer_opts_init): dtype,
- * guard, shard size, normalisation, compression, threads, on_error_skip.
+ * guard, shard size, normalisation, compression, threads (the reader
+ * threads above, and the writer's compression threads), on_error_skip.
  * Its vocab, vocab_size, label_seqs and part are set here.  With
  * on_error_skip an utterance that cannot be read or labelled, or that the
  * writer refuses, is left out and listed in the dataset (and noted);

@@ -17,7 +17,7 @@ from .writer import _writer_opts as _common_opts
 
 __all__ = ["import_kaldi", "import_hdf5"]
 
-_KINDS = ("FM", "DM", "FV", "DV", "CM", "CM2", "CM3")
+_KINDS = ("FM", "DM", "FV", "DV", "CM", "CM2", "CM3", "text")
 
 
 def _optional_path(func, name, value):
@@ -26,7 +26,8 @@ def _optional_path(func, name, value):
 
 def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="float32", guard=64,
                  shard_size="1G", compress=None, chunk_size="64K", shuffle=True, normalize=None,
-                 on_error="fail", threads=None, progress=None, notes=None, part=None):
+                 on_error="fail", threads=None, progress=None, notes=None, part=None,
+                 block_sums=True):
     """Import Kaldi features into a packed dataset at out: the rules and
     the bytes of `ctxshard import kaldi SRC OUT` with the same options.
 
@@ -40,7 +41,7 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
       table or one symbol per line), or None to build it from the data;
     - sort: sort an unsorted listing (True) or refuse it (False);
     - dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
-      threads: as for Writer; on_error: "fail" (nothing written on a bad
+      threads, block_sums: as for Writer; on_error: "fail" (nothing written on a bad
       utterance) or "skip" (left out and listed in the dataset);
     - part: None (the whole), or "I/N" or (I, N): the I-th of N slices of
       whole shards into a partial dataset (`ctxshard merge` joins them
@@ -61,7 +62,7 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
     if vocab is not None and text is None and ali is None:
         raise ValueError(f"{f}: vocab= applies with text= or ali=")
     o = _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
-                     on_error, threads)
+                     on_error, threads, block_sums)
     ko = _n.KaldiOpts()
     _lib.cxs_kaldi_opts_init(byref(ko))
     ko.text = _optional_path(f, "text", text)
@@ -89,7 +90,7 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
 
 def import_hdf5(src, out, dtype="float32", guard=64, shard_size="1G", compress=None,
                 chunk_size="64K", shuffle=True, normalize=None, on_error="fail", threads=None,
-                progress=None, notes=None):
+                progress=None, notes=None, block_sums=True):
     """Import an HDF5 file of features (no labels) into a packed dataset at
     out: `ctxshard import hdf5 SRC OUT`.  One dataset per utterance
     (Lhotse's NumpyHdf5Writer: the dataset's path is the id, its value
@@ -101,7 +102,7 @@ def import_hdf5(src, out, dtype="float32", guard=64, shard_size="1G", compress=N
     src = _a.path(f, "src", src)
     out = _a.path(f, "out", out)
     o = _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
-                     on_error, threads)
+                     on_error, threads, block_sums)
     cb = _Callbacks(progress, notes)
     info, diag = _n.ImportInfo(), _n.Diag()
     try:
@@ -113,10 +114,10 @@ def import_hdf5(src, out, dtype="float32", guard=64, shard_size="1G", compress=N
 
 
 def _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
-                 on_error, threads):
+                 on_error, threads, block_sums):
     on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
     o = _common_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
-                     threads)
+                     threads, block_sums)
     o.on_error_skip = int(on_error == "skip")
     return o
 

@@ -124,6 +124,12 @@ def kaldi_seeds():
     for k, o in objs:
         put("kaldi", k.lower(), b"\0" + b"a " + o + b"b " + o)
     put("kaldi", "text-form", b"\0a [ 1 2\n 3 4 ]\n")
+    # text forms, ranges (bit 2 of the mode), reader threads and float16 (bit 7)
+    txt = b"".join(f"t{i} ".encode() + K.encode_text(m[:i + 1])[0] for i in range(4))
+    put("kaldi", "text-ark", b"\x02" + txt + b"x [ 1 -2e3 ; 4 nan ]\r\ny [ 1 x ]\nz []\n")
+    put("kaldi", "ranges", bytes([1 | 2 | 4 | (2 << 3) | (3 << 4)]) + ark)
+    put("kaldi", "ranges-text", bytes([1 | 4 | (1 << 4)]) + txt)
+    put("kaldi", "threads-f16", bytes([0x80 | 2]) + ark + txt)
     put("kaldi", "cut", b"\0" + ark[:-5])
 
 

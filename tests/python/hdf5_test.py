@@ -140,7 +140,7 @@ class Hdf5(unittest.TestCase):
         self.fails(p, "r.h5: /b has 3 dimensions")
         with h5py.File(p, "w") as f:
             f["a"] = np.zeros((3, 4), np.int16)
-        self.fails(p, "r.h5: /a holds integers")
+        self.fails(p, "r.h5: /a holds integers", "labels are not imported from HDF5")
         with h5py.File(p, "w") as f:
             f["a"] = np.zeros((3, 4), np.float32)
             f["b"] = np.zeros((3, 5), np.float32)

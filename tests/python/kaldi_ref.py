@@ -190,3 +190,42 @@ def write_scp(path, lines):
     with open(path, "w") as f:
         for key, ark, off in lines:
             f.write(f"{key} {ark}:{off}\n")
+
+
+# -- the text form (ark,t) -------------------------------------------------------
+
+def encode_text(m, fmt="{:g}", eol="\n"):
+    """A matrix in Kaldi's text form as Matrix::Write writes it with
+    binary=false (src/matrix/kaldi-matrix.cc: " [", then each row as "\\n  "
+    and every value followed by a space, then "]\\n"); fmt formats a value
+    ("{:g}" is the six significant digits of a C++ stream's default).
+    Returns (the bytes, the float32 matrix Kaldi reads back from them: each
+    token rounded once to float, as its stream's float reader does)."""
+    a = np.asarray(m, dtype=F)
+    R, C = a.shape
+    toks = [[fmt.format(float(x)) for x in row] for row in a]
+    s = " ["
+    for row in toks:
+        s += eol + "  " + "".join(t + " " for t in row)
+    s += "]" + eol
+    back = np.array([[text_float(t) for t in row] for row in toks], dtype=F).reshape(R, C)
+    return s.encode(), back
+
+
+def text_float(tok):
+    """A decimal token rounded once to the nearest float32 (exactly, with
+    fractions: no rounding through a double first)."""
+    from fractions import Fraction
+    q = Fraction(tok)
+    if q == 0:
+        return F(0.0) if not tok.startswith("-") else F(-0.0)
+    # the two float32 neighbours of the double nearest q, then the nearer to q
+    f = F(float(q))
+    lo, hi = (f, np.nextafter(f, F(np.inf))) if Fraction(float(f)) <= q else \
+             (np.nextafter(f, F(-np.inf)), f)
+    dl, dh = q - Fraction(float(lo)), Fraction(float(hi)) - q
+    if dl < dh:
+        return lo
+    if dh < dl:
+        return hi
+    return lo if (lo.view(np.uint32) & 1) == 0 else hi  # a tie: to even

@@ -100,5 +100,36 @@ TEST(no_double_rounding) {
 }
 END_TEST_
 
+/* The conversions on a float's bits (the writer's fast path) give what
+ * the conversions from the double give, for finite floats: every 61st bit
+ * pattern (all 2^32 were checked once, when this path was written)
+ * and every pattern near the boundaries (float16's overflow at 65520, its
+ * subnormals below 2^-14, zero, bfloat16's largest). */
+static void bits_agree(uint32_t b) {
+    if ((b & 0x7f800000u) == 0x7f800000u) return;
+    float f;
+    memcpy(&f, &b, 4);
+    uint16_t h = cxs_f32_bits_to_f16(b);
+    EXPECT_LOOP(h == cxs_to_f16((double)f));
+    EXPECT_LOOP(cxs_f32_bits_to_bf16(b) == cxs_to_bf16((double)f));
+    if ((h & 0x7c00u) != 0x7c00u) {
+        float a = cxs_f16_finite_to_f32(h), c = cxs_f16_to_f32(h);
+        EXPECT_LOOP(!memcmp(&a, &c, 4));
+    }
+}
+
+TEST(float_bits_conversions_agree) {
+    for (uint64_t i = 0; i < (1ull << 32); i += 61) bits_agree((uint32_t)i);
+    const uint32_t edges[] = {0x00000000u, 0x477fe000u, 0x477ff000u, 0x47800000u, 0x38800000u,
+                              0x33000000u, 0x33800000u, 0x387fc000u, 0x7f7f8000u, 0x7f7fffffu};
+    for (size_t k = 0; k < sizeof edges / sizeof *edges; k++)
+        for (uint32_t j = 0; j < 8192; j++) {
+            bits_agree(edges[k] + j - 4096);
+            bits_agree((edges[k] + j - 4096) | 0x80000000u);
+        }
+}
+END_TEST_
+
 RUN_SUITE("convert", f16_exact_and_ties, f16_overflow, f16_subnormals, f16_nan_payload,
-          f16_all_values_round_trip, bf16_rounding, no_double_rounding)
+          f16_all_values_round_trip, bf16_rounding, no_double_rounding,
+          float_bits_conversions_agree)
