@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
+
 static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -66,6 +68,59 @@ static void fork_after(void) {
 }
 
 static void register_atfork(void) { pthread_atfork(fork_prepare, fork_after, fork_after); }
+
+typedef struct cut_arg {
+    const cxs_dataset *ds;
+    const cxs_block_sched *bs;
+    cxs_block_plan *p;
+    uint64_t G, target, n;
+} cut_arg;
+
+/* The epoch's blocks from the first cut (a->target rows): reads INDEX from
+ * the mapping, so it runs in a recovery region (fault.h); allocates
+ * nothing. */
+static int cut_blocks(void *arg) {
+    cut_arg *ca = arg;
+    const cxs_dataset *ds = ca->ds;
+    const cxs_block_sched *bs = ca->bs;
+    cxs_block_plan *p = ca->p;
+    const uint64_t G = ca->G;
+    uint64_t target = ca->target, n = 0, rows = 0;
+    /* INDEX read in place, shard by shard (checked at init) */
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
+        const shard *sh = &ds->shards[s];
+        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+            uint64_t a = cxs_index_at(sh, lu), T = cxs_index_at(sh, lu + 1) - a + G;
+            if (n == 0 || rows + T > target || s != p->blk[n - 1].shard) {
+                if (n) target = bs->block_rows;
+                cxs_block *b = &p->blk[n++];
+                b->u0 = sh->u_start + lu;
+                b->f0 = sh->f_start + a;
+                b->shard = s;
+                rows = 0;
+            }
+            rows += T;
+            p->blk[n - 1].u1 = sh->u_start + lu + 1;
+        }
+    }
+    for (uint64_t j = 0; j < n; j++) {
+        cxs_block *b = &p->blk[j];
+        const shard *sh = &ds->shards[b->shard];
+        const uint64_t lu0 = b->u0 - sh->u_start, lu1 = b->u1 - sh->u_start;
+        b->nf = sh->f_start + cxs_index_at(sh, lu1) - b->f0;
+        if (sh->features) {
+            /* rows from the guard before u0 to the guard after u1 - 1 */
+            uint64_t r0 = (uint64_t)sh->meta.guard * (lu0 + 1) + cxs_index_at(sh, lu0) - sh->meta.guard;
+            uint64_t r1 = (uint64_t)sh->meta.guard * lu1 + cxs_index_at(sh, lu1) + sh->meta.guard;
+            b->off = (uint64_t)(sh->features - sh->map) + r0 * ds->row_bytes;
+            b->len = (r1 - r0) * ds->row_bytes;
+        } else { /* compressed: no range of the mapping to read ahead */
+            b->off = b->len = 0;
+        }
+    }
+    ca->n = n;
+    return 0;
+}
 
 int cxs_block_sched_init(cxs_block_sched *bs, const cxs_dataset *ds, uint64_t seed,
                          uint64_t block_rows, uint32_t guard_rows, uint32_t R, cxs_diag *d) {
@@ -154,39 +209,14 @@ static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan 
      * every cut of the epoch: which utterances share a block changes. */
     uint64_t st = p->key;
     uint64_t target = bs->block_rows - rng_below(&st, bs->block_rows);
-    uint64_t n = 0, rows = 0;
-    /* INDEX read in place, shard by shard (checked at init) */
-    for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
-        const shard *sh = &ds->shards[s];
-        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
-            uint64_t a = cxs_index_at(sh, lu), T = cxs_index_at(sh, lu + 1) - a + G;
-            if (n == 0 || rows + T > target || s != p->blk[n - 1].shard) {
-                if (n) target = bs->block_rows;
-                cxs_block *b = &p->blk[n++];
-                b->u0 = sh->u_start + lu;
-                b->f0 = sh->f_start + a;
-                b->shard = s;
-                rows = 0;
-            }
-            rows += T;
-            p->blk[n - 1].u1 = sh->u_start + lu + 1;
-        }
+    cut_arg ca = {ds, bs, p, G, target, 0};
+    cxs_fault f;
+    int crc = cxs_fault_run(ds, cut_blocks, &ca, &f);
+    if (crc) { /* a shard truncated since open: INDEX lost */
+        plan_free(p);
+        return crc;
     }
-    for (uint64_t j = 0; j < n; j++) {
-        cxs_block *b = &p->blk[j];
-        const shard *sh = &ds->shards[b->shard];
-        const uint64_t lu0 = b->u0 - sh->u_start, lu1 = b->u1 - sh->u_start;
-        b->nf = sh->f_start + cxs_index_at(sh, lu1) - b->f0;
-        if (sh->features) {
-            /* rows from the guard before u0 to the guard after u1 - 1 */
-            uint64_t r0 = (uint64_t)sh->meta.guard * (lu0 + 1) + cxs_index_at(sh, lu0) - sh->meta.guard;
-            uint64_t r1 = (uint64_t)sh->meta.guard * lu1 + cxs_index_at(sh, lu1) + sh->meta.guard;
-            b->off = (uint64_t)(sh->features - sh->map) + r0 * ds->row_bytes;
-            b->len = (r1 - r0) * ds->row_bytes;
-        } else { /* compressed: no range of the mapping to read ahead */
-            b->off = b->len = 0;
-        }
-    }
+    const uint64_t n = ca.n;
     /* The blocks' order: Fisher-Yates from the epoch's key. */
     for (uint64_t i = n; i > 1; i--) {
         uint64_t j = rng_below(&st, i);
