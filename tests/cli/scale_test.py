@@ -115,15 +115,26 @@ class Scale(unittest.TestCase):
                     self.assertIn("OK", out)
 
     def test_info_and_version(self):
+        # without block sums: a compressed dataset is 1.1, a plain one 1.0
         z = self.path("zinfo")
-        ok("pack", self.raw, z, "--compress", "zstd:5", "--chunk-size", "8K", "--quiet")
+        ok("pack", self.raw, z, "--compress", "zstd:5", "--chunk-size", "8K", "--quiet",
+           "--block-sums", "off")
         info = ok("info", z)
         self.assertIn("format        1.1", info)
         self.assertIn("zstd level 5", info)
         with open(os.path.join(z, "manifest.cxs"), "rb") as f:
             self.assertEqual(f.read(12)[8:12], b"\x01\x00\x01\x00")  # 1.1
-        with open(os.path.join(self.plain, "manifest.cxs"), "rb") as f:
+        p = self.path("pinfo")
+        ok("pack", self.raw, p, "--quiet", "--block-sums", "off")
+        with open(os.path.join(p, "manifest.cxs"), "rb") as f:
             self.assertEqual(f.read(12)[8:12], b"\x01\x00\x00\x00")  # plain stays 1.0
+        # with them (the default), 1.3 either way
+        z = self.path("zinfo13")
+        ok("pack", self.raw, z, "--compress", "zstd:5", "--chunk-size", "8K", "--quiet")
+        self.assertIn("format        1.3", ok("info", z))
+        for d in (z, self.plain):
+            with open(os.path.join(d, "manifest.cxs"), "rb") as f:
+                self.assertEqual(f.read(12)[8:12], b"\x01\x00\x03\x00")  # 1.3
 
     # ---- convert ----------------------------------------------------------
     def test_convert_both_ways(self):
