@@ -35,41 +35,26 @@ static int block_utterances(const cxs_dataset *ds, const shard *sh, const cxs_bs
     uint64_t x0, x1; /* the unit range [x0, x1): rows, frames or entries */
     /* first[u] <= x < first[u] + len[u]: the units of utterance u */
     switch (e->type) {
-    case CXS_SEC_FEATURES: {
-        const uint64_t rowb = ds->row_bytes;
-        x0 = a / rowb, x1 = (b + rowb - 1) / rowb;
+    case CXS_SEC_FEATURES:
+    case CXS_SEC_LABELS: {
+        /* Units of a byte: a row of FEATURES (utterance u's are rows
+         * g*(u+1) + cum[u] .. g*(u+1) + cum[u+1], g the guard), a frame's
+         * label of LABELS (g = 0). */
+        const int feat = e->type == CXS_SEC_FEATURES;
+        const uint64_t unit = feat ? ds->row_bytes : sh->meta.label_width, g = feat ? G : 0;
+        x0 = a / unit, x1 = (b + unit - 1) / unit;
         /* the first utterance ending after x0, the last starting before x1 */
         uint64_t l = 0, h = U;
         while (l < h) {
             uint64_t m = l + (h - l) / 2;
-            if (G * (m + 1) + CUM(m + 1) > x0) h = m;
+            if (g * (m + 1) + CUM(m + 1) > x0) h = m;
             else l = m + 1;
         }
         *lo = l;
         l = 0, h = U;
         while (l < h) {
             uint64_t m = l + (h - l) / 2;
-            if (G * (m + 1) + CUM(m) < x1) l = m + 1;
-            else h = m;
-        }
-        if (!l) return 0;
-        *hi = l - 1;
-        break;
-    }
-    case CXS_SEC_LABELS: {
-        const uint64_t w = sh->meta.label_width;
-        x0 = a / w, x1 = (b + w - 1) / w;
-        uint64_t l = 0, h = U;
-        while (l < h) {
-            uint64_t m = l + (h - l) / 2;
-            if (CUM(m + 1) > x0) h = m;
-            else l = m + 1;
-        }
-        *lo = l;
-        l = 0, h = U;
-        while (l < h) {
-            uint64_t m = l + (h - l) / 2;
-            if (CUM(m) < x1) l = m + 1;
+            if (g * (m + 1) + CUM(m) < x1) l = m + 1;
             else h = m;
         }
         if (!l) return 0;
