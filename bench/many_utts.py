@@ -39,7 +39,10 @@ the absolute figures.  Prints a table; --json FILE writes everything.
 
 usage: /usr/bin/python3 bench/many_utts.py [--utts 10000000] [--dir /tmp/cxs-many]
            [--runs 5] [--batches 200] [--json FILE] [--exe build/tools/ctxshard]
-           [--build-only] [--madv]"""
+           [--build-only] [--madv] [--frames 8] [--dim 4]
+
+--frames and --dim set the many dataset's shape (the control has 100x the
+frames per utterance); the 100M-utterance run uses --frames 2 --dim 1."""
 import argparse
 import json
 import os
@@ -234,6 +237,7 @@ def summary(values):
 
 
 def main():
+    global T_MANY, T_CONTROL, DIM
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--utts", type=int, default=10_000_000)
     ap.add_argument("--dir", default="/tmp/cxs-many")
@@ -244,8 +248,12 @@ def main():
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--madv", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--frames", type=int, default=T_MANY,
+                    help="frames per utterance of the many dataset (the control has 100x)")
+    ap.add_argument("--dim", type=int, default=DIM, help="feature width of both datasets")
     ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    T_MANY, T_CONTROL, DIM = a.frames, 100 * a.frames, a.dim
     if a.child:
         sys.path.insert(0, PYDIR)
         os.environ.setdefault("CTXSHARD_LIB", LIB)
@@ -253,8 +261,10 @@ def main():
     if a.utts < 100 or a.utts % 100:
         sys.exit("--utts: a positive multiple of 100 (the control has --utts / 100 utterances)")
     os.makedirs(a.dir, exist_ok=True)
-    paths = {"many": os.path.join(a.dir, f"many-{a.utts}"),
-             "control": os.path.join(a.dir, f"control-{a.utts // 100}")}
+    # (the default shape keeps the names of the datasets earlier runs wrote)
+    shape = "" if (a.frames, a.dim) == (8, 4) else f"-{a.frames}x{a.dim}"
+    paths = {"many": os.path.join(a.dir, f"many-{a.utts}{shape}"),
+             "control": os.path.join(a.dir, f"control-{a.utts // 100}{shape}")}
     builds = {"many": build(paths["many"], a.utts, T_MANY, 1),
               "control": build(paths["control"], a.utts // 100, T_CONTROL, 2)}
     if a.build_only:
