@@ -40,7 +40,7 @@ import sys, time
 import numpy as np
 import ctxshard
 out, n, mode, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-x = (np.arange(n * 32, dtype=np.float32) % 32 * 0.25 - 3.0).reshape(n * 8, 4)
+x = np.tile((np.arange(32, dtype=np.float32) * 0.25 - 3.0).reshape(8, 4), (n, 1))
 ids = [f"u{i:010d}" for i in range(n)]
 t0 = time.perf_counter()
 with ctxshard.Writer(out, guard=4, dim=4) as w:

@@ -147,8 +147,8 @@ struct cxs_writer {
 };
 
 /* Write n bytes to w (counted against the injected ENOSPC budget), into
- * its buffer when it has one.  The disk's writeback of every
- * 8 MiB is started as they reach the file. */
+ * its buffer when it has one.  The disk's writeback of every 8 MiB is
+ * started as they reach the file. */
 int cxs_w_write(cxs_writer *k, swriter *w, const void *p, size_t n);
 /* Hand what w's buffer holds to the file (before a pwrite of its header,
  * an fsync or a close).  0 or -errno. */

@@ -186,7 +186,10 @@ CXS_API int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_
  * Returns 0; CXS_E_INPUT for an utterance the rules refuse ("ID: reason"
  * in diag; the writer is unchanged and stays usable); CXS_E_INVALID for a
  * bad argument; -errno (-ENOSPC, -EIO, -ENOMEM) for a system failure,
- * after which the writer can only be aborted.
+ * after which the writer can only be aborted.  A shard's bytes reach its
+ * file a megabyte at a time, so a failure of the disk shows at the add
+ * that fills the buffer, or at cxs_writer_commit(), not necessarily at
+ * the add whose bytes it concerns.
  */
 CXS_API int cxs_writer_add(cxs_writer *w, const char *id, const cxs_writer_utt *u,
                            cxs_diag *diag);
