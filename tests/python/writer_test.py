@@ -450,6 +450,8 @@ class AddMany(unittest.TestCase):
                     (["a", "b"], x, [4, 4], np.zeros(7, int), "labels must be one per frame")):
                 with self.assertRaisesRegex(ValueError, msg):
                     w.add_many(ids, xx, lens, labels=lab)
+            with self.assertRaisesRegex(TypeError, "^Writer.add_many: labels have dtype float64"):
+                w.add_many(["a"], x, [8], labels=np.zeros(8))
             self.assertEqual(w.info["num_utterances"], 0)
             w.add_many(["a"], x, [8], labels=np.zeros(8, int))
         with ctxshard.Writer(os.path.join(TMP, "many-args2")) as w:
