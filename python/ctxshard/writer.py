@@ -14,7 +14,7 @@ w.add(utt_id, feats, seq=phones); transcripts="both" takes labels= and seq=.
 import concurrent.futures
 import os
 import sys
-from ctypes import POINTER, byref, c_char_p, c_size_t, c_void_p, cast
+from ctypes import POINTER, addressof, byref, c_char, c_char_p, c_size_t, c_void_p, cast
 
 import numpy as np
 
@@ -457,7 +457,7 @@ class Writer:
         if T and D and a.strides == (0, 0):  # broadcast: 0,0 would mean C order
             a = np.ascontiguousarray(a)
         u = _n.WriterUtt()
-        u.data, u.frames, u.dim = a.ctypes.data, T, D
+        u.data, u.frames, u.dim = _address(a), T, D
         u.type = _INPUT[a.dtype.itemsize]
         bo = a.dtype.byteorder
         u.big_endian = int(bo == ">" or (bo == "=" and not _LITTLE_HOST))
@@ -466,7 +466,7 @@ class Writer:
         if labels is not None:
             lab = self._labels(shown, labels, T)
             keep.append(lab)
-            u.labels, u.label_count, u.label_size = lab.ctypes.data, lab.size, 8
+            u.labels, u.label_count, u.label_size = _address(lab), lab.size, 8
         if seq is not None:
             if self.transcripts == "frames":
                 raise ValueError(f"Writer.add: {shown}: seq given, but the writer takes no "
@@ -474,7 +474,7 @@ class Writer:
                                  "Writer")
             sq = self._labels(shown, seq, -1, "sequence position")
             keep.append(sq)
-            u.seq, u.seq_count, u.seq_size = sq.ctypes.data, sq.size, 8
+            u.seq, u.seq_count, u.seq_size = _address(sq), sq.size, 8
         return u, keep
 
     def _labels(self, shown, labels, T, where=None):
@@ -509,6 +509,17 @@ class Writer:
             j = int(np.argmin(ok))
             raise RejectedUtterance(shown, f"{where} {j}: unknown symbol '{lab[j]}'")
         return np.ascontiguousarray(self._order[pos], dtype=np.int64)
+
+
+def _address(a, _char=c_char.from_buffer):
+    """The address of a's first element: a.ctypes.data, which costs more
+    than a small utterance's writing (about 1.2 us), taken through the
+    buffer protocol in 0.2 us when numpy exports a plain buffer (a
+    writable, C-contiguous, non-empty array)."""
+    try:
+        return addressof(_char(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
 
 
 def _id_bytes(utt_id, func="Writer"):

@@ -128,6 +128,8 @@ class Identity(unittest.TestCase):
             "float64": lambda x, t: (x.astype(np.float64), t),
             "negative strides": lambda x, t: (np.ascontiguousarray(x[::-1])[::-1], t),
             "column slice": lambda x, t: (np.concatenate([x, x], 1)[:, :x.shape[1]], t),
+            "read-only": lambda x, t: (np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape), t),
+            "row slice of one array": lambda x, t: (np.concatenate([x, x])[len(x):], t),
             "symbols per frame": lambda x, t: (x, t[1:-1]),
             "indices, transcript form": lambda x, t: (x, np.array([index[s] for s in t],
                                                                   dtype=np.int32)),
