@@ -326,7 +326,7 @@ class Writer:
     def add_many(self, ids, x, lengths, labels=None):
         """Append many utterances in one call: the bytes of add() called for
         each in turn, at a fraction of the cost per utterance when they are
-        small (add() spends about 10 microseconds per call in Python and
+        small (add() spends 3-10 microseconds per call in Python and
         ctypes, longer than the library takes to write 8 frames).
 
         ids: n utterance ids (str or bytes, increasing in byte order); x:
