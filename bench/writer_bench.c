@@ -31,7 +31,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: writer_bench OUT N [add|many] [BATCH]\n");
+        fprintf(stderr, "usage: writer_bench OUT N [add|many] [BATCH] | OUT N part I P\n");
         return 2;
     }
     const char *out = argv[1];
@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
         o.part = &pt;
         o.flags |= CXS_WRITER_MANUAL_CUT;
     }
-    cxs_writer *w;
+    cxs_writer *w = NULL; /* abort(NULL) is a no-op when create fails */
     cxs_diag d;
     double t0 = now();
     int rc = cxs_writer_create(out, &o, &w, &d);
