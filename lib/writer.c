@@ -23,8 +23,6 @@
 #include "writer_internal.h"
 #include "zpool.h"
 
-#define WRITEBACK_STEP (8ull << 20)
-
 #define SOS_SYMBOL "[SOS]"
 #define EOS_SYMBOL "[EOS]"
 
@@ -121,6 +119,7 @@ static int shard_begin(cxs_writer *k) {
     if (w->bh) XXH3_64bits_reset(w->bh);
     w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) return -errno;
+    if (!(w->buf = malloc(CXS_WBUF_SIZE))) return -ENOMEM;
     k->open = 1;
     cxs_wfault_point(&k->fault, "shard-begin");
     XXH3_64bits_reset(w->fh);
@@ -136,22 +135,10 @@ static int shard_begin(cxs_writer *k) {
 static int shard_add(cxs_writer *k, const char *id, size_t il, uint64_t T, const uint8_t *feat,
                      const uint8_t *labels) {
     swriter *w = &k->w;
-    size_t fb = (size_t)T * k->D * k->esize;
-    const uint64_t pos0 = w->pos;
-    int rc = feat_put(k, feat, fb);
-    if (!rc) rc = feat_put(k, k->zero_guard, k->guard_bytes);
+    /* feat holds the guard's zero rows after the frames: one pass over
+     * the hashes and the buffer for both. */
+    int rc = feat_put(k, feat, (size_t)T * k->D * k->esize + k->guard_bytes);
     if (rc) return rc;
-    /* Start the disk's writeback of every WRITEBACK_STEP bytes written, so
-     * that it overlaps the rest of the shard and the fsync at its end
-     * waits for the last few megabytes only, not for the whole shard (the
-     * kernel alone starts only at its dirty threshold, gigabytes away). */
-#ifdef SYNC_FILE_RANGE_WRITE
-    if (w->pos / WRITEBACK_STEP != pos0 / WRITEBACK_STEP) {
-        uint64_t from = pos0 / WRITEBACK_STEP * WRITEBACK_STEP;
-        uint64_t to = w->pos / WRITEBACK_STEP * WRITEBACK_STEP;
-        (void)sync_file_range(w->fd, (off64_t)from, (off64_t)(to - from), SYNC_FILE_RANGE_WRITE);
-    }
-#endif
     if (k->flw && (rc = cxs_bytes_put(&w->labels, labels, (size_t)T * k->flw))) return rc;
     if (k->o.label_seqs &&
         ((rc = cxs_bytes_put(&w->seqsym, k->sq, (size_t)k->sq_len * k->lw)) ||
@@ -169,6 +156,7 @@ static int shard_add(cxs_writer *k, const char *id, size_t il, uint64_t T, const
 static void swriter_free(swriter *w) {
     if (w->fd > 0) close(w->fd);
     free(w->path);
+    free(w->buf);
     if (w->fh) XXH3_freeState(w->fh);
     if (w->bh) XXH3_freeState(w->bh);
     free(w->fsums.p);
@@ -302,6 +290,7 @@ static int shard_end(cxs_writer *k) {
     free(seqs.p);
     free(ids.p);
     if (!rc) rc = cxs_w_pad(k, w);
+    if (!rc) rc = cxs_w_flush(w);
     uint8_t page[CXS_PAGE];
     uint64_t h = cxs_container_build_v(page, CXS_KIND_SHARD, k->minor, w->pos, sec, n);
     if (!rc && pwrite(w->fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE) rc = errno ? -errno : -EIO;
@@ -640,7 +629,7 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
         if ((uint8_t)id[j] < 0x20)
             return cxs_diagf(d, CXS_E_INPUT, "%s: utterance id holds control byte 0x%02x", id,
                              (uint8_t)id[j]);
-    if (k->last_id) {
+    if (k->have_last) {
         int c = memcmp(k->last_id, id, il < k->last_len ? il : k->last_len);
         if (c == 0) c = k->last_len < il ? -1 : k->last_len > il;
         /* The caller's mistake, whatever its policy for bad utterances:
@@ -677,7 +666,8 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
         s.col_stride = (int64_t)isz;
         s.row_stride = (int64_t)(isz * D);
     }
-    if (grow(&k->conv, &k->conv_cap, T * D * k->esize) ||
+    const size_t fb = (size_t)(T * D * k->esize);
+    if (grow(&k->conv, &k->conv_cap, fb + (size_t)k->o.guard * D * k->esize) ||
         grow(&k->sums, &k->sums_cap, 4 * D * sizeof(double)))
         return cxs_diagf(d, -ENOMEM, "%s: out of memory", id);
     char why[256];
@@ -686,10 +676,10 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
     if (cxs_features_convert(&s, k->o.dtype, u->stored ? CXS_NORM_NONE : k->o.normalize, k->conv,
                              k->sums, k->sums + D, k->sums + 2 * D, why, sizeof why))
         return cxs_diagf(d, CXS_E_INPUT, "%s: %s", id, why);
+    memset(k->conv + fb, 0, (size_t)k->o.guard * D * k->esize); /* the guard after it */
     /* Accepted: from here on a failure is the system's. */
-    char *nid = malloc(il + 1);
-    if (!nid) return cxs_diagf(d, -ENOMEM, "%s: out of memory", id);
-    memcpy(nid, id, il + 1);
+    if (!k->last_id && !(k->last_id = malloc(CXS_MAX_ID_LEN + 1)))
+        return cxs_diagf(d, -ENOMEM, "%s: out of memory", id);
     if (!k->D && (rc = cxs_writer_set_width(k, (uint32_t)D))) goto fail;
     if (!(k->o.flags & CXS_WRITER_MANUAL_CUT) && would_overflow(k, T, il) && (rc = shard_end(k)))
         goto fail;
@@ -711,14 +701,24 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
     k->F += T;
     if (T < k->minlen) k->minlen = T;
     if (T > k->maxlen) k->maxlen = T;
-    free(k->last_id);
-    k->last_id = nid;
+    memcpy(k->last_id, id, il + 1);
     k->last_len = il;
+    k->have_last = 1;
     return 0;
 fail:
-    free(nid);
     k->broken = 1;
     return cxs_diagf(d, rc, "%s: %s", k->out, strerror(-rc));
+}
+
+int cxs_writer_add_many(cxs_writer *k, const char *const *ids, const cxs_writer_utt *utts,
+                        size_t n, size_t *added, cxs_diag *d) {
+    size_t i = 0;
+    int rc = 0;
+    if (n && (!ids || !utts)) rc = cxs_diagf(d, CXS_E_INVALID, "NULL ids or utterances");
+    for (; i < n && !rc; i++)
+        if ((rc = cxs_writer_add(k, ids[i], &utts[i], d))) break;
+    if (added) *added = i;
+    return rc;
 }
 
 int cxs_writer_skip(cxs_writer *k, const char *id, const char *reason) {

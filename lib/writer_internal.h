@@ -64,13 +64,22 @@ typedef struct bytes {
 int cxs_bytes_put(bytes *b, const void *src, size_t n);
 int cxs_bytes_put64(bytes *b, uint64_t v);
 
+/* A shard's write buffer: its bytes reach the file in pieces of this
+ * size at offsets that are multiples of it, not in one write(2) per
+ * utterance (a tiny utterance's few hundred bytes cost a system call and
+ * a partial page's zeroing in the kernel otherwise). */
+#define CXS_WBUF_SIZE (1u << 20)
+
 /* One file being written. */
 typedef struct swriter {
     int fd;
     char *path;
     uint32_t index;
     uint64_t U, F, first_u, first_f;
-    uint64_t pos; /* bytes written so far */
+    uint64_t pos;     /* bytes written so far, those still in buf included */
+    uint64_t flushed; /* bytes handed to the file: pos - bn */
+    uint8_t *buf;     /* CXS_WBUF_SIZE bytes, or NULL: every write goes out */
+    size_t bn;        /* bytes in buf */
     XXH3_state_t *fh;
     uint64_t feat_len; /* FEATURES bytes (decoded, when compressed) */
     uint64_t zlen;     /* compressed: ZFEATURES bytes written */
@@ -125,8 +134,9 @@ struct cxs_writer {
     size_t conv_cap, lab_cap;
     double *sums; /* 4*D: sum, sumsq, scratch */
     size_t sums_cap;
-    char *last_id;
+    char *last_id; /* CXS_MAX_ID_LEN + 1 bytes, allocated once */
     size_t last_len;
+    int have_last; /* an utterance was added: last_id holds its id */
     int broken; /* a system error: only abort remains */
     /* Label sequences (format 1.2): the one being added (sq_len symbols of
      * width lw), and the totals of SEQ_META. */
@@ -136,8 +146,13 @@ struct cxs_writer {
     uint64_t seq_total, seq_min, seq_max;
 };
 
-/* Write n bytes to w (counted against the injected ENOSPC budget). */
+/* Write n bytes to w (counted against the injected ENOSPC budget), into
+ * its buffer when it has one.  The disk's writeback of every 8 MiB is
+ * started as they reach the file. */
 int cxs_w_write(cxs_writer *k, swriter *w, const void *p, size_t n);
+/* Hand what w's buffer holds to the file (before a pwrite of its header,
+ * an fsync or a close).  0 or -errno. */
+int cxs_w_flush(swriter *w);
 /* Zero bytes up to the next page boundary. */
 int cxs_w_pad(cxs_writer *k, swriter *w);
 /* Write a section at the next page boundary; *s gets its table entry. */

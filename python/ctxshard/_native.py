@@ -391,6 +391,8 @@ def _load():
         "cxs_writer_create": (c_int, [c_char_p, POINTER(WriterOpts), POINTER(c_void_p),
                                       POINTER(Diag)]),
         "cxs_writer_add": (c_int, [c_void_p, c_char_p, POINTER(WriterUtt), POINTER(Diag)]),
+        "cxs_writer_add_many": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t,
+                                        POINTER(c_size_t), POINTER(Diag)]),
         "cxs_writer_skip": (c_int, [c_void_p, c_char_p, c_char_p]),
         "cxs_writer_info_get": (c_int, [c_void_p, POINTER(WriterInfo)]),
         "cxs_writer_commit": (c_int, [c_void_p, POINTER(WriterInfo), POINTER(Diag)]),

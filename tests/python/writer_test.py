@@ -128,6 +128,8 @@ class Identity(unittest.TestCase):
             "float64": lambda x, t: (x.astype(np.float64), t),
             "negative strides": lambda x, t: (np.ascontiguousarray(x[::-1])[::-1], t),
             "column slice": lambda x, t: (np.concatenate([x, x], 1)[:, :x.shape[1]], t),
+            "read-only": lambda x, t: (np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape), t),
+            "row slice of one array": lambda x, t: (np.concatenate([x, x])[len(x):], t),
             "symbols per frame": lambda x, t: (x, t[1:-1]),
             "indices, transcript form": lambda x, t: (x, np.array([index[s] for s in t],
                                                                   dtype=np.int32)),
@@ -353,6 +355,116 @@ class Rejections(unittest.TestCase):
                     ctxshard.Writer(out, **kw)
                 self.assertFalse(os.path.exists(out))
         no_leftovers(self, TMP)
+
+
+class AddMany(unittest.TestCase):
+    """Writer.add_many: the bytes of add() called for each utterance, in any
+    batches, memory order, byte order and label form; refusals as add()'s,
+    skipped or raised by on_error; its own argument checks."""
+
+    def write_one_by_one(self, out, utts, **kw):
+        with ctxshard.Writer(out, **kw) as w:
+            for i, x, t in utts:
+                w.add(i, x, labels=t)
+
+    def write_many(self, out, utts, batch, form=lambda x: x, labels="symbols", **kw):
+        index = {s: j for j, s in enumerate(ctxshard.PHONEMES)}
+        with ctxshard.Writer(out, **kw) as w:
+            for b in range(0, len(utts), batch):
+                part = utts[b:b + batch]
+                x = form(np.concatenate([u[1] for u in part]))
+                lab = None
+                if part[0][2] is not None:
+                    lab = np.concatenate([u[2][1:-1] for u in part])
+                    if labels == "indices":
+                        lab = np.array([index[s] for s in lab], np.uint8)
+                n = w.add_many([u[0] for u in part], x, [len(u[1]) for u in part], labels=lab)
+                self.assertEqual(n, len(part))
+
+    def test_same_bytes_as_add(self):
+        utts = raw_utterances(os.path.join(TMP, "raw"))
+        for kw in ({"vocab": "phonemes", "shard_size": "200K"},
+                   {"vocab": "phonemes", "compress": "zstd", "dtype": "float16"}):
+            ref = os.path.join(TMP, "many-ref")
+            self.write_one_by_one(ref, utts, **kw)
+            for batch, form, labels in ((len(utts), lambda x: x, "symbols"),
+                                        (5, lambda x: x.astype(">f4"), "indices"),
+                                        (1, np.asfortranarray, "symbols"),
+                                        (7, lambda x: x.astype(np.float64), "indices")):
+                with self.subTest(kw=kw, batch=batch, labels=labels):
+                    out = os.path.join(TMP, "many-out")
+                    self.write_many(out, utts, batch, form, labels, **kw)
+                    self.assertIsNone(same_dataset(ref, out))
+        # features only, ids as bytes
+        test = raw_utterances(os.path.join(TMP, "test"))
+        ref, out = os.path.join(TMP, "many-ref-f"), os.path.join(TMP, "many-out-f")
+        self.write_one_by_one(ref, test)
+        with ctxshard.Writer(out) as w:
+            self.assertEqual(w.add_many([i.encode() for i, _, _ in test],
+                                        np.concatenate([x for _, x, _ in test]),
+                                        np.array([len(x) for _, x, _ in test], np.uint32)),
+                             len(test))
+            self.assertEqual(w.add_many([], np.zeros((0, 28), np.float32), []), 0)
+        self.assertIsNone(same_dataset(ref, out))
+
+    def test_refusals(self):
+        x = np.ones((5 * 4, 3), np.float32)
+        x[8, 1] = np.nan  # in u2
+        ids, lens = [f"u{n}" for n in range(5)], [4] * 5
+        out = os.path.join(TMP, "many-skip")
+        w = ctxshard.Writer(out, on_error="skip")
+        self.assertEqual(w.add_many(ids, x, lens), 4)
+        self.assertEqual([i for i, _ in w.skipped], ["u2"])
+        self.assertIn("NaN", w.skipped[0][1])
+        with self.assertWarns(UserWarning):
+            w.commit()
+        with ctxshard.open(out) as ds:
+            self.assertEqual(ds.ids, ["u0", "u1", "u3", "u4"])
+        with self.assertRaises(ctxshard.RejectedUtterance) as e:
+            with ctxshard.Writer(out + "2") as w:
+                w.add_many(ids, x, lens)
+        self.assertEqual(e.exception.id, "u2")
+        self.assertFalse(os.path.exists(out + "2"))
+        # an unknown symbol: named like add() names it, skipped like add() skips it
+        lab = np.array(["AA"] * 20, dtype="<U5")
+        lab[13] = "QQ"  # u3, frame 1
+        w = ctxshard.Writer(out + "3", vocab="phonemes", on_error="skip")
+        self.assertEqual(w.add_many(ids, np.ones((20, 3), np.float32), lens, labels=lab), 4)
+        self.assertEqual(w.skipped, [("u3", "frame 1: unknown symbol 'QQ'")])
+        with self.assertWarns(UserWarning):
+            w.commit()
+        # an id out of order is an error whatever on_error says
+        w = ctxshard.Writer(out + "4", on_error="skip")
+        with self.assertRaisesRegex(ValueError, "u0: utterance id comes after 'u1'"):
+            w.add_many(["u1", "u0"], np.ones((8, 3), np.float32), [4, 4])
+        self.assertEqual(w.info["num_utterances"], 1)
+        w.abort()
+
+    def test_arguments(self):
+        x = np.ones((8, 3), np.float32)
+        with ctxshard.Writer(os.path.join(TMP, "many-args"), vocab="phonemes") as w:
+            for ids, xx, lens, lab, msg in (
+                    (["a", "b"], x, [4], None, "lengths must be 2 integers"),
+                    (["a", "b"], x, [4, 5], None, "lengths add up to 9 frames, x has 8"),
+                    (["a", "b"], x, [4.0, 4.0], None, "lengths must be 2 integers"),
+                    (["a", "b"], x.ravel(), [4, 4], None, "expected \\[frames, dim\\]"),
+                    (["a", "b\0c"], x, [4, 4], None, "holds a NUL byte"),
+                    (["a", "b"], x, [4, 4], np.zeros(7, int), "labels must be one per frame")):
+                with self.assertRaisesRegex(ValueError, msg):
+                    w.add_many(ids, xx, lens, labels=lab)
+            with self.assertRaisesRegex(TypeError, "^Writer.add_many: labels have dtype float64"):
+                w.add_many(["a"], x, [8], labels=np.zeros(8))
+            self.assertEqual(w.info["num_utterances"], 0)
+            w.add_many(["a"], x, [8], labels=np.zeros(8, int))
+        with ctxshard.Writer(os.path.join(TMP, "many-args2")) as w:
+            with self.assertRaisesRegex(ValueError, "no vocabulary"):
+                w.add_many(["a"], x, [8], labels=np.zeros(8, int))
+            w.add("a", x)
+        w = ctxshard.Writer(os.path.join(TMP, "many-args3"), vocab="phonemes",
+                           transcripts="sequence")
+        with self.assertRaisesRegex(ValueError, "add\\(seq=\\)"):
+            w.add_many(["a"], x, [8])
+        w.abort()
 
 
 class Atomic(unittest.TestCase):

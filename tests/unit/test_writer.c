@@ -651,7 +651,122 @@ TEST(dim_fixed_up_front) {
 }
 END_TEST
 
+/* cxs_writer_add_many: the bytes of one cxs_writer_add per utterance,
+ * whatever the batches; a refused utterance stops the batch at its index
+ * with add's code and message, and the writer goes on from the next. */
+TEST(add_many_same_bytes) {
+    setup_dir();
+    cxs_writer_opts o = opts();
+    ck_assert_int_eq(write_form(at("ref"), F_C32, &o), 0);
+    static float f[NU][TMAX * D];
+    static uint8_t lab[NU][TMAX];
+    cxs_writer_utt x[NU + 1];
+    char idbuf[NU + 1][16];
+    const char *ids[NU + 1];
+    for (int u = 0; u < NU; u++) {
+        const uint64_t T = frames_of(u);
+        for (uint64_t t = 0; t < T; t++) {
+            lab[u][t] = label(u, t);
+            for (uint64_t d = 0; d < D; d++) f[u][t * D + d] = value(u, t, d);
+        }
+        memset(&x[u], 0, sizeof x[u]);
+        x[u].data = f[u];
+        x[u].frames = T;
+        x[u].dim = D;
+        x[u].type = CXS_DTYPE_F32;
+        x[u].labels = lab[u];
+        x[u].label_count = T;
+        x[u].label_size = 1;
+        snprintf(idbuf[u], sizeof idbuf[u], "utt-%02d", u);
+        ids[u] = idbuf[u];
+    }
+    const size_t batches[] = {1, 2, 4, NU};
+    for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
+        cxs_writer *w;
+        cxs_diag dg;
+        ck_assert_int_eq(cxs_writer_create(at("many"), &o, &w, &dg), 0);
+        for (size_t u = 0; u < NU; u += batches[b]) {
+            size_t n = NU - u < batches[b] ? NU - u : batches[b], added = 99;
+            ck_assert_int_eq(cxs_writer_add_many(w, ids + u, x + u, n, &added, &dg), 0);
+            EXPECT_UINT(added, n);
+        }
+        size_t added = 99;
+        ck_assert_int_eq(cxs_writer_add_many(w, NULL, NULL, 0, &added, &dg), 0);
+        EXPECT_UINT(added, 0);
+        ck_assert_int_eq(cxs_writer_commit(w, NULL, &dg), 0);
+        ck_assert_msg(same_files(at("ref"), at("many")), "batches of %zu: other bytes",
+                      batches[b]);
+    }
+    /* A refused utterance in the middle: utt-02 given 3 columns. */
+    cxs_writer *w;
+    cxs_diag dg;
+    ck_assert_int_eq(cxs_writer_create(at("many"), &o, &w, &dg), 0);
+    cxs_writer_utt y[NU];
+    memcpy(y, x, sizeof y);
+    y[2].dim = 3;
+    size_t added = 99;
+    ck_assert_int_eq(cxs_writer_add_many(w, ids, y, NU, &added, &dg), CXS_E_INPUT);
+    EXPECT_UINT(added, 2);
+    EXPECT_STR_HAS(dg.message, "utt-02: 3 features per frame, expected 5");
+    ck_assert_int_eq(cxs_writer_add_many(w, ids + 2, x + 2, NU - 2, &added, &dg), 0);
+    EXPECT_UINT(added, NU - 2);
+    ck_assert_int_eq(cxs_writer_add_many(w, NULL, x, 1, &added, &dg), CXS_E_INVALID);
+    EXPECT_UINT(added, 0);
+    ck_assert_int_eq(cxs_writer_commit(w, NULL, &dg), 0);
+    ck_assert(same_files(at("ref"), at("many")));
+    rm_rf(dir);
+}
+END_TEST
+
+/* Utterances of a few bytes and of megabytes, mixed, so that the shard's
+ * write buffer is crossed, filled exactly, and passed by writes larger
+ * than itself: every value reads back and the dataset verifies. */
+static float big_value(uint64_t u, uint64_t t, uint64_t d) {
+    return (float)((u * 7919 + t * 31 + d) % 100003) * 0.5f;
+}
+
+TEST(write_buffer_crossed_and_passed) {
+    setup_dir();
+    cxs_writer_opts o;
+    cxs_writer_opts_init(&o);
+    o.guard = 2;
+    /* frames per utterance; 1 MiB is 52428.8 frames of 5 float32 */
+    static const uint64_t Ts[] = {1, 3, 52428, 1, 70000, 2, 130000, 5, 300000, 1, 52429, 4};
+    enum { NB = sizeof Ts / sizeof *Ts };
+    float *f = malloc(300000 * D * sizeof *f);
+    ck_assert_ptr_nonnull(f);
+    cxs_writer *w;
+    cxs_diag dg;
+    ck_assert_int_eq(cxs_writer_create(at("out"), &o, &w, &dg), 0);
+    for (uint64_t u = 0; u < NB; u++) {
+        for (uint64_t t = 0; t < Ts[u]; t++)
+            for (uint64_t d = 0; d < D; d++) f[t * D + d] = big_value(u, t, d);
+        char id[16];
+        snprintf(id, sizeof id, "u%02d", (int)u);
+        ck_assert_int_eq(add1(w, id, f, Ts[u], D, NULL, 0, 1, &dg), 0);
+    }
+    free(f);
+    ck_assert_int_eq(cxs_writer_commit(w, NULL, &dg), 0);
+    cxs_dataset *ds;
+    ck_assert_int_eq(cxs_dataset_open(at("out"), &ds, &dg), 0);
+    for (uint64_t u = 0; u < NB; u++) {
+        cxs_utterance ut;
+        ck_assert_int_eq(cxs_dataset_utterance(ds, u, &ut), 0);
+        EXPECT_UINT(ut.num_frames, Ts[u]);
+        const float *g = ut.features;
+        int bad = 0;
+        for (uint64_t t = 0; t < ut.num_frames && !bad; t++)
+            for (uint64_t d = 0; d < D; d++) bad |= g[t * D + d] != big_value(u, t, d);
+        ck_assert_msg(!bad, "utterance %d reads back other values", (int)u);
+    }
+    ck_assert_int_eq(cxs_dataset_verify(ds, NULL, NULL, &dg), 0);
+    cxs_dataset_close(ds);
+    rm_rf(dir);
+}
+END_TEST
+
 RUN_SUITE("writer", reads_back_exactly, every_input_form_same_bytes,
           rules_refuse_and_writer_goes_on, options_and_outputs_checked,
           abort_and_full_disk_leave_nothing, manual_cut, label_sequences_read_back,
-          label_sequences_refused, dim_fixed_up_front)
+          label_sequences_refused, dim_fixed_up_front, add_many_same_bytes,
+          write_buffer_crossed_and_passed)
