@@ -172,6 +172,64 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
     return rc;
 }
 
+/* The device's utterance tables from the shards' INDEX, read in place: an
+ * O(#utterances) pass over the mapping, run in a recovery region. */
+typedef struct tables_arg {
+    const cxs_dataset *ds;
+    const uint64_t *srow;
+    uint64_t *cum, *urow;
+} tables_arg;
+
+static int index_tables(void *arg) {
+    tables_arg *a = arg;
+    const cxs_dataset *ds = a->ds;
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
+        const shard *sh = &ds->shards[s];
+        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+            uint64_t x = cxs_index_at(sh, lu);
+            a->cum[sh->u_start + lu] = sh->f_start + x;
+            a->urow[sh->u_start + lu] = a->srow[s] + (uint64_t)ds->meta.guard * (lu + 1) + x;
+        }
+    }
+    a->cum[ds->meta.num_utterances] = ds->meta.num_frames;
+    return 0;
+}
+
+/* Every frame's label, widened to 16 bits, through the staging buffers:
+ * reads LABELS from the mapping, run in a recovery region. */
+typedef struct labels_arg {
+    cxs_gpu_loader *l;
+    uploader *up;
+} labels_arg;
+
+static int upload_labels(void *arg) {
+    labels_arg *a = arg;
+    cxs_gpu_loader *l = a->l;
+    const cxs_dataset *ds = l->ds;
+    int rc;
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
+        const shard *sh = &ds->shards[s];
+        const uint64_t n = sh->meta.num_frames;
+        uint8_t *dst = (uint8_t *)(l->rs.d_lab + sh->f_start);
+        for (uint64_t i = 0; i < n;) {
+            uint8_t *p;
+            size_t avail;
+            if ((rc = gpu_up_space(l, a->up, dst + i * 2, &p, &avail))) return rc;
+            uint64_t m = avail / 2 < n - i ? avail / 2 : n - i;
+            if (!m) {
+                if ((rc = gpu_up_flush(l, a->up))) return rc;
+                continue;
+            }
+            uint16_t *q = (uint16_t *)(void *)p;
+            for (uint64_t j = 0; j < m; j++)
+                q[j] = cxs_shard_label(sh, i + j);
+            gpu_up_commit(a->up, (size_t)m * 2);
+            i += m;
+        }
+    }
+    return 0;
+}
+
 int gpu_resident_upload(cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     const uint32_t S = ds->meta.num_shards;
@@ -195,15 +253,8 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
     }
     srow[0] = 0;
     for (uint32_t s = 0; s < S; s++) srow[s + 1] = srow[s] + gpu_shard_rows(&ds->shards[s]);
-    for (uint32_t s = 0; s < S; s++) {
-        const shard *sh = &ds->shards[s];
-        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
-            uint64_t a = cxs_index_at(sh, lu);
-            cum[sh->u_start + lu] = sh->f_start + a;
-            urow[sh->u_start + lu] = srow[s] + (uint64_t)ds->meta.guard * (lu + 1) + a;
-        }
-    }
-    cum[U] = F;
+    tables_arg ta = {ds, srow, cum, urow};
+    if ((rc = gpu_mapped(l, "resident upload", index_tables, &ta))) goto out;
     int e;
     if ((e = l->be->dev_alloc((void **)&l->rs.d_feat, (size_t)(srow[S] * rb))) ||
         (e = l->be->dev_alloc((void **)&l->rs.d_cum, (size_t)(U + 1) * 8)) ||
@@ -232,26 +283,8 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
         (rc = gpu_up_write(l, &up, (uint8_t *)l->rs.d_urow, urow, (size_t)U * 8)))
         goto out;
     if (l->o.labels) {
-        for (uint32_t s = 0; s < S; s++) {
-            const shard *sh = &ds->shards[s];
-            const uint64_t n = sh->meta.num_frames;
-            uint8_t *dst = (uint8_t *)(l->rs.d_lab + sh->f_start);
-            for (uint64_t i = 0; i < n;) {
-                uint8_t *p;
-                size_t avail;
-                if ((rc = gpu_up_space(l, &up, dst + i * 2, &p, &avail))) goto out;
-                uint64_t m = avail / 2 < n - i ? avail / 2 : n - i;
-                if (!m) {
-                    if ((rc = gpu_up_flush(l, &up))) goto out;
-                    continue;
-                }
-                uint16_t *q = (uint16_t *)(void *)p;
-                for (uint64_t j = 0; j < m; j++)
-                    q[j] = cxs_shard_label(sh, i + j);
-                gpu_up_commit(&up, (size_t)m * 2);
-                i += m;
-            }
-        }
+        labels_arg la = {l, &up};
+        if ((rc = gpu_mapped(l, "resident upload", upload_labels, &la))) goto out;
     }
     if ((rc = gpu_up_finish(l, &up))) goto out;
     l->info.upload_seconds = gpu_now() - t0;
