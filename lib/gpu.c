@@ -158,9 +158,9 @@ static int up_job_run(void *arg) {
 }
 
 int gpu_mapped(cxs_gpu_loader *l, const char *what, int (*fn)(void *), void *arg) {
-    cxs_fault f;
+    cxs_fault f = {UINT32_MAX, 0}; /* set only by a fault: fn may return the code itself */
     int rc = cxs_fault_run(l->ds, fn, arg, &f);
-    if (rc == CXS_E_TRUNCATED) {
+    if (rc == CXS_E_TRUNCATED && f.shard != UINT32_MAX) {
         cxs_where w = CXS_WHERE_NONE;
         w.shard = f.shard;
         w.offset = f.offset;
