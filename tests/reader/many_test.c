@@ -309,6 +309,8 @@ TEST(block_plan_memory_is_per_block) {
     printf("block plans of epochs 0 and 1: %llu and %llu blocks, %zu heap bytes "
            "(%.3f bytes an utterance)\n", (unsigned long long)n0, (unsigned long long)n1,
            grown, (double)grown / NU);
+    if (!before) /* ASan's allocator keeps no mallinfo2 statistics */
+        printf("malloc statistics unavailable here: the plans' size is not checked\n");
     EXPECT(n0 > 100 && n1 > 100);
     EXPECT(n0 < NU / 100);
     EXPECT(grown <= 2 * (n0 + n1) * 64 + 8192);
