@@ -290,8 +290,9 @@ static size_t heap_bytes(void) {
 /* Two epochs' block plans (the sampler keeps the last two) take memory in
  * proportion to their blocks, however many utterances the blocks hold:
  * 64 bytes a block (the block and its round) and the plan itself, with
- * room for the allocator's rounding.  The order is what the sampler
- * tests pin; here only its size and that it covers every frame once. */
+ * room for the allocator's rounding.  The order is what the block tests
+ * pin; here only its size, and that sampled positions are distinct
+ * frames. */
 TEST(block_plan_memory_is_per_block) {
     cxs_dataset *ds;
     cxs_diag d;
