@@ -73,36 +73,64 @@ typedef struct cut_arg {
     const cxs_dataset *ds;
     const cxs_block_sched *bs;
     cxs_block_plan *p;
-    uint64_t G, target, n;
+    uint64_t G, target, n, cap; /* cap: entries of p->blk */
 } cut_arg;
 
+/* Room for one more block in p->blk: doubled when full, so the table is
+ * O(#blocks), never O(#utterances).  0 or -ENOMEM. */
+static int grow(cut_arg *ca) {
+    if (ca->n < ca->cap) return 0;
+    const uint64_t cap = ca->cap * 2;
+    if (cap > SIZE_MAX / sizeof(cxs_block)) return -ENOMEM;
+    cxs_block *b = realloc(ca->p->blk, (size_t)cap * sizeof *b);
+    if (!b) return -ENOMEM;
+    ca->p->blk = b; /* owned by the plan before the next read of the mapping */
+    ca->cap = cap;
+    return 0;
+}
+
 /* The epoch's blocks from the first cut (a->target rows): reads INDEX from
- * the mapping, so it runs in a recovery region (fault.h); allocates
- * nothing. */
+ * the mapping, so it runs in a recovery region (fault.h).  Utterance
+ * boundaries come from INDEX in place; only the blocks are stored (p->blk,
+ * grown as they come: a fault leaves it owned by the plan, freed with
+ * it). */
 static int cut_blocks(void *arg) {
     cut_arg *ca = arg;
     const cxs_dataset *ds = ca->ds;
     const cxs_block_sched *bs = ca->bs;
     cxs_block_plan *p = ca->p;
     const uint64_t G = ca->G;
-    uint64_t target = ca->target, n = 0, rows = 0;
-    /* INDEX read in place, shard by shard (checked at init) */
+    uint64_t target = ca->target, n = 0, rows = 0, uend = 0;
+    /* INDEX read in place, shard by shard (checked at init), each entry
+     * once; the open block's end is kept here and stored when it closes */
     for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
         const shard *sh = &ds->shards[s];
-        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
-            uint64_t a = cxs_index_at(sh, lu), T = cxs_index_at(sh, lu + 1) - a + G;
-            if (n == 0 || rows + T > target || s != p->blk[n - 1].shard) {
-                if (n) target = bs->block_rows;
+        const uint64_t nu = sh->meta.num_utterances;
+        uint64_t a = nu ? cxs_index_at(sh, 0) : 0;
+        int fresh = 1; /* a block never spans two shards */
+        for (uint64_t lu = 0; lu < nu; lu++) {
+            const uint64_t next = cxs_index_at(sh, lu + 1), T = next - a + G;
+            if (fresh || rows + T > target) {
+                if (n) {
+                    target = bs->block_rows;
+                    p->blk[n - 1].u1 = uend;
+                }
+                ca->n = n;
+                int rc = grow(ca);
+                if (rc) return rc;
                 cxs_block *b = &p->blk[n++];
                 b->u0 = sh->u_start + lu;
                 b->f0 = sh->f_start + a;
                 b->shard = s;
                 rows = 0;
+                fresh = 0;
             }
             rows += T;
-            p->blk[n - 1].u1 = sh->u_start + lu + 1;
+            uend = sh->u_start + lu + 1;
+            a = next;
         }
     }
+    if (n) p->blk[n - 1].u1 = uend;
     for (uint64_t j = 0; j < n; j++) {
         cxs_block *b = &p->blk[j];
         const shard *sh = &ds->shards[b->shard];
@@ -198,9 +226,13 @@ static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan 
     p->R = bs->R;
     p->frames = ds->meta.num_frames;
     p->key = mix64(mix64(bs->seed ^ 0x243f6a8885a308d3ull) + mix64(epoch + 0x13198a2e03707344ull));
-    /* At most one block per utterance, plus the first cut and one per
-     * shard boundary. */
-    p->blk = malloc((U + ds->meta.num_shards + 1) * sizeof *p->blk);
+    /* A first guess at the number of blocks: the rows over the block size,
+     * plus the short blocks at shard ends and the first cut; cut_blocks
+     * grows the table when the guess is short, and it is trimmed after. */
+    const uint64_t rows = ds->meta.num_frames + U * G;
+    uint64_t cap = rows / bs->block_rows + 2ull * ds->meta.num_shards + 2;
+    if (cap > SIZE_MAX / sizeof *p->blk) cap = 1024;
+    p->blk = malloc((size_t)cap * sizeof *p->blk);
     if (!p->blk) {
         plan_free(p);
         return -ENOMEM;
@@ -209,14 +241,18 @@ static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan 
      * every cut of the epoch: which utterances share a block changes. */
     uint64_t st = p->key;
     uint64_t target = bs->block_rows - rng_below(&st, bs->block_rows);
-    cut_arg ca = {ds, bs, p, G, target, 0};
+    cut_arg ca = {ds, bs, p, G, target, 0, cap};
     cxs_fault f;
     int crc = cxs_fault_run(ds, cut_blocks, &ca, &f);
-    if (crc) { /* a shard truncated since open: INDEX lost */
+    if (crc) { /* a shard truncated since open (INDEX lost), or -ENOMEM */
         plan_free(p);
         return crc;
     }
     const uint64_t n = ca.n;
+    if (n && n < ca.cap) { /* trim the guess: the plan keeps n blocks */
+        cxs_block *b = realloc(p->blk, (size_t)n * sizeof *b);
+        if (b) p->blk = b;
+    }
     /* The blocks' order: Fisher-Yates from the epoch's key. */
     for (uint64_t i = n; i > 1; i--) {
         uint64_t j = rng_below(&st, i);
@@ -253,9 +289,9 @@ int cxs_block_plan_get(cxs_block_sched *bs, uint64_t epoch, cxs_block_plan **out
             return 0;
         }
     }
-    /* Built under the lock: O(#utterances), once an epoch, and the
-     * threads that asked for the same epoch wait for it rather than build
-     * it again. */
+    /* Built under the lock: O(#utterances) time, O(#blocks) memory, once
+     * an epoch, and the threads that asked for the same epoch wait for it
+     * rather than build it again. */
     cxs_block_plan *p;
     int rc = plan_build(bs, epoch, &p);
     if (!rc) {

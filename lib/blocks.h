@@ -9,7 +9,11 @@
  * blocks cxs_block_plan_first(t) .. t+R-1 -- blocks t .. t+R-1, except
  * that the last R blocks are drawn on until the final round -- so a
  * consumer at round t needs those blocks and never an earlier one again,
- * and no round draws on more than R. */
+ * and no round draws on more than R.
+ *
+ * A plan holds per-block state only (a cxs_block and a round start, 64
+ * bytes a block): utterance boundaries are read from INDEX in place when
+ * the plan is cut, so its memory does not grow with the utterance count. */
 #ifndef CXS_BLOCKS_H
 #define CXS_BLOCKS_H
 
@@ -55,7 +59,8 @@ int cxs_block_sched_init(cxs_block_sched *bs, const cxs_dataset *ds, uint64_t se
 void cxs_block_sched_destroy(cxs_block_sched *bs);
 
 /* The plan of `epoch`, built or taken from the cache, with a reference the
- * caller gives back with cxs_block_plan_put.  Returns 0 or -ENOMEM. */
+ * caller gives back with cxs_block_plan_put.  Returns 0, -ENOMEM, or
+ * CXS_E_TRUNCATED when a shard lost part of its INDEX since open. */
 int cxs_block_plan_get(cxs_block_sched *bs, uint64_t epoch, cxs_block_plan **out);
 void cxs_block_plan_put(cxs_block_sched *bs, cxs_block_plan *p);
 

@@ -157,6 +157,20 @@ static int up_job_run(void *arg) {
     return gpu_up_write(j->l, j->u, j->dst, j->src, j->n);
 }
 
+int gpu_mapped(cxs_gpu_loader *l, const char *what, int (*fn)(void *), void *arg) {
+    cxs_fault f = {UINT32_MAX, 0}; /* set only by a fault: fn may return the code itself */
+    int rc = cxs_fault_run(l->ds, fn, arg, &f);
+    if (rc == CXS_E_TRUNCATED && f.shard != UINT32_MAX) {
+        cxs_where w = CXS_WHERE_NONE;
+        w.shard = f.shard;
+        w.offset = f.offset;
+        cxs_diag d;
+        cxs_where_diag(l->ds, rc, &w, &d);
+        return gpu_fail(l, rc, "%s: %s", what, d.message);
+    }
+    return rc;
+}
+
 /* Stored rows r0 .. r0+n-1 of shard s's FEATURES layout to dst. */
 int gpu_up_rows(cxs_gpu_loader *l, uploader *u, zreader *zr, uint32_t s, uint64_t r0, uint64_t n,
                 uint8_t *dst) {

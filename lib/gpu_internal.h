@@ -238,6 +238,13 @@ int gpu_up_rows(cxs_gpu_loader *l, uploader *u, zreader *zr, uint32_t s, uint64_
                 uint8_t *dst);
 int gpu_up_finish(cxs_gpu_loader *l, uploader *u);
 
+/* fn(arg), which reads the shards' mapping, in a recovery region (fault.h):
+ * a shard truncated since open fails the loader with CXS_E_TRUNCATED and a
+ * message "WHAT: SHARD: ... truncated (byte B, in SECTION, ...)" rather
+ * than SIGBUS; otherwise fn's return value (fn's own errors, with the
+ * message it wrote).  fn holds no lock while it reads the mapping. */
+int gpu_mapped(cxs_gpu_loader *l, const char *what, int (*fn)(void *), void *arg);
+
 /* GPUDirect Storage (gpu_resident.c): 1 when libcufile can be loaded. */
 int gpu_gds_present(void);
 /* Pool mode: the samples each rank serves in an epoch (gpu_pool.c). */

@@ -62,6 +62,28 @@ static void pool_hint(const cxs_gpu_loader *l, uint64_t j) {
     }
 }
 
+/* Block b's utterances' rows one after the other: reads INDEX (checked by
+ * the block schedule) from the mapping, in a recovery region (gpu_mapped),
+ * the rows through gpu_up_rows (a region of its own). */
+typedef struct load_arg {
+    cxs_gpu_loader *l;
+    const cxs_block *b;
+    uint8_t *base;
+    zreader *zr;
+} load_arg;
+
+static int load_rows(void *arg) {
+    load_arg *a = arg;
+    const cxs_dataset *ds = a->l->ds;
+    for (uint64_t u = a->b->u0; u < a->b->u1; u++) {
+        const cxs_uloc ul = cxs_utt_at(ds, u);
+        int rc = gpu_up_rows(a->l, &a->l->p.up, a->zr, a->b->shard, ul.row, ul.T,
+                             a->base + (ul.f0 - a->b->f0) * ds->row_bytes);
+        if (rc) return rc; /* the uploader wrote the message */
+    }
+    return 0;
+}
+
 /* Refresher: load block j of the epoch's plan into segment g, its
  * utterances' rows one after the other (the block is a run of utterances
  * of one shard, in storage order), through the pool's own copy stream. */
@@ -76,15 +98,10 @@ static int pool_load(cxs_gpu_loader *l, uint32_t g, uint64_t j, zreader *zr) {
     if (sg->freed_once && (e = l->be->stream_wait(p->copy, sg->ev_freed)))
         return gpu_fail(l, CXS_E_DEVICE, "pool refresh: %s: stream_wait: %s", l->be->name,
                         l->be->error_string(e));
-    uint8_t *base = p->d_pool + sg->row_base * ds->row_bytes;
-    for (uint64_t u = b->u0; u < b->u1; u++) {
-        const cxs_uloc ul = cxs_utt_at(ds, u); /* INDEX checked by the block schedule */
-        int rc = gpu_up_rows(l, &p->up, zr, b->shard, ul.row, ul.T,
-                         base + (ul.f0 - b->f0) * ds->row_bytes);
-        if (rc) return rc; /* the uploader wrote the message */
-    }
-    int rc = gpu_up_flush(l, &p->up);
+    load_arg la = {l, b, p->d_pool + sg->row_base * ds->row_bytes, zr};
+    int rc = gpu_mapped(l, "pool refresh", load_rows, &la);
     if (rc) return rc;
+    if ((rc = gpu_up_flush(l, &p->up))) return rc;
     if ((e = l->be->event_record(sg->ev_loaded, p->copy)))
         return gpu_fail(l, CXS_E_DEVICE, "pool refresh: %s: event_record: %s", l->be->name,
                         l->be->error_string(e));
@@ -286,12 +303,53 @@ static int pool_expand(cxs_gpu_loader *l, gslot *s, size_t a, size_t b) {
     return 0;
 }
 
+/* The descriptions of samples a .. b-1 of slot s (frames[i], and the block
+ * of the round's residency in desc[i].row0): the utterance holding each
+ * frame, found in its block's INDEX entries, and its label.  Reads the
+ * mapping: run in a recovery region, before the round changes. */
+typedef struct describe_arg {
+    cxs_gpu_loader *l;
+    gslot *s;
+    size_t a, b;
+} describe_arg;
+
+static int describe(void *arg) {
+    describe_arg *x = arg;
+    cxs_gpu_loader *l = x->l;
+    const cxs_dataset *ds = l->ds;
+    const gpu_pool *p = &l->p;
+    cxs_x_desc *desc = x->s->h_in;
+    for (size_t i = x->a; i < x->b; i++) {
+        const uint64_t j = desc[i].row0, f = x->s->frames[i];
+        const cxs_block *b = &p->plan->blk[j];
+        /* the utterance holding f: last u in the block with cum[u] <= f */
+        const shard *bsh = &ds->shards[b->shard];
+        uint64_t lo = b->u0 - bsh->u_start, hi = b->u1 - bsh->u_start;
+        while (hi - lo > 1) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (bsh->f_start + cxs_index_at(bsh, mid) <= f) lo = mid;
+            else hi = mid;
+        }
+        const cxs_uloc ul = cxs_utt_at(ds, bsh->u_start + lo);
+        desc[i].row0 = p->seg[p->res[j % p->S]].row_base + (ul.f0 - b->f0);
+        desc[i].T = (uint32_t)ul.T;
+        desc[i].t = (uint32_t)(f - ul.f0);
+        desc[i].label = l->o.labels ? cxs_shard_label(bsh, f - bsh->f_start) : 0;
+    }
+    return 0;
+}
+
+static int pool_samples(cxs_gpu_loader *l, gslot *s, size_t a, size_t b) {
+    if (a == b) return 0;
+    describe_arg x = {l, s, a, b};
+    return gpu_mapped(l, "pool", describe, &x);
+}
+
 /* Draw the batch at the loader's position into slot s and enqueue its
  * expansion.  When a round ends inside the batch, the samples drawn so
  * far are expanded first, so that the drained blocks can be given back
  * before the next round's are joined. */
 static int pool_launch(cxs_gpu_loader *l, gslot *s) {
-    const cxs_dataset *ds = l->ds;
     gpu_pool *p = &l->p;
     const cxs_block_plan *pl = p->plan;
     cxs_x_desc *desc = s->h_in;
@@ -306,36 +364,18 @@ static int pool_launch(cxs_gpu_loader *l, gslot *s) {
     while (n < want && l->pos < p->len) {
         const uint64_t g = p->base + l->pos * p->stride, t = cxs_block_plan_round(pl, g);
         if (t != p->t) { /* a new round (or the first) */
-            if ((rc = pool_expand(l, s, done, n))) return rc;
+            if ((rc = pool_samples(l, s, done, n)) || (rc = pool_expand(l, s, done, n)))
+                return rc;
             done = n;
             if ((rc = pool_enter(l, t))) return rc;
         }
         uint64_t j;
-        const uint64_t f = cxs_block_plan_frame(pl, g, &j);
-        const cxs_block *b = &pl->blk[j];
-        /* the utterance holding f: last u in the block with cum[u] <= f */
-        const shard *bsh = &ds->shards[b->shard];
-        uint64_t lo = b->u0 - bsh->u_start, hi = b->u1 - bsh->u_start;
-        while (hi - lo > 1) {
-            uint64_t mid = lo + (hi - lo) / 2;
-            if (bsh->f_start + cxs_index_at(bsh, mid) <= f) lo = mid;
-            else hi = mid;
-        }
-        const cxs_uloc ul = cxs_utt_at(ds, bsh->u_start + lo);
-        desc[n].row0 = p->seg[p->res[j % p->S]].row_base + (ul.f0 - b->f0);
-        desc[n].T = (uint32_t)ul.T;
-        desc[n].t = (uint32_t)(f - ul.f0);
-        desc[n].label = 0;
-        if (l->o.labels) {
-            const shard *sh = &ds->shards[b->shard];
-            uint64_t li = f - sh->f_start;
-            desc[n].label = cxs_shard_label(sh, li);
-        }
-        s->frames[n] = f;
+        s->frames[n] = cxs_block_plan_frame(pl, g, &j);
+        desc[n].row0 = j; /* the block, until pool_samples */
         n++;
         l->pos++;
     }
-    if ((rc = pool_expand(l, s, done, n))) return rc;
+    if ((rc = pool_samples(l, s, done, n)) || (rc = pool_expand(l, s, done, n))) return rc;
     /* the end, or a short last batch dropped (what it expanded is unused) */
     s->n = n < want && l->o.drop_last ? 0 : n;
     BE(l, l->be->event_record(s->ev_ready, l->work));

@@ -172,19 +172,107 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
     return rc;
 }
 
+/* The device's utterance tables from the shards' INDEX, read in place (an
+ * O(#utterances) pass over the mapping, run in a recovery region) and
+ * written straight into the staging buffers: d_cum gets every utterance's
+ * first frame and the frame count (U + 1 entries), d_urow every
+ * utterance's device row of its frame 0 (U entries), with no table of the
+ * host's own. */
+typedef struct tables_arg {
+    cxs_gpu_loader *l;
+    uploader *up;
+    const uint64_t *srow;
+} tables_arg;
+
+/* Entries lu .. nu-1 of shard s's table into d (the whole dataset's),
+ * rows: the utterances' rows, else their first frames. */
+static int stream_table(tables_arg *a, uint64_t *d, uint32_t s, int rows) {
+    const cxs_dataset *ds = a->l->ds;
+    const shard *sh = &ds->shards[s];
+    const uint64_t nu = sh->meta.num_utterances, G = ds->meta.guard;
+    for (uint64_t lu = 0; lu < nu;) {
+        uint8_t *p;
+        size_t avail;
+        int rc = gpu_up_space(a->l, a->up, (uint8_t *)(d + sh->u_start + lu), &p, &avail);
+        if (rc) return rc;
+        uint64_t m = avail / 8 < nu - lu ? avail / 8 : nu - lu;
+        if (!m) {
+            if ((rc = gpu_up_flush(a->l, a->up))) return rc;
+            continue;
+        }
+        for (uint64_t j = 0; j < m; j++) {
+            const uint64_t x = cxs_index_at(sh, lu + j);
+            const uint64_t v = rows ? a->srow[s] + G * (lu + j + 1) + x : sh->f_start + x;
+            memcpy(p + 8 * j, &v, 8);
+        }
+        gpu_up_commit(a->up, (size_t)m * 8);
+        lu += m;
+    }
+    return 0;
+}
+
+static int upload_tables(void *arg) {
+    tables_arg *a = arg;
+    cxs_gpu_loader *l = a->l;
+    const cxs_dataset *ds = l->ds;
+    int rc;
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++)
+        if ((rc = stream_table(a, l->rs.d_cum, s, 0))) return rc;
+    const uint64_t F = ds->meta.num_frames;
+    if ((rc = gpu_up_write(l, a->up, (uint8_t *)(l->rs.d_cum + ds->meta.num_utterances), &F, 8)))
+        return rc;
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++)
+        if ((rc = stream_table(a, l->rs.d_urow, s, 1))) return rc;
+    return 0;
+}
+
+/* Every frame's label, widened to 16 bits, through the staging buffers:
+ * reads LABELS from the mapping, run in a recovery region. */
+typedef struct labels_arg {
+    cxs_gpu_loader *l;
+    uploader *up;
+} labels_arg;
+
+static int upload_labels(void *arg) {
+    labels_arg *a = arg;
+    cxs_gpu_loader *l = a->l;
+    const cxs_dataset *ds = l->ds;
+    int rc;
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
+        const shard *sh = &ds->shards[s];
+        const uint64_t n = sh->meta.num_frames;
+        uint8_t *dst = (uint8_t *)(l->rs.d_lab + sh->f_start);
+        for (uint64_t i = 0; i < n;) {
+            uint8_t *p;
+            size_t avail;
+            if ((rc = gpu_up_space(l, a->up, dst + i * 2, &p, &avail))) return rc;
+            uint64_t m = avail / 2 < n - i ? avail / 2 : n - i;
+            if (!m) {
+                if ((rc = gpu_up_flush(l, a->up))) return rc;
+                continue;
+            }
+            uint16_t *q = (uint16_t *)(void *)p;
+            for (uint64_t j = 0; j < m; j++)
+                q[j] = cxs_shard_label(sh, i + j);
+            gpu_up_commit(a->up, (size_t)m * 2);
+            i += m;
+        }
+    }
+    return 0;
+}
+
 int gpu_resident_upload(cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     const uint32_t S = ds->meta.num_shards;
     const uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames, rb = ds->row_bytes;
     /* the device gets the utterances' first frames and rows (U + 1 and U
-     * entries), made here from the shards' INDEX, checked whole first */
-    uint64_t *srow = malloc((S + 1) * sizeof *srow), *urow = malloc((U ? U : 1) * sizeof *urow);
-    uint64_t *cum = malloc((U + 1) * sizeof *cum);
+     * entries), made from the shards' INDEX, checked whole first */
+    uint64_t *srow = malloc((S + 1) * sizeof *srow);
     zreader zr = {0};
     uploader up;
     memset(&up, 0, sizeof up);
     int rc = 0;
-    if (!srow || !urow || !cum) {
+    if (!srow) {
         rc = gpu_fail(l, -ENOMEM, "out of memory");
         goto out;
     }
@@ -195,15 +283,6 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
     }
     srow[0] = 0;
     for (uint32_t s = 0; s < S; s++) srow[s + 1] = srow[s] + gpu_shard_rows(&ds->shards[s]);
-    for (uint32_t s = 0; s < S; s++) {
-        const shard *sh = &ds->shards[s];
-        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
-            uint64_t a = cxs_index_at(sh, lu);
-            cum[sh->u_start + lu] = sh->f_start + a;
-            urow[sh->u_start + lu] = srow[s] + (uint64_t)ds->meta.guard * (lu + 1) + a;
-        }
-    }
-    cum[U] = F;
     int e;
     if ((e = l->be->dev_alloc((void **)&l->rs.d_feat, (size_t)(srow[S] * rb))) ||
         (e = l->be->dev_alloc((void **)&l->rs.d_cum, (size_t)(U + 1) * 8)) ||
@@ -215,6 +294,10 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
     l->info.device_bytes += srow[S] * rb + (2 * U + 1) * 8 + (l->o.labels ? F * 2 : 0);
     double t0 = gpu_now();
     if ((rc = gpu_up_init(l, &up, l->copy, l->o.slots, rb))) goto out;
+    /* the tables first: a shard truncated since open is met here, in
+     * INDEX at its end, before any copy from its mapping */
+    tables_arg ta = {l, &up, srow};
+    if ((rc = gpu_mapped(l, "resident upload", upload_tables, &ta))) goto out;
     if ((l->o.paths & CXS_GPU_GDS) && gds_upload(l, srow) == 0) {
         l->info.upload_path = 2;
     } else if ((rc = registered_upload(l, srow)) == 0) {
@@ -228,30 +311,9 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
             rc = gpu_up_rows(l, &up, &zr, s, 0, gpu_shard_rows(&ds->shards[s]), l->rs.d_feat + srow[s] * rb);
         if (rc) goto out;
     }
-    if ((rc = gpu_up_write(l, &up, (uint8_t *)l->rs.d_cum, cum, (size_t)(U + 1) * 8)) ||
-        (rc = gpu_up_write(l, &up, (uint8_t *)l->rs.d_urow, urow, (size_t)U * 8)))
-        goto out;
     if (l->o.labels) {
-        for (uint32_t s = 0; s < S; s++) {
-            const shard *sh = &ds->shards[s];
-            const uint64_t n = sh->meta.num_frames;
-            uint8_t *dst = (uint8_t *)(l->rs.d_lab + sh->f_start);
-            for (uint64_t i = 0; i < n;) {
-                uint8_t *p;
-                size_t avail;
-                if ((rc = gpu_up_space(l, &up, dst + i * 2, &p, &avail))) goto out;
-                uint64_t m = avail / 2 < n - i ? avail / 2 : n - i;
-                if (!m) {
-                    if ((rc = gpu_up_flush(l, &up))) goto out;
-                    continue;
-                }
-                uint16_t *q = (uint16_t *)(void *)p;
-                for (uint64_t j = 0; j < m; j++)
-                    q[j] = cxs_shard_label(sh, i + j);
-                gpu_up_commit(&up, (size_t)m * 2);
-                i += m;
-            }
-        }
+        labels_arg la = {l, &up};
+        if ((rc = gpu_mapped(l, "resident upload", upload_labels, &la))) goto out;
     }
     if ((rc = gpu_up_finish(l, &up))) goto out;
     l->info.upload_seconds = gpu_now() - t0;
@@ -259,8 +321,6 @@ out:
     gpu_up_free(l, &up);
     cxs_zreader_free(&zr);
     free(srow);
-    free(urow);
-    free(cum);
     return rc;
 }
 

@@ -141,6 +141,21 @@ const gpu_mode cxs_gpu_utt_mode = {
     .release = utt_release,
 };
 
+typedef struct utt_rows_arg {
+    const cxs_dataset *ds;
+    const uint64_t *srow;
+    uint64_t *urow;
+} utt_rows_arg;
+
+static int utt_rows(void *arg) {
+    utt_rows_arg *a = arg;
+    for (uint64_t v = 0; v < a->ds->meta.num_utterances; v++) {
+        const cxs_uloc ul = cxs_utt_at(a->ds, v);
+        a->urow[v] = a->srow[ul.shard] + ul.row;
+    }
+    return 0;
+}
+
 static int utt_setup(cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     gpu_utt *u = &l->ut;
@@ -159,11 +174,10 @@ static int utt_setup(cxs_gpu_loader *l) {
     if (!srow) return gpu_fail(l, -ENOMEM, "out of memory");
     srow[0] = 0;
     for (uint32_t s = 0; s < S; s++) srow[s + 1] = srow[s] + gpu_shard_rows(&ds->shards[s]);
-    for (uint64_t v = 0; v < U; v++) {
-        const cxs_uloc ul = cxs_utt_at(ds, v);
-        u->urow[v] = srow[ul.shard] + ul.row;
-    }
+    utt_rows_arg ra = {ds, srow, u->urow};
+    rc = gpu_mapped(l, "utterance loader", utt_rows, &ra); /* INDEX, in place */
     free(srow);
+    if (rc) return rc;
     const size_t ib = in_bytes(l);
     for (int i = 0; i < NSLOT; i++) {
         gslot *s = &l->slot[i];

@@ -478,8 +478,9 @@ CXS_API int cxs_dataset_gather_ex(const cxs_dataset *ds, const uint64_t *frames,
  *   `blocks` blocks t-blocks+1 .. t, so every block is needed for `blocks`
  *   consecutive rounds and every frame comes exactly once.  Stateless like
  *   the others: (seed, epoch, position) gives the frame, in O(log #blocks);
- *   the epoch's block table (O(#utterances) to build, 48 bytes a block) is
- *   kept for the last epochs asked.  The loader reads the next block
+ *   the epoch's block table (built by one pass over INDEX in place: time
+ *   O(#utterances), memory 64 bytes a block, none an utterance) is kept
+ *   for the last two epochs asked.  The loader reads the next block
  *   sequentially ahead of use and lets drained ones go (cxs_loader_opts).
  *
  * Distributed training: rank r of world_size w sees positions r, r+w,

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "ctxshard.h"
@@ -695,6 +696,96 @@ TEST(mode_selection) {
 }
 END_TEST_
 
+/* A shard truncated after open and before a resident upload: the upload
+ * reads every utterance's INDEX entry (the device's tables) and its
+ * labels from the mapping, and must fail with CXS_E_TRUNCATED and the
+ * shard named, not raise SIGBUS.  A first loader checks INDEX whole (1.3's
+ * deferred checks), so the second upload's check reads nothing and the
+ * upload's own pass is the first to meet the lost pages. */
+TEST(resident_upload_of_a_truncated_shard) {
+    char copy[400], shard[500], cmd[1400];
+    snprintf(copy, sizeof copy, "%s/truncated", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", copy, path_f32, copy);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", copy);
+    cxs_dataset *ds = open_ds(copy);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_utt_sampler_opts so;
+    memset(&so, 0, sizeof so);
+    so.kind = CXS_UTT_SHUFFLE, so.seed = 3, so.frame_budget = 6000;
+    cxs_utt_sampler *us;
+    cxs_diag d;
+    ck_assert_msg(cxs_utt_sampler_create(ds, &so, &us, &d) == 0, "%s", d.message);
+    uint64_t batches;
+    ck_assert_int_eq(cxs_utt_sampler_length(us, 0, NULL, &batches), 0); /* epoch 0's order, kept */
+    cxs_gpu_opts o = base_opts(CXS_GPU_RESIDENT, 4, 32);
+    cxs_gpu_loader *l;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    cxs_gpu_loader_free(l);
+    ck_assert_int_eq(truncate(shard, 8192), 0); /* header and section table only */
+    l = NULL;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_TRUNCATED);
+    ck_assert_ptr_null(l);
+    EXPECT_STR_HAS(d.message, "shard-000000.cxs");
+    EXPECT_STR_HAS(d.message, "truncated");
+    EXPECT_STR_HAS(d.message, "INDEX");
+    /* the whole-utterance loader (its epoch's order made before the
+     * truncation) reads INDEX for its rows and uploads the same way */
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = device, go.labels = 1;
+    cxs_gpu_utt_loader *gl = NULL;
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &gl, &d), CXS_E_TRUNCATED);
+    ck_assert_ptr_null(gl);
+    EXPECT_STR_HAS(d.message, "shard-000000.cxs");
+    EXPECT_STR_HAS(d.message, "truncated");
+    cxs_utt_sampler_free(us);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST_
+
+/* A shard truncated under a running pool: the refresher reads the next
+ * blocks' INDEX entries and rows, the batches their frames' utterances and
+ * labels, all from the mapping; the epoch must end in CXS_E_TRUNCATED with
+ * the shard named, not in SIGBUS (of the refresher or of the consumer). */
+TEST(pool_meets_a_truncated_shard) {
+    char copy[400], shard[500], cmd[1400];
+    snprintf(copy, sizeof copy, "%s/truncated-pool", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", copy, path_f32, copy);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", copy);
+    cxs_dataset *ds = open_ds(copy);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 4, 32);
+    o.budget_bytes = info.feature_bytes / 3 + (2u << 20);
+    cxs_gpu_loader *l;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    const cxs_gpu_batch *b;
+    ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(truncate(shard, 8192), 0); /* header and section table only */
+    int rc = 0;
+    for (uint64_t i = 0; i <= info.num_frames / 32 + 1 && !rc; i++) {
+        rc = cxs_gpu_loader_next(l, stream, &b);
+        if (!rc && !b) break;
+    }
+    ck_assert_int_eq(rc, CXS_E_TRUNCATED);
+    EXPECT_STR_HAS(cxs_gpu_loader_error(l), "shard-000000.cxs");
+    EXPECT_STR_HAS(cxs_gpu_loader_error(l), "truncated");
+    cxs_gpu_loader_free(l);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST_
+
 TEST(device_probe) {
     /* Without a usable device a real-device loader is refused with the
      * probe's reason; with one, the probe describes it. */
@@ -987,7 +1078,8 @@ int main(int argc, char **argv) {
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
-        mode_selection, device_probe,
+        mode_selection, device_probe, resident_upload_of_a_truncated_shard,
+        pool_meets_a_truncated_shard,
 #ifdef CXS_HAVE_CUDA
         no_leaked_device_memory,
 #endif

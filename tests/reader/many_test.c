@@ -14,10 +14,14 @@
  * reader that copies or scans the tables at open, RssFile grows by all of
  * them (about 24 MiB here) and the first test fails.
  *
+ * The block sampler's epoch plan holds its blocks, not its utterances: a
+ * plan per utterance (56 bytes each, 56 MB here) fails the block test.
+ *
  * usage: many_test  (MANY_TEST_UTTS overrides the count) */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +281,60 @@ END_TEST
 TEST(without_block_sums_too) { exact(nosums); }
 END_TEST
 
+/* The heap bytes malloc has handed out (glibc). */
+static size_t heap_bytes(void) {
+    struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+}
+
+/* Two epochs' block plans (the sampler keeps the last two) take memory in
+ * proportion to their blocks, however many utterances the blocks hold:
+ * 64 bytes a block (the block and its round) and the plan itself, with
+ * room for the allocator's rounding.  The order is what the block tests
+ * pin; here only its size, and that sampled positions are distinct
+ * frames. */
+TEST(block_plan_memory_is_per_block) {
+    cxs_dataset *ds;
+    cxs_diag d;
+    int rc = cxs_dataset_open(packed, &ds, &d);
+    if (rc) ck_abort_msg("%s", d.message);
+    /* blocks of 64 KiB: hundreds of blocks of about 1,500 utterances */
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_BLOCK, .seed = 3, .memory_bytes = 9u << 16,
+                           .blocks = 8};
+    cxs_sampler *s;
+    rc = cxs_sampler_create_ex(ds, &so, &s, &d);
+    if (rc) ck_abort_msg("%s", d.message);
+    size_t before = heap_bytes();
+    uint64_t n0 = cxs_sampler_num_blocks(s, 0), n1 = cxs_sampler_num_blocks(s, 1);
+    size_t grown = heap_bytes() - before;
+    printf("block plans of epochs 0 and 1: %llu and %llu blocks, %zu heap bytes "
+           "(%.3f bytes an utterance)\n", (unsigned long long)n0, (unsigned long long)n1,
+           grown, (double)grown / NU);
+    if (!before) /* ASan's allocator keeps no mallinfo2 statistics */
+        printf("malloc statistics unavailable here: the plans' size is not checked\n");
+    EXPECT(n0 > 100 && n1 > 100);
+    EXPECT(n0 < NU / 100);
+    EXPECT(grown <= 2 * (n0 + n1) * 64 + 8192);
+    /* positions of an epoch are distinct frames (one batch in eight) */
+    const uint64_t L = cxs_sampler_length(s);
+    EXPECT_UINT(L, cum[NU]);
+    uint64_t fr[512];
+    uint8_t *seen = calloc(L, 1);
+    ck_assert_ptr_nonnull(seen);
+    for (uint64_t pos = 0; pos < L; pos += 8 * 512) {
+        size_t m = L - pos < 512 ? (size_t)(L - pos) : 512;
+        EXPECT_INT(cxs_sampler_get(s, 1, pos, m, fr), 0);
+        for (size_t i = 0; i < m; i++) {
+            ck_assert_uint_lt(fr[i], L);
+            ck_assert_uint_eq(seen[fr[i]]++, 0);
+        }
+    }
+    free(seen);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST
+
 /* A flipped byte in an INDEX block: open succeeds (the block is not read),
  * the utterances of the block are refused with the block named, the
  * others served; verify names it too. */
@@ -311,6 +369,13 @@ TEST(damaged_index_block_refused_at_use) {
     EXPECT_STR_HAS(d.message, "INDEX");
     EXPECT_INT(cxs_dataset_verify(ds, NULL, NULL, &d), CXS_E_CHECKSUM);
     EXPECT_STR_HAS(d.message, "INDEX");
+    /* the block sampler reads all of INDEX for every epoch's plan: it
+     * checks every block of it first, and refuses the damaged one */
+    cxs_sampler_opts so = {.kind = CXS_SAMPLER_BLOCK, .memory_bytes = 9u << 16};
+    cxs_sampler *s = NULL;
+    EXPECT_INT(cxs_sampler_create_ex(ds, &so, &s, &d), CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.message, "INDEX");
+    EXPECT(s == NULL);
     cxs_dataset_close(ds);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
     ck_assert_int_eq(system(cmd), 0);
@@ -333,7 +398,8 @@ int main(void) {
     TCase *tc = tcase_create("many");
     tcase_set_timeout(tc, 240);
     const TTest *t[] = {open_reads_no_table_pages, sampled_utterances_equal_the_reference,
-                        without_block_sums_too, damaged_index_block_refused_at_use};
+                        without_block_sums_too, block_plan_memory_is_per_block,
+                        damaged_index_block_refused_at_use};
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) cxs_add_test(tc, t[i], CXS_FORK_NONE);
     suite_add_tcase(su, tc);
     SRunner *r = srunner_create(su);
