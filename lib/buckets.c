@@ -113,6 +113,40 @@ void cxs_utt_sampler_free(cxs_utt_sampler *s) {
     free(s);
 }
 
+typedef struct lengths_arg {
+    const cxs_dataset *ds;
+    uint64_t budget;
+    uint64_t *hist, hist_max; /* hist[T] (T <= hist_max), or NULL: */
+    uint64_t *sorted;         /* every length, in utterance order */
+    uint64_t over, longest, longest_u, shortest;
+} lengths_arg;
+
+/* The sampler's pass over every length, in a recovery region (it reads
+ * INDEX from the mapping and allocates nothing): a shard truncated since
+ * open fails the creation with CXS_E_TRUNCATED instead of a SIGBUS. */
+static int length_pass(void *p) {
+    lengths_arg *a = p;
+    const cxs_dataset *ds = a->ds;
+    uint64_t *const hist = a->hist, *const sorted = a->sorted;
+    const uint64_t budget = a->budget, hist_max = a->hist_max;
+    uint64_t over = 0, longest = 0, longest_u = 0, shortest = UINT64_MAX;
+    for (uint32_t si = 0; si < ds->meta.num_shards; si++) {
+        const shard *sh = &ds->shards[si];
+        uint64_t prev = cxs_index_at(sh, 0);
+        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+            uint64_t nx = cxs_index_at(sh, lu + 1), T = nx - prev;
+            prev = nx;
+            if (T > budget) over++;
+            if (T > longest) longest = T, longest_u = sh->u_start + lu;
+            if (T < shortest) shortest = T;
+            if (hist) hist[T <= hist_max ? T : hist_max]++; /* (within STATS: checked) */
+            else sorted[sh->u_start + lu] = T;
+        }
+    }
+    a->over = over, a->longest = longest, a->longest_u = longest_u, a->shortest = shortest;
+    return 0;
+}
+
 int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *opts,
                            cxs_utt_sampler **out, cxs_diag *d) {
     if (!ds || !opts || !out)
@@ -163,20 +197,19 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
     uint64_t *hist = hist_max ? calloc(hist_max + 1, sizeof *hist) : NULL;
     uint64_t *sorted = hist_max ? NULL : malloc((U ? U : 1) * sizeof *sorted);
     if (!hist && !sorted) return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
-    uint64_t over = 0, longest = 0, longest_u = 0, shortest = UINT64_MAX;
-    for (uint32_t si = 0; si < ds->meta.num_shards; si++) {
-        const shard *sh = &ds->shards[si];
-        uint64_t prev = cxs_index_at(sh, 0);
-        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
-            uint64_t nx = cxs_index_at(sh, lu + 1), T = nx - prev;
-            prev = nx;
-            if (T > o.frame_budget) over++;
-            if (T > longest) longest = T, longest_u = sh->u_start + lu;
-            if (T < shortest) shortest = T;
-            if (hist) hist[T <= hist_max ? T : hist_max]++; /* (within STATS: checked) */
-            else sorted[sh->u_start + lu] = T;
-        }
+    lengths_arg la = {ds, o.frame_budget, hist, hist_max, sorted, 0, 0, 0, 0};
+    cxs_fault f;
+    int lrc = cxs_fault_run(ds, length_pass, &la, &f);
+    if (lrc) { /* a shard truncated since open (or since its INDEX was checked) */
+        free(hist);
+        free(sorted);
+        return cxs_diagf(d, lrc,
+                         "utterance sampler: %s: truncated since the dataset was opened (INDEX "
+                         "byte %llu can no longer be read)",
+                         ds->shards[f.shard].path, (unsigned long long)f.offset);
     }
+    const uint64_t over = la.over, longest = la.longest, longest_u = la.longest_u;
+    uint64_t shortest = la.shortest;
     if (over && !o.long_alone) {
         free(hist);
         free(sorted);
