@@ -27,6 +27,7 @@ struct cxs_utt_sampler {
     uint64_t count[1024]; /* utterances of every bucket (the whole dataset's) */
     uint32_t max_batch;
     uint64_t max_frames;
+    uint32_t esize, shift; /* the plans' entries: bytes, and the length's shift */
     int block;
     cxs_block_sched bs;
     cxs_utt_plan *cache[PLANS]; /* the last epochs asked, under plans_mu */
@@ -84,8 +85,8 @@ static int cmp_u64(const void *a, const void *b) {
 
 /* The plan's utterance array: mapped, with transparent huge pages asked
  * for (first touches of fresh memory dominate building a large plan). */
-static uint64_t *entries_alloc(uint64_t n) {
-    size_t bytes = (size_t)(n ? n : 1) * 8;
+static void *entries_alloc(uint64_t n, uint32_t esize) {
+    size_t bytes = (size_t)(n ? n : 1) * esize;
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
@@ -98,7 +99,7 @@ static void plan_free(cxs_utt_plan *p) {
     if (!p) return;
     free(p->bstart);
     free(p->blen);
-    if (p->utts) munmap(p->utts, (size_t)(p->nutts ? p->nutts : 1) * 8);
+    if (p->utts) munmap(p->utts, (size_t)(p->nutts ? p->nutts : 1) * p->esize);
     free(p->gstart);
     free(p->rstart);
     free(p->rng);
@@ -277,6 +278,14 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
     s->max_frames = o.frame_budget;
     if (mb * longest < s->max_frames) s->max_frames = mb * longest;
     if (longest > s->max_frames) s->max_frames = longest; /* long_alone */
+    /* A plan entry holds an utterance's number and its length: in 4 bytes
+     * when both fit (half the fresh memory of a plan, whose first touches
+     * dominate building it), in 8 otherwise.  The order is the same. */
+    uint32_t ubits = 1, tbits = 1;
+    while (ubits < 64 && (U - (U != 0)) >> ubits) ubits++;
+    while (tbits < 64 && longest >> tbits) tbits++;
+    s->esize = ubits + tbits <= 32 ? 4 : 8;
+    s->shift = s->esize == 4 ? ubits : 32;
     if (o.memory_bytes) {
         cxs_diag bd;
         uint64_t block_bytes = o.memory_bytes / (o.blocks + 1ull);
@@ -297,20 +306,29 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
     return 0;
 }
 
-/* A plan entry: the utterance (low 32 bits) and its length (high). */
-#define ENTRY(u, T) ((uint64_t)(u) | (uint64_t)(T) << 32)
-#define ENTRY_U(e) ((e) & 0xffffffffu)
-#define ENTRY_T(e) ((e) >> 32)
+/* A plan entry: the utterance (low `shift` bits) and its length (the rest),
+ * in 4 or 8 bytes (cxs_utt_plan.esize). */
+#define ENTRY(u, T) ((uint64_t)(u) | (uint64_t)(T) << shift)
+#define ENTRY_T(e) ((e) >> shift)
+
+static inline uint64_t ent_get(const void *x, uint64_t i, int wide) {
+    return wide ? ((const uint64_t *)x)[i] : ((const uint32_t *)x)[i];
+}
+
+static inline void ent_put(void *x, uint64_t i, uint64_t e, int wide) {
+    if (wide) ((uint64_t *)x)[i] = e;
+    else ((uint32_t *)x)[i] = (uint32_t)e;
+}
 
 /* Utterances per bin of the shuffle: a bin's entries (64 KiB) are
  * shuffled in cache. */
 #define BIN_SHIFT 13
 
-static void fisher_yates(uint64_t *x, uint64_t m, uint64_t *st) {
+static inline void fisher_yates(void *x, uint64_t m, uint64_t *st, int wide) {
     for (uint64_t i = m; i > 1; i--) {
-        uint64_t j = rng_below(st, i), t = x[i - 1];
-        x[i - 1] = x[j];
-        x[j] = t;
+        uint64_t j = rng_below(st, i), t = ent_get(x, i - 1, wide);
+        ent_put(x, i - 1, ent_get(x, j, wide), wide);
+        ent_put(x, j, t, wide);
     }
 }
 
@@ -321,21 +339,27 @@ static void fisher_yates(uint64_t *x, uint64_t m, uint64_t *st) {
  * is written in turn, so the pass is sequential), then every bin is
  * shuffled in cache -- a uniformly random order inside each bucket, the
  * buckets in order (Rao and Sandelius' shuffle), in two passes over the
- * utterances and none at random over all of them; then the greedy cuts,
- * and the batches (start, length) in a seeded random order appended to
- * p.  base is out's offset in p->utts.  tmp: room for the bins' counts,
- * rs and rl for m batches. */
+ * utterances and none at random over all of them; the greedy cuts are
+ * made bin by bin as each is shuffled (they read only what is before
+ * them, and draw nothing), while the bin is in cache; then the batches
+ * (start, length) in a seeded random order appended to p.  base is out's
+ * offset in p->utts.  tmp: room for the bins' counts, rs and rl for m
+ * batches. */
 /* Bins a group of m utterances may need at most (2^lg >= count / 2^BIN_SHIFT
  * per bucket: under 2 * m / 2^BIN_SHIFT + 1 each), plus one. */
 static uint64_t max_bins(uint64_t m) { return 2 * (m >> BIN_SHIFT) + 1025 + 1; }
 
-static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
-                      cxs_utt_plan *p, uint64_t *out, uint64_t base, uint64_t *rs, uint64_t *rl,
-                      uint64_t *bin) {
+/* wide: 8-byte entries, else 4 (a constant in each caller below, so that
+ * the compiler makes one copy of the loops for each). */
+static inline __attribute__((always_inline)) int
+plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
+             cxs_utt_plan *p, void *out, uint64_t base, uint64_t *rs, uint64_t *rl,
+             uint64_t *bin, const int wide) {
     const cxs_dataset *ds = s->ds;
     const uint64_t B = s->o.frame_budget, maxb = s->o.max_batch;
     const int shuffle = s->o.kind == CXS_UTT_SHUFFLE;
     const uint32_t nb = shuffle ? s->o.buckets : 1;
+    const uint32_t shift = p->shift;
     uint64_t cnt[1025], lg[1024], first[1025];
     memset(cnt, 0, sizeof cnt);
 #define FOR_EACH_UTT(body)                                                                \
@@ -382,28 +406,30 @@ static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m
     for (uint64_t k = 0; k < nbins; k++) bin[k + 1] += bin[k];
     FOR_EACH_UTT({
         uint32_t b = bucket_of(s, nb, T);
-        out[bin[BIN_OF(u, b)]++] = ENTRY(u, T);
+        ent_put(out, bin[BIN_OF(u, b)]++, ENTRY(u, T), wide);
     });
 #undef BIN_OF
 #undef FOR_EACH_UTT
-    /* bin k now ends at bin[k]; it starts where bin k-1 ends */
+    /* bin k now ends at bin[k]; it starts where bin k-1 ends.  Each bin
+     * shuffled, then its entries cut: greedy, a new batch at every bucket
+     * change (unshuffled: one bin, the whole group). */
     uint64_t st = key;
-    if (shuffle)
-        for (uint64_t k = 0, a = 0; k < nbins; a = bin[k], k++) fisher_yates(out + a, bin[k] - a, &st);
-    /* greedy cuts, a new batch at every bucket change */
     uint64_t nr = 0, n = 0, tmax = 0;
     uint32_t cur = 0;
-    for (uint64_t i = 0; i < m; i++) {
-        const uint64_t T = ENTRY_T(out[i]);
-        uint32_t bk = bucket_of(s, nb, T);
-        uint64_t t2 = T > tmax ? T : tmax;
-        if (n && (bk != cur || (n + 1) * t2 > B || (maxb && n >= maxb))) {
-            rl[nr++] = n;
-            n = 0, tmax = 0, t2 = T;
+    for (uint64_t k = 0, a = 0; k < nbins; a = bin[k], k++) {
+        if (shuffle) fisher_yates((char *)out + a * (wide ? 8 : 4), bin[k] - a, &st, wide);
+        for (uint64_t i = a; i < bin[k]; i++) {
+            const uint64_t T = ENTRY_T(ent_get(out, i, wide));
+            uint32_t bk = bucket_of(s, nb, T);
+            uint64_t t2 = T > tmax ? T : tmax;
+            if (n && (bk != cur || (n + 1) * t2 > B || (maxb && n >= maxb))) {
+                rl[nr++] = n;
+                n = 0, tmax = 0, t2 = T;
+            }
+            if (!n) rs[nr] = i, cur = bk;
+            n++;
+            tmax = t2;
         }
-        if (!n) rs[nr] = i, cur = bk;
-        n++;
-        tmax = t2;
     }
     if (n) rl[nr++] = n;
     if (shuffle)
@@ -419,10 +445,20 @@ static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m
     return 0;
 }
 
+static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
+                      cxs_utt_plan *p, void *out, uint64_t base, uint64_t *rs, uint64_t *rl,
+                      uint64_t *bin) {
+    return p->esize == 8 ? plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, 1)
+                         : plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, 0);
+}
+
 uint64_t cxs_utt_plan_batch(const cxs_utt_plan *p, uint64_t g, uint64_t *out) {
-    const uint64_t *e = p->utts + p->bstart[g];
+    const uint64_t at = p->bstart[g], umask = (1ull << p->shift) - 1;
     const uint32_t n = p->blen[g];
-    for (uint32_t i = 0; i < n; i++) out[i] = ENTRY_U(e[i]);
+    if (p->esize == 8)
+        for (uint32_t i = 0; i < n; i++) out[i] = ((const uint64_t *)p->utts)[at + i] & umask;
+    else
+        for (uint32_t i = 0; i < n; i++) out[i] = ((const uint32_t *)p->utts)[at + i] & umask;
     return n;
 }
 
@@ -431,7 +467,8 @@ typedef struct group_arg {
     const uint64_t *list;
     uint64_t m, key;
     cxs_utt_plan *p;
-    uint64_t *out, base, *rs, *rl, *bin;
+    void *out;
+    uint64_t base, *rs, *rl, *bin;
 } group_arg;
 
 static int group_run(void *x) {
@@ -461,7 +498,9 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
         p->bstart = malloc((n1 + 1) * sizeof *p->bstart);
         p->blen = malloc(n1 * sizeof *p->blen);
         p->nutts = U;
-        p->utts = entries_alloc(U);
+        p->esize = s->esize;
+        p->shift = s->shift;
+        p->utts = entries_alloc(U, s->esize);
     }
     if (!p || !p->bstart || !p->blen || !p->utts || (s->block && !list) || !rs || !rl || !bin) {
         rc = -ENOMEM;
@@ -498,7 +537,7 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
                     p->rng[nr++] = (cxs_utt_range){ds->shards[b->shard].map + b->off, b->len};
             }
             group_arg ga = {s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
-                            p->utts + at, at, rs, rl, bin};
+                            (char *)p->utts + at * p->esize, at, rs, rl, bin};
             rc = group_mapped(&ga);
             at += m;
         }
