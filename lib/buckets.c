@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "blocks.h"
 #include "dataset_internal.h"
@@ -349,44 +350,145 @@ static inline void fisher_yates(void *x, uint64_t m, uint64_t *st, int wide) {
  * per bucket: under 2 * m / 2^BIN_SHIFT + 1 each), plus one. */
 static uint64_t max_bins(uint64_t m) { return 2 * (m >> BIN_SHIFT) + 1025 + 1; }
 
-/* wide: 8-byte entries, else 4 (a constant in each caller below, so that
- * the compiler makes one copy of the loops for each). */
-static inline __attribute__((always_inline)) int
-plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
-             cxs_utt_plan *p, void *out, uint64_t base, uint64_t *rs, uint64_t *rl,
-             uint64_t *bin, const int wide) {
+/* One pass over a group's utterances (list[0..m), or utterances u0..u1-1
+ * of the dataset when list is NULL) that reads their lengths from INDEX:
+ * the buckets' sizes, the bins' sizes (+1: into cnt[bin + 1]), or the
+ * entries scattered to their bins (cnt: each bin's next slot). */
+enum { PASS_BUCKETS, PASS_BINS, PASS_SCATTER };
+
+typedef struct pass {
+    const cxs_utt_sampler *s;
+    const uint64_t *list;
+    uint64_t m, u0, u1;
+    int kind;
+    uint32_t nb;
+    const uint64_t *lg, *first;
+    uint64_t bkey;
+    uint64_t *cnt;
+    void *out;
+} pass;
+
+static inline __attribute__((always_inline)) int pass_w(pass *x, const int wide) {
+    const cxs_utt_sampler *s = x->s;
     const cxs_dataset *ds = s->ds;
-    const uint64_t B = s->o.frame_budget, maxb = s->o.max_batch;
-    const int shuffle = s->o.kind == CXS_UTT_SHUFFLE;
-    const uint32_t nb = shuffle ? s->o.buckets : 1;
-    const uint32_t shift = p->shift;
-    uint64_t cnt[1025], lg[1024], first[1025];
-    memset(cnt, 0, sizeof cnt);
+    const uint64_t *lg = x->lg, *first = x->first, bkey = x->bkey, *list = x->list;
+    const uint32_t nb = x->nb, shift = s->shift;
+    uint64_t *cnt = x->cnt;
+    void *out = x->out;
 #define FOR_EACH_UTT(body)                                                                \
     do {                                                                                  \
         if (list) {                                                                       \
-            for (uint64_t i_ = 0; i_ < m; i_++) {                                         \
+            for (uint64_t i_ = 0; i_ < x->m; i_++) {                                      \
                 const uint64_t u = list[i_], T = cxs_utt_frames(ds, u);                   \
                 body;                                                                     \
             }                                                                             \
-        } else {                                                                          \
-            for (uint32_t si_ = 0; si_ < ds->meta.num_shards; si_++) {                    \
+        } else if (x->u0 < x->u1) {                                                       \
+            uint64_t u = x->u0;                                                           \
+            for (uint32_t si_ = cxs_utt_shard(ds, u); u < x->u1; si_++) {                 \
                 const shard *sh_ = &ds->shards[si_];                                      \
-                uint64_t prev_ = cxs_index_at(sh_, 0);                                    \
-                for (uint64_t lu_ = 0; lu_ < sh_->meta.num_utterances; lu_++) {           \
-                    const uint64_t nx_ = cxs_index_at(sh_, lu_ + 1), u = sh_->u_start + lu_, \
-                                   T = nx_ - prev_;                                       \
+                uint64_t lu_ = u - sh_->u_start, prev_ = cxs_index_at(sh_, lu_);          \
+                uint64_t end_ = sh_->meta.num_utterances;                                 \
+                if (end_ > x->u1 - sh_->u_start) end_ = x->u1 - sh_->u_start;             \
+                for (; lu_ < end_; lu_++, u++) {                                          \
+                    const uint64_t nx_ = cxs_index_at(sh_, lu_ + 1), T = nx_ - prev_;     \
                     prev_ = nx_;                                                          \
                     body;                                                                 \
                 }                                                                         \
             }                                                                             \
         }                                                                                 \
     } while (0)
-    if (list || nb != s->o.buckets) FOR_EACH_UTT({
+#define BIN_OF(u, b) (first[b] + (lg[b] ? mix64(bkey + (u) * 0x9e3779b97f4a7c15ull) >> (64 - lg[b]) : 0))
+    if (x->kind == PASS_BUCKETS) FOR_EACH_UTT({
             (void)u;
             cnt[bucket_of(s, nb, T)]++;
         });
-    else memcpy(cnt, s->count, nb * sizeof *cnt); /* counted at create */
+    else if (x->kind == PASS_BINS) FOR_EACH_UTT({
+            uint32_t b = bucket_of(s, nb, T);
+            cnt[BIN_OF(u, b) + 1]++;
+        });
+    else FOR_EACH_UTT({
+            uint32_t b = bucket_of(s, nb, T);
+            ent_put(out, cnt[BIN_OF(u, b)]++, ENTRY(u, T), wide);
+        });
+#undef BIN_OF
+#undef FOR_EACH_UTT
+    return 0;
+}
+
+static int pass_wide(void *x) { return pass_w(x, 1); }
+static int pass_narrow(void *x) { return pass_w(x, 0); }
+
+/* A pass reads INDEX from the mapping: in a recovery region (it allocates
+ * nothing), so a shard truncated since open fails the plan with
+ * CXS_E_TRUNCATED instead of a SIGBUS. */
+static int pass_mapped(pass *x) {
+    cxs_fault f;
+    return cxs_fault_run(x->s->ds, x->s->esize == 8 ? pass_wide : pass_narrow, x, &f);
+}
+
+/* fn(a) on a thread of its own while fn(b) runs on this one (in turn when
+ * no thread can start); the first failure of the two.  Each side enters
+ * its own recovery region: a region is its thread's, and this thread
+ * never leaves one while the other runs. */
+typedef struct side {
+    int (*fn)(void *);
+    void *arg;
+    int rc;
+} side;
+
+static void *side_main(void *p) {
+    side *x = p;
+    x->rc = x->fn(x->arg);
+    return NULL;
+}
+
+static int run_pair(int (*fn)(void *), void *a, void *b) {
+    side sa = {fn, a, 0};
+    pthread_t t;
+    int started = pthread_create(&t, NULL, side_main, &sa) == 0;
+    int rb = fn(b);
+    if (started) pthread_join(t, NULL);
+    else sa.rc = fn(a);
+    return sa.rc ? sa.rc : rb;
+}
+
+static int pass_one(void *x) { return pass_mapped(x); }
+
+/* Utterances from which a group's passes are split in two halves, each on
+ * a thread (the whole dataset only; the halves' results are combined so
+ * that the order is the same). */
+#define SPLIT_MIN (1u << 20)
+
+static int split_ok(void) {
+    static int ncpu; /* 0: not asked yet */
+    int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
+    if (!n) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c < 1 ? 1 : (int)c;
+        __atomic_store_n(&ncpu, n, __ATOMIC_RELAXED);
+    }
+    return n > 1;
+}
+
+/* wide: 8-byte entries, else 4 (a constant in each caller below, so that
+ * the compiler makes one copy of the loops for each). */
+static inline __attribute__((always_inline)) int
+plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
+             cxs_utt_plan *p, void *out, uint64_t base, uint64_t *rs, uint64_t *rl,
+             uint64_t *bin, uint64_t *bin2, const int wide) {
+    const uint64_t B = s->o.frame_budget, maxb = s->o.max_batch;
+    const int shuffle = s->o.kind == CXS_UTT_SHUFFLE;
+    const uint32_t nb = shuffle ? s->o.buckets : 1;
+    const uint32_t shift = p->shift;
+    uint64_t cnt[1025], lg[1024], first[1025];
+    int rc;
+    memset(cnt, 0, sizeof cnt);
+    pass x = {s, list, m, 0, list ? 0 : m, PASS_BUCKETS, nb, lg, first, 0, cnt, out};
+    if (list || nb != s->o.buckets) {
+        if ((rc = pass_mapped(&x))) return rc;
+    } else {
+        memcpy(cnt, s->count, nb * sizeof *cnt); /* counted at create */
+    }
     /* bins: 2^lg[b] for bucket b, numbered bucket after bucket */
     uint64_t nbins = 0;
     for (uint32_t b = 0; b < nb; b++) {
@@ -397,19 +499,33 @@ plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_
     }
     first[nb] = nbins;
     memset(bin, 0, (nbins + 1) * sizeof *bin); /* room: max_bins(m) */
-    const uint64_t bkey = mix64(key ^ 0xa4093822299f31d0ull);
-#define BIN_OF(u, b) (first[b] + (lg[b] ? mix64(bkey + (u) * 0x9e3779b97f4a7c15ull) >> (64 - lg[b]) : 0))
-    FOR_EACH_UTT({
-        uint32_t b = bucket_of(s, nb, T);
-        bin[BIN_OF(u, b) + 1]++;
-    });
-    for (uint64_t k = 0; k < nbins; k++) bin[k + 1] += bin[k];
-    FOR_EACH_UTT({
-        uint32_t b = bucket_of(s, nb, T);
-        ent_put(out, bin[BIN_OF(u, b)]++, ENTRY(u, T), wide);
-    });
-#undef BIN_OF
-#undef FOR_EACH_UTT
+    x.bkey = mix64(key ^ 0xa4093822299f31d0ull);
+    x.kind = PASS_BINS;
+    x.cnt = bin;
+    /* The whole dataset, when large: its halves counted and scattered on
+     * two threads, the second half's entries of every bin after the
+     * first's, as one pass in utterance order puts them. */
+    const int split = !list && bin2 && m >= SPLIT_MIN && split_ok();
+    pass y = x;
+    if (split) {
+        memset(bin2, 0, (nbins + 1) * sizeof *bin2);
+        x.u1 = y.u0 = m / 2;
+        y.cnt = bin2;
+        rc = run_pair(pass_one, &y, &x);
+    } else {
+        rc = pass_mapped(&x);
+    }
+    if (rc) return rc;
+    /* bin k starts at bin[k] (the second half's part at bin2[k]) */
+    for (uint64_t k = 0, at = 0; k < nbins; k++) {
+        const uint64_t n1 = bin[k + 1], n2 = split ? bin2[k + 1] : 0;
+        bin[k] = at;
+        if (split) bin2[k] = at + n1;
+        at += n1 + n2;
+    }
+    x.kind = y.kind = PASS_SCATTER;
+    if ((rc = split ? run_pair(pass_one, &y, &x) : pass_mapped(&x))) return rc;
+    if (split) memcpy(bin, bin2, nbins * sizeof *bin);
     /* bin k now ends at bin[k]; it starts where bin k-1 ends.  Each bin
      * shuffled, then its entries cut: greedy, a new batch at every bucket
      * change (unshuffled: one bin, the whole group). */
@@ -447,9 +563,9 @@ plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_
 
 static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
                       cxs_utt_plan *p, void *out, uint64_t base, uint64_t *rs, uint64_t *rl,
-                      uint64_t *bin) {
-    return p->esize == 8 ? plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, 1)
-                         : plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, 0);
+                      uint64_t *bin, uint64_t *bin2) {
+    return p->esize == 8 ? plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, bin2, 1)
+                         : plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, bin2, 0);
 }
 
 uint64_t cxs_utt_plan_batch(const cxs_utt_plan *p, uint64_t g, uint64_t *out) {
@@ -462,28 +578,6 @@ uint64_t cxs_utt_plan_batch(const cxs_utt_plan *p, uint64_t g, uint64_t *out) {
     return n;
 }
 
-typedef struct group_arg {
-    const cxs_utt_sampler *s;
-    const uint64_t *list;
-    uint64_t m, key;
-    cxs_utt_plan *p;
-    void *out;
-    uint64_t base, *rs, *rl, *bin;
-} group_arg;
-
-static int group_run(void *x) {
-    group_arg *a = x;
-    return plan_group(a->s, a->list, a->m, a->key, a->p, a->out, a->base, a->rs, a->rl, a->bin);
-}
-
-/* plan_group reads INDEX from the mapping: in a recovery region (fault.h;
- * it allocates nothing), so a shard truncated since open fails the plan
- * with CXS_E_TRUNCATED instead of a SIGBUS. */
-static int group_mapped(group_arg *a) {
-    cxs_fault f;
-    return cxs_fault_run(a->s->ds, group_run, a, &f);
-}
-
 static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **out) {
     const cxs_dataset *ds = s->ds;
     const uint64_t U = ds->meta.num_utterances, n1 = U ? U : 1;
@@ -492,6 +586,7 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
      * batches go (fresh pages are mapped at first touch) */
     uint64_t *list = s->block ? malloc(n1 * 8) : NULL, *rs = malloc(n1 * 8), *rl = malloc(n1 * 8);
     uint64_t *bin = malloc(max_bins(n1) * sizeof *bin);
+    uint64_t *bin2 = s->block ? NULL : malloc(max_bins(n1) * sizeof *bin2);
     int rc = 0;
     if (p) {
         p->epoch = epoch;
@@ -502,15 +597,15 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
         p->shift = s->shift;
         p->utts = entries_alloc(U, s->esize);
     }
-    if (!p || !p->bstart || !p->blen || !p->utts || (s->block && !list) || !rs || !rl || !bin) {
+    if (!p || !p->bstart || !p->blen || !p->utts || (s->block && !list) || !rs || !rl || !bin ||
+        (!s->block && !bin2)) {
         rc = -ENOMEM;
         goto out;
     }
     const uint64_t key = mix64(mix64(s->o.seed ^ 0x452821e638d01377ull) +
                                mix64(epoch * 0xbe5466cf34e90c6cull + 1));
     if (!s->block) {
-        group_arg ga = {s, NULL, U, key, p, p->utts, 0, rs, rl, bin};
-        rc = group_mapped(&ga);
+        rc = plan_group(s, NULL, U, key, p, p->utts, 0, rs, rl, bin, bin2);
     } else {
         cxs_block_plan *bp;
         cxs_block_sched *bs = (cxs_block_sched *)&s->bs; /* shared, thread-safe */
@@ -536,9 +631,8 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
                 if (b->len) /* uncompressed: its rows in the shard's mapping */
                     p->rng[nr++] = (cxs_utt_range){ds->shards[b->shard].map + b->off, b->len};
             }
-            group_arg ga = {s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
-                            (char *)p->utts + at * p->esize, at, rs, rl, bin};
-            rc = group_mapped(&ga);
+            rc = plan_group(s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
+                            (char *)p->utts + at * p->esize, at, rs, rl, bin, NULL);
             at += m;
         }
         p->gstart[G] = p->nbatches;
@@ -551,6 +645,7 @@ out:
     free(rs);
     free(rl);
     free(bin);
+    free(bin2);
     if (rc) plan_free(p);
     else *out = p;
     return rc;
