@@ -115,12 +115,55 @@ void cxs_utt_sampler_free(cxs_utt_sampler *s) {
     free(s);
 }
 
+/* fa(a) on a thread of its own while fb(b) runs on this one (in turn when
+ * no thread can start); a's failure, else b's.  Each side enters
+ * its own recovery region: a region is its thread's, and this thread
+ * never leaves one while the other runs. */
+typedef struct side {
+    int (*fn)(void *);
+    void *arg;
+    int rc;
+} side;
+
+static void *side_main(void *p) {
+    side *x = p;
+    x->rc = x->fn(x->arg);
+    return NULL;
+}
+
+static int run_pair(int (*fa)(void *), void *a, int (*fb)(void *), void *b) {
+    side sa = {fa, a, 0};
+    pthread_t t;
+    int started = pthread_create(&t, NULL, side_main, &sa) == 0;
+    if (!started) sa.rc = fa(a);
+    int rb = fb(b);
+    if (started) pthread_join(t, NULL);
+    return sa.rc ? sa.rc : rb;
+}
+
+/* Utterances from which the passes over every length are shared by two
+ * threads (their results are combined so that they are the same). */
+#define SPLIT_MIN (1u << 19)
+
+static int split_ok(void) {
+    static int ncpu; /* 0: not asked yet */
+    int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
+    if (!n) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c < 1 ? 1 : (int)c;
+        __atomic_store_n(&ncpu, n, __ATOMIC_RELAXED);
+    }
+    return n > 1;
+}
+
 typedef struct lengths_arg {
     const cxs_dataset *ds;
     uint64_t budget;
     uint64_t *hist, hist_max; /* hist[T] (T <= hist_max), or NULL: */
     uint64_t *sorted;         /* every length, in utterance order */
     uint64_t over, longest, longest_u, shortest;
+    cxs_fault f; /* where the pass faulted */
+    int rc;
 } lengths_arg;
 
 /* The sampler's pass over every length, in a recovery region (it reads
@@ -149,6 +192,22 @@ static int length_pass(void *p) {
     return 0;
 }
 
+static int lengths_mapped(void *p) {
+    lengths_arg *a = p;
+    return a->rc = cxs_fault_run(a->ds, length_pass, a, &a->f);
+}
+
+typedef struct index_arg {
+    const cxs_dataset *ds;
+    cxs_diag *d;
+    int rc;
+} index_arg;
+
+static int index_check(void *p) {
+    index_arg *a = p;
+    return a->rc = cxs_index_check_all(a->ds, a->d);
+}
+
 int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *opts,
                            cxs_utt_sampler **out, cxs_diag *d) {
     if (!ds || !opts || !out)
@@ -172,11 +231,6 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
         return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: block mode (memory_bytes) needs the shuffled kind");
     if (!o.blocks) o.blocks = 8;
     const uint64_t U = ds->meta.num_utterances;
-    {
-        /* every length is read below: the whole INDEX checked, once */
-        int rc = cxs_index_check_all(ds, d);
-        if (rc) return rc;
-    }
     if (!o.buckets) {
         /* More buckets always pad less (measured: bench/utt_bench.py),
          * but a bucket of about one batch makes the same batch every epoch
@@ -199,16 +253,27 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
     uint64_t *hist = hist_max ? calloc(hist_max + 1, sizeof *hist) : NULL;
     uint64_t *sorted = hist_max ? NULL : malloc((U ? U : 1) * sizeof *sorted);
     if (!hist && !sorted) return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
-    lengths_arg la = {ds, o.frame_budget, hist, hist_max, sorted, 0, 0, 0, 0};
-    cxs_fault f;
-    int lrc = cxs_fault_run(ds, length_pass, &la, &f);
-    if (lrc) { /* a shard truncated since open (or since its INDEX was checked) */
+    /* Every length is read: the whole INDEX checked, once.  On a large
+     * dataset the check (hashing INDEX) runs on a thread of its own while
+     * this one reads the lengths; they are used only once it has passed. */
+    lengths_arg la = {ds, o.frame_budget, hist, hist_max, sorted, 0, 0, 0, 0, {0, 0}, 0};
+    index_arg ia = {ds, d, 0};
+    if (U >= SPLIT_MIN && ds->lazy && split_ok()) {
+        cxs_index_populate(ds); /* once, for both */
+        run_pair(index_check, &ia, lengths_mapped, &la);
+    } else if (!index_check(&ia)) {
+        lengths_mapped(&la);
+    }
+    const int crc = ia.rc, lrc = la.rc;
+    if (crc || lrc) {
         free(hist);
         free(sorted);
+        if (crc) return crc;
+        /* a shard truncated since open (or since its INDEX was checked) */
         return cxs_diagf(d, lrc,
                          "utterance sampler: %s: truncated since the dataset was opened (INDEX "
                          "byte %llu can no longer be read)",
-                         ds->shards[f.shard].path, (unsigned long long)f.offset);
+                         ds->shards[la.f.shard].path, (unsigned long long)la.f.offset);
     }
     const uint64_t over = la.over, longest = la.longest, longest_u = la.longest_u;
     uint64_t shortest = la.shortest;
@@ -426,49 +491,7 @@ static int pass_mapped(pass *x) {
     return cxs_fault_run(x->s->ds, x->s->esize == 8 ? pass_wide : pass_narrow, x, &f);
 }
 
-/* fn(a) on a thread of its own while fn(b) runs on this one (in turn when
- * no thread can start); the first failure of the two.  Each side enters
- * its own recovery region: a region is its thread's, and this thread
- * never leaves one while the other runs. */
-typedef struct side {
-    int (*fn)(void *);
-    void *arg;
-    int rc;
-} side;
-
-static void *side_main(void *p) {
-    side *x = p;
-    x->rc = x->fn(x->arg);
-    return NULL;
-}
-
-static int run_pair(int (*fn)(void *), void *a, void *b) {
-    side sa = {fn, a, 0};
-    pthread_t t;
-    int started = pthread_create(&t, NULL, side_main, &sa) == 0;
-    int rb = fn(b);
-    if (started) pthread_join(t, NULL);
-    else sa.rc = fn(a);
-    return sa.rc ? sa.rc : rb;
-}
-
 static int pass_one(void *x) { return pass_mapped(x); }
-
-/* Utterances from which a group's passes are split in two halves, each on
- * a thread (the whole dataset only; the halves' results are combined so
- * that the order is the same). */
-#define SPLIT_MIN (1u << 20)
-
-static int split_ok(void) {
-    static int ncpu; /* 0: not asked yet */
-    int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
-    if (!n) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n = c < 1 ? 1 : (int)c;
-        __atomic_store_n(&ncpu, n, __ATOMIC_RELAXED);
-    }
-    return n > 1;
-}
 
 /* wide: 8-byte entries, else 4 (a constant in each caller below, so that
  * the compiler makes one copy of the loops for each). */
@@ -511,7 +534,7 @@ plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_
         memset(bin2, 0, (nbins + 1) * sizeof *bin2);
         x.u1 = y.u0 = m / 2;
         y.cnt = bin2;
-        rc = run_pair(pass_one, &y, &x);
+        rc = run_pair(pass_one, &y, pass_one, &x);
     } else {
         rc = pass_mapped(&x);
     }
@@ -524,7 +547,7 @@ plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_
         at += n1 + n2;
     }
     x.kind = y.kind = PASS_SCATTER;
-    if ((rc = split ? run_pair(pass_one, &y, &x) : pass_mapped(&x))) return rc;
+    if ((rc = split ? run_pair(pass_one, &y, pass_one, &x) : pass_mapped(&x))) return rc;
     if (split) memcpy(bin, bin2, nbins * sizeof *bin);
     /* bin k now ends at bin[k]; it starts where bin k-1 ends.  Each bin
      * shuffled, then its entries cut: greedy, a new batch at every bucket
