@@ -2,7 +2,8 @@
  * C, in one fresh process: each stage's wall time and minor faults, for
  * the utterance loader (open, sampler create, the epoch's plan, loader
  * create, first batch) or the shuffled frame loader (open, sampler create,
- * loader create, first batch).  bench/many_utts.py --stages runs it.
+ * loader create, first batch); the CPU time of each too (all threads), which
+ * the load of a shared machine changes less than the wall time.  bench/many_utts.py --stages runs it.
  *
  *   first_stages DATASET utt|frame [FRAME_BUDGET]   -> one JSON line */
 #include <stdio.h>
@@ -25,16 +26,26 @@ static long minflt(void) {
     return r.ru_minflt;
 }
 
-static double t_last;
+/* CPU time of the process (every thread), user + system: what a stage
+ * costs whatever the machine's load (its wall time also waits for a CPU). */
+static double cpu_ms(void) {
+    struct rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e3 +
+           (r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-3;
+}
+
+static double t_last, c_last;
 static long f_last;
 static int nstage;
 
 static void stage(const char *name) {
-    double t = now_ms();
+    double t = now_ms(), c = cpu_ms();
     long f = minflt();
-    printf("%s\"%s_ms\": %.3f, \"%s_minflt\": %ld", nstage++ ? ", " : "{", name, t - t_last, name,
-           f - f_last);
+    printf("%s\"%s_ms\": %.3f, \"%s_cpu_ms\": %.3f, \"%s_minflt\": %ld", nstage++ ? ", " : "{",
+           name, t - t_last, name, c - c_last, name, f - f_last);
     t_last = now_ms();
+    c_last = cpu_ms();
     f_last = minflt();
 }
 
@@ -54,6 +65,7 @@ int main(int argc, char **argv) {
     cxs_dataset *ds;
     const double t0 = now_ms();
     t_last = t0;
+    c_last = cpu_ms();
     f_last = minflt();
     if (cxs_dataset_open(argv[1], &ds, &d)) return fail("open", &d);
     stage("open");
