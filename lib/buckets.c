@@ -481,7 +481,12 @@ static inline __attribute__((always_inline)) int pass_w(pass *x, const int wide)
         });
     else FOR_EACH_UTT({
             uint32_t b = bucket_of(s, nb, T);
-            ent_put(out, cnt[BIN_OF(u, b)]++, ENTRY(u, T), wide);
+            const uint64_t at = cnt[BIN_OF(u, b)]++;
+            ent_put(out, at, ENTRY(u, T), wide);
+            /* the bin's next cache line, written when this bin comes up
+             * again (a bin at a time per utterance: every line of the
+             * array is first written by a store that would miss) */
+            __builtin_prefetch((char *)out + (at + 64 / (wide ? 8 : 4)) * (wide ? 8 : 4), 1);
         });
 #undef BIN_OF
 #undef FOR_EACH_UTT
