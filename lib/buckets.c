@@ -12,6 +12,7 @@
 #include "blocks.h"
 #include "dataset_internal.h"
 #include "fault.h"
+#include "hooks.h"
 
 #define PLANS 2
 #define CXS_UTT_MAX_AUTO_BUCKETS CXS_UTT_DEFAULT_BUCKETS
@@ -506,6 +507,34 @@ static int pass_mapped(pass *x) {
 
 static int pass_one(void *x) { return pass_mapped(x); }
 
+/* The shuffle of bins k0 .. k1-1 (bin k ends at bin[k]), drawing from st. */
+typedef struct fy_arg {
+    void *out;
+    const uint64_t *bin;
+    uint64_t k0, k1, st;
+} fy_arg;
+
+static inline __attribute__((always_inline)) void fy_bins(fy_arg *a, const int wide) {
+    for (uint64_t k = a->k0; k < a->k1; k++) {
+        const uint64_t a0 = k ? a->bin[k - 1] : 0;
+        fisher_yates((char *)a->out + a0 * (wide ? 8 : 4), a->bin[k] - a0, &a->st, wide);
+    }
+}
+
+static void *fy_wide(void *a) {
+    fy_bins(a, 1);
+    return NULL;
+}
+
+static void *fy_narrow(void *a) {
+    fy_bins(a, 0);
+    return NULL;
+}
+
+/* plan_group_w's answer when the second thread's shuffle started from a
+ * wrong state: the plan is built again without it. */
+#define PLAN_AGAIN 1
+
 /* wide: 8-byte entries, else 4 (a constant in each caller below, so that
  * the compiler makes one copy of the loops for each). */
 static inline __attribute__((always_inline)) int
@@ -568,8 +597,35 @@ plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_
     uint64_t st = key;
     uint64_t nr = 0, n = 0, tmax = 0;
     uint32_t cur = 0;
+    /* Split, the bins from kspl on are shuffled by a second thread, from
+     * the state the draws of the earlier bins leave: each draw advances the
+     * state by one step, and a bin of c entries takes c - 1 draws unless
+     * one is rejected (rng_below; about c / 2^64 a draw), so that state is
+     * known before they are made.  This thread checks it when it reaches
+     * kspl; after a rejection the plan is built again on one thread.  The
+     * cuts stay on this thread, in order. */
+    uint64_t kspl = nbins, st_spec = 0;
+    fy_arg fa;
+    pthread_t fy_thread;
+    if (split && shuffle) {
+        uint64_t k = 0, draws = 0;
+        while (k < nbins && bin[k] < m / 2) k++;
+        if (k + 1 < nbins) {
+            for (uint64_t j = 0, a = 0; j <= k; a = bin[j], j++)
+                draws += bin[j] - a > 1 ? bin[j] - a - 1 : 0;
+            st_spec = key + draws * 0x9e3779b97f4a7c15ull; /* rng_next's step */
+            fa = (fy_arg){out, bin, k + 1, nbins, st_spec};
+            if (pthread_create(&fy_thread, NULL, wide ? fy_wide : fy_narrow, &fa) == 0)
+                kspl = k + 1;
+        }
+    }
     for (uint64_t k = 0, a = 0; k < nbins; a = bin[k], k++) {
-        if (shuffle) fisher_yates((char *)out + a * (wide ? 8 : 4), bin[k] - a, &st, wide);
+        if (k == kspl) {
+            pthread_join(fy_thread, NULL);
+            if (st != st_spec || cxs_hook_speculation_fails()) return PLAN_AGAIN;
+            st = fa.st;
+        }
+        if (shuffle && k < kspl) fisher_yates((char *)out + a * (wide ? 8 : 4), bin[k] - a, &st, wide);
         for (uint64_t i = a; i < bin[k]; i++) {
             const uint64_t T = ENTRY_T(ent_get(out, i, wide));
             uint32_t bk = bucket_of(s, nb, T);
@@ -600,8 +656,12 @@ plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_
 static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
                       cxs_utt_plan *p, void *out, uint64_t base, uint64_t *rs, uint64_t *rl,
                       uint64_t *bin, uint64_t *bin2) {
-    return p->esize == 8 ? plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, bin2, 1)
-                         : plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, bin2, 0);
+    int rc = p->esize == 8 ? plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, bin2, 1)
+                           : plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, bin2, 0);
+    if (rc == PLAN_AGAIN) /* on one thread: without bin2 */
+        rc = p->esize == 8 ? plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, NULL, 1)
+                           : plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, NULL, 0);
+    return rc;
 }
 
 uint64_t cxs_utt_plan_batch(const cxs_utt_plan *p, uint64_t g, uint64_t *out) {

@@ -321,7 +321,8 @@ END_TEST
  * of every batch of two epochs for three option sets, recorded from the
  * library before its plan was built by two threads in 4-byte entries (the
  * order of a (seed, epoch) must not change: resumed runs and ranks depend
- * on it). */
+ * on it); and the same order when the plan's speculative shuffle is
+ * refused and it is built again. */
 static uint64_t order_digest(const cxs_dataset *ds, const cxs_utt_sampler_opts *o) {
     cxs_utt_sampler *s;
     cxs_diag d;
@@ -370,6 +371,12 @@ TEST(utterance_orders_pinned) {
     }
     if (NU == 1000000) /* (MANY_TEST_UTTS: other orders) */
         for (int i = 0; i < 3; i++) EXPECT_UINT(h[i], want[i]);
+    /* the plan built again on one thread when the second thread's shuffle
+     * started from a wrong guess (forced: a test-hooks build) */
+    setenv("CXS_LOADER_FAULT", "speculation", 1);
+    const uint64_t again = order_digest(ds, &o[0]);
+    unsetenv("CXS_LOADER_FAULT");
+    EXPECT_UINT(again, h[0]);
     cxs_dataset_close(ds);
 }
 END_TEST
