@@ -484,9 +484,9 @@ static inline __attribute__((always_inline)) int pass_w(pass *x, const int wide)
             uint32_t b = bucket_of(s, nb, T);
             const uint64_t at = cnt[BIN_OF(u, b)]++;
             ent_put(out, at, ENTRY(u, T), wide);
-            /* the bin's next cache line, written when this bin comes up
-             * again (a bin at a time per utterance: every line of the
-             * array is first written by a store that would miss) */
+            /* the bin's next cache line, asked for now: the utterances go
+             * to bins all over the array, and every line of it would
+             * otherwise be first written by a store that misses */
             __builtin_prefetch((char *)out + (at + 64 / (wide ? 8 : 4)) * (wide ? 8 : 4), 1);
         });
 #undef BIN_OF
@@ -597,7 +597,7 @@ plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_
     uint64_t st = key;
     uint64_t nr = 0, n = 0, tmax = 0;
     uint32_t cur = 0;
-    /* Split, the bins from kspl on are shuffled by a second thread, from
+    /* When split, the bins from kspl on are shuffled by a second thread, from
      * the state the draws of the earlier bins leave: each draw advances the
      * state by one step, and a bin of c entries takes c - 1 draws unless
      * one is rejected (rng_below; about c / 2^64 a draw), so that state is
