@@ -12,7 +12,10 @@
  * tables' pages is printed, not asserted: the kernel's read-around fills
  * the page cache far beyond the pages a process touches).  On a
  * reader that copies or scans the tables at open, RssFile grows by all of
- * them (about 24 MiB here) and the first test fails.
+ * them (about 24 MiB here) and the first test fails.  The utterance
+ * sampler's orders are pinned by digests (its plan is built by two threads
+ * at this size), and a shard truncated after open fails its creation and
+ * its plan with CXS_E_TRUNCATED.
  *
  * usage: many_test  (MANY_TEST_UTTS overrides the count) */
 
