@@ -166,7 +166,7 @@ static int split_ok(void) {
 typedef struct lengths_arg {
     const cxs_dataset *ds;
     uint64_t budget;
-    uint64_t *hist, hist_max; /* hist[T] (T <= hist_max), or NULL: */
+    uint64_t *hist, *hist2, hist_max; /* hist[T] + hist2[T] (T <= hist_max), or NULL: */
     uint64_t *sorted;         /* every length, in utterance order */
     uint64_t over, longest, longest_u, shortest;
     cxs_fault f; /* where the pass faulted */
@@ -179,7 +179,7 @@ typedef struct lengths_arg {
 static int length_pass(void *p) {
     lengths_arg *a = p;
     const cxs_dataset *ds = a->ds;
-    uint64_t *const hist = a->hist, *const sorted = a->sorted;
+    uint64_t *const hist = a->hist, *const hist2 = a->hist2, *const sorted = a->sorted;
     const uint64_t budget = a->budget, hist_max = a->hist_max;
     uint64_t over = 0, longest = 0, longest_u = 0, shortest = UINT64_MAX;
     for (uint32_t si = 0; si < ds->meta.num_shards; si++) {
@@ -192,7 +192,10 @@ static int length_pass(void *p) {
             if (T > budget) over++;
             if (T > longest) longest = T, longest_u = sh->u_start + lu;
             if (T < shortest) shortest = T;
-            if (hist) hist[T <= hist_max ? T : hist_max]++; /* (within STATS: checked) */
+            /* (within STATS: checked) every other length in a second
+             * histogram: a run of equal lengths is then not a chain of
+             * increments of one counter, each waiting for the last */
+            if (hist) ((lu & 1) ? hist2 : hist)[T <= hist_max ? T : hist_max]++;
             else sorted[sh->u_start + lu] = T;
         }
     }
@@ -258,13 +261,14 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
      * are short enough for one (the quantiles then need no sort and no
      * array per utterance). */
     const uint64_t hist_max = ds->max_len <= (1u << 20) ? ds->max_len : 0;
-    uint64_t *hist = hist_max ? calloc(hist_max + 1, sizeof *hist) : NULL;
+    uint64_t *hist = hist_max ? calloc(2 * (hist_max + 1), sizeof *hist) : NULL;
     uint64_t *sorted = hist_max ? NULL : malloc((U ? U : 1) * sizeof *sorted);
     if (!hist && !sorted) return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
     /* Every length is read: the whole INDEX checked, once.  On a large
      * dataset the check (hashing INDEX) runs on a thread of its own while
      * this one reads the lengths; they are used only once it has passed. */
-    lengths_arg la = {ds, o.frame_budget, hist, hist_max, sorted, 0, 0, 0, 0, {0, 0}, 0};
+    lengths_arg la = {ds, o.frame_budget, hist, hist ? hist + hist_max + 1 : NULL, hist_max,
+                      sorted, 0, 0, 0, 0, {0, 0}, 0};
     index_arg ia = {ds, d, 0};
     if (U >= SPLIT_MIN && ds->lazy && split_ok()) {
         cxs_index_populate(ds); /* once, for both */
@@ -283,6 +287,8 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
                          "byte %llu can no longer be read)",
                          ds->shards[la.f.shard].path, (unsigned long long)la.f.offset);
     }
+    if (hist)
+        for (uint64_t t = 0; t <= hist_max; t++) hist[t] += la.hist2[t];
     const uint64_t over = la.over, longest = la.longest, longest_u = la.longest_u;
     uint64_t shortest = la.shortest;
     if (over && !o.long_alone) {
