@@ -26,6 +26,19 @@ first open's costs are paid each time:
    open) to the first batch, and the RssAnon it added;
    the peak RSS (VmHWM) of each Python process is kept too.
 
+--stages: in every run, also bench/first_stages (C, fresh processes) on
+both datasets: the wall and CPU time of each stage from open to the first
+batch, for the utterance loader (sampler create, epoch plan, loader
+create, first batch) and the frame loader; the CPU time (every thread)
+moves less with the machine's load than the wall time.
+
+--lib LABEL=PATH (repeatable): the same figures for each library given
+(say, the build before a change and after it), interleaved in every run
+(the order alternating from run to run), one table per library and a
+table of the ratios of their medians.  The ctxshard command and
+first_stages are this build's, run against each library
+(LD_LIBRARY_PATH; the API they use is the same).
+
 --madv: then, --runs times, bench/shuffle_madv (C, fresh processes) on
 both datasets with the loader's default read-ahead, which marks the
 feature mapping MADV_RANDOM (no fault-around), and with it off, all four
@@ -39,7 +52,7 @@ the absolute figures.  Prints a table; --json FILE writes everything.
 
 usage: /usr/bin/python3 bench/many_utts.py [--utts 10000000] [--dir /tmp/cxs-many]
            [--runs 5] [--batches 200] [--json FILE] [--exe build/tools/ctxshard]
-           [--build-only] [--madv] [--frames 8] [--dim 4]
+           [--build-only] [--madv] [--stages] [--lib LABEL=PATH ...] [--frames 8] [--dim 4]
 
 --frames and --dim set the many dataset's shape (the control has 100x the
 frames per utterance); the 100M-utterance run uses --frames 2 --dim 1."""
@@ -131,9 +144,12 @@ def child(kind, path, seed, batches):
 
 # -- in the parent ---------------------------------------------------------
 
-def env():
+def env(lib=None):
     e = dict(os.environ)
     e["PYTHONPATH"] = PYDIR + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    if lib:  # this library for the Python package and for the C programs
+        e["CTXSHARD_LIB"] = lib
+        e["LD_LIBRARY_PATH"] = os.path.dirname(lib)
     e.setdefault("CTXSHARD_LIB", LIB)
     return e
 
@@ -188,24 +204,55 @@ def build(out, n_utts, frames, seed):
     return rec
 
 
-def run_child(kind, path, seed, batches):
+def run_child(kind, path, seed, batches, lib=None):
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, path,
                         "--seed", str(seed), "--batches", str(batches)],
-                       env=env(), capture_output=True, text=True, timeout=1800)
+                       env=env(lib), capture_output=True, text=True, timeout=1800)
     if p.returncode:
         sys.exit(f"child {kind} {path} failed (rc {p.returncode}):\n{p.stderr}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def c_open(exe, path):
+def c_open(exe, path, lib=None):
     t0 = time.perf_counter()
     p = subprocess.run(["/usr/bin/time", "-f", "%M", exe, "info", path],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                       timeout=1800)
+                       timeout=1800, env=env(lib))
     dt = (time.perf_counter() - t0) * 1e3
     if p.returncode:
         sys.exit(f"ctxshard info {path} failed (rc {p.returncode}):\n{p.stderr}")
     return {"c_info_ms": dt, "c_info_maxrss_mib": int(p.stderr.strip().splitlines()[-1]) / 1024}
+
+
+def stages(exe, path, lib=None):
+    """bench/first_stages for both loaders: {figure: ms}."""
+    out = {}
+    for mode in ("utt", "frame"):
+        p = subprocess.run([exe, path, mode, str(BUDGET)], env=env(lib), capture_output=True,
+                           text=True, timeout=1800)
+        if p.returncode:
+            sys.exit(f"first_stages {path} {mode} failed (rc {p.returncode}):\n{p.stderr}")
+        got = json.loads(p.stdout)
+        for k in STAGES[mode]:
+            out[f"c_{mode}_{k}"] = got[k]
+    return out
+
+
+# first_stages' figures kept, by mode
+STAGES = {"utt": ["sampler_ms", "sampler_cpu_ms", "plan_ms", "plan_cpu_ms", "loader_ms",
+                  "first_ms", "total_ms"],
+          "frame": ["loader_ms", "loader_cpu_ms", "first_ms", "first_cpu_ms", "total_ms"]}
+STAGE_LABELS = {
+    "c_utt_sampler_ms": "C utterance sampler create",
+    "c_utt_sampler_cpu_ms": "C utterance sampler create, CPU",
+    "c_utt_plan_ms": "C epoch plan", "c_utt_plan_cpu_ms": "C epoch plan, CPU",
+    "c_utt_loader_ms": "C utterance loader create", "c_utt_first_ms": "C utterance first batch",
+    "c_utt_total_ms": "C open to first utterance batch",
+    "c_frame_loader_ms": "C frame loader create",
+    "c_frame_loader_cpu_ms": "C frame loader create, CPU",
+    "c_frame_first_ms": "C frame first batch", "c_frame_first_cpu_ms": "C frame first batch, CPU",
+    "c_frame_total_ms": "C open to first frame batch",
+}
 
 
 def uptime():
@@ -247,6 +294,8 @@ def main():
     ap.add_argument("--exe", default=os.path.join(ROOT, "build", "tools", "ctxshard"))
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--madv", action="store_true")
+    ap.add_argument("--stages", action="store_true")
+    ap.add_argument("--lib", action="append", metavar="LABEL=PATH")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frames", type=int, default=T_MANY,
                     help="frames per utterance of the many dataset (the control has 100x)")
@@ -269,33 +318,52 @@ def main():
               "control": build(paths["control"], a.utts // 100, T_CONTROL, 2)}
     if a.build_only:
         return
+    libs = {}
+    for spec in a.lib or []:
+        label, sep, path = spec.partition("=")
+        if not sep or not os.path.exists(path):
+            sys.exit(f"--lib {spec}: LABEL=PATH of a libctxshard.so")
+        libs[label] = os.path.abspath(path)
+    if not libs:
+        libs = {"this build": None}
+    figs = dict(FIGURES)
+    if a.stages:
+        figs.update({k: (v, "ms", "{:,.1f}") for k, v in STAGE_LABELS.items()})
+    stage_exe = os.path.join(os.path.dirname(a.exe), "..", "bench", "first_stages")
     load = [uptime()]
-    res = {k: {f: [] for f in FIGURES} for k in paths}
+    res = {lb: {k: {f: [] for f in figs} for k in paths} for lb in libs}
     described = {}
     for r in range(a.runs):
-        for name in (["many", "control"] if r % 2 == 0 else ["control", "many"]):
-            path = paths[name]
+        order = [(lb, n) for lb in libs for n in ("many", "control")]
+        if r % 2:
+            order.reverse()
+        for label, name in order:
+            lib, path = libs[label], paths[name]
             subprocess.run([a.exe, "warm", path, "--quiet"], check=True)
-            got = c_open(a.exe, path)
+            got = c_open(a.exe, path, lib)
             for kind in ("open", "loader", "utt"):
-                got.update(run_child(kind, path, r, a.batches))
+                got.update(run_child(kind, path, r, a.batches, lib))
+            if a.stages:
+                got.update(stages(stage_exe, path, lib))
             described[name] = {k: got.pop(k) for k in ("utts", "frames", "nbytes", "threads",
                                                                 "shuffle_batches")
                                if k in got}
-            for f in FIGURES:
-                res[name][f].append(got[f])
-            print(f"run {r + 1}/{a.runs} {name}: info {got['c_info_ms']:.0f} ms, open "
-                  f"{got['open_ms']:.0f} ms, Loader {got['loader_first_ms']:.0f} ms, "
-                  f"UtteranceLoader {got['utt_first_ms']:.0f} ms, "
+            for f in figs:
+                res[label][name][f].append(got[f])
+            print(f"run {r + 1}/{a.runs} {label + ': ' if len(libs) > 1 else ''}{name}: info "
+                  f"{got['c_info_ms']:.0f} ms, open {got['open_ms']:.0f} ms, Loader "
+                  f"{got['loader_first_ms']:.0f} ms, UtteranceLoader {got['utt_first_ms']:.0f} ms, "
                   f"{got['shuffle_samples_s']:,.0f} samples/s  (load {uptime()})",
                   file=sys.stderr, flush=True)
     load.append(uptime())
 
     figures = {}
-    for f in FIGURES:
-        m, c = summary(res["many"][f]), summary(res["control"][f])
-        figures[f] = {"label": FIGURES[f][0], "unit": FIGURES[f][1], "many": m, "control": c,
-                      "ratio": m["median"] / c["median"] if c["median"] else None}
+    for label in libs:
+        figures[label] = {}
+        for f in figs:
+            m, c = summary(res[label]["many"][f]), summary(res[label]["control"][f])
+            figures[label][f] = {"label": figs[f][0], "unit": figs[f][1], "many": m, "control": c,
+                                 "ratio": m["median"] / c["median"] if c["median"] else None}
     dm, dc = described["many"], described["control"]
     head = (f"many: {dm['utts']:,} utterances x {T_MANY} frames x {DIM}, "
             f"{dm['nbytes'] / 2**20:,.0f} MiB; control: {dc['utts']:,} x {T_CONTROL} x {DIM}, "
@@ -305,18 +373,33 @@ def main():
             f"over {a.batches} batches; UtteranceLoader frame budget {BUDGET}; "
             f"{os.cpu_count()} CPUs, load average {load[0]} before, {load[1]} after")
     print(head)
-    print()
-    print("| figure | many | control | many / control |")
-    print("|---|---:|---:|---:|")
-    for f, v in figures.items():
-        fmt, unit = FIGURES[f][2], FIGURES[f][1]
 
-        def cell(s):
-            return (f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-"
-                    f"{fmt.format(s['max'])}]")
-        ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}x"
-        print(f"| {v['label']}{' (' + unit + ')' if unit else ''} | {cell(v['many'])} | "
-              f"{cell(v['control'])} | {ratio} |")
+    def cell(f, s):
+        fmt = figs[f][2]
+        return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
+    for label in libs:
+        print()
+        if len(libs) > 1:
+            print(f"{label} ({libs[label]}):")
+            print()
+        print("| figure | many | control | many / control |")
+        print("|---|---:|---:|---:|")
+        for f, v in figures[label].items():
+            unit = figs[f][1]
+            ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}x"
+            print(f"| {v['label']}{' (' + unit + ')' if unit else ''} | {cell(f, v['many'])} | "
+                  f"{cell(f, v['control'])} | {ratio} |")
+    if len(libs) > 1:
+        base, *others = list(libs)
+        for other in others:
+            print()
+            print(f"| figure: median {other} / {base} | many | control |")
+            print("|---|---:|---:|")
+            for f in figs:
+                def q(name):
+                    x, y = (figures[other][f][name]["median"], figures[base][f][name]["median"])
+                    return f"{x / y:.2f}x" if y else "-"
+                print(f"| {figs[f][0]} | {q('many')} | {q('control')} |")
     print()
     for name in ("many", "control"):
         b = builds[name]
@@ -354,7 +437,7 @@ def main():
                                   "context": CONTEXT, "batch": BATCH, "frame_budget": BUDGET,
                                   "dim": DIM, "guard": GUARD, "cpus": os.cpu_count(),
                                   "load_before": load[0], "load_after": load[1]},
-                       "madv": madv,
+                       "madv": madv, "libs": libs,
                        "datasets": {k: dict(described[k], path=paths[k], build=builds[k])
                                     for k in paths},
                        "figures": figures}, f, indent=1)

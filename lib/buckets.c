@@ -7,10 +7,12 @@
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "blocks.h"
 #include "dataset_internal.h"
 #include "fault.h"
+#include "hooks.h"
 
 #define PLANS 2
 #define CXS_UTT_MAX_AUTO_BUCKETS CXS_UTT_DEFAULT_BUCKETS
@@ -27,6 +29,7 @@ struct cxs_utt_sampler {
     uint64_t count[1024]; /* utterances of every bucket (the whole dataset's) */
     uint32_t max_batch;
     uint64_t max_frames;
+    uint32_t esize, shift; /* the plans' entries: bytes, and the length's shift */
     int block;
     cxs_block_sched bs;
     cxs_utt_plan *cache[PLANS]; /* the last epochs asked, under plans_mu */
@@ -84,8 +87,8 @@ static int cmp_u64(const void *a, const void *b) {
 
 /* The plan's utterance array: mapped, with transparent huge pages asked
  * for (first touches of fresh memory dominate building a large plan). */
-static uint64_t *entries_alloc(uint64_t n) {
-    size_t bytes = (size_t)(n ? n : 1) * 8;
+static void *entries_alloc(uint64_t n, uint32_t esize) {
+    size_t bytes = (size_t)(n ? n : 1) * esize;
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
@@ -98,7 +101,7 @@ static void plan_free(cxs_utt_plan *p) {
     if (!p) return;
     free(p->bstart);
     free(p->blen);
-    if (p->utts) munmap(p->utts, (size_t)(p->nutts ? p->nutts : 1) * 8);
+    if (p->utts) munmap(p->utts, (size_t)(p->nutts ? p->nutts : 1) * p->esize);
     free(p->gstart);
     free(p->rstart);
     free(p->rng);
@@ -111,6 +114,109 @@ void cxs_utt_sampler_free(cxs_utt_sampler *s) {
     if (s->block) cxs_block_sched_destroy(&s->bs);
     free(s->lut);
     free(s);
+}
+
+/* fa(a) on a thread of its own while fb(b) runs on this one (in turn when
+ * no thread can start); a's failure, else b's.  Each side enters
+ * its own recovery region: a region is its thread's, and this thread
+ * never leaves one while the other runs. */
+typedef struct side {
+    int (*fn)(void *);
+    void *arg;
+    int rc;
+} side;
+
+static void *side_main(void *p) {
+    side *x = p;
+    x->rc = x->fn(x->arg);
+    return NULL;
+}
+
+static int run_pair(int (*fa)(void *), void *a, int (*fb)(void *), void *b) {
+    side sa = {fa, a, 0};
+    pthread_t t;
+    int started = pthread_create(&t, NULL, side_main, &sa) == 0;
+    if (!started) sa.rc = fa(a);
+    int rb = fb(b);
+    if (started) pthread_join(t, NULL);
+    return sa.rc ? sa.rc : rb;
+}
+
+/* Utterances from which the passes over every length are shared by two
+ * threads (their results are combined so that they are the same). */
+#define SPLIT_MIN (1u << 19)
+
+static int split_ok(void) {
+    static int ncpu; /* 0: not asked yet */
+    int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
+    if (!n) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c < 1 ? 1 : (int)c;
+        __atomic_store_n(&ncpu, n, __ATOMIC_RELAXED);
+    }
+    return n > 1;
+}
+
+/* The passes over every length read INDEX in order, but from a file
+ * mapping of small pages, where the hardware's prefetch stops at every
+ * page: asked for 2 KiB ahead (a prefetch never faults, past the end
+ * of the file either). */
+#define INDEX_AHEAD(sh, lu) __builtin_prefetch((sh)->index + 8 * (lu) + 2048)
+
+typedef struct lengths_arg {
+    const cxs_dataset *ds;
+    uint64_t budget;
+    uint64_t *hist, *hist2, hist_max; /* hist[T] + hist2[T] (T <= hist_max), or NULL: */
+    uint64_t *sorted;         /* every length, in utterance order */
+    uint64_t over, longest, longest_u, shortest;
+    cxs_fault f; /* where the pass faulted */
+    int rc;
+} lengths_arg;
+
+/* The sampler's pass over every length, in a recovery region (it reads
+ * INDEX from the mapping and allocates nothing): a shard truncated since
+ * open fails the creation with CXS_E_TRUNCATED instead of a SIGBUS. */
+static int length_pass(void *p) {
+    lengths_arg *a = p;
+    const cxs_dataset *ds = a->ds;
+    uint64_t *const hist = a->hist, *const hist2 = a->hist2, *const sorted = a->sorted;
+    const uint64_t budget = a->budget, hist_max = a->hist_max;
+    uint64_t over = 0, longest = 0, longest_u = 0, shortest = UINT64_MAX;
+    for (uint32_t si = 0; si < ds->meta.num_shards; si++) {
+        const shard *sh = &ds->shards[si];
+        uint64_t prev = cxs_index_at(sh, 0);
+        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+            INDEX_AHEAD(sh, lu);
+            uint64_t nx = cxs_index_at(sh, lu + 1), T = nx - prev;
+            prev = nx;
+            if (T > budget) over++;
+            if (T > longest) longest = T, longest_u = sh->u_start + lu;
+            if (T < shortest) shortest = T;
+            /* (within STATS: checked) every other length in a second
+             * histogram: a run of equal lengths is then not a chain of
+             * increments of one counter, each waiting for the last */
+            if (hist) ((lu & 1) ? hist2 : hist)[T <= hist_max ? T : hist_max]++;
+            else sorted[sh->u_start + lu] = T;
+        }
+    }
+    a->over = over, a->longest = longest, a->longest_u = longest_u, a->shortest = shortest;
+    return 0;
+}
+
+static int lengths_mapped(void *p) {
+    lengths_arg *a = p;
+    return a->rc = cxs_fault_run(a->ds, length_pass, a, &a->f);
+}
+
+typedef struct index_arg {
+    const cxs_dataset *ds;
+    cxs_diag *d;
+    int rc;
+} index_arg;
+
+static int index_check(void *p) {
+    index_arg *a = p;
+    return a->rc = cxs_index_check_all(a->ds, a->d);
 }
 
 int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *opts,
@@ -136,11 +242,6 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
         return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: block mode (memory_bytes) needs the shuffled kind");
     if (!o.blocks) o.blocks = 8;
     const uint64_t U = ds->meta.num_utterances;
-    {
-        /* every length is read below: the whole INDEX checked, once */
-        int rc = cxs_index_check_all(ds, d);
-        if (rc) return rc;
-    }
     if (!o.buckets) {
         /* More buckets always pad less (measured: bench/utt_bench.py),
          * but a bucket of about one batch makes the same batch every epoch
@@ -160,23 +261,36 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
      * are short enough for one (the quantiles then need no sort and no
      * array per utterance). */
     const uint64_t hist_max = ds->max_len <= (1u << 20) ? ds->max_len : 0;
-    uint64_t *hist = hist_max ? calloc(hist_max + 1, sizeof *hist) : NULL;
+    uint64_t *hist = hist_max ? calloc(2 * (hist_max + 1), sizeof *hist) : NULL;
     uint64_t *sorted = hist_max ? NULL : malloc((U ? U : 1) * sizeof *sorted);
     if (!hist && !sorted) return cxs_diagf(d, -ENOMEM, "utterance sampler: out of memory");
-    uint64_t over = 0, longest = 0, longest_u = 0, shortest = UINT64_MAX;
-    for (uint32_t si = 0; si < ds->meta.num_shards; si++) {
-        const shard *sh = &ds->shards[si];
-        uint64_t prev = cxs_index_at(sh, 0);
-        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
-            uint64_t nx = cxs_index_at(sh, lu + 1), T = nx - prev;
-            prev = nx;
-            if (T > o.frame_budget) over++;
-            if (T > longest) longest = T, longest_u = sh->u_start + lu;
-            if (T < shortest) shortest = T;
-            if (hist) hist[T <= hist_max ? T : hist_max]++; /* (within STATS: checked) */
-            else sorted[sh->u_start + lu] = T;
-        }
+    /* Every length is read: the whole INDEX checked, once.  On a large
+     * dataset the check (hashing INDEX) runs on a thread of its own while
+     * this one reads the lengths; they are used only once it has passed. */
+    lengths_arg la = {ds, o.frame_budget, hist, hist ? hist + hist_max + 1 : NULL, hist_max,
+                      sorted, 0, 0, 0, 0, {0, 0}, 0};
+    index_arg ia = {ds, d, 0};
+    if (U >= SPLIT_MIN && ds->lazy && split_ok()) {
+        cxs_index_populate(ds); /* once, for both */
+        run_pair(index_check, &ia, lengths_mapped, &la);
+    } else if (!index_check(&ia)) {
+        lengths_mapped(&la);
     }
+    const int crc = ia.rc, lrc = la.rc;
+    if (crc || lrc) {
+        free(hist);
+        free(sorted);
+        if (crc) return crc;
+        /* a shard truncated since open (or since its INDEX was checked) */
+        return cxs_diagf(d, lrc,
+                         "utterance sampler: %s: truncated since the dataset was opened (INDEX "
+                         "byte %llu can no longer be read)",
+                         ds->shards[la.f.shard].path, (unsigned long long)la.f.offset);
+    }
+    if (hist)
+        for (uint64_t t = 0; t <= hist_max; t++) hist[t] += la.hist2[t];
+    const uint64_t over = la.over, longest = la.longest, longest_u = la.longest_u;
+    uint64_t shortest = la.shortest;
     if (over && !o.long_alone) {
         free(hist);
         free(sorted);
@@ -244,6 +358,14 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
     s->max_frames = o.frame_budget;
     if (mb * longest < s->max_frames) s->max_frames = mb * longest;
     if (longest > s->max_frames) s->max_frames = longest; /* long_alone */
+    /* A plan entry holds an utterance's number and its length: in 4 bytes
+     * when both fit (half the fresh memory of a plan, whose first touches
+     * dominate building it), in 8 otherwise.  The order is the same. */
+    uint32_t ubits = 1, tbits = 1;
+    while (ubits < 64 && (U - (U != 0)) >> ubits) ubits++;
+    while (tbits < 64 && longest >> tbits) tbits++;
+    s->esize = ubits + tbits <= 32 ? 4 : 8;
+    s->shift = s->esize == 4 ? ubits : 32;
     if (o.memory_bytes) {
         cxs_diag bd;
         uint64_t block_bytes = o.memory_bytes / (o.blocks + 1ull);
@@ -264,20 +386,29 @@ int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *op
     return 0;
 }
 
-/* A plan entry: the utterance (low 32 bits) and its length (high). */
-#define ENTRY(u, T) ((uint64_t)(u) | (uint64_t)(T) << 32)
-#define ENTRY_U(e) ((e) & 0xffffffffu)
-#define ENTRY_T(e) ((e) >> 32)
+/* A plan entry: the utterance (low `shift` bits) and its length (the rest),
+ * in 4 or 8 bytes (cxs_utt_plan.esize). */
+#define ENTRY(u, T) ((uint64_t)(u) | (uint64_t)(T) << shift)
+#define ENTRY_T(e) ((e) >> shift)
+
+static inline uint64_t ent_get(const void *x, uint64_t i, int wide) {
+    return wide ? ((const uint64_t *)x)[i] : ((const uint32_t *)x)[i];
+}
+
+static inline void ent_put(void *x, uint64_t i, uint64_t e, int wide) {
+    if (wide) ((uint64_t *)x)[i] = e;
+    else ((uint32_t *)x)[i] = (uint32_t)e;
+}
 
 /* Utterances per bin of the shuffle: a bin's entries (64 KiB) are
  * shuffled in cache. */
 #define BIN_SHIFT 13
 
-static void fisher_yates(uint64_t *x, uint64_t m, uint64_t *st) {
+static inline void fisher_yates(void *x, uint64_t m, uint64_t *st, int wide) {
     for (uint64_t i = m; i > 1; i--) {
-        uint64_t j = rng_below(st, i), t = x[i - 1];
-        x[i - 1] = x[j];
-        x[j] = t;
+        uint64_t j = rng_below(st, i), t = ent_get(x, i - 1, wide);
+        ent_put(x, i - 1, ent_get(x, j, wide), wide);
+        ent_put(x, j, t, wide);
     }
 }
 
@@ -288,48 +419,147 @@ static void fisher_yates(uint64_t *x, uint64_t m, uint64_t *st) {
  * is written in turn, so the pass is sequential), then every bin is
  * shuffled in cache -- a uniformly random order inside each bucket, the
  * buckets in order (Rao and Sandelius' shuffle), in two passes over the
- * utterances and none at random over all of them; then the greedy cuts,
- * and the batches (start, length) in a seeded random order appended to
- * p.  base is out's offset in p->utts.  tmp: room for the bins' counts,
- * rs and rl for m batches. */
+ * utterances and none at random over all of them; the greedy cuts are
+ * made bin by bin as each is shuffled (they read only what is before
+ * them, and draw nothing), while the bin is in cache; then the batches
+ * (start, length) in a seeded random order appended to p.  base is out's
+ * offset in p->utts.  tmp: room for the bins' counts, rs and rl for m
+ * batches. */
 /* Bins a group of m utterances may need at most (2^lg >= count / 2^BIN_SHIFT
  * per bucket: under 2 * m / 2^BIN_SHIFT + 1 each), plus one. */
 static uint64_t max_bins(uint64_t m) { return 2 * (m >> BIN_SHIFT) + 1025 + 1; }
 
-static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
-                      cxs_utt_plan *p, uint64_t *out, uint64_t base, uint64_t *rs, uint64_t *rl,
-                      uint64_t *bin) {
+/* One pass over a group's utterances (list[0..m), or utterances u0..u1-1
+ * of the dataset when list is NULL) that reads their lengths from INDEX:
+ * the buckets' sizes, the bins' sizes (+1: into cnt[bin + 1]), or the
+ * entries scattered to their bins (cnt: each bin's next slot). */
+enum { PASS_BUCKETS, PASS_BINS, PASS_SCATTER };
+
+typedef struct pass {
+    const cxs_utt_sampler *s;
+    const uint64_t *list;
+    uint64_t m, u0, u1;
+    int kind;
+    uint32_t nb;
+    const uint64_t *lg, *first;
+    uint64_t bkey;
+    uint64_t *cnt;
+    void *out;
+} pass;
+
+static inline __attribute__((always_inline)) int pass_w(pass *x, const int wide) {
+    const cxs_utt_sampler *s = x->s;
     const cxs_dataset *ds = s->ds;
-    const uint64_t B = s->o.frame_budget, maxb = s->o.max_batch;
-    const int shuffle = s->o.kind == CXS_UTT_SHUFFLE;
-    const uint32_t nb = shuffle ? s->o.buckets : 1;
-    uint64_t cnt[1025], lg[1024], first[1025];
-    memset(cnt, 0, sizeof cnt);
+    const uint64_t *lg = x->lg, *first = x->first, bkey = x->bkey, *list = x->list;
+    const uint32_t nb = x->nb, shift = s->shift;
+    uint64_t *cnt = x->cnt;
+    void *out = x->out;
 #define FOR_EACH_UTT(body)                                                                \
     do {                                                                                  \
         if (list) {                                                                       \
-            for (uint64_t i_ = 0; i_ < m; i_++) {                                         \
+            for (uint64_t i_ = 0; i_ < x->m; i_++) {                                      \
                 const uint64_t u = list[i_], T = cxs_utt_frames(ds, u);                   \
                 body;                                                                     \
             }                                                                             \
-        } else {                                                                          \
-            for (uint32_t si_ = 0; si_ < ds->meta.num_shards; si_++) {                    \
+        } else if (x->u0 < x->u1) {                                                       \
+            uint64_t u = x->u0;                                                           \
+            for (uint32_t si_ = cxs_utt_shard(ds, u); u < x->u1; si_++) {                 \
                 const shard *sh_ = &ds->shards[si_];                                      \
-                uint64_t prev_ = cxs_index_at(sh_, 0);                                    \
-                for (uint64_t lu_ = 0; lu_ < sh_->meta.num_utterances; lu_++) {           \
-                    const uint64_t nx_ = cxs_index_at(sh_, lu_ + 1), u = sh_->u_start + lu_, \
-                                   T = nx_ - prev_;                                       \
+                uint64_t lu_ = u - sh_->u_start, prev_ = cxs_index_at(sh_, lu_);          \
+                uint64_t end_ = sh_->meta.num_utterances;                                 \
+                if (end_ > x->u1 - sh_->u_start) end_ = x->u1 - sh_->u_start;             \
+                for (; lu_ < end_; lu_++, u++) {                                          \
+                    INDEX_AHEAD(sh_, lu_);                                                \
+                    const uint64_t nx_ = cxs_index_at(sh_, lu_ + 1), T = nx_ - prev_;     \
                     prev_ = nx_;                                                          \
                     body;                                                                 \
                 }                                                                         \
             }                                                                             \
         }                                                                                 \
     } while (0)
-    if (list || nb != s->o.buckets) FOR_EACH_UTT({
+#define BIN_OF(u, b) (first[b] + (lg[b] ? mix64(bkey + (u) * 0x9e3779b97f4a7c15ull) >> (64 - lg[b]) : 0))
+    if (x->kind == PASS_BUCKETS) FOR_EACH_UTT({
             (void)u;
             cnt[bucket_of(s, nb, T)]++;
         });
-    else memcpy(cnt, s->count, nb * sizeof *cnt); /* counted at create */
+    else if (x->kind == PASS_BINS) FOR_EACH_UTT({
+            uint32_t b = bucket_of(s, nb, T);
+            cnt[BIN_OF(u, b) + 1]++;
+        });
+    else FOR_EACH_UTT({
+            uint32_t b = bucket_of(s, nb, T);
+            const uint64_t at = cnt[BIN_OF(u, b)]++;
+            ent_put(out, at, ENTRY(u, T), wide);
+            /* the bin's next cache line, asked for now: the utterances go
+             * to bins all over the array, and every line of it would
+             * otherwise be first written by a store that misses */
+            __builtin_prefetch((char *)out + (at + 64 / (wide ? 8 : 4)) * (wide ? 8 : 4), 1);
+        });
+#undef BIN_OF
+#undef FOR_EACH_UTT
+    return 0;
+}
+
+static int pass_wide(void *x) { return pass_w(x, 1); }
+static int pass_narrow(void *x) { return pass_w(x, 0); }
+
+/* A pass reads INDEX from the mapping: in a recovery region (it allocates
+ * nothing), so a shard truncated since open fails the plan with
+ * CXS_E_TRUNCATED instead of a SIGBUS. */
+static int pass_mapped(pass *x) {
+    cxs_fault f;
+    return cxs_fault_run(x->s->ds, x->s->esize == 8 ? pass_wide : pass_narrow, x, &f);
+}
+
+static int pass_one(void *x) { return pass_mapped(x); }
+
+/* The shuffle of bins k0 .. k1-1 (bin k ends at bin[k]), drawing from st. */
+typedef struct fy_arg {
+    void *out;
+    const uint64_t *bin;
+    uint64_t k0, k1, st;
+} fy_arg;
+
+static inline __attribute__((always_inline)) void fy_bins(fy_arg *a, const int wide) {
+    for (uint64_t k = a->k0; k < a->k1; k++) {
+        const uint64_t a0 = k ? a->bin[k - 1] : 0;
+        fisher_yates((char *)a->out + a0 * (wide ? 8 : 4), a->bin[k] - a0, &a->st, wide);
+    }
+}
+
+static void *fy_wide(void *a) {
+    fy_bins(a, 1);
+    return NULL;
+}
+
+static void *fy_narrow(void *a) {
+    fy_bins(a, 0);
+    return NULL;
+}
+
+/* plan_group_w's answer when the second thread's shuffle started from a
+ * wrong state: the plan is built again without it. */
+#define PLAN_AGAIN 1
+
+/* wide: 8-byte entries, else 4 (a constant in each caller below, so that
+ * the compiler makes one copy of the loops for each). */
+static inline __attribute__((always_inline)) int
+plan_group_w(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
+             cxs_utt_plan *p, void *out, uint64_t base, uint64_t *rs, uint64_t *rl,
+             uint64_t *bin, uint64_t *bin2, const int wide) {
+    const uint64_t B = s->o.frame_budget, maxb = s->o.max_batch;
+    const int shuffle = s->o.kind == CXS_UTT_SHUFFLE;
+    const uint32_t nb = shuffle ? s->o.buckets : 1;
+    const uint32_t shift = p->shift;
+    uint64_t cnt[1025], lg[1024], first[1025];
+    int rc;
+    memset(cnt, 0, sizeof cnt);
+    pass x = {s, list, m, 0, list ? 0 : m, PASS_BUCKETS, nb, lg, first, 0, cnt, out};
+    if (list || nb != s->o.buckets) {
+        if ((rc = pass_mapped(&x))) return rc;
+    } else {
+        memcpy(cnt, s->count, nb * sizeof *cnt); /* counted at create */
+    }
     /* bins: 2^lg[b] for bucket b, numbered bucket after bucket */
     uint64_t nbins = 0;
     for (uint32_t b = 0; b < nb; b++) {
@@ -340,37 +570,80 @@ static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m
     }
     first[nb] = nbins;
     memset(bin, 0, (nbins + 1) * sizeof *bin); /* room: max_bins(m) */
-    const uint64_t bkey = mix64(key ^ 0xa4093822299f31d0ull);
-#define BIN_OF(u, b) (first[b] + (lg[b] ? mix64(bkey + (u) * 0x9e3779b97f4a7c15ull) >> (64 - lg[b]) : 0))
-    FOR_EACH_UTT({
-        uint32_t b = bucket_of(s, nb, T);
-        bin[BIN_OF(u, b) + 1]++;
-    });
-    for (uint64_t k = 0; k < nbins; k++) bin[k + 1] += bin[k];
-    FOR_EACH_UTT({
-        uint32_t b = bucket_of(s, nb, T);
-        out[bin[BIN_OF(u, b)]++] = ENTRY(u, T);
-    });
-#undef BIN_OF
-#undef FOR_EACH_UTT
-    /* bin k now ends at bin[k]; it starts where bin k-1 ends */
+    x.bkey = mix64(key ^ 0xa4093822299f31d0ull);
+    x.kind = PASS_BINS;
+    x.cnt = bin;
+    /* The whole dataset, when large: its halves counted and scattered on
+     * two threads, the second half's entries of every bin after the
+     * first's, as one pass in utterance order puts them. */
+    const int split = !list && bin2 && m >= SPLIT_MIN && split_ok();
+    pass y = x;
+    if (split) {
+        memset(bin2, 0, (nbins + 1) * sizeof *bin2);
+        x.u1 = y.u0 = m / 2;
+        y.cnt = bin2;
+        rc = run_pair(pass_one, &y, pass_one, &x);
+    } else {
+        rc = pass_mapped(&x);
+    }
+    if (rc) return rc;
+    /* bin k starts at bin[k] (the second half's part at bin2[k]) */
+    for (uint64_t k = 0, at = 0; k < nbins; k++) {
+        const uint64_t n1 = bin[k + 1], n2 = split ? bin2[k + 1] : 0;
+        bin[k] = at;
+        if (split) bin2[k] = at + n1;
+        at += n1 + n2;
+    }
+    x.kind = y.kind = PASS_SCATTER;
+    if ((rc = split ? run_pair(pass_one, &y, pass_one, &x) : pass_mapped(&x))) return rc;
+    if (split) memcpy(bin, bin2, nbins * sizeof *bin);
+    /* bin k now ends at bin[k]; it starts where bin k-1 ends.  Each bin
+     * shuffled, then its entries cut: greedy, a new batch at every bucket
+     * change (unshuffled: one bin, the whole group). */
     uint64_t st = key;
-    if (shuffle)
-        for (uint64_t k = 0, a = 0; k < nbins; a = bin[k], k++) fisher_yates(out + a, bin[k] - a, &st);
-    /* greedy cuts, a new batch at every bucket change */
     uint64_t nr = 0, n = 0, tmax = 0;
     uint32_t cur = 0;
-    for (uint64_t i = 0; i < m; i++) {
-        const uint64_t T = ENTRY_T(out[i]);
-        uint32_t bk = bucket_of(s, nb, T);
-        uint64_t t2 = T > tmax ? T : tmax;
-        if (n && (bk != cur || (n + 1) * t2 > B || (maxb && n >= maxb))) {
-            rl[nr++] = n;
-            n = 0, tmax = 0, t2 = T;
+    /* When split, the bins from kspl on are shuffled by a second thread, from
+     * the state the draws of the earlier bins leave: each draw advances the
+     * state by one step, and a bin of c entries takes c - 1 draws unless
+     * one is rejected (rng_below; about c / 2^64 a draw), so that state is
+     * known before they are made.  This thread checks it when it reaches
+     * kspl; after a rejection the plan is built again on one thread.  The
+     * cuts stay on this thread, in order. */
+    uint64_t kspl = nbins, st_spec = 0;
+    fy_arg fa;
+    pthread_t fy_thread;
+    if (split && shuffle) {
+        uint64_t k = 0, draws = 0;
+        while (k < nbins && bin[k] < m / 2) k++;
+        if (k + 1 < nbins) {
+            for (uint64_t j = 0, a = 0; j <= k; a = bin[j], j++)
+                draws += bin[j] - a > 1 ? bin[j] - a - 1 : 0;
+            st_spec = key + draws * 0x9e3779b97f4a7c15ull; /* rng_next's step */
+            fa = (fy_arg){out, bin, k + 1, nbins, st_spec};
+            if (pthread_create(&fy_thread, NULL, wide ? fy_wide : fy_narrow, &fa) == 0)
+                kspl = k + 1;
         }
-        if (!n) rs[nr] = i, cur = bk;
-        n++;
-        tmax = t2;
+    }
+    for (uint64_t k = 0, a = 0; k < nbins; a = bin[k], k++) {
+        if (k == kspl) {
+            pthread_join(fy_thread, NULL);
+            if (st != st_spec || cxs_hook_speculation_fails()) return PLAN_AGAIN;
+            st = fa.st;
+        }
+        if (shuffle && k < kspl) fisher_yates((char *)out + a * (wide ? 8 : 4), bin[k] - a, &st, wide);
+        for (uint64_t i = a; i < bin[k]; i++) {
+            const uint64_t T = ENTRY_T(ent_get(out, i, wide));
+            uint32_t bk = bucket_of(s, nb, T);
+            uint64_t t2 = T > tmax ? T : tmax;
+            if (n && (bk != cur || (n + 1) * t2 > B || (maxb && n >= maxb))) {
+                rl[nr++] = n;
+                n = 0, tmax = 0, t2 = T;
+            }
+            if (!n) rs[nr] = i, cur = bk;
+            n++;
+            tmax = t2;
+        }
     }
     if (n) rl[nr++] = n;
     if (shuffle)
@@ -386,32 +659,25 @@ static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m
     return 0;
 }
 
+static int plan_group(const cxs_utt_sampler *s, const uint64_t *list, uint64_t m, uint64_t key,
+                      cxs_utt_plan *p, void *out, uint64_t base, uint64_t *rs, uint64_t *rl,
+                      uint64_t *bin, uint64_t *bin2) {
+    int rc = p->esize == 8 ? plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, bin2, 1)
+                           : plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, bin2, 0);
+    if (rc == PLAN_AGAIN) /* on one thread: without bin2 */
+        rc = p->esize == 8 ? plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, NULL, 1)
+                           : plan_group_w(s, list, m, key, p, out, base, rs, rl, bin, NULL, 0);
+    return rc;
+}
+
 uint64_t cxs_utt_plan_batch(const cxs_utt_plan *p, uint64_t g, uint64_t *out) {
-    const uint64_t *e = p->utts + p->bstart[g];
+    const uint64_t at = p->bstart[g], umask = (1ull << p->shift) - 1;
     const uint32_t n = p->blen[g];
-    for (uint32_t i = 0; i < n; i++) out[i] = ENTRY_U(e[i]);
+    if (p->esize == 8)
+        for (uint32_t i = 0; i < n; i++) out[i] = ((const uint64_t *)p->utts)[at + i] & umask;
+    else
+        for (uint32_t i = 0; i < n; i++) out[i] = ((const uint32_t *)p->utts)[at + i] & umask;
     return n;
-}
-
-typedef struct group_arg {
-    const cxs_utt_sampler *s;
-    const uint64_t *list;
-    uint64_t m, key;
-    cxs_utt_plan *p;
-    uint64_t *out, base, *rs, *rl, *bin;
-} group_arg;
-
-static int group_run(void *x) {
-    group_arg *a = x;
-    return plan_group(a->s, a->list, a->m, a->key, a->p, a->out, a->base, a->rs, a->rl, a->bin);
-}
-
-/* plan_group reads INDEX from the mapping: in a recovery region (fault.h;
- * it allocates nothing), so a shard truncated since open fails the plan
- * with CXS_E_TRUNCATED instead of a SIGBUS. */
-static int group_mapped(group_arg *a) {
-    cxs_fault f;
-    return cxs_fault_run(a->s->ds, group_run, a, &f);
 }
 
 static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **out) {
@@ -422,23 +688,26 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
      * batches go (fresh pages are mapped at first touch) */
     uint64_t *list = s->block ? malloc(n1 * 8) : NULL, *rs = malloc(n1 * 8), *rl = malloc(n1 * 8);
     uint64_t *bin = malloc(max_bins(n1) * sizeof *bin);
+    uint64_t *bin2 = s->block ? NULL : malloc(max_bins(n1) * sizeof *bin2);
     int rc = 0;
     if (p) {
         p->epoch = epoch;
         p->bstart = malloc((n1 + 1) * sizeof *p->bstart);
         p->blen = malloc(n1 * sizeof *p->blen);
         p->nutts = U;
-        p->utts = entries_alloc(U);
+        p->esize = s->esize;
+        p->shift = s->shift;
+        p->utts = entries_alloc(U, s->esize);
     }
-    if (!p || !p->bstart || !p->blen || !p->utts || (s->block && !list) || !rs || !rl || !bin) {
+    if (!p || !p->bstart || !p->blen || !p->utts || (s->block && !list) || !rs || !rl || !bin ||
+        (!s->block && !bin2)) {
         rc = -ENOMEM;
         goto out;
     }
     const uint64_t key = mix64(mix64(s->o.seed ^ 0x452821e638d01377ull) +
                                mix64(epoch * 0xbe5466cf34e90c6cull + 1));
     if (!s->block) {
-        group_arg ga = {s, NULL, U, key, p, p->utts, 0, rs, rl, bin};
-        rc = group_mapped(&ga);
+        rc = plan_group(s, NULL, U, key, p, p->utts, 0, rs, rl, bin, bin2);
     } else {
         cxs_block_plan *bp;
         cxs_block_sched *bs = (cxs_block_sched *)&s->bs; /* shared, thread-safe */
@@ -464,9 +733,8 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
                 if (b->len) /* uncompressed: its rows in the shard's mapping */
                     p->rng[nr++] = (cxs_utt_range){ds->shards[b->shard].map + b->off, b->len};
             }
-            group_arg ga = {s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
-                            p->utts + at, at, rs, rl, bin};
-            rc = group_mapped(&ga);
+            rc = plan_group(s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
+                            (char *)p->utts + at * p->esize, at, rs, rl, bin, NULL);
             at += m;
         }
         p->gstart[G] = p->nbatches;
@@ -479,6 +747,7 @@ out:
     free(rs);
     free(rl);
     free(bin);
+    free(bin2);
     if (rc) plan_free(p);
     else *out = p;
     return rc;

@@ -20,8 +20,10 @@ typedef struct cxs_utt_plan {
     uint64_t nbatches;
     uint64_t *bstart; /* nbatches */
     uint32_t *blen;
-    uint64_t *utts;   /* every utterance once: its number | its length << 32 */
+    void *utts;       /* every utterance once: its number | its length << shift,
+                         in entries of esize bytes (4 when both fit in 32 bits) */
     uint64_t nutts;
+    uint32_t esize, shift;
     /* Block mode: the epoch's groups of blocks.  Group k holds batches
      * gstart[k] .. gstart[k+1]-1 and reads the byte ranges rng[rstart[k]
      * .. rstart[k+1]) (uncompressed data; none when compressed).  ngroups

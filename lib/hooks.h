@@ -18,8 +18,17 @@ static inline int cxs_hook_thread_fails(void) {
     const char *e = getenv("CXS_LOADER_FAULT");
     return e && strcmp(e, "threads") == 0;
 }
+/* CXS_LOADER_FAULT=speculation: the utterance sampler's plan takes the
+ * guess its second thread started the shuffle of the later bins from as
+ * wrong (as a rejected draw in the earlier bins would make it), and builds
+ * the plan again on one thread. */
+static inline int cxs_hook_speculation_fails(void) {
+    const char *e = getenv("CXS_LOADER_FAULT");
+    return e && strcmp(e, "speculation") == 0;
+}
 #else
 static inline int cxs_hook_thread_fails(void) { return 0; }
+static inline int cxs_hook_speculation_fails(void) { return 0; }
 #endif
 
 #endif

@@ -111,6 +111,32 @@ TEST(truncated_under_utterance_loader) {
 }
 END_TEST
 
+/* A shard truncated after open, before the utterance sampler is made: its
+ * creation reads every length from INDEX, and fails naming the shard (a
+ * SIGBUS killed the process before).  The dataset is small enough that
+ * open checked INDEX whole, so nothing before that pass reads it again;
+ * then a sampler made before the truncation fails its next epoch's plan
+ * the same way. */
+TEST(truncated_before_utterance_sampler) {
+    char shard[512];
+    cxs_dataset *ds = make("utt-create", CXS_COMPRESSION_NONE, shard, sizeof shard);
+    cxs_utt_sampler_opts so = {.kind = CXS_UTT_SHUFFLE, .seed = 8, .frame_budget = 4000};
+    cxs_utt_sampler *s0;
+    cxs_diag d;
+    EXPECT_INT(cxs_utt_sampler_create(ds, &so, &s0, &d), 0);
+    EXPECT_INT(truncate(shard, 8192), 0);
+    cxs_utt_sampler *s = NULL;
+    EXPECT_INT(cxs_utt_sampler_create(ds, &so, &s, &d), CXS_E_TRUNCATED);
+    ck_assert_ptr_null(s);
+    EXPECT_STR_HAS(d.message, shard);
+    EXPECT_STR_HAS(d.message, "truncated");
+    uint64_t global, length;
+    EXPECT_INT(cxs_utt_sampler_length(s0, 0, &global, &length), CXS_E_TRUNCATED);
+    cxs_utt_sampler_free(s0);
+    cxs_dataset_close(ds);
+}
+END_TEST
+
 /* verify over a shard truncated since open: reported, naming it */
 TEST(truncated_under_verify) {
     for (uint32_t z = 0; z < 2; z++) {
@@ -313,7 +339,8 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-damage-XXXXXX");
     if (!mkdtemp(dir)) return 3;
     const TTest *const t[] = {truncated_under_frame_loader, truncated_under_frame_loader_compressed,
-                              truncated_under_utterance_loader, truncated_under_verify,
+                              truncated_under_utterance_loader, truncated_before_utterance_sampler,
+                              truncated_under_verify,
                               flipped_value_named_by_verify, flipped_value_stops_warm,
                               flipped_value_stops_block_loader, unlocated_without_block_sums,
                               other_sigbus_is_chained};
