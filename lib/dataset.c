@@ -1002,7 +1002,7 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     out->num_frames = l.T;
     out->shard = l.shard;
     out->features = cxs_compressed(ds) ? NULL : cxs_loc_row_ptr(ds, &l, 0);
-    out->labels = sh->labels ? sh->labels + (l.f0 - sh->f_start) * sh->meta.label_width : NULL;
+    out->labels = sh->labels ? sh->serve_labels + (l.f0 - sh->f_start) * sh->meta.label_width : NULL;
     return 0;
 }
 
