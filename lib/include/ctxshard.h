@@ -91,13 +91,12 @@ typedef struct cxs_open_opts {
      * page it spans; from the copy, rarely one (docs/benchmarks.md).
      *
      * Cost: open reads and hashes every feature and label byte, into
-     * huge pages the kernel zeroes first (1.2 to 1.7 s for 234 MiB on the
-     * benchmark machine of docs/benchmarks.md; more when the files are not
-     * cached), and the process holds the sections' size, each rounded up
-     * to 2 MiB, in anonymous memory besides the page cache (which the
-     * kernel may then drop).  A
-     * forked child shares the copy's pages (copy-on-write, never
-     * written).  Validity: each section is hashed as it is copied, the
+     * huge pages the kernel zeroes first (0.8 to 3 s for 234 MiB on the
+     * shared benchmark machine of docs/benchmarks.md; more when the files
+     * are not cached), and the process holds the sections' size, each
+     * rounded up to 2 MiB, in anonymous memory besides the page cache
+     * (which the kernel may then drop).  A forked child shares the copy's
+     * pages (copy-on-write, never written).  Validity: each section is hashed as it is copied, the
      * copy's bytes, and compared with its checksum in the section table;
      * a mismatch fails the open with CXS_E_CHECKSUM.  From then on the
      * features and labels served are the copy's: a shard changed or
