@@ -97,9 +97,16 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+/* The median of v[0..n), v left in its order: the paired ratios are
+ * taken from the same arrays after their medians. */
+static double median(const double *v, int n) {
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) exit(1);
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_d);
+    double m = n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
+    free(c);
+    return m;
 }
 
 /* Samples/s of the loader over `batches` batches from the epoch's start. */
