@@ -91,7 +91,7 @@ typedef struct cxs_open_opts {
      * page it spans; from the copy, rarely one (docs/benchmarks.md).
      *
      * Cost: open reads and hashes every feature and label byte, into
-     * huge pages the kernel zeroes first (0.8 to 3 s for 234 MiB on the
+     * huge pages the kernel zeroes first (0.4 to 3 s for 234 MiB on the
      * shared benchmark machine of docs/benchmarks.md; more when the files
      * are not cached), and the process holds the sections' size, each
      * rounded up to 2 MiB, in anonymous memory besides the page cache
