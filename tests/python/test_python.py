@@ -9,6 +9,7 @@ The second form tests the package pip installed into PYTHON's environment
 (scripts/test-installed.sh): imported from there, the command from its bin."""
 import gc
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -117,9 +118,10 @@ class Binding(unittest.TestCase):
                     self.assertTrue(np.array_equal(out, x))
 
     def test_hugepage_budget(self):
-        """Served from the copy in huge pages: the same windows, gathers
-        (k <= guard and k > guard) and loader batches as from the mapping,
-        for every dtype; a budget too small says why."""
+        """Served from the copy in huge pages: the same windows and gathers
+        (k <= guard and k > guard) as from the mapping, for every dtype; a
+        pickled dataset reopens with its copy; a budget too small says
+        why.  (The loader: Torch.test_loader_hugepage_budget.)"""
         for dt in ("f32", "f16", "bf16"):
             p = os.path.join(TMP, dt)
             with ctxshard.open(p) as plain, ctxshard.open(p, hugepage_budget="1G") as ds:
@@ -137,7 +139,6 @@ class Binding(unittest.TestCase):
                     x0, y0 = plain.gather(idx, k, labels=True)
                     self.assertTrue(np.array_equal(x.view(np.uint32), x0.view(np.uint32)), (dt, k))
                     self.assertTrue(np.array_equal(y, y0))
-                import pickle
                 self.assertEqual(pickle.loads(pickle.dumps(ds)).hugepages["bytes"], hp["bytes"])
         with ctxshard.open(os.path.join(TMP, "f32"), hugepage_budget=4096) as ds:
             self.assertEqual(ds.hugepages["bytes"], 0)
