@@ -100,7 +100,10 @@ typedef struct cxs_open_opts {
      * copy's bytes, and compared with its checksum in the section table;
      * a mismatch fails the open with CXS_E_CHECKSUM.  From then on the
      * features and labels served are the copy's: a shard changed or
-     * truncated since open no longer affects them.
+     * truncated since open no longer affects them.  Served from the copy:
+     * cxs_dataset_window, cxs_utterance views, gathers and cxs_loader;
+     * cxs_dataset_read_features, the utterance and GPU loaders and verify
+     * read the mapping as without it.
      *
      * Fallback: when the sections do not fit in the budget, the data is
      * compressed, transparent huge pages are off
