@@ -1,8 +1,12 @@
 """Benchmark: the runtime reader, side by side in one run on one dataset
 (k=30, B=1024, float32, >= 2M frames): ctxshard's loader with 1 and 2
-threads, the memcpy floor, numpy fancy indexing of a padded in-memory array,
+threads, and with 1 thread serving from a copy in huge pages
+(hugepage_budget); the memcpy floor (malloc'd array) and its controls (the
+same copies from anonymous memory in 4 KiB and in 2 MiB pages, and from
+the shard's mapping); numpy fancy indexing of a padded in-memory array;
 time to first batch against the load-everything init, and anonymous memory
-while reading an epoch.  Medians of interleaved repetitions; prints ratios.
+while reading an epoch.  Medians of interleaved repetitions; prints ratios,
+per second and per CPU second (steadier on a shared machine).
 
 usage: /usr/bin/python3 bench/read.py [--utts 1600] [--repeats 7] [--batches 200]
                                       [--dir DIR] [--build build]"""
@@ -71,6 +75,9 @@ def main():
     paired = med(c_runs, "loader1_over_floor")
     print(f"\nloader 1 thread / memcpy floor:  {l1 / floor:.2f} of the medians, {paired:.2f} "
           f"median of paired runs  (target >= 0.8)")
+    lh = med(c_runs, "loader1_huge_sps")
+    print(f"loader 1 thread, copy in huge pages (hugepage_budget) / floor: {lh / floor:.2f} of "
+          f"the medians, {med(c_runs, 'loader1_huge_over_floor'):.2f} median of paired runs")
     print(f"loader 2 threads / numpy:        {l2 / nps:.2f}  (target >= 1.5)")
     print(f"time to first batch: ctxshard open + first batch {first:.2f} ms, "
           f"load-everything init + first batch {init:.0f} ms: {init / first:.0f}x  "
@@ -80,6 +87,25 @@ def main():
           f"{med(c_runs, 'rss_anon_peak_kb') / 1024:.1f} MiB (ring of batch buffers "
           f"{ring:.1f} MiB; dataset {c_runs[0]['dataset_kb'] / 1024:.0f} MiB mapped, not "
           f"anonymous); numpy's load-everything: {med(np_runs, 'numpy_rss_anon_kb') / 1024:.0f} MiB")
+    c0 = c_runs[0]
+    print(f"\nper-page controls (the floor's array: {c0['floor_anon_huge_kb'] / 1024:.0f} MiB in "
+          f"huge pages of {c0['features_kb'] / 1024:.0f} MiB; the 2 MiB copy "
+          f"{c0['anon2m_huge_kb'] / 1024:.0f} MiB; the mapping {c0['map_pmd_kb'] / 1024:.0f} MiB "
+          f"mapped in 2 MiB; the loader's copy {c0['huge_copy_huge_kb'] / 1024:.0f} MiB, made in "
+          f"{med(c_runs, 'open_huge_ms'):.0f} ms at open)")
+    print(f"{'':44s} {'samples/s':>11s} {'vs floor':>9s} {'per CPU s':>11s} {'vs floor':>9s}")
+    for name, key, cpu in (("memcpy floor (malloc, as above)", "memcpy_floor", "floor"),
+                           ("floor from anonymous 4 KiB pages", "floor_anon4k", "anon4k"),
+                           ("floor from anonymous 2 MiB pages", "floor_anon2m", "anon2m"),
+                           ("floor from the shard's mapping", "floor_map", "map"),
+                           ("loader 1 thread (the mapping)", "loader1", "loader1"),
+                           ("loader 1 thread (copy in huge pages)", "loader1_huge", "loader1_huge"),
+                           ("loader 2 threads (the mapping)", "loader2", "loader2")):
+        v = med(c_runs, key + "_sps")
+        print(f"{name:44s} {v:11.0f} {v / floor:9.2f} {med(c_runs, cpu + '_cpu_sps'):11.0f} "
+              f"{med(c_runs, cpu + '_cpu_over_floor'):9.2f}")
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if not a.dir:
         shutil.rmtree(work)
 

@@ -88,6 +88,7 @@ void cxs_dataset_close(cxs_dataset *ds) {
         }
     }
     if (ds->map) munmap((void *)ds->map, ds->size);
+    if (ds->hp_map) munmap(ds->hp_map, (size_t)ds->hp_len);
     free(ds->shards);
     free(ds->shard_u0);
     free(ds->shard_f0);
@@ -508,7 +509,7 @@ static int shard_features(cxs_dataset *ds, uint32_t i, const shard_sections *x, 
                          (unsigned long long)row_bytes);
     ds->raw_feature_bytes += flen;
     if (!x->compressed) {
-        sh->features = sh->map + x->features->offset;
+        sh->features = sh->serve_features = sh->map + x->features->offset;
         return 0;
     }
     int rc = cxs_chunks_load(sh->map + x->chunks->offset, x->chunks->length, flen, row_bytes,
@@ -544,7 +545,7 @@ static int shard_labels(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
             return cxs_diagf(d, CXS_E_CORRUPT, "%s: LABELS is %llu bytes, expected %llu", path,
                              (unsigned long long)slab->length,
                              (unsigned long long)(F * m->label_width));
-        sh->labels = sh->map + slab->offset;
+        sh->labels = sh->serve_labels = sh->map + slab->offset;
     } else if (slab) {
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: LABELS present in a dataset %s", path,
                          m->label_width ? "of label sequences only" : "without a vocabulary");
@@ -672,6 +673,10 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
         cxs_dataset_close(ds);
         return cxs_diagf(d, rc, "%s: cannot allocate a chunk cache of %llu bytes", path,
                          (unsigned long long)cache);
+    }
+    if (opts && opts->hugepage_budget && (rc = cxs_hugecopy(ds, opts->hugepage_budget, d))) {
+        cxs_dataset_close(ds);
+        return rc;
     }
     *out = ds;
     return 0;
@@ -997,7 +1002,7 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     out->num_frames = l.T;
     out->shard = l.shard;
     out->features = cxs_compressed(ds) ? NULL : cxs_loc_row_ptr(ds, &l, 0);
-    out->labels = sh->labels ? sh->labels + (l.f0 - sh->f_start) * sh->meta.label_width : NULL;
+    out->labels = sh->labels ? sh->serve_labels + (l.f0 - sh->f_start) * sh->meta.label_width : NULL;
     return 0;
 }
 

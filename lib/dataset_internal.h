@@ -53,11 +53,19 @@ typedef struct shard {
     uint64_t nbuckets;
     lazy_table t_index, t_ids, t_seqs;
     cxs_blocksums bs;          /* BLOCKSUMS (format 1.3); bs.n == 0 without */
+    /* Where windows and the gather's labels are read: features and labels
+     * (the mapping), or their checked copies in huge pages (hugecopy.c). */
+    const uint8_t *serve_features, *serve_labels;
 } shard;
 
 /* Label i of a shard's LABELS: one byte, or two little-endian. */
 static inline uint32_t cxs_shard_label(const shard *sh, uint64_t i) {
     return sh->meta.label_width == 1 ? sh->labels[i] : cxs_ld16(sh->labels + 2 * i);
+}
+/* The same, from where labels are served (the mapping or its copy). */
+static inline uint32_t cxs_served_label(const shard *sh, uint64_t i) {
+    const uint8_t *p = sh->serve_labels;
+    return sh->meta.label_width == 1 ? p[i] : cxs_ld16(p + 2 * i);
 }
 
 struct zcache;
@@ -108,7 +116,20 @@ struct cxs_dataset {
     uint32_t seq_width;
     cxs_seq_meta seqm;        /* the manifest's SEQ_META */
     uint64_t seq_total, seq_min, seq_max; /* from the shards */
+    /* cxs_open_opts.hugepage_budget (hugecopy.c): the copy (NULL: none),
+     * its bytes, how many of them huge pages back, or why there is none. */
+    void *hp_map;
+    uint64_t hp_len, hp_huge;
+    char hp_why[200];
 };
+
+/* Copy the FEATURES and LABELS of every shard into anonymous huge-page
+ * memory, each hashed and checked against its section checksum, and serve
+ * them from there, when they fit in budget bytes and huge pages are on;
+ * otherwise leave the mapping in use and say why in ds->hp_why.  0, or
+ * CXS_E_CHECKSUM (a section's bytes do not match their checksum),
+ * CXS_E_TRUNCATED, -ENOMEM, with d. */
+int cxs_hugecopy(cxs_dataset *ds, uint64_t budget, cxs_diag *d);
 
 /* Whether the shards hold ZFEATURES (format 1.1) rather than FEATURES. */
 static inline int cxs_compressed(const cxs_dataset *ds) {
@@ -330,7 +351,7 @@ static inline uint64_t cxs_find_utt(const cxs_dataset *ds, uint64_t frame) {
  * utterance at l. */
 static inline const uint8_t *cxs_loc_row_ptr(const cxs_dataset *ds, const cxs_uloc *l, int64_t t) {
     const shard *sh = &ds->shards[l->shard];
-    return sh->features + (uint64_t)((int64_t)l->row + t) * ds->row_bytes;
+    return sh->serve_features + (uint64_t)((int64_t)l->row + t) * ds->row_bytes;
 }
 
 /* The normalisation constants of spec section 7.4 for `norm` (NULL: the

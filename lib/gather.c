@@ -188,7 +188,7 @@ static int gather_windows(void *arg) {
                 memset(r + (size_t)p[i].rows * D, 0, (size_t)p[i].zhi * D * sizeof *o);
             if (j->labels) {
                 const shard *sh = &ds->shards[p[i].shard];
-                uint32_t l = cxs_shard_label(sh, p[i].label_index);
+                uint32_t l = cxs_served_label(sh, p[i].label_index);
                 /* A damaged label is never served (a shard opened alone
                  * has no vocabulary: any value of its width is one). */
                 if (V && l >= V) {

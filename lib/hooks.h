@@ -26,9 +26,17 @@ static inline int cxs_hook_speculation_fails(void) {
     const char *e = getenv("CXS_LOADER_FAULT");
     return e && strcmp(e, "speculation") == 0;
 }
+/* CXS_HUGEPAGE_FAULT=off: open's copy into huge pages finds transparent
+ * huge pages off, as /sys/kernel/mm/transparent_hugepage/enabled
+ * "never" would say (hugecopy.c). */
+static inline int cxs_hook_thp_off(void) {
+    const char *e = getenv("CXS_HUGEPAGE_FAULT");
+    return e && strcmp(e, "off") == 0;
+}
 #else
 static inline int cxs_hook_thread_fails(void) { return 0; }
 static inline int cxs_hook_speculation_fails(void) { return 0; }
+static inline int cxs_hook_thp_off(void) { return 0; }
 #endif
 
 #endif

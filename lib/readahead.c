@@ -36,6 +36,8 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
     /* Compressed data goes through the chunk cache, not the mapping; a
      * sequential order is what the kernel's own read-ahead does best. */
     if (!on || cxs_compressed(ds) || kind == CXS_SAMPLER_SEQUENTIAL) return 0;
+    /* Served from a copy in memory (hugepage_budget): nothing to read. */
+    if (ds->hp_map) return 0;
     ra->kind = kind == CXS_SAMPLER_BLOCK ? CXS_RA_BLOCKS : CXS_RA_PAGES;
     pthread_cond_init(&ra->cv, NULL);
     if (ra->kind == CXS_RA_BLOCKS) {

@@ -25,7 +25,8 @@ static uint64_t read_bytes(void) {
 int bench_read_run(const char *dir, const bench_read_opts *o) {
     cxs_dataset *ds;
     double t0 = now_seconds();
-    int rc = open_dataset(dir, NULL, &ds);
+    cxs_open_opts oo = {.cache_bytes = CXS_DEFAULT_CACHE_BYTES, .hugepage_budget = o->hugepages};
+    int rc = open_dataset(dir, &oo, &ds);
     if (rc) return rc;
     double t_open = now_seconds() - t0;
     cxs_info in;
@@ -98,6 +99,15 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
                "at once\n",
                (unsigned long long)o->memory, (unsigned long long)cxs_sampler_block_bytes(s),
                (unsigned long long)cxs_sampler_num_blocks(s, 0), o->blocks ? o->blocks : 8);
+    if (o->hugepages) {
+        cxs_hugepage_info hi;
+        cxs_dataset_hugepages(ds, &hi);
+        if (hi.bytes)
+            printf("  served from a copy in huge pages: %llu bytes (%llu in huge pages)\n",
+                   (unsigned long long)hi.bytes, (unsigned long long)hi.huge_bytes);
+        else
+            printf("  served from the mapping, no copy in huge pages: %s\n", hi.reason);
+    }
     if (io != UINT64_MAX)
         printf("  read from disk: %llu bytes (%.2f of the features)\n", (unsigned long long)io,
                (double)io / (double)in.feature_bytes);

@@ -7,6 +7,7 @@ typedef struct bench_read_opts {
     uint64_t memory; /* block sampler's budget */
     uint32_t blocks; /* block sampler: blocks drawn from at once (0: the default, 8) */
     int order_stats; /* --order-stats: how random each order is, no reading */
+    uint64_t hugepages; /* --hugepages: cxs_open_opts.hugepage_budget (0: none) */
 } bench_read_opts;
 int bench_read_run(const char *dir, const bench_read_opts *o);
 #endif

@@ -82,6 +82,36 @@ typedef struct cxs_open_opts {
      * decodes the chunks it touches.  Uncompressed datasets ignore it.
      */
     uint64_t cache_bytes;
+    /**
+     * Uncompressed datasets: at most this many bytes of anonymous memory
+     * for a copy of every shard's FEATURES and LABELS in transparent huge
+     * pages (2 MiB), from which windows, gathers and loaders then serve;
+     * 0 (the default): none, everything is read from the mapping.  A
+     * random window from the page cache costs a TLB miss for each 4 KiB
+     * page it spans; from the copy, rarely one (docs/benchmarks.md).
+     *
+     * Cost: open reads and hashes every feature and label byte, into
+     * huge pages the kernel zeroes first (0.4 to 3 s for 234 MiB on the
+     * shared benchmark machine of docs/benchmarks.md; more when the files
+     * are not cached), and the process holds the sections' size, each
+     * rounded up to 2 MiB, in anonymous memory besides the page cache
+     * (which the kernel may then drop).  A forked child shares the copy's
+     * pages (copy-on-write, never written).  Validity: each section is hashed as it is copied, the
+     * copy's bytes, and compared with its checksum in the section table;
+     * a mismatch fails the open with CXS_E_CHECKSUM.  From then on the
+     * features and labels served are the copy's: a shard changed or
+     * truncated since open no longer affects them.  Served from the copy:
+     * cxs_dataset_window, cxs_utterance views, gathers and cxs_loader;
+     * cxs_dataset_read_features, the utterance and GPU loaders and verify
+     * read the mapping as without it.
+     *
+     * Fallback: when the sections do not fit in the budget, the data is
+     * compressed, transparent huge pages are off
+     * (/sys/kernel/mm/transparent_hugepage/enabled "never") or the memory
+     * cannot be had, open succeeds and serves from the mapping as
+     * without the option; cxs_dataset_hugepages() says why.
+     */
+    uint64_t hugepage_budget;
 } cxs_open_opts;
 
 /**
@@ -98,6 +128,23 @@ typedef struct cxs_open_opts {
  */
 CXS_API int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts,
                                 cxs_dataset **out, cxs_diag *diag);
+
+/** What cxs_open_opts.hugepage_budget did (cxs_dataset_hugepages()). */
+typedef struct cxs_hugepage_info {
+    uint64_t bytes;      /**< anonymous memory holding the copy; 0: no copy,
+                              everything is served from the mapping */
+    uint64_t huge_bytes; /**< of it, backed by huge pages when open returned
+                              (AnonHugePages of /proc/self/smaps; 0 when
+                              unknown) */
+    char reason[200];    /**< with a budget and no copy: why not ("" else) */
+} cxs_hugepage_info;
+
+/**
+ * Whether ds serves its features and labels from a copy in huge pages
+ * (cxs_open_opts.hugepage_budget), its size, and why not when it was asked
+ * for and is not made.  out is always written; ds NULL gives zeros.
+ */
+CXS_API void cxs_dataset_hugepages(const cxs_dataset *ds, cxs_hugepage_info *out);
 
 /** Unmap and free.  NULL is a no-op.  Every pointer handed out dies here. */
 CXS_API void cxs_dataset_close(cxs_dataset *ds);

@@ -137,15 +137,26 @@ class Dataset:
     memory kept for decoded chunks, shared by every thread (default 256 MiB;
     0 decodes on every read).  Compressed datasets serve gather(), the
     loaders and utterance() (a copy) as usual, but no zero-copy views:
-    window() raises there."""
+    window() raises there.
 
-    def __init__(self, path, cache_bytes=None):
+    hugepage_budget: bytes (or a string like "4G") of anonymous memory open
+    may use to copy the features and labels into transparent huge pages and
+    serve them from there (faster random windows: fewer TLB misses); 0 (the
+    default): none.  Open then reads and checks every byte against its
+    section checksum; when the data does not fit, is compressed, or huge
+    pages are off, the dataset serves from the mapping as usual and
+    ``hugepages["reason"]`` says why (docs/python.md)."""
+
+    def __init__(self, path, cache_bytes=None, hugepage_budget=0):
         path = _a.path("open", "path", path)
         cache_bytes = _a.optional_integer("open", "cache_bytes", cache_bytes, 0)
+        hugepage_budget = _a.size("open", "hugepage_budget", hugepage_budget, 0)
         ptr = c_void_p()
         diag = _n.Diag()
         self._cache_bytes = cache_bytes
-        opts = _n.OpenOpts(_n.DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes)
+        self._hugepage_budget = hugepage_budget
+        opts = _n.OpenOpts(_n.DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes,
+                           hugepage_budget)
         rc = _lib.cxs_dataset_open_ex(os.fsencode(path), byref(opts), byref(ptr), byref(diag))
         if rc:
             _raise(rc, diag)
@@ -180,11 +191,22 @@ class Dataset:
     def __exit__(self, *exc):
         self.close()
 
+    @property
+    def hugepages(self):
+        """What hugepage_budget did: {"bytes": the copy's size (0: served
+        from the mapping), "huge_bytes": of it in huge pages, "reason": why
+        there is no copy ("" when there is, or none was asked for)}."""
+        hi = _n.HugepageInfo()
+        _lib.cxs_dataset_hugepages(self._ptr, byref(hi))
+        return {"bytes": hi.bytes, "huge_bytes": hi.huge_bytes,
+                "reason": hi.reason.decode("utf-8", "replace")}
+
     def __getstate__(self):  # reopened by path in another process
-        return {"path": self.path, "cache_bytes": self._cache_bytes}
+        return {"path": self.path, "cache_bytes": self._cache_bytes,
+                "hugepage_budget": self._hugepage_budget}
 
     def __setstate__(self, state):
-        self.__init__(state["path"], state.get("cache_bytes"))
+        self.__init__(state["path"], state.get("cache_bytes"), state.get("hugepage_budget", 0))
 
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} frames"
@@ -771,10 +793,10 @@ def normalization(func, ds, normalize, stacklevel=3):
     return "given", (mean, var)
 
 
-def open(path, cache_bytes=None):  # noqa: A001 - the package's entry point, like io.open
+def open(path, cache_bytes=None, hugepage_budget=0):  # noqa: A001 - the package's entry point
     """Open a packed dataset (directory, manifest or one shard file);
-    cache_bytes: see Dataset."""
-    return Dataset(path, cache_bytes)
+    cache_bytes, hugepage_budget: see Dataset."""
+    return Dataset(path, cache_bytes, hugepage_budget)
 
 
 class Sampler:

@@ -54,7 +54,11 @@ class Info(Structure):
 
 
 class OpenOpts(Structure):
-    _fields_ = [("cache_bytes", c_uint64)]
+    _fields_ = [("cache_bytes", c_uint64), ("hugepage_budget", c_uint64)]
+
+
+class HugepageInfo(Structure):
+    _fields_ = [("bytes", c_uint64), ("huge_bytes", c_uint64), ("reason", c_char * 200)]
 
 
 class Stats(Structure):
@@ -304,6 +308,7 @@ def _load():
         "cxs_dataset_close": (None, [ds]),
         "cxs_dataset_verify": (c_int, [ds, c_void_p, c_void_p, POINTER(Diag)]),
         "cxs_dataset_info": (None, [ds, POINTER(Info)]),
+        "cxs_dataset_hugepages": (None, [ds, POINTER(HugepageInfo)]),
         "cxs_memory_probe": (c_int, [POINTER(Memory), POINTER(Diag)]),
         "cxs_dataset_warm": (c_int, [ds, c_uint32, PROGRESS_FN, c_void_p, POINTER(WarmResult),
                                      POINTER(Diag)]),

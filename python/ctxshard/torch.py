@@ -90,7 +90,7 @@ class _ByPath(_TorchDataset):
     @property
     def dataset(self):
         if self._ds is None:
-            ds = Dataset(self.path)
+            ds = Dataset(self.path, hugepage_budget=self.__dict__.get("_hugepage_budget", 0))
             want = self.__dict__.get("_identity")
             if want is not None and ds.identity != want:
                 got = ds.identity
@@ -108,6 +108,8 @@ class _ByPath(_TorchDataset):
     def _remember(self, ds):
         self._ds = ds
         self._identity = ds.identity
+        # a spawned worker reopens with the same copy into huge pages (its own)
+        self._hugepage_budget = ds._hugepage_budget
 
     def __getstate__(self):
         st = dict(self.__dict__)
@@ -326,7 +328,12 @@ class Loader:
     has no usable GPU path (built without CUDA, no driver), the loader falls
     back to pinned host batches copied with non_blocking=True; gpu_mode then
     reads 'host' and gpu_reason says why.  gpu_emulate=True runs the GPU
-    path on the host (CPU tensors), for tests."""
+    path on the host (CPU tensors), for tests.
+
+    hugepage_budget (bytes or a string like "4G"; given a path): the
+    dataset is opened with its features and labels copied into huge pages
+    when they fit (ctxshard.Dataset, hugepage_budget): faster random
+    windows for that much memory; self.dataset.hugepages says whether."""
 
     # The block schedule's version (lib/blocks.c): 2 since the last blocks of
     # an epoch are drawn on together.  A state saved mid-epoch under another
@@ -337,7 +344,7 @@ class Loader:
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
                  pin_memory=False, device=None, normalize=False, labels=None, num_samples=0,
                  gpu_mode="auto", gpu_budget=None, gpu_dtype=None, gpu_emulate=False,
-                 prefetch=True, memory=None, blocks=None):
+                 prefetch=True, memory=None, blocks=None, hugepage_budget=None):
         f = "Loader"
         # Every argument checked here, where it is given (ctxshard._args):
         # nothing truncated, nothing left to fail at the first batch.
@@ -399,7 +406,11 @@ class Loader:
             raise ValueError(f"{f}: memory= and blocks= apply to shuffle=\"block\" only")
         kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
                                           SHUFFLE if shuffle else SEQUENTIAL)
-        self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        if hugepage_budget is not None and isinstance(path, Dataset):
+            raise ValueError(f"{f}: hugepage_budget= applies when the loader opens the dataset "
+                             "(a path); open it with ctxshard.open(path, hugepage_budget=...)")
+        self.dataset = path if isinstance(path, Dataset) else Dataset(
+            path, hugepage_budget=hugepage_budget or 0)
         warn_if_incomplete(f, self.dataset)
         if weighted and not self.dataset.has_frame_labels:
             raise ValueError(f"{f}: weighted sampling needs per-frame labels (it balances the "

@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cxs_dataset *ds;
     cxs_diag d;
     /* A small chunk cache, so that eviction and private decodes are reached. */
-    cxs_open_opts o = {1u << 12};
+    cxs_open_opts o = {.cache_bytes = 1u << 12};
     int rc = cxs_dataset_open_ex(path, &o, &ds, &d);
     /* CXS_FUZZ_VERBOSE=1: say what open and verify made of each input (to
      * check that a seed reaches what it was written for). */

@@ -24,6 +24,7 @@ from ctxshard import _native as n  # noqa: E402
 # here (test_every_structure_listed).
 C_TYPES = {
     "Diag": "cxs_diag", "Info": "cxs_info", "OpenOpts": "cxs_open_opts",
+    "HugepageInfo": "cxs_hugepage_info",
     "Stats": "cxs_stats", "Utterance": "cxs_utterance", "SamplerOpts": "cxs_sampler_opts",
     "Norm": "cxs_norm", "LoaderOpts": "cxs_loader_opts", "Memory": "cxs_memory",
     "WarmResult": "cxs_warm_result", "Batch": "cxs_batch",

@@ -9,6 +9,7 @@ The second form tests the package pip installed into PYTHON's environment
 (scripts/test-installed.sh): imported from there, the command from its bin."""
 import gc
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -115,6 +116,35 @@ class Binding(unittest.TestCase):
                     out = np.empty_like(x)
                     self.assertIs(ds.gather(idx, k, out=out, threads=3), out)
                     self.assertTrue(np.array_equal(out, x))
+
+    def test_hugepage_budget(self):
+        """Served from the copy in huge pages: the same windows and gathers
+        (k <= guard and k > guard) as from the mapping, for every dtype; a
+        pickled dataset reopens with its copy; a budget too small says
+        why.  (The loader: Torch.test_loader_hugepage_budget.)"""
+        for dt in ("f32", "f16", "bf16"):
+            p = os.path.join(TMP, dt)
+            with ctxshard.open(p) as plain, ctxshard.open(p, hugepage_budget="1G") as ds:
+                hp = ds.hugepages
+                self.assertEqual(plain.hugepages, {"bytes": 0, "huge_bytes": 0, "reason": ""})
+                if hp["bytes"]:
+                    self.assertEqual(hp["reason"], "")
+                else:  # no transparent huge pages here: the fallback, said
+                    self.assertIn("huge pages", hp["reason"])
+                for i in (0, 1, 500, len(ds) - 1):
+                    self.assertTrue(np.array_equal(ds.window(i, 16), plain.window(i, 16)))
+                idx = np.random.default_rng(5).integers(0, len(ds), 900)
+                for k in (3, 16, 40):
+                    x, y = ds.gather(idx, k, labels=True)
+                    x0, y0 = plain.gather(idx, k, labels=True)
+                    self.assertTrue(np.array_equal(x.view(np.uint32), x0.view(np.uint32)), (dt, k))
+                    self.assertTrue(np.array_equal(y, y0))
+                self.assertEqual(pickle.loads(pickle.dumps(ds)).hugepages["bytes"], hp["bytes"])
+        with ctxshard.open(os.path.join(TMP, "f32"), hugepage_budget=4096) as ds:
+            self.assertEqual(ds.hugepages["bytes"], 0)
+            self.assertIn("the budget is 4096", ds.hugepages["reason"])
+        with self.assertRaises(ValueError):
+            ctxshard.open(os.path.join(TMP, "f32"), hugepage_budget=-1)
 
     def test_gather_matches_cli(self):
         xpath = os.path.join(TMP, "cli-x.npy")
@@ -647,6 +677,21 @@ class Torch(unittest.TestCase):
         wx, wy = self.ds.gather(frames, 2, labels=True)
         self.assertTrue(torch.equal(x0, torch.from_numpy(wx)))
         self.assertTrue(torch.equal(y0, torch.from_numpy(wy)))
+
+    def test_loader_hugepage_budget(self):
+        """Loader(path, hugepage_budget=...): an epoch served from the copy
+        in huge pages equals the gather of its frames from the mapping."""
+        L = cxt.Loader(self.path, 20, 500, shuffle=True, seed=5, threads=2,
+                       hugepage_budget="1G")
+        hp = L.dataset.hugepages
+        self.assertTrue(hp["bytes"] > 0 or "huge pages" in hp["reason"], hp)
+        x0, y0 = self.epoch(L)
+        frames = ctxshard.Sampler(self.ds, ctxshard.SHUFFLE, seed=5).get(0)
+        wx, wy = self.ds.gather(frames, 20, labels=True)
+        self.assertTrue(torch.equal(x0, torch.from_numpy(wx)))
+        self.assertTrue(torch.equal(y0, torch.from_numpy(wy)))
+        with self.assertRaises(ValueError):
+            cxt.Loader(self.ds, 2, 500, hugepage_budget="1G")
 
     def test_loader_resume_exactly(self):
         L = cxt.Loader(self.path, 2, 300, seed=9, threads=2)
