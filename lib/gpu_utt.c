@@ -41,6 +41,30 @@ static uint64_t data_bytes(const cxs_gpu_loader *l) {
     return rows * ds->row_bytes + (2 * U + 1) * 8 + (l->o.labels ? ds->meta.num_frames * 2 : 0);
 }
 
+typedef struct describe_arg {
+    const cxs_dataset *ds;
+    const gpu_utt *u;
+    utt_meta *m;
+    uint32_t n;
+    cxs_x_utt *desc;
+    int64_t *len;
+} describe_arg;
+
+/* A batch's descriptors and lengths, from INDEX (through gpu_mapped). */
+static int describe(void *arg) {
+    describe_arg *a = arg;
+    utt_meta *m = a->m;
+    for (uint32_t i = 0; i < a->n; i++) {
+        const cxs_uloc ul = cxs_utt_at(a->ds, m->utts[i]);
+        uint64_t v = m->utts[i], T = ul.T;
+        a->desc[i] = (cxs_x_utt){a->u->urow[v], ul.f0, (uint32_t)T, 0};
+        a->len[i] = (int64_t)T;
+        m->frames += T;
+        if (T > m->tmax) m->tmax = T;
+    }
+    return 0;
+}
+
 static int utt_launch(cxs_gpu_loader *l, gslot *s) {
     gpu_utt *u = &l->ut;
     const cxs_dataset *ds = l->ds;
@@ -58,14 +82,10 @@ static int utt_launch(cxs_gpu_loader *l, gslot *s) {
     cxs_x_utt *desc = (cxs_x_utt *)(void *)h;
     int64_t *len = (int64_t *)(void *)(h + off_len(u)), *tlen = (int64_t *)(void *)(h + off_tlen(u));
     m->tmax = m->frames = m->lmax = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const cxs_uloc ul = cxs_utt_at(ds, m->utts[i]); /* INDEX checked by the upload */
-        uint64_t v = m->utts[i], T = ul.T;
-        desc[i] = (cxs_x_utt){u->urow[v], ul.f0, (uint32_t)T, 0};
-        len[i] = (int64_t)T;
-        m->frames += T;
-        if (T > m->tmax) m->tmax = T;
-    }
+    /* INDEX (checked by the upload) in place, in a recovery region: a
+     * shard truncated since then ends the epoch in an error, not SIGBUS */
+    describe_arg da = {ds, u, m, n, desc, len};
+    if ((rc = gpu_mapped(l, "utterance loader", describe, &da))) return rc;
     if (n * m->tmax > u->max_frames || n > u->cap)
         return gpu_fail(l, CXS_E_CORRUPT, "a batch larger than the sampler's bound");
     if (u->targets) {

@@ -786,6 +786,49 @@ TEST(pool_meets_a_truncated_shard) {
 }
 END_TEST_
 
+/* A shard truncated under a running whole-utterance loader: each batch
+ * reads its utterances' INDEX entries from the mapping; the epoch must end
+ * in CXS_E_TRUNCATED with the shard named, not in SIGBUS. */
+TEST(utterance_loader_meets_a_truncated_shard) {
+    char copy[400], shard[500], cmd[1400];
+    snprintf(copy, sizeof copy, "%s/truncated-utt", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", copy, path_f32, copy);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", copy);
+    cxs_dataset *ds = open_ds(copy);
+    cxs_utt_sampler_opts so;
+    memset(&so, 0, sizeof so);
+    so.kind = CXS_UTT_SHUFFLE, so.seed = 3, so.frame_budget = 6000;
+    cxs_utt_sampler *us;
+    cxs_diag d;
+    ck_assert_msg(cxs_utt_sampler_create(ds, &so, &us, &d) == 0, "%s", d.message);
+    uint64_t batches;
+    ck_assert_int_eq(cxs_utt_sampler_length(us, 0, NULL, &batches), 0);
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = device, go.labels = 1;
+    cxs_gpu_utt_loader *gl;
+    ck_assert_msg(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &gl, &d) == 0, "%s", d.message);
+    const cxs_gpu_utt_batch *b;
+    ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &b), 0);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(truncate(shard, 8192), 0); /* header and section table only */
+    int rc = 0;
+    for (uint64_t i = 0; i <= batches && !rc; i++) {
+        rc = cxs_gpu_utt_loader_next(gl, stream, &b);
+        if (!rc && !b) break;
+    }
+    ck_assert_int_eq(rc, CXS_E_TRUNCATED);
+    EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl), "shard-000000.cxs");
+    EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl), "truncated");
+    cxs_gpu_utt_loader_free(gl);
+    cxs_utt_sampler_free(us);
+    cxs_dataset_close(ds);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST_
+
 TEST(device_probe) {
     /* Without a usable device a real-device loader is refused with the
      * probe's reason; with one, the probe describes it. */
@@ -1079,7 +1122,7 @@ int main(int argc, char **argv) {
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
         mode_selection, device_probe, resident_upload_of_a_truncated_shard,
-        pool_meets_a_truncated_shard,
+        pool_meets_a_truncated_shard, utterance_loader_meets_a_truncated_shard,
 #ifdef CXS_HAVE_CUDA
         no_leaked_device_memory,
 #endif
