@@ -1053,7 +1053,7 @@ int cxs_dataset_labels_of(const cxs_dataset *ds, const uint64_t *frames, size_t 
     const uint32_t V = ds->meta.vocab_size;
     for (size_t i = 0; i < n; i++) {
         const shard *sh = &ds->shards[cxs_frame_shard(ds, frames[i])];
-        uint32_t l = cxs_shard_label(sh, frames[i] - sh->f_start);
+        uint32_t l = cxs_served_label(sh, frames[i] - sh->f_start);
         if (V && l >= V) return CXS_E_CORRUPT; /* damaged: never served */
         out[i] = l;
     }
@@ -1066,7 +1066,7 @@ int cxs_dataset_shard_labels(const cxs_dataset *ds, uint32_t s, const void **lab
     if (s >= ds->meta.num_shards) return CXS_E_RANGE;
     if (!ds->meta.label_width) return CXS_E_NO_LABELS;
     const shard *sh = &ds->shards[s];
-    if (labels) *labels = sh->labels;
+    if (labels) *labels = sh->serve_labels;
     if (first_frame) *first_frame = sh->f_start;
     if (num_frames) *num_frames = sh->meta.num_frames;
     return 0;
@@ -1082,7 +1082,7 @@ int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, in
         const shard *sh = &ds->shards[si++];
         uint64_t stop = sh->f_start + sh->meta.num_frames < end ? sh->f_start + sh->meta.num_frames : end;
         for (uint64_t i = 0; i < stop - f; i++) {
-            uint32_t l = cxs_shard_label(sh, f - sh->f_start + i);
+            uint32_t l = cxs_served_label(sh, f - sh->f_start + i);
             if (ds->meta.vocab_size && l >= ds->meta.vocab_size) return CXS_E_CORRUPT;
             out[i] = l;
         }

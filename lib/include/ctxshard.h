@@ -101,7 +101,9 @@ typedef struct cxs_open_opts {
      * a mismatch fails the open with CXS_E_CHECKSUM.  From then on the
      * features and labels served are the copy's: a shard changed or
      * truncated since open no longer affects them.  Served from the copy:
-     * cxs_dataset_window, cxs_utterance views, gathers and cxs_loader;
+     * cxs_dataset_window, cxs_utterance views, the label calls
+     * (cxs_dataset_label, _labels, _labels_of, _shard_labels), gathers and
+     * cxs_loader;
      * cxs_dataset_read_features, the utterance and GPU loaders and verify
      * read the mapping as without it.
      *

@@ -336,6 +336,66 @@ TEST(damaged_feature_refused_by_the_copy) {
 }
 END_TEST_
 
+/* Labels from a dataset served from its copy are the copy's through every
+ * call, not only through gathers: a LABELS byte changed in the file after
+ * the open is seen by a new plain open, by none of the copy's readers. */
+TEST(labels_served_from_the_copy_by_every_call) {
+    char mod[400], cmd[1000], shard[500];
+    snprintf(mod, sizeof mod, "%s/relabelled", dir);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", path[0], mod);
+    EXPECT_INT(system(cmd), 0);
+    cxs_hugepage_info hi;
+    cxs_dataset *ds = open_with(mod, BUDGET, &hi);
+    if (!hi.bytes) {
+        printf("NOTE: no copy in huge pages here (%s)\n", hi.reason);
+        cxs_dataset_close(ds);
+        return;
+    }
+    /* LABELS: the labels of the first utterances, in order */
+    uint8_t want[64];
+    uint64_t n = 0;
+    for (uint64_t u = 0; n < sizeof want; u++)
+        for (uint64_t t = 0; t < frames_of(u) && n < sizeof want; t++) want[n++] = label(u, t);
+    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", mod);
+    FILE *f = fopen(shard, "r+b");
+    EXPECT(f != NULL);
+    struct stat st;
+    EXPECT_INT(fstat(fileno(f), &st), 0);
+    uint8_t *buf = malloc((size_t)st.st_size);
+    EXPECT(fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size);
+    uint8_t *at = memmem(buf, (size_t)st.st_size, want, sizeof want);
+    EXPECT(at != NULL);
+    const uint8_t other = (uint8_t)((want[0] + 5) % V);
+    EXPECT_INT(fseek(f, (long)(at - buf), SEEK_SET), 0);
+    EXPECT(fwrite(&other, 1, 1, f) == 1);
+    EXPECT_INT(fclose(f), 0);
+    free(buf);
+    cxs_hugepage_info h0;
+    cxs_dataset *plain = open_with(mod, 0, &h0);
+    uint32_t l;
+    EXPECT_INT(cxs_dataset_label(plain, 0, &l), 0);
+    EXPECT_UINT(l, other); /* the file changed */
+    cxs_dataset_close(plain);
+    int64_t a = -1, b = -1;
+    const uint64_t zero = 0;
+    EXPECT_INT(cxs_dataset_label(ds, 0, &l), 0);
+    EXPECT_UINT(l, want[0]);
+    EXPECT_INT(cxs_dataset_labels(ds, 0, 1, &a), 0);
+    EXPECT_INT(cxs_dataset_labels_of(ds, &zero, 1, &b), 0);
+    EXPECT_INT(a, want[0]);
+    EXPECT_INT(b, want[0]);
+    const void *lab;
+    uint64_t first, count;
+    EXPECT_INT(cxs_dataset_shard_labels(ds, 0, &lab, &first, &count), 0);
+    EXPECT_UINT(*(const uint8_t *)lab, want[0]);
+    cxs_utterance ut;
+    EXPECT_INT(cxs_dataset_utterance(ds, 0, &ut), 0);
+    EXPECT_UINT(*(const uint8_t *)ut.labels, want[0]);
+    gather_all(ds, 2, 1);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-hugecopy-XXXXXX");
     if (!mkdtemp(dir)) return 3;
@@ -356,6 +416,7 @@ int main(void) {
     cxs_add_test(tc, small_budget_or_compressed_falls_back, CXS_FORK_NONE);
     cxs_add_test(tc, huge_pages_off_falls_back, CXS_FORK_NONE);
     cxs_add_test(tc, damaged_feature_refused_by_the_copy, CXS_FORK_NONE);
+    cxs_add_test(tc, labels_served_from_the_copy_by_every_call, CXS_FORK_NONE);
     suite_add_tcase(su, tc);
     SRunner *r = srunner_create(su);
     srunner_run_all(r, CK_NORMAL);
