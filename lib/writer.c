@@ -117,9 +117,10 @@ static int shard_begin(cxs_writer *k) {
     w->bh = k->block_sums ? XXH3_createState() : NULL;
     if (!w->path || !w->fh || (k->block_sums && !w->bh)) return -ENOMEM;
     if (w->bh) XXH3_64bits_reset(w->bh);
+    /* (the buffer before the file: abort closes a file only once open) */
+    if (!(w->buf = malloc(CXS_WBUF_SIZE))) return -ENOMEM;
     w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) return -errno;
-    if (!(w->buf = malloc(CXS_WBUF_SIZE))) return -ENOMEM;
     k->open = 1;
     cxs_wfault_point(&k->fault, "shard-begin");
     XXH3_64bits_reset(w->fh);
