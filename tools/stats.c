@@ -32,7 +32,7 @@ typedef struct rep {
     double *share, *weight, *mean, *sd;
     int *flag;
     double imbalance;
-    uint64_t *lengths;
+    double median; /* of the utterance lengths */
     double bin0, binw;
     double hist[MAX_BINS];
     size_t nbins;
@@ -41,9 +41,48 @@ typedef struct rep {
     double *dmin, *dmax;
 } rep;
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+/* Utterance u's length, from INDEX in place (every utterance was read
+ * once before this is used: a damaged block has failed already). */
+static uint64_t len_of(const rep *r, uint64_t u) {
+    cxs_utterance ut;
+    return cxs_dataset_utterance(r->ds, u, &ut) ? 0 : ut.num_frames;
+}
+
+/* The k-th smallest utterance length (from 0), exactly, by passes over
+ * INDEX that each count the lengths in 2^20 equal ranges of the values
+ * still possible: one pass while the lengths span at most 2^20 values,
+ * two up to 2^40; 8 MiB whatever the utterance count. */
+#define SELECT_BINS (1u << 20)
+static int kth_length(const rep *r, uint64_t k, uint64_t *out) {
+    uint64_t lo = r->in.min_length, hi = r->in.max_length; /* inclusive */
+    uint64_t *cnt = malloc(SELECT_BINS * sizeof *cnt);
+    if (!cnt) return -ENOMEM;
+    while (lo < hi) {
+        const uint64_t span = hi - lo; /* + 1 values */
+        const uint64_t w = span / SELECT_BINS + 1;
+        memset(cnt, 0, SELECT_BINS * sizeof *cnt);
+        for (uint64_t u = 0; u < r->in.num_utterances; u++) {
+            uint64_t L = len_of(r, u);
+            if (L >= lo && L <= hi) cnt[(L - lo) / w]++;
+        }
+        uint64_t b = 0;
+        while (b < SELECT_BINS - 1 && k >= cnt[b]) k -= cnt[b++];
+        lo += b * w;
+        if (w - 1 < hi - lo) hi = lo + w - 1;
+    }
+    free(cnt);
+    *out = lo;
+    return 0;
+}
+
+static int median_of_lengths(const rep *r, double *out) {
+    const uint64_t n = r->in.num_utterances;
+    uint64_t a = 0, b = 0;
+    int rc = 0;
+    if (n && (rc = kth_length(r, n / 2, &b))) return rc;
+    if (n && n % 2 == 0 && (rc = kth_length(r, n / 2 - 1, &a))) return rc;
+    *out = n % 2 ? (double)b : ((double)a + (double)b) / 2;
+    return 0;
 }
 
 static const rep *g_sort_rep;
@@ -63,7 +102,6 @@ static void rep_free(rep *r) {
     free(r->mean);
     free(r->sd);
     free(r->flag);
-    free(r->lengths);
     free(r->dmin);
     free(r->dmax);
     cxs_dataset_close(r->ds);
@@ -141,9 +179,7 @@ static int rep_load(rep *r, const char *path, int do_scan) {
     r->mean = malloc(D * sizeof *r->mean);
     r->sd = malloc(D * sizeof *r->sd);
     r->flag = calloc(D, sizeof *r->flag);
-    r->lengths = malloc(r->in.num_utterances * sizeof *r->lengths);
-    if (!r->vocab || !r->order || !r->share || !r->weight || !r->mean || !r->sd || !r->flag ||
-        !r->lengths)
+    if (!r->vocab || !r->order || !r->share || !r->weight || !r->mean || !r->sd || !r->flag)
         return EXIT_SYSTEM;
     uint64_t minc = UINT64_MAX, maxc = 0, present = 0;
     for (uint32_t i = 0; i < V; i++) {
@@ -174,10 +210,20 @@ static int rep_load(rep *r, const char *path, int do_scan) {
         r->sd[j] = sqrt(r->st.var[j]);
         r->flag[j] = looks_unnormalised(r->mean[j], r->sd[j]);
     }
+    /* The lengths are read from INDEX in place, pass by pass, never
+     * copied: the memory of stats does not grow with the utterance count.
+     * This first pass also meets a damaged INDEX block (format 1.3 checks
+     * them at first use) before anything is printed. */
     for (uint64_t u = 0; u < r->in.num_utterances; u++) {
         cxs_utterance ut;
-        cxs_dataset_utterance(r->ds, u, &ut);
-        r->lengths[u] = ut.num_frames;
+        if ((rc = cxs_dataset_utterance(r->ds, u, &ut))) {
+            warnx_("%s: utterance %llu: %s", path, (unsigned long long)u, cxs_strerror(rc));
+            return exit_code_for(rc);
+        }
+    }
+    if ((rc = median_of_lengths(r, &r->median))) {
+        warnx_("%s: %s", path, cxs_strerror(rc));
+        return exit_code_for(rc);
     }
     if (do_scan && (rc = scan(r))) {
         warnx_("%s: %s", path, cxs_strerror(rc));
@@ -195,7 +241,7 @@ static void histogram(rep *r, uint64_t maxlen, double binw) {
     if (r->nbins == 0) r->nbins = 1;
     memset(r->hist, 0, sizeof r->hist);
     for (uint64_t u = 0; u < r->in.num_utterances; u++) {
-        size_t b = (size_t)((double)r->lengths[u] / binw);
+        size_t b = (size_t)((double)len_of(r, u) / binw);
         if (b >= r->nbins) b = r->nbins - 1;
         r->hist[b]++;
     }
@@ -206,16 +252,7 @@ static double nice_width(double span, int bins) {
     return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
 }
 
-static double median_len(const rep *r) {
-    uint64_t n = r->in.num_utterances;
-    uint64_t *c = malloc(n * sizeof *c);
-    if (!c) return 0;
-    memcpy(c, r->lengths, n * sizeof *c);
-    qsort(c, n, sizeof *c, cmp_u64);
-    double m = n % 2 ? (double)c[n / 2] : ((double)c[n / 2 - 1] + (double)c[n / 2]) / 2;
-    free(c);
-    return m;
-}
+static double median_len(const rep *r) { return r->median; }
 
 /* ---- warnings --------------------------------------------------------- */
 

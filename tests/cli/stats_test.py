@@ -74,6 +74,27 @@ class Stats(unittest.TestCase):
         self.assertTrue(any("class imbalance" in s for s in j["warnings"]))
         self.assertTrue(any("look unnormalised" in s for s in j["warnings"]))
 
+    def test_median_of_lengths_spanning_millions(self):
+        # stats finds the median by counting lengths in ranges, pass after
+        # pass over INDEX (no copy of the lengths): lengths spanning more
+        # than 2^20 values take a second pass; odd and even counts
+        for lens in ([1, 2, 1_048_579, 1_048_581, 2_500_000],
+                     [1, 2, 7, 1_048_579, 1_048_581, 2_500_000],
+                     [5, 5, 5, 5], [3]):
+            raw = os.path.join(self.tmp, f"long{len(lens)}")
+            os.makedirs(os.path.join(raw, "mfcc"))
+            for i, n in enumerate(lens):
+                np.save(os.path.join(raw, "mfcc", f"u{i}.npy"),
+                        np.full((n, 1), i + 1, dtype=np.float32))
+            rc, _, err = run("pack", raw, raw + "-out", "--guard", 1, "--quiet")
+            self.assertEqual(rc, 0, err)
+            rc, out, err = run("stats", raw + "-out", "--json", "--no-scan")
+            self.assertEqual(rc, 0, err)
+            j = json.loads(out)["lengths"]
+            self.assertEqual(j["median"], float(np.median(lens)), lens)
+            self.assertEqual((j["min"], j["max"]), (min(lens), max(lens)))
+            self.assertEqual(sum(j["histogram"]), len(lens))
+
     def test_scan_counts_zero_frames_and_no_scan(self):
         rc, out, _ = run("stats", f"{self.tmp}/ztrain", "--json")
         self.assertEqual(json.loads(out)["scan"]["zero_frames"], 1)
