@@ -7,6 +7,7 @@ usage: /usr/bin/python3 tests/cli/stats_test.py BUILD/tools/ctxshard"""
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -94,6 +95,32 @@ class Stats(unittest.TestCase):
             self.assertEqual(j["median"], float(np.median(lens)), lens)
             self.assertEqual((j["min"], j["max"]), (min(lens), max(lens)))
             self.assertEqual(sum(j["histogram"]), len(lens))
+
+    def test_damaged_index_refused(self):
+        # a flipped INDEX bit (format 1.3 checks INDEX blocks at first use):
+        # stats fails and names the dataset, instead of reporting lengths
+        # read from the damaged bytes (it once printed median 0)
+        out = os.path.join(self.tmp, "dmg")
+        shutil.copytree(f"{self.tmp}/train", out)
+        shard = os.path.join(out, "shard-000000.cxs")
+        with open(shard, "r+b") as f:
+            head = f.read(4096)
+            for i in range(16):  # the section table: type, flags, offset, length, checksum
+                t, _, off, length, _ = struct.unpack_from("<IIQQQ", head, 64 + 32 * i)
+                if t == 2:  # INDEX
+                    break
+            else:
+                self.fail("no INDEX section")
+            pos = off + 8 * (length // 16) + 1
+            f.seek(pos)
+            x = f.read(1)
+            f.seek(pos)
+            f.write(bytes([x[0] ^ 0x10]))
+        rc, out_, err = run("stats", out, "--json", "--no-scan")
+        self.assertNotEqual(rc, 0, out_)
+        self.assertIn(out, err)
+        self.assertIn("checksum mismatch", err)
+        self.assertEqual(out_, "")
 
     def test_scan_counts_zero_frames_and_no_scan(self):
         rc, out, _ = run("stats", f"{self.tmp}/ztrain", "--json")
