@@ -702,12 +702,25 @@ END_TEST_
  * shard named, not raise SIGBUS.  A first loader checks INDEX whole (1.3's
  * deferred checks), so the second upload's check reads nothing and the
  * upload's own pass is the first to meet the lost pages. */
-TEST(resident_upload_of_a_truncated_shard) {
-    char copy[400], shard[500], cmd[1400];
-    snprintf(copy, sizeof copy, "%s/truncated", dir);
+/* A copy of the float32 dataset under dir/name, to be truncated by a
+ * test: its path in copy, its first shard's in shard; drop_copy removes it. */
+static void make_copy(const char *name, char *copy, size_t cn, char *shard, size_t sn) {
+    char cmd[1400];
+    snprintf(copy, cn, "%s/%s", dir, name);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", copy, path_f32, copy);
     ck_assert_int_eq(system(cmd), 0);
-    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", copy);
+    snprintf(shard, sn, "%s/shard-000000.cxs", copy);
+}
+
+static void drop_copy(const char *copy) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+TEST(resident_upload_of_a_truncated_shard) {
+    char copy[400], shard[500];
+    make_copy("truncated", copy, sizeof copy, shard, sizeof shard);
     cxs_dataset *ds = open_ds(copy);
     cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
     cxs_utt_sampler_opts so;
@@ -742,8 +755,7 @@ TEST(resident_upload_of_a_truncated_shard) {
     cxs_utt_sampler_free(us);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
-    ck_assert_int_eq(system(cmd), 0);
+    drop_copy(copy);
 }
 END_TEST_
 
@@ -752,11 +764,8 @@ END_TEST_
  * labels, all from the mapping; the epoch must end in CXS_E_TRUNCATED with
  * the shard named, not in SIGBUS (of the refresher or of the consumer). */
 TEST(pool_meets_a_truncated_shard) {
-    char copy[400], shard[500], cmd[1400];
-    snprintf(copy, sizeof copy, "%s/truncated-pool", dir);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", copy, path_f32, copy);
-    ck_assert_int_eq(system(cmd), 0);
-    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", copy);
+    char copy[400], shard[500];
+    make_copy("truncated-pool", copy, sizeof copy, shard, sizeof shard);
     cxs_dataset *ds = open_ds(copy);
     cxs_info info;
     cxs_dataset_info(ds, &info);
@@ -781,8 +790,7 @@ TEST(pool_meets_a_truncated_shard) {
     cxs_gpu_loader_free(l);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
-    ck_assert_int_eq(system(cmd), 0);
+    drop_copy(copy);
 }
 END_TEST_
 
@@ -790,11 +798,8 @@ END_TEST_
  * reads its utterances' INDEX entries from the mapping; the epoch must end
  * in CXS_E_TRUNCATED with the shard named, not in SIGBUS. */
 TEST(utterance_loader_meets_a_truncated_shard) {
-    char copy[400], shard[500], cmd[1400];
-    snprintf(copy, sizeof copy, "%s/truncated-utt", dir);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", copy, path_f32, copy);
-    ck_assert_int_eq(system(cmd), 0);
-    snprintf(shard, sizeof shard, "%s/shard-000000.cxs", copy);
+    char copy[400], shard[500];
+    make_copy("truncated-utt", copy, sizeof copy, shard, sizeof shard);
     cxs_dataset *ds = open_ds(copy);
     cxs_utt_sampler_opts so;
     memset(&so, 0, sizeof so);
@@ -824,8 +829,7 @@ TEST(utterance_loader_meets_a_truncated_shard) {
     cxs_gpu_utt_loader_free(gl);
     cxs_utt_sampler_free(us);
     cxs_dataset_close(ds);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", copy);
-    ck_assert_int_eq(system(cmd), 0);
+    drop_copy(copy);
 }
 END_TEST_
 

@@ -287,6 +287,25 @@ TEST(huge_pages_off_falls_back) {
 }
 END_TEST_
 
+/* Finds the n bytes of needle in file and writes the wn bytes
+ * of with over their start, in place. */
+static void overwrite_at(const char *file, const void *needle, size_t n, const void *with,
+                         size_t wn) {
+    FILE *f = fopen(file, "r+b");
+    EXPECT(f != NULL);
+    struct stat st;
+    EXPECT_INT(fstat(fileno(f), &st), 0);
+    uint8_t *buf = malloc((size_t)st.st_size);
+    EXPECT(buf != NULL);
+    EXPECT(fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size);
+    uint8_t *at = memmem(buf, (size_t)st.st_size, needle, n);
+    EXPECT(at != NULL);
+    EXPECT_INT(fseek(f, (long)(at - buf), SEEK_SET), 0);
+    EXPECT(fwrite(with, 1, wn, f) == wn);
+    EXPECT_INT(fclose(f), 0);
+    free(buf);
+}
+
 /* A flipped feature byte: served as it is from the mapping (only verify
  * finds it), refused by the open that copies and hashes. */
 TEST(damaged_feature_refused_by_the_copy) {
@@ -295,21 +314,10 @@ TEST(damaged_feature_refused_by_the_copy) {
     snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", path[0], bad);
     EXPECT_INT(system(cmd), 0);
     snprintf(shard, sizeof shard, "%s/shard-000000.cxs", bad);
-    FILE *f = fopen(shard, "r+b");
-    EXPECT(f != NULL);
-    struct stat st;
-    EXPECT_INT(fstat(fileno(f), &st), 0);
-    uint8_t *buf = malloc((size_t)st.st_size);
-    EXPECT(fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size);
     /* the first row of utterance 0 (0.5, 1, 1.5): its first value becomes 2 */
     float r0[D] = {value(0, 0, 0), value(0, 0, 1), value(0, 0, 2)};
-    uint8_t *at = memmem(buf, (size_t)st.st_size, r0, sizeof r0);
-    EXPECT(at != NULL);
     float two = 2.0f;
-    EXPECT_INT(fseek(f, (long)(at - buf), SEEK_SET), 0);
-    EXPECT(fwrite(&two, sizeof two, 1, f) == 1);
-    EXPECT_INT(fclose(f), 0);
-    free(buf);
+    overwrite_at(shard, r0, sizeof r0, &two, sizeof two);
     cxs_hugepage_info hi;
     cxs_dataset *ds = open_with(bad, 0, &hi);
     const void *w;
@@ -357,19 +365,8 @@ TEST(labels_served_from_the_copy_by_every_call) {
     for (uint64_t u = 0; n < sizeof want; u++)
         for (uint64_t t = 0; t < frames_of(u) && n < sizeof want; t++) want[n++] = label(u, t);
     snprintf(shard, sizeof shard, "%s/shard-000000.cxs", mod);
-    FILE *f = fopen(shard, "r+b");
-    EXPECT(f != NULL);
-    struct stat st;
-    EXPECT_INT(fstat(fileno(f), &st), 0);
-    uint8_t *buf = malloc((size_t)st.st_size);
-    EXPECT(fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size);
-    uint8_t *at = memmem(buf, (size_t)st.st_size, want, sizeof want);
-    EXPECT(at != NULL);
     const uint8_t other = (uint8_t)((want[0] + 5) % V);
-    EXPECT_INT(fseek(f, (long)(at - buf), SEEK_SET), 0);
-    EXPECT(fwrite(&other, 1, 1, f) == 1);
-    EXPECT_INT(fclose(f), 0);
-    free(buf);
+    overwrite_at(shard, want, sizeof want, &other, 1);
     cxs_hugepage_info h0;
     cxs_dataset *plain = open_with(mod, 0, &h0);
     uint32_t l;
