@@ -521,7 +521,8 @@ int cxs_find_utts(const cxs_dataset *ds, const uint64_t *frames, size_t n, cxs_u
         if (!lo1 || !hi1) {
             int rc;
             if ((rc = fill_bucket(ds, s, b, d)) || (rc = fill_bucket(ds, s, b + 1, d))) return rc;
-            lo1 = sh->bucket[b], hi1 = sh->bucket[b + 1];
+            lo1 = __atomic_load_n(&sh->bucket[b], __ATOMIC_RELAXED);
+            hi1 = __atomic_load_n(&sh->bucket[b + 1], __ATOMIC_RELAXED);
         }
         q[i].sh = sh, q[i].s = s, q[i].lf = lf;
         q[i].lo = lo1 - 1;
