@@ -1,7 +1,7 @@
 /* cxs_features.h - conversion of one utterance's features into their
  * stored form (spec "Stored features"): type conversion, pack-time
  * normalisation, the finiteness rule and the per-dimension sums the
- * statistics are built from.  Shared by the writer (lib/writer.c) and the
+ * statistics are built from.  Shared by the writer (lib/write/writer.c) and the
  * packer's reader threads (tools/raw.c), so both store the same bytes and
  * sum the same values. */
 #ifndef CXS_FEATURES_H

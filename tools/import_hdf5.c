@@ -1,5 +1,5 @@
 /* import_hdf5.c - `ctxshard import hdf5 FILE.h5 OUT`: the library's HDF5
- * importer (lib/hdf5_import.c, through ctxshard_import.h) with pack's
+ * importer (lib/import/hdf5_import.c, through ctxshard_import.h) with pack's
  * options; features only. */
 #include <stdio.h>
 

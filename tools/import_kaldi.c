@@ -1,5 +1,5 @@
 /* import_kaldi.c - `ctxshard import kaldi SCP_OR_ARK OUT`: the options of
- * pack turned into the library's importer (lib/kaldi_import.c, through
+ * pack turned into the library's importer (lib/import/kaldi_import.c, through
  * ctxshard_import.h), which reads, decodes and hands utterances to the
  * writer; this file prints its notes, the progress bar and the summary. */
 #include <stdio.h>

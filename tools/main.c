@@ -820,7 +820,7 @@ int main(int argc, char **argv) {
                                             "per dataset)");
         if (po.vocab_path && !io.text && !io.ali)
             return usage_error(usage, "%s", "--vocab applies with --text or --ali");
-        if (!po.threads) po.threads = ncpus();
+        if (!po.threads) po.threads = cxs_cpu_count();
         if (hdf5) return import_hdf5_run(argv[optind], argv[optind + 1], &po);
         return import_kaldi_run(argv[optind], argv[optind + 1], &po, &io);
     }
@@ -850,7 +850,7 @@ int main(int argc, char **argv) {
     const char *a = argv[optind], *b = need == 2 ? argv[optind + 1] : NULL;
     if (!strcmp(cmd, "bench-read")) {
         bo.k = have_k ? (uint32_t)k : 30;
-        bo.threads = po.threads ? po.threads : (ncpus() < 4 ? ncpus() : 4);
+        bo.threads = po.threads ? po.threads : cxs_default_threads();
         bo.seed = so.seed;
     }
     if (!strcmp(cmd, "bench-utt")) {
@@ -858,7 +858,7 @@ int main(int argc, char **argv) {
             free(frames);
             return usage_error(usage, "%s", "--frame-budget N is required");
         }
-        bu.threads = po.threads ? po.threads : (ncpus() < 4 ? ncpus() : 4);
+        bu.threads = po.threads ? po.threads : cxs_default_threads();
         bu.seed = so.seed;
         bu.batches = bo.batches == 2000 && !batches_given ? 0 : bo.batches;
         bu.memory = bo.memory;
@@ -878,7 +878,7 @@ int main(int argc, char **argv) {
         }
         if (!po.quiet) fprintf(stderr, "ctxshard pack: part %u/%u (%s)\n", po.part, po.parts, from);
     }
-    if (!po.threads) po.threads = ncpus();
+    if (!po.threads) po.threads = cxs_cpu_count();
     int ec;
     if (!strcmp(cmd, "synth")) ec = synth_run(a, &so);
     else if (!strcmp(cmd, "check"))

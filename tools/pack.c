@@ -1,7 +1,7 @@
 /* pack.c - `ctxshard pack`: the shard plan, then the read/convert pipeline
  * (pipeline.c) handing utterances in id order to the library's writer,
  * which owns the shards, the statistics, the manifest and the atomic
- * commit (lib/writer.c). */
+ * commit (lib/write/writer.c). */
 #include "pack.h"
 
 #include <errno.h>

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -269,16 +268,6 @@ int read_file(const char *path, uint64_t max, uint8_t **buf, size_t *cap, size_t
     close(fd);
     *len = got;
     return 0;
-}
-
-unsigned ncpus(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
-        int n = CPU_COUNT(&set);
-        if (n > 0) return (unsigned)n;
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
 }
 
 const char *human_bytes(double b, char *buf, size_t n) {

@@ -57,9 +57,6 @@ int remove_tree(const char *path);
 #define READ_TOO_LARGE 2
 int read_file(const char *path, uint64_t max, uint8_t **buf, size_t *cap, size_t *len);
 
-/* Number of CPUs this process may use. */
-unsigned ncpus(void);
-
 /* Human-readable byte count into buf. */
 const char *human_bytes(double bytes, char *buf, size_t n);
 double now_seconds(void);

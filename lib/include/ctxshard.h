@@ -42,6 +42,27 @@ CXS_API const char *cxs_strerror(int code);
 /** Library version as "MAJOR.MINOR.PATCH"; static storage. */
 CXS_API const char *cxs_version(void);
 
+/**
+ * The CPUs this process may run on: its affinity mask (taskset, a
+ * scheduler's cpuset), capped by the CPU quota of any cgroup above it
+ * (cgroup v2 cpu.max, v1 cpu.cfs_quota_us; a container's or a cluster
+ * job's limit), rounded up; at least 1.  Read anew at each call.  What
+ * the command and the Python package take where a thread count defaults
+ * to all CPUs (pack, convert, import, the Writer's compression threads).
+ */
+CXS_API unsigned cxs_cpu_count(void);
+
+/** Most worker threads a loader starts by default. */
+#define CXS_DEFAULT_THREADS_MAX 4
+
+/**
+ * The worker threads a loader (frame, utterance, GPU stream) and a large
+ * gather start when their options say 0: cxs_cpu_count() capped at
+ * CXS_DEFAULT_THREADS_MAX, since more copy threads add little and take
+ * CPUs from the training process beside them.
+ */
+CXS_API unsigned cxs_default_threads(void);
+
 /* ---- open / close ----------------------------------------------------- */
 
 /**
@@ -608,7 +629,7 @@ CXS_API int cxs_sampler_get(const cxs_sampler *s, uint64_t epoch, uint64_t pos, 
 typedef struct cxs_loader_opts {
     uint32_t k;           /**< context: windows of (2k+1)*dim floats */
     uint32_t batch_size;  /**< >= 1 */
-    uint32_t threads;     /**< worker threads; 0: min(CPUs, 4) */
+    uint32_t threads;     /**< worker threads; 0: cxs_default_threads() */
     uint32_t ring;        /**< batch buffers; 0: threads + 2 (at least 3) */
     uint32_t flags;       /**< CXS_GATHER_NORMALIZE */
     uint32_t drop_last;   /**< 1: no short final batch */
@@ -918,7 +939,7 @@ CXS_API int cxs_dataset_pad_targets(const cxs_dataset *ds, const uint64_t *utts,
                                     uint64_t lmax, int64_t *targets, int64_t *target_lengths);
 
 typedef struct cxs_utt_loader_opts {
-    uint32_t threads;     /**< worker threads; 0: min(CPUs, 4) */
+    uint32_t threads;     /**< worker threads; 0: cxs_default_threads() */
     uint32_t ring;        /**< batch buffers; 0: threads + 2 (at least 3) */
     uint32_t flags;       /**< CXS_GATHER_NORMALIZE, CXS_PAD_PER_UTTERANCE */
     uint32_t labels;      /**< 1: per-frame labels y too (needs labels) */

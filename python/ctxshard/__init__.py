@@ -22,7 +22,8 @@ from . import _native as _n
 from ._version import __version__
 from ._native import lib as _lib
 
-__all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "memory_available",
+__all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "cpu_count",
+           "default_threads", "memory_available",
            "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "BLOCK", "Writer", "RejectedUtterance", "pack",
            "PHONEMES", "import_kaldi", "import_hdf5"]
 
@@ -64,6 +65,20 @@ def version():
     """Version of the loaded libctxshard (the package refuses to load any
     other than its own, __version__)."""
     return _lib.cxs_version().decode()
+
+
+def cpu_count():
+    """CPUs this process may run on: its affinity mask, capped by a CPU
+    quota of its cgroup (a container's or a cluster job's limit), as the
+    library counts them (cxs_cpu_count).  os.cpu_count() counts the
+    machine's CPUs; use this one to size DataLoader workers and threads."""
+    return int(_lib.cxs_cpu_count())
+
+
+def default_threads():
+    """Worker threads a loader starts when threads=None: cpu_count()
+    capped at 4, the library's one default (cxs_default_threads)."""
+    return int(_lib.cxs_default_threads())
 
 
 def memory_available():
@@ -648,7 +663,7 @@ class Dataset:
                              f"{getattr(out, 'shape', '')}")
         y = np.empty(n, dtype=np.int64) if labels else None
         if threads is None:
-            threads = min(4, os.cpu_count() or 1) if n >= 4096 else 1
+            threads = default_threads() if n >= 4096 else 1
         diag = _n.Diag()
         rc = _lib.cxs_dataset_gather_ex(self._ptr, f.ctypes.data, n, int(k), flags,
                                         ctypes.byref(nrm) if nrm is not None else None,

@@ -299,6 +299,8 @@ def _load():
     sig = {
         "cxs_strerror": (c_char_p, [c_int]),
         "cxs_version": (c_char_p, []),
+        "cxs_cpu_count": (ctypes.c_uint, []),
+        "cxs_default_threads": (ctypes.c_uint, []),
         "cxs_dataset_open": (c_int, [c_char_p, POINTER(c_void_p), POINTER(Diag)]),
         "cxs_dataset_open_ex": (c_int, [c_char_p, POINTER(OpenOpts), POINTER(c_void_p),
                                         POINTER(Diag)]),

@@ -1,5 +1,5 @@
 """Importers: feature stores of other tools into a packed dataset, in the
-library (lib/kaldi_import.c through ctxshard_import.h), the code behind
+library (lib/import/kaldi_import.c through ctxshard_import.h), the code behind
 `ctxshard import`: the same input and options give the same bytes.
 
     ctxshard.import_kaldi("data/train/feats.scp", "train.cxs",

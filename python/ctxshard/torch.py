@@ -238,10 +238,6 @@ def _targets_default(func, ds, targets):
     return targets
 
 
-def _default_threads():
-    return max(1, min(4, os.cpu_count() or 1))
-
-
 def _gpu_device(device, emulate):
     """The library's device number for a CUDA torch.device (its index, or
     the current device), or the host emulation."""
@@ -335,7 +331,7 @@ class Loader:
     when they fit (ctxshard.Dataset, hugepage_budget): faster random
     windows for that much memory; self.dataset.hugepages says whether."""
 
-    # The block schedule's version (lib/blocks.c): 2 since the last blocks of
+    # The block schedule's version (lib/order/blocks.c): 2 since the last blocks of
     # an epoch are drawn on together.  A state saved mid-epoch under another
     # version would resume into another order.
     BLOCK_ORDER = 2
@@ -439,7 +435,7 @@ class Loader:
         # than 0: a run resumed from a state_dict.  Later epochs use
         # self.sampler (origin 0).
         self._origin, self._origin_sampler = 0, None
-        self.threads = _default_threads() if threads is None else threads
+        self.threads = _lib.cxs_default_threads() if threads is None else threads
         self.device = device
         self.epoch, self._start = 0, 0  # _start: this rank's position in _sampler_now()
         self._pool, self._busy = [], set()
@@ -1113,7 +1109,7 @@ class UtteranceLoader:
         self.input_size = self.dataset.dim
         self.num_classes = self.dataset.num_classes
         if self.threads is None:
-            self.threads = _default_threads()
+            self.threads = _lib.cxs_default_threads()
         self.batch_info = None
         self._setup_gpu(gpu_budget, gpu_dtype, gpu_emulate)
 

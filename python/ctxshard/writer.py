@@ -119,7 +119,7 @@ def _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, nor
     o.chunk_size = _a.size(f, "chunk_size", chunk_size)
     o.shuffle = int(_a.flag(f, "shuffle", shuffle))
     threads = _a.optional_integer(f, "threads", threads, 1, 256)
-    o.threads = min(os.cpu_count() or 1, 256) if threads is None else threads
+    o.threads = min(_lib.cxs_cpu_count(), 256) if threads is None else threads
     if normalize in (None, False, "none"):
         o.normalize = _n.NORM_NONE
     elif normalize == "utterance":
@@ -630,7 +630,7 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compr
     fill_nonfinite = _a.flag(f, "fill_nonfinite", fill_nonfinite)
     pending, filled = {}, {}  # zero-filled values by id: read, then kept
     transcripts = _a.choice(f, "transcripts", transcripts, tuple(_TRANSCRIPTS))
-    nthreads = _a.optional_integer(f, "threads", threads, 1, 1024) or os.cpu_count() or 1
+    nthreads = _a.optional_integer(f, "threads", threads, 1, 1024) or _lib.cxs_cpu_count()
     ids, mdir, tdir = _listing(raw)
     if tdir is not None and vocab is None:
         vocab = "phonemes"

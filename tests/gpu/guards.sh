@@ -20,14 +20,14 @@ meson setup "$work/build" -Dcuda=disabled >/dev/null
 ninja -C "$work/build" >/dev/null
 
 # file | text to delete or replace (sed) | what the guard does
-guards='lib/gpu.c|s/int e = l->be->stream_wait(stream, c->ev_ready);/int e = 0;/|the consumer stream waits for the batch (missing stream wait)
-lib/gpu_resident.c|/if (s->used) BE(l, l->be->event_sync(s->ev_ready)); \/\* h_in/d|resident: h_in refilled only after its last copy (missing event sync)
-lib/gpu_stream.c|s/if ((e = be->event_sync(pend_ev))) {/if ((e = 0)) {/|stream: a staging buffer goes back to the workers after its copy (buffer refilled before its copy ran)
-lib/gpu_resident.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));/d|resident: a slot is refilled after the consumer is done with it (missing stream wait on ev_consumed)
-lib/gpu.c|/if (l->slot\[i\].ev_consumed) l->be->event_sync(l->slot\[i\].ev_consumed);/d|free waits for the consumer work queued on its batches (read after free)
-lib/gpu.c|/if (l->work) l->be->stream_sync(l->work);$/d|free waits for the loader'"'"'s own queued work (read after free)
-lib/gpu_pool.c|/if (sg->freed_once \&\& (e = l->be->stream_wait(p->copy, sg->ev_freed)))/,+2d|pool: a segment is reloaded after the kernels reading it (missing stream wait on ev_freed)
-lib/gpu_utt.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));/d|utterances: a slot is refilled after the consumer is done with it'
+guards='lib/gpu/gpu.c|s/int e = l->be->stream_wait(stream, c->ev_ready);/int e = 0;/|the consumer stream waits for the batch (missing stream wait)
+lib/gpu/gpu_resident.c|/if (s->used) BE(l, l->be->event_sync(s->ev_ready)); \/\* h_in/d|resident: h_in refilled only after its last copy (missing event sync)
+lib/gpu/gpu_stream.c|s/if ((e = be->event_sync(pend_ev))) {/if ((e = 0)) {/|stream: a staging buffer goes back to the workers after its copy (buffer refilled before its copy ran)
+lib/gpu/gpu_resident.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));/d|resident: a slot is refilled after the consumer is done with it (missing stream wait on ev_consumed)
+lib/gpu/gpu.c|/if (l->slot\[i\].ev_consumed) l->be->event_sync(l->slot\[i\].ev_consumed);/d|free waits for the consumer work queued on its batches (read after free)
+lib/gpu/gpu.c|/if (l->work) l->be->stream_sync(l->work);$/d|free waits for the loader'"'"'s own queued work (read after free)
+lib/gpu/gpu_pool.c|/if (sg->freed_once \&\& (e = l->be->stream_wait(p->copy, sg->ev_freed)))/,+2d|pool: a segment is reloaded after the kernels reading it (missing stream wait on ev_freed)
+lib/gpu/gpu_utt.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));/d|utterances: a slot is refilled after the consumer is done with it'
 
 status=0
 echo "$guards" | while IFS='|' read -r file expr what; do

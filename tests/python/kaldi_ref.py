@@ -4,7 +4,7 @@ and .h: CompressedMatrix::CopyFromMat, ComputeGlobalHeader,
 ComputeColHeader, FloatToUint16, FloatToChar, CopyToMat, Uint16ToFloat,
 CharToFloat; src/matrix/kaldi-matrix.cc: Matrix::Write/Read in binary;
 src/base/io-funcs.cc: tokens and basic types).  It shares no code with the
-importer (lib/kaldi.c): the tests compare what the importer stores with
+importer (lib/import/kaldi.c): the tests compare what the importer stores with
 what this module decodes from the same bytes.
 
 Every float operation is done in the type Kaldi does it in: np.float32 for

@@ -142,10 +142,7 @@ static int stream_setup(cxs_gpu_loader *l) {
     pthread_cond_init(&l->st.cv, NULL);
     const size_t B = l->o.batch_size;
     uint32_t threads = l->o.threads;
-    if (!threads) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = c < 1 ? 1 : (c > 4 ? 4 : (uint32_t)c);
-    }
+    if (!threads) threads = cxs_default_threads();
     l->o.threads = threads;
     l->st.nstage = l->o.slots ? l->o.slots : threads + 2;
     if (l->st.nstage < 3) l->st.nstage = 3;

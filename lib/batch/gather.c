@@ -9,6 +9,7 @@
 #include "cxs_le.h"
 #include "dataset_internal.h"
 #include "fault.h"
+#include "gather.h"
 
 /* Convert n stored elements (whole rows) to float32, normalising when
  * mean/scale are given (row-wise over dim D). */

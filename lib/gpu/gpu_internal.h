@@ -19,7 +19,9 @@
 #include "blocks.h"
 #include "ctxshard_gpu.h"
 #include "dataset_internal.h"
+#include "gather.h"
 #include "gpu_backend.h"
+#include "samplers.h"
 
 #define NSLOT 3              /* device batch slots: filling, in use, being released */
 #define UP_CHUNK (16u << 20) /* staged upload chunk */

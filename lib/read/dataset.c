@@ -14,35 +14,9 @@
 #include "cxs_convert.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
-#include "cxs_version.h"
 
 #include "dataset_internal.h"
 #include "fault.h"
-
-const char *cxs_version(void) { return CXS_VERSION_STRING; }
-
-const char *cxs_strerror(int code) {
-    switch (code) {
-    case 0: return "success";
-    case CXS_E_BAD_MAGIC: return "not a ctxshard file";
-    case CXS_E_VERSION: return "unsupported format version";
-    case CXS_E_TRUNCATED: return "file truncated";
-    case CXS_E_CORRUPT: return "corrupt structure";
-    case CXS_E_CHECKSUM: return "checksum mismatch";
-    case CXS_E_UNSUPPORTED: return "unsupported feature";
-    case CXS_E_INVALID: return "invalid argument";
-    case CXS_E_RANGE: return "out of range";
-    case CXS_E_INPUT: return "invalid input file";
-    case CXS_E_DEVICE: return "GPU error";
-    case CXS_E_NO_LABELS:
-        return "the dataset has no per-frame labels (features only, like a test split, or label "
-               "sequences only)";
-    case CXS_E_NO_SEQUENCES: return "the dataset has no label sequences";
-    default:
-        if (code < 0 && code > -4096) return strerror(-code);
-        return "unknown error";
-    }
-}
 
 static int map_file(const char *path, const uint8_t **map, uint64_t *size, cxs_diag *d) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);

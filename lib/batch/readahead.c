@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "readahead.h"
+#include "samplers.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -21,8 +21,10 @@
 
 #include "blocks.h"
 #include "dataset_internal.h"
+#include "gather.h"
 #include "hooks.h"
 #include "readahead.h"
+#include "samplers.h"
 
 enum { RING_FREE, RING_FILLING, RING_READY, RING_HELD };
 
@@ -319,11 +321,6 @@ void cxs_loader_free(cxs_loader *l) {
     free(l);
 }
 
-static unsigned default_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
-}
-
 /* The options cxs_loader_create refuses, each with its reason. */
 static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler,
                       const cxs_loader_opts *o, uint64_t start, cxs_diag *d) {
@@ -383,7 +380,7 @@ int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
             return cxs_diagf(d, nrc, "loader: %s", nd.message);
         }
     }
-    if (!l->o.threads) l->o.threads = default_threads();
+    if (!l->o.threads) l->o.threads = cxs_default_threads();
     /* One slot filling per worker, one ready ahead, one with the consumer:
      * more only evicts the batches from the cache before they are used. */
     if (!l->o.ring) l->o.ring = l->o.threads + 2;

@@ -16,6 +16,7 @@
 #include "cxs_le.h"
 #include "dataset_internal.h"
 #include "fault.h"
+#include "gather.h"
 
 /* What one thread keeps from batch to batch: a decoder for compressed
  * data and a staging buffer for stored rows that are not float32. */
@@ -425,11 +426,6 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     free(l);
 }
 
-static unsigned default_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
-}
-
 /* Under mu (or before the workers start): the plan and batch count of
  * (epoch, start). */
 static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start, cxs_diag *d) {
@@ -511,7 +507,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
         free(l);
         return rc;
     }
-    if (!l->o.threads) l->o.threads = default_threads();
+    if (!l->o.threads) l->o.threads = cxs_default_threads();
     if (!l->o.ring) l->o.ring = l->o.threads + 2;
     if (l->o.ring < 3) l->o.ring = 3;
     l->cap = cxs_utt_sampler_max_batch(sampler);

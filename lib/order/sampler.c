@@ -6,6 +6,7 @@
 #include "blocks.h"
 #include "cxs_le.h"
 #include "dataset_internal.h"
+#include "samplers.h"
 
 struct cxs_sampler {
     const cxs_dataset *ds;

@@ -191,14 +191,6 @@ int cxs_warm_impl(const cxs_dataset *ds, uint32_t flags, int sums, cxs_progress_
  * dataset and holds no manifest.cxs, saying what it most likely is. */
 int cxs_explain_not_dataset(const char *path, int path_is_dir, cxs_diag *d);
 
-/* The options a sampler was created with (kind, seed, rank, world size). */
-const cxs_sampler_opts *cxs_sampler_options(const cxs_sampler *s);
-/* Global position (within the epoch, padding wrapped) of this rank's
- * position pos. */
-uint64_t cxs_sampler_global(const cxs_sampler *s, uint64_t pos);
-/* The block schedule of a block sampler, NULL for other kinds. */
-struct cxs_block_sched *cxs_sampler_blocks(const cxs_sampler *s);
-
 /* Shard of utterance u (< U) and of frame f (< F). */
 static inline uint32_t cxs_utt_shard(const cxs_dataset *ds, uint64_t u) {
     uint32_t lo = 0, hi = ds->meta.num_shards;
@@ -353,39 +345,5 @@ static inline const uint8_t *cxs_loc_row_ptr(const cxs_dataset *ds, const cxs_ul
     const shard *sh = &ds->shards[l->shard];
     return sh->serve_features + (uint64_t)((int64_t)l->row + t) * ds->row_bytes;
 }
-
-/* The normalisation constants of spec section 7.4 for `norm` (NULL: the
- * dataset's own statistics): mean[d] = the mean, scale[d] = 1 / sqrt(var)
- * in binary64, or 1 when var is 0.  *out is malloc'd, 2*dim doubles (means
- * then scales).  CXS_E_INVALID when norm does not fit ds (dim, NULL
- * arrays, a mean or variance not finite, a negative variance) or ds has no
- * statistics; -ENOMEM.  d (may be NULL) says which. */
-int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out, cxs_diag *d);
-
-/* What one thread keeps from gather to gather (a loader's worker): a way
- * to stop early -- cancelled(arg), when set, is asked before every few
- * dozen windows, and a true answer ends the gather with -ECANCELED, the
- * output half-written -- and, for compressed data, its decoder and buffers,
- * set up once rather than for every call.  Zeroed = nothing yet; freed with
- * cxs_gather_ctx_free. */
-typedef struct cxs_gather_ctx {
-    int (*cancelled)(void *arg);
-    void *arg;
-    zreader zr;
-    uint8_t *stage;     /* compressed: the real rows of one window */
-    size_t stage_bytes;
-} cxs_gather_ctx;
-void cxs_gather_ctx_free(cxs_gather_ctx *c);
-
-/* cxs_dataset_gather with explicit constants: mean/scale NULL means no
- * normalisation.  ctx NULL: no early end, scratch of this call's own; with
- * a ctx, threads must be 1 (it is one thread's).  A failure in the data
- * (CXS_E_TRUNCATED: the shard lost bytes since open; CXS_E_CHECKSUM or
- * CXS_E_CORRUPT: a damaged chunk, a label outside the vocabulary) gets a
- * message in d (may be NULL) naming the shard, the utterance and the
- * chunk (fault.h). */
-int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uint32_t k,
-                    const double *mean, const double *scale, unsigned threads, float *out,
-                    int64_t *labels, cxs_gather_ctx *ctx, cxs_diag *d);
 
 #endif

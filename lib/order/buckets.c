@@ -146,16 +146,7 @@ static int run_pair(int (*fa)(void *), void *a, int (*fb)(void *), void *b) {
  * threads (their results are combined so that they are the same). */
 #define SPLIT_MIN (1u << 19)
 
-static int split_ok(void) {
-    static int ncpu; /* 0: not asked yet */
-    int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
-    if (!n) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n = c < 1 ? 1 : (int)c;
-        __atomic_store_n(&ncpu, n, __ATOMIC_RELAXED);
-    }
-    return n > 1;
-}
+static int split_ok(void) { return cxs_cpu_count() > 1; }
 
 /* The passes over every length read INDEX in order, but from a file
  * mapping of small pages, where the hardware's prefetch stops at every
