@@ -1,16 +1,15 @@
-/* loader.c - worker threads fill a ring of batch buffers ahead of the
- * consumer.
- *
- * Batch b of the epoch always lives in slot b % ring.  A worker may claim b
- * once that slot is free (its previous batch was handed back), fills it
- * without holding the lock, and marks it ready; the consumer takes batches
- * strictly in order.  A reset or a fork bumps `generation`, so a worker that
- * was filling for the old position stops early and throws its batch away
- * (as every worker does when the loader is freed).
+/* loader.c - the frame loader: worker threads gather batches of windows
+ * into the batch ring (ring.h) ahead of the consumer, with the read-ahead
+ * helper (readahead.h) reading or advising the pages they will need.
  *
  * The first batch of a start is the one the caller waits for with nothing
  * ready before it: every worker fills a part of it (`share`), and only then
- * goes on to batches of its own. */
+ * goes on to batches of its own.
+ *
+ * External mode (cxs_loader_opts.external): the batch buffers are the
+ * caller's, given with cxs_loader_provide and kept in a FIFO pool; a slot
+ * is claimed only with a buffer from it, a batch thrown away gives its
+ * buffer back, and a batch handed out is the caller's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -22,17 +21,13 @@
 #include "blocks.h"
 #include "dataset_internal.h"
 #include "gather.h"
-#include "hooks.h"
 #include "readahead.h"
+#include "ring.h"
 #include "samplers.h"
 
-enum { RING_FREE, RING_FILLING, RING_READY, RING_HELD };
-
+/* A slot's buffers and the batch handed out from them; its state, code
+ * and message are the ring's (ring.slot[i]). */
 typedef struct slot {
-    int state;
-    int rc;
-    cxs_diag diag; /* what rc means, naming the shard and utterance */
-    uint64_t batch;
     float *x;
     int64_t *y;
     uint64_t *frames;
@@ -46,7 +41,8 @@ typedef struct slot {
 #define SHARE_MIN 128 /* windows per part, at least */
 
 typedef struct share {
-    slot *s; /* the batch, or NULL when none is being shared */
+    uint32_t i; /* the batch's slot */
+    int active; /* 0 when no batch is being shared */
     uint64_t b, pos, gen;
     size_t n;
     uint32_t parts, next, done;
@@ -54,17 +50,16 @@ typedef struct share {
     cxs_ra_batch rb;
 } share;
 
-typedef struct watch {
-    const struct cxs_loader *l;
-    uint64_t gen;
-} watch;
-
-/* A worker's own, kept from batch to batch: its watch, and its gather
- * context (for compressed data, a decoder and buffers made once).  They
- * live in the loader, not on the workers' stacks, so that a forked child
- * (which has none of the parent's threads) can free what they held. */
+/* A worker's own, kept from batch to batch: what it claimed (under the
+ * lock) for its fill, and its gather context (for compressed data, a
+ * decoder and buffers made once).  They live in the loader, not on the
+ * workers' stacks, so that a forked child (which has none of the parent's
+ * threads) can free what they held. */
 typedef struct worker_ctx {
-    watch w;
+    struct cxs_loader *l;
+    uint64_t epoch, pos; /* of the claimed batch */
+    uint32_t parts;           /* > 1: it is shared */
+    uint64_t fill_gen;        /* the generation its gather serves (abandoned) */
     cxs_gather_ctx g;
 } worker_ctx;
 
@@ -74,30 +69,20 @@ struct cxs_loader {
     cxs_loader_opts o;
     size_t window; /* floats per sample */
     double *norm;  /* normalisation constants (means, then scales), or NULL */
-    uint64_t epoch, start, nbatches, length;
-    slot *ring;
-    uint64_t next_claim, next_take, generation;
-    int held; /* slot handed to the consumer, or -1 */
+    uint64_t epoch, start, length; /* under ring.mu */
+    cxs_ring ring;
+    slot *slots; /* o.ring of them, beside ring.slot */
     /* External mode: buffers the caller provided, not yet filled (FIFO). */
     struct {
         float *x;
         int64_t *y;
     } *pool;
     uint32_t pool_head, pool_count;
-    int stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_ready;
-    pthread_t *threads;
     worker_ctx *wctx; /* o.threads of them, one per worker */
-    uint32_t nthreads;
-    pid_t pid;
-    share sh;         /* under mu */
-    int sh_pending;   /* under mu: batch 0 claimed, its share being prepared */
+    share sh;         /* under ring.mu */
+    int sh_pending;   /* under ring.mu: batch 0 claimed, its share being prepared */
     cxs_readahead ra; /* the helper thread; see readahead.h */
 };
-
-static void *worker(void *arg);
-static int abandoned(void *arg);
 
 static void pool_push(cxs_loader *l, float *x, int64_t *y) {
     uint32_t at = (l->pool_head + l->pool_count++) % l->o.ring;
@@ -105,216 +90,235 @@ static void pool_push(cxs_loader *l, float *x, int64_t *y) {
     l->pool[at].y = y;
 }
 
-/* Give a slot's buffers back to the pool (external mode) when its batch is
- * thrown away. */
-static void slot_discard(cxs_loader *l, slot *s) {
-    if (l->o.external && s->x) {
-        pool_push(l, s->x, s->y);
-        s->x = NULL;
-        s->y = NULL;
-    }
-    s->state = RING_FREE;
-}
-
 static uint64_t batches_for(const cxs_loader *l) {
     uint64_t left = l->length - l->start, B = l->o.batch_size;
     return l->o.drop_last ? left / B : left / B + (left % B != 0);
 }
 
-static void stop_threads(cxs_loader *l);
-
-/* The workers and the read-ahead helper; at least one worker, or none of
- * them left running and -EAGAIN. */
-static int start_threads(cxs_loader *l) {
-    l->nthreads = 0;
-    if (cxs_ra_start(&l->ra)) return -EAGAIN;
-    for (uint32_t t = 0; t < l->o.threads; t++) {
-        worker_ctx *wc = &l->wctx[t];
-        cxs_gather_ctx_free(&wc->g); /* in a forked child: what a parent thread held */
-        *wc = (worker_ctx){.w = {.l = l}, .g = {.cancelled = abandoned, .arg = &wc->w}};
-        if (cxs_hook_thread_fails() || pthread_create(&l->threads[t], NULL, worker, wc) != 0) break;
-        l->nthreads++;
-    }
-    if (l->nthreads) return 0;
-    stop_threads(l); /* the helper: a retry starts it again */
-    __atomic_store_n(&l->stop, 0, __ATOMIC_RELAXED);
-    return -EAGAIN;
-}
-
-/* Whether the batch a worker fills for generation gen is no longer wanted
- * (a reset, or the loader is being freed): asked, without the lock, every
- * few dozen windows, so that neither waits for whole batches. */
+/* Whether the batch a worker fills is no longer wanted (a reset, or the
+ * loader is being freed): asked, without the lock, every few dozen
+ * windows, so that neither waits for whole batches. */
 static int abandoned(void *arg) {
-    const watch *w = arg;
-    return __atomic_load_n(&w->l->stop, __ATOMIC_RELAXED) ||
-           __atomic_load_n(&w->l->generation, __ATOMIC_RELAXED) != w->gen;
+    const worker_ctx *wc = arg;
+    return cxs_ring_abandoned(&wc->l->ring, wc->fill_gen);
 }
 
 static size_t batch_length(const cxs_loader *l, uint64_t pos) {
     return (size_t)(l->length - pos < l->o.batch_size ? l->length - pos : l->o.batch_size);
 }
 
-/* The frames of batch b (at pos, epoch; read under the lock, as a reset may
- * change them) into s->frames, and its read-ahead.  Returns the sampler's
- * code. */
-static int fill_begin(cxs_loader *l, slot *s, uint64_t b, uint64_t epoch, uint64_t pos,
+/* The frames of batch b (at pos, epoch) into s->frames, and its
+ * read-ahead.  Returns the sampler's code. */
+static int fill_begin(cxs_loader *l, uint32_t i, uint64_t b, uint64_t epoch, uint64_t pos,
                       uint64_t gen, cxs_ra_batch *rb, int *first) {
+    slot *s = &l->slots[i];
     size_t n = batch_length(l, pos);
     int rc = l->ra.kind == CXS_RA_BLOCKS
                  ? cxs_ra_batch_frames(&l->ra, l->sampler, epoch, pos, n, s->frames, gen, rb,
-                                       &s->diag)
+                                       &l->ring.slot[i].diag)
                  : cxs_sampler_get(l->sampler, epoch, pos, n, s->frames);
     *first = !rc && l->ra.kind == CXS_RA_PAGES ? cxs_ra_batch_pages(&l->ra, b, gen, s->frames, n) : 0;
     return rc;
 }
 
-/* Windows a..e of the batch in s; a failure's message into d. */
-static int fill_part(cxs_loader *l, slot *s, size_t a, size_t e, uint64_t gen, worker_ctx *wc,
-                     cxs_diag *d) {
-    wc->w.gen = gen;
+/* Windows a..e of the batch in slot i; a failure's message into d. */
+static int fill_part(cxs_loader *l, uint32_t i, size_t a, size_t e, uint64_t gen,
+                     worker_ctx *wc, cxs_diag *d) {
+    slot *s = &l->slots[i];
+    wc->fill_gen = gen;
     const size_t W = l->window;
     return cxs_gather_impl(l->ds, s->frames + a, e - a, l->o.k, l->norm,
                            l->norm ? l->norm + l->ds->meta.dim : NULL, 1, s->x + a * W,
                            l->o.labels ? s->y + a : NULL, &wc->g, d);
 }
 
-static void fill_end(cxs_loader *l, slot *s, uint64_t b, uint64_t pos, cxs_ra_batch *rb,
-                     int first, int rc) {
+static void fill_end(cxs_loader *l, uint32_t i, uint64_t b, uint64_t pos, cxs_ra_batch *rb,
+                     int first) {
+    slot *s = &l->slots[i];
     if (l->ra.kind == CXS_RA_BLOCKS) cxs_ra_batch_done(&l->ra, rb);
     cxs_ra_batch_pages_done(&l->ra, first);
-    s->rc = rc;
     s->pub = (cxs_batch){s->x, l->o.labels ? s->y : NULL, s->frames, batch_length(l, pos), b, pos};
 }
 
-/* Under mu: a filled slot is ready, or thrown away when a reset came
- * meanwhile. */
-static void publish(cxs_loader *l, slot *s, uint64_t gen) {
-    if (gen == l->generation) {
-        s->state = RING_READY;
-    } else {
-        slot_discard(l, s);
-        pthread_cond_broadcast(&l->cv_work);
-    }
-    pthread_cond_broadcast(&l->cv_ready);
+/* ---- the ring's callbacks (ring.h) ------------------------------------ */
+
+static int can_claim(void *owner, uint32_t i) {
+    const cxs_loader *l = owner;
+    (void)i;
+    return !l->o.external || l->pool_count;
 }
 
-/* Under mu (released meanwhile): fill the next part of the shared batch;
- * the worker that completes it finishes and publishes the batch. */
+static void claim(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
+    cxs_loader *l = owner;
+    worker_ctx *wc = &l->wctx[w];
+    if (l->o.external) {
+        l->slots[i].x = l->pool[l->pool_head].x;
+        l->slots[i].y = l->pool[l->pool_head].y;
+        l->pool_head = (l->pool_head + 1) % l->o.ring;
+        l->pool_count--;
+    }
+    (void)gen;
+    wc->epoch = l->epoch, wc->pos = l->start + b * l->o.batch_size;
+    size_t n = batch_length(l, wc->pos);
+    uint32_t parts = b == 0 && !l->sh.active ? (uint32_t)(n / SHARE_MIN) : 0;
+    if (parts > l->o.threads) parts = l->o.threads;
+    wc->parts = parts;
+    if (parts > 1) l->sh_pending = 1; /* the others wait for its parts */
+}
+
+static int fill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
+    cxs_loader *l = owner;
+    worker_ctx *wc = &l->wctx[w];
+    cxs_ring_slot *rs = &l->ring.slot[i];
+    const uint64_t pos = wc->pos;
+    const uint32_t parts = wc->parts;
+    cxs_ra_claimed(&l->ra);
+    cxs_ra_batch rb;
+    rb.plan = NULL;
+    rs->diag.message[0] = 0;
+    int first, rc = fill_begin(l, i, b, wc->epoch, pos, gen, &rb, &first);
+    if (parts > 1) {
+        pthread_mutex_lock(&l->ring.mu);
+        l->sh_pending = 0;
+        pthread_cond_broadcast(&l->ring.cv_work);
+        if (!rc) {
+            l->sh = (share){.i = i, .active = 1, .b = b, .pos = pos, .gen = gen,
+                            .n = batch_length(l, pos), .parts = parts, .first = first, .rb = rb};
+            pthread_mutex_unlock(&l->ring.mu);
+            return CXS_RING_LATER; /* the parts publish it */
+        }
+        pthread_mutex_unlock(&l->ring.mu);
+    }
+    if (!rc) rc = fill_part(l, i, 0, batch_length(l, pos), gen, wc, &rs->diag);
+    fill_end(l, i, b, pos, &rb, first);
+    return rc;
+}
+
+/* Under the lock (released meanwhile): fill the next part of the shared
+ * batch; the worker that completes it finishes and publishes the batch. */
 static void fill_shared_part(cxs_loader *l, worker_ctx *wc) {
     share *h = &l->sh;
-    slot *s = h->s;
+    uint32_t i = h->i;
     uint32_t p = h->next++;
     size_t a = h->n * p / h->parts, e = h->n * (p + 1) / h->parts;
     uint64_t gen = h->gen;
-    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_unlock(&l->ring.mu);
     cxs_diag pd;
     pd.message[0] = 0;
-    int rc = fill_part(l, s, a, e, gen, wc, &pd);
-    pthread_mutex_lock(&l->mu);
+    int rc = fill_part(l, i, a, e, gen, wc, &pd);
+    pthread_mutex_lock(&l->ring.mu);
     if (rc && !h->rc) {
         h->rc = rc;
-        memcpy(s->diag.message, pd.message, sizeof pd.message);
+        memcpy(l->ring.slot[i].diag.message, pd.message, sizeof pd.message);
     }
     if (++h->done < h->parts) return;
     share d = *h;
-    h->s = NULL;
-    pthread_mutex_unlock(&l->mu);
-    fill_end(l, d.s, d.b, d.pos, &d.rb, d.first, d.rc);
-    pthread_mutex_lock(&l->mu);
-    publish(l, d.s, d.gen);
+    h->active = 0;
+    pthread_mutex_unlock(&l->ring.mu);
+    fill_end(l, d.i, d.b, d.pos, &d.rb, d.first);
+    pthread_mutex_lock(&l->ring.mu);
+    cxs_ring_publish_locked(&l->ring, d.i, d.gen, d.rc);
 }
 
-static void *worker(void *arg) {
-    worker_ctx *wc = arg;
-    cxs_loader *l = (cxs_loader *)wc->w.l;
-    pthread_mutex_lock(&l->mu);
-    /* Stopping, a worker still helps finish a shared batch (its parts end
-     * at once, cancelled): its read-ahead is then given back. */
-    while (!l->stop || (l->sh.s && l->sh.next < l->sh.parts)) {
-        if (l->sh.s && l->sh.next < l->sh.parts) {
-            fill_shared_part(l, wc);
-            continue;
-        }
-        if (l->sh_pending) { /* batch 0 is about to be shared: help with it first */
-            pthread_cond_wait(&l->cv_work, &l->mu);
-            continue;
-        }
-        uint64_t b = l->next_claim;
-        slot *s = b < l->nbatches ? &l->ring[b % l->o.ring] : NULL;
-        if (!s || s->state != RING_FREE || (l->o.external && !l->pool_count)) {
-            pthread_cond_wait(&l->cv_work, &l->mu);
-            continue;
-        }
-        if (l->o.external) {
-            s->x = l->pool[l->pool_head].x;
-            s->y = l->pool[l->pool_head].y;
-            l->pool_head = (l->pool_head + 1) % l->o.ring;
-            l->pool_count--;
-        }
-        s->state = RING_FILLING;
-        s->batch = b;
-        l->next_claim++;
-        uint64_t gen = l->generation, epoch = l->epoch, pos = l->start + b * l->o.batch_size;
-        size_t n = batch_length(l, pos);
-        uint32_t parts = b == 0 && !l->sh.s ? (uint32_t)(n / SHARE_MIN) : 0;
-        if (parts > l->o.threads) parts = l->o.threads;
-        if (parts > 1) l->sh_pending = 1; /* the others wait for its parts */
-        pthread_mutex_unlock(&l->mu);
-        cxs_ra_claimed(&l->ra);
-        cxs_ra_batch rb;
-        rb.plan = NULL;
-        s->diag.message[0] = 0;
-        int first, rc = fill_begin(l, s, b, epoch, pos, gen, &rb, &first);
-        if (parts > 1) {
-            pthread_mutex_lock(&l->mu);
-            l->sh_pending = 0;
-            pthread_cond_broadcast(&l->cv_work);
-            if (!rc) {
-                l->sh = (share){.s = s, .b = b, .pos = pos, .gen = gen, .n = n, .parts = parts,
-                                .first = first, .rb = rb};
-                continue; /* with the lock: take the first part */
-            }
-            pthread_mutex_unlock(&l->mu);
-        }
-        if (!rc) rc = fill_part(l, s, 0, n, gen, wc, &s->diag);
-        fill_end(l, s, b, pos, &rb, first, rc);
-        pthread_mutex_lock(&l->mu);
-        publish(l, s, gen);
+/* Stopping, a worker still helps finish a shared batch (its parts end at
+ * once, cancelled): its read-ahead is then given back. */
+static int other_work(void *owner, uint32_t w) {
+    cxs_loader *l = owner;
+    if (l->sh.active && l->sh.next < l->sh.parts) {
+        fill_shared_part(l, &l->wctx[w]);
+        return 1;
     }
-    pthread_mutex_unlock(&l->mu);
-    cxs_gather_ctx_free(&wc->g);
-    return NULL;
+    if (l->sh_pending && !l->ring.stop) { /* batch 0 is about to be shared: help with it first */
+        pthread_cond_wait(&l->ring.cv_work, &l->ring.mu);
+        return 1;
+    }
+    return 0;
+}
+
+/* A batch thrown away gives its buffers back to the pool (external mode). */
+static void discard(void *owner, uint32_t i) {
+    cxs_loader *l = owner;
+    slot *s = &l->slots[i];
+    if (l->o.external && s->x) {
+        pool_push(l, s->x, s->y);
+        s->x = NULL;
+        s->y = NULL;
+    }
+}
+
+/* A batch handed out: in external mode its buffers are the caller's now. */
+static void release(void *owner, uint32_t i) {
+    cxs_loader *l = owner;
+    if (l->o.external) l->slots[i].x = NULL, l->slots[i].y = NULL;
+}
+
+/* External mode without a buffer for this batch: nothing would ever fill
+ * it, unless a buffer is still on its way back from a batch a reset threw
+ * away (a slot still filling). */
+static int stalled(void *owner, uint32_t i) {
+    const cxs_loader *l = owner;
+    if (!l->o.external || l->ring.slot[i].state != CXS_SLOT_FREE || l->pool_count) return 0;
+    for (uint32_t j = 0; j < l->o.ring; j++)
+        if (l->ring.slot[j].state == CXS_SLOT_FILLING) return 0;
+    return CXS_E_INVALID;
+}
+
+static void worker_init(void *owner, uint32_t w) {
+    cxs_loader *l = owner;
+    worker_ctx *wc = &l->wctx[w];
+    cxs_gather_ctx_free(&wc->g); /* in a forked child: what a parent thread held */
+    *wc = (worker_ctx){.l = l, .g = {.cancelled = abandoned, .arg = wc}};
+}
+
+static void worker_exit(void *owner, uint32_t w) {
+    cxs_loader *l = owner;
+    cxs_gather_ctx_free(&l->wctx[w].g);
+}
+
+static void wake(void *owner) {
+    cxs_loader *l = owner;
+    cxs_ra_wake(&l->ra);
+}
+
+static const cxs_ring_ops loader_ring = {
+    .claim = claim, .fill = fill, .can_claim = can_claim, .other_work = other_work,
+    .discard = discard, .release = release, .stalled = stalled,
+    .worker_init = worker_init, .worker_exit = worker_exit, .wake = wake,
+};
+
+/* ---- threads ------------------------------------------------------------ */
+
+/* The workers and the read-ahead helper; at least one worker, or none of
+ * them left running and -EAGAIN. */
+static int start_threads(cxs_loader *l) {
+    if (cxs_ra_start(&l->ra)) return -EAGAIN;
+    if (!cxs_ring_start(&l->ring)) return 0;
+    cxs_ring_stop(&l->ring); /* the helper too: a retry starts it again */
+    cxs_ra_stop(&l->ra);
+    __atomic_store_n(&l->ring.stop, 0, __ATOMIC_RELAXED);
+    return -EAGAIN;
 }
 
 static void stop_threads(cxs_loader *l) {
-    pthread_mutex_lock(&l->mu);
-    __atomic_store_n(&l->stop, 1, __ATOMIC_RELAXED); /* also read by abandoned() */
-    pthread_cond_broadcast(&l->cv_work);
-    cxs_ra_wake(&l->ra);
-    pthread_mutex_unlock(&l->mu);
-    for (uint32_t t = 0; t < l->nthreads; t++) pthread_join(l->threads[t], NULL);
-    l->nthreads = 0;
+    cxs_ring_stop(&l->ring); /* wakes the helper too */
     cxs_ra_stop(&l->ra);
 }
 
 void cxs_loader_free(cxs_loader *l) {
     if (!l) return;
     /* In a forked child the parent's workers do not exist: nothing to join. */
-    if (l->pid == getpid()) stop_threads(l);
+    if (!cxs_ring_forked(&l->ring)) stop_threads(l);
     cxs_ra_destroy(&l->ra);
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv_work);
-    pthread_cond_destroy(&l->cv_ready);
-    for (uint32_t i = 0; l->ring && i < l->o.ring; i++) {
+    cxs_ring_destroy(&l->ring);
+    for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
         if (!l->o.external) { /* external buffers belong to the caller */
-            free(l->ring[i].x);
-            free(l->ring[i].y);
+            free(l->slots[i].x);
+            free(l->slots[i].y);
         }
-        free(l->ring[i].frames);
+        free(l->slots[i].frames);
     }
-    free(l->ring);
+    free(l->slots);
     free(l->pool);
-    free(l->threads);
     for (uint32_t t = 0; l->wctx && t < l->o.threads; t++) cxs_gather_ctx_free(&l->wctx[t].g);
     free(l->wctx);
     free(l->norm);
@@ -352,7 +356,6 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler,
                          "a test split): set labels to 0");
     return 0;
 }
-
 int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                       const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
                       cxs_loader **out) {
@@ -392,25 +395,19 @@ int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
     l->epoch = epoch;
     l->start = start;
     l->length = cxs_sampler_length(sampler);
-    l->nbatches = batches_for(l);
-    l->held = -1;
-    l->pid = getpid();
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv_work, NULL);
-    pthread_cond_init(&l->cv_ready, NULL);
-    l->ring = calloc(l->o.ring, sizeof *l->ring);
-    l->threads = calloc(l->o.threads, sizeof *l->threads);
+    rc = cxs_ring_init(&l->ring, &loader_ring, l, l->o.ring, l->o.threads, batches_for(l));
+    l->slots = calloc(l->o.ring, sizeof *l->slots);
     l->wctx = calloc(l->o.threads, sizeof *l->wctx);
     l->pool = calloc(l->o.ring, sizeof *l->pool);
-    rc = l->ring && l->threads && l->wctx && l->pool ? 0 : -ENOMEM;
+    if (!rc && !(l->slots && l->wctx && l->pool)) rc = -ENOMEM;
     size_t B = l->o.batch_size;
     if (!rc)
         rc = cxs_ra_init(&l->ra, ds, sampler, l->o.readahead != CXS_READAHEAD_OFF, B, l->o.k,
-                         &l->mu, &l->generation, &l->epoch, &l->start, &l->next_claim,
-                         &l->nbatches, &l->stop);
+                         &l->ring.mu, &l->ring.generation, &l->epoch, &l->start,
+                         &l->ring.next_claim, &l->ring.nbatches, &l->ring.stop);
     if (!rc && l->window > SIZE_MAX / sizeof(float) / B) rc = CXS_E_INVALID;
     for (uint32_t i = 0; !rc && i < l->o.ring; i++) {
-        slot *s = &l->ring[i];
+        slot *s = &l->slots[i];
         s->frames = malloc(B * sizeof *s->frames);
         if (!s->frames) rc = -ENOMEM;
         if (l->o.external) continue;
@@ -438,34 +435,18 @@ int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampler,
 }
 
 /* The first call in a forked child: fresh locks and workers, resuming at the
- * consumer's position. */
-static int respawn(cxs_loader *l) {
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv_work, NULL);
-    pthread_cond_init(&l->cv_ready, NULL);
+ * consumer's position (drop_held: at the start). */
+static int respawn(cxs_loader *l, int drop_held) {
     cxs_ra_after_fork(&l->ra);
-    __atomic_add_fetch(&l->generation, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&l->stop, 0, __ATOMIC_RELAXED);
     /* the parent's workers were filling it: give back its plan reference */
-    if (l->sh.s && l->ra.kind == CXS_RA_BLOCKS && l->sh.rb.plan)
+    if (l->sh.active && l->ra.kind == CXS_RA_BLOCKS && l->sh.rb.plan)
         cxs_block_plan_put(cxs_sampler_blocks(l->sampler), l->sh.rb.plan);
-    l->sh.s = NULL;
+    l->sh.active = 0;
     l->sh_pending = 0;
-    for (uint32_t i = 0; i < l->o.ring; i++)
-        if ((int)i != l->held) slot_discard(l, &l->ring[i]);
-    l->next_claim = l->next_take;
+    cxs_ring_after_fork(&l->ring, drop_held);
     int rc = start_threads(l);
-    /* only once workers run (as the utterance loader does): a failed start
-     * is retried by the next call instead of waiting for batches no one
-     * fills */
-    if (!rc) l->pid = getpid();
+    if (!rc) cxs_ring_adopt(&l->ring);
     return rc;
-}
-
-static int any_filling(const cxs_loader *l) {
-    for (uint32_t i = 0; i < l->o.ring; i++)
-        if (l->ring[i].state == RING_FILLING) return 1;
-    return 0;
 }
 
 int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
@@ -474,79 +455,42 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
 
 int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
     if (!l || !batch) return cxs_diagf(d, CXS_E_INVALID, "loader: no loader or batch pointer");
-    if (l->pid != getpid()) {
-        int rc = respawn(l);
+    if (cxs_ring_forked(&l->ring)) {
+        int rc = respawn(l, 0);
         if (rc)
             return cxs_diagf(d, rc, "loader: no worker thread could start in this process: %s",
                              cxs_strerror(rc));
     }
-    pthread_mutex_lock(&l->mu);
-    if (l->held >= 0) {
-        slot *h = &l->ring[l->held];
-        if (l->o.external) h->x = NULL, h->y = NULL; /* the caller owns them now */
-        h->state = RING_FREE;
-        l->held = -1;
-        pthread_cond_broadcast(&l->cv_work);
-    }
-    if (l->next_take >= l->nbatches) {
-        pthread_mutex_unlock(&l->mu);
+    uint32_t i;
+    int rc = cxs_ring_next(&l->ring, &i);
+    if (rc == 1) {
         *batch = NULL;
         return 0;
     }
-    uint32_t i = (uint32_t)(l->next_take % l->o.ring);
-    slot *s = &l->ring[i];
-    while (!(s->state == RING_READY && s->batch == l->next_take)) {
-        /* External mode without a buffer for this batch: nothing would ever
-         * fill it, unless a buffer is still on its way back from a batch a
-         * reset threw away (a slot still filling). */
-        if (l->o.external && s->state == RING_FREE && !l->pool_count && !any_filling(l)) {
-            pthread_mutex_unlock(&l->mu);
-            return cxs_diagf(d, CXS_E_INVALID,
-                             "loader: no buffer provided for the next batch (cxs_loader_provide)");
-        }
-        pthread_cond_wait(&l->cv_ready, &l->mu);
-    }
-    int rc = s->rc;
-    s->state = RING_HELD;
-    l->held = (int)i;
-    l->next_take++;
-    pthread_mutex_unlock(&l->mu);
-    if (rc) {
+    if (rc)
+        return cxs_diagf(d, rc, "loader: no buffer provided for the next batch (cxs_loader_provide)");
+    const cxs_ring_slot *s = &l->ring.slot[i];
+    if (s->rc) {
         /* the slot is held: no worker writes its message now */
-        if (s->diag.message[0]) return cxs_diagf(d, rc, "%s", s->diag.message);
-        return cxs_diagf(d, rc, "loader: batch %llu: %s", (unsigned long long)s->batch,
-                         cxs_strerror(rc));
+        if (s->diag.message[0]) return cxs_diagf(d, s->rc, "%s", s->diag.message);
+        return cxs_diagf(d, s->rc, "loader: batch %llu: %s", (unsigned long long)s->batch,
+                         cxs_strerror(s->rc));
     }
-    *batch = &s->pub;
+    *batch = &l->slots[i].pub;
     return 0;
 }
 
 int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     if (!l || start > l->length) return CXS_E_INVALID;
-    if (l->pid != getpid()) {
-        l->held = -1;
-        l->next_take = 0;
-        int rc = respawn(l);
+    if (cxs_ring_forked(&l->ring)) {
+        int rc = respawn(l, 1);
         if (rc) return rc;
     }
-    pthread_mutex_lock(&l->mu);
-    __atomic_add_fetch(&l->generation, 1, __ATOMIC_RELAXED); /* also read by abandoned() */
-    for (uint32_t i = 0; i < l->o.ring; i++) {
-        slot *x = &l->ring[i];
-        if (x->state == RING_READY) slot_discard(l, x);
-        else if (x->state == RING_HELD) {
-            if (l->o.external) x->x = NULL, x->y = NULL; /* handed out: the caller's */
-            x->state = RING_FREE;
-        }
-    }
-    l->held = -1;
+    pthread_mutex_lock(&l->ring.mu);
     l->epoch = epoch;
     l->start = start;
-    l->nbatches = batches_for(l);
-    l->next_claim = l->next_take = 0;
-    pthread_cond_broadcast(&l->cv_work);
-    cxs_ra_wake(&l->ra);
-    pthread_mutex_unlock(&l->mu);
+    cxs_ring_restart_locked(&l->ring, batches_for(l)); /* wakes the helper */
+    pthread_mutex_unlock(&l->ring.mu);
     return 0;
 }
 
@@ -554,21 +498,21 @@ uint32_t cxs_loader_ring(const cxs_loader *l) { return l ? l->o.ring : 0; }
 
 int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y) {
     if (!l || !l->o.external || !x || (l->o.labels && !y)) return CXS_E_INVALID;
-    if (l->pid != getpid()) {
-        int rc = respawn(l);
+    if (cxs_ring_forked(&l->ring)) {
+        int rc = respawn(l, 0);
         if (rc) return rc;
     }
-    pthread_mutex_lock(&l->mu);
+    pthread_mutex_lock(&l->ring.mu);
     uint32_t owned = l->pool_count;
     for (uint32_t i = 0; i < l->o.ring; i++)
-        owned += l->ring[i].x != NULL && l->ring[i].state != RING_HELD;
+        owned += l->slots[i].x != NULL && l->ring.slot[i].state != CXS_SLOT_HELD;
     int rc = 0;
     if (owned >= l->o.ring) {
         rc = CXS_E_INVALID; /* every slot already has a buffer */
     } else {
         pool_push(l, x, y);
-        pthread_cond_broadcast(&l->cv_work);
+        pthread_cond_broadcast(&l->ring.cv_work);
     }
-    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_unlock(&l->ring.mu);
     return rc;
 }

@@ -1,7 +1,7 @@
 /* uttbatch.c - padded batches of whole utterances, and the prefetching
- * utterance loader (the ring and worker design of loader.c, one batch per
- * worker at a time: a batch of whole utterances is small enough that the
- * first one needs no sharing between workers). */
+ * utterance loader on the batch ring (ring.h) the frame loader uses too,
+ * one batch per worker at a time: a batch of whole utterances is small
+ * enough that the first one needs no sharing between workers. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -12,11 +12,11 @@
 
 #include "buckets.h"
 #include "cxs_convert.h"
-#include "hooks.h"
 #include "cxs_le.h"
 #include "dataset_internal.h"
 #include "fault.h"
 #include "gather.h"
+#include "ring.h"
 
 /* What one thread keeps from batch to batch: a decoder for compressed
  * data and a staging buffer for stored rows that are not float32. */
@@ -261,12 +261,9 @@ int cxs_dataset_pad_targets(const cxs_dataset *ds, const uint64_t *utts, size_t 
 
 /* ---- the loader -------------------------------------------------------- */
 
-enum { FREE, FILLING, READY, HELD };
-
+/* A slot's buffers and the batch handed out from them; its state, code
+ * and message are the ring's (ring.slot[i]). */
 typedef struct uslot {
-    int state, rc;
-    cxs_diag diag; /* what rc means, naming the shard and utterance */
-    uint64_t batch;
     float *x;
     int64_t *lengths, *y;
     int64_t *targets, *tlen; /* opts.targets: [cap][seq_max], [cap] */
@@ -274,9 +271,13 @@ typedef struct uslot {
     cxs_utt_batch pub;
 } uslot;
 
+/* A worker's own: its decoder and staging, and what it claimed under the
+ * lock for its fill (the batch's utterances are in its slot). */
 typedef struct uworker {
-    struct cxs_utt_loader *l;
     pad_ctx c;
+    uint64_t pos, g, n;  /* the batch's position, global position, utterances */
+    cxs_utt_range *adv;  /* block mode: ranges to advise, or NULL */
+    uint64_t nadv;
 } uworker;
 
 struct cxs_utt_loader {
@@ -286,139 +287,110 @@ struct cxs_utt_loader {
     double *norm; /* means then scales, or NULL */
     uint32_t cap; /* utterances a slot holds */
     uint64_t max_frames;
-    uint64_t epoch, start, nbatches;
-    cxs_utt_plan *plan; /* the epoch's, under mu */
+    uint64_t epoch, start; /* under ring.mu */
+    cxs_utt_plan *plan; /* the epoch's, under ring.mu */
     uint64_t advised;   /* block mode: the last group asked for, UINT64_MAX: none */
-    uslot *ring;
-    uint64_t next_claim, next_take, generation;
-    int held, stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_ready;
-    pthread_t *threads;
-    uworker *w; /* in the loader so that a forked child frees what they held */
-    uint32_t nthreads;
-    pid_t pid;
+    cxs_ring ring;
+    uslot *slots; /* o.ring of them, beside ring.slot */
+    uworker *w;   /* in the loader so that a forked child frees what they held */
 };
 
-static void *uworker_main(void *arg) {
-    uworker *w = arg;
-    cxs_utt_loader *l = w->l;
+/* Under the lock: the batch's utterances are copied now, since a reset
+ * may drop the plan as soon as the lock is released. */
+static void uclaim(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
+    cxs_utt_loader *l = owner;
+    uworker *wk = &l->w[w];
+    uslot *s = &l->slots[i];
+    (void)gen;
+    const cxs_utt_plan *p = l->plan;
+    wk->pos = l->start + b;
+    wk->g = cxs_utt_plan_global(l->sampler, p, wk->pos);
+    wk->n = cxs_utt_plan_batch(p, wk->g, s->utts);
+    /* Block mode: the first batch of a group asks the kernel for the
+     * next group's blocks (and its own, after a start), so that they
+     * are read sequentially while this one is served. */
+    wk->adv = NULL;
+    wk->nadv = 0;
+    if (p->ngroups && l->o.readahead != CXS_READAHEAD_OFF) {
+        uint64_t k = cxs_utt_plan_group(p, wk->g), hi = k + 1 < p->ngroups ? k + 1 : k;
+        if (l->advised == UINT64_MAX || hi > l->advised) {
+            uint64_t lo = l->advised != UINT64_MAX && l->advised + 1 > k ? l->advised + 1 : k;
+            uint64_t nadv = p->rstart[hi + 1] - p->rstart[lo];
+            if (nadv && (wk->adv = malloc(nadv * sizeof *wk->adv))) {
+                memcpy(wk->adv, p->rng + p->rstart[lo], nadv * sizeof *wk->adv);
+                wk->nadv = nadv;
+            }
+            l->advised = hi;
+        }
+    }
+}
+
+static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
+    cxs_utt_loader *l = owner;
+    uworker *wk = &l->w[w];
+    uslot *s = &l->slots[i];
+    cxs_diag *diag = &l->ring.slot[i].diag;
     const cxs_dataset *ds = l->ds;
-    pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
-        uint64_t b = l->next_claim;
-        uslot *s = b < l->nbatches ? &l->ring[b % l->o.ring] : NULL;
-        if (!s || s->state != FREE) {
-            pthread_cond_wait(&l->cv_work, &l->mu);
-            continue;
+    const uint64_t n = wk->n;
+    (void)b, (void)gen;
+    if (wk->adv) {
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        for (uint64_t j = 0; j < wk->nadv; j++) {
+            uintptr_t a0 = (uintptr_t)wk->adv[j].at & ~(pg - 1);
+            madvise((void *)a0, (size_t)((uintptr_t)wk->adv[j].at + wk->adv[j].len - a0),
+                    MADV_WILLNEED);
         }
-        s->state = FILLING;
-        s->batch = b;
-        l->next_claim++;
-        /* the batch's utterances are copied under the lock: a reset may
-         * drop the plan as soon as it is released */
-        const cxs_utt_plan *p = l->plan;
-        uint64_t pos = l->start + b, g = cxs_utt_plan_global(l->sampler, p, pos);
-        uint64_t n = cxs_utt_plan_batch(p, g, s->utts), gen = l->generation;
-        /* Block mode: the first batch of a group asks the kernel for the
-         * next group's blocks (and its own, after a start), so that they
-         * are read sequentially while this one is served. */
-        cxs_utt_range *adv = NULL;
-        uint64_t nadv = 0;
-        if (p->ngroups && l->o.readahead != CXS_READAHEAD_OFF) {
-            uint64_t k = cxs_utt_plan_group(p, g), hi = k + 1 < p->ngroups ? k + 1 : k;
-            if (l->advised == UINT64_MAX || hi > l->advised) {
-                uint64_t lo = l->advised != UINT64_MAX && l->advised + 1 > k ? l->advised + 1 : k;
-                nadv = p->rstart[hi + 1] - p->rstart[lo];
-                if (nadv && (adv = malloc(nadv * sizeof *adv)))
-                    memcpy(adv, p->rng + p->rstart[lo], nadv * sizeof *adv);
-                l->advised = hi;
-            }
-        }
-        pthread_mutex_unlock(&l->mu);
-        if (adv) {
-            const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-            for (uint64_t i = 0; i < nadv; i++) {
-                uintptr_t a0 = (uintptr_t)adv[i].at & ~(pg - 1);
-                madvise((void *)a0, (size_t)((uintptr_t)adv[i].at + adv[i].len - a0),
-                        MADV_WILLNEED);
-            }
-            free(adv);
-        }
-        uint64_t tmax = 0, frames = 0;
-        int lrc = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            cxs_uloc ul;
-            if ((lrc = cxs_utt_loc_safe(ds, s->utts[i], &ul, &s->diag))) break;
-            frames += ul.T;
-            if (ul.T > tmax) tmax = ul.T;
-        }
-        if (!lrc) s->diag.message[0] = 0;
-        int rc = lrc ? lrc : n > l->cap || n * tmax > l->max_frames
-                     ? CXS_E_CORRUPT /* not reached: the sampler sized them */
-                     : pad_batch(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
-                                 !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,
-                                 l->o.labels ? s->y : NULL, &w->c, &s->diag);
-        uint64_t lmax = 0;
-        if (!rc && l->o.targets) {
-            lmax = longest_seq(ds, s->utts, n);
-            rc = pad_targets(ds, s->utts, n, lmax, s->targets, s->tlen);
-        }
-        s->rc = rc;
-        s->pub = (cxs_utt_batch){s->x, s->lengths, l->o.labels ? s->y : NULL, s->utts, (size_t)n,
-                                 tmax, frames, pos, g, l->o.targets ? s->targets : NULL,
-                                 l->o.targets ? s->tlen : NULL, lmax};
-        pthread_mutex_lock(&l->mu);
-        if (gen == l->generation) {
-            s->state = READY;
-        } else {
-            s->state = FREE;
-            pthread_cond_broadcast(&l->cv_work);
-        }
-        pthread_cond_broadcast(&l->cv_ready);
+        free(wk->adv);
+        wk->adv = NULL;
     }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
+    uint64_t tmax = 0, frames = 0;
+    int lrc = 0;
+    for (uint64_t j = 0; j < n; j++) {
+        cxs_uloc ul;
+        if ((lrc = cxs_utt_loc_safe(ds, s->utts[j], &ul, diag))) break;
+        frames += ul.T;
+        if (ul.T > tmax) tmax = ul.T;
+    }
+    if (!lrc) diag->message[0] = 0;
+    int rc = lrc ? lrc : n > l->cap || n * tmax > l->max_frames
+                 ? CXS_E_CORRUPT /* not reached: the sampler sized them */
+                 : pad_batch(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
+                             !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,
+                             l->o.labels ? s->y : NULL, &wk->c, diag);
+    uint64_t lmax = 0;
+    if (!rc && l->o.targets) {
+        lmax = longest_seq(ds, s->utts, n);
+        rc = pad_targets(ds, s->utts, n, lmax, s->targets, s->tlen);
+    }
+    s->pub = (cxs_utt_batch){s->x, s->lengths, l->o.labels ? s->y : NULL, s->utts, (size_t)n,
+                             tmax, frames, wk->pos, wk->g, l->o.targets ? s->targets : NULL,
+                             l->o.targets ? s->tlen : NULL, lmax};
+    return rc;
 }
 
-static int start_threads(cxs_utt_loader *l) {
-    l->nthreads = 0;
-    for (uint32_t t = 0; t < l->o.threads; t++) {
-        pad_ctx_free(&l->w[t].c); /* in a forked child: what a parent thread held */
-        l->w[t].l = l;
-        if (cxs_hook_thread_fails() ||
-            pthread_create(&l->threads[t], NULL, uworker_main, &l->w[t]) != 0)
-            break;
-        l->nthreads++;
-    }
-    return l->nthreads ? 0 : -EAGAIN;
+static void uworker_init(void *owner, uint32_t w) {
+    cxs_utt_loader *l = owner;
+    uworker *wk = &l->w[w];
+    pad_ctx_free(&wk->c); /* in a forked child: what a parent thread held */
+    free(wk->adv);
+    wk->adv = NULL;
 }
 
-static void stop_threads(cxs_utt_loader *l) {
-    pthread_mutex_lock(&l->mu);
-    l->stop = 1;
-    pthread_cond_broadcast(&l->cv_work);
-    pthread_mutex_unlock(&l->mu);
-    for (uint32_t t = 0; t < l->nthreads; t++) pthread_join(l->threads[t], NULL);
-    l->nthreads = 0;
-}
+static const cxs_ring_ops utt_ring = {.claim = uclaim, .fill = ufill, .worker_init = uworker_init};
 
 void cxs_utt_loader_free(cxs_utt_loader *l) {
     if (!l) return;
-    if (l->pid == getpid()) stop_threads(l); /* a forked child has no workers to join */
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv_work);
-    pthread_cond_destroy(&l->cv_ready);
-    for (uint32_t i = 0; l->ring && i < l->o.ring; i++) {
-        free(l->ring[i].x);
-        free(l->ring[i].lengths);
-        free(l->ring[i].y);
-        free(l->ring[i].targets);
-        free(l->ring[i].tlen);
-        free(l->ring[i].utts);
+    if (!cxs_ring_forked(&l->ring)) cxs_ring_stop(&l->ring); /* a forked child has none to join */
+    cxs_ring_destroy(&l->ring);
+    for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
+        free(l->slots[i].x);
+        free(l->slots[i].lengths);
+        free(l->slots[i].y);
+        free(l->slots[i].targets);
+        free(l->slots[i].tlen);
+        free(l->slots[i].utts);
     }
-    free(l->ring);
-    free(l->threads);
+    free(l->slots);
     for (uint32_t t = 0; l->w && t < l->o.threads; t++) pad_ctx_free(&l->w[t].c);
     free(l->w);
     if (l->plan) cxs_utt_plan_put(l->sampler, l->plan);
@@ -426,9 +398,10 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     free(l);
 }
 
-/* Under mu (or before the workers start): the plan and batch count of
- * (epoch, start). */
-static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start, cxs_diag *d) {
+/* Under the lock (or before the workers start): the plan and batch count
+ * of (epoch, start). */
+static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start, uint64_t *nbatches,
+                    cxs_diag *d) {
     cxs_utt_plan *p;
     int rc = cxs_utt_plan_get(l->sampler, epoch, &p);
     if (rc) return cxs_diagf(d, rc, "utterance loader: the order of epoch %llu: %s",
@@ -446,7 +419,7 @@ static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start, cxs_diag 
     l->plan = p;
     l->epoch = epoch;
     l->start = start;
-    l->nbatches = len - start;
+    *nbatches = len - start;
     l->advised = UINT64_MAX;
     return 0;
 }
@@ -512,21 +485,16 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     if (l->o.ring < 3) l->o.ring = 3;
     l->cap = cxs_utt_sampler_max_batch(sampler);
     l->max_frames = cxs_utt_sampler_max_frames(sampler);
-    l->held = -1;
-    l->pid = getpid();
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv_work, NULL);
-    pthread_cond_init(&l->cv_ready, NULL);
-    l->ring = calloc(l->o.ring, sizeof *l->ring);
-    l->threads = calloc(l->o.threads, sizeof *l->threads);
+    rc = cxs_ring_init(&l->ring, &utt_ring, l, l->o.ring, l->o.threads, 0);
+    l->slots = calloc(l->o.ring, sizeof *l->slots);
     l->w = calloc(l->o.threads, sizeof *l->w);
-    rc = l->ring && l->threads && l->w ? 0 : -ENOMEM;
+    if (!rc && !(l->slots && l->w)) rc = -ENOMEM;
     if (!rc && l->max_frames > SIZE_MAX / sizeof(float) / (ds->meta.dim ? ds->meta.dim : 1))
         rc = -ENOMEM;
     if (!rc && l->o.targets && ds->seq_max > SIZE_MAX / sizeof(int64_t) / (l->cap ? l->cap : 1))
         rc = -ENOMEM;
     for (uint32_t i = 0; !rc && i < l->o.ring; i++) {
-        uslot *s = &l->ring[i];
+        uslot *s = &l->slots[i];
         s->x = malloc((size_t)l->max_frames * ds->meta.dim * sizeof *s->x + 1);
         s->lengths = malloc((size_t)l->cap * sizeof *s->lengths);
         s->utts = malloc((size_t)l->cap * sizeof *s->utts);
@@ -541,8 +509,8 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     }
     if (rc) cxs_diagf(diag, rc, "utterance loader: out of memory for %u batch buffers of %llu "
                       "frames", l->o.ring, (unsigned long long)l->max_frames);
-    if (!rc) rc = position(l, epoch, start, diag);
-    if (!rc && (rc = start_threads(l)))
+    if (!rc) rc = position(l, epoch, start, &l->ring.nbatches, diag);
+    if (!rc && (rc = cxs_ring_start(&l->ring)))
         cxs_diagf(diag, rc, "utterance loader: no worker thread could be started");
     if (rc) {
         cxs_utt_loader_free(l);
@@ -553,20 +521,11 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
 }
 
 /* The first call in a forked child: fresh locks and workers, at the
- * consumer's position. */
-static int respawn(cxs_utt_loader *l) {
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv_work, NULL);
-    pthread_cond_init(&l->cv_ready, NULL);
-    l->generation++;
-    l->stop = 0;
-    for (uint32_t i = 0; i < l->o.ring; i++)
-        if ((int)i != l->held) l->ring[i].state = FREE;
-    l->next_claim = l->next_take;
-    int rc = start_threads(l);
-    /* only once workers run: a failed start is retried by the next call
-     * instead of waiting for batches no one fills */
-    if (!rc) l->pid = getpid();
+ * consumer's position (drop_held: at the start). */
+static int respawn(cxs_utt_loader *l, int drop_held) {
+    cxs_ring_after_fork(&l->ring, drop_held);
+    int rc = cxs_ring_start(&l->ring);
+    if (!rc) cxs_ring_adopt(&l->ring);
     return rc;
 }
 
@@ -577,61 +536,39 @@ int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
 int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d) {
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "utterance loader: no loader or batch pointer");
-    if (l->pid != getpid()) {
-        int rc = respawn(l);
+    if (cxs_ring_forked(&l->ring)) {
+        int rc = respawn(l, 0);
         if (rc)
             return cxs_diagf(d, rc,
                              "utterance loader: no worker thread could start in this process: %s",
                              cxs_strerror(rc));
     }
-    pthread_mutex_lock(&l->mu);
-    if (l->held >= 0) {
-        l->ring[l->held].state = FREE;
-        l->held = -1;
-        pthread_cond_broadcast(&l->cv_work);
-    }
-    if (l->next_take >= l->nbatches) {
-        pthread_mutex_unlock(&l->mu);
+    uint32_t i;
+    if (cxs_ring_next(&l->ring, &i)) { /* (no stalled callback: 1, the end) */
         *batch = NULL;
         return 0;
     }
-    uint32_t i = (uint32_t)(l->next_take % l->o.ring);
-    uslot *s = &l->ring[i];
-    while (!(s->state == READY && s->batch == l->next_take))
-        pthread_cond_wait(&l->cv_ready, &l->mu);
-    int rc = s->rc;
-    s->state = HELD;
-    l->held = (int)i;
-    l->next_take++;
-    pthread_mutex_unlock(&l->mu);
-    if (rc) {
+    const cxs_ring_slot *s = &l->ring.slot[i];
+    if (s->rc) {
         /* the slot is held: no worker writes its message now */
-        if (s->diag.message[0]) return cxs_diagf(d, rc, "%s", s->diag.message);
-        return cxs_diagf(d, rc, "utterance loader: batch %llu: %s", (unsigned long long)s->batch,
-                         cxs_strerror(rc));
+        if (s->diag.message[0]) return cxs_diagf(d, s->rc, "%s", s->diag.message);
+        return cxs_diagf(d, s->rc, "utterance loader: batch %llu: %s",
+                         (unsigned long long)s->batch, cxs_strerror(s->rc));
     }
-    *batch = &s->pub;
+    *batch = &l->slots[i].pub;
     return 0;
 }
 
 int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
-    if (l->pid != getpid()) {
-        l->held = -1;
-        l->next_take = 0;
-        int rc = respawn(l);
+    if (cxs_ring_forked(&l->ring)) {
+        int rc = respawn(l, 1);
         if (rc) return rc;
     }
-    pthread_mutex_lock(&l->mu);
-    int rc = position(l, epoch, start, NULL);
-    if (!rc) {
-        l->generation++;
-        for (uint32_t i = 0; i < l->o.ring; i++)
-            if (l->ring[i].state == READY || l->ring[i].state == HELD) l->ring[i].state = FREE;
-        l->held = -1;
-        l->next_claim = l->next_take = 0;
-        pthread_cond_broadcast(&l->cv_work);
-    }
-    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_lock(&l->ring.mu);
+    uint64_t nb;
+    int rc = position(l, epoch, start, &nb, NULL);
+    if (!rc) cxs_ring_restart_locked(&l->ring, nb);
+    pthread_mutex_unlock(&l->ring.mu);
     return rc;
 }
