@@ -11,10 +11,16 @@
 #include "fault.h"
 #include "gather.h"
 
-/* Convert n stored elements (whole rows) to float32, normalising when
- * mean/scale are given (row-wise over dim D). */
-static void convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows, float *dst,
-                         const double *mean, const double *scale) {
+void cxs_normalize_rows(uint32_t D, float *dst, size_t rows, const double *mean,
+                        const double *scale) {
+    /* Spec section 7.4: binary64 difference, binary64 product, one rounding
+     * to binary32 (the same operations as gpu_expand.h's cxs_x_value). */
+    for (size_t r = 0; r < rows; r++, dst += D)
+        for (uint32_t d = 0; d < D; d++) dst[d] = (float)(((double)dst[d] - mean[d]) * scale[d]);
+}
+
+void cxs_convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows, float *dst,
+                      const double *mean, const double *scale) {
     const uint32_t D = ds->meta.dim;
     const size_t n = rows * D;
     switch (ds->meta.dtype) {
@@ -35,12 +41,7 @@ static void convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows,
         for (size_t i = 0; i < n; i++) dst[i] = cxs_bf16_to_f32(cxs_ld16(src + 2 * i));
         break;
     }
-    /* Spec section 7.4: binary64 difference, binary64 product, one rounding
-     * to binary32 (the same operations as gpu_expand.h's cxs_x_value). */
-    if (mean)
-        for (size_t r = 0; r < rows; r++, dst += D)
-            for (uint32_t d = 0; d < D; d++)
-                dst[d] = (float)(((double)dst[d] - mean[d]) * scale[d]);
+    if (mean) cxs_normalize_rows(D, dst, rows, mean, scale);
 }
 
 int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out, cxs_diag *d) {
@@ -184,7 +185,7 @@ static int gather_windows(void *arg) {
             float *o = j->out + (c0 + i) * W;
             if (p[i].zlo) memset(o, 0, (size_t)p[i].zlo * D * sizeof *o);
             float *r = o + (size_t)p[i].zlo * D;
-            convert_rows(ds, src, (size_t)p[i].rows, r, mean, scale);
+            cxs_convert_rows(ds, src, (size_t)p[i].rows, r, mean, scale);
             if (p[i].zhi)
                 memset(r + (size_t)p[i].rows * D, 0, (size_t)p[i].zhi * D * sizeof *o);
             if (j->labels) {

@@ -16,6 +16,16 @@
  * statistics; -ENOMEM.  d (may be NULL) says which. */
 int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out, cxs_diag *d);
 
+/* Stored rows into float32: `rows` whole rows of the dataset's dtype at src
+ * (little-endian, as stored) into dst, normalised when mean and scale are
+ * given (spec section 7.4, the arithmetic of every CPU path: windows,
+ * padded utterances).  cxs_normalize_rows does the normalisation alone,
+ * in place, for rows already in float32. */
+void cxs_convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows, float *dst,
+                      const double *mean, const double *scale);
+void cxs_normalize_rows(uint32_t D, float *dst, size_t rows, const double *mean,
+                        const double *scale);
+
 /* What one thread keeps from gather to gather (a loader's worker): a way
  * to stop early -- cancelled(arg), when set, is asked before every few
  * dozen windows, and a true answer ends the gather with -ECANCELED, the

@@ -65,29 +65,9 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
         if (rc) return w->chunk = c->zr.bad_chunk, w->offset = c->zr.bad_offset, rc;
         src = c->stage;
     }
-    if (src) {
-        switch (ds->meta.dtype) {
-        case CXS_DTYPE_F32:
-            for (size_t i = 0; i < n; i++) {
-                uint32_t b = cxs_ld32(src + 4 * i);
-                memcpy(&x[i], &b, 4);
-            }
-            break;
-        case CXS_DTYPE_F16:
-            for (size_t i = 0; i < n; i++) x[i] = cxs_f16_to_f32(cxs_ld16(src + 2 * i));
-            break;
-        default:
-            for (size_t i = 0; i < n; i++) x[i] = cxs_bf16_to_f32(cxs_ld16(src + 2 * i));
-            break;
-        }
-    }
-    /* The frame gather's arithmetic (spec section 7.4). */
-    if (mean)
-        for (uint64_t t = 0; t < T; t++)
-            for (uint32_t d = 0; d < D; d++) {
-                float *v = &x[t * D + d];
-                *v = (float)(((double)*v - mean[d]) * scale[d]);
-            }
+    /* the frame gather's conversion and arithmetic (spec section 7.4) */
+    if (src) cxs_convert_rows(ds, src, (size_t)T, x, mean, scale);
+    else if (mean) cxs_normalize_rows(D, x, (size_t)T, mean, scale);
     if (cmvn && T) {
         for (uint32_t d = 0; d < D; d++) {
             double m = 0, q = 0;
