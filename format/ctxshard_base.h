@@ -16,6 +16,24 @@
 #define CXS_API
 #endif
 
+/* ---- the ABI's room to grow ------------------------------------------- */
+/**
+ * Every options struct the caller fills (cxs_*_opts) ends in
+ * `uint64_t reserved[CXS_OPTS_RESERVED]`, and every struct the library
+ * fills for the caller (cxs_info and the other *_info / result structs)
+ * in `uint64_t reserved[CXS_INFO_RESERVED]`.  A later version adds fields
+ * by taking them from that room, so the structs keep their size and a
+ * program built against an older header keeps working with a newer
+ * library: the reserved words it zeroed read as the new fields' value 0,
+ * which is always their default.  The library refuses options whose
+ * reserved words are not zero (CXS_E_INVALID: a program built against a
+ * newer header, asking for something this library does not know), and
+ * zeroes the reserved words of what it fills.  Start options from their
+ * *_opts_init() function (or zero them: `= {0}`, designated initialisers).
+ */
+#define CXS_OPTS_RESERVED 4
+#define CXS_INFO_RESERVED 8
+
 /* ---- error codes ------------------------------------------------------ */
 /** Negative, and below -4095 so that they never collide with -errno. */
 #define CXS_E_BAD_MAGIC   (-5001) /**< not a ctxshard file (or byte-swapped) */

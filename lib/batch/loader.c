@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "blocks.h"
 #include "dataset_internal.h"
 #include "gather.h"
@@ -328,6 +329,8 @@ void cxs_loader_free(cxs_loader *l) {
 /* The options cxs_loader_create refuses, each with its reason. */
 static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler,
                       const cxs_loader_opts *o, uint64_t start, cxs_diag *d) {
+    int rc = CXS_OPTS_CHECK(o, "cxs_loader_opts", d);
+    if (rc) return rc;
     if (o->batch_size == 0) return cxs_diagf(d, CXS_E_INVALID, "loader: batch_size must be at least 1");
     if (o->k > 1000000)
         return cxs_diagf(d, CXS_E_INVALID, "loader: context k=%u is above 1,000,000", o->k);
@@ -356,6 +359,9 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler,
                          "a test split): set labels to 0");
     return 0;
 }
+
+void cxs_loader_opts_init(cxs_loader_opts *o) { memset(o, 0, sizeof *o); }
+
 int cxs_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                       const cxs_loader_opts *opts, uint64_t epoch, uint64_t start,
                       cxs_loader **out) {

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "buckets.h"
 #include "cxs_convert.h"
 #include "cxs_le.h"
@@ -406,6 +407,8 @@ static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start, uint64_t 
 
 /* The options' own checks, each named. */
 static int check_opts(const cxs_dataset *ds, const cxs_utt_loader_opts *o, cxs_diag *d) {
+    int rc = CXS_OPTS_CHECK(o, "cxs_utt_loader_opts", d);
+    if (rc) return rc;
     if (o->threads > 256)
         return cxs_diagf(d, CXS_E_INVALID, "utterance loader: threads %u (0 to 256; 0: min(CPUs, 4))",
                          o->threads);
@@ -434,6 +437,8 @@ static int check_opts(const cxs_dataset *ds, const cxs_utt_loader_opts *o, cxs_d
                          "them (pack it with --transcripts sequence or both)");
     return 0;
 }
+
+void cxs_utt_loader_opts_init(cxs_utt_loader_opts *o) { memset(o, 0, sizeof *o); }
 
 int cxs_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
                           const cxs_utt_loader_opts *opts, uint64_t epoch, uint64_t start,

@@ -496,11 +496,15 @@ int gpu_loader_streams(cxs_gpu_loader *l) {
     return 0;
 }
 
+void cxs_gpu_opts_init(cxs_gpu_opts *o) { memset(o, 0, sizeof *o); }
+
 int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                           const cxs_gpu_opts *opts, uint64_t epoch, uint64_t start,
                           cxs_gpu_loader **out, cxs_diag *diag) {
     if (!ds || !sampler || !opts || !out) return cxs_diagf(diag, CXS_E_INVALID, "NULL argument");
-    int rc = check_opts(ds, sampler, opts, start, diag);
+    int rc = CXS_OPTS_CHECK(opts, "cxs_gpu_opts", diag);
+    if (rc) return rc;
+    rc = check_opts(ds, sampler, opts, start, diag);
     if (rc) return rc;
     cxs_gpu_loader *l;
     uint64_t budget;

@@ -19,6 +19,7 @@
 #include "blocks.h"
 #include "ctxshard_gpu.h"
 #include "dataset_internal.h"
+#include "abi.h"
 #include "gather.h"
 #include "gpu_backend.h"
 #include "samplers.h"

@@ -263,13 +263,17 @@ static int check_utt_opts(const cxs_dataset *ds, const cxs_gpu_utt_opts *o, cxs_
     return 0;
 }
 
+void cxs_gpu_utt_opts_init(cxs_gpu_utt_opts *o) { memset(o, 0, sizeof *o); }
+
 int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *sampler,
                               const cxs_gpu_utt_opts *opts, uint64_t epoch, uint64_t start,
                               cxs_gpu_utt_loader **out, cxs_diag *diag) {
     if (!ds || !sampler || !opts || !out)
         return cxs_diagf(diag, CXS_E_INVALID,
                          "GPU utterance loader: dataset, sampler, options and out must not be NULL");
-    int rc = check_utt_opts(ds, opts, diag);
+    int rc = CXS_OPTS_CHECK(opts, "cxs_gpu_utt_opts", diag);
+    if (rc) return rc;
+    rc = check_utt_opts(ds, opts, diag);
     if (rc) return rc;
     cxs_gpu_utt_loader *ul = calloc(1, sizeof *ul);
     if (!ul) return cxs_diagf(diag, -ENOMEM, "out of memory");

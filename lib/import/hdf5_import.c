@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ctxshard_import.h"
+#include "abi.h"
 #include "cxs_format.h"
 
 #ifndef CXS_HAVE_HDF5
@@ -181,6 +182,8 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
                     cxs_note_fn note, void *nu, cxs_progress_fn progress, void *user,
                     cxs_import_info *info, cxs_diag *d) {
     if (!in || !out || !wo_in) return cxs_diagf(d, CXS_E_INVALID, "import: no input, output or options");
+    int orc = CXS_OPTS_CHECK(wo_in, "cxs_writer_opts", d);
+    if (orc) return orc;
     /* HDF5 prints its error stack by default; the library never prints */
     H5E_auto2_t old_fn;
     void *old_data;

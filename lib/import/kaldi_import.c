@@ -23,6 +23,7 @@
 #include <xxhash.h>
 
 #include "ctxshard_import.h"
+#include "abi.h"
 #include "cxs_convert.h"
 #include "cxs_features.h"
 #include "cxs_format.h"
@@ -456,6 +457,10 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
                      const cxs_kaldi_opts *ko_in, cxs_progress_fn progress, void *user,
                      cxs_import_info *info, cxs_diag *d) {
     if (!in || !out || !wo_in) return cxs_diagf(d, CXS_E_INVALID, "import: no input, output or options");
+    int orc;
+    if ((orc = CXS_OPTS_CHECK(wo_in, "cxs_writer_opts", d)) ||
+        (ko_in && (orc = CXS_OPTS_CHECK(ko_in, "cxs_kaldi_opts", d))))
+        return orc;
     cxs_kaldi_opts kdef;
     cxs_kaldi_opts_init(&kdef);
     const cxs_kaldi_opts *ko = ko_in ? ko_in : &kdef;

@@ -94,13 +94,17 @@ CXS_API int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *diag
 /** Default size of the decoded-chunk cache of a compressed dataset. */
 #define CXS_DEFAULT_CACHE_BYTES (256ull << 20)
 
-/** Options of cxs_dataset_open_ex(). */
+/** cxs_open_opts.cache_bytes: no chunk cache at all. */
+#define CXS_CACHE_OFF UINT64_MAX
+
+/** Options of cxs_dataset_open_ex(); start from cxs_open_opts_init(). */
 typedef struct cxs_open_opts {
     /**
      * Compressed datasets only: bytes of decoded chunks kept in memory and
      * shared by every thread reading the dataset (a bounded, thread-safe
-     * cache with CLOCK replacement).  0 disables caching: every read
-     * decodes the chunks it touches.  Uncompressed datasets ignore it.
+     * cache with CLOCK replacement).  0: CXS_DEFAULT_CACHE_BYTES;
+     * CXS_CACHE_OFF: no cache, every read decodes the chunks it touches.
+     * Uncompressed datasets ignore it.
      */
     uint64_t cache_bytes;
     /**
@@ -135,11 +139,19 @@ typedef struct cxs_open_opts {
      * without the option; cxs_dataset_hugepages() says why.
      */
     uint64_t hugepage_budget;
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_open_opts_init) */
 } cxs_open_opts;
+
+/** Fill o with the defaults (every field 0: the default chunk cache, no
+ *  copy in huge pages).  The same holds for every *_opts_init below: the
+ *  defaults of the reader's and loaders' options are all 0, and init
+ *  exists so that a field added later with another default is set too. */
+CXS_API void cxs_open_opts_init(cxs_open_opts *o);
 
 /**
  * cxs_dataset_open() with options; opts NULL means the defaults
- * (cache_bytes = CXS_DEFAULT_CACHE_BYTES).  A compressed dataset (format
+ * (cxs_open_opts_init).  Options whose reserved words are not zero are
+ * refused (CXS_E_INVALID).  A compressed dataset (format
  * 1.1, `ctxshard pack --compress zstd`) opens like any other: only its chunk
  * tables are read at open; windows and gathers decode the chunks they
  * touch, checking each chunk's checksum first, so a damaged chunk is an
@@ -160,6 +172,7 @@ typedef struct cxs_hugepage_info {
                               (AnonHugePages of /proc/self/smaps; 0 when
                               unknown) */
     char reason[200];    /**< with a budget and no copy: why not ("" else) */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_hugepage_info;
 
 /**
@@ -202,6 +215,7 @@ typedef struct cxs_memory {
     uint64_t cgroup_available; /**< that limit minus the memory in use in the
                                     cgroup that is not page cache */
     uint32_t from_env;         /**< 1: `available` is CTXSHARD_MEMORY_AVAILABLE */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_memory;
 
 /**
@@ -231,6 +245,7 @@ typedef struct cxs_warm_result {
     double seconds;         /**< wall time of the call */
     uint32_t fits;          /**< 1: the uncached part fitted in memory.available */
     cxs_memory memory;      /**< the figures the decision was made on */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_warm_result;
 
 /**
@@ -295,6 +310,7 @@ typedef struct cxs_info {
                                    format 1.3): all of them for a dataset
                                    written with them, 0 for one written
                                    with --block-sums off or before 1.3 */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_info;
 
 /** Fill *info.  Cannot fail for an open dataset. */
@@ -313,6 +329,7 @@ typedef struct cxs_stats {
     const double *mean;
     const double *var;
     const uint64_t *label_counts;
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_stats;
 CXS_API void cxs_dataset_stats(const cxs_dataset *ds, cxs_stats *stats);
 
@@ -584,9 +601,13 @@ typedef struct cxs_sampler_opts {
     uint64_t origin;             /**< global position where every epoch starts (elastic resume) */
     uint64_t memory_bytes;       /**< BLOCK: page cache the order may use (required) */
     uint32_t blocks;             /**< BLOCK: blocks a round draws from, 1..1024 (0: 8) */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_sampler_opts_init) */
 } cxs_sampler_opts;
 
 typedef struct cxs_sampler cxs_sampler;
+
+/** Fill o with the defaults: sequential, seed 0, not distributed. */
+CXS_API void cxs_sampler_opts_init(cxs_sampler_opts *o);
 
 /**
  * Create a sampler over ds (which must outlive it).  opts NULL means
@@ -643,6 +664,7 @@ typedef struct cxs_loader_opts {
     uint32_t readahead;   /**< reading ahead of the workers, by a helper thread
                                (uncompressed data only; see below): 0 auto,
                                CXS_READAHEAD_OFF none */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_loader_opts_init) */
 } cxs_loader_opts;
 
 /**
@@ -676,6 +698,9 @@ typedef struct cxs_loader_opts {
 
 /** A batch handed out by cxs_loader_next; valid until the next call (its x
  * and y longer in external mode: they are the caller's buffers). */
+/** Fill o with the defaults (all 0); batch_size must then be set. */
+CXS_API void cxs_loader_opts_init(cxs_loader_opts *o);
+
 typedef struct cxs_batch {
     const float *x;          /**< [n][(2k+1)*dim] */
     const int64_t *y;        /**< [n] labels, or NULL */
@@ -847,9 +872,13 @@ typedef struct cxs_utt_sampler_opts {
     uint64_t origin;        /**< global batch position where every epoch starts */
     uint64_t memory_bytes;  /**< block mode: the page cache the order may use; 0: off */
     uint32_t blocks;        /**< block mode: blocks bucketed together, 1..1024 (0: 8) */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_utt_sampler_opts_init) */
 } cxs_utt_sampler_opts;
 
 typedef struct cxs_utt_sampler cxs_utt_sampler;
+
+/** Fill o with the defaults (all 0); frame_budget must then be set. */
+CXS_API void cxs_utt_sampler_opts_init(cxs_utt_sampler_opts *o);
 
 /**
  * Create an utterance sampler over ds (which must outlive it).  Returns 0,
@@ -952,7 +981,11 @@ typedef struct cxs_utt_loader_opts {
     uint32_t targets;     /**< 1: the label sequences too, as CTC targets
                                (cxs_utt_batch.targets; needs a dataset with
                                sequences, CXS_E_NO_SEQUENCES otherwise) */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_utt_loader_opts_init) */
 } cxs_utt_loader_opts;
+
+/** Fill o with the defaults (all 0). */
+CXS_API void cxs_utt_loader_opts_init(cxs_utt_loader_opts *o);
 
 /**
  * A padded batch handed out by cxs_utt_loader_next; valid until the next

@@ -99,6 +99,7 @@ typedef struct cxs_gpu_probe_info {
     uint64_t total_bytes, free_bytes;
     char name[256];
     char reason[512];            /**< why not usable; empty when usable */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_gpu_probe_info;
 
 /**
@@ -143,6 +144,7 @@ typedef struct cxs_gpu_opts {
     const cxs_norm *norm;    /**< with CXS_GATHER_NORMALIZE: these statistics (train's)
                                   instead of the dataset's own; NULL: the dataset's.
                                   Copied at create. */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_gpu_opts_init) */
 } cxs_gpu_opts;
 
 /** A batch in device memory. */
@@ -157,6 +159,10 @@ typedef struct cxs_gpu_batch {
                                   mode): create or reset there to resume */
 } cxs_gpu_batch;
 
+/** Fill o with the defaults (all 0: device 0, mode auto); k and
+ *  batch_size must then be set. */
+CXS_API void cxs_gpu_opts_init(cxs_gpu_opts *o);
+
 /** What a loader chose and did (cxs_gpu_loader_describe). */
 typedef struct cxs_gpu_loader_info {
     uint32_t mode;             /**< the mode in use (never AUTO) */
@@ -167,6 +173,7 @@ typedef struct cxs_gpu_loader_info {
     double upload_seconds;     /**< resident: wall time of the initial upload */
     uint64_t pool_utterances;  /**< pool: utterances per segment (mean) */
     char reason[256];          /**< why this mode (AUTO) or path */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_gpu_loader_info;
 
 typedef struct cxs_gpu_loader cxs_gpu_loader;
@@ -256,7 +263,11 @@ typedef struct cxs_gpu_utt_opts {
     uint32_t paths;         /**< CXS_GPU_NO_REGISTER | CXS_GPU_GDS */
     const cxs_norm *norm;   /**< with CXS_GATHER_NORMALIZE: these statistics
                                  (train's); NULL: the dataset's.  Copied. */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_gpu_utt_opts_init) */
 } cxs_gpu_utt_opts;
+
+/** Fill o with the defaults (all 0: device 0). */
+CXS_API void cxs_gpu_utt_opts_init(cxs_gpu_utt_opts *o);
 
 /** A padded batch of whole utterances in device memory: cxs_utt_batch's
  * layout, the arrays on the device, the counts also on the host. */

@@ -50,6 +50,7 @@ typedef struct cxs_kaldi_opts {
      *  part.cxs); `ctxshard merge` joins the N parts into the bytes of the
      *  whole import. */
     uint32_t part, parts;
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_kaldi_opts_init) */
 } cxs_kaldi_opts;
 
 /** What cxs_import_kaldi() did. */
@@ -61,7 +62,8 @@ typedef struct cxs_import_info {
     uint32_t vocab_size;  /**< symbols of the stored vocabulary (0: none) */
     uint32_t kinds;       /**< object types met: bit 0 FM, 1 DM, 2 FV, 3 DV, 4 CM, 5 CM2, 6 CM3,
                                7 a text-form matrix */
-    uint32_t reserved;
+    uint32_t pad;         /**< zero */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_import_info;
 
 /** Fill o with the defaults: no labels, sort an unsorted listing. */

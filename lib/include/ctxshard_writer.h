@@ -113,6 +113,7 @@ typedef struct cxs_writer_opts {
                                an utterance of another width is refused
                                (CXS_E_INPUT); 0 (default): the first
                                utterance added fixes it */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_writer_opts_init) */
 } cxs_writer_opts;
 
 /** One utterance for cxs_writer_add(). */
@@ -156,6 +157,7 @@ typedef struct cxs_writer_info {
     uint64_t bytes_written;  /**< bytes of finished files */
     uint64_t feature_bytes;  /**< bytes of finished feature sections (stored) */
     uint32_t stale_removed;  /**< temporary directories of killed writers removed */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_writer_info;
 
 /** Fill o with the defaults (float32, guard 64, 1 GiB shards, no

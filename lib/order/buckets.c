@@ -1,6 +1,7 @@
 /* buckets.c - the utterance sampler: whole utterances in batches under a
  * frame budget, bucketed by length (see ctxshard.h). */
 #include "buckets.h"
+#include "abi.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -210,10 +211,14 @@ static int index_check(void *p) {
     return a->rc = cxs_index_check_all(a->ds, a->d);
 }
 
+void cxs_utt_sampler_opts_init(cxs_utt_sampler_opts *o) { memset(o, 0, sizeof *o); }
+
 int cxs_utt_sampler_create(const cxs_dataset *ds, const cxs_utt_sampler_opts *opts,
                            cxs_utt_sampler **out, cxs_diag *d) {
     if (!ds || !opts || !out)
         return cxs_diagf(d, CXS_E_INVALID, "utterance sampler: no dataset, options or result pointer");
+    int orc = CXS_OPTS_CHECK(opts, "cxs_utt_sampler_opts", d);
+    if (orc) return orc;
     cxs_utt_sampler_opts o = *opts;
     if (!o.world_size) o.world_size = 1;
     if (o.kind > CXS_UTT_SHUFFLE)

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "abi.h"
 #include "blocks.h"
 #include "cxs_le.h"
 #include "dataset_internal.h"
@@ -180,9 +181,13 @@ void cxs_sampler_free(cxs_sampler *s) {
     free(s);
 }
 
+void cxs_sampler_opts_init(cxs_sampler_opts *o) { memset(o, 0, sizeof *o); }
+
 int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts, cxs_sampler **out,
                           cxs_diag *d) {
     if (!ds || !out) return cxs_diagf(d, CXS_E_INVALID, "sampler: no dataset or no result pointer");
+    int orc;
+    if (opts && (orc = CXS_OPTS_CHECK(opts, "cxs_sampler_opts", d))) return orc;
     cxs_sampler_opts o;
     memset(&o, 0, sizeof o);
     if (opts) o = *opts;

@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "ctxshard.h"
+#include "abi.h"
 #include "cxs_convert.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
@@ -636,13 +637,19 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
 
 static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d);
 
+void cxs_open_opts_init(cxs_open_opts *o) { memset(o, 0, sizeof *o); }
+
 int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset **out,
                         cxs_diag *d) {
     if (!path || !out) return cxs_diagf(d, CXS_E_INVALID, "cxs_dataset_open: NULL argument");
+    int rc;
+    if (opts && (rc = CXS_OPTS_CHECK(opts, "cxs_open_opts", d))) return rc;
     cxs_dataset *ds;
-    int rc = open_impl(path, &ds, d);
-    if (rc) return rc;
-    uint64_t cache = opts ? opts->cache_bytes : CXS_DEFAULT_CACHE_BYTES;
+    if ((rc = open_impl(path, &ds, d))) return rc;
+    /* 0 is the default, as in every options struct */
+    uint64_t cache = !opts || !opts->cache_bytes ? CXS_DEFAULT_CACHE_BYTES
+                     : opts->cache_bytes == CXS_CACHE_OFF ? 0
+                                                          : opts->cache_bytes;
     if (cxs_compressed(ds) && (rc = cxs_zcache_create(ds, cache))) {
         cxs_dataset_close(ds);
         return cxs_diagf(d, rc, "%s: cannot allocate a chunk cache of %llu bytes", path,

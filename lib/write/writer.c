@@ -15,6 +15,7 @@
 #include <zstd.h>
 
 #include "ctxshard_writer.h"
+#include "abi.h"
 #include "cxs_features.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
@@ -384,7 +385,9 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
         opts = &def;
     }
     if (!out || !*out || !wp) return cxs_diagf(d, CXS_E_INVALID, "no output path");
-    int rc = check_opts(opts, out, d);
+    int rc = CXS_OPTS_CHECK(opts, "cxs_writer_opts", d);
+    if (rc) return rc;
+    rc = check_opts(opts, out, d);
     if (rc) return rc;
     cxs_writer *k = calloc(1, sizeof *k);
     if (!k) return cxs_diagf(d, -ENOMEM, "%s: out of memory", out);

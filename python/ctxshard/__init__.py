@@ -170,7 +170,8 @@ class Dataset:
         diag = _n.Diag()
         self._cache_bytes = cache_bytes
         self._hugepage_budget = hugepage_budget
-        opts = _n.OpenOpts(_n.DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes,
+        # None: the library's default (0 in C); 0 here: no cache (CXS_CACHE_OFF)
+        opts = _n.OpenOpts(0 if cache_bytes is None else cache_bytes or _n.CACHE_OFF,
                            hugepage_budget)
         rc = _lib.cxs_dataset_open_ex(os.fsencode(path), byref(opts), byref(ptr), byref(diag))
         if rc:

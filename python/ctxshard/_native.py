@@ -33,6 +33,12 @@ GATHER_NORMALIZE = 1
 SAMPLER_SEQUENTIAL, SAMPLER_SHUFFLE, SAMPLER_WEIGHTED, SAMPLER_BLOCK = 0, 1, 2, 3
 
 
+# The ABI's room to grow (ctxshard_base.h): the tail of every options and
+# info struct; ctypes zeroes it.
+OPTS_RESERVED, INFO_RESERVED = 4, 8
+CACHE_OFF = (1 << 64) - 1  # CXS_CACHE_OFF
+
+
 class Diag(Structure):
     _fields_ = [("message", c_char * 1024)]
 
@@ -50,20 +56,24 @@ class Info(Structure):
                 ("shuffle", c_uint32), ("feature_bytes", c_uint64),
                 ("stored_feature_bytes", c_uint64), ("label_seqs", c_uint32),
                 ("seq_symbols", c_uint64), ("min_seq_length", c_uint64),
-                ("max_seq_length", c_uint64), ("block_sum_shards", c_uint32)]
+                ("max_seq_length", c_uint64), ("block_sum_shards", c_uint32),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 class OpenOpts(Structure):
-    _fields_ = [("cache_bytes", c_uint64), ("hugepage_budget", c_uint64)]
+    _fields_ = [("cache_bytes", c_uint64), ("hugepage_budget", c_uint64),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class HugepageInfo(Structure):
-    _fields_ = [("bytes", c_uint64), ("huge_bytes", c_uint64), ("reason", c_char * 200)]
+    _fields_ = [("bytes", c_uint64), ("huge_bytes", c_uint64), ("reason", c_char * 200),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 class Stats(Structure):
     _fields_ = [("count", c_uint64), ("mean", POINTER(c_double)), ("var", POINTER(c_double)),
-                ("label_counts", POINTER(c_uint64))]
+                ("label_counts", POINTER(c_uint64)),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 class Utterance(Structure):
@@ -76,7 +86,8 @@ class SamplerOpts(Structure):
     _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("rank", c_uint32),
                 ("world_size", c_uint32), ("drop_last", c_uint32), ("num_samples", c_uint64),
                 ("class_weights", POINTER(c_double)), ("origin", c_uint64),
-                ("memory_bytes", c_uint64), ("blocks", c_uint32)]
+                ("memory_bytes", c_uint64), ("blocks", c_uint32),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class Norm(Structure):
@@ -87,19 +98,22 @@ class LoaderOpts(Structure):
     _fields_ = [("k", c_uint32), ("batch_size", c_uint32), ("threads", c_uint32),
                 ("ring", c_uint32), ("flags", c_uint32), ("drop_last", c_uint32),
                 ("labels", c_uint32), ("external", c_uint32), ("norm", POINTER(Norm)),
-                ("readahead", c_uint32)]
+                ("readahead", c_uint32),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class Memory(Structure):
     _fields_ = [("available", c_uint64), ("mem_available", c_uint64),
                 ("cgroup_limit", c_uint64), ("cgroup_available", c_uint64),
-                ("from_env", c_uint32)]
+                ("from_env", c_uint32),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 class WarmResult(Structure):
     _fields_ = [("total_bytes", c_uint64), ("cached_before", c_uint64),
                 ("bytes_read", c_uint64), ("seconds", c_double), ("fits", c_uint32),
-                ("memory", Memory)]
+                ("memory", Memory),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 WARM_FORCE, WARM_SKIP_CACHED = 1, 2
@@ -115,13 +129,15 @@ class UttSamplerOpts(Structure):
     _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("frame_budget", c_uint64),
                 ("max_batch", c_uint32), ("buckets", c_uint32), ("long_alone", c_uint32),
                 ("rank", c_uint32), ("world_size", c_uint32), ("drop_last", c_uint32),
-                ("origin", c_uint64), ("memory_bytes", c_uint64), ("blocks", c_uint32)]
+                ("origin", c_uint64), ("memory_bytes", c_uint64), ("blocks", c_uint32),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class UttLoaderOpts(Structure):
     _fields_ = [("threads", c_uint32), ("ring", c_uint32), ("flags", c_uint32),
                 ("labels", c_uint32), ("norm", POINTER(Norm)), ("readahead", c_uint32),
-                ("targets", c_uint32)]
+                ("targets", c_uint32),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 # Fields may be added at the end (the library allocates it).
@@ -150,7 +166,8 @@ class GpuProbeInfo(Structure):
                 ("driver_version", ctypes.c_int32), ("compute_major", ctypes.c_int32),
                 ("compute_minor", ctypes.c_int32), ("register_read_only", ctypes.c_int32),
                 ("gds", ctypes.c_int32), ("total_bytes", c_uint64), ("free_bytes", c_uint64),
-                ("name", c_char * 256), ("reason", c_char * 512)]
+                ("name", c_char * 256), ("reason", c_char * 512),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 class GpuOpts(Structure):
@@ -158,7 +175,8 @@ class GpuOpts(Structure):
                 ("k", c_uint32), ("batch_size", c_uint32), ("flags", c_uint32),
                 ("out_dtype", c_uint32), ("labels", c_uint32), ("drop_last", c_uint32),
                 ("threads", c_uint32), ("slots", c_uint32), ("pool_segments", c_uint32),
-                ("paths", c_uint32), ("norm", POINTER(Norm))]
+                ("paths", c_uint32), ("norm", POINTER(Norm)),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class GpuBatch(Structure):
@@ -169,7 +187,8 @@ class GpuBatch(Structure):
 class GpuUttOpts(Structure):
     _fields_ = [("device", ctypes.c_int32), ("budget_bytes", c_uint64), ("flags", c_uint32),
                 ("out_dtype", c_uint32), ("labels", c_uint32), ("targets", c_uint32),
-                ("slots", c_uint32), ("paths", c_uint32), ("norm", POINTER(Norm))]
+                ("slots", c_uint32), ("paths", c_uint32), ("norm", POINTER(Norm)),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class GpuUttBatch(Structure):
@@ -183,7 +202,8 @@ class GpuUttBatch(Structure):
 class GpuLoaderInfo(Structure):
     _fields_ = [("mode", c_uint32), ("upload_path", c_uint32), ("device_bytes", c_uint64),
                 ("uploaded_bytes", c_uint64), ("upload_seconds", c_double),
-                ("pool_utterances", c_uint64), ("reason", c_char * 256)]
+                ("pool_utterances", c_uint64), ("reason", c_char * 256),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 WRITER_NO_BLOCK_SUMS = 2  # CXS_WRITER_NO_BLOCK_SUMS (format 1.3's BLOCKSUMS off)
@@ -195,7 +215,8 @@ class WriterOpts(Structure):
                 ("chunk_size", c_uint64), ("shuffle", c_uint32), ("vocab_size", c_uint32),
                 ("vocab", POINTER(c_char_p)), ("on_error_skip", c_uint32), ("flags", c_uint32),
                 ("part", c_void_p), ("threads", c_uint32), ("label_seqs", c_uint32),
-                ("dim", c_uint32)]
+                ("dim", c_uint32),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class WriterUtt(Structure):
@@ -210,7 +231,8 @@ class WriterInfo(Structure):
     _fields_ = [("num_utterances", c_uint64), ("num_frames", c_uint64),
                 ("num_skipped", c_uint64), ("num_shards", c_uint32), ("dim", c_uint32),
                 ("bytes_written", c_uint64), ("feature_bytes", c_uint64),
-                ("stale_removed", c_uint32)]
+                ("stale_removed", c_uint32),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 NOTE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p)
@@ -219,13 +241,15 @@ NOTE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p)
 class KaldiOpts(Structure):
     _fields_ = [("text", c_char_p), ("ali", c_char_p), ("vocab", c_char_p), ("flags", c_uint32),
                 ("note", NOTE_FN), ("note_user", c_void_p), ("part", c_uint32),
-                ("parts", c_uint32)]
+                ("parts", c_uint32),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class ImportInfo(Structure):
     _fields_ = [("w", WriterInfo), ("listed", c_uint64), ("input_bytes", c_uint64),
                 ("sorted", c_uint32), ("vocab_size", c_uint32), ("kinds", c_uint32),
-                ("reserved", c_uint32)]
+                ("pad", c_uint32),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 KALDI_NO_SORT = 1  # KaldiOpts.flags
