@@ -35,7 +35,14 @@
 #define CXS_INFO_RESERVED 8
 
 /* ---- error codes ------------------------------------------------------ */
-/** Negative, and below -4095 so that they never collide with -errno. */
+/**
+ * Every function that can fail returns an int: 0, -errno for a failure of
+ * the system (-ENOMEM, -ENOENT, ...), or one of these codes.  They are
+ * stable: a code's number and meaning never change and none is reused;
+ * new codes are added after the last, and a call documents which it may
+ * return.  cxs_strerror() names any of them, and a cxs_diag says more.
+ * Negative, and below -4095 so that they never collide with -errno.
+ */
 #define CXS_E_BAD_MAGIC   (-5001) /**< not a ctxshard file (or byte-swapped) */
 #define CXS_E_VERSION     (-5002) /**< major version this reader does not know */
 #define CXS_E_TRUNCATED   (-5003) /**< file shorter than its structures claim */
@@ -72,9 +79,26 @@
 #define CXS_NORM_NONE      0
 #define CXS_NORM_UTTERANCE 1
 
-/** A diagnostic message: which file, where, what was expected. */
+/** cxs_diag.offset when the failure has no byte offset. */
+#define CXS_NO_OFFSET UINT64_MAX
+
+/**
+ * A diagnostic: what a failed call returned and why.  Every fallible call
+ * of the library takes one (a trailing `cxs_diag *diag`, NULL allowed) or,
+ * for a handle's run-time failures, keeps one (cxs_loader_error,
+ * cxs_utt_loader_error).  `message` is one line that names the file and
+ * says what was expected ("shard-000003.cxs: utterance 19-198-0001, chunk
+ * 12: the chunk fails its checksum ..."); `file` and `offset` say the same
+ * for a program, where the failure has a place in a file of the dataset
+ * (or of the input being written or imported).  Written only on failure.
+ */
 typedef struct cxs_diag {
     char message[1024];
+    int32_t code;     /**< what the call returned (CXS_E_* or -errno) */
+    uint32_t pad;
+    uint64_t offset;  /**< byte offset in file, or CXS_NO_OFFSET */
+    char file[1024];  /**< the file concerned ("" when none) */
+    uint64_t reserved[CXS_INFO_RESERVED];
 } cxs_diag;
 
 #endif

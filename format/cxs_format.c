@@ -14,12 +14,40 @@
 
 const uint8_t cxs_magic_bytes[8] = {0x89, 'C', 'X', 'S', '\r', '\n', 0x1a, '\n'};
 
+static void diag_place(cxs_diag *d, int code, const char *file, uint64_t offset) {
+    d->code = code;
+    d->pad = 0;
+    d->offset = offset;
+    snprintf(d->file, sizeof d->file, "%s", file ? file : "");
+    memset(d->reserved, 0, sizeof d->reserved);
+}
+
 int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...) {
     if (d) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(d->message, sizeof d->message, fmt, ap);
         va_end(ap);
+        diag_place(d, code, NULL, CXS_NO_OFFSET);
+    }
+    return code;
+}
+
+int cxs_diag_at(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt, ...) {
+    if (d) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(d->message, sizeof d->message, fmt, ap);
+        va_end(ap);
+        diag_place(d, code, file, offset);
+    }
+    return code;
+}
+
+int cxs_diag_copy(cxs_diag *d, int code, const cxs_diag *src) {
+    if (d && d != src) {
+        *d = *src;
+        d->code = code;
     }
     return code;
 }

@@ -147,10 +147,15 @@ typedef struct cxs_seq_meta {
     uint64_t max_length;   /* longest sequence */
 } cxs_seq_meta;
 
-/* printf into diag (NULL allowed); returns code so callers can
- * `return cxs_diagf(d, CODE, ...)`. */
+/* printf into diag (NULL allowed), with its code and no place in a file;
+ * returns code so callers can `return cxs_diagf(d, CODE, ...)`. */
 int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same for a failure at byte offset (or CXS_NO_OFFSET) of file. */
+int cxs_diag_at(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* All of src into d (NULL allowed), with `code`; returns code. */
+int cxs_diag_copy(cxs_diag *d, int code, const cxs_diag *src);
 
 size_t cxs_dtype_size(uint32_t dtype);
 const char *cxs_dtype_name(uint32_t dtype);

@@ -33,7 +33,7 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     cxs_dataset_info(ds, &in);
     cxs_sampler_opts so = {.kind = o->sampler, .seed = o->seed, .world_size = 1,
                            .memory_bytes = o->memory, .blocks = o->blocks};
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     cxs_sampler *s = NULL;
     cxs_loader *l = NULL;
     int ec = 0;

@@ -24,7 +24,7 @@ static int measure(const char *dir, cxs_dataset *ds, const bench_utt_opts *o, ui
                                .memory_bytes = o->memory, .blocks = o->blocks};
     cxs_info in;
     cxs_dataset_info(ds, &in);
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     cxs_utt_sampler *s = NULL;
     cxs_utt_loader *l = NULL;
     double t0 = now_seconds();

@@ -14,7 +14,7 @@
 
 int convert_run(const char *in, const char *out, const pack_opts *oin) {
     cxs_dataset *ds = NULL;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     cxs_open_opts oo = {.cache_bytes = 64ull << 20};
     int rc = cxs_dataset_open_ex(in, &oo, &ds, &d);
     if (rc) return open_failed(in, rc, &d);

@@ -64,7 +64,7 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
     cxs_dataset *ds;
     int rc = open_dataset(dir, NULL, &ds);
     if (rc) return rc;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     cxs_info in;
     cxs_dataset_info(ds, &in);
     cxs_sampler_opts so = {.kind = CXS_SAMPLER_SHUFFLE, .seed = o->seed, .world_size = 1};

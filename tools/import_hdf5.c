@@ -12,7 +12,7 @@ int import_hdf5_run(const char *in, const char *out, const pack_opts *o) {
     import_writer_opts(o, &wo);
     import_state st = {{0}, o->quiet};
     cxs_import_info info;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     install_signal_flag();
     progress_init(&st.bar, "import", o->quiet);
     double t0 = now_seconds();

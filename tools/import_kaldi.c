@@ -24,7 +24,7 @@ int import_kaldi_run(const char *in, const char *out, const pack_opts *o,
     ko.note = import_note;
     ko.note_user = &st;
     cxs_import_info info;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     install_signal_flag();
     progress_init(&st.bar, "import", o->quiet);
     double t0 = now_seconds();

@@ -32,7 +32,7 @@ int verify_run(const char *dir, int quiet) {
     cxs_dataset_info(ds, &info);
     progress bar;
     progress_init(&bar, "verify", quiet);
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     double t0 = now_seconds();
     int rc = cxs_dataset_verify(ds, on_progress, &bar, &d);
     double dt = now_seconds() - t0;
@@ -412,8 +412,9 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         cxs_dataset_close(train);
         return EXIT_USAGE;
     }
-    gctx g = {ds, frames, all, k, normalize ? CXS_GATHER_NORMALIZE : 0, threads, NULL,
-              train && in.num_frames ? &norm : NULL, 0, 0, 0, {{0}}};
+    gctx g = {.ds = ds, .frames = frames, .all = all, .k = k,
+              .flags = normalize ? CXS_GATHER_NORMALIZE : 0, .threads = threads,
+              .norm = train && in.num_frames ? &norm : NULL};
     size_t batch = (8u << 20) / row + 1;
     if (all && !(g.scratch = malloc(batch * sizeof *g.scratch))) {
         cxs_dataset_close(ds);

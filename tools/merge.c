@@ -19,7 +19,7 @@ static int stop_on_signal(void *user, uint64_t done, uint64_t total) {
 
 int merge_run(char **dirs, int n, const char *out, int move, int quiet) {
     cxs_merge_info mi;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     double t0 = now_seconds();
     install_signal_flag(); /* before anything exists that a signal would strand */
     int rc = cxs_writer_merge((const char *const *)dirs, (uint32_t)n, out, stop_on_signal, NULL,

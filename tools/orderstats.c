@@ -118,7 +118,7 @@ int order_stats_run(const char *dir, const bench_read_opts *o) {
         cxs_sampler_opts so = {.kind = orders[k].kind, .seed = o->seed, .world_size = 1,
                                .memory_bytes = o->memory, .blocks = o->blocks};
         cxs_sampler *s;
-        cxs_diag d = {{0}};
+        cxs_diag d = {0};
         if ((rc = cxs_sampler_create_ex(ds, &so, &s, &d))) {
             warnx_("%s: cannot create the %s sampler: %s", dir, orders[k].name,
                    d.message[0] ? d.message : cxs_strerror(rc));

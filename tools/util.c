@@ -43,7 +43,7 @@ int open_failed(const char *path, int rc, const cxs_diag *d) {
 }
 
 int open_dataset(const char *path, const cxs_open_opts *opts, cxs_dataset **ds) {
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     int rc = cxs_dataset_open_ex(path, opts, ds, &d);
     return rc ? open_failed(path, rc, &d) : 0;
 }
@@ -340,7 +340,7 @@ void json_print_string(const char *s, size_t n) {
 }
 
 int commit_writer(struct cxs_writer *w, struct cxs_writer_info *info) {
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     int rc = cxs_writer_commit(w, info, &d);
     if (!rc) return 0;
     warnx_("%s", d.message);

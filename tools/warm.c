@@ -16,7 +16,7 @@ static int on_progress(void *user, uint64_t done, uint64_t total) {
 
 int warm_run(const char *dir, int force, int quiet, int json) {
     cxs_dataset *ds;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     int rc = cxs_dataset_open(dir, &ds, &d);
     if (rc) return open_failed(dir, rc, &d);
     install_signal_flag();

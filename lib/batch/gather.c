@@ -244,7 +244,7 @@ static int gather_range(job *j) {
 /* rc, with the message naming the shard, utterance and chunk of a failure
  * in the data (not of a cancel or of memory). */
 static int served(const cxs_dataset *ds, int rc, const job *j, cxs_diag *d) {
-    if (rc && j->index_failed) return cxs_diagf(d, rc, "%s", j->index_diag.message);
+    if (rc && j->index_failed) return cxs_diag_copy(d, rc, &j->index_diag);
     const cxs_where *w = &j->where;
     if (!rc || rc == -ECANCELED || rc == -ENOMEM || (w->utt == UINT64_MAX && w->frame == UINT64_MAX))
         return rc;
@@ -331,7 +331,7 @@ int cxs_dataset_gather_ex(const cxs_dataset *ds, const uint64_t *frames, size_t 
                       (unsigned long long)(i < n ? frames[i] : 0), i,
                       (unsigned long long)ds->meta.num_frames);
         } else if (rc && wd.message[0]) {
-            cxs_diagf(d, rc, "%s", wd.message);
+            cxs_diag_copy(d, rc, &wd);
         } else if (rc) {
             cxs_diagf(d, rc, "gather: %s", cxs_strerror(rc));
         }

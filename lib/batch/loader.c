@@ -83,6 +83,7 @@ struct cxs_loader {
     share sh;         /* under ring.mu */
     int sh_pending;   /* under ring.mu: batch 0 claimed, its share being prepared */
     cxs_readahead ra; /* the helper thread; see readahead.h */
+    cxs_diag err;     /* the consumer's: its last call's failure (cxs_loader_error) */
 };
 
 static void pool_push(cxs_loader *l, float *x, int64_t *y) {
@@ -210,7 +211,7 @@ static void fill_shared_part(cxs_loader *l, worker_ctx *wc) {
     pthread_mutex_lock(&l->ring.mu);
     if (rc && !h->rc) {
         h->rc = rc;
-        memcpy(l->ring.slot[i].diag.message, pd.message, sizeof pd.message);
+        cxs_diag_copy(&l->ring.slot[i].diag, rc, &pd);
     }
     if (++h->done < h->parts) return;
     share d = *h;
@@ -455,12 +456,31 @@ static int respawn(cxs_loader *l, int drop_held) {
     return rc;
 }
 
+/* The consumer's call ended with rc, its message in l->err when it
+ * failed: the caller's diag gets a copy, and a success clears it. */
+static int outcome(cxs_loader *l, int rc, cxs_diag *d) {
+    if (!rc) {
+        l->err.code = 0;
+        l->err.message[0] = 0;
+        return 0;
+    }
+    return cxs_diag_copy(d, rc, &l->err);
+}
+
+const cxs_diag *cxs_loader_error(const cxs_loader *l) { return l ? &l->err : NULL; }
+
 int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     return cxs_loader_next_ex(l, batch, NULL);
 }
 
+static int next_batch(cxs_loader *l, const cxs_batch **batch, cxs_diag *d);
+
 int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
     if (!l || !batch) return cxs_diagf(d, CXS_E_INVALID, "loader: no loader or batch pointer");
+    return outcome(l, next_batch(l, batch, &l->err), d);
+}
+
+static int next_batch(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
     if (cxs_ring_forked(&l->ring)) {
         int rc = respawn(l, 0);
         if (rc)
@@ -478,7 +498,7 @@ int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
     const cxs_ring_slot *s = &l->ring.slot[i];
     if (s->rc) {
         /* the slot is held: no worker writes its message now */
-        if (s->diag.message[0]) return cxs_diagf(d, s->rc, "%s", s->diag.message);
+        if (s->diag.message[0]) return cxs_diag_copy(d, s->rc, &s->diag);
         return cxs_diagf(d, s->rc, "loader: batch %llu: %s", (unsigned long long)s->batch,
                          cxs_strerror(s->rc));
     }
@@ -487,17 +507,27 @@ int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
 }
 
 int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
-    if (!l || start > l->length) return CXS_E_INVALID;
+    if (!l) return CXS_E_INVALID;
+    if (start > l->length)
+        return outcome(l, cxs_diagf(&l->err, CXS_E_INVALID,
+                                    "loader: start %llu is past the epoch's %llu samples",
+                                    (unsigned long long)start, (unsigned long long)l->length),
+                       NULL);
     if (cxs_ring_forked(&l->ring)) {
         int rc = respawn(l, 1);
-        if (rc) return rc;
+        if (rc)
+            return outcome(l, cxs_diagf(&l->err, rc,
+                                        "loader: no worker thread could start in this "
+                                        "process: %s",
+                                        cxs_strerror(rc)),
+                           NULL);
     }
     pthread_mutex_lock(&l->ring.mu);
     l->epoch = epoch;
     l->start = start;
     cxs_ring_restart_locked(&l->ring, batches_for(l)); /* wakes the helper */
     pthread_mutex_unlock(&l->ring.mu);
-    return 0;
+    return outcome(l, 0, NULL);
 }
 
 uint32_t cxs_loader_ring(const cxs_loader *l) { return l ? l->o.ring : 0; }

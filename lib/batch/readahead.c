@@ -281,13 +281,14 @@ static void blocks_loop(cxs_readahead *ra) {
             ra->state[pick] = READING;
             cxs_block b = P->blk[pick];
             pthread_mutex_unlock(ra->mu);
-            cxs_diag why;
-            why.message[0] = 0;
+            cxs_diag why = {0};
             int bad = read_block(ra, &b, &why);
             pthread_mutex_lock(ra->mu);
             if (ra->gen == gen && ra->plan == P && ra->state[pick] == READING) {
                 ra->state[pick] = bad ? BAD : READ;
-                if (bad) ra->bad[pick] = strdup(why.message); /* NULL: said generically */
+                /* NULL: said generically */
+                if (bad && why.message[0] && (ra->bad[pick] = malloc(sizeof why)))
+                    *ra->bad[pick] = why;
             }
             pthread_cond_broadcast(&ra->cv);
         } else if (drop < n) {
@@ -503,9 +504,12 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
                 continue;
             }
             if (ra->state[rb->j[q]] == BAD) {
-                const char *why = ra->bad[rb->j[q]];
-                bad = cxs_diagf(d, CXS_E_CHECKSUM, "%s; not served (ctxshard verify)",
-                                why ? why : "a block of the features fails its block sum");
+                const cxs_diag *why = ra->bad[rb->j[q]];
+                bad = why ? cxs_diag_at(d, CXS_E_CHECKSUM, why->file, why->offset,
+                                        "%s; not served (ctxshard verify)", why->message)
+                          : cxs_diagf(d, CXS_E_CHECKSUM,
+                                      "a block of the features fails its block sum; not "
+                                      "served (ctxshard verify)");
                 break;
             }
             pthread_cond_wait(&ra->cv, ra->mu);

@@ -65,7 +65,7 @@ typedef struct cxs_readahead {
     uint64_t advised;  /* pages: batches below this were asked for */
     cxs_block_plan *plan; /* blocks: the epoch's plan, or NULL */
     uint8_t *state;       /* per block: ABSENT, READING, READ, BAD */
-    char **bad;           /* per block: why it is BAD (malloc'd), or NULL */
+    cxs_diag **bad;       /* per block: why it is BAD (malloc'd), or NULL */
     void *xs;             /* blocks: an XXH3 state for the block sums */
     uint32_t *need;       /* per block: batches being filled that draw on it */
     uint32_t direct;      /* first batches being filled (blocks: without waiting

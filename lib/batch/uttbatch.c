@@ -274,6 +274,7 @@ struct cxs_utt_loader {
     cxs_ring ring;
     uslot *slots; /* o.ring of them, beside ring.slot */
     uworker *w;   /* in the loader so that a forked child frees what they held */
+    cxs_diag err; /* the consumer's: its last call's failure (cxs_utt_loader_error) */
 };
 
 /* Under the lock: the batch's utterances are copied now, since a reset
@@ -514,13 +515,31 @@ static int respawn(cxs_utt_loader *l, int drop_held) {
     return rc;
 }
 
+/* As the frame loader's: the caller's diag gets a copy of l->err. */
+static int outcome(cxs_utt_loader *l, int rc, cxs_diag *d) {
+    if (!rc) {
+        l->err.code = 0;
+        l->err.message[0] = 0;
+        return 0;
+    }
+    return cxs_diag_copy(d, rc, &l->err);
+}
+
+const cxs_diag *cxs_utt_loader_error(const cxs_utt_loader *l) { return l ? &l->err : NULL; }
+
 int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
     return cxs_utt_loader_next_ex(l, batch, NULL);
 }
 
+static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d);
+
 int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d) {
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "utterance loader: no loader or batch pointer");
+    return outcome(l, next_batch(l, batch, &l->err), d);
+}
+
+static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d) {
     if (cxs_ring_forked(&l->ring)) {
         int rc = respawn(l, 0);
         if (rc)
@@ -536,7 +555,7 @@ int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_d
     const cxs_ring_slot *s = &l->ring.slot[i];
     if (s->rc) {
         /* the slot is held: no worker writes its message now */
-        if (s->diag.message[0]) return cxs_diagf(d, s->rc, "%s", s->diag.message);
+        if (s->diag.message[0]) return cxs_diag_copy(d, s->rc, &s->diag);
         return cxs_diagf(d, s->rc, "utterance loader: batch %llu: %s",
                          (unsigned long long)s->batch, cxs_strerror(s->rc));
     }
@@ -548,12 +567,17 @@ int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
     if (cxs_ring_forked(&l->ring)) {
         int rc = respawn(l, 1);
-        if (rc) return rc;
+        if (rc)
+            return outcome(l, cxs_diagf(&l->err, rc,
+                                        "utterance loader: no worker thread could start in "
+                                        "this process: %s",
+                                        cxs_strerror(rc)),
+                           NULL);
     }
     pthread_mutex_lock(&l->ring.mu);
     uint64_t nb;
-    int rc = position(l, epoch, start, &nb, NULL);
+    int rc = position(l, epoch, start, &nb, &l->err);
     if (!rc) cxs_ring_restart_locked(&l->ring, nb);
     pthread_mutex_unlock(&l->ring.mu);
-    return rc;
+    return outcome(l, rc, NULL);
 }

@@ -108,7 +108,7 @@ static int stream_start(cxs_gpu_loader *l) {
     lo.ring = l->st.nstage, lo.flags = l->o.flags, lo.drop_last = l->o.drop_last;
     lo.labels = l->o.labels, lo.external = 1;
     lo.norm = l->o.norm;
-    cxs_diag diag = {{0}};
+    cxs_diag diag = {0};
     int rc = cxs_loader_create_ex(l->ds, l->sampler, &lo, l->epoch, l->pos, &l->st.cl, &diag);
     if (rc)
         return gpu_fail(l, rc, "CPU loader: %s", diag.message[0] ? diag.message : cxs_strerror(rc));

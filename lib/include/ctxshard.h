@@ -746,7 +746,8 @@ CXS_API int cxs_loader_create_ex(const cxs_dataset *ds, const cxs_sampler *sampl
 CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
 
 /**
- * cxs_loader_next with a diagnostic: on failure diag (may be NULL) says
+ * cxs_loader_next with a diagnostic (the plain form is this with diag
+ * NULL; the message is also kept: cxs_loader_error): on failure diag says
  * what went wrong, naming the shard file, the utterance id and, for a
  * compressed dataset, the chunk when the data is at fault:
  * CXS_E_TRUNCATED when a shard lost bytes since the dataset was opened
@@ -783,6 +784,16 @@ CXS_API uint32_t cxs_loader_ring(const cxs_loader *l);
  * for an exact resume is the last batch's position + n.
  */
 CXS_API int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start);
+
+/**
+ * What the loader's last call (cxs_loader_next, _next_ex, _reset) met: on
+ * its failure, the diagnostic the _ex form would have written (for a
+ * failure in the data, diag->file is the shard and diag->offset the byte
+ * in it); after a success, code 0 and an empty message.  So the plain
+ * calls lose nothing: `if (cxs_loader_next(l, &b)) puts(cxs_loader_error(l)->message);`.
+ * Owned by the loader, valid until its next call; NULL only for l NULL.
+ */
+CXS_API const cxs_diag *cxs_loader_error(const cxs_loader *l);
 
 /** Stop and join the workers, free the ring.  NULL is a no-op. */
 CXS_API void cxs_loader_free(cxs_loader *l);
@@ -1042,6 +1053,8 @@ CXS_API int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batc
  * handed out last becomes invalid.  The position to save for an exact
  * resume is the last batch's index + 1. */
 CXS_API int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start);
+/** The last call's failure, as cxs_loader_error. */
+CXS_API const cxs_diag *cxs_utt_loader_error(const cxs_utt_loader *l);
 /** Stop and join the workers, free the ring.  NULL is a no-op. */
 CXS_API void cxs_utt_loader_free(cxs_utt_loader *l);
 

@@ -212,11 +212,11 @@ int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts, c
     s->n = ds->meta.num_frames;
     if (o.kind == CXS_SAMPLER_WEIGHTED) {
         if (o.num_samples) s->n = o.num_samples;
-        cxs_diag wd = {{0}};
+        cxs_diag wd = {0};
         int rc = build_weighted(s, &wd);
         if (rc) {
             cxs_sampler_free(s);
-            if (wd.message[0]) return cxs_diagf(d, rc, "%s", wd.message);
+            if (wd.message[0]) return cxs_diag_copy(d, rc, &wd);
             return cxs_diagf(d, rc, "weighted sampler: %s", cxs_strerror(rc));
         }
         s->o.class_weights = NULL; /* not kept: the caller's array may go */

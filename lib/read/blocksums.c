@@ -113,7 +113,7 @@ int cxs_block_failed(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *e,
     } else if (e->type == CXS_SEC_FEATURES) {
         snprintf(held, sizeof held, "; the block holds guard rows only");
     }
-    return cxs_diagf(d, CXS_E_CHECKSUM,
+    return cxs_diag_at(d, CXS_E_CHECKSUM, sh->path, e->sec->offset + a,
                      "%s: %s block %llu of %llu (file bytes %llu..%llu%s): checksum mismatch%s",
                      sh->path, cxs_section_name(e->type), (unsigned long long)j,
                      (unsigned long long)e->num_blocks,

@@ -143,6 +143,8 @@ static int decode_mapped(void *p) {
     uint64_t rows = sh->ch.raw_length / ds->row_bytes;
     uint64_t r0 = c * sh->ch.chunk_rows;
     uint64_t nr = rows - r0 < sh->ch.chunk_rows ? rows - r0 : sh->ch.chunk_rows;
+    /* where a failure below is (a truncation's own offset replaces it) */
+    x->zr->bad_offset = (uint64_t)(sh->zdata + a - sh->map);
     if (cxs_checksum_differs(cxs_hash(sh->zdata + a, (size_t)(b - a)), sum)) return CXS_E_CHECKSUM;
     *x->n = (size_t)(nr * ds->row_bytes);
     if (cxs_zchunk_decode(x->zr->dc, sh->ch.filter, ds->esize, sh->zdata + a, (size_t)(b - a),

@@ -449,7 +449,7 @@ static int shard_ids(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs_d
         const shard *ps = &ds->shards[i - 1];
         if (!ps->t_ids.all_done) {
             if ((rc = cxs_id_get_in(ds, i - 1, ps->meta.num_utterances - 1, &pb, &pl, &pd)))
-                return cxs_diagf(d, rc, "%s", pd.message);
+                return cxs_diag_copy(d, rc, &pd);
         } else {
             pb = shard_id(ps, ps->meta.num_utterances - 1, &pl);
         }
@@ -571,9 +571,13 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e, cxs
 
 /* The lookup's buckets (filled at first use), and the normalisation
  * constants. */
-static int finish_open(cxs_dataset *ds) {
+static int finish_open(cxs_dataset *ds, cxs_diag *d) {
     uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames;
-    if (U > UINT32_MAX) return CXS_E_UNSUPPORTED;
+    if (U > UINT32_MAX)
+        return cxs_diagf(d, CXS_E_UNSUPPORTED,
+                         "%s: %llu utterances: this reader serves at most 4,294,967,295 (a limit "
+                         "of this library, not of the format)",
+                         ds->manifest_path, (unsigned long long)U);
     if (ds->single_shard) {
         /* a shard alone is read whole at open: its ranges are the scan's */
         ds->min_len = ds->scan_min;
@@ -583,7 +587,11 @@ static int finish_open(cxs_dataset *ds) {
     }
     /* The API gives sequence lengths as u32 (a limit of this reader's,
      * reported after the format's checks, spec section 8). */
-    if (ds->has_seqs && ds->seq_max > UINT32_MAX) return CXS_E_UNSUPPORTED;
+    if (ds->has_seqs && ds->seq_max > UINT32_MAX)
+        return cxs_diagf(d, CXS_E_UNSUPPORTED,
+                         "%s: a label sequence of %llu symbols: this reader serves sequences of "
+                         "at most 4,294,967,295 (a limit of this library, not of the format)",
+                         ds->manifest_path, (unsigned long long)ds->seq_max);
     const uint32_t S = ds->meta.num_shards;
     ds->shard_u0[S] = U;
     ds->shard_f0[S] = F;
@@ -592,7 +600,9 @@ static int finish_open(cxs_dataset *ds) {
         /* bucket b + 1 is read for every b: one more than the buckets */
         sh->nbuckets = (sh->meta.num_frames >> CXS_BUCKET_SHIFT) + 1;
         sh->bucket = calloc(sh->nbuckets + 1, sizeof *sh->bucket);
-        if (!sh->bucket) return -ENOMEM;
+        if (!sh->bucket)
+            return cxs_diagf(d, -ENOMEM, "%s: out of memory for the frame lookup of %llu frames",
+                             sh->path, (unsigned long long)sh->meta.num_frames);
     }
     /* Label sequences without frame labels: every frame-label call then
      * answers CXS_E_NO_LABELS, as on a features-only dataset. */
@@ -601,7 +611,9 @@ static int finish_open(cxs_dataset *ds) {
         uint32_t D = ds->meta.dim;
         ds->norm_mean = malloc(D * sizeof *ds->norm_mean);
         ds->norm_scale = malloc(D * sizeof *ds->norm_scale);
-        if (!ds->norm_mean || !ds->norm_scale) return -ENOMEM;
+        if (!ds->norm_mean || !ds->norm_scale)
+            return cxs_diagf(d, -ENOMEM, "%s: out of memory for the normalisation constants",
+                             ds->manifest_path);
         for (uint32_t dd = 0; dd < D; dd++) {
             double mean = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * dd);
             double var = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * (D + dd));
@@ -683,7 +695,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
             rc = -ENOMEM;
             goto fail;
         }
-        if ((rc = open_shard(ds, 0, NULL, d)) || (rc = finish_open(ds))) goto fail;
+        if ((rc = open_shard(ds, 0, NULL, d)) || (rc = finish_open(ds, d))) goto fail;
         *out = ds;
         return 0;
     }
@@ -819,7 +831,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
                        (unsigned long long)ds->seq_scan_max);
         goto fail;
     }
-    if ((rc = finish_open(ds))) goto fail;
+    if ((rc = finish_open(ds, d))) goto fail;
     free(dir);
     *out = ds;
     return 0;

@@ -199,5 +199,6 @@ int cxs_where_diag(const cxs_dataset *ds, int rc, const cxs_where *w, cxs_diag *
     } else {
         snprintf(reason, sizeof reason, "%s", cxs_strerror(rc));
     }
-    return cxs_diagf(d, rc, "%s%s%s: %s", sh->path, utt, chunk, reason);
+    uint64_t at = rc == CXS_E_TRUNCATED || w->chunk != UINT64_MAX ? w->offset : CXS_NO_OFFSET;
+    return cxs_diag_at(d, rc, sh->path, at, "%s%s%s: %s", sh->path, utt, chunk, reason);
 }

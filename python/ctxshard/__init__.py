@@ -32,11 +32,16 @@ SEQUENTIAL, SHUFFLE, WEIGHTED, BLOCK = (_n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFL
 
 
 class CtxshardError(Exception):
-    """A dataset is invalid or corrupt (code is the CXS_E_* code)."""
+    """A dataset is invalid or corrupt: code is the CXS_E_* code; file and
+    offset say where, when the failure has a place in a file (the shard
+    that was truncated, the chunk or block that fails its checksum), else
+    None."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, file=None, offset=None):
         super().__init__(message)
         self.code = code
+        self.file = file
+        self.offset = offset
 
 
 def _raise(rc, diag=None, what=""):
@@ -58,7 +63,11 @@ def _raise(rc, diag=None, what=""):
                          "--transcripts sequence or both; has_label_seqs says)")
     if -4096 < rc < 0:
         raise OSError(-rc, msg)
-    raise CtxshardError(rc, msg)
+    file = offset = None
+    if said:
+        file = os.fsdecode(diag.file) if diag.file else None
+        offset = None if diag.offset == _n.NO_OFFSET else int(diag.offset)
+    raise CtxshardError(rc, msg, file, offset)
 
 
 def version():

@@ -39,8 +39,13 @@ OPTS_RESERVED, INFO_RESERVED = 4, 8
 CACHE_OFF = (1 << 64) - 1  # CXS_CACHE_OFF
 
 
+NO_OFFSET = (1 << 64) - 1  # CXS_NO_OFFSET
+
+
 class Diag(Structure):
-    _fields_ = [("message", c_char * 1024)]
+    _fields_ = [("message", c_char * 1024), ("code", ctypes.c_int32), ("pad", c_uint32),
+                ("offset", c_uint64), ("file", c_char * 1024),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 class Info(Structure):

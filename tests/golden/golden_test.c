@@ -329,7 +329,7 @@ static void invalid(const char *dir) {
         cases++;
         if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) continue;
         cxs_dataset *ds = NULL;
-        cxs_diag dg = {{0}};
+        cxs_diag dg = {0};
         int rc = cxs_dataset_open(path, &ds, &dg), want = code_of(code);
         if (!strcmp(step, "verify")) {
             if (rc != 0) {

@@ -102,6 +102,14 @@ class Truncated(unittest.TestCase):
         self.assertIn("truncated", err)
         self.assertIn("utterance", err)
 
+    def check_place(self, e, shard):
+        """The exception says where, for a program: the shard and a byte
+        past the 8192 it kept."""
+        self.assertEqual(e.code, -5003)  # CXS_E_TRUNCATED
+        self.assertEqual(e.file, shard)
+        self.assertIsNotNone(e.offset)
+        self.assertGreaterEqual(e.offset, 8192)
+
     def test_loader(self):
         for src in ("plain", "zstd"):
             with self.subTest(src):
@@ -115,6 +123,7 @@ class Truncated(unittest.TestCase):
                     for _ in it:
                         pass
                 self.check(str(cm.exception), shard)
+                self.check_place(cm.exception, shard)
                 # the process goes on: the next epoch says the same, nothing crashes
                 with self.assertRaises(ctxshard.CtxshardError):
                     for _ in loader:
@@ -131,6 +140,7 @@ class Truncated(unittest.TestCase):
             for _ in it:
                 pass
         self.check(str(cm.exception), shard)
+        self.check_place(cm.exception, shard)
 
     def test_gpu_uploads(self):
         # the resident upload and the pool's refresher read the mapping
@@ -249,6 +259,10 @@ class Damaged(unittest.TestCase):
         self.assertIn(shard, msg)
         self.assertIn("chunk ", msg)
         self.assertIn("utterance ", msg)
+        # the chunk's place: within ZFEATURES, at or before the flipped byte
+        off, ln, _ = sections(bytearray(open(shard, "rb").read()))[SEC_ZFEATURES]
+        self.assertEqual(cm.exception.file, shard)
+        self.assertTrue(off <= cm.exception.offset <= off + ln // 2, cm.exception.offset)
         p = run("verify", d)
         self.assertEqual(p.returncode, 1)
         self.assertIn("which holds rows of utterance", p.stderr)

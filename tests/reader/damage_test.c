@@ -60,10 +60,21 @@ static void loader_meets_truncation(uint32_t compression, const char *name) {
     EXPECT_STR_HAS(d.message, "truncated");
     EXPECT_STR_HAS(d.message, "utterance ");
     EXPECT_STR_HAS(d.message, "8192 bytes");
+    /* and says it to a program: the code, the shard, the byte */
+    EXPECT_INT(d.code, CXS_E_TRUNCATED);
+    ck_assert_str_eq(d.file, shard);
+    ck_assert(d.offset != CXS_NO_OFFSET && d.offset >= 8192);
     ck_assert(served < cxs_sampler_length(s) / o.batch_size); /* it failed mid-epoch */
-    /* the process and the loader are still there: a restart fails the same way */
+    /* the process and the loader are still there: a restart fails the same
+     * way, and the plain call's failure is the loader's to ask */
     EXPECT_INT(cxs_loader_reset(l, 0, 0), 0);
-    EXPECT_INT(cxs_loader_next_ex(l, &b, &d), CXS_E_TRUNCATED);
+    EXPECT_INT(cxs_loader_error(l)->code, 0);
+    EXPECT_INT(cxs_loader_next(l, &b), CXS_E_TRUNCATED);
+    const cxs_diag *e = cxs_loader_error(l);
+    EXPECT_INT(e->code, CXS_E_TRUNCATED);
+    EXPECT_STR_HAS(e->message, shard);
+    EXPECT_STR_HAS(e->message, "truncated");
+    ck_assert_str_eq(e->file, shard);
     cxs_loader_free(l);
     /* the gather, on several threads */
     uint64_t fr[64];
@@ -105,6 +116,16 @@ TEST(truncated_under_utterance_loader) {
     EXPECT_INT(rc, CXS_E_TRUNCATED);
     EXPECT_STR_HAS(d.message, shard);
     EXPECT_STR_HAS(d.message, "truncated");
+    ck_assert_str_eq(d.file, shard);
+    ck_assert(d.offset != CXS_NO_OFFSET && d.offset >= 8192);
+    /* the plain call: the loader keeps what it met */
+    EXPECT_INT(cxs_utt_loader_reset(l, 0, 0), 0);
+    while (!(rc = cxs_utt_loader_next(l, &b)) && b) {
+    }
+    EXPECT_INT(rc, CXS_E_TRUNCATED);
+    EXPECT_INT(cxs_utt_loader_error(l)->code, CXS_E_TRUNCATED);
+    EXPECT_STR_HAS(cxs_utt_loader_error(l)->message, shard);
+    ck_assert_str_eq(cxs_utt_loader_error(l)->file, shard);
     cxs_utt_loader_free(l);
     cxs_utt_sampler_free(s);
     cxs_dataset_close(ds);
@@ -313,6 +334,13 @@ TEST(flipped_value_stops_block_loader) {
     EXPECT_STR_HAS(d.message, "FEATURES block ");
     EXPECT_STR_HAS(d.message, id);
     EXPECT_STR_HAS(d.message, "not served");
+    /* the block's shard and its first byte, as the message says them */
+    EXPECT_INT(d.code, CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.file, "shard-");
+    EXPECT_STR_HAS(d.message, d.file);
+    char at[40];
+    snprintf(at, sizeof at, "file bytes %llu..", (unsigned long long)d.offset);
+    EXPECT_STR_HAS(d.message, at);
     cxs_loader_free(l);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);

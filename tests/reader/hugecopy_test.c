@@ -54,7 +54,7 @@ static int make(const char *out, uint32_t dtype, uint32_t compression) {
     wo.shard_size = 48u << 10; /* two shards */
     wo.vocab_size = V;
     wo.vocab = vocab;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     cxs_writer *w;
     int rc = cxs_writer_create(out, &wo, &w, &d);
     if (rc) {
@@ -139,7 +139,7 @@ static void mapping_of(const void *p, char *out, size_t n) {
 static cxs_dataset *open_with(const char *p, uint64_t budget, cxs_hugepage_info *hi) {
     cxs_open_opts oo = {.cache_bytes = CXS_DEFAULT_CACHE_BYTES, .hugepage_budget = budget};
     cxs_dataset *ds = NULL;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     int rc = cxs_dataset_open_ex(p, &oo, &ds, &d);
     if (rc) ck_abort_msg("open %s: %s", p, d.message);
     cxs_dataset_hugepages(ds, hi);
@@ -155,7 +155,7 @@ static void gather_all(const cxs_dataset *ds, uint32_t k, unsigned threads) {
     int64_t *y = malloc(F * sizeof *y);
     EXPECT(fr && x && y);
     for (uint64_t f = 0; f < F; f++) fr[(f * 7919) % F] = f; /* 7919 is prime to F */
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     int rc = cxs_dataset_gather_ex(ds, fr, F, k, 0, NULL, threads, x, y, &d);
     if (rc) ck_abort_msg("gather k=%u: %s", k, d.message);
     for (uint64_t i = 0; i < F; i++) {
@@ -328,7 +328,7 @@ TEST(damaged_feature_refused_by_the_copy) {
     cxs_hugepage_info probe;
     cxs_dataset_close(open_with(path[0], BUDGET, &probe));
     cxs_open_opts oo = {.cache_bytes = CXS_DEFAULT_CACHE_BYTES, .hugepage_budget = BUDGET};
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     ds = NULL;
     int rc = cxs_dataset_open_ex(bad, &oo, &ds, &d);
     if (!probe.bytes) { /* no copy, no hash: served as without the option */

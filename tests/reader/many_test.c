@@ -63,7 +63,7 @@ static int make(const char *out, uint32_t n, uint32_t flags) {
     wo.vocab = vocab;
     wo.label_seqs = CXS_SEQ_WITH_FRAMES;
     wo.flags |= flags;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     cxs_writer *w;
     int rc = cxs_writer_create(out, &wo, &w, &d);
     if (rc) {

@@ -52,7 +52,7 @@ static int td_make(const char *out, const td_opts *o) {
     wo.vocab = vocab;
     wo.label_seqs = o->label_seqs;
     wo.flags |= o->flags;
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     cxs_writer *w;
     int rc = cxs_writer_create(out, &wo, &w, &d);
     if (rc) {

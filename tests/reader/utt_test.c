@@ -575,7 +575,7 @@ TEST(targets_are_the_label_sequences) {
     EXPECT_UINT(seen, qi.num_utterances);
     cxs_utt_loader_free(l);
     /* frame labels asked of sequences only; targets of a dataset without them */
-    cxs_diag d = {{0}};
+    cxs_diag d = {0};
     o.labels = 1;
     EXPECT_INT(cxs_utt_loader_create_ex(q, s, &o, 0, 0, &l, &d), CXS_E_NO_LABELS);
     ck_assert(strstr(d.message, "label sequences only"));
