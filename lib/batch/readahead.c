@@ -42,12 +42,9 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
     ra->kind = kind == CXS_SAMPLER_BLOCK ? CXS_RA_BLOCKS : CXS_RA_PAGES;
     pthread_cond_init(&ra->cv, NULL);
     if (ra->kind == CXS_RA_BLOCKS) {
-        ra->fds = malloc(ds->meta.num_shards * sizeof *ra->fds);
-        ra->fid = calloc(2 * (size_t)ds->meta.num_shards, sizeof *ra->fid);
         ra->scratch = malloc(STEP);
         ra->xs = XXH3_createState();
-        if (!ra->fds || !ra->fid || !ra->scratch || !ra->xs) return -ENOMEM;
-        for (uint32_t i = 0; i < ds->meta.num_shards; i++) ra->fds[i] = -1;
+        if (cxs_shard_fds_init(&ra->sfd, ds) || !ra->scratch || !ra->xs) return -ENOMEM;
     } else {
         if (!(ra->frames = malloc(batch * sizeof *ra->frames))) return -ENOMEM;
         /* A fault reads the page it needs, not the kernel's read-around of
@@ -67,10 +64,7 @@ static void drop_plan(cxs_readahead *ra);
 void cxs_ra_destroy(cxs_readahead *ra) {
     if (ra->kind == CXS_RA_NONE) return;
     drop_plan(ra);
-    for (uint32_t i = 0; ra->fds && i < ra->ds->meta.num_shards; i++)
-        if (ra->fds[i] >= 0) close(ra->fds[i]);
-    free(ra->fds);
-    free(ra->fid);
+    cxs_shard_fds_free(&ra->sfd);
     free(ra->scratch);
     if (ra->xs) XXH3_freeState(ra->xs);
     free(ra->frames);
@@ -80,18 +74,8 @@ void cxs_ra_destroy(cxs_readahead *ra) {
 
 void cxs_ra_after_fork(cxs_readahead *ra) {
     if (ra->kind != CXS_RA_NONE) pthread_cond_init(&ra->cv, NULL);
-    /* A descriptor the parent's helper opened while the fork copied the
-     * process may be in the copied memory and not in the copied table
-     * (the kernel copies the table first): its number is then free here,
-     * and the next open (ours, or the program's) takes it for another
-     * file.  Keep only those that still name their shard's file. */
-    for (uint32_t i = 0; ra->fds && i < ra->ds->meta.num_shards; i++) {
-        struct stat st;
-        if (ra->fds[i] >= 0 && (fstat(ra->fds[i], &st) != 0 ||
-                                (uint64_t)st.st_dev != ra->fid[2 * i] ||
-                                (uint64_t)st.st_ino != ra->fid[2 * i + 1]))
-            ra->fds[i] = -1; /* not ours to close */
-    }
+    /* the descriptors the parent's helper opened (shardfd.h) */
+    cxs_shard_fds_after_fork(&ra->sfd);
     ra->running = 0;
     /* the parent's batches in flight are not the child's: nothing is being
      * filled or warmed here yet */
@@ -111,24 +95,7 @@ void cxs_ra_claimed(cxs_readahead *ra) {
     pthread_mutex_unlock(ra->mu);
 }
 
-static int shard_fd(cxs_readahead *ra, uint32_t s) {
-    int fd = __atomic_load_n(&ra->fds[s], __ATOMIC_ACQUIRE);
-    if (fd >= 0) return fd;
-    struct stat st;
-    if ((fd = open(ra->ds->shards[s].path, O_RDONLY | O_CLOEXEC)) < 0) return fd;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        return -1;
-    }
-    ra->fid[2 * s] = (uint64_t)st.st_dev, ra->fid[2 * s + 1] = (uint64_t)st.st_ino;
-    int none = -1; /* another thread may have opened it meanwhile: keep one */
-    if (!__atomic_compare_exchange_n(&ra->fds[s], &none, fd, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE)) {
-        close(fd);
-        return none;
-    }
-    return fd;
-}
+static int shard_fd(cxs_readahead *ra, uint32_t s) { return cxs_shard_fd(&ra->sfd, s); }
 
 /* Read block b into the page cache: pread in STEP pieces, which returns
  * when each is there, with the next AHEAD_STEPS pieces asked for
@@ -193,16 +160,9 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
 }
 
 /* Let block b go: out of this process's page tables and out of the page
- * cache (whole pages only: the edges may hold a neighbour's guard rows). */
+ * cache (shardfd.h). */
 static void drop_block(cxs_readahead *ra, const cxs_block *b) {
-    if (!b->len) return;
-    const shard *sh = &ra->ds->shards[b->shard];
-    const uintptr_t P = page_size();
-    uintptr_t a = ((uintptr_t)(sh->map + b->off) + P - 1) & ~(P - 1);
-    uintptr_t e = (uintptr_t)(sh->map + b->off + b->len) & ~(P - 1);
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
-    int fd = shard_fd(ra, b->shard);
-    if (fd >= 0) posix_fadvise(fd, (off_t)b->off, (off_t)b->len, POSIX_FADV_DONTNEED);
+    cxs_range_drop(&ra->sfd, b->shard, b->off, b->len);
 }
 
 /* Under mu: the blocks' state of an earlier position or epoch goes (what

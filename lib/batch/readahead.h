@@ -36,6 +36,7 @@
 
 #include "blocks.h"
 #include "dataset_internal.h"
+#include "shardfd.h"
 
 enum { CXS_RA_NONE, CXS_RA_BLOCKS, CXS_RA_PAGES };
 
@@ -56,9 +57,8 @@ typedef struct cxs_readahead {
     pthread_cond_t cv; /* the helper waits for work, workers for blocks */
     pthread_t th;
     int running;
-    int *fds;          /* per shard, -1 until opened (atomic: the helper and
-                          the workers' drop_plan open them) */
-    uint64_t *fid;     /* per shard: st_dev, st_ino of its fd (2 each) */
+    cxs_shard_fds sfd; /* blocks: the shards' descriptors (the helper and the
+                          workers' drop_plan open them) */
     uint8_t *scratch;  /* pread target */
     uint64_t *frames;  /* pages: one batch's frames */
     uint64_t gen;      /* generation the state below belongs to */

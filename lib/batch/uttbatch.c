@@ -18,6 +18,7 @@
 #include "fault.h"
 #include "gather.h"
 #include "ring.h"
+#include "shardfd.h"
 
 /* What one thread keeps from batch to batch: a decoder for compressed
  * data and a staging buffer for stored rows that are not float32. */
@@ -271,6 +272,8 @@ struct cxs_utt_loader {
     uint64_t epoch, start; /* under ring.mu */
     cxs_utt_plan *plan; /* the epoch's, under ring.mu */
     uint64_t advised;   /* block mode: the last group asked for, UINT64_MAX: none */
+    uint64_t dropped;   /* block mode, the consumer's: groups below this were let go */
+    cxs_shard_fds fds;  /* block mode: to let a group's blocks go (shardfd.h) */
     cxs_ring ring;
     uslot *slots; /* o.ring of them, beside ring.slot */
     uworker *w;   /* in the loader so that a forked child frees what they held */
@@ -318,9 +321,9 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
     if (wk->adv) {
         const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
         for (uint64_t j = 0; j < wk->nadv; j++) {
-            uintptr_t a0 = (uintptr_t)wk->adv[j].at & ~(pg - 1);
-            madvise((void *)a0, (size_t)((uintptr_t)wk->adv[j].at + wk->adv[j].len - a0),
-                    MADV_WILLNEED);
+            const uint8_t *at = ds->shards[wk->adv[j].shard].map + wk->adv[j].off;
+            uintptr_t a0 = (uintptr_t)at & ~(pg - 1);
+            madvise((void *)a0, (size_t)((uintptr_t)at + wk->adv[j].len - a0), MADV_WILLNEED);
         }
         free(wk->adv);
         wk->adv = NULL;
@@ -376,6 +379,7 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     for (uint32_t t = 0; l->w && t < l->o.threads; t++) pad_ctx_free(&l->w[t].c);
     free(l->w);
     if (l->plan) cxs_utt_plan_put(l->sampler, l->plan);
+    cxs_shard_fds_free(&l->fds);
     free(l->norm);
     free(l);
 }
@@ -403,7 +407,25 @@ static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start, uint64_t 
     l->start = start;
     *nbatches = len - start;
     l->advised = UINT64_MAX;
+    /* nothing before the start's group was read for this start */
+    l->dropped = p->ngroups && start < len
+                     ? cxs_utt_plan_group(p, cxs_utt_plan_global(l->sampler, p, start))
+                     : p->ngroups;
     return 0;
+}
+
+/* The consumer's, block mode: it took global batch g, so every batch of
+ * this rank in the groups before g's is served (in order) and their
+ * blocks go from the page cache, the next group having been asked for
+ * ahead (uclaim): at most the group being served and the next are kept,
+ * whatever the epoch's size. */
+static void let_go(cxs_utt_loader *l, uint64_t g) {
+    const cxs_utt_plan *p = l->plan;
+    if (!p || !p->ngroups || !l->fds.fds) return;
+    uint64_t k = cxs_utt_plan_group(p, g);
+    for (; l->dropped < k && l->dropped < p->ngroups; l->dropped++)
+        for (uint64_t r = p->rstart[l->dropped]; r < p->rstart[l->dropped + 1]; r++)
+            cxs_range_drop(&l->fds, p->rng[r].shard, p->rng[r].off, p->rng[r].len);
 }
 
 /* The options' own checks, each named. */
@@ -475,6 +497,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     l->slots = calloc(l->o.ring, sizeof *l->slots);
     l->w = calloc(l->o.threads, sizeof *l->w);
     if (!rc && !(l->slots && l->w)) rc = -ENOMEM;
+    if (!rc) rc = cxs_shard_fds_init(&l->fds, ds);
     if (!rc && l->max_frames > SIZE_MAX / sizeof(float) / (ds->meta.dim ? ds->meta.dim : 1))
         rc = -ENOMEM;
     if (!rc && l->o.targets && ds->seq_max > SIZE_MAX / sizeof(int64_t) / (l->cap ? l->cap : 1))
@@ -509,6 +532,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
 /* The first call in a forked child: fresh locks and workers, at the
  * consumer's position (drop_held: at the start). */
 static int respawn(cxs_utt_loader *l, int drop_held) {
+    cxs_shard_fds_after_fork(&l->fds);
     cxs_ring_after_fork(&l->ring, drop_held);
     int rc = cxs_ring_start(&l->ring);
     if (!rc) cxs_ring_adopt(&l->ring);
@@ -560,6 +584,7 @@ static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *
                          (unsigned long long)s->batch, cxs_strerror(s->rc));
     }
     *batch = &l->slots[i].pub;
+    let_go(l, l->slots[i].pub.global);
     return 0;
 }
 

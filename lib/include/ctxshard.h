@@ -832,7 +832,9 @@ CXS_API void cxs_loader_free(cxs_loader *l);
  * each group of `blocks` consecutive blocks, and the groups follow each
  * other, so an epoch read in batch order reads each block once and needs
  * one group at a time; the utterance loader asks for the next group's
- * blocks ahead (cxs_utt_loader_opts.readahead).
+ * blocks ahead (cxs_utt_loader_opts.readahead) and, once the consumer
+ * takes a batch of a later group, lets the earlier groups' blocks go from
+ * the page cache, so about two groups are cached at a time.
  *
  * Utterances longer than the budget: refused at create (CXS_E_RANGE, the
  * message names the longest and how many are over) unless long_alone is 1:

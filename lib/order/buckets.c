@@ -727,7 +727,7 @@ static int plan_build(const cxs_utt_sampler *s, uint64_t epoch, cxs_utt_plan **o
                 const cxs_block *b = &bp->blk[j];
                 for (uint64_t u = b->u0; u < b->u1; u++) list[m++] = u;
                 if (b->len) /* uncompressed: its rows in the shard's mapping */
-                    p->rng[nr++] = (cxs_utt_range){ds->shards[b->shard].map + b->off, b->len};
+                    p->rng[nr++] = (cxs_utt_range){b->shard, b->off, b->len};
             }
             rc = plan_group(s, list, m, mix64(key ^ mix64(g + 0x3c6ef372fe94f82bull)), p,
                             (char *)p->utts + at * p->esize, at, rs, rl, bin, NULL);

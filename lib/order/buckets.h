@@ -8,9 +8,11 @@
 #include "ctxshard.h"
 
 /* Bytes of one block of a shard file's mapping. */
+/* Bytes [off, off+len) of shard `shard`'s file (its FEATURES rows of a
+ * block). */
 typedef struct cxs_utt_range {
-    const uint8_t *at;
-    uint64_t len;
+    uint32_t shard;
+    uint64_t off, len;
 } cxs_utt_range;
 
 /* One epoch's global batch order: batch b holds the utterances of entries
