@@ -382,6 +382,23 @@ void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     free(l);
 }
 
+int gpu_check_norm(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, const char *what,
+                   cxs_diag *d) {
+    if (!(flags & CXS_GATHER_NORMALIZE)) return 0;
+    if (!ds->norm_mean && !norm)
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "%s: normalisation (CXS_GATHER_NORMALIZE) asked of a dataset without "
+                         "statistics (give the training split's: norm)",
+                         what);
+    if (!norm) return 0;
+    double *c;
+    cxs_diag nd;
+    int rc = cxs_norm_constants(ds, norm, &c, &nd);
+    if (rc) return cxs_diagf(d, rc, "%s: %s", what, nd.message);
+    free(c);
+    return 0;
+}
+
 static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const cxs_gpu_opts *o,
                       uint64_t start, cxs_diag *diag) {
     if (o->mode > CXS_GPU_POOL) return cxs_diagf(diag, CXS_E_INVALID, "unknown GPU mode %u", o->mode);
@@ -391,18 +408,8 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
         return cxs_diagf(diag, CXS_E_INVALID, "unknown output type %u", o->out_dtype);
     if (o->flags & ~CXS_GATHER_NORMALIZE)
         return cxs_diagf(diag, CXS_E_INVALID, "unknown flags 0x%x", o->flags);
-    if ((o->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean && !o->norm)
-        return cxs_diagf(diag, CXS_E_INVALID, "normalisation asked of a dataset without statistics");
-    if ((o->flags & CXS_GATHER_NORMALIZE) && o->norm) {
-        double *c;
-        int rc = cxs_norm_constants(ds, o->norm, &c, NULL);
-        if (rc)
-            return cxs_diagf(diag, rc,
-                             "normalisation statistics: dim %u (the dataset's is %u), or a mean "
-                             "or variance missing, not finite or negative",
-                             o->norm->dim, ds->meta.dim);
-        free(c);
-    }
+    int nrc = gpu_check_norm(ds, o->flags, o->norm, "GPU loader", diag);
+    if (nrc) return nrc;
     if (o->labels && !ds->meta.label_width)
         return cxs_diagf(diag, CXS_E_NO_LABELS,
                          "labels asked of a dataset that has none (features only, like a test "

@@ -226,6 +226,10 @@ double gpu_now(void);
 uint64_t gpu_shard_rows(const shard *sh);
 /* Device bytes of the batch ring (x, y, inputs) of resident/pool mode. */
 uint64_t gpu_ring_bytes(const cxs_gpu_loader *l, size_t in_size);
+/* Whether normalisation as flags and norm ask for it can be done on ds:
+ * 0, or CXS_E_INVALID with d saying why, prefixed with what. */
+int gpu_check_norm(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, const char *what,
+                   cxs_diag *d);
 int gpu_ring_alloc(cxs_gpu_loader *l, size_t in_size);
 int gpu_ring_next(cxs_gpu_loader *l, void *stream, gslot **out);
 int gpu_ring_restart(cxs_gpu_loader *l);

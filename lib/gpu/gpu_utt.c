@@ -224,20 +224,8 @@ static int check_utt_opts(const cxs_dataset *ds, const cxs_gpu_utt_opts *o, cxs_
     if (o->flags & ~CXS_GATHER_NORMALIZE)
         return cxs_diagf(diag, CXS_E_INVALID, "GPU utterance loader: unknown flags 0x%x",
                          o->flags & ~CXS_GATHER_NORMALIZE);
-    if ((o->flags & CXS_GATHER_NORMALIZE) && !ds->norm_mean && !o->norm)
-        return cxs_diagf(diag, CXS_E_INVALID,
-                         "GPU utterance loader: flags CXS_GATHER_NORMALIZE asked of a dataset "
-                         "without statistics (give norm)");
-    if ((o->flags & CXS_GATHER_NORMALIZE) && o->norm) {
-        double *c;
-        int rc = cxs_norm_constants(ds, o->norm, &c, NULL);
-        if (rc)
-            return cxs_diagf(diag, rc,
-                             "GPU utterance loader: norm: dim %u (the dataset's is %u), or a "
-                             "mean or variance missing, not finite or negative",
-                             o->norm->dim, ds->meta.dim);
-        free(c);
-    }
+    int nrc = gpu_check_norm(ds, o->flags, o->norm, "GPU utterance loader", diag);
+    if (nrc) return nrc;
     if (o->out_dtype > CXS_GPU_OUT_BF16)
         return cxs_diagf(diag, CXS_E_INVALID, "GPU utterance loader: unknown out_dtype %u",
                          o->out_dtype);

@@ -683,6 +683,14 @@ TEST(mode_selection) {
     o.flags = CXS_GATHER_NORMALIZE; /* a single-shard-free dataset has statistics */
     ck_assert_int_eq(cxs_gpu_loader_create(nolab, s2, &o, 0, 0, &l, &d), 0);
     cxs_gpu_loader_free(l);
+    /* statistics of another width: named by the check of the statistics */
+    double mean[3] = {0, 0, 0}, var[3] = {1, 1, 1};
+    cxs_norm bad = {3, mean, var};
+    o = base_opts(CXS_GPU_RESIDENT, 8, 8);
+    o.flags = CXS_GATHER_NORMALIZE, o.norm = &bad;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "GPU loader: ");
+    EXPECT_STR_HAS(d.message, "normalisation statistics");
     o = base_opts(CXS_GPU_POOL, 8, 8);
     o.pool_segments = 2;
     ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_INVALID);
@@ -1054,6 +1062,13 @@ TEST(utt_refusals_name_the_option) {
     go.flags = CXS_PAD_PER_UTTERANCE;
     ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &gl, &d), CXS_E_INVALID);
     ck_assert_ptr_nonnull(strstr(d.message, "CXS_PAD_PER_UTTERANCE"));
+    double mean[2] = {0, 0}, var[2] = {1, -1};
+    cxs_norm bad = {2, mean, var};
+    go.flags = CXS_GATHER_NORMALIZE, go.norm = &bad;
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &gl, &d), CXS_E_INVALID);
+    ck_assert_msg(strstr(d.message, "GPU utterance loader: ") &&
+                  strstr(d.message, "normalisation statistics"), "%s", d.message);
+    go.norm = NULL;
     go.flags = 0;
     go.labels = 1;
     ck_assert_int_eq(cxs_gpu_utt_loader_create(nolab, un, &go, 0, 0, &gl, &d), CXS_E_NO_LABELS);
