@@ -1156,17 +1156,11 @@ int main(int argc, char **argv) {
      * utterance loader's, for slow runs (valgrind, compute-sanitizer) */
     const char *quick = getenv("CXS_GPU_TEST_QUICK");
     if (quick && *quick == '1') n = 7;
-    Suite *su = suite_create(device == CXS_GPU_EMULATE ? "gpu-emulated" : "cuda");
-    TCase *tc = tcase_create("all");
-    tcase_set_timeout(tc, 300);
-    if (device == CXS_GPU_EMULATE) tcase_add_checked_fixture(tc, emu_setup, emu_teardown);
-    for (int i = 0; i < n; i++) _tcase_add_test(tc, tests[i], 0, 0, 0, 1);
-    suite_add_tcase(su, tc);
-    SRunner *r = srunner_create(su);
-    if (device != CXS_GPU_EMULATE) srunner_set_fork_status(r, CK_NOFORK); /* a CUDA context does not survive fork */
-    srunner_run_all(r, CK_NORMAL);
-    int rc = srunner_ntests_failed(r) ? 1 : 0;
-    srunner_free(r);
+    const int emu = device == CXS_GPU_EMULATE;
+    const cxs_group g[] = {{"all", 300, emu ? emu_setup : NULL, emu ? emu_teardown : NULL, tests,
+                            n, NULL}};
+    /* (a CUDA context does not survive fork) */
+    int rc = cxs_run_groups(emu ? "gpu-emulated" : "cuda", g, CXS_N(g), !emu) ? 1 : 0;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 3;
     return rc;

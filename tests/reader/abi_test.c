@@ -250,18 +250,11 @@ int main(void) {
     if (td_make(plain, &o)) return 3;
     o.compression = CXS_COMPRESSION_ZSTD, o.chunk_size = 16u << 10;
     if (td_make(zpath, &o)) return 3;
-    Suite *su = suite_create("abi");
-    TCase *tc = tcase_create("abi");
-    tcase_set_timeout(tc, 120);
     const TTest *tests[] = {init_gives_the_defaults, reserved_words_are_refused,
                             filled_structs_come_back_with_zero_tails,
                             cache_bytes_zero_is_the_default};
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) cxs_add_test(tc, tests[i], CXS_FORK_NONE);
-    suite_add_tcase(su, tc);
-    SRunner *r = srunner_create(su);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    const cxs_group g[] = {{"abi", 120, NULL, NULL, tests, CXS_N(tests), NULL}};
+    int failed = cxs_run_groups("abi", g, CXS_N(g), 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

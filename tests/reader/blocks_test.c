@@ -343,6 +343,10 @@ TEST(elastic_resume) {
 }
 END_TEST_
 
+static int fork_kind(const TTest *t) {
+    return t == fork_during_first_batches ? CXS_FORK_THREADS : CXS_FORK_NONE;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) return 2;
     snprintf(dir, sizeof dir, "/tmp/cxs-blocks-XXXXXX");
@@ -354,23 +358,13 @@ int main(int argc, char **argv) {
              "'%s' pack '%s/raw' '%s' --guard 8 --shard-size 2M --quiet",
              argv[1], dir, argv[1], dir, packed);
     if (system(cmd) != 0) return 3;
-    Suite *s = suite_create("blocks");
-    TCase *tc = tcase_create("blocks");
-    tcase_set_timeout(tc, 240);
-    tcase_add_checked_fixture(tc, setup, teardown);
     const TTest *tests[] = {every_frame_once_and_blockwise, epoch_ends_on_several_blocks,
                             fork_during_first_batches,
                             ranks_disjoint_and_equal,
                             budget_refused, loader_same_order_any_threads,
                             exact_resume_mid_epoch, elastic_resume};
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
-        cxs_add_test(tc, tests[i],
-                     tests[i] == fork_during_first_batches ? CXS_FORK_THREADS : CXS_FORK_NONE);
-    suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    const cxs_group g[] = {{"blocks", 240, setup, teardown, tests, CXS_N(tests), fork_kind}};
+    int failed = cxs_run_groups("blocks", g, CXS_N(g), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 3;
     return failed ? 1 : 0;

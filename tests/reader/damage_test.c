@@ -381,15 +381,9 @@ int main(void) {
         puts("SKIP other_sigbus_is_chained: CK_FORK=no (it needs a process of its own)");
         n--;
     }
-    Suite *su = suite_create("damage");
-    TCase *tc = tcase_create("damage");
-    tcase_set_timeout(tc, 60); /* each test writes a dataset: slow on a loaded machine */
-    for (int i = 0; i < n; i++) _tcase_add_test(tc, t[i], 0, 0, 0, 1);
-    suite_add_tcase(su, tc);
-    SRunner *r = srunner_create(su);
-    srunner_run_all(r, CK_NORMAL);
-    int rc = srunner_ntests_failed(r) ? EXIT_FAILURE : EXIT_SUCCESS;
-    srunner_free(r);
+    /* each test writes a dataset: slow on a loaded machine */
+    const cxs_group g[] = {{"damage", 60, NULL, NULL, t, n, NULL}};
+    int rc = cxs_run_groups("damage", g, CXS_N(g), 0) ? EXIT_FAILURE : EXIT_SUCCESS;
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) rc = EXIT_FAILURE;

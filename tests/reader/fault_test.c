@@ -148,15 +148,9 @@ int main(void) {
     if (cxs_dataset_open(packed, &ds, NULL)) return 3;
     const TTest *const t[] = {frame_loader_child_thread_start_fails,
                               utt_loader_child_thread_start_fails};
-    Suite *su = suite_create("fault");
-    TCase *tc = tcase_create("fault");
-    tcase_set_timeout(tc, 60); /* beyond the child's alarm */
-    for (int i = 0; i < 2; i++) _tcase_add_test(tc, t[i], 0, 0, 0, 1);
-    suite_add_tcase(su, tc);
-    SRunner *r = srunner_create(su);
-    srunner_run_all(r, CK_NORMAL);
-    int rc = srunner_ntests_failed(r) ? EXIT_FAILURE : EXIT_SUCCESS;
-    srunner_free(r);
+    /* (a timeout beyond the child's alarm) */
+    const cxs_group g[] = {{"fault", 60, NULL, NULL, t, CXS_N(t), NULL}};
+    int rc = cxs_run_groups("fault", g, CXS_N(g), 0) ? EXIT_FAILURE : EXIT_SUCCESS;
     cxs_dataset_close(ds);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

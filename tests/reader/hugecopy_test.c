@@ -393,6 +393,14 @@ TEST(labels_served_from_the_copy_by_every_call) {
 }
 END_TEST_
 
+/* The dtype cases fork a child that serves from the parent's copy. */
+static int fork_kind(const TTest *t) {
+    return t == float32_served_from_the_copy || t == float16_served_from_the_copy ||
+                   t == bfloat16_served_from_the_copy
+               ? CXS_FORK_THREADS
+               : CXS_FORK_NONE;
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-hugecopy-XXXXXX");
     if (!mkdtemp(dir)) return 3;
@@ -404,21 +412,12 @@ int main(void) {
     }
     cum[0] = 0;
     for (uint64_t u = 0; u < NU; u++) cum[u + 1] = cum[u] + frames_of(u);
-    Suite *su = suite_create("hugecopy");
-    TCase *tc = tcase_create("hugecopy");
-    tcase_set_timeout(tc, 120);
-    cxs_add_test(tc, float32_served_from_the_copy, CXS_FORK_THREADS);
-    cxs_add_test(tc, float16_served_from_the_copy, CXS_FORK_THREADS);
-    cxs_add_test(tc, bfloat16_served_from_the_copy, CXS_FORK_THREADS);
-    cxs_add_test(tc, small_budget_or_compressed_falls_back, CXS_FORK_NONE);
-    cxs_add_test(tc, huge_pages_off_falls_back, CXS_FORK_NONE);
-    cxs_add_test(tc, damaged_feature_refused_by_the_copy, CXS_FORK_NONE);
-    cxs_add_test(tc, labels_served_from_the_copy_by_every_call, CXS_FORK_NONE);
-    suite_add_tcase(su, tc);
-    SRunner *r = srunner_create(su);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    const TTest *t[] = {float32_served_from_the_copy, float16_served_from_the_copy,
+                        bfloat16_served_from_the_copy, small_budget_or_compressed_falls_back,
+                        huge_pages_off_falls_back, damaged_feature_refused_by_the_copy,
+                        labels_served_from_the_copy_by_every_call};
+    const cxs_group g[] = {{"hugecopy", 120, NULL, NULL, t, CXS_N(t), fork_kind}};
+    int failed = cxs_run_groups("hugecopy", g, CXS_N(g), 0);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 3;

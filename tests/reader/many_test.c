@@ -490,19 +490,12 @@ int main(void) {
     cum[0] = 0;
     for (uint64_t u = 0; u < NU; u++) cum[u + 1] = cum[u] + frames_of(u);
     if (make(packed, NU, 0) || make(nosums, NU, CXS_WRITER_NO_BLOCK_SUMS)) return 3;
-    Suite *su = suite_create("many");
-    TCase *tc = tcase_create("many");
-    tcase_set_timeout(tc, 240);
     const TTest *t[] = {open_reads_no_table_pages, sampled_utterances_equal_the_reference,
                         without_block_sums_too, block_plan_memory_is_per_block,
                         damaged_index_block_refused_at_use, utterance_orders_pinned,
                         truncated_before_utterance_sampler};
-    for (size_t i = 0; i < sizeof t / sizeof *t; i++) cxs_add_test(tc, t[i], CXS_FORK_NONE);
-    suite_add_tcase(su, tc);
-    SRunner *r = srunner_create(su);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    const cxs_group g[] = {{"many", 240, NULL, NULL, t, CXS_N(t), NULL}};
+    int failed = cxs_run_groups("many", g, CXS_N(g), 0);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 3;

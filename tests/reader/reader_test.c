@@ -793,10 +793,6 @@ int main(int argc, char **argv) {
              argv[1], dir, argv[1], dir, packed, argv[1], packed, zpacked);
     int rc = system(cmd);
     if (rc != 0) return 3;
-    Suite *s = suite_create("reader");
-    TCase *tc = tcase_create("reader");
-    tcase_set_timeout(tc, 120);
-    tcase_add_checked_fixture(tc, setup, teardown);
     const TTest *tests[] = {gather_matches_views, gather_threads_and_normalize, bad_arguments,
                             diagnostics,
                             shuffle_is_a_permutation, sequential_is_in_order, ranks_partition,
@@ -806,23 +802,14 @@ int main(int argc, char **argv) {
                             loader_external_buffers, concurrent_threads,
                             forked_children_read_the_same, loader_after_fork, single_shard,
                             open_close_repeatedly};
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
-        cxs_add_test(tc, tests[i], fork_kind(tests[i]));
-    suite_add_tcase(s, tc);
-    TCase *tz = tcase_create("compressed");
-    tcase_set_timeout(tz, 120);
-    tcase_add_checked_fixture(tz, setup_compressed, teardown);
     const TTest *ztests[] = {gather_threads_and_normalize, loader_matches_gather,
                              loader_reset_and_early_free, loader_external_buffers,
                              concurrent_threads, forked_children_read_the_same,
                              loader_after_fork};
-    for (size_t i = 0; i < sizeof ztests / sizeof *ztests; i++)
-        cxs_add_test(tz, ztests[i], fork_kind(ztests[i]));
-    suite_add_tcase(s, tz);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    const cxs_group g[] = {
+        {"reader", 120, setup, teardown, tests, CXS_N(tests), fork_kind},
+        {"compressed", 120, setup_compressed, teardown, ztests, CXS_N(ztests), fork_kind}};
+    int failed = cxs_run_groups("reader", g, CXS_N(g), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 3;
     return failed ? 1 : 0;

@@ -344,25 +344,23 @@ TEST(a_forked_child_goes_on) {
 }
 END_TEST_
 
+static int fork_kind(const TTest *t) {
+    return t == a_forked_child_goes_on ? CXS_FORK_THREADS : CXS_FORK_NONE;
+}
+
 int main(void) {
-    Suite *su = suite_create("ring");
-    TCase *tc = tcase_create("ring");
-    tcase_set_timeout(tc, 120);
     const TTest *tests[] = {every_batch_in_order, a_failed_batch_comes_in_its_turn,
                             a_restart_serves_only_the_new_position, abandoned_fills_end_early,
-                            a_wait_for_ever_is_refused, batches_published_later};
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) cxs_add_test(tc, tests[i], CXS_FORK_NONE);
-    cxs_add_test(tc, a_forked_child_goes_on, CXS_FORK_THREADS);
+                            a_wait_for_ever_is_refused, batches_published_later,
+                            a_forked_child_goes_on,
 #ifdef CXS_TEST_HOOKS
-    cxs_add_test(tc, threads_that_fail_to_start, CXS_FORK_NONE);
-#else
+                            threads_that_fail_to_start
+#endif
+    };
+#ifndef CXS_TEST_HOOKS
     printf("SKIP: threads_that_fail_to_start (a build without -Dtest_hooks=true cannot make "
            "thread starts fail)\n");
 #endif
-    suite_add_tcase(su, tc);
-    SRunner *r = srunner_create(su);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    const cxs_group g[] = {{"ring", 120, NULL, NULL, tests, CXS_N(tests), fork_kind}};
+    return cxs_run_groups("ring", g, CXS_N(g), 0) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

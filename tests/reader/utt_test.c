@@ -678,6 +678,10 @@ TEST(targets_are_the_label_sequences) {
 }
 END_TEST
 
+static int fork_kind(const TTest *t) {
+    return t == fork_child_goes_on ? CXS_FORK_THREADS : CXS_FORK_NONE;
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-utt-XXXXXX");
     if (!mkdtemp(dir)) return 3;
@@ -692,10 +696,6 @@ int main(void) {
                  .label_seqs = CXS_SEQ_ONLY};
     if (td_make(seqpacked, &q)) return 3;
     char cmd[400];
-    Suite *su = suite_create("utt");
-    TCase *tc = tcase_create("utt");
-    tcase_set_timeout(tc, 240);
-    tcase_add_checked_fixture(tc, setup, teardown);
     const TTest *tests[] = {every_utterance_once_under_budget, random_batching_pads_more,
                             ranks_equal_and_disjoint, loader_batches_match_stored_data,
                             same_batches_any_threads_and_compressed, exact_resume_mid_epoch,
@@ -703,14 +703,8 @@ int main(void) {
                             block_mode_lets_groups_go,
                             long_utterances_refused_or_alone, pad_batch_normalises,
                             fork_child_goes_on, targets_are_the_label_sequences};
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++)
-        cxs_add_test(tc, tests[i],
-                     tests[i] == fork_child_goes_on ? CXS_FORK_THREADS : CXS_FORK_NONE);
-    suite_add_tcase(su, tc);
-    SRunner *r = srunner_create(su);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    const cxs_group g[] = {{"utt", 240, setup, teardown, tests, CXS_N(tests), fork_kind}};
+    int failed = cxs_run_groups("utt", g, CXS_N(g), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 3;
     return failed ? 1 : 0;

@@ -39,6 +39,43 @@ static inline void cxs_add_test(TCase *tc, const TTest *t, int forks) {
     _tcase_add_test(tc, t, 0, 0, 0, 1);
 }
 
+/* Tests sharing a timeout (seconds; 0: Check's default) and a fixture run
+ * around each of them in its process (setup and teardown may be NULL);
+ * forks(t) says what test t forks (CXS_FORK_*; NULL: none does). */
+typedef struct cxs_group {
+    const char *name;
+    int timeout;
+    void (*setup)(void);
+    void (*teardown)(void);
+    const TTest *const *tests;
+    int n;
+    int (*forks)(const TTest *t);
+} cxs_group;
+#define CXS_N(a) ((int)(sizeof(a) / sizeof *(a)))
+
+/* The shared runner of the test programs: the groups as one suite, each
+ * fork case left out with a line when CXS_TEST_NO_FORK says so
+ * (cxs_add_test); nofork runs every test in this process (a CUDA context
+ * does not survive a fork), as CK_FORK=no does.  Returns the number of
+ * failed tests. */
+static inline int cxs_run_groups(const char *suite, const cxs_group *g, int ng, int nofork) {
+    Suite *s = suite_create(suite);
+    for (int i = 0; i < ng; i++) {
+        TCase *tc = tcase_create(g[i].name);
+        if (g[i].timeout) tcase_set_timeout(tc, g[i].timeout);
+        if (g[i].setup || g[i].teardown) tcase_add_checked_fixture(tc, g[i].setup, g[i].teardown);
+        for (int k = 0; k < g[i].n; k++)
+            cxs_add_test(tc, g[i].tests[k], g[i].forks ? g[i].forks(g[i].tests[k]) : CXS_FORK_NONE);
+        suite_add_tcase(s, tc);
+    }
+    SRunner *r = srunner_create(s);
+    if (nofork) srunner_set_fork_status(r, CK_NOFORK);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed;
+}
+
 /* Build a suite named `name` from the given test functions and run it;
  * returns the process exit status. */
 static inline int cxs_run_suite(const char *name, const TTest *const *tests, int n) {
