@@ -14,33 +14,31 @@
 
 const uint8_t cxs_magic_bytes[8] = {0x89, 'C', 'X', 'S', '\r', '\n', 0x1a, '\n'};
 
-static void diag_place(cxs_diag *d, int code, const char *file, uint64_t offset) {
+static int vdiag(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt,
+                 va_list ap) {
+    if (!d) return code;
+    vsnprintf(d->message, sizeof d->message, fmt, ap);
     d->code = code;
     d->pad = 0;
     d->offset = offset;
     snprintf(d->file, sizeof d->file, "%s", file ? file : "");
     memset(d->reserved, 0, sizeof d->reserved);
+    return code;
 }
 
 int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...) {
-    if (d) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(d->message, sizeof d->message, fmt, ap);
-        va_end(ap);
-        diag_place(d, code, NULL, CXS_NO_OFFSET);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    vdiag(d, code, NULL, CXS_NO_OFFSET, fmt, ap);
+    va_end(ap);
     return code;
 }
 
 int cxs_diag_at(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt, ...) {
-    if (d) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(d->message, sizeof d->message, fmt, ap);
-        va_end(ap);
-        diag_place(d, code, file, offset);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    vdiag(d, code, file, offset, fmt, ap);
+    va_end(ap);
     return code;
 }
 
