@@ -77,7 +77,9 @@ static int measure(const char *dir, cxs_dataset *ds, const bench_utt_opts *o, ui
     cxs_utt_sampler_free(s);
     return 0;
 fail:
-    warnx_("%s: %s", dir, cxs_strerror(rc));
+    /* the loader's own message (shard, utterance, chunk) when it failed */
+    if (l && cxs_utt_loader_error(l)->code) warnx_("%s", cxs_utt_loader_error(l)->message);
+    else warnx_("%s: %s", dir, cxs_strerror(rc));
     cxs_utt_loader_free(l);
     cxs_utt_sampler_free(s);
     return exit_code_for(rc);

@@ -309,8 +309,9 @@ static void stop_threads(cxs_loader *l) {
 void cxs_loader_free(cxs_loader *l) {
     if (!l) return;
     /* In a forked child the parent's workers do not exist: nothing to join. */
-    if (!cxs_ring_forked(&l->ring)) stop_threads(l);
-    cxs_ra_destroy(&l->ra);
+    const int forked = cxs_ring_forked(&l->ring);
+    if (!forked) stop_threads(l);
+    cxs_ra_destroy(&l->ra, forked);
     cxs_ring_destroy(&l->ring);
     for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
         if (!l->o.external) { /* external buffers belong to the caller */
@@ -462,6 +463,8 @@ static int outcome(cxs_loader *l, int rc, cxs_diag *d) {
     if (!rc) {
         l->err.code = 0;
         l->err.message[0] = 0;
+        l->err.file[0] = 0;
+        l->err.offset = CXS_NO_OFFSET;
         return 0;
     }
     return cxs_diag_copy(d, rc, &l->err);

@@ -59,11 +59,15 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
     return 0;
 }
 
-static void drop_plan(cxs_readahead *ra);
+static void drop_plan(cxs_readahead *ra, int let_go);
 
-void cxs_ra_destroy(cxs_readahead *ra) {
+void cxs_ra_destroy(cxs_readahead *ra, int forked) {
     if (ra->kind == CXS_RA_NONE) return;
-    drop_plan(ra);
+    /* In a forked child the blocks read are the parent's, still in use
+     * there: only the memory goes; and of the descriptors, only those that
+     * still name their shard are ours to close (shardfd.h). */
+    if (forked) cxs_shard_fds_after_fork(&ra->sfd);
+    drop_plan(ra, !forked);
     cxs_shard_fds_free(&ra->sfd);
     free(ra->scratch);
     if (ra->xs) XXH3_freeState(ra->xs);
@@ -76,6 +80,13 @@ void cxs_ra_after_fork(cxs_readahead *ra) {
     if (ra->kind != CXS_RA_NONE) pthread_cond_init(&ra->cv, NULL);
     /* the descriptors the parent's helper opened (shardfd.h) */
     cxs_shard_fds_after_fork(&ra->sfd);
+    /* the blocks the parent read (or was reading) are the parent's: the
+     * child reads them again if it needs them (from the cache) and never
+     * lets them go from under the parent */
+    for (uint64_t j = 0; ra->plan && j < ra->plan->nblocks; j++) {
+        if (ra->state[j] == READ || ra->state[j] == READING) ra->state[j] = ABSENT;
+        ra->need[j] = 0; /* the parent's batches in flight: none is the child's */
+    }
     ra->running = 0;
     /* the parent's batches in flight are not the child's: nothing is being
      * filled or warmed here yet */
@@ -167,9 +178,9 @@ static void drop_block(cxs_readahead *ra, const cxs_block *b) {
 
 /* Under mu: the blocks' state of an earlier position or epoch goes (what
  * was read is dropped). */
-static void drop_plan(cxs_readahead *ra) {
+static void drop_plan(cxs_readahead *ra, int let_go) {
     if (!ra->plan) return;
-    for (uint64_t j = 0; j < ra->plan->nblocks; j++)
+    for (uint64_t j = 0; let_go && j < ra->plan->nblocks; j++)
         if (ra->state[j] == READ) drop_block(ra, &ra->plan->blk[j]);
     for (uint64_t j = 0; ra->bad && j < ra->plan->nblocks; j++) free(ra->bad[j]);
     cxs_block_plan_put(cxs_sampler_blocks(ra->sampler), ra->plan);
@@ -194,7 +205,7 @@ static int sync_gen(cxs_readahead *ra) {
             if (ra->state[j] == READING) ra->state[j] = ABSENT;
         return 0;
     }
-    drop_plan(ra);
+    drop_plan(ra, 1);
     cxs_block_plan *p;
     if (cxs_block_plan_get(cxs_sampler_blocks(ra->sampler), *ra->epoch, &p)) return -ENOMEM;
     ra->state = calloc(p->nblocks, 1);
@@ -202,7 +213,7 @@ static int sync_gen(cxs_readahead *ra) {
     ra->bad = calloc(p->nblocks, sizeof *ra->bad);
     ra->plan = p;
     if (!ra->state || !ra->need || !ra->bad) {
-        drop_plan(ra);
+        drop_plan(ra, 1);
         return -ENOMEM;
     }
     return 0;

@@ -91,7 +91,9 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
                 const uint64_t *nbatches, const int *stop);
 int cxs_ra_start(cxs_readahead *ra);   /* the thread; 0 or -EAGAIN */
 void cxs_ra_stop(cxs_readahead *ra);   /* join it (the loader set *stop and woke it) */
-void cxs_ra_destroy(cxs_readahead *ra);
+/* The helper's memory and descriptors (forked: in a child that inherited
+ * the loader, which leaves the parent's blocks in the page cache). */
+void cxs_ra_destroy(cxs_readahead *ra, int forked);
 void cxs_ra_after_fork(cxs_readahead *ra);
 void cxs_ra_wake(cxs_readahead *ra);   /* under mu */
 void cxs_ra_claimed(cxs_readahead *ra); /* a batch was claimed */

@@ -157,11 +157,17 @@ void cxs_ring_publish_locked(cxs_ring *r, uint32_t i, uint64_t gen, int rc) {
 
 void cxs_ring_after_fork(cxs_ring *r, int drop_held) {
     init_locks(r);
-    if (drop_held) r->held = -1, r->next_take = 0;
+    const int held = r->held;
+    if (drop_held) {
+        /* the consumer's batch goes back as after next(): released (in
+         * external mode its buffers are the caller's), not discarded */
+        release_held(r);
+        r->next_take = 0;
+    }
     __atomic_add_fetch(&r->generation, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&r->stop, 0, __ATOMIC_RELAXED);
     r->nthreads = 0; /* the parent's */
     for (uint32_t i = 0; i < r->nslots; i++)
-        if ((int)i != r->held) discard(r, i);
+        if ((int)i != held) discard(r, i);
     r->next_claim = r->next_take;
 }

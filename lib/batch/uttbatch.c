@@ -140,7 +140,7 @@ static int pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint
     pad_arg a = {.ds = ds, .utts = utts, .n = n, .tmax = tmax, .mean = mean, .scale = scale,
                  .cmvn = cmvn, .x = x, .lengths = lengths, .y = y, .c = c, .at = 0,
                  .w = CXS_WHERE_NONE};
-    cxs_fault f;
+    cxs_fault f = {UINT32_MAX, 0};
     int rc = cxs_fault_run(ds, pad_all, &a, &f);
     if (rc && rc != -ENOMEM) {
         uint64_t u = utts[a.at];
@@ -365,7 +365,8 @@ static const cxs_ring_ops utt_ring = {.claim = uclaim, .fill = ufill, .worker_in
 
 void cxs_utt_loader_free(cxs_utt_loader *l) {
     if (!l) return;
-    if (!cxs_ring_forked(&l->ring)) cxs_ring_stop(&l->ring); /* a forked child has none to join */
+    const int forked = cxs_ring_forked(&l->ring);
+    if (!forked) cxs_ring_stop(&l->ring); /* a forked child has none to join */
     cxs_ring_destroy(&l->ring);
     for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
         free(l->slots[i].x);
@@ -379,6 +380,7 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     for (uint32_t t = 0; l->w && t < l->o.threads; t++) pad_ctx_free(&l->w[t].c);
     free(l->w);
     if (l->plan) cxs_utt_plan_put(l->sampler, l->plan);
+    if (forked) cxs_shard_fds_after_fork(&l->fds); /* the parent's, unless still ours */
     cxs_shard_fds_free(&l->fds);
     free(l->norm);
     free(l);
@@ -519,6 +521,18 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     if (rc) cxs_diagf(diag, rc, "utterance loader: out of memory for %u batch buffers of %llu "
                       "frames", l->o.ring, (unsigned long long)l->max_frames);
     if (!rc) rc = position(l, epoch, start, &l->ring.nbatches, diag);
+    if (!rc && l->plan->ngroups && l->o.readahead != CXS_READAHEAD_OFF) {
+        /* Block mode reads each group ahead (MADV_WILLNEED); a fault on a
+         * page not there yet must read that page, not the device's
+         * read-around (megabytes), which would bring back blocks of groups
+         * already let go (let_go) and hold the cache above its budget. */
+        const uintptr_t P = (uintptr_t)sysconf(_SC_PAGESIZE);
+        for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+            const shard *sh = &ds->shards[i];
+            uintptr_t a = (uintptr_t)sh->features & ~(P - 1), e = (uintptr_t)(sh->map + sh->size);
+            if (sh->features) madvise((void *)a, e - a, MADV_RANDOM);
+        }
+    }
     if (!rc && (rc = cxs_ring_start(&l->ring)))
         cxs_diagf(diag, rc, "utterance loader: no worker thread could be started");
     if (rc) {
@@ -544,6 +558,8 @@ static int outcome(cxs_utt_loader *l, int rc, cxs_diag *d) {
     if (!rc) {
         l->err.code = 0;
         l->err.message[0] = 0;
+        l->err.file[0] = 0;
+        l->err.offset = CXS_NO_OFFSET;
         return 0;
     }
     return cxs_diag_copy(d, rc, &l->err);

@@ -37,8 +37,9 @@ static void *feeder_main(void *arg) {
     for (;;) {
         const cxs_batch *b;
         int rc = cxs_loader_next(l->st.cl, &b), e = 0;
-        if (rc) {
-            feed_failed(l, gpu_fail(l, rc, "loader: %s", cxs_strerror(rc)));
+        if (rc) { /* the CPU loader's message: the shard, utterance, chunk */
+            const cxs_diag *why = cxs_loader_error(l->st.cl);
+            feed_failed(l, gpu_fail(l, rc, "%s", why->message[0] ? why->message : cxs_strerror(rc)));
             break;
         }
         pthread_mutex_lock(&l->st.mu);

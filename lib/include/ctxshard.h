@@ -368,6 +368,7 @@ typedef struct cxs_utterance {
                                NULL for a compressed dataset (copy them out
                                with cxs_dataset_read_features) */
     const void *labels;   /**< num_frames labels of label_width bytes, or NULL */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_utterance;
 
 /** Utterance u (0 <= u < num_utterances).  Returns 0, CXS_E_RANGE, or
@@ -696,11 +697,11 @@ typedef struct cxs_loader_opts {
 #define CXS_READAHEAD_OFF 1u
 #define CXS_READAHEAD_BATCHES 2u
 
-/** A batch handed out by cxs_loader_next; valid until the next call (its x
- * and y longer in external mode: they are the caller's buffers). */
 /** Fill o with the defaults (all 0); batch_size must then be set. */
 CXS_API void cxs_loader_opts_init(cxs_loader_opts *o);
 
+/** A batch handed out by cxs_loader_next; valid until the next call (its x
+ * and y longer in external mode: they are the caller's buffers). */
 typedef struct cxs_batch {
     const float *x;          /**< [n][(2k+1)*dim] */
     const int64_t *y;        /**< [n] labels, or NULL */

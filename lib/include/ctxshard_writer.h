@@ -262,6 +262,7 @@ typedef struct cxs_merge_info {
     cxs_writer_info w;       /**< the merged dataset's counts */
     uint32_t shards_linked;  /**< shard files hard-linked from the parts */
     uint32_t shards_copied;  /**< copied: renumbered, or across filesystems */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_merge_info;
 
 /**

@@ -7,7 +7,6 @@
 
 #include "ctxshard.h"
 
-/* Bytes of one block of a shard file's mapping. */
 /* Bytes [off, off+len) of shard `shard`'s file (its FEATURES rows of a
  * block). */
 typedef struct cxs_utt_range {

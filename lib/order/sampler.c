@@ -225,15 +225,16 @@ int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts, c
         /* `blocks` resident while the next one is read: blocks + 1 in the
          * budget. */
         s->block_bytes = o.memory_bytes / (o.blocks + 1ull);
-        char why[sizeof d->message];
         cxs_diag bd;
         int rc = cxs_block_sched_init(&s->bs, ds, o.seed, s->block_bytes / ds->row_bytes,
                                       ds->meta.guard, o.blocks, &bd);
         if (rc) {
-            memcpy(why, bd.message, sizeof why);
             cxs_sampler_free(s);
+            /* the options' refusal; anything else (a damaged INDEX block,
+             * a truncation) is the data's, passed on whole, place and all */
+            if (rc != CXS_E_RANGE && rc != CXS_E_INVALID) return cxs_diag_copy(d, rc, &bd);
             return cxs_diagf(d, rc, "block sampler: the memory budget of %llu bytes over %u+1 blocks: %s",
-                             (unsigned long long)o.memory_bytes, o.blocks, why);
+                             (unsigned long long)o.memory_bytes, o.blocks, bd.message);
         }
     }
     if (o.origin > s->n) {

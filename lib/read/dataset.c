@@ -989,6 +989,7 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     if ((rc = cxs_utt_loc_safe(ds, u, &l, NULL)) || (rc = cxs_id_get(ds, u, &id, &id_len, NULL)))
         return rc;
     const shard *sh = &ds->shards[l.shard];
+    memset(out, 0, sizeof *out);
     out->id = (const char *)id;
     out->id_len = (size_t)id_len;
     out->first_frame = l.f0;

@@ -74,21 +74,23 @@ static int part_load(part_in *p, const char *dir, cxs_diag *d) {
     if (rc) {
         struct stat st;
         char *m = cxs_path_join(dir, CXS_MANIFEST_NAME);
+        const int code = rc == -ENOENT || rc > 0 ? CXS_E_INPUT : rc;
         if (rc == -ENOENT && m && stat(m, &st) == 0)
-            cxs_diagf(d, 0, "%s: a complete dataset, not a part (pack it with --part I/N to merge)",
-                      dir);
+            cxs_diagf(d, code,
+                      "%s: a complete dataset, not a part (pack it with --part I/N to merge)", dir);
         else
-            cxs_diagf(d, 0, "%s: %s", path, rc > 0 ? "not a regular file or too large" : strerror(-rc));
+            cxs_diagf(d, code, "%s: %s", path,
+                      rc > 0 ? "not a regular file or too large" : strerror(-rc));
         free(m);
         free(path);
-        return rc == -ENOENT || rc > 0 ? CXS_E_INPUT : rc;
+        return code;
     }
     rc = CXS_E_INPUT;
     if (cxs_container_parse(p->buf, p->len, CXS_KIND_PART, &p->c, path, d)) goto out;
     for (uint32_t i = 0; i < p->c.nsections; i++) {
         const cxs_section *s = &p->c.sections[i];
         if (cxs_checksum_differs(cxs_hash(p->buf + s->offset, s->length), s->checksum)) {
-            cxs_diagf(d, 0, "%s: section %s: checksum mismatch", path, cxs_section_name(s->type));
+            cxs_diagf(d, CXS_E_INPUT, "%s: section %s: checksum mismatch", path, cxs_section_name(s->type));
             goto out;
         }
     }
@@ -98,7 +100,7 @@ static int part_load(part_in *p, const char *dir, cxs_diag *d) {
     p->sums = part_section(p, CXS_SEC_PART_SUMS, &p->sums_len);
     if (!meta || !pm || pl != CXS_PART_META_SIZE || !p->sums ||
         cxs_dataset_meta_load(meta, ml, &p->m, path, d)) {
-        cxs_diagf(d, 0, "%s: not a valid part (DATASET_META, PART_META or PART_SUMS)", path);
+        cxs_diagf(d, CXS_E_INPUT, "%s: not a valid part (DATASET_META, PART_META or PART_SUMS)", path);
         goto out;
     }
     cxs_part_meta_load(pm, &p->pm);
@@ -109,18 +111,19 @@ static int part_load(part_in *p, const char *dir, cxs_diag *d) {
     uint64_t sql = 0;
     const uint8_t *sq = part_section(p, CXS_SEC_SEQ_META, &sql);
     if (sq && (!p->m.vocab_size || cxs_seq_meta_load(sq, sql, &p->seq, path, d))) {
-        cxs_diagf(d, 0, "%s: not a valid part (SEQ_META)", path);
+        cxs_diagf(d, CXS_E_INPUT, "%s: not a valid part (SEQ_META)", path);
         goto out;
     }
     p->has_seqs = sq != NULL;
     if (p->pm.part < 1 || p->pm.part > p->pm.parts ||
         tl != (uint64_t)p->m.num_shards * CXS_SHARD_ENTRY_SIZE ||
         (p->m.vocab_size && !p->vocab)) {
-        cxs_diagf(d, 0, "%s: not a valid part (part number or shard table)", path);
+        cxs_diagf(d, CXS_E_INPUT, "%s: not a valid part (part number or shard table)", path);
         goto out;
     }
     rc = 0;
 out:
+    if (rc && d) d->code = rc; /* a parser's own message, this call's code */
     free(path);
     return rc;
 }

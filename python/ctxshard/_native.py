@@ -84,7 +84,8 @@ class Stats(Structure):
 class Utterance(Structure):
     _fields_ = [("id", c_void_p), ("id_len", c_size_t), ("first_frame", c_uint64),
                 ("num_frames", c_uint64), ("shard", c_uint32), ("features", c_void_p),
-                ("labels", c_void_p)]
+                ("labels", c_void_p),
+                ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 class SamplerOpts(Structure):

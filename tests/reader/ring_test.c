@@ -305,7 +305,13 @@ END_TEST_
 /* In a child: the ring is the parent's until after_fork and a start. */
 static int child_goes_on(owner *o, int drop_held, uint32_t held_slot, uint64_t held_val) {
     if (!cxs_ring_forked(&o->r)) return 10;
+    int releases = o->releases, discards = o->discards;
     cxs_ring_after_fork(&o->r, drop_held);
+    /* the held batch goes back as after next() when dropped (its buffers
+     * the caller's, never the pool's), else stays; the others are thrown
+     * away (none of them is the held one) */
+    if (o->releases != releases + drop_held) return 17;
+    if (o->discards != discards + NSLOT - 1) return 18;
     if (cxs_ring_start(&o->r)) return 11;
     cxs_ring_adopt(&o->r);
     if (cxs_ring_forked(&o->r)) return 12;

