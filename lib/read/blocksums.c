@@ -16,7 +16,7 @@ int cxs_shard_blocksums(cxs_dataset *ds, uint32_t s, cxs_diag *d) {
     const cxs_section *sec = cxs_container_find(&sh->c, CXS_SEC_BLOCKSUMS);
     if (!sec) return 0;
     if (cxs_checksum_differs(cxs_hash(sh->map + sec->offset, sec->length), sec->checksum))
-        return cxs_diagf(d, CXS_E_CHECKSUM,
+        return cxs_diag_at(d, CXS_E_CHECKSUM, sh->path, sec->offset,
                          "%s: section BLOCKSUMS (bytes %llu..%llu): checksum mismatch", sh->path,
                          (unsigned long long)sec->offset,
                          (unsigned long long)(sec->offset + sec->length));

@@ -78,7 +78,7 @@ void cxs_dataset_close(cxs_dataset *ds) {
 static int check_section_hash(const uint8_t *map, const cxs_section *s, const char *path,
                               cxs_diag *d) {
     if (cxs_checksum_differs(cxs_hash(map + s->offset, s->length), s->checksum))
-        return cxs_diagf(d, CXS_E_CHECKSUM,
+        return cxs_diag_at(d, CXS_E_CHECKSUM, path, s->offset,
                          "%s: section %s (bytes %llu..%llu): checksum mismatch", path,
                          cxs_section_name(s->type), (unsigned long long)s->offset,
                          (unsigned long long)(s->offset + s->length));
@@ -287,10 +287,10 @@ static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e
     }
     if ((rc = cxs_container_parse(sh->map, sh->size, CXS_KIND_SHARD, &sh->c, path, d))) return rc;
     if (e && cxs_checksum_differs(sh->c.header_checksum, e->header_checksum))
-        return cxs_diagf(d, CXS_E_CHECKSUM,
-                         "%s: header checksum differs from the manifest's (shard replaced or "
-                         "damaged)",
-                         path);
+        return cxs_diag_at(d, CXS_E_CHECKSUM, path, 0,
+                           "%s: header checksum differs from the manifest's (shard replaced or "
+                           "damaged)",
+                           path);
     x->meta = need(&sh->c, CXS_SEC_SHARD_META, path, &rc, d);
     x->index = need(&sh->c, CXS_SEC_INDEX, path, &rc, d);
     x->ids = need(&sh->c, CXS_SEC_IDS, path, &rc, d);

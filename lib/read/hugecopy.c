@@ -113,11 +113,12 @@ static int copy_section(cxs_dataset *ds, uint32_t s, uint32_t type, uint8_t *dst
     cxs_fault f;
     int rc = cxs_fault_run(ds, copy_hash, &j, &f);
     if (rc == CXS_E_TRUNCATED)
-        return cxs_diagf(d, rc, "%s: truncated since open: byte %llu cannot be read", sh->path,
-                         (unsigned long long)f.offset);
+        return cxs_diag_at(d, rc, sh->path, f.offset,
+                           "%s: truncated since open: byte %llu cannot be read", sh->path,
+                           (unsigned long long)f.offset);
     if (rc) return cxs_diagf(d, rc, "%s: %s", sh->path, cxs_strerror(rc));
     if (cxs_checksum_differs(j.hash, sec->checksum))
-        return cxs_diagf(d, CXS_E_CHECKSUM,
+        return cxs_diag_at(d, CXS_E_CHECKSUM, sh->path, sec->offset,
                          "%s: section %s (bytes %llu..%llu): checksum mismatch in its copy into "
                          "huge pages",
                          sh->path, cxs_section_name(type), (unsigned long long)sec->offset,

@@ -161,7 +161,7 @@ static int hash_plain(vctx *v, const uint8_t *map, const cxs_section *s, const c
         if (rc) return rc;
     }
     if (cxs_checksum_differs(XXH3_64bits_digest(v->st), s->checksum))
-        return cxs_diagf(d, CXS_E_CHECKSUM,
+        return cxs_diag_at(d, CXS_E_CHECKSUM, path, s->offset,
                          "%s: section %s (bytes %llu..%llu): checksum mismatch", path,
                          cxs_section_name(s->type), (unsigned long long)s->offset,
                          (unsigned long long)(s->offset + s->length));
@@ -196,7 +196,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
          * first, so that damage is named by its block and utterances. */
         if (be && (rc = cxs_blocks_check_upto(ds, si, be, &nextb, pos + gbytes, d))) return rc;
         if (!zero_range(f, pos, pos + gbytes, &bad))
-            return cxs_diagf(d, CXS_E_CORRUPT,
+            return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, s->offset + bad,
                              "%s: FEATURES: guard row byte at offset %llu is not zero", sh->path,
                              (unsigned long long)(s->offset + bad));
         XXH3_64bits_update(v->st, f + pos, (size_t)gbytes);
@@ -206,7 +206,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
         uint64_t n = T * rowb;
         if (be && (rc = cxs_blocks_check_upto(ds, si, be, &nextb, pos + n, d))) return rc;
         if (!finite_rows(f + pos, T * ds->meta.dim, ds->meta.dtype, &bad))
-            return cxs_diagf(d, CXS_E_CORRUPT,
+            return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, s->offset + pos + bad * ds->esize,
                              "%s: FEATURES: utterance %llu holds a NaN or infinity at offset %llu",
                              sh->path, (unsigned long long)(sh->meta.first_utterance + u),
                              (unsigned long long)(s->offset + pos + bad * ds->esize));
@@ -223,7 +223,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
                  sh->path, (unsigned long long)s->offset,
                  (unsigned long long)(s->offset + s->length));
         locate_features(v, sh, f, msg, sizeof msg);
-        return cxs_diagf(d, CXS_E_CHECKSUM, "%s", msg);
+        return cxs_diag_at(d, CXS_E_CHECKSUM, sh->path, s->offset, "%s", msg);
     }
     return 0;
 }

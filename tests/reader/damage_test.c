@@ -358,6 +358,13 @@ TEST(unlocated_without_block_sums) {
     EXPECT_INT(cxs_dataset_verify(ds, NULL, NULL, &d), CXS_E_CHECKSUM);
     EXPECT_STR_HAS(d.message, "section FEATURES");
     EXPECT_STR_HAS(d.message, "no block sums");
+    /* the section's shard and first byte, as the message says them */
+    EXPECT_INT(d.code, CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.file, "shard-");
+    EXPECT_STR_HAS(d.message, d.file);
+    char at[48];
+    snprintf(at, sizeof at, "(bytes %llu..", (unsigned long long)d.offset);
+    EXPECT_STR_HAS(d.message, at);
     EXPECT_INT(cxs_dataset_warm(ds, CXS_WARM_FORCE, NULL, NULL, NULL, &d), 0); /* nothing to check */
     cxs_dataset_close(ds);
 }
