@@ -83,7 +83,6 @@ struct cxs_loader {
     share sh;         /* under ring.mu */
     int sh_pending;   /* under ring.mu: batch 0 claimed, its share being prepared */
     cxs_readahead ra; /* the helper thread; see readahead.h */
-    cxs_diag err;     /* the consumer's: its last call's failure (cxs_loader_error) */
 };
 
 static void pool_push(cxs_loader *l, float *x, int64_t *y) {
@@ -457,20 +456,7 @@ static int respawn(cxs_loader *l, int drop_held) {
     return rc;
 }
 
-/* The consumer's call ended with rc, its message in l->err when it
- * failed: the caller's diag gets a copy, and a success clears it. */
-static int outcome(cxs_loader *l, int rc, cxs_diag *d) {
-    if (!rc) {
-        l->err.code = 0;
-        l->err.message[0] = 0;
-        l->err.file[0] = 0;
-        l->err.offset = CXS_NO_OFFSET;
-        return 0;
-    }
-    return cxs_diag_copy(d, rc, &l->err);
-}
-
-const cxs_diag *cxs_loader_error(const cxs_loader *l) { return l ? &l->err : NULL; }
+const cxs_diag *cxs_loader_error(const cxs_loader *l) { return l ? &l->ring.err : NULL; }
 
 int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     return cxs_loader_next_ex(l, batch, NULL);
@@ -480,7 +466,7 @@ static int next_batch(cxs_loader *l, const cxs_batch **batch, cxs_diag *d);
 
 int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
     if (!l || !batch) return cxs_diagf(d, CXS_E_INVALID, "loader: no loader or batch pointer");
-    return outcome(l, next_batch(l, batch, &l->err), d);
+    return cxs_ring_outcome(&l->ring, next_batch(l, batch, &l->ring.err), d);
 }
 
 static int next_batch(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
@@ -512,14 +498,14 @@ static int next_batch(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
 int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
     if (start > l->length)
-        return outcome(l, cxs_diagf(&l->err, CXS_E_INVALID,
+        return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, CXS_E_INVALID,
                                     "loader: start %llu is past the epoch's %llu samples",
                                     (unsigned long long)start, (unsigned long long)l->length),
                        NULL);
     if (cxs_ring_forked(&l->ring)) {
         int rc = respawn(l, 1);
         if (rc)
-            return outcome(l, cxs_diagf(&l->err, rc,
+            return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, rc,
                                         "loader: no worker thread could start in this "
                                         "process: %s",
                                         cxs_strerror(rc)),
@@ -530,7 +516,7 @@ int cxs_loader_reset(cxs_loader *l, uint64_t epoch, uint64_t start) {
     l->start = start;
     cxs_ring_restart_locked(&l->ring, batches_for(l)); /* wakes the helper */
     pthread_mutex_unlock(&l->ring.mu);
-    return outcome(l, 0, NULL);
+    return cxs_ring_outcome(&l->ring, 0, NULL);
 }
 
 uint32_t cxs_loader_ring(const cxs_loader *l) { return l ? l->o.ring : 0; }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "hooks.h"
+#include "cxs_format.h"
 #include "ring.h"
 
 static void init_locks(cxs_ring *r) {
@@ -17,6 +18,7 @@ int cxs_ring_init(cxs_ring *r, const cxs_ring_ops *ops, void *owner, uint32_t ns
                   uint32_t nworkers, uint64_t nbatches) {
     *r = (cxs_ring){.ops = ops, .owner = owner, .nslots = nslots, .nworkers = nworkers,
                     .nbatches = nbatches, .held = -1, .pid = getpid()};
+    r->err.offset = CXS_NO_OFFSET;
     init_locks(r);
     r->slot = calloc(nslots, sizeof *r->slot);
     r->threads = calloc(nworkers, sizeof *r->threads);
@@ -153,6 +155,17 @@ void cxs_ring_publish_locked(cxs_ring *r, uint32_t i, uint64_t gen, int rc) {
         pthread_cond_broadcast(&r->cv_work);
     }
     pthread_cond_broadcast(&r->cv_ready);
+}
+
+int cxs_ring_outcome(cxs_ring *r, int rc, cxs_diag *d) {
+    if (!rc) {
+        r->err.code = 0;
+        r->err.message[0] = 0;
+        r->err.file[0] = 0;
+        r->err.offset = CXS_NO_OFFSET;
+        return 0;
+    }
+    return cxs_diag_copy(d, rc, &r->err);
 }
 
 void cxs_ring_after_fork(cxs_ring *r, int drop_held) {

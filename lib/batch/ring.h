@@ -100,6 +100,7 @@ typedef struct cxs_ring {
     pthread_t *threads;
     cxs_ring_worker *wk;
     pid_t pid; /* the process whose threads these are */
+    cxs_diag err; /* the consumer's: its last call's failure (the owners' *_error()) */
 } cxs_ring;
 
 /* Set up nslots slots and room for nworkers workers, none started, for a
@@ -126,6 +127,11 @@ void cxs_ring_restart_locked(cxs_ring *r, uint64_t nbatches);
 /* Under the lock: slot i's batch of generation gen is filled with code
  * rc: READY, or thrown away when a restart came meanwhile. */
 void cxs_ring_publish_locked(cxs_ring *r, uint32_t i, uint64_t gen, int rc);
+
+/* The consumer's call ended with rc, its message in r->err when it
+ * failed: d (may be NULL) gets a copy, and a success clears r->err (no
+ * message, no place).  Returns rc. */
+int cxs_ring_outcome(cxs_ring *r, int rc, cxs_diag *d);
 
 /* Whether the ring's workers are another process's (this one forked). */
 static inline int cxs_ring_forked(const cxs_ring *r) { return r->pid != getpid(); }

@@ -277,7 +277,6 @@ struct cxs_utt_loader {
     cxs_ring ring;
     uslot *slots; /* o.ring of them, beside ring.slot */
     uworker *w;   /* in the loader so that a forked child frees what they held */
-    cxs_diag err; /* the consumer's: its last call's failure (cxs_utt_loader_error) */
 };
 
 /* Under the lock: the batch's utterances are copied now, since a reset
@@ -553,19 +552,7 @@ static int respawn(cxs_utt_loader *l, int drop_held) {
     return rc;
 }
 
-/* As the frame loader's: the caller's diag gets a copy of l->err. */
-static int outcome(cxs_utt_loader *l, int rc, cxs_diag *d) {
-    if (!rc) {
-        l->err.code = 0;
-        l->err.message[0] = 0;
-        l->err.file[0] = 0;
-        l->err.offset = CXS_NO_OFFSET;
-        return 0;
-    }
-    return cxs_diag_copy(d, rc, &l->err);
-}
-
-const cxs_diag *cxs_utt_loader_error(const cxs_utt_loader *l) { return l ? &l->err : NULL; }
+const cxs_diag *cxs_utt_loader_error(const cxs_utt_loader *l) { return l ? &l->ring.err : NULL; }
 
 int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
     return cxs_utt_loader_next_ex(l, batch, NULL);
@@ -576,7 +563,7 @@ static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *
 int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d) {
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "utterance loader: no loader or batch pointer");
-    return outcome(l, next_batch(l, batch, &l->err), d);
+    return cxs_ring_outcome(&l->ring, next_batch(l, batch, &l->ring.err), d);
 }
 
 static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d) {
@@ -609,7 +596,7 @@ int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
     if (cxs_ring_forked(&l->ring)) {
         int rc = respawn(l, 1);
         if (rc)
-            return outcome(l, cxs_diagf(&l->err, rc,
+            return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, rc,
                                         "utterance loader: no worker thread could start in "
                                         "this process: %s",
                                         cxs_strerror(rc)),
@@ -617,8 +604,8 @@ int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
     }
     pthread_mutex_lock(&l->ring.mu);
     uint64_t nb;
-    int rc = position(l, epoch, start, &nb, &l->err);
+    int rc = position(l, epoch, start, &nb, &l->ring.err);
     if (!rc) cxs_ring_restart_locked(&l->ring, nb);
     pthread_mutex_unlock(&l->ring.mu);
-    return outcome(l, rc, NULL);
+    return cxs_ring_outcome(&l->ring, rc, NULL);
 }
