@@ -2,7 +2,7 @@
  * stored form (spec "Stored features"): type conversion, pack-time
  * normalisation, the finiteness rule and the per-dimension sums the
  * statistics are built from.  Shared by the writer (lib/write/writer.c) and the
- * packer's reader threads (tools/raw.c), so both store the same bytes and
+ * packer's reader threads (lib/import/npy_raw.c), so both store the same bytes and
  * sum the same values. */
 #ifndef CXS_FEATURES_H
 #define CXS_FEATURES_H

@@ -14,10 +14,25 @@
 
 const uint8_t cxs_magic_bytes[8] = {0x89, 'C', 'X', 'S', '\r', '\n', 0x1a, '\n'};
 
-static int vdiag(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt,
+int cxs_vdiag_at(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt,
                  va_list ap) {
     if (!d) return code;
-    vsnprintf(d->message, sizeof d->message, fmt, ap);
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(d->message, sizeof d->message, fmt, ap);
+    if (n >= (int)sizeof d->message) {
+        /* Too long (a path of thousands of bytes): keep its start and its
+         * end, where the reason is, and say what was left out. */
+        char *full = malloc((size_t)n + 1);
+        if (full) {
+            vsnprintf(full, (size_t)n + 1, fmt, again);
+            const size_t head = 300, tail = sizeof d->message - head - 32;
+            snprintf(d->message, sizeof d->message, "%.*s[... %zu bytes ...]%s", (int)head,
+                     full, (size_t)n - head - tail, full + n - tail);
+            free(full);
+        }
+    }
+    va_end(again);
     d->code = code;
     d->pad = 0;
     d->offset = offset;
@@ -29,7 +44,7 @@ static int vdiag(cxs_diag *d, int code, const char *file, uint64_t offset, const
 int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vdiag(d, code, NULL, CXS_NO_OFFSET, fmt, ap);
+    cxs_vdiag_at(d, code, NULL, CXS_NO_OFFSET, fmt, ap);
     va_end(ap);
     return code;
 }
@@ -37,7 +52,7 @@ int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...) {
 int cxs_diag_at(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vdiag(d, code, file, offset, fmt, ap);
+    cxs_vdiag_at(d, code, file, offset, fmt, ap);
     va_end(ap);
     return code;
 }

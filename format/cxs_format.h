@@ -4,6 +4,7 @@
 #ifndef CXS_FORMAT_H
 #define CXS_FORMAT_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -154,6 +155,9 @@ int cxs_diagf(cxs_diag *d, int code, const char *fmt, ...)
 /* The same for a failure at byte offset (or CXS_NO_OFFSET) of file. */
 int cxs_diag_at(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* cxs_diag_at with a va_list (file NULL: none). */
+int cxs_vdiag_at(cxs_diag *d, int code, const char *file, uint64_t offset, const char *fmt,
+                 va_list ap);
 /* All of src into d (NULL allowed), with `code`; returns code. */
 int cxs_diag_copy(cxs_diag *d, int code, const cxs_diag *src);
 

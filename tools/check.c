@@ -1,13 +1,15 @@
-/* check.c - `ctxshard check RAW`: every validation of the packer, through
- * the same read pipeline, without writing anything. */
+/* check.c - `ctxshard check RAW`: every validation of the packer, by the
+ * same library call (cxs_import_npy without an output), without writing
+ * anything. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctxshard.h"
+#include "ctxshard_import.h"
+#include "import.h"
 #include "pack.h"
-#include "pipeline.h"
-#include "raw.h"
 #include "util.h"
 
 /* A problem's message may end in advice after its last "; " (what to run,
@@ -50,72 +52,55 @@ static void print_hints(hints *h, uint64_t problems) {
     h->n = 0;
 }
 
+typedef struct check_state {
+    import_state st;
+    hints h;
+    int system; /* a file could not be read for the machine's reasons */
+} check_state;
+
+static void check_event(void *user, int kind, const char *id, uint64_t count,
+                        const cxs_diag *d) {
+    check_state *cs = user;
+    (void)id;
+    (void)count;
+    if (kind != CXS_NPY_PROBLEM) return;
+    progress_done(&cs->st.bar);
+    print_problem(&cs->h, d->message);
+    if (d->code != CXS_E_INPUT) cs->system = 1;
+}
+
 int check_run(const char *rawdir, const pack_opts *o) {
-    const unsigned threads = o->threads;
-    const int quiet = o->quiet;
-    raw_set rs;
-    vocab v;
-    int ec = open_raw(rawdir, o->vocab_path, o->sos, o->eos, &rs, &v);
-    if (ec) return ec;
-    conv_opts co = {CXS_DTYPE_F32, CXS_NORM_NONE, rs.has_transcripts ? &v : NULL, o->transcripts,
-                    o->fill_nonfinite};
-    /* The width is the most common one, so the headers come first (a few
-     * hundred bytes a file). */
-    uint64_t *hT = calloc(rs.n + 1, sizeof *hT);
-    uint32_t *hD = calloc(rs.n + 1, sizeof *hD);
-    char census[512];
-    const char *odd;
-    if (!hT || !hD) {
-        warnx_("out of memory");
-        free(hT);
-        free(hD);
-        vocab_free(&v);
-        raw_free(&rs);
+    check_state cs = {{{0}, o->quiet}, {{0}, {0}, 0}, 0};
+    cxs_writer_opts wo;
+    cxs_writer_opts_init(&wo);
+    wo.threads = o->threads;
+    cxs_npy_opts no;
+    pack_npy_opts(o, &no, &cs.st);
+    no.event = check_event;
+    no.user = &cs;
+    cxs_import_info info;
+    cxs_diag d = {0};
+    install_signal_flag();
+    progress_init(&cs.st.bar, "check", o->quiet);
+    int rc = cxs_import_npy(rawdir, NULL, &wo, &no, import_progress, &cs.st, &info, &d);
+    progress_done(&cs.st.bar);
+    if (rc == -ECANCELED) {
+        warnx_("%s: interrupted", rawdir);
         return EXIT_SYSTEM;
     }
-    probe_all(&rs, threads, hT, hD);
-    uint32_t D = width_majority(&rs, hD, census, sizeof census, &odd);
-    free(hT);
-    free(hD);
-    if (census[0])
-        warnx_("%s/mfcc: widths: %s%s%s; checking against %u, the most common", rawdir, census,
-               odd ? ": " : "", odd ? odd : "", D);
-    pipeline p;
-    if (pipeline_start(&p, &rs, &co, threads, 0, rs.n)) {
-        warnx_("cannot start threads");
-        pipeline_stop(&p);
-        vocab_free(&v);
-        raw_free(&rs);
-        return EXIT_SYSTEM;
+    if (rc) {
+        warnx_("%s", d.message);
+        return rc == CXS_E_INVALID ? EXIT_USAGE
+               : rc == CXS_E_INPUT || rc == -ENOENT || rc == -ENOTDIR ? EXIT_DATA
+                                                                      : EXIT_SYSTEM;
     }
-    progress bar;
-    progress_init(&bar, "check", quiet);
-    uint64_t problems = 0, good = 0, frames = 0;
-    hints h = {{0}, {0}, 0};
-    for (size_t i = 0; i < rs.n; i++) {
-        slot *s = pipeline_get(&p, i);
-        width_check(s, &rs, i, &D, census);
-        if (s->status) {
-            progress_done(&bar);
-            print_problem(&h, s->why);
-            problems++;
-            if (s->status == -2) ec = EXIT_SYSTEM;
-        } else {
-            good++;
-            frames += s->u.T;
-        }
-        pipeline_release(&p, i);
-        progress_update(&bar, i + 1, rs.n, "utterances");
-    }
-    progress_done(&bar);
-    pipeline_stop(&p);
-    print_hints(&h, problems);
+    const uint64_t problems = info.w.num_skipped;
+    print_hints(&cs.h, problems);
     printf("%s: %llu utterances checked, %llu valid (%llu frames, dim %u, %s), %llu problem%s\n",
-           rawdir, (unsigned long long)rs.n, (unsigned long long)good,
-           (unsigned long long)frames, D, rs.has_transcripts ? "with transcripts" : "features only",
-           (unsigned long long)problems, problems == 1 ? "" : "s");
-    vocab_free(&v);
-    raw_free(&rs);
-    if (ec) return ec;
+           rawdir, (unsigned long long)info.listed, (unsigned long long)info.w.num_utterances,
+           (unsigned long long)info.w.num_frames, info.w.dim,
+           info.has_labels ? "with transcripts" : "features only", (unsigned long long)problems,
+           problems == 1 ? "" : "s");
+    if (cs.system) return EXIT_SYSTEM;
     return problems ? EXIT_DATA : 0;
 }

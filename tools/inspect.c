@@ -82,7 +82,7 @@ int info_run(const char *dir, int json) {
     /* The symbols of label sequences are stored at the width the vocabulary
      * size gives (spec 5.1, checked at open), which cxs_info.label_width
      * does not say when there are no frame labels (spec 5.6). */
-    unsigned seq_width = in.vocab_size <= 256 ? 1 : 2;
+    unsigned seq_width = cxs_label_width(in.vocab_size);
     if (json) {
         printf("{\n  \"path\": ");
         json_print_string(dir, strlen(dir));

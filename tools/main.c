@@ -16,7 +16,7 @@
 #include "inspect.h"
 #include "pack.h"
 #include "import.h"
-#include "raw.h"
+#include "ctxshard_import.h"
 #include "partenv.h"
 #include "synth.h"
 #include "warm.h"
@@ -547,7 +547,7 @@ int main(int argc, char **argv) {
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0, NULL, NULL,
-                    TRANSCRIPTS_FRAMES, 0, 0};
+                    CXS_TRANSCRIPTS_FRAMES, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0, 0};
@@ -623,9 +623,9 @@ int main(int argc, char **argv) {
                 else if (!strcmp(optarg, "sequence")) so.transcripts = 2;
                 else return usage_error(usage, "--transcripts: '%s' is not frames or sequence", optarg);
             } else {
-                if (!strcmp(optarg, "frames")) po.transcripts = TRANSCRIPTS_FRAMES;
-                else if (!strcmp(optarg, "sequence")) po.transcripts = TRANSCRIPTS_SEQUENCE;
-                else if (!strcmp(optarg, "both")) po.transcripts = TRANSCRIPTS_BOTH;
+                if (!strcmp(optarg, "frames")) po.transcripts = CXS_TRANSCRIPTS_FRAMES;
+                else if (!strcmp(optarg, "sequence")) po.transcripts = CXS_TRANSCRIPTS_SEQUENCE;
+                else if (!strcmp(optarg, "both")) po.transcripts = CXS_TRANSCRIPTS_BOTH;
                 else return usage_error(usage, "--transcripts: '%s' is not frames, sequence or both", optarg);
             }
             break;

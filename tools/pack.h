@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "ctxshard_import.h"
 #include "ctxshard_writer.h"
 
 typedef struct pack_opts {
@@ -23,7 +24,7 @@ typedef struct pack_opts {
     uint32_t part, parts; /* --part I/N: 1 <= part <= parts; parts 0: the whole */
     int shard_size_set;  /* --shard-size given (else parts choose theirs) */
     const char *sos, *eos; /* --sos, --eos: the transcript's first and last symbol */
-    int transcripts;     /* --transcripts: TRANSCRIPTS_* (raw.h) */
+    int transcripts;     /* --transcripts: CXS_TRANSCRIPTS_* (ctxshard_import.h) */
     int fill_nonfinite;  /* --fill-nonfinite: NaN/infinite values stored as 0 */
     int no_block_sums;   /* --block-sums off: no BLOCKSUMS (format 1.3) */
 } pack_opts;
@@ -45,6 +46,10 @@ int merge_run(char **parts, int nparts, const char *out, int move, int quiet);
 /* `ctxshard check RAW` (check.c). */
 int check_run(const char *raw, const pack_opts *o); /* vocab_path, sos, eos, threads, quiet */
 
+/* The importer's options of pack and check: vocabulary, markers,
+ * transcripts, fill; notes through import_note (user: an import_state
+ * first in what it points to), warnings printed. */
+void pack_npy_opts(const pack_opts *o, cxs_npy_opts *no, void *user);
 /* Print what cxs_writer_create said; the exit code. */
 int create_failed(int rc, const cxs_diag *d);
 /* Say that the writer removed what killed writers of OUT left. */

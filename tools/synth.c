@@ -21,15 +21,14 @@
 #include <unistd.h>
 
 #include "cxs_le.h"
+#include "ctxshard_import.h"
 #include "cxs_npy.h"
 #include "util.h"
 
-#define NPHONES 40 /* [SIL] and the 39 phonemes; [SOS]/[EOS] only at the ends */
-
-static const char *const phones[NPHONES] = {
-    "[SIL]", "AA", "AE", "AH", "AO", "AW", "AY", "B",  "CH", "D",  "DH", "EH", "ER", "EY",
-    "F",     "G",  "HH", "IH", "IY", "JH", "K",  "L",  "M",  "N",  "NG", "OW", "OY", "P",
-    "R",     "S",  "SH", "T",  "TH", "UH", "UW", "V",  "W",  "Y",  "Z",  "ZH"};
+/* [SIL] and the 39 phonemes of the library's list (cxs_phonemes: the
+ * vocabulary pack uses), without its last two, [SOS] and [EOS], which
+ * stand only at the ends. */
+#define NPHONES 40
 
 typedef struct rng {
     uint64_t s;
@@ -70,6 +69,7 @@ static int write_in(const char *dir, const char *name, const void *a, size_t na,
 }
 
 int synth_run(const char *root, const synth_opts *o) {
+    const char *const *phones = cxs_phonemes(NULL);
     struct stat st;
     if (stat(root, &st) == 0) {
         if (!S_ISDIR(st.st_mode) || rmdir(root) != 0) {

@@ -223,53 +223,6 @@ int remove_tree(const char *path) {
     return 0;
 }
 
-int read_file(const char *path, uint64_t max, uint8_t **buf, size_t *cap, size_t *len) {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
-     * refused as not a regular file); regular files ignore the flag. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return -errno;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return READ_NOT_REGULAR;
-    }
-    if ((uint64_t)st.st_size > max) {
-        close(fd);
-        *len = (size_t)st.st_size;
-        return READ_TOO_LARGE;
-    }
-    size_t want = (size_t)st.st_size;
-    if (want + 1 > *cap) {
-        uint8_t *nb = realloc(*buf, want + 1);
-        if (!nb) {
-            close(fd);
-            return -ENOMEM;
-        }
-        *buf = nb;
-        *cap = want + 1;
-    }
-    size_t got = 0;
-    while (got < want) {
-        ssize_t r = read(fd, *buf + got, want - got);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            return -e;
-        }
-        if (r == 0) break; /* shrank while reading: parse what is there */
-        got += (size_t)r;
-    }
-    close(fd);
-    *len = got;
-    return 0;
-}
-
 const char *human_bytes(double b, char *buf, size_t n) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int i = 0;

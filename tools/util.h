@@ -50,12 +50,6 @@ char *path_join(const char *a, const char *b);
 int write_all(int fd, const void *buf, size_t n);
 /* Remove a tree (no symlink following).  Best effort; returns 0 or -errno. */
 int remove_tree(const char *path);
-/* Read a whole file of at most max bytes into *buf (realloc'd, capacity
- * *cap).  Returns 0, -errno, READ_NOT_REGULAR, or READ_TOO_LARGE (*len is
- * then the file's size; nothing is read). */
-#define READ_NOT_REGULAR 1
-#define READ_TOO_LARGE 2
-int read_file(const char *path, uint64_t max, uint8_t **buf, size_t *cap, size_t *len);
 
 /* Human-readable byte count into buf. */
 const char *human_bytes(double bytes, char *buf, size_t n);

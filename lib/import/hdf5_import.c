@@ -22,6 +22,7 @@
 #include "ctxshard_import.h"
 #include "abi.h"
 #include "cxs_format.h"
+#include "import_ring.h"
 
 #ifndef CXS_HAVE_HDF5
 
@@ -434,16 +435,7 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
             }
         }
     }
-    cxs_writer_info wi;
-    cxs_writer_info_get(w, &wi);
-    if (wi.num_utterances == 0) {
-        rc = cxs_diagf(d, CXS_E_INPUT, "%s: no valid utterance to import (%llu skipped)", in,
-                       (unsigned long long)wi.num_skipped);
-        goto out;
-    }
-    rc = cxs_writer_commit(w, &res.w, d);
-    w = NULL;
-    if (!rc && info) *info = res;
+    rc = import_commit(&w, 0, in, "import", &res, info, d);
 out:
     cxs_writer_abort(w);
     if (idv && ids >= 0) {

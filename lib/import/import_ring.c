@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "cxs_format.h"
+
 struct import_ring {
     import_load_fn load;
     void *user;
@@ -110,4 +112,17 @@ void import_ring_stop(import_ring *r) {
     }
     free(r->ready);
     free(r);
+}
+
+int import_commit(cxs_writer **w, int may_be_empty, const char *src, const char *verb,
+                  cxs_import_info *res, cxs_import_info *info, cxs_diag *d) {
+    cxs_writer_info wi;
+    cxs_writer_info_get(*w, &wi);
+    if (wi.num_utterances == 0 && !may_be_empty)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: no valid utterance to %s (%llu skipped)", src, verb,
+                         (unsigned long long)wi.num_skipped);
+    int rc = cxs_writer_commit(*w, &res->w, d);
+    *w = NULL;
+    if (!rc && info) *info = *res;
+    return rc;
 }

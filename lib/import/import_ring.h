@@ -1,4 +1,5 @@
-/* import_ring.h - the read-ahead ring of an importer (kaldi_import.c):
+/* import_ring.h - what the importers share: the read-ahead ring
+ * (npy_import.c, kaldi_import.c) and the commit at the end (all three):
  * worker threads load the items of a listing (read, decode, check) into a
  * bounded ring of slots while the caller consumes them strictly in
  * listing order and hands them to the writer.  What the caller does, and
@@ -8,6 +9,8 @@
 #define CXS_IMPORT_RING_H
 
 #include <stddef.h>
+
+#include "ctxshard_import.h"
 
 /* Load item into slot (0 .. nslots-1), which the caller owns and sizes;
  * the result stays in the slot until released.  Runs on a worker thread
@@ -36,5 +39,13 @@ void import_ring_release(import_ring *r, size_t i);
 /* Stop the workers (the items in flight finish first) and free the ring.
  * NULL is a no-op. */
 void import_ring_stop(import_ring *r);
+
+/* The end of every importer: an import that kept no utterance is refused
+ * ("SRC: no valid utterance to VERB (N skipped)"; a part may be empty),
+ * else *w is committed into res->w and res copied to info (may be NULL).
+ * *w is NULL afterwards when it was committed; the caller aborts it
+ * otherwise.  0 or the error, in d. */
+int import_commit(cxs_writer **w, int may_be_empty, const char *src, const char *verb,
+                  cxs_import_info *res, cxs_import_info *info, cxs_diag *d);
 
 #endif

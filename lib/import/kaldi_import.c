@@ -598,7 +598,7 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
             rc = cxs_diagf(d, CXS_E_INVALID, "import: part %u of %u", ko->part, ko->parts);
             goto out;
         }
-        const uint32_t lw = ko->ali ? (V.n <= 256 ? 1 : 2) : 0;
+        const uint32_t lw = ko->ali ? cxs_label_width(V.n) : 0;
         uint32_t ns = 0;
         uint64_t hash = 0;
         if (!(member = calloc(L.n + 1, sizeof *member)) || !(frames = calloc(L.n + 1, sizeof *frames))) {
@@ -722,16 +722,7 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     }
     import_ring_stop(ring);
     ring = NULL;
-    cxs_writer_info wi;
-    cxs_writer_info_get(im.w, &wi);
-    if (wi.num_utterances == 0 && !ko->parts) {
-        rc = cxs_diagf(d, CXS_E_INPUT, "%s: no valid utterance to import (%llu skipped)", path,
-                       (unsigned long long)wi.num_skipped);
-        goto out;
-    }
-    rc = cxs_writer_commit(im.w, &res.w, d);
-    im.w = NULL;
-    if (!rc && info) *info = res;
+    rc = import_commit(&im.w, ko->parts > 0, path, "import", &res, info, d);
 out:
     import_ring_stop(ring);
     cxs_writer_abort(im.w);

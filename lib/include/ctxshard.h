@@ -63,6 +63,12 @@ CXS_API unsigned cxs_cpu_count(void);
  */
 CXS_API unsigned cxs_default_threads(void);
 
+/** The width in bytes of one stored label for a vocabulary of n symbols
+ *  (spec 5.1: 1 up to 256 symbols, 2 beyond; 0 for none): the LABELS and
+ *  SEQS sections' element size, cxs_info.label_width when a dataset has
+ *  frame labels. */
+CXS_API uint32_t cxs_label_width(uint64_t n);
+
 /* ---- open / close ----------------------------------------------------- */
 
 /**

@@ -63,7 +63,15 @@ typedef struct cxs_import_info {
     uint32_t kinds;       /**< object types met: bit 0 FM, 1 DM, 2 FV, 3 DV, 4 CM, 5 CM2, 6 CM3,
                                7 a text-form matrix */
     uint32_t pad;         /**< zero */
-    uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
+    /* 0.2.1 (cxs_import_npy), in what were reserved words; zero from the
+     * other importers. */
+    uint64_t filled_values; /**< NaN or infinite values stored as 0 (CXS_NPY_FILL_NONFINITE) */
+    uint64_t filled_utts;   /**< the utterances that held them */
+    uint32_t shard_first;   /**< a part: the plan's shards it wrote, [shard_first, shard_end) */
+    uint32_t shard_end;
+    uint32_t shards_planned; /**< shards of the whole plan (a part's plan, or the whole pack's) */
+    uint32_t has_labels;    /**< 1: RAW had a transcript/ directory */
+    uint64_t reserved[CXS_INFO_RESERVED - 4]; /**< written as zero: later fields */
 } cxs_import_info;
 
 /** Fill o with the defaults: no labels, sort an unsorted listing. */
@@ -142,6 +150,117 @@ CXS_API int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_o
 CXS_API int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo,
                             cxs_note_fn note, void *note_user, cxs_progress_fn progress,
                             void *user, cxs_import_info *info, cxs_diag *diag);
+
+/* ---- raw .npy directories (the HW1P2 layout) ---------------------------- */
+
+/** cxs_npy_opts.transcripts: what RAW/transcript/<id>.npy holds. */
+#define CXS_TRANSCRIPTS_FRAMES 0u   /**< [SOS], one symbol per frame, [EOS]: frame labels */
+#define CXS_TRANSCRIPTS_SEQUENCE 1u /**< a label sequence of any length >= 1 (HW3P2) */
+#define CXS_TRANSCRIPTS_BOTH 2u     /**< frame labels, and their runs as the label sequence */
+
+/** cxs_npy_opts.flags: store NaN and infinite feature values as 0 and keep
+ *  the utterance (each one said as a CXS_NPY_FILLED event). */
+#define CXS_NPY_FILL_NONFINITE 1u
+
+/** cxs_npy_event_fn kinds. */
+#define CXS_NPY_PROBLEM 1 /**< an utterance the rules refuse: left out (on_error_skip), the one
+                               that fails the pack (without on_error_skip), or, in a check,
+                               found; d says where and why (code CXS_E_INPUT, or in a check
+                               -errno when the machine failed to read it) */
+#define CXS_NPY_FILLED 2  /**< count values of utterance id stored as 0; d->file is the file,
+                               d->message "FILE: N NaN or infinite values stored as 0" */
+
+/** What happened to one utterance (cxs_npy_opts.event), in id order. */
+typedef void (*cxs_npy_event_fn)(void *user, int kind, const char *id, uint64_t count,
+                                 const cxs_diag *d);
+
+/** Options of cxs_import_npy(); start from cxs_npy_opts_init(). */
+typedef struct cxs_npy_opts {
+    /** The vocabulary of the transcripts: a file of one symbol per line.
+     *  NULL: wo->vocab when it has symbols, else the standard 42-symbol
+     *  phoneme list of HW1P2 (cxs_phonemes()).  Unused without
+     *  transcript/. */
+    const char *vocab_file;
+    /** The symbols that open and close every transcript (NULL: [SOS] and
+     *  [EOS]); they must differ, keep their indices when they are in the
+     *  vocabulary, and are never frame labels. */
+    const char *sos, *eos;
+    uint32_t transcripts; /**< CXS_TRANSCRIPTS_* */
+    uint32_t flags;       /**< CXS_NPY_* */
+    /** A part (1 <= part <= parts; parts 0: the whole), as for
+     *  cxs_kaldi_opts: the plan is made from every file's header, this
+     *  call writes the part-th slice of whole shards. */
+    uint32_t part, parts;
+    uint32_t pad; /**< zero */
+    /** Messages about the run that a quiet program may leave out (the
+     *  widths of a mixed directory, a part's shard size, temporary
+     *  directories of a killed pack removed). */
+    cxs_note_fn note;
+    /** Warnings that a program should always show: the layout looks
+     *  mistaken (a directory that is not read, no transcript/ in a split
+     *  not named as a test split), a part with nothing to pack. */
+    cxs_note_fn warn;
+    cxs_npy_event_fn event; /**< per-utterance events (may be NULL) */
+    void *user;             /**< for note, warn and event */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_npy_opts_init) */
+} cxs_npy_opts;
+
+/** Fill o with the defaults: the phonemes, [SOS] and [EOS], frame labels,
+ *  the whole directory. */
+CXS_API void cxs_npy_opts_init(cxs_npy_opts *o);
+
+/** The standard 42-symbol phoneme list of HW1P2 ([SIL] AA AE ... ZH [SOS]
+ *  [EOS]), the vocabulary of a raw directory without --vocab; *n gets its
+ *  length.  Static storage. */
+CXS_API const char *const *cxs_phonemes(uint32_t *n);
+
+/**
+ * Pack a raw directory in the HW1P2 layout, RAW/mfcc/<id>.npy ([T, D]
+ * floating point, any byte order and memory order) and, when there are
+ * labels, RAW/transcript/<id>.npy (strings or integers), into a dataset at
+ * out: `ctxshard pack RAW OUT` and the Python `ctxshard.pack` are clients
+ * of this call.
+ *
+ * Utterances are taken in byte order of their ids.  The shards are
+ * planned before any data is read, from every features header: the
+ * dataset's width is the most common one (a file of another width is a
+ * problem of its own), and greedy shards of at most wo->shard_size (0: the
+ * default, 1 GiB; with parts, a size chosen so that every part has about
+ * the same work) are cut where a single pack would cut them, so that parts
+ * (no->parts) merge into the same bytes.  wo->threads reader threads read, validate and convert
+ * utterances ahead of the writer (and are its compression threads); the
+ * output and every event are the same for any count.
+ *
+ * Problems of one utterance (an unpaired file, a bad header, a NaN, a
+ * transcript of the wrong length or with an unknown symbol, a width not
+ * the dataset's) fail the pack, with diag naming the file and the reason,
+ * or with wo->on_error_skip leave the utterance out, listed in the
+ * dataset, as a CXS_NPY_PROBLEM event.  A features-only directory that
+ * lost utterances this way is the caller's to warn about (info->has_labels
+ * 0, info->w.num_skipped): every later frame of a prediction shifts.
+ *
+ * out NULL checks instead of writing (`ctxshard check RAW`): every
+ * utterance is read and validated as a pack would (wo gives threads only),
+ * every problem is a CXS_NPY_PROBLEM event, and the call returns 0 when
+ * the directory could be read, whatever it found: info->w.num_utterances
+ * and num_frames count the valid utterances, num_skipped the problems,
+ * dim the width.
+ *
+ * progress (may be NULL) is called after each utterance with the count
+ * done and the total; non-zero stops the call (-ECANCELED).
+ *
+ * Returns 0 (info, may be NULL, filled); CXS_E_INPUT for input the rules
+ * refuse (diag names the file and the reason; the directory itself:
+ * missing mfcc/, no .npy files, a bad vocabulary file); -ENOENT or
+ * -ENOTDIR when raw is not a directory; CXS_E_INVALID for bad arguments
+ * (--sos equal to --eos, a bad part, reserved words); -EEXIST when OUT is
+ * something else than a dataset; -ECANCELED; -errno for a system failure.
+ * On failure nothing is written and a previous dataset at OUT is
+ * untouched.
+ */
+CXS_API int cxs_import_npy(const char *raw, const char *out, const cxs_writer_opts *wo,
+                           const cxs_npy_opts *no, cxs_progress_fn progress, void *user,
+                           cxs_import_info *info, cxs_diag *diag);
 
 #ifdef __cplusplus
 }

@@ -121,7 +121,7 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     if (m->dim == 0 || m->dim > CXS_MAX_DIM || m->guard > CXS_MAX_GUARD)
         return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: dim %u / guard %u out of range",
                          mp, m->dim, m->guard);
-    uint32_t want_lw = m->vocab_size == 0 ? 0 : m->vocab_size <= 256 ? 1 : 2;
+    uint32_t want_lw = cxs_label_width(m->vocab_size);
     if (m->vocab_size > CXS_MAX_VOCAB || m->label_width != want_lw)
         return cxs_diagf(d, CXS_E_CORRUPT,
                          "%s: DATASET_META: vocabulary of %u symbols with label width %u", mp,

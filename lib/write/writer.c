@@ -400,7 +400,7 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
     }
     k->esize = cxs_dtype_size(k->o.dtype);
     k->vocab_n = k->o.vocab_size;
-    k->lw = k->vocab_n == 0 ? 0 : k->vocab_n <= 256 ? 1 : 2;
+    k->lw = cxs_label_width(k->vocab_n);
     k->flw = k->o.label_seqs == CXS_SEQ_ONLY ? 0 : k->lw;
     k->minlen = UINT64_MAX;
     k->seq_min = UINT64_MAX;

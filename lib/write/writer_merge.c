@@ -293,7 +293,7 @@ static int parts_opts(const part_in *a, cxs_writer_opts *o, char ***sym, cxs_dia
     o->vocab = (const char *const *)*sym;
     o->label_seqs = !a->has_seqs ? CXS_SEQ_NONE
                     : a->seq.frame_labels ? CXS_SEQ_WITH_FRAMES : CXS_SEQ_ONLY;
-    const uint32_t lw = V == 0 ? 0 : V <= 256 ? 1 : 2;
+    const uint32_t lw = cxs_label_width(V);
     if (m->label_width != lw)
         return cxs_diagf(d, CXS_E_INPUT, "%s: not a valid part (label width %u for %u symbols)",
                          a->dir, m->label_width, V);

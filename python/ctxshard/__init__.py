@@ -25,7 +25,7 @@ from ._native import lib as _lib
 __all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "cpu_count",
            "default_threads", "memory_available",
            "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "BLOCK", "Writer", "RejectedUtterance", "pack",
-           "PHONEMES", "import_kaldi", "import_hdf5"]
+           "check", "PHONEMES", "import_kaldi", "import_hdf5"]
 
 SEQUENTIAL, SHUFFLE, WEIGHTED, BLOCK = (_n.SAMPLER_SEQUENTIAL, _n.SAMPLER_SHUFFLE,
                                         _n.SAMPLER_WEIGHTED, _n.SAMPLER_BLOCK)
@@ -945,5 +945,5 @@ class Sampler:
             self._ptr = None
 
 
-from .writer import PHONEMES, RejectedUtterance, Writer, pack  # noqa: E402 (uses _raise above)
-from .importers import import_hdf5, import_kaldi  # noqa: E402
+from .writer import PHONEMES, RejectedUtterance, Writer  # noqa: E402 (uses _raise above)
+from .importers import check, import_hdf5, import_kaldi, pack  # noqa: E402

@@ -254,11 +254,27 @@ class KaldiOpts(Structure):
 class ImportInfo(Structure):
     _fields_ = [("w", WriterInfo), ("listed", c_uint64), ("input_bytes", c_uint64),
                 ("sorted", c_uint32), ("vocab_size", c_uint32), ("kinds", c_uint32),
-                ("pad", c_uint32),
-                ("reserved", c_uint64 * INFO_RESERVED)]
+                ("pad", c_uint32), ("filled_values", c_uint64), ("filled_utts", c_uint64),
+                ("shard_first", c_uint32), ("shard_end", c_uint32),
+                ("shards_planned", c_uint32), ("has_labels", c_uint32),
+                ("reserved", c_uint64 * (INFO_RESERVED - 4))]
+
+
+NPY_EVENT_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p, c_uint64, POINTER(Diag))
+
+
+class NpyOpts(Structure):
+    _fields_ = [("vocab_file", c_char_p), ("sos", c_char_p), ("eos", c_char_p),
+                ("transcripts", c_uint32), ("flags", c_uint32), ("part", c_uint32),
+                ("parts", c_uint32), ("pad", c_uint32), ("note", NOTE_FN), ("warn", NOTE_FN),
+                ("event", NPY_EVENT_FN), ("user", c_void_p),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 KALDI_NO_SORT = 1  # KaldiOpts.flags
+TRANSCRIPTS = {"frames": 0, "sequence": 1, "both": 2}  # NpyOpts.transcripts
+NPY_FILL_NONFINITE = 1  # NpyOpts.flags
+NPY_PROBLEM, NPY_FILLED = 1, 2  # NPY_EVENT_FN kinds
 DTYPE_F64 = 4  # a writer's input type (never stored)
 NORM_NONE, NORM_UTTERANCE = 0, 1
 SEQ_NONE, SEQ_WITH_FRAMES, SEQ_ONLY = 0, 1, 2  # WriterOpts.label_seqs
@@ -437,6 +453,11 @@ def _load():
         "cxs_import_hdf5": (c_int, [c_char_p, c_char_p, POINTER(WriterOpts), NOTE_FN, c_void_p,
                                     PROGRESS_FN, c_void_p, POINTER(ImportInfo), POINTER(Diag)]),
         "cxs_kaldi_opts_init": (None, [POINTER(KaldiOpts)]),
+        "cxs_npy_opts_init": (None, [POINTER(NpyOpts)]),
+        "cxs_import_npy": (c_int, [c_char_p, c_char_p, POINTER(WriterOpts), POINTER(NpyOpts),
+                                   PROGRESS_FN, c_void_p, POINTER(ImportInfo), POINTER(Diag)]),
+        "cxs_phonemes": (POINTER(c_char_p), [POINTER(c_uint32)]),
+        "cxs_label_width": (c_uint32, [c_uint64]),
         "cxs_import_kaldi": (c_int, [c_char_p, c_char_p, POINTER(WriterOpts), POINTER(KaldiOpts),
                                      PROGRESS_FN, c_void_p, POINTER(ImportInfo), POINTER(Diag)]),
     }
@@ -456,4 +477,4 @@ def _load():
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
            "Batch", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
-           "WriterInfo", "KaldiOpts", "ImportInfo", "c_float", "c_int64"]
+           "WriterInfo", "KaldiOpts", "ImportInfo", "NpyOpts", "c_float", "c_int64"]

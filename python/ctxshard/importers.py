@@ -1,27 +1,232 @@
-"""Importers: feature stores of other tools into a packed dataset, in the
-library (lib/import/kaldi_import.c through ctxshard_import.h), the code behind
+"""Importers: raw .npy directories and the feature stores of other tools
+into a packed dataset, in the library (lib/import/ through
+ctxshard_import.h), the code behind `ctxshard pack`, `ctxshard check` and
 `ctxshard import`: the same input and options give the same bytes.
 
+    ctxshard.pack("hw1p2/train-clean-100", "train.cxs", dtype="float16")
     ctxshard.import_kaldi("data/train/feats.scp", "train.cxs",
                           ali="exp/tri3_ali/phones.txt", dtype="float16")
 """
+import errno
 import os
 import sys
-from ctypes import byref
+import warnings
+from ctypes import byref, c_char_p
 
 from . import _args as _a
 from . import _native as _n
 from ._native import lib as _lib
-from .writer import _info_dict, _progress_fn, _raise_write
+from .writer import RejectedUtterance, _info_dict, _progress_fn, _raise_write
 from .writer import _writer_opts as _common_opts
 
-__all__ = ["import_kaldi", "import_hdf5"]
+__all__ = ["pack", "check", "import_kaldi", "import_hdf5"]
 
 _KINDS = ("FM", "DM", "FV", "DV", "CM", "CM2", "CM3", "text")
 
 
 def _optional_path(func, name, value):
     return None if value is None else os.fsencode(_a.path(func, name, value))
+
+
+def _part(f, part):
+    """(I, N) of part= ("I/N" or a pair), or (0, 0) for the whole."""
+    if part is None:
+        return 0, 0
+    try:
+        pi, pn = (map(int, part.split("/")) if isinstance(part, str) else map(int, part))
+    except (TypeError, ValueError):
+        raise ValueError(f"{f}: part={part!r}: expected 'I/N' or (I, N)") from None
+    if not 1 <= pi <= pn <= 100000:
+        raise ValueError(f"{f}: part={part!r}: expected 1 <= I <= N <= 100000")
+    return pi, pn
+
+
+class _NpyRun:
+    """What cxs_import_npy says while it runs: warnings, notes, the
+    utterances it left out or zero-filled, and the problems a check found."""
+
+    def __init__(self, f, progress, notes, keep_problems):
+        self.f = f
+        self.cb = _Callbacks(progress, notes, f)
+        self.keep = keep_problems
+        self.problems, self.filled, self.failed = [], {}, None
+        self.warn_fn = _n.NOTE_FN(self._warn)
+        self.event_fn = _n.NPY_EVENT_FN(self._event)
+
+    def _warn(self, _user, msg):
+        try:
+            warnings.warn(f"ctxshard: {self.f}: {msg.decode('utf-8', 'replace')}", UserWarning,
+                          stacklevel=3)
+        except BaseException as e:
+            self.cb.errors.append(e)
+
+    def _event(self, _user, kind, uid, count, d):
+        try:
+            uid = os.fsdecode(uid)
+            if kind == _n.NPY_FILLED:
+                self.filled[uid] = int(count)
+                return
+            c = d.contents
+            msg = c.message.decode("utf-8", "replace")
+            where = os.fsdecode(c.file) if c.file else None
+            self.failed = (uid, msg, where)
+            if self.keep:
+                self.problems.append({"id": uid, "file": where, "reason": msg,
+                                      "system": c.code != _n.E_INPUT})
+        except BaseException as e:
+            self.cb.errors.append(e)
+
+
+def _not_a_directory(f, rc, diag):
+    """RAW or its mfcc/ missing, or not a directory: the directory's
+    problem, raised as the OSError it is."""
+    if rc in (-errno.ENOENT, -errno.ENOTDIR):
+        m = diag.message.decode("utf-8", "replace")
+        raise OSError(-rc, f"{f}: {m}")
+
+
+def _npy_opts(f, run, vocab, sos, eos, transcripts, fill_nonfinite, part, o):
+    no = _n.NpyOpts()
+    _lib.cxs_npy_opts_init(byref(no))
+    keep = []
+    if isinstance(vocab, (str, bytes, os.PathLike)) and vocab != "phonemes":
+        no.vocab_file = os.fsencode(_a.path(f, "vocab", vocab))
+    elif vocab is not None and vocab != "phonemes":
+        syms = list(vocab)
+        if not syms or not all(isinstance(x, str) for x in syms):
+            raise TypeError(f"{f}: vocab must be None, 'phonemes', a file, or a list of str")
+        keep = [x.encode() for x in syms]
+        arr = (c_char_p * len(keep))(*keep)
+        keep.append(arr)
+        o.vocab = arr
+        o.vocab_size = len(syms)
+    for name, v in (("sos", sos), ("eos", eos)):
+        if v is not None:
+            if not isinstance(v, str):
+                raise TypeError(f"{f}: {name}= must be a str")
+            setattr(no, name, v.encode())
+    no.transcripts = _n.TRANSCRIPTS[_a.choice(f, "transcripts", transcripts,
+                                               tuple(_n.TRANSCRIPTS))]
+    if _a.flag(f, "fill_nonfinite", fill_nonfinite):
+        no.flags |= _n.NPY_FILL_NONFINITE
+    no.part, no.parts = _part(f, part)
+    no.note = run.cb.note_fn
+    no.warn = run.warn_fn
+    no.event = run.event_fn
+    return no, keep
+
+
+def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size=None, compress=None,
+         chunk_size="64K", shuffle=True, normalize=None, on_error="fail", progress=None,
+         threads=None, transcripts="frames", fill_nonfinite=False, block_sums=True, sos=None,
+         eos=None, part=None, notes=None):
+    """Pack a raw directory in the HW1P2 layout (RAW/mfcc/<id>.npy, and
+    RAW/transcript/<id>.npy when there are labels) into out, in this
+    process: the library's raw-directory importer (cxs_import_npy), the
+    code behind `ctxshard pack RAW OUT`: the same rules, messages and
+    bytes with the same options.
+
+    - vocab: None or "phonemes" (HW1P2's 42 symbols, PHONEMES), a file of
+      one symbol per line, or a list of symbols; sos, eos: the symbols
+      that open and close every transcript (None: [SOS], [EOS]);
+    - transcripts: what RAW/transcript holds, as `--transcripts`: "frames"
+      (default; [SOS], one symbol per frame, [EOS]), "sequence" (a label
+      sequence of any length, HW3P2) or "both" (frames, plus the sequence
+      of the frame labels' runs);
+    - dtype, guard, shard_size (None: 1G, or with part= a size that gives
+      every part work), compress, chunk_size, shuffle, normalize,
+      block_sums: as for Writer; threads: files read ahead, and
+      compression threads (default: all CPUs);
+    - on_error: "fail" (nothing written on a bad utterance: ValueError
+      naming the file and the reason) or "skip" (left out and listed);
+    - fill_nonfinite: store NaN and infinite feature values as 0 and keep
+      the utterance (`--fill-nonfinite`; for a test split, which needs a
+      row per frame), listed in the result's "zero_filled" ({id: values})
+      and in a warning;
+    - part: None (the whole), or "I/N" or (I, N): the I-th of N slices of
+      whole shards (`ctxshard merge` joins them);
+    - progress: a callable (done, total), True for a bar (tqdm when
+      installed), or None; notes: a callable taking each note (the widths
+      of a mixed directory, a part's shard size), or None to print them on
+      stderr.  Layout mistakes (a directory that is not read) are
+      warnings.
+
+    Returns the counts (as Writer.commit) with "listed", "input_bytes",
+    "skipped" ({id: reason} of the utterances left out) and, with
+    fill_nonfinite, "zero_filled"."""
+    f = "pack"
+    raw = _a.path(f, "raw", raw)
+    out = _a.path(f, "out", out)
+    on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
+    o = _writer_opts(f, dtype, guard, shard_size if shard_size is not None else "1G", compress,
+                     chunk_size, shuffle, normalize, on_error, threads, block_sums)
+    if shard_size is None:
+        o.shard_size = 0  # the importer's default (chosen for the parts with part=)
+    run = _NpyRun(f, progress, notes, keep_problems=True)
+    no, keep = _npy_opts(f, run, vocab, sos, eos, transcripts, fill_nonfinite, part, o)
+    info, diag = _n.ImportInfo(), _n.Diag()
+    try:
+        rc = _lib.cxs_import_npy(os.fsencode(raw), os.fsencode(out), byref(o), byref(no),
+                                 run.cb.prog_fn, None, byref(info), byref(diag))
+    finally:
+        run.cb.close()
+    del keep
+    if run.cb.errors:
+        raise run.cb.errors[0]
+    if rc == _n.E_INPUT and run.failed is not None and on_error == "fail":
+        uid, msg, where = run.failed
+        e = RejectedUtterance(uid, msg)
+        e.args = (f"pack: {msg} (nothing written; on_error='skip' leaves bad utterances out, "
+                  f"ctxshard.check({raw!r}) lists every problem)",)
+        e.file = where
+        raise e
+    _not_a_directory(f, rc, diag)
+    done = run.cb.result(rc, info, diag)
+    del done["sorted"], done["kinds"]
+    done["skipped"] = {p["id"]: p["reason"] for p in run.problems}
+    if not info.has_labels and info.w.num_skipped:
+        from . import Dataset, warn_if_incomplete
+        with Dataset(out) as ds:
+            warn_if_incomplete("pack", ds)
+    if fill_nonfinite:
+        done["zero_filled"] = dict(run.filled)
+        if run.filled:
+            shown = ", ".join(list(run.filled)[:5]) + (", ..." if len(run.filled) > 5 else "")
+            warnings.warn(f"ctxshard: pack: zero-filled {info.filled_values} NaN or infinite "
+                          f"values in {info.filled_utts} utterance"
+                          f"{'s' if info.filled_utts != 1 else ''} of {out} ({shown}; "
+                          "fill_nonfinite=True)", UserWarning, stacklevel=2)
+    return done
+
+
+def check(raw, vocab=None, sos=None, eos=None, transcripts="frames", fill_nonfinite=False,
+          threads=None, progress=None, notes=None):
+    """Every validation of pack over a raw directory, nothing written:
+    `ctxshard check RAW`.  Options as for pack.  Returns {"listed",
+    "valid", "frames", "dim", "labels" (RAW has transcript/), "problems"}:
+    problems is a list of {"id", "file", "reason", "system"} in id order
+    (system: the machine failed to read the file), empty for a directory
+    pack would take whole."""
+    f = "check"
+    raw = _a.path(f, "raw", raw)
+    o = _writer_opts(f, "float32", 0, "1G", None, "64K", True, None, "fail", threads, True)
+    run = _NpyRun(f, progress, notes, keep_problems=True)
+    no, keep = _npy_opts(f, run, vocab, sos, eos, transcripts, fill_nonfinite, None, o)
+    info, diag = _n.ImportInfo(), _n.Diag()
+    try:
+        rc = _lib.cxs_import_npy(os.fsencode(raw), None, byref(o), byref(no), run.cb.prog_fn,
+                                 None, byref(info), byref(diag))
+    finally:
+        run.cb.close()
+    del keep
+    if run.cb.errors:
+        raise run.cb.errors[0]
+    _not_a_directory(f, rc, diag)
+    if rc:
+        _raise_write(rc, diag)
+    return {"listed": int(info.listed), "valid": int(info.w.num_utterances),
+            "frames": int(info.w.num_frames), "dim": int(info.w.dim),
+            "labels": bool(info.has_labels), "problems": run.problems}
 
 
 def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="float32", guard=64,
@@ -69,14 +274,7 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
     ko.ali = _optional_path(f, "ali", ali)
     ko.vocab = _optional_path(f, "vocab", vocab)
     ko.flags = 0 if _a.flag(f, "sort", sort) else _n.KALDI_NO_SORT
-    if part is not None:
-        try:
-            pi, pn = (map(int, part.split("/")) if isinstance(part, str) else map(int, part))
-        except (TypeError, ValueError):
-            raise ValueError(f"{f}: part={part!r}: expected 'I/N' or (I, N)") from None
-        if not 1 <= pi <= pn <= 100000:
-            raise ValueError(f"{f}: part={part!r}: expected 1 <= I <= N <= 100000")
-        ko.part, ko.parts = pi, pn
+    ko.part, ko.parts = _part(f, part)
     cb = _Callbacks(progress, notes)
     ko.note = cb.note_fn
     info, diag = _n.ImportInfo(), _n.Diag()
@@ -127,12 +325,12 @@ class _Callbacks:
     one stops the import and is raised again after it (it cannot cross
     the C frames)."""
 
-    def __init__(self, progress, notes):
+    def __init__(self, progress, notes, what="import"):
         self.errors = []
         self.notes = notes
         self.report, self.bar = _progress_fn(progress, 0)
         if self.bar is not None:
-            self.bar.set_description("import")
+            self.bar.set_description(what)
         self.note_fn = _n.NOTE_FN(self._note)
         self.prog_fn = _n.PROGRESS_FN(self._tick)
 

@@ -1,6 +1,7 @@
-"""Writing datasets: ctxshard.Writer (utterances from memory) and
-ctxshard.pack (a raw HW1P2 directory), both through libctxshard's writer,
-the code behind `ctxshard pack`: the same utterances give the same bytes.
+"""Writing datasets: ctxshard.Writer (utterances from memory) through
+libctxshard's writer, the code behind `ctxshard pack` (ctxshard.pack, in
+importers.py, is the library's raw-directory importer): the same
+utterances give the same bytes.
 
     with ctxshard.Writer("train.cxs", vocab="phonemes", dtype="float16") as w:
         for utt_id, feats, phones in my_corpus():    # feats: [T, D] floats
@@ -11,10 +12,9 @@ Label sequences (a phoneme sequence per utterance, any length, for CTC or
 attention models): Writer(..., transcripts="sequence") and
 w.add(utt_id, feats, seq=phones); transcripts="both" takes labels= and seq=.
 """
-import concurrent.futures
 import os
 import sys
-from ctypes import POINTER, addressof, byref, c_char, c_char_p, c_size_t, c_void_p, cast
+from ctypes import POINTER, addressof, byref, c_char, c_char_p, c_size_t, c_uint32, c_void_p, cast
 
 import numpy as np
 
@@ -22,14 +22,20 @@ from . import _args as _a
 from . import _native as _n
 from ._native import lib as _lib
 
-__all__ = ["Writer", "RejectedUtterance", "pack", "PHONEMES"]
+__all__ = ["Writer", "RejectedUtterance", "PHONEMES"]
+
+
+
+def _phonemes():
+    n = c_uint32()
+    p = _lib.cxs_phonemes(byref(n))
+    return tuple(p[i].decode() for i in range(n.value))
+
 
 # The vocabulary `ctxshard pack` uses when RAW has transcripts and no
-# --vocab is given: HW1P2's 40 phonemes, then [SOS] and [EOS].
-PHONEMES = (
-    "[SIL]", "AA", "AE", "AH", "AO", "AW", "AY", "B", "CH", "D", "DH", "EH", "ER", "EY",
-    "F", "G", "HH", "IH", "IY", "JH", "K", "L", "M", "N", "NG", "OW", "OY", "P",
-    "R", "S", "SH", "T", "TH", "UH", "UW", "V", "W", "Y", "Z", "ZH", "[SOS]", "[EOS]")
+# --vocab is given: HW1P2's 40 phonemes, then [SOS] and [EOS] (the
+# library's list, cxs_phonemes).
+PHONEMES = _phonemes()
 
 _STORED = {"float32": _n.DTYPE_F32, "f32": _n.DTYPE_F32, "float16": _n.DTYPE_F16,
            "f16": _n.DTYPE_F16, "bfloat16": _n.DTYPE_BF16, "bf16": _n.DTYPE_BF16}
@@ -547,37 +553,6 @@ def _raise_write(rc, diag):
     _raise(rc, diag)
 
 
-# -- pack: a raw HW1P2 directory through the Writer ---------------------------
-
-def _listing(raw):
-    """(ids, features paths, transcript paths or None) in byte order of ids."""
-    mdir = os.path.join(raw, "mfcc")
-    if not os.path.isdir(raw):
-        raise FileNotFoundError(f"pack: {raw}: not a directory")
-    if not os.path.isdir(mdir):
-        raise FileNotFoundError(f"pack: {mdir}: no mfcc/ directory (expected {mdir}/<id>.npy)")
-    tdir = os.path.join(raw, "transcript")
-    have_t = os.path.isdir(tdir)
-
-    def ids_of(d):
-        return {os.fsencode(n)[:-4] for n in os.listdir(d)
-                if n.endswith(".npy") and not n.startswith(".")}
-    ids = ids_of(mdir)
-    if not ids:
-        raise ValueError(f"pack: {mdir}: no .npy files")
-    if have_t:
-        tids = ids_of(tdir)
-        for i in sorted(ids ^ tids):
-            name = os.fsdecode(i)
-            if i in tids:
-                raise ValueError(f"pack: {tdir}/{name}.npy: transcript without features "
-                                 f"(no {mdir}/{name}.npy)")
-            raise ValueError(f"pack: {mdir}/{name}.npy: features without a transcript "
-                             f"(no {tdir}/{name}.npy)")
-    order = sorted(ids)
-    return order, mdir, tdir if have_t else None
-
-
 def _progress_fn(progress, total):
     if callable(progress):
         return progress, None
@@ -601,149 +576,3 @@ def _progress_fn(progress, total):
                 sys.stderr.write("\n")
             sys.stderr.flush()
     return text, None
-
-
-def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size="1G", compress=None,
-         chunk_size="64K", shuffle=True, normalize=None, on_error="fail", progress=None,
-         threads=None, transcripts="frames", fill_nonfinite=False, block_sums=True):
-    """Pack a raw directory in the HW1P2 layout (RAW/mfcc/<id>.npy, and
-    RAW/transcript/<id>.npy when there are labels) into out, in this
-    process: the same rules and the same bytes as `ctxshard pack RAW OUT`
-    with the same options (vocab defaults to the phonemes when there are
-    transcripts, like the command).  on_error: "fail" (nothing written on a
-    bad utterance) or "skip" (left out and listed).  transcripts: what
-    RAW/transcript holds, as `--transcripts`: "frames" (default; [SOS], one
-    symbol per frame, [EOS]), "sequence" (a label sequence of any length,
-    HW3P2) or "both" (frames, plus the sequence of the frame labels' runs).
-    fill_nonfinite: store NaN and infinite feature values as 0 and keep the
-    utterance (`--fill-nonfinite`; for a test split, which needs a row per
-    frame), listed in the result's "zero_filled" ({id: values}) and in a
-    warning.  progress: a callable
-    (done, total), True for a bar (tqdm when installed), or None.  threads:
-    files read ahead, and compression threads (default: all CPUs).
-    block_sums: as Writer's (`--block-sums`).  Returns the counts
-    (Writer.commit)."""
-    f = "pack"
-    raw = _a.path(f, "raw", raw)
-    out = _a.path(f, "out", out)
-    on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
-    fill_nonfinite = _a.flag(f, "fill_nonfinite", fill_nonfinite)
-    pending, filled = {}, {}  # zero-filled values by id: read, then kept
-    transcripts = _a.choice(f, "transcripts", transcripts, tuple(_TRANSCRIPTS))
-    nthreads = _a.optional_integer(f, "threads", threads, 1, 1024) or _lib.cxs_cpu_count()
-    ids, mdir, tdir = _listing(raw)
-    if tdir is not None and vocab is None:
-        vocab = "phonemes"
-    if tdir is None:
-        vocab = None
-    report, bar = _progress_fn(progress, len(ids))
-
-    def load(i):
-        name = os.fsdecode(i) + ".npy"
-        mp = os.path.join(mdir, name)
-        try:
-            x = np.load(mp, allow_pickle=False)  # read here, in the reading thread
-        except (OSError, ValueError) as e:
-            return mp, None, None, f"{mp}: {e}"
-        if fill_nonfinite and x.dtype.kind == "f":
-            bad = ~np.isfinite(x)
-            nbad = int(bad.sum())
-            if nbad:  # as the command: 0 in the input type, before any conversion
-                x = np.where(bad, x.dtype.type(0), x)
-                pending[i] = nbad
-        t, tp = None, None
-        if tdir is not None:
-            tp = os.path.join(tdir, name)
-            try:
-                t = np.load(tp, allow_pickle=False)
-            except (OSError, ValueError) as e:
-                return mp, None, None, f"{tp}: {e}"
-            if t.ndim == 1 and t.dtype.kind in "iu":
-                pass
-            elif t.ndim != 1 or t.dtype.kind not in "US":
-                return mp, None, None, (f"{tp}: transcript has dtype kind '{t.dtype.kind}', "
-                                        "expected strings (U, S) or integers")
-        return mp, x, (tp, t), None
-
-    w = Writer(out, dtype=dtype, vocab=vocab, guard=guard, shard_size=shard_size,
-               compress=compress, chunk_size=chunk_size, shuffle=shuffle, normalize=normalize,
-               on_error="skip" if on_error == "skip" else "raise", threads=min(nthreads, 256),
-               transcripts=transcripts if vocab is not None else "frames",
-               block_sums=block_sums)
-    w._on_error = "raise"  # (recorded as skip in the dataset; pack words the message itself)
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=nthreads) as pool:
-            ahead = 2 * nthreads
-            futs = [pool.submit(load, i) for i in ids[:ahead]]
-            for n, i in enumerate(ids):
-                mp, x, tr, err = futs[n].result()
-                futs[n] = None
-                if n + ahead < len(ids):
-                    futs.append(pool.submit(load, ids[n + ahead]))
-                if err is None:
-                    tp, t = tr
-                    if (t is not None and x.ndim == 2 and t.size != x.shape[0] + 2 and
-                            transcripts != "sequence"):
-                        err = (f"{tp}: {t.size} symbols, expected {x.shape[0] + 2} ([SOS], one "
-                               f"per frame of {mp}, [EOS]); if the transcripts are phoneme "
-                               "sequences not aligned with the frames (HW3P2), pack with "
-                               "transcripts='sequence'")
-                    else:
-                        try:
-                            if t is None or transcripts == "frames":
-                                w.add(i, x, labels=t)
-                            elif transcripts == "sequence":
-                                w.add(i, x, seq=t)
-                            else:
-                                w.add(i, x, labels=t, seq=_runs(w, i, t, x.shape[0]))
-                        except RejectedUtterance as e:
-                            err = f"{tp if _about_labels(e.reason) else mp}: {e.reason}"
-                if err is None and i in pending:
-                    filled[os.fsdecode(i)] = pending.pop(i)
-                pending.pop(i, None)
-                if err is not None:
-                    if on_error == "fail":
-                        raise ValueError(f"pack: {err} (nothing written; on_error='skip' leaves "
-                                         "bad utterances out)")
-                    w.skip(i, "".join(" " if c in "\t\n\r" else c for c in err))
-                if report:
-                    report(n + 1, len(ids))
-        done = w.commit()
-        if tdir is None and done["num_skipped"]:
-            from . import Dataset, warn_if_incomplete
-            with Dataset(out) as ds:
-                warn_if_incomplete("pack", ds)
-        if fill_nonfinite:
-            done["zero_filled"] = filled
-            if filled:
-                import warnings
-                shown = ", ".join(list(filled)[:5]) + (", ..." if len(filled) > 5 else "")
-                warnings.warn(f"ctxshard: pack: zero-filled {sum(filled.values())} NaN or "
-                              f"infinite values in {len(filled)} utterance"
-                              f"{'s' if len(filled) != 1 else ''} of {out} ({shown}; "
-                              "fill_nonfinite=True)", UserWarning, stacklevel=2)
-        return done
-    finally:
-        w.abort()
-        if bar is not None:
-            bar.close()
-
-
-def _runs(w, i, t, T):
-    """The label sequence of a per-frame transcript: every run of one label
-    once ([SOS]/[EOS] dropped), as `ctxshard pack --transcripts both`."""
-    try:
-        lab = w._labels(os.fsdecode(i), t, T)
-    except RejectedUtterance:
-        return None  # add reports the transcript's problem
-    if lab.size == T + 2:
-        lab = lab[1:-1]
-    if lab.size == 0:
-        return None
-    return lab[np.r_[True, lab[1:] != lab[:-1]]]
-
-
-def _about_labels(reason):
-    return reason.startswith(("position ", "frame ", "sequence position ")) and (
-        "symbol" in reason or "label" in reason or "inside" in reason) \
-        or "labels" in reason or "label sequence" in reason

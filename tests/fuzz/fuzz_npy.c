@@ -2,7 +2,7 @@
  * byte order and order, conversion to each stored type). */
 #include <string.h>
 
-#include "../../tools/raw.h"
+#include "npy_raw.h"
 #include "cxs_npy.h"
 #include "ctxshard.h"
 #include "fuzz_common.h"
@@ -16,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&u, 0, sizeof u);
     /* the fill of non-finite values (--fill-nonfinite) too */
     conv_opts o = {dtypes[size % 3], (uint32_t)(size / 3 % 2), NULL, 0, (int)(size / 6 % 2)};
-    (void)features_decode(&u, data, size, &o, "fuzz.npy", why, sizeof why);
+    cxs_diag d;
+    (void)features_decode(&u, data, size, &o, "fuzz.npy", &d);
     utt_free(&u);
     return 0;
 }

@@ -5,25 +5,29 @@
  * .npy file. */
 #include <string.h>
 
-#include "../../tools/raw.h"
+#include "ctxshard_import.h"
+#include "npy_raw.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static vocab v;
     static int ready;
     if (!ready) {
-        vocab_default(&v);
+        uint32_t n;
+        const char *const *sym = cxs_phonemes(&n);
+        cxs_diag d;
+        vocab_symbols(&v, sym, n, &d);
         ready = 1;
     }
     if (size < 2) return 0;
     utt u;
     memset(&u, 0, sizeof u);
     u.T = (uint64_t)(data[0] | (data[1] << 8)) % 4096 + 1;
-    char why[512];
+    cxs_diag d;
     if (data[1] & 0x80)
-        (void)sequence_decode(&u, data + 2, size - 2, &v, "fuzz.npy", why, sizeof why);
-    else if (transcript_decode(&u, data + 2, size - 2, &v, "fuzz.npy", "fuzz-mfcc.npy", why,
-                               sizeof why) == 0 && (data[1] & 0x40))
+        (void)sequence_decode(&u, data + 2, size - 2, &v, "fuzz.npy", &d);
+    else if (transcript_decode(&u, data + 2, size - 2, &v, "fuzz.npy", "fuzz-mfcc.npy", &d) == 0 &&
+             (data[1] & 0x40))
         (void)sequence_from_frames(&u, &v);
     utt_free(&u);
     return 0;

@@ -127,7 +127,7 @@ class BadArguments(unittest.TestCase):
             (lambda: ctxshard.pack(os.path.join(TMP, "raw"), w_out, on_error="ignore"),
              ValueError, ["pack", "on_error", "'fail'"]),
             (lambda: ctxshard.pack(os.path.join(TMP, "nothing"), w_out), FileNotFoundError,
-             ["pack", "nothing", "not a directory"]),
+             ["pack", "nothing", "no such directory"]),
         ] + self.torch_table() + self.gpu_table() + self.utt_table()
 
     def torch_table(self):

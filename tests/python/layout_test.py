@@ -33,7 +33,7 @@ C_TYPES = {
     "GpuUttOpts": "cxs_gpu_utt_opts", "GpuUttBatch": "cxs_gpu_utt_batch",
     "WriterOpts": "cxs_writer_opts", "WriterUtt": "cxs_writer_utt",
     "WriterInfo": "cxs_writer_info",
-    "KaldiOpts": "cxs_kaldi_opts", "ImportInfo": "cxs_import_info",
+    "KaldiOpts": "cxs_kaldi_opts", "ImportInfo": "cxs_import_info", "NpyOpts": "cxs_npy_opts",
     "UttSamplerOpts": "cxs_utt_sampler_opts", "UttLoaderOpts": "cxs_utt_loader_opts",
     "UttBatch": "cxs_utt_batch",
 }

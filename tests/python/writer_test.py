@@ -618,6 +618,79 @@ class Pack(unittest.TestCase):
         no_leftovers(self, TMP)
 
 
+class PackIsTheLibrarys(unittest.TestCase):
+    """ctxshard.pack and ctxshard.check are cxs_import_npy, the code behind
+    `ctxshard pack` and `ctxshard check`: the same problems, parts, symbols
+    and bytes."""
+
+    def test_check_lists_what_the_command_lists(self):
+        raw = os.path.join(TMP, "checkme")
+        shutil.copytree(os.path.join(TMP, "raw"), raw)
+        mf = sorted(glob.glob(os.path.join(raw, "mfcc", "*.npy")))
+        x = np.load(mf[2])
+        x[0, 3] = np.inf
+        np.save(mf[2], x)
+        os.remove(mf[5].replace("mfcc", "transcript"))
+        got = ctxshard.check(raw, threads=2)
+        self.assertEqual(got["listed"], 24)
+        self.assertEqual(got["valid"], 22)
+        self.assertTrue(got["labels"])
+        ids = [os.path.basename(m)[:-4] for m in mf]
+        self.assertEqual([p["id"] for p in got["problems"]], [ids[2], ids[5]])
+        self.assertIn("infinity at frame 0, dimension 3", got["problems"][0]["reason"])
+        self.assertEqual(got["problems"][0]["file"], mf[2])
+        self.assertIn("features without a transcript", got["problems"][1]["reason"])
+        self.assertFalse(any(p["system"] for p in got["problems"]))
+        r = run("check", raw, check=False)
+        self.assertEqual(r.returncode, 1)
+        for p in got["problems"]:
+            self.assertIn(p["reason"].split("; ")[0], r.stderr)
+        self.assertIn(f"{got['frames']} frames, dim {got['dim']}", r.stdout)
+        with self.assertRaisesRegex(FileNotFoundError, "check: .*no such directory"):
+            ctxshard.check(os.path.join(TMP, "nothing-here"))
+        done = ctxshard.pack(raw, os.path.join(TMP, "checkme-skip"), on_error="skip")
+        self.assertEqual(sorted(done["skipped"]), [ids[2], ids[5]])
+        self.assertEqual(done["num_skipped"], 2)
+
+    def test_parts_merge_into_the_whole(self):
+        src = os.path.join(TMP, "raw")
+        whole = os.path.join(TMP, "parts-whole")
+        run("pack", src, whole, "--quiet", "--shard-size", "100K")
+        parts = []
+        for i in (1, 2, 3):
+            parts.append(os.path.join(TMP, f"parts-{i}"))
+            info = ctxshard.pack(src, parts[-1], shard_size="100K", part=f"{i}/3")
+            self.assertEqual(info["listed"], 24)
+        merged = os.path.join(TMP, "parts-merged")
+        run("merge", *parts, merged, "--quiet")
+        self.assertIsNone(same_dataset(whole, merged))
+        with self.assertRaisesRegex(ValueError, "part='4/3'"):
+            ctxshard.pack(src, os.path.join(TMP, "parts-bad"), part="4/3")
+
+    def test_symbols_and_markers(self):
+        src = os.path.join(TMP, "raw")
+        ref = os.path.join(TMP, "sym-ref")
+        run("pack", src, ref, "--quiet")
+        via_list = os.path.join(TMP, "sym-list")
+        ctxshard.pack(src, via_list, vocab=list(ctxshard.PHONEMES))
+        self.assertIsNone(same_dataset(ref, via_list))
+        vf = os.path.join(TMP, "phones.txt")
+        with open(vf, "w") as f:
+            f.write("\n".join(ctxshard.PHONEMES) + "\n")
+        via_file = os.path.join(TMP, "sym-file")
+        ctxshard.pack(src, via_file, vocab=vf)
+        self.assertIsNone(same_dataset(ref, via_file))
+        with self.assertRaisesRegex(ValueError, "the start and end symbols must differ"):
+            ctxshard.pack(src, os.path.join(TMP, "sym-bad"), sos="AA", eos="AA")
+        with self.assertRaisesRegex(ctxshard.RejectedUtterance, "expected <s>"):
+            ctxshard.pack(src, os.path.join(TMP, "sym-bad"), sos="<s>")
+        self.assertFalse(os.path.exists(os.path.join(TMP, "sym-bad")))
+        # the one phoneme list: the library's, in Python and in the command
+        with ctxshard.open(ref) as ds:
+            self.assertEqual(tuple(ds.vocab), ctxshard.PHONEMES)
+        self.assertEqual(len(ctxshard.PHONEMES), 42)
+
+
 class FromAudio(unittest.TestCase):
     def test_example(self):
         try:

@@ -1,7 +1,11 @@
-/* raw.h - reading and validating a raw HW1P2-style dataset:
- * RAW/mfcc/<id>.npy and (optionally) RAW/transcript/<id>.npy. */
-#ifndef CXS_TOOL_RAW_H
-#define CXS_TOOL_RAW_H
+/* npy_raw.h - reading and validating a raw HW1P2-style dataset:
+ * RAW/mfcc/<id>.npy and (optionally) RAW/transcript/<id>.npy, for
+ * cxs_import_npy() (npy_import.c).  Internal to the library (and the fuzz
+ * targets, which build npy_raw.c on its own).  Fallible calls return 0,
+ * CXS_E_INPUT for input the rules refuse, or -errno for the machine's
+ * failure, with d naming the file and the reason. */
+#ifndef CXS_NPY_RAW_H
+#define CXS_NPY_RAW_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -9,8 +13,6 @@
 #include "cxs_format.h"
 
 #define SOS_SYMBOL "[SOS]"
-/* Room for a message naming two paths of up to PATH_MAX bytes. */
-#define WHY_SIZE 10240
 #define EOS_SYMBOL "[EOS]"
 
 typedef struct vocab {
@@ -23,15 +25,15 @@ typedef struct vocab {
     char sos_name[CXS_MAX_SYMBOL_LEN + 1], eos_name[CXS_MAX_SYMBOL_LEN + 1]; /* [SOS], [EOS] */
 } vocab;
 
-/* The standard 42-symbol phoneme list of HW1P2 ([SIL] AA AE ... ZH [SOS] [EOS]). */
-int vocab_default(vocab *v);
+/* A vocabulary of n symbols (cxs_phonemes(), or the caller's). */
+int vocab_symbols(vocab *v, const char *const *sym, uint32_t n, cxs_diag *d);
 /* One symbol per line; messages name the file. */
-int vocab_load(vocab *v, const char *path, char *why, size_t wn);
+int vocab_load(vocab *v, const char *path, cxs_diag *d);
 int64_t vocab_find(const vocab *v, const char *s, size_t n);
 /* The symbols that open and close every transcript (--sos, --eos; NULL:
  * [SOS] and [EOS]): they must differ; they keep their indices when in the
- * vocabulary and are never frame labels.  0, or -1 with why. */
-int vocab_markers(vocab *v, const char *sos, const char *eos, char *why, size_t wn);
+ * vocabulary and are never frame labels.  0 or CXS_E_INVALID (d). */
+int vocab_markers(vocab *v, const char *sos, const char *eos, cxs_diag *d);
 void vocab_free(vocab *v);
 
 /* One utterance of the listing. */
@@ -56,23 +58,18 @@ typedef struct raw_set {
  * subdirectory that is not read (named, with "did you mean transcript/?"
  * when it holds .npy files of the same ids or its name is close), no
  * transcript/ beside a RAW whose name does not say "test". */
-int raw_list(const char *root, raw_set *rs, char *why, size_t wn);
+int raw_list(const char *root, raw_set *rs, cxs_diag *d);
 void raw_free(raw_set *rs);
 /* A problem of the listing for item i (unpaired, duplicate id, odd name),
- * written into why; 0 when none. */
-int raw_item_problem(const raw_set *rs, size_t i, char *why, size_t wn);
-
-/* What RAW/transcript/ID.npy holds (--transcripts). */
-#define TRANSCRIPTS_FRAMES 0   /* [SOS], one symbol per frame, [EOS]: frame labels */
-#define TRANSCRIPTS_SEQUENCE 1 /* a phoneme sequence of any length: a label sequence */
-#define TRANSCRIPTS_BOTH 2     /* as FRAMES, and the frame labels' runs as the sequence */
+ * in d (CXS_E_INPUT); 0 when none. */
+int raw_item_problem(const raw_set *rs, size_t i, cxs_diag *d);
 
 /* Conversion options. */
 typedef struct conv_opts {
     uint32_t dtype;     /* CXS_DTYPE_* stored */
     uint32_t normalize; /* CXS_NORM_* */
     const vocab *v;     /* NULL: features only */
-    int transcripts;    /* TRANSCRIPTS_* */
+    uint32_t transcripts; /* CXS_TRANSCRIPTS_* */
     int fill_nonfinite; /* NaN/infinite values stored as 0, counted in utt.filled */
 } conv_opts;
 
@@ -104,35 +101,35 @@ typedef struct utt {
 /*
  * Validate and convert a features file held in memory (buf, len) into u
  * (u->T, u->D, u->feat, u->sum, u->sumsq).  path names it in messages.
- * Returns 0, or -1 with "path: reason" in why.
+ * Returns 0, or an error with "path: reason" in d.
  */
 int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, const char *path,
-                    char *why, size_t wn);
+                    cxs_diag *d);
 
 /*
  * Validate a transcript held in memory against u->T frames (the length
  * rule, [SOS]/[EOS], known symbols) into u->labels.  mfcc names the
- * features file in the length message.  Returns 0 or -1 (why).
+ * features file in the length message.  Returns 0 or an error (d).
  */
 int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
-                      const char *mfcc, char *why, size_t wn);
+                      const char *mfcc, cxs_diag *d);
 /*
  * Validate a label-sequence transcript (--transcripts sequence) held in
  * memory into u->seq and u->seq_len: any number of vocabulary symbols >= 1,
  * either bare or framed by [SOS] .. [EOS] (both, stripped), never [SOS] or
- * [EOS] inside.  Returns 0 or -1 (why names path and the reason).
+ * [EOS] inside.  Returns 0 or an error (d names path and the reason).
  */
 int sequence_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
-                    char *why, size_t wn);
+                    cxs_diag *d);
 /* The label sequence of u's frame labels: every run of one label once
- * (--transcripts both).  0, or -2 (out of memory). */
+ * (--transcripts both).  0, or -ENOMEM. */
 int sequence_from_frames(utt *u, const vocab *v);
 
 /*
- * Read, validate and convert utterance i.  On a problem returns -1 and
- * writes "path: reason" into why; -2 for a system error (also in why).
+ * Read, validate and convert utterance i.  On a problem returns
+ * CXS_E_INPUT with "path: reason" in d; -errno for a system error.
  */
-int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn);
+int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, cxs_diag *d);
 void utt_free(utt *u);
 
 /* Frames and width of item i from its features file's header alone (no

@@ -1,5 +1,6 @@
-/* raw.c - listing, validation and conversion of raw .npy utterances. */
-#include "raw.h"
+/* npy_raw.c - listing, validation and conversion of the utterances of a raw
+ * .npy directory (npy_raw.h), for cxs_import_npy (npy_import.c). */
+#include "npy_raw.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,25 +14,43 @@
 #include <unistd.h>
 
 #include "ctxshard.h"
+#include "ctxshard_import.h"
 #include "cxs_features.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
 #include "cxs_npy.h"
-#include "util.h"
+#include "writer_internal.h"
 
 static const char *const default_symbols[] = {
     "[SIL]", "AA", "AE", "AH", "AO", "AW", "AY", "B",  "CH", "D",  "DH",    "EH",   "ER", "EY",
     "F",     "G",  "HH", "IH", "IY", "JH", "K",  "L",  "M",  "N",  "NG",    "OW",   "OY", "P",
     "R",     "S",  "SH", "T",  "TH", "UH", "UW", "V",  "W",  "Y",  "Z",  "ZH", "[SOS]", "[EOS]"};
 
-static int say(char *why, size_t wn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int say(char *why, size_t wn, const char *fmt, ...) {
+/* A refusal of the input, naming file (NULL: none) in d; CXS_E_INPUT. */
+static int say(cxs_diag *d, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int say(cxs_diag *d, const char *file, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, wn, fmt, ap);
+    cxs_vdiag_at(d, CXS_E_INPUT, file, CXS_NO_OFFSET, fmt, ap);
     va_end(ap);
-    return -1;
+    return CXS_E_INPUT;
 }
+
+/* The machine's failure (code: -errno) while reading file. */
+static int sysfail(cxs_diag *d, int code, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int sysfail(cxs_diag *d, int code, const char *file, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    cxs_vdiag_at(d, code, file, CXS_NO_OFFSET, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+#define READ_NOT_REGULAR 1
+#define READ_TOO_LARGE 2
+static int read_file(const char *path, uint64_t max, uint8_t **buf, size_t *cap, size_t *len);
 
 static uint32_t fnv(const char *s, size_t n) {
     uint32_t h = 2166136261u;
@@ -48,19 +67,19 @@ int64_t vocab_find(const vocab *v, const char *s, size_t n) {
     }
 }
 
-static int vocab_add(vocab *v, const char *s, size_t n, char *why, size_t wn) {
+static int vocab_add(vocab *v, const char *s, size_t n, cxs_diag *d) {
     if (n == 0 || n > CXS_MAX_SYMBOL_LEN)
-        return say(why, wn, "symbol %u is %zu bytes, must be 1..%u", v->n + 1, n,
+        return say(d, NULL, "symbol %u is %zu bytes, must be 1..%u", v->n + 1, n,
                    CXS_MAX_SYMBOL_LEN);
     for (size_t i = 0; i < n; i++)
-        if ((uint8_t)s[i] < 0x20) return say(why, wn, "symbol %u holds a control byte", v->n + 1);
-    if (v->n >= CXS_MAX_VOCAB) return say(why, wn, "more than %u symbols", CXS_MAX_VOCAB);
-    if (vocab_find(v, s, n) >= 0) return say(why, wn, "symbol '%.*s' appears twice", (int)n, s);
+        if ((uint8_t)s[i] < 0x20) return say(d, NULL, "symbol %u holds a control byte", v->n + 1);
+    if (v->n >= CXS_MAX_VOCAB) return say(d, NULL, "more than %u symbols", CXS_MAX_VOCAB);
+    if (vocab_find(v, s, n) >= 0) return say(d, NULL, "symbol '%.*s' appears twice", (int)n, s);
     /* Keep the table at most half full. */
     if (2 * (v->n + 1) > v->mask + 1) {
         uint32_t nm = (v->mask + 1) * 2 - 1;
         uint32_t *nt = calloc((size_t)nm + 1, sizeof *nt);
-        if (!nt) return say(why, wn, "out of memory");
+        if (!nt) return sysfail(d, -ENOMEM, NULL, "out of memory");
         for (uint32_t i = 0; i < v->n; i++) {
             uint32_t h = fnv(v->sym[i], v->lens[i]) & nm;
             while (nt[h]) h = (h + 1) & nm;
@@ -77,7 +96,7 @@ static int vocab_add(vocab *v, const char *s, size_t n, char *why, size_t wn) {
     char *copy = malloc(n + 1);
     if (!ns || !nl || !copy) {
         free(copy);
-        return say(why, wn, "out of memory");
+        return sysfail(d, -ENOMEM, NULL, "out of memory");
     }
     memcpy(copy, s, n);
     copy[n] = 0;
@@ -100,32 +119,39 @@ static int vocab_init(vocab *v) {
     return v->table ? 0 : -1;
 }
 
-int vocab_default(vocab *v) {
-    char why[128];
-    if (vocab_init(v)) return -1;
-    for (size_t i = 0; i < sizeof default_symbols / sizeof *default_symbols; i++)
-        if (vocab_add(v, default_symbols[i], strlen(default_symbols[i]), why, sizeof why))
-            return -1;
+const char *const *cxs_phonemes(uint32_t *n) {
+    if (n) *n = (uint32_t)(sizeof default_symbols / sizeof *default_symbols);
+    return default_symbols;
+}
+
+int vocab_symbols(vocab *v, const char *const *sym, uint32_t n, cxs_diag *d) {
+    if (vocab_init(v)) return sysfail(d, -ENOMEM, NULL, "out of memory");
+    cxs_diag inner;
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = vocab_add(v, sym[i], strlen(sym[i]), &inner);
+        if (rc == CXS_E_INPUT) return say(d, NULL, "vocabulary: %s", inner.message);
+        if (rc) return cxs_diag_copy(d, rc, &inner);
+    }
     return 0;
 }
 
-int vocab_load(vocab *v, const char *path, char *why, size_t wn) {
+int vocab_load(vocab *v, const char *path, cxs_diag *d) {
     uint8_t *buf = NULL;
     size_t cap = 0, len = 0;
     int rc = read_file(path, 16u << 20, &buf, &cap, &len);
     if (rc) {
         free(buf);
-        if (rc == READ_NOT_REGULAR) return say(why, wn, "%s: not a regular file", path);
+        if (rc == READ_NOT_REGULAR) return say(d, path, "%s: not a regular file", path);
         if (rc == READ_TOO_LARGE)
-            return say(why, wn, "%s: %zu bytes; a vocabulary file is at most 16 MiB", path, len);
-        return say(why, wn, "%s: %s", path, strerror(-rc));
+            return say(d, path, "%s: %zu bytes; a vocabulary file is at most 16 MiB", path, len);
+        return say(d, path, "%s: %s", path, strerror(-rc));
     }
     if (vocab_init(v)) {
         free(buf);
-        return say(why, wn, "out of memory");
+        return sysfail(d, -ENOMEM, path, "out of memory");
     }
     size_t pos = 0, line = 0;
-    char inner[256];
+    cxs_diag inner;
     while (pos < len) {
         size_t e = pos;
         while (e < len && buf[e] != '\n') e++;
@@ -134,21 +160,22 @@ int vocab_load(vocab *v, const char *path, char *why, size_t wn) {
         if (n && buf[pos + n - 1] == '\r') n--;
         if (n == 0) {
             free(buf);
-            return say(why, wn, "%s: line %zu is empty (one symbol per line, no blank lines)",
+            return say(d, path, "%s: line %zu is empty (one symbol per line, no blank lines)",
                        path, line);
         }
-        if (vocab_add(v, (const char *)buf + pos, n, inner, sizeof inner)) {
+        if ((rc = vocab_add(v, (const char *)buf + pos, n, &inner))) {
             free(buf);
-            return say(why, wn, "%s: line %zu: %s", path, line, inner);
+            if (rc != CXS_E_INPUT) return cxs_diag_copy(d, rc, &inner);
+            return say(d, path, "%s: line %zu: %s", path, line, inner.message);
         }
         pos = e + 1;
     }
     free(buf);
-    if (v->n == 0) return say(why, wn, "%s: no symbols", path);
+    if (v->n == 0) return say(d, path, "%s: no symbols", path);
     return 0;
 }
 
-int vocab_markers(vocab *v, const char *sos, const char *eos, char *why, size_t wn) {
+int vocab_markers(vocab *v, const char *sos, const char *eos, cxs_diag *d) {
     const char *s = sos ? sos : SOS_SYMBOL, *e = eos ? eos : EOS_SYMBOL;
     for (int k = 0; k < 2; k++) {
         const char *m = k ? e : s;
@@ -156,12 +183,12 @@ int vocab_markers(vocab *v, const char *sos, const char *eos, char *why, size_t 
         int ctl = 0;
         for (size_t i = 0; i < n; i++) ctl |= (uint8_t)m[i] < 0x20;
         if (n == 0 || n > CXS_MAX_SYMBOL_LEN || ctl)
-            return say(why, wn, "%s '%s': a symbol is 1..%u bytes, no control bytes",
+            return cxs_diagf(d, CXS_E_INVALID, "%s '%s': a symbol is 1..%u bytes, no control bytes",
                        k ? "--eos" : "--sos", m, CXS_MAX_SYMBOL_LEN);
     }
     if (!strcmp(s, e))
-        return say(why, wn, "--sos and --eos are both '%s'; the start and end symbols must differ",
-                   s);
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "--sos and --eos are both '%s'; the start and end symbols must differ", s);
     snprintf(v->sos_name, sizeof v->sos_name, "%s", s);
     snprintf(v->eos_name, sizeof v->eos_name, "%s", e);
     v->sos = vocab_find(v, s, strlen(s));
@@ -184,9 +211,9 @@ typedef struct name_list {
     size_t n, cap;
 } name_list;
 
-static int list_npy(const char *dir, name_list *nl, char *why, size_t wn) {
+static int list_npy(const char *dir, name_list *nl, cxs_diag *diag) {
     DIR *d = opendir(dir);
-    if (!d) return say(why, wn, "%s: %s", dir, strerror(errno));
+    if (!d) return say(diag, dir, "%s: %s", dir, strerror(errno));
     struct dirent *de;
     while ((de = readdir(d))) {
         size_t n = strlen(de->d_name);
@@ -204,7 +231,7 @@ static int list_npy(const char *dir, name_list *nl, char *why, size_t wn) {
     }
     int e = errno;
     closedir(d);
-    if (de) return say(why, wn, "%s: %s", dir, strerror(e ? e : ENOMEM));
+    if (de) return sysfail(diag, -(e ? e : ENOMEM), dir, "%s: %s", dir, strerror(e ? e : ENOMEM));
     return 0;
 }
 
@@ -285,7 +312,7 @@ static void note_other_dirs(raw_set *rs, const char *root, const name_list *ml) 
         if (de->d_name[0] == '.' || !strcmp(de->d_name, "mfcc") ||
             !strcmp(de->d_name, "transcript"))
             continue;
-        char *p = path_join(root, de->d_name);
+        char *p = cxs_path_join(root, de->d_name);
         struct stat st;
         int isdir = p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
         free(p);
@@ -301,11 +328,11 @@ static void note_other_dirs(raw_set *rs, const char *root, const name_list *ml) 
     const char *sep = root[0] && root[strlen(root) - 1] == '/' ? "" : "/";
     for (size_t k = 0; k < dirs.n; k++) {
         const char *name = dirs.ids[k];
-        char *p = path_join(root, name);
+        char *p = cxs_path_join(root, name);
         name_list nl = {0};
-        char why[256];
+        cxs_diag ignored;
         size_t same = 0;
-        if (p && !rs->has_transcripts && list_npy(p, &nl, why, sizeof why) == 0)
+        if (p && !rs->has_transcripts && list_npy(p, &nl, &ignored) == 0)
             for (size_t i = 0; i < nl.n; i++)
                 if (bsearch(&nl.ids[i], ml->ids, ml->n, sizeof *ml->ids, cmp_str)) same++;
         const char *m = same ? "transcript" : meant(name);
@@ -343,37 +370,42 @@ static void note_no_transcripts(raw_set *rs, const char *root) {
              "needs %s%stranscript/<id>.npy; only a test split has none)", root, root, sep);
 }
 
-int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
+int raw_list(const char *root, raw_set *rs, cxs_diag *d) {
     memset(rs, 0, sizeof *rs);
     struct stat st;
-    if (stat(root, &st) != 0) return say(why, wn, "%s: %s", root, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return say(why, wn, "%s: not a directory", root);
-    char *md = path_join(root, "mfcc"), *td = path_join(root, "transcript");
+    if (stat(root, &st) != 0) {
+        int e = errno;
+        if (e == ENOENT) return sysfail(d, -ENOENT, root, "%s: no such directory", root);
+        return say(d, root, "%s: %s", root, strerror(e)); /* a path that cannot be one */
+    }
+    if (!S_ISDIR(st.st_mode)) return sysfail(d, -ENOTDIR, root, "%s: not a directory", root);
+    char *md = cxs_path_join(root, "mfcc"), *td = cxs_path_join(root, "transcript");
     name_list ml = {0}, tl = {0};
-    int rc = -1;
+    int rc = -ENOMEM;
     rs->root = strdup(root);
     if (!md || !td || !rs->root) {
-        say(why, wn, "out of memory");
+        sysfail(d, rc, NULL, "out of memory");
         goto out;
     }
     if (stat(md, &st) != 0 || !S_ISDIR(st.st_mode)) {
         /* A near name (MFCC/, mfccs/) is the likely mistake: name it. */
         char near[4200] = "";
-        DIR *d = opendir(root);
+        DIR *dir = opendir(root);
         struct dirent *de;
-        while (d && (de = readdir(d)) && !near[0])
+        while (dir && (de = readdir(dir)) && !near[0])
             if (de->d_name[0] != '.' && meant(de->d_name) && !strcmp(meant(de->d_name), "mfcc"))
                 snprintf(near, sizeof near, "; %.2000s/%.255s/ is there: did you mean mfcc/? (rename it)",
                          root, de->d_name);
-        if (d) closedir(d);
-        say(why, wn, "%s: no mfcc/ directory (expected %s/<id>.npy)%s", md, md, near);
+        if (dir) closedir(dir);
+        rc = sysfail(d, -ENOENT, md, "%s: no mfcc/ directory (expected %s/<id>.npy)%s", md, md,
+                     near);
         goto out;
     }
-    if (list_npy(md, &ml, why, wn)) goto out;
+    if ((rc = list_npy(md, &ml, d))) goto out;
     rs->has_transcripts = stat(td, &st) == 0 && S_ISDIR(st.st_mode);
-    if (rs->has_transcripts && list_npy(td, &tl, why, wn)) goto out;
+    if (rs->has_transcripts && (rc = list_npy(td, &tl, d))) goto out;
     if (ml.n == 0) {
-        say(why, wn, "%s: no .npy files", md);
+        rc = say(d, md, "%s: no .npy files", md);
         goto out;
     }
     qsort(ml.ids, ml.n, sizeof *ml.ids, cmp_name_by_id);
@@ -392,9 +424,10 @@ int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
             free(sorted.ids);
         }
     }
+    rc = -ENOMEM;
     rs->items = calloc(ml.n + tl.n, sizeof *rs->items);
     if (!rs->items) {
-        say(why, wn, "out of memory");
+        sysfail(d, rc, NULL, "out of memory");
         goto out;
     }
     size_t a = 0, b = 0;
@@ -403,10 +436,10 @@ int raw_list(const char *root, raw_set *rs, char *why, size_t wn) {
         raw_item *it = &rs->items[rs->n++];
         const char *name = c <= 0 ? ml.ids[a] : tl.ids[b];
         it->id = strndup(name, strlen(name) - 4);
-        if (c <= 0) it->mfcc = path_join(md, ml.ids[a++]);
-        if (c >= 0) it->transcript = path_join(td, tl.ids[b++]);
+        if (c <= 0) it->mfcc = cxs_path_join(md, ml.ids[a++]);
+        if (c >= 0) it->transcript = cxs_path_join(td, tl.ids[b++]);
         if (!it->id || (c <= 0 && !it->mfcc) || (c >= 0 && !it->transcript)) {
-            say(why, wn, "out of memory");
+            sysfail(d, rc, NULL, "out of memory");
             goto out;
         }
     }
@@ -434,31 +467,81 @@ void raw_free(raw_set *rs) {
     memset(rs, 0, sizeof *rs);
 }
 
-int raw_item_problem(const raw_set *rs, size_t i, char *why, size_t wn) {
+int raw_item_problem(const raw_set *rs, size_t i, cxs_diag *d) {
     const raw_item *it = &rs->items[i];
     const char *p = it->mfcc ? it->mfcc : it->transcript;
     size_t n = strlen(it->id);
     if (n > CXS_MAX_ID_LEN)
-        return say(why, wn, "%s: utterance id is %zu bytes, at most %u allowed", p, n,
+        return say(d, p, "%s: utterance id is %zu bytes, at most %u allowed", p, n,
                    CXS_MAX_ID_LEN);
     for (size_t j = 0; j < n; j++)
         if ((uint8_t)it->id[j] < 0x20)
-            return say(why, wn, "%s: utterance id holds control byte 0x%02x", p,
+            return say(d, p, "%s: utterance id holds control byte 0x%02x", p,
                        (uint8_t)it->id[j]);
     if ((i > 0 && strcmp(rs->items[i - 1].id, it->id) == 0) ||
         (i + 1 < rs->n && strcmp(rs->items[i + 1].id, it->id) == 0))
-        return say(why, wn, "%s: duplicate utterance id '%s' (another file has the same name "
+        return say(d, p, "%s: duplicate utterance id '%s' (another file has the same name "
                             "with a different .npy case)", p, it->id);
     if (!it->mfcc)
-        return say(why, wn, "%s: transcript without features (no %s/mfcc/%s.npy)", p, rs->root,
+        return say(d, p, "%s: transcript without features (no %s/mfcc/%s.npy)", p, rs->root,
                    it->id);
     if (rs->has_transcripts && !it->transcript)
-        return say(why, wn, "%s: features without a transcript (no %s/transcript/%s.npy)", p,
+        return say(d, p, "%s: features without a transcript (no %s/transcript/%s.npy)", p,
                    rs->root, it->id);
     return 0;
 }
 
 /* ---- one utterance ---------------------------------------------------- */
+
+/* Read a whole file of at most max bytes into *buf (realloc'd, capacity
+ * *cap).  Returns 0, -errno, READ_NOT_REGULAR, or READ_TOO_LARGE (*len is
+ * then the file's size; nothing is read). */
+static int read_file(const char *path, uint64_t max, uint8_t **buf, size_t *cap, size_t *len) {
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
+     * refused as not a regular file); regular files ignore the flag. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return READ_NOT_REGULAR;
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        *len = (size_t)st.st_size;
+        return READ_TOO_LARGE;
+    }
+    size_t want = (size_t)st.st_size;
+    if (want + 1 > *cap) {
+        uint8_t *nb = realloc(*buf, want + 1);
+        if (!nb) {
+            close(fd);
+            return -ENOMEM;
+        }
+        *buf = nb;
+        *cap = want + 1;
+    }
+    size_t got = 0;
+    while (got < want) {
+        ssize_t r = read(fd, *buf + got, want - got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        if (r == 0) break; /* shrank while reading: parse what is there */
+        got += (size_t)r;
+    }
+    close(fd);
+    *len = got;
+    return 0;
+}
 
 static int grow(void *pp, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
@@ -481,44 +564,41 @@ void utt_free(utt *u) {
 
 /* Read a .npy file of at most max bytes into u->buf. */
 static int read_npy_file(utt *u, const char *path, uint64_t max, const char *what, size_t *len,
-                         char *why, size_t wn) {
+                         cxs_diag *d) {
     int rc = read_file(path, max, &u->buf, &u->buf_cap, len);
-    if (rc == READ_NOT_REGULAR) return say(why, wn, "%s: not a regular file", path);
+    if (rc == READ_NOT_REGULAR) return say(d, path, "%s: not a regular file", path);
     if (rc == READ_TOO_LARGE)
-        return say(why, wn, "%s: %zu bytes, more than %s can be (%llu bytes at most)", path, *len,
+        return say(d, path, "%s: %zu bytes, more than %s can be (%llu bytes at most)", path, *len,
                    what, (unsigned long long)max);
-    if (rc == -ENOMEM || rc == -EIO || rc == -EMFILE || rc == -ENFILE) {
-        say(why, wn, "%s: %s", path, strerror(-rc));
-        return -2; /* the machine's problem, not the file's */
-    }
-    if (rc) return say(why, wn, "%s: %s", path, strerror(-rc));
+    if (rc == -ENOMEM || rc == -EIO || rc == -EMFILE || rc == -ENFILE)
+        return sysfail(d, rc, path, "%s: %s", path, strerror(-rc)); /* the machine's, not the file's */
+    if (rc) return say(d, path, "%s: %s", path, strerror(-rc));
     return 0;
 }
 
 int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, const char *path,
-                    char *why, size_t wn) {
+                    cxs_diag *d) {
     cxs_npy h;
     char r[256];
-    if (cxs_npy_parse(buf, len, &h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    if (cxs_npy_parse(buf, len, &h, r, sizeof r)) return say(d, path, "%s: %s", path, r);
     if (h.kind != 'f')
-        return say(why, wn, "%s: features have dtype kind '%c', expected float (f2, f4 or f8)",
+        return say(d, path, "%s: features have dtype kind '%c', expected float (f2, f4 or f8)",
                    path, h.kind);
     if (h.ndim != 2)
-        return say(why, wn, "%s: features have %d dimensions, expected 2 (frames, dim)", path,
+        return say(d, path, "%s: features have %d dimensions, expected 2 (frames, dim)", path,
                    h.ndim);
     uint64_t T = h.shape[0], D = h.shape[1];
-    if (T == 0) return say(why, wn, "%s: empty utterance (0 frames)", path);
+    if (T == 0) return say(d, path, "%s: empty utterance (0 frames)", path);
     if (D == 0 || D > CXS_MAX_DIM)
-        return say(why, wn, "%s: feature dimension %llu, expected 1..%u", path,
+        return say(d, path, "%s: feature dimension %llu, expected 1..%u", path,
                    (unsigned long long)D, CXS_MAX_DIM);
     size_t es = cxs_dtype_size(o->dtype);
     if (T > (SIZE_MAX / 2) / (D * 8))
-        return say(why, wn, "%s: %llu frames is too large", path, (unsigned long long)T);
+        return say(d, path, "%s: %llu frames is too large", path, (unsigned long long)T);
     if (grow(&u->feat, &u->feat_cap, T * D * es) ||
         grow(&u->sum, &u->stat_cap, 2 * D * sizeof(double)) ||
         grow(&u->tmp, &u->tmp_cap, 2 * D * sizeof(double))) {
-        say(why, wn, "%s: out of memory", path);
-        return -2;
+        return sysfail(d, -ENOMEM, path, "%s: out of memory", path);
     }
     u->T = T;
     u->D = (uint32_t)D;
@@ -536,7 +616,7 @@ int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, 
     if (cxs_features_convert_ex(&fs, o->dtype, o->normalize,
                                 o->fill_nonfinite ? CXS_FEAT_FILL_NONFINITE : 0, u->feat, u->sum,
                                 u->sumsq, u->tmp, &u->filled, r2, sizeof r2))
-        return say(why, wn, "%s: %s", path, r2);
+        return say(d, path, "%s: %s", path, r2);
     return 0;
 }
 
@@ -596,14 +676,14 @@ static int64_t int_at(const cxs_npy *h, const uint8_t *p, uint64_t j) {
 /* The checks every transcript passes first: a parsable 1-D .npy of
  * strings or integers. */
 static int transcript_header(cxs_npy *h, const uint8_t *buf, size_t len, const char *path,
-                             char *why, size_t wn) {
+                             cxs_diag *d) {
     char r[256];
-    if (cxs_npy_parse(buf, len, h, r, sizeof r)) return say(why, wn, "%s: %s", path, r);
+    if (cxs_npy_parse(buf, len, h, r, sizeof r)) return say(d, path, "%s: %s", path, r);
     if (h->ndim != 1)
-        return say(why, wn, "%s: transcript has %d dimensions, expected a 1-D array", path,
+        return say(d, path, "%s: transcript has %d dimensions, expected a 1-D array", path,
                    h->ndim);
     if (h->kind == 'f' || h->kind == 'b')
-        return say(why, wn, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
+        return say(d, path, "%s: transcript has dtype kind '%c', expected strings (U, S) or "
                             "integers", path, h->kind);
     return 0;
 }
@@ -622,17 +702,17 @@ typedef struct sym_cache {
  * that is not valid text. */
 static int label_at(const cxs_npy *h, const uint8_t *src, uint64_t j, int ints, const vocab *v,
                     sym_cache *c, char *sym, size_t cap, size_t *sl, int64_t *idx,
-                    const char *path, char *why, size_t wn) {
+                    const char *path, cxs_diag *d) {
     if (ints) {
         *idx = int_at(h, src, j);
         if (*idx < 0 || *idx >= (int64_t)v->n)
-            return say(why, wn, "%s: position %llu: label %lld is outside the vocabulary "
+            return say(d, path, "%s: position %llu: label %lld is outside the vocabulary "
                                 "(0..%u)", path, (unsigned long long)j, (long long)*idx,
                        v->n - 1);
         return 0;
     }
     if (symbol_at(h, src, j, sym, cap, sl))
-        return say(why, wn, "%s: position %llu: symbol is not valid text", path,
+        return say(d, path, "%s: position %llu: symbol is not valid text", path,
                    (unsigned long long)j);
     if (*sl == c->prev_len && memcmp(sym, c->prev, *sl) == 0) {
         *idx = c->prev_idx;
@@ -648,48 +728,47 @@ static int label_at(const cxs_npy *h, const uint8_t *src, uint64_t j, int ints, 
 }
 
 int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
-                      const char *mfcc, char *why, size_t wn) {
+                      const char *mfcc, cxs_diag *d) {
     cxs_npy h;
-    int rc = transcript_header(&h, buf, len, path, why, wn);
+    int rc = transcript_header(&h, buf, len, path, d);
     if (rc) return rc;
     /* [D, T] saved for [T, D]: the transcript fits the columns, and there
      * are fewer "frames" than "features" (real utterances are longer than
      * their 13..80 features are wide). */
     if (h.count != u->T + 2 && h.count == (uint64_t)u->D + 2 && u->T < u->D)
-        return say(why, wn, "%s: shape [%llu, %u] looks transposed: its transcript %s has "
+        return say(d, mfcc, "%s: shape [%llu, %u] looks transposed: its transcript %s has "
                             "%llu symbols, one per column plus %s and %s; save the features "
                             "as [frames, features] (numpy: np.ascontiguousarray(x.T))",
                    mfcc, (unsigned long long)u->T, u->D, path, (unsigned long long)h.count,
                    v->sos_name, v->eos_name);
     if (h.count != u->T + 2)
-        return say(why, wn, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s); "
+        return say(d, path, "%s: %llu symbols, expected %llu (%s, one per frame of %s, %s); "
                             "if the transcripts are phoneme sequences not aligned with the "
                             "frames (HW3P2), pack with --transcripts sequence",
                    path, (unsigned long long)h.count, (unsigned long long)u->T + 2, v->sos_name,
                    mfcc, v->eos_name);
     if ((h.kind == 'U' && h.itemsize > 4 * MAX_SYMBOL_CHARS) ||
         (h.kind == 'S' && h.itemsize > 4 * MAX_SYMBOL_CHARS))
-        return say(why, wn, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
+        return say(d, path, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
                             "characters", path, (unsigned long long)h.itemsize, MAX_SYMBOL_CHARS);
-    const int lw = v->n <= 256 ? 1 : 2;
+    const int lw = (int)cxs_label_width(v->n);
     if (grow(&u->labels, &u->labels_cap, u->T * lw)) {
-        say(why, wn, "%s: out of memory", path);
-        return -2;
+        return sysfail(d, -ENOMEM, path, "%s: out of memory", path);
     }
     const uint8_t *src = buf + h.data_offset;
     const int ints = h.kind == 'i' || h.kind == 'u';
     if (ints && (v->sos < 0 || v->eos < 0))
-        return say(why, wn, "%s: integer transcripts need %s and %s in the vocabulary", path,
+        return say(d, path, "%s: integer transcripts need %s and %s in the vocabulary", path,
                    v->sos_name, v->eos_name);
     char sym[1024];
     size_t sl = 0;
     sym_cache c = {.prev_len = (size_t)-1};
     for (uint64_t j = 0; j < h.count; j++) {
         int64_t idx = -1;
-        if ((rc = label_at(&h, src, j, ints, v, &c, sym, sizeof sym, &sl, &idx, path, why, wn)))
+        if ((rc = label_at(&h, src, j, ints, v, &c, sym, sizeof sym, &sl, &idx, path, d)))
             return rc;
         if (idx < 0 && j > 0 && j + 1 < h.count)
-            return say(why, wn, "%s: position %llu: unknown symbol '%s'", path,
+            return say(d, path, "%s: position %llu: unknown symbol '%s'", path,
                        (unsigned long long)j, sym);
         if (j == 0 || j + 1 == h.count) {
             const char *want = j == 0 ? v->sos_name : v->eos_name;
@@ -697,17 +776,17 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
                           : (sl == strlen(want) && memcmp(sym, want, sl) == 0);
             if (!ok) {
                 if (ints)
-                    return say(why, wn, "%s: position %llu: label %lld, expected %s (%lld)", path,
+                    return say(d, path, "%s: position %llu: label %lld, expected %s (%lld)", path,
                                (unsigned long long)j, (long long)idx, want,
                                (long long)(j == 0 ? v->sos : v->eos));
-                return say(why, wn, "%s: position %llu: '%s', expected %s (transcripts with "
+                return say(d, path, "%s: position %llu: '%s', expected %s (transcripts with "
                                     "other start and end symbols: --sos SYM --eos SYM)", path,
                            (unsigned long long)j, sym, want);
             }
             continue;
         }
         if (idx == v->sos || idx == v->eos)
-            return say(why, wn, "%s: position %llu: %s inside the transcript", path,
+            return say(d, path, "%s: position %llu: %s inside the transcript", path,
                        (unsigned long long)j, idx == v->sos ? v->sos_name : v->eos_name);
         if (lw == 1) u->labels[j - 1] = (uint8_t)idx;
         else cxs_st16(u->labels + 2 * (j - 1), (uint16_t)idx);
@@ -716,21 +795,20 @@ int transcript_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, co
 }
 
 int sequence_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, const char *path,
-                    char *why, size_t wn) {
+                    cxs_diag *d) {
     cxs_npy h;
     u->seq_len = 0;
-    int rc = transcript_header(&h, buf, len, path, why, wn);
+    int rc = transcript_header(&h, buf, len, path, d);
     if (rc) return rc;
     if ((h.kind == 'U' || h.kind == 'S') && h.itemsize > 4 * MAX_SYMBOL_CHARS)
-        return say(why, wn, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
+        return say(d, path, "%s: symbols are %llu bytes wide; a phoneme symbol is at most %u "
                             "characters", path, (unsigned long long)h.itemsize, MAX_SYMBOL_CHARS);
     if (h.count == 0)
-        return say(why, wn, "%s: empty label sequence (no symbol); every utterance needs at "
+        return say(d, path, "%s: empty label sequence (no symbol); every utterance needs at "
                             "least one", path);
-    const int lw = v->n <= 256 ? 1 : 2;
+    const int lw = (int)cxs_label_width(v->n);
     if (grow(&u->seq, &u->seq_cap, h.count * lw)) {
-        say(why, wn, "%s: out of memory", path);
-        return -2;
+        return sysfail(d, -ENOMEM, path, "%s: out of memory", path);
     }
     const uint8_t *src = buf + h.data_offset;
     const int ints = h.kind == 'i' || h.kind == 'u';
@@ -756,33 +834,33 @@ int sequence_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, cons
         }
     }
     if (starts && (h.count < 2 || !ends))
-        return say(why, wn, "%s: starts with %s but does not end with %s (a label sequence is "
+        return say(d, path, "%s: starts with %s but does not end with %s (a label sequence is "
                             "framed by both markers, or by neither)", path, v->sos_name,
                    v->eos_name);
     if (ends && !starts)
-        return say(why, wn, "%s: ends with %s but does not start with %s (a label sequence is "
+        return say(d, path, "%s: ends with %s but does not start with %s (a label sequence is "
                             "framed by both markers, or by neither)", path, v->eos_name,
                    v->sos_name);
     const uint64_t a = starts ? 1 : 0, b = starts ? h.count - 1 : h.count;
     if (a == b)
-        return say(why, wn, "%s: empty label sequence (%s %s with no symbol between)", path,
+        return say(d, path, "%s: empty label sequence (%s %s with no symbol between)", path,
                    v->sos_name, v->eos_name);
     sym_cache c = {.prev_len = (size_t)-1};
     for (uint64_t j = a; j < b; j++) {
         int64_t idx = -1;
-        if ((rc = label_at(&h, src, j, ints, v, &c, sym, sizeof sym, &sl, &idx, path, why, wn)))
+        if ((rc = label_at(&h, src, j, ints, v, &c, sym, sizeof sym, &sl, &idx, path, d)))
             return rc;
         if (idx < 0) {
             int marker = (sl == strlen(v->sos_name) && !memcmp(sym, v->sos_name, sl)) ||
                          (sl == strlen(v->eos_name) && !memcmp(sym, v->eos_name, sl));
             if (!marker)
-                return say(why, wn, "%s: position %llu: unknown symbol '%s'", path,
+                return say(d, path, "%s: position %llu: unknown symbol '%s'", path,
                            (unsigned long long)j, sym);
-            return say(why, wn, "%s: position %llu: %s inside the sequence", path,
+            return say(d, path, "%s: position %llu: %s inside the sequence", path,
                        (unsigned long long)j, sym);
         }
         if (idx == v->sos || idx == v->eos)
-            return say(why, wn, "%s: position %llu: %s inside the sequence", path,
+            return say(d, path, "%s: position %llu: %s inside the sequence", path,
                        (unsigned long long)j, idx == v->sos ? v->sos_name : v->eos_name);
         if (lw == 1) u->seq[j - a] = (uint8_t)idx;
         else cxs_st16(u->seq + 2 * (j - a), (uint16_t)idx);
@@ -792,8 +870,8 @@ int sequence_decode(utt *u, const uint8_t *buf, size_t len, const vocab *v, cons
 }
 
 int sequence_from_frames(utt *u, const vocab *v) {
-    const int lw = v->n <= 256 ? 1 : 2;
-    if (grow(&u->seq, &u->seq_cap, u->T * lw)) return -2;
+    const int lw = (int)cxs_label_width(v->n);
+    if (grow(&u->seq, &u->seq_cap, u->T * lw)) return -ENOMEM;
     uint64_t n = 0;
     uint32_t prev = UINT32_MAX;
     for (uint64_t t = 0; t < u->T; t++) {
@@ -808,29 +886,28 @@ int sequence_from_frames(utt *u, const vocab *v) {
     return 0;
 }
 
-int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, char *why, size_t wn) {
+int utt_load(utt *u, const raw_set *rs, size_t i, const conv_opts *o, cxs_diag *d) {
     u->filled = 0;
-    if (raw_item_problem(rs, i, why, wn)) return -1;
+    int rc = raw_item_problem(rs, i, d);
+    if (rc) return rc;
     const raw_item *it = &rs->items[i];
     size_t len;
-    int rc = read_npy_file(u, it->mfcc, MAX_FEATURE_FILE, "an utterance's features", &len, why, wn);
+    rc = read_npy_file(u, it->mfcc, MAX_FEATURE_FILE, "an utterance's features", &len, d);
     u->file_bytes = len;
-    if (!rc) rc = features_decode(u, u->buf, len, o, it->mfcc, why, wn);
+    if (!rc) rc = features_decode(u, u->buf, len, o, it->mfcc, d);
     if (rc || !o->v || !it->transcript) return rc;
     /* A transcript holds T+2 symbols of at most MAX_SYMBOL_CHARS characters
      * (4 bytes each as '<U'), after a header: anything larger is refused
      * before it is read, so a hostile file cannot exhaust memory. */
     uint64_t max = (1u << 20) + (u->T + 2) * 4ull * MAX_SYMBOL_CHARS;
     rc = read_npy_file(u, it->transcript, max, "a transcript of this utterance's length", &len,
-                       why, wn);
+                       d);
     if (rc) return rc;
-    if (o->transcripts == TRANSCRIPTS_SEQUENCE)
-        return sequence_decode(u, u->buf, len, o->v, it->transcript, why, wn);
-    rc = transcript_decode(u, u->buf, len, o->v, it->transcript, it->mfcc, why, wn);
-    if (!rc && o->transcripts == TRANSCRIPTS_BOTH && sequence_from_frames(u, o->v)) {
-        say(why, wn, "%s: out of memory", it->transcript);
-        return -2;
-    }
+    if (o->transcripts == CXS_TRANSCRIPTS_SEQUENCE)
+        return sequence_decode(u, u->buf, len, o->v, it->transcript, d);
+    rc = transcript_decode(u, u->buf, len, o->v, it->transcript, it->mfcc, d);
+    if (!rc && o->transcripts == CXS_TRANSCRIPTS_BOTH && sequence_from_frames(u, o->v))
+        return sysfail(d, -ENOMEM, it->transcript, "%s: out of memory", it->transcript);
     return rc;
 }
 
