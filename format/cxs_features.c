@@ -126,14 +126,9 @@ static uint32_t row_sums_f32(const float *restrict f, uint64_t D, double *restri
     return special;
 }
 
-int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint8_t *dst,
-                         double *sum, double *sumsq, double *tmp, char *why, size_t wn) {
-    return cxs_features_convert_ex(s, dtype, normalize, 0, dst, sum, sumsq, tmp, NULL, why, wn);
-}
-
-int cxs_features_convert_ex(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize,
-                            uint32_t flags, uint8_t *dst, double *sum, double *sumsq,
-                            double *tmp, uint64_t *filled, char *why, size_t wn) {
+int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint32_t flags,
+                         uint8_t *dst, double *sum, double *sumsq, double *tmp, uint64_t *filled,
+                         cxs_diag *dg) {
     const int fill = (flags & CXS_FEAT_FILL_NONFINITE) != 0;
     uint64_t nfilled = 0;
     if (filled) *filled = 0;
@@ -203,9 +198,9 @@ int cxs_features_convert_ex(const cxs_fsrc *s, uint32_t dtype, uint32_t normaliz
                     nfilled++;
                     continue; /* stored as 0: adds nothing to the sums */
                 }
-                snprintf(why, wn, "%s at frame %llu, dimension %llu", isnan(x) ? "NaN" : "infinity",
-                         (unsigned long long)t, (unsigned long long)d);
-                return -1;
+                return cxs_diagf(dg, CXS_E_INPUT, "%s at frame %llu, dimension %llu",
+                                 isnan(x) ? "NaN" : "infinity", (unsigned long long)t,
+                                 (unsigned long long)d);
             }
             if (normalize != NORM_NONE) {
                 mean[d] += x;
@@ -230,9 +225,10 @@ int cxs_features_convert_ex(const cxs_fsrc *s, uint32_t dtype, uint32_t normaliz
             if (normalize != NORM_NONE) x = (x - mean[d]) * scale[d];
             store_elem(dst + (t * D + d) * es, dtype, x, &v);
             if (!isfinite(v)) {
-                snprintf(why, wn, "value %g at frame %llu, dimension %llu overflows %s", x,
-                         (unsigned long long)t, (unsigned long long)d, cxs_dtype_name(dtype));
-                return -1;
+                return cxs_diagf(dg, CXS_E_INPUT,
+                                 "value %g at frame %llu, dimension %llu overflows %s", x,
+                                 (unsigned long long)t, (unsigned long long)d,
+                                 cxs_dtype_name(dtype));
             }
             sum[d] += v;
             sumsq[d] += v * v;

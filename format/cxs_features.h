@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxshard_base.h"
+
 /* Input element types: the stored ones (1 f32, 2 f16, 3 bf16) and f64. */
 #define CXS_IN_F32 1u
 #define CXS_IN_F16 2u
@@ -35,19 +37,19 @@ size_t cxs_in_size(uint32_t type);
  * order), normalising per utterance when normalize is CXS_NORM_UTTERANCE,
  * and add every stored value (as a double) into sum[d] and its square into
  * sumsq[d], frame by frame (sum and sumsq: D doubles each, zeroed here).
- * tmp: 2*D doubles of scratch.  Returns 0, or -1 with the reason in why
- * ("NaN at frame 5, dimension 2", "value 1e+06 at frame 0, dimension 1
- * overflows f16"), without a file name: the caller adds it.
+ * tmp: 2*D doubles of scratch.  flags: CXS_FEAT_*; *filled (may be NULL)
+ * counts the values CXS_FEAT_FILL_NONFINITE stored as 0.  Returns 0, or
+ * CXS_E_INPUT with the reason in d (NULL allowed: "NaN at frame 5,
+ * dimension 2", "value 1e+06 at frame 0, dimension 1 overflows f16"),
+ * without a file name: the caller adds it.
  */
-int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint8_t *dst,
-                         double *sum, double *sumsq, double *tmp, char *why, size_t wn);
+int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint32_t flags,
+                         uint8_t *dst, double *sum, double *sumsq, double *tmp, uint64_t *filled,
+                         cxs_diag *d);
 
 /* cxs_features_convert's flags: a NaN or infinite input value is stored as
- * 0 (before normalisation) instead of refusing the utterance; *filled
- * counts them.  For a test split, whose every frame needs a prediction. */
+ * 0 (before normalisation) instead of refusing the utterance.  For a test
+ * split, whose every frame needs a prediction. */
 #define CXS_FEAT_FILL_NONFINITE 1u
-int cxs_features_convert_ex(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize,
-                            uint32_t flags, uint8_t *dst, double *sum, double *sumsq,
-                            double *tmp, uint64_t *filled, char *why, size_t wn);
 
 #endif

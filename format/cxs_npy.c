@@ -8,15 +8,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cxs_format.h"
 #include "cxs_le.h"
 
-static int fail(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *why, size_t n, const char *fmt, ...) {
+/* A refusal: the reason (no file: the caller has it) in d; CXS_E_INPUT. */
+static int fail(cxs_diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(cxs_diag *d, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    if (why && n) vsnprintf(why, n, fmt, ap);
+    cxs_vdiag_at(d, CXS_E_INPUT, NULL, CXS_NO_OFFSET, fmt, ap);
     va_end(ap);
-    return -1;
+    return CXS_E_INPUT;
 }
 
 typedef struct {
@@ -78,43 +80,43 @@ static int read_word(cursor *c, const char *w) {
     return 0;
 }
 
-static int parse_descr(const char *s, cxs_npy *o, char *why, size_t wn) {
+static int parse_descr(const char *s, cxs_npy *o, cxs_diag *d) {
     char order = s[0];
     if (order != '<' && order != '>' && order != '|' && order != '=')
-        return fail(why, wn, "unsupported dtype descr '%s'", s);
+        return fail(d, "unsupported dtype descr '%s'", s);
     char kind = s[1];
     if (kind == 'O')
-        return fail(why, wn,
+        return fail(d,
                     "dtype is 'object' (a pickled array), which is refused: re-save it with "
                     "numpy.save(path, array.astype(str)) for strings or "
                     "array.astype(numpy.float32) for numbers");
     if (!strchr("fiubUS", kind) || kind == 0)
-        return fail(why, wn, "unsupported dtype descr '%s'", s);
+        return fail(d, "unsupported dtype descr '%s'", s);
     const char *q = s + 2;
-    if (!*q) return fail(why, wn, "dtype descr '%s' has no size", s);
+    if (!*q) return fail(d, "dtype descr '%s' has no size", s);
     uint64_t n = 0;
     for (; *q; q++) {
         if (!isdigit((unsigned char)*q) || n > 1000000)
-            return fail(why, wn, "unsupported dtype descr '%s'", s);
+            return fail(d, "unsupported dtype descr '%s'", s);
         n = n * 10 + (uint64_t)(*q - '0');
     }
-    if (n == 0) return fail(why, wn, "dtype descr '%s' has size 0", s);
+    if (n == 0) return fail(d, "dtype descr '%s' has size 0", s);
     o->kind = kind;
     o->itemsize = kind == 'U' ? 4 * n : n;
     o->big_endian = order == '>';
     if ((kind == 'f' && n != 2 && n != 4 && n != 8) ||
         ((kind == 'i' || kind == 'u') && n != 1 && n != 2 && n != 4 && n != 8) ||
         (kind == 'b' && n != 1))
-        return fail(why, wn, "unsupported dtype descr '%s'", s);
+        return fail(d, "unsupported dtype descr '%s'", s);
     return 0;
 }
 
-int cxs_npy_parse(const uint8_t *p, uint64_t size, cxs_npy *out, char *why, size_t wn) {
+int cxs_npy_parse(const uint8_t *p, uint64_t size, cxs_npy *out, cxs_diag *d) {
     cxs_npy o;
     memset(&o, 0, sizeof o);
     static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
     if (size < 10 || memcmp(p, magic, 6) != 0)
-        return fail(why, wn, "not a .npy file (no \\x93NUMPY magic)");
+        return fail(d, "not a .npy file (no \\x93NUMPY magic)");
     o.major = p[6];
     o.minor = p[7];
     uint64_t hlen, hstart;
@@ -122,84 +124,84 @@ int cxs_npy_parse(const uint8_t *p, uint64_t size, cxs_npy *out, char *why, size
         hlen = cxs_ld16(p + 8);
         hstart = 10;
     } else if (o.major == 2 || o.major == 3) {
-        if (size < 12) return fail(why, wn, "truncated .npy header");
+        if (size < 12) return fail(d, "truncated .npy header");
         hlen = cxs_ld32(p + 8);
         hstart = 12;
     } else {
-        return fail(why, wn, ".npy format version %d.%d is not supported (1.0, 2.0, 3.0 are)",
+        return fail(d, ".npy format version %d.%d is not supported (1.0, 2.0, 3.0 are)",
                     o.major, o.minor);
     }
     if (hlen > size - hstart)
-        return fail(why, wn, "truncated: header claims %llu bytes, file has %llu after the magic",
+        return fail(d, "truncated: header claims %llu bytes, file has %llu after the magic",
                     (unsigned long long)hlen, (unsigned long long)(size - hstart));
     cursor c = {(const char *)p + hstart, (const char *)p + hstart + hlen};
     int have_descr = 0, have_order = 0, have_shape = 0;
-    if (!take(&c, '{')) return fail(why, wn, "malformed header: no '{'");
+    if (!take(&c, '{')) return fail(d, "malformed header: no '{'");
     for (;;) {
         char key[32];
         if (take(&c, '}')) break;
-        if (!read_str(&c, key, sizeof key)) return fail(why, wn, "malformed header: bad key");
-        if (!take(&c, ':')) return fail(why, wn, "malformed header: no ':' after '%s'", key);
+        if (!read_str(&c, key, sizeof key)) return fail(d, "malformed header: bad key");
+        if (!take(&c, ':')) return fail(d, "malformed header: no ':' after '%s'", key);
         if (strcmp(key, "descr") == 0) {
             char descr[32];
             skip_ws(&c);
             if (c.p < c.end && *c.p == '[')
-                return fail(why, wn, "structured dtypes are not supported");
+                return fail(d, "structured dtypes are not supported");
             if (!read_str(&c, descr, sizeof descr))
-                return fail(why, wn, "malformed header: bad 'descr'");
-            if (parse_descr(descr, &o, why, wn)) return -1;
+                return fail(d, "malformed header: bad 'descr'");
+            if (parse_descr(descr, &o, d)) return CXS_E_INPUT;
             have_descr = 1;
         } else if (strcmp(key, "fortran_order") == 0) {
             if (read_word(&c, "True")) o.fortran_order = 1;
             else if (read_word(&c, "False")) o.fortran_order = 0;
-            else return fail(why, wn, "malformed header: bad 'fortran_order'");
+            else return fail(d, "malformed header: bad 'fortran_order'");
             have_order = 1;
         } else if (strcmp(key, "shape") == 0) {
-            if (!take(&c, '(')) return fail(why, wn, "malformed header: bad 'shape'");
+            if (!take(&c, '(')) return fail(d, "malformed header: bad 'shape'");
             o.ndim = 0;
             while (!take(&c, ')')) {
                 uint64_t v;
                 if (o.ndim >= CXS_NPY_MAX_DIMS)
-                    return fail(why, wn, "shape has more than %d dimensions", CXS_NPY_MAX_DIMS);
+                    return fail(d, "shape has more than %d dimensions", CXS_NPY_MAX_DIMS);
                 skip_ws(&c);
                 if (c.p < c.end && *c.p == '-')
-                    return fail(why, wn, "shape has a negative dimension");
+                    return fail(d, "shape has a negative dimension");
                 if (!read_uint(&c, &v))
-                    return fail(why, wn, "malformed header: bad 'shape' entry");
+                    return fail(d, "malformed header: bad 'shape' entry");
                 o.shape[o.ndim++] = v;
                 if (!take(&c, ',')) {
-                    if (!take(&c, ')')) return fail(why, wn, "malformed header: bad 'shape'");
+                    if (!take(&c, ')')) return fail(d, "malformed header: bad 'shape'");
                     break;
                 }
             }
             have_shape = 1;
         } else {
-            return fail(why, wn, "header has unknown key '%s'", key);
+            return fail(d, "header has unknown key '%s'", key);
         }
         if (!take(&c, ',')) {
-            if (!take(&c, '}')) return fail(why, wn, "malformed header: expected ',' or '}'");
+            if (!take(&c, '}')) return fail(d, "malformed header: expected ',' or '}'");
             break;
         }
     }
     if (!have_descr || !have_order || !have_shape)
-        return fail(why, wn, "header lacks '%s'",
+        return fail(d, "header lacks '%s'",
                     !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
     o.count = 1;
     for (int i = 0; i < o.ndim; i++) {
         if (o.shape[i] && o.count > UINT64_MAX / o.shape[i])
-            return fail(why, wn, "shape overflows 64 bits");
+            return fail(d, "shape overflows 64 bits");
         o.count *= o.shape[i];
     }
     if (o.count && o.itemsize > UINT64_MAX / o.count)
-        return fail(why, wn, "shape times element size overflows 64 bits");
+        return fail(d, "shape times element size overflows 64 bits");
     o.data_size = o.count * o.itemsize;
     o.data_offset = hstart + hlen;
     uint64_t avail = size - o.data_offset;
     if (o.data_size > avail)
-        return fail(why, wn, "truncated: the header promises %llu data bytes, the file holds %llu",
+        return fail(d, "truncated: the header promises %llu data bytes, the file holds %llu",
                     (unsigned long long)o.data_size, (unsigned long long)avail);
     if (o.data_size < avail)
-        return fail(why, wn, "%llu unexpected bytes after the array data",
+        return fail(d, "%llu unexpected bytes after the array data",
                     (unsigned long long)(avail - o.data_size));
     *out = o;
     return 0;

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxshard_base.h"
+
 #define CXS_NPY_MAX_DIMS 8
 
 typedef struct cxs_npy {
@@ -25,10 +27,10 @@ typedef struct cxs_npy {
 /*
  * Parse the header of a .npy file held in p[0..size).  Checks that the data
  * the header promises is exactly what follows it (no overflow, no missing or
- * trailing bytes).  On failure writes a reason (no path) into why and
- * returns -1; returns 0 on success.
+ * trailing bytes).  Returns 0, or CXS_E_INPUT with the reason (no path:
+ * the caller adds it) in d (NULL allowed).
  */
-int cxs_npy_parse(const uint8_t *p, uint64_t size, cxs_npy *out, char *why, size_t whylen);
+int cxs_npy_parse(const uint8_t *p, uint64_t size, cxs_npy *out, cxs_diag *d);
 
 /* Write a .npy v1.0 header for a C-order array into buf (capacity cap);
  * returns its length, a multiple of 64, or 0 when it does not fit. */

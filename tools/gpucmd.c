@@ -112,7 +112,7 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
     double start = now_seconds();
     while (o->batches ? batches < o->batches : epoch == 0) {
         if ((rc = cxs_gpu_loader_next(l, NULL, &b))) {
-            warnx_("%s: %s", dir, cxs_gpu_loader_error(l));
+            warnx_("%s: %s", dir, cxs_gpu_loader_error(l)->message);
             ec = EXIT_SYSTEM;
             goto out;
         }
@@ -127,7 +127,7 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
                 (rc = cxs_gpu_loader_download(l, NULL, b->x, o->bf16 ? (void *)got16 : (void *)got,
                                               b->n * W * (o->bf16 ? 2 : 4))) ||
                 (go.labels && (rc = cxs_gpu_loader_download(l, NULL, b->y, ygot, b->n * 8)))) {
-                warnx_("%s: %s", dir, rc == CXS_E_DEVICE ? cxs_gpu_loader_error(l)
+                warnx_("%s: %s", dir, rc == CXS_E_DEVICE ? cxs_gpu_loader_error(l)->message
                                       : d.message[0]         ? d.message
                                                              : cxs_strerror(rc));
                 ec = exit_code_for(rc);
@@ -155,7 +155,7 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
     if (last) { /* the device has finished the last batch when one byte of it arrives */
         char one;
         if (cxs_gpu_loader_download(l, NULL, last->x, &one, 1)) {
-            warnx_("%s: %s", dir, cxs_gpu_loader_error(l));
+            warnx_("%s: %s", dir, cxs_gpu_loader_error(l)->message);
             ec = EXIT_SYSTEM;
             goto out;
         }

@@ -20,10 +20,25 @@
 int gpu_fail(cxs_gpu_loader *l, int rc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    pthread_mutex_lock(&l->err_mu);
-    vsnprintf(l->err, sizeof l->err, fmt, ap);
-    pthread_mutex_unlock(&l->err_mu);
+    pthread_mutex_lock(&l->errs->mu);
+    cxs_vdiag_at(&l->errs->err, rc, NULL, CXS_NO_OFFSET, fmt, ap);
+    pthread_mutex_unlock(&l->errs->mu);
     va_end(ap);
+    return rc;
+}
+
+int gpu_fail_from(cxs_gpu_loader *l, int rc, const char *prefix, const cxs_diag *src) {
+    pthread_mutex_lock(&l->errs->mu);
+    cxs_diag_at(&l->errs->err, rc, src->file, src->offset, "%s%s", prefix,
+                src->message[0] ? src->message : cxs_strerror(rc));
+    pthread_mutex_unlock(&l->errs->mu);
+    return rc;
+}
+
+int gpu_error_copy(cxs_gpu_loader *l, int rc, cxs_diag *d) {
+    pthread_mutex_lock(&l->errs->mu);
+    cxs_diag_copy(d, rc, &l->errs->err);
+    pthread_mutex_unlock(&l->errs->mu);
     return rc;
 }
 
@@ -166,7 +181,9 @@ int gpu_mapped(cxs_gpu_loader *l, const char *what, int (*fn)(void *), void *arg
         w.offset = f.offset;
         cxs_diag d;
         cxs_where_diag(l->ds, rc, &w, &d);
-        return gpu_fail(l, rc, "%s: %s", what, d.message);
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, "%s: ", what);
+        return gpu_fail_from(l, rc, prefix, &d);
     }
     return rc;
 }
@@ -377,7 +394,8 @@ void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     if (l->d_scale) l->be->dev_free(l->d_scale);
     if (l->work) l->be->stream_destroy(l->work);
     if (l->copy) l->be->stream_destroy(l->copy);
-    pthread_mutex_destroy(&l->err_mu);
+    if (l->errs) pthread_mutex_destroy(&l->errs->mu);
+    free(l->errs);
     free(l->norm_mv);
     free(l);
 }
@@ -450,7 +468,11 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
     cxs_gpu_loader *l = calloc(1, sizeof *l);
     if (!l) return cxs_diagf(diag, -ENOMEM, "out of memory");
     l->be = be;
-    pthread_mutex_init(&l->err_mu, NULL);
+    if (!(l->errs = calloc(1, sizeof *l->errs))) {
+        free(l);
+        return cxs_diagf(diag, -ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&l->errs->mu, NULL);
     l->ds = ds, l->o = *opts;
     l->dev = opts->device == CXS_GPU_EMULATE ? 0 : opts->device;
     l->dtype = ds->meta.dtype, l->D = ds->meta.dim;
@@ -472,7 +494,7 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
     int e;
     if ((e = be->set_device(l->dev))) {
         rc = GPU_DEVICE_FAIL(l, "", e, "set_device");
-        cxs_diagf(diag, rc, "%s", l->err);
+        gpu_error_copy(l, rc, diag);
         cxs_gpu_loader_free(l);
         return rc;
     }
@@ -529,7 +551,7 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     *out = l;
     return 0;
 fail:
-    cxs_diagf(diag, rc, "%s", l->err);
+    gpu_error_copy(l, rc, diag);
     cxs_gpu_loader_free(l);
     return rc;
 }
@@ -575,7 +597,7 @@ int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
         l->handed = NULL;
     }
     if (l->ops->stop) l->ops->stop(l);
-    l->err[0] = 0; /* the mode's thread is joined: nothing else writes it */
+    memset(&l->errs->err, 0, sizeof l->errs->err); /* the mode's thread is joined: nothing else writes it */
     int rc = l->ops->start(l);
     return rc ? (l->rc = rc) : 0;
 }
@@ -594,13 +616,13 @@ int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, vo
     return e ? GPU_DEVICE_FAIL(l, "", e, "download") : 0;
 }
 
-const char *cxs_gpu_loader_error(const cxs_gpu_loader *l) {
-    if (!l) return "";
+const cxs_diag *cxs_gpu_loader_error(const cxs_gpu_loader *l) {
+    if (!l) return NULL;
     /* A snapshot taken under the lock: a background thread (feeder,
      * refresher) may still write err after the consumer's own failure. */
-    cxs_gpu_loader *m = (cxs_gpu_loader *)l;
-    pthread_mutex_lock(&m->err_mu);
-    memcpy(m->err_shown, m->err, sizeof m->err_shown);
-    pthread_mutex_unlock(&m->err_mu);
-    return m->err_shown;
+    gpu_err *e = l->errs;
+    pthread_mutex_lock(&e->mu);
+    e->shown = e->err;
+    pthread_mutex_unlock(&e->mu);
+    return &e->shown;
 }

@@ -114,7 +114,7 @@ typedef struct gpu_pool {
 /* What a mode does; gpu.c calls these.  NULL entries do nothing. */
 typedef struct gpu_mode {
     /* Allocate what the mode needs and start at (l->epoch, l->pos).  On
-     * failure the message is in l->err; release() frees what was made. */
+     * failure the error is in l->errs (gpu_fail); release() frees what was made. */
     int (*setup)(cxs_gpu_loader *l);
     /* The next slot to hand out (n = 0: the end), after recording that the
      * caller's stream is done with the one handed out before. */
@@ -152,6 +152,12 @@ typedef struct gpu_utt {
 extern const gpu_mode cxs_gpu_stream_mode, cxs_gpu_resident_mode, cxs_gpu_pool_mode,
     cxs_gpu_utt_mode;
 
+/* A loader's last error and the copy cxs_gpu_loader_error hands out. */
+typedef struct gpu_err {
+    pthread_mutex_t mu;
+    cxs_diag err, shown;
+} gpu_err;
+
 struct cxs_gpu_loader {
     const gpu_backend *be;
     const gpu_mode *ops; /* set once the mode is chosen, before its setup */
@@ -163,12 +169,13 @@ struct cxs_gpu_loader {
     size_t W, xelem;
     uint64_t epoch, pos, index;
     int rc;
-    /* The one error message.  Written through gpu_fail (under err_mu: the
-     * feeder and the refresher write it too, once, when they fail; the
-     * consumer learns of it through the mode's rc under the mode's lock). */
-    char err[512];
-    char err_shown[512]; /* cxs_gpu_loader_error's copy of err, taken under err_mu */
-    pthread_mutex_t err_mu;
+    /* The one error, a cxs_diag like every handle's.  Written through
+     * gpu_fail (under its lock: the feeder and the refresher write it too,
+     * once, when they fail; the consumer learns of it through the mode's
+     * rc under the mode's lock).  Apart from the loader so that
+     * cxs_gpu_loader_error, which takes a const loader, can lock it and
+     * copy it out. */
+    gpu_err *errs;
     cxs_gpu_loader_info info;
     uint64_t uploaded; /* atomic: the feeder and refresher add to it */
     cxs_gpu_batch batch;
@@ -191,12 +198,17 @@ struct cxs_gpu_loader {
     gpu_utt ut;
 };
 
-/* The failure helper: write the message, return rc. */
+/* The failure helpers: write the loader's error (code rc, the message),
+ * return rc.  gpu_fail_from keeps src's file and offset and puts prefix
+ * before its message. */
 int gpu_fail(cxs_gpu_loader *l, int rc, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+int gpu_fail_from(cxs_gpu_loader *l, int rc, const char *prefix, const cxs_diag *src);
+/* The loader's error into d (NULL allowed), with code rc; returns rc. */
+int gpu_error_copy(cxs_gpu_loader *l, int rc, cxs_diag *d);
 
 /* A backend call that failed: CXS_E_DEVICE with the runtime's words. */
 #define GPU_DEVICE_FAIL(l, ctx, err, what)                                                  \
@@ -213,7 +225,7 @@ int gpu_fail(cxs_gpu_loader *l, int rc, const char *fmt, ...)
  * probe, the loader with its backend and copied statistics (budget: the
  * bytes it may take), and, once the mode is set, the streams and the
  * normalisation constants on the device.  On failure of the second the
- * caller frees l after cxs_diagf(diag, rc, l->err). */
+ * caller frees l after gpu_error_copy(l, rc, diag). */
 int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_loader **out,
                    uint64_t *budget, cxs_diag *diag);
 int gpu_loader_streams(cxs_gpu_loader *l);

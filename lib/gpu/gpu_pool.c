@@ -191,7 +191,7 @@ static int pool_open(cxs_gpu_loader *l) {
     cxs_diag d;
     int e, rc = cxs_block_sched_init(&p->bs, l->ds, cxs_sampler_options(l->sampler)->seed,
                                      p->seg_rows, 0, p->S - 1, &d);
-    if (rc) return gpu_fail(l, rc, "pool mode: %s", d.message);
+    if (rc) return gpu_fail_from(l, rc, "pool mode: ", &d);
     if ((e = l->be->dev_alloc((void **)&p->d_pool, (size_t)(p->S * p->seg_rows * rb))))
         return GPU_DEVICE_FAIL(l, "", e, "device allocation of the pool");
     l->info.device_bytes += p->S * p->seg_rows * rb;

@@ -278,7 +278,7 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
     }
     cxs_diag id;
     if ((rc = cxs_index_check_all(ds, &id))) {
-        rc = gpu_fail(l, rc, "%s", id.message);
+        rc = gpu_fail_from(l, rc, "", &id);
         goto out;
     }
     srow[0] = 0;

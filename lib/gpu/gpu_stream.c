@@ -39,7 +39,7 @@ static void *feeder_main(void *arg) {
         int rc = cxs_loader_next(l->st.cl, &b), e = 0;
         if (rc) { /* the CPU loader's message: the shard, utterance, chunk */
             const cxs_diag *why = cxs_loader_error(l->st.cl);
-            feed_failed(l, gpu_fail(l, rc, "%s", why->message[0] ? why->message : cxs_strerror(rc)));
+            feed_failed(l, gpu_fail_from(l, rc, "", why));
             break;
         }
         pthread_mutex_lock(&l->st.mu);
@@ -112,7 +112,7 @@ static int stream_start(cxs_gpu_loader *l) {
     cxs_diag diag = {0};
     int rc = cxs_loader_create_ex(l->ds, l->sampler, &lo, l->epoch, l->pos, &l->st.cl, &diag);
     if (rc)
-        return gpu_fail(l, rc, "CPU loader: %s", diag.message[0] ? diag.message : cxs_strerror(rc));
+        return gpu_fail_from(l, rc, "CPU loader: ", &diag);
     for (uint32_t i = 0; i < l->st.nstage; i++)
         if ((rc = cxs_loader_provide(l->st.cl, l->st.h_x[i], l->st.h_y ? l->st.h_y[i] : NULL)))
             return gpu_fail(l, rc, "CPU loader: %s", cxs_strerror(rc));

@@ -184,7 +184,7 @@ static int utt_setup(cxs_gpu_loader *l) {
     int rc = utt_position(l);
     if (rc) return rc;
     cxs_diag id; /* the rows below come from the whole INDEX: checked first */
-    if ((rc = cxs_index_check_all(ds, &id))) return gpu_fail(l, rc, "%s", id.message);
+    if ((rc = cxs_index_check_all(ds, &id))) return gpu_fail_from(l, rc, "", &id);
     if (!(u->urow = malloc((U ? U : 1) * sizeof *u->urow)))
         return gpu_fail(l, -ENOMEM, "out of memory");
     /* the device rows gpu_resident_upload gives the utterances: the
@@ -320,7 +320,7 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     *out = ul;
     return 0;
 fail:
-    cxs_diagf(diag, rc, "%s", l->err);
+    gpu_error_copy(l, rc, diag);
     cxs_gpu_loader_free(l);
     free(ul);
     return rc;
@@ -374,8 +374,8 @@ void cxs_gpu_utt_loader_describe(const cxs_gpu_utt_loader *ul, cxs_gpu_loader_in
     if (ul) cxs_gpu_loader_describe(ul->g, info);
 }
 
-const char *cxs_gpu_utt_loader_error(const cxs_gpu_utt_loader *ul) {
-    return ul ? cxs_gpu_loader_error(ul->g) : "";
+const cxs_diag *cxs_gpu_utt_loader_error(const cxs_gpu_utt_loader *ul) {
+    return ul ? cxs_gpu_loader_error(ul->g) : NULL;
 }
 
 void cxs_gpu_utt_loader_free(cxs_gpu_utt_loader *ul) {

@@ -247,8 +247,8 @@ static void load_one(void *user, size_t i, size_t si) {
             s->converted =
                 !kaldi_grow((void **)&s->scratch, &s->scratch_cap, (size_t)(4 * nc),
                             sizeof(double)) &&
-                !cxs_features_convert(&src, K->dtype, CXS_NORM_NONE, s->conv, s->scratch,
-                                      s->scratch + nc, s->scratch + 2 * nc, why, sizeof why);
+                !cxs_features_convert(&src, K->dtype, CXS_NORM_NONE, 0, s->conv, s->scratch,
+                                      s->scratch + nc, s->scratch + 2 * nc, NULL, NULL);
         }
     }
     /* the labels of the utterance, looked up in the vocabulary */

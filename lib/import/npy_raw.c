@@ -579,8 +579,8 @@ static int read_npy_file(utt *u, const char *path, uint64_t max, const char *wha
 int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, const char *path,
                     cxs_diag *d) {
     cxs_npy h;
-    char r[256];
-    if (cxs_npy_parse(buf, len, &h, r, sizeof r)) return say(d, path, "%s: %s", path, r);
+    cxs_diag r;
+    if (cxs_npy_parse(buf, len, &h, &r)) return say(d, path, "%s: %s", path, r.message);
     if (h.kind != 'f')
         return say(d, path, "%s: features have dtype kind '%c', expected float (f2, f4 or f8)",
                    path, h.kind);
@@ -612,11 +612,10 @@ int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, 
                    /* element (t, d): C order at t*D+d, Fortran order at d*T+t */
                    (int64_t)(h.fortran_order ? isz : D * isz),
                    (int64_t)(h.fortran_order ? T * isz : isz)};
-    char r2[256];
-    if (cxs_features_convert_ex(&fs, o->dtype, o->normalize,
-                                o->fill_nonfinite ? CXS_FEAT_FILL_NONFINITE : 0, u->feat, u->sum,
-                                u->sumsq, u->tmp, &u->filled, r2, sizeof r2))
-        return say(d, path, "%s: %s", path, r2);
+    if (cxs_features_convert(&fs, o->dtype, o->normalize,
+                             o->fill_nonfinite ? CXS_FEAT_FILL_NONFINITE : 0, u->feat, u->sum,
+                             u->sumsq, u->tmp, &u->filled, &r))
+        return say(d, path, "%s: %s", path, r.message);
     return 0;
 }
 
@@ -677,8 +676,8 @@ static int64_t int_at(const cxs_npy *h, const uint8_t *p, uint64_t j) {
  * strings or integers. */
 static int transcript_header(cxs_npy *h, const uint8_t *buf, size_t len, const char *path,
                              cxs_diag *d) {
-    char r[256];
-    if (cxs_npy_parse(buf, len, h, r, sizeof r)) return say(d, path, "%s: %s", path, r);
+    cxs_diag r;
+    if (cxs_npy_parse(buf, len, h, &r)) return say(d, path, "%s: %s", path, r.message);
     if (h->ndim != 1)
         return say(d, path, "%s: transcript has %d dimensions, expected a 1-D array", path,
                    h->ndim);
@@ -930,10 +929,9 @@ int raw_probe(const raw_set *rs, size_t i, uint64_t *T, uint32_t *D) {
         pread(fd, buf, (size_t)hend, 0) != (ssize_t)hend)
         goto out;
     cxs_npy h;
-    char r[256];
     /* The parser reads only the header bytes; the size lets it check that
      * the data the shape promises is what the file holds. */
-    if (cxs_npy_parse(buf, (uint64_t)st.st_size, &h, r, sizeof r) == 0 && h.ndim == 2 &&
+    if (cxs_npy_parse(buf, (uint64_t)st.st_size, &h, NULL) == 0 && h.ndim == 2 &&
         h.data_offset <= hend && h.shape[1] > 0 && h.shape[1] <= CXS_MAX_DIM) {
         *T = h.shape[0];
         *D = (uint32_t)h.shape[1];

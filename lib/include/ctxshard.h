@@ -640,6 +640,11 @@ CXS_API int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts 
  * 1)), and the number of blocks of `epoch`; 0 for other kinds. */
 CXS_API uint64_t cxs_sampler_block_bytes(const cxs_sampler *s);
 CXS_API uint64_t cxs_sampler_num_blocks(const cxs_sampler *s, uint64_t epoch);
+/** The version of the block schedule this library draws (2: the last
+ *  blocks of an epoch are drawn on together; 1 before).  A position saved
+ *  under another version resumes into another order: a saved state
+ *  records it, and a resume refuses a mismatch. */
+CXS_API uint32_t cxs_block_order(void);
 CXS_API void cxs_sampler_free(cxs_sampler *s);
 
 /** Samples per epoch for this rank. */

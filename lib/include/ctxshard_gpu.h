@@ -217,7 +217,7 @@ CXS_API int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *samp
  * device.  *batch is NULL at the end of the epoch.  The previous batch's
  * memory is reused after the work already enqueued on `stream`.  One
  * consumer, one stream per loader.  Returns 0 or the first error (then
- * cxs_gpu_loader_error() has the message).
+ * cxs_gpu_loader_error() has the diagnostic).
  */
 CXS_API int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch);
 
@@ -238,8 +238,11 @@ CXS_API void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_inf
 CXS_API int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, void *dst,
                                     size_t n);
 
-/** The message of the last error, "" when none.  Valid until the next call. */
-CXS_API const char *cxs_gpu_loader_error(const cxs_gpu_loader *l);
+/** The last error as a diagnostic, like cxs_loader_error: code, message
+ *  (empty when none), and the file and offset where the failure has a
+ *  place (a shard truncated since open).  NULL for a NULL loader.  Valid
+ *  until the next call on l. */
+CXS_API const cxs_diag *cxs_gpu_loader_error(const cxs_gpu_loader *l);
 
 /** Wait for the loader's own work and for the work the consumer queued on
  * its stream before this call (it may still read the batches handed out),
@@ -339,8 +342,8 @@ CXS_API int cxs_gpu_utt_loader_reset(cxs_gpu_utt_loader *l, uint64_t epoch, uint
 /** What the loader holds and has moved (mode reads CXS_GPU_RESIDENT). */
 CXS_API void cxs_gpu_utt_loader_describe(const cxs_gpu_utt_loader *l, cxs_gpu_loader_info *info);
 
-/** The message of the last error, "" when none.  Valid until the next call. */
-CXS_API const char *cxs_gpu_utt_loader_error(const cxs_gpu_utt_loader *l);
+/** The last error, as cxs_gpu_loader_error. */
+CXS_API const cxs_diag *cxs_gpu_utt_loader_error(const cxs_gpu_utt_loader *l);
 
 /** Wait for the loader's work and for the consumer's work queued before
  * this call, then free everything (as cxs_gpu_loader_free).  NULL is a

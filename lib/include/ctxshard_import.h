@@ -63,7 +63,7 @@ typedef struct cxs_import_info {
     uint32_t kinds;       /**< object types met: bit 0 FM, 1 DM, 2 FV, 3 DV, 4 CM, 5 CM2, 6 CM3,
                                7 a text-form matrix */
     uint32_t pad;         /**< zero */
-    /* 0.2.1 (cxs_import_npy), in what were reserved words; zero from the
+    /* 0.3.0 (cxs_import_npy), in what were reserved words; zero from the
      * other importers. */
     uint64_t filled_values; /**< NaN or infinite values stored as 0 (CXS_NPY_FILL_NONFINITE) */
     uint64_t filled_utts;   /**< the utterances that held them */

@@ -674,12 +674,12 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
     if (grow(&k->conv, &k->conv_cap, fb + (size_t)k->o.guard * D * k->esize) ||
         grow(&k->sums, &k->sums_cap, 4 * D * sizeof(double)))
         return cxs_diagf(d, -ENOMEM, "%s: out of memory", id);
-    char why[256];
+    cxs_diag why;
     /* Stored values are taken as they are: converting them into their own
      * type is exact, and it checks them and sums them the same way. */
-    if (cxs_features_convert(&s, k->o.dtype, u->stored ? CXS_NORM_NONE : k->o.normalize, k->conv,
-                             k->sums, k->sums + D, k->sums + 2 * D, why, sizeof why))
-        return cxs_diagf(d, CXS_E_INPUT, "%s: %s", id, why);
+    if (cxs_features_convert(&s, k->o.dtype, u->stored ? CXS_NORM_NONE : k->o.normalize, 0,
+                             k->conv, k->sums, k->sums + D, k->sums + 2 * D, NULL, &why))
+        return cxs_diagf(d, CXS_E_INPUT, "%s: %s", id, why.message);
     memset(k->conv + fb, 0, (size_t)k->o.guard * D * k->esize); /* the guard after it */
     /* Accepted: from here on a failure is the system's. */
     if (!k->last_id && !(k->last_id = malloc(CXS_MAX_ID_LEN + 1)))

@@ -271,8 +271,9 @@ class GpuLoader:
         self.close()
 
 
-def _fail(rc, message):
-    """Raise the error of rc with the loader's own message."""
-    d = _n.Diag()
-    d.message = (message or b"")[:1023]
-    _raise(rc, d, what="GPU loader")
+def _fail(rc, diag, what="GPU loader"):
+    """Raise the error of rc with the loader's own diagnostic (its message,
+    and the file and offset where the failure has a place)."""
+    # a copy: the loader's is valid until its next call
+    d = _n.Diag.from_buffer_copy(diag.contents) if diag else _n.Diag()
+    _raise(rc, d, what=what)

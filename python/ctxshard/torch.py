@@ -331,10 +331,10 @@ class Loader:
     when they fit (ctxshard.Dataset, hugepage_budget): faster random
     windows for that much memory; self.dataset.hugepages says whether."""
 
-    # The block schedule's version (lib/order/blocks.c): 2 since the last blocks of
-    # an epoch are drawn on together.  A state saved mid-epoch under another
-    # version would resume into another order.
-    BLOCK_ORDER = 2
+    # The block schedule's version, asked of the library (cxs_block_order): a
+    # state saved mid-epoch under another version would resume into another
+    # order.
+    BLOCK_ORDER = int(_lib.cxs_block_order())
 
     def __init__(self, path, context, batch_size, shuffle=True, seed=0, drop_last=False,
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
@@ -1251,9 +1251,8 @@ class UtteranceLoader:
         s.epoch, s._origin, s._start = epoch + 1, 0, 0
 
     def _gpu_fail(self, rc):
-        d = _n.Diag()
-        d.message = (_lib.cxs_gpu_utt_loader_error(self._gl.ptr) or b"")[:1023]
-        _raise(rc, d, what="GPU utterance loader")
+        from .gpu import _fail
+        _fail(rc, _lib.cxs_gpu_utt_loader_error(self._gl.ptr), what="GPU utterance loader")
 
     def close(self):
         """No more device batches from this loader: its device memory is

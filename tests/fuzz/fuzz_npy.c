@@ -9,14 +9,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cxs_npy h;
-    char why[512];
-    (void)cxs_npy_parse(data, size, &h, why, sizeof why);
+    cxs_diag d;
+    (void)cxs_npy_parse(data, size, &h, &d);
     static const uint32_t dtypes[3] = {CXS_DTYPE_F32, CXS_DTYPE_F16, CXS_DTYPE_BF16};
     utt u;
     memset(&u, 0, sizeof u);
     /* the fill of non-finite values (--fill-nonfinite) too */
     conv_opts o = {dtypes[size % 3], (uint32_t)(size / 3 % 2), NULL, 0, (int)(size / 6 % 2)};
-    cxs_diag d;
     (void)features_decode(&u, data, size, &o, "fuzz.npy", &d);
     utt_free(&u);
     return 0;

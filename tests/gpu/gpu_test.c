@@ -106,7 +106,7 @@ static uint64_t *run_epoch(cxs_dataset *ds, cxs_sampler *s, const cxs_gpu_opts *
     for (;;) {
         const cxs_gpu_batch *b;
         rc = cxs_gpu_loader_next(l, stream, &b);
-        ck_assert_msg(rc == 0, "next: %s (%s)", cxs_strerror(rc), cxs_gpu_loader_error(l));
+        ck_assert_msg(rc == 0, "next: %s (%s)", cxs_strerror(rc), cxs_gpu_loader_error(l)->message);
         if (!b) break;
         ck_assert_uint_le(b->n, B);
         ck_assert_uint_eq(b->index, idx++);
@@ -255,7 +255,7 @@ TEST(queued_consumer_work_reads_its_batch) {
         uint32_t nb = 0;
         for (; nb < NB; nb++) {
             const cxs_gpu_batch *b;
-            ck_assert_msg(cxs_gpu_loader_next(l, stream, &b) == 0, "%s", cxs_gpu_loader_error(l));
+            ck_assert_msg(cxs_gpu_loader_next(l, stream, &b) == 0, "%s", cxs_gpu_loader_error(l)->message);
             if (!b) break;
             ns[nb] = b->n;
             memcpy(frames + (size_t)nb * B, b->frames, b->n * 8); /* host: valid until next */
@@ -793,8 +793,12 @@ TEST(pool_meets_a_truncated_shard) {
         if (!rc && !b) break;
     }
     ck_assert_int_eq(rc, CXS_E_TRUNCATED);
-    EXPECT_STR_HAS(cxs_gpu_loader_error(l), "shard-000000.cxs");
-    EXPECT_STR_HAS(cxs_gpu_loader_error(l), "truncated");
+    EXPECT_STR_HAS(cxs_gpu_loader_error(l)->message, "shard-000000.cxs");
+    EXPECT_STR_HAS(cxs_gpu_loader_error(l)->message, "truncated");
+    /* the place, for a program: the shard's path and the byte */
+    EXPECT_STR_HAS(cxs_gpu_loader_error(l)->file, "shard-000000.cxs");
+    ck_assert_int_eq(cxs_gpu_loader_error(l)->code, CXS_E_TRUNCATED);
+    ck_assert(cxs_gpu_loader_error(l)->offset != CXS_NO_OFFSET);
     cxs_gpu_loader_free(l);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
@@ -832,8 +836,10 @@ TEST(utterance_loader_meets_a_truncated_shard) {
         if (!rc && !b) break;
     }
     ck_assert_int_eq(rc, CXS_E_TRUNCATED);
-    EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl), "shard-000000.cxs");
-    EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl), "truncated");
+    EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl)->message, "shard-000000.cxs");
+    EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl)->message, "truncated");
+    EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl)->file, "shard-000000.cxs");
+    ck_assert_int_eq(cxs_gpu_utt_loader_error(gl)->code, CXS_E_TRUNCATED);
     cxs_gpu_utt_loader_free(gl);
     cxs_utt_sampler_free(us);
     cxs_dataset_close(ds);
@@ -956,7 +962,7 @@ static void utt_epoch_matches(const char *path, uint32_t rank, uint32_t world, u
         const cxs_gpu_utt_batch *g;
         ck_assert_int_eq(cxs_utt_loader_next(cl, &c), 0);
         rc = cxs_gpu_utt_loader_next(gl, stream, &g);
-        ck_assert_msg(rc == 0, "next: %s (%s)", cxs_strerror(rc), cxs_gpu_utt_loader_error(gl));
+        ck_assert_msg(rc == 0, "next: %s (%s)", cxs_strerror(rc), cxs_gpu_utt_loader_error(gl)->message);
         if (!c) {
             ck_assert_ptr_null(g);
             break;
@@ -1011,7 +1017,7 @@ static void utt_epoch_matches(const char *path, uint32_t rank, uint32_t world, u
         ck_assert(memcmp(x, c->x, c->n * c->tmax * D * 4) == 0);
     }
     ck_assert_int_eq(cxs_gpu_utt_loader_reset(gl, 2, len_rank + 100), CXS_E_INVALID);
-    ck_assert_ptr_nonnull(strstr(cxs_gpu_utt_loader_error(gl), "past this rank's"));
+    ck_assert_ptr_nonnull(strstr(cxs_gpu_utt_loader_error(gl)->message, "past this rank's"));
     cxs_gpu_loader_info li;
     cxs_gpu_utt_loader_describe(gl, &li);
     ck_assert_uint_eq(li.mode, CXS_GPU_RESIDENT);
