@@ -23,23 +23,25 @@ static int map_file(const char *path, const uint8_t **map, uint64_t *size, cxs_d
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        return cxs_diagf(d, -e, "%s: %s", path, strerror(e));
+        return cxs_diag_at(d, -e, path, CXS_NO_OFFSET, "%s: %s", path, strerror(e));
     }
     struct stat st;
     int stat_failed = fstat(fd, &st) != 0;
     if (stat_failed || !S_ISREG(st.st_mode)) {
         int e = stat_failed ? errno : EINVAL; /* st is unset when fstat failed */
         close(fd);
-        return cxs_diagf(d, -e, "%s: %s", path, e == EINVAL ? "not a regular file" : strerror(e));
+        return cxs_diag_at(d, -e, path, CXS_NO_OFFSET, "%s: %s", path,
+                           e == EINVAL ? "not a regular file" : strerror(e));
     }
     if (st.st_size == 0) {
         close(fd);
-        return cxs_diagf(d, CXS_E_TRUNCATED, "%s: empty file", path);
+        return cxs_diag_at(d, CXS_E_TRUNCATED, path, CXS_NO_OFFSET, "%s: empty file", path);
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     int e = errno;
     close(fd);
-    if (p == MAP_FAILED) return cxs_diagf(d, -e, "%s: cannot map: %s", path, strerror(e));
+    if (p == MAP_FAILED)
+        return cxs_diag_at(d, -e, path, CXS_NO_OFFSET, "%s: cannot map: %s", path, strerror(e));
     *map = p;
     *size = (uint64_t)st.st_size;
     return 0;
@@ -88,8 +90,9 @@ static int check_section_hash(const uint8_t *map, const cxs_section *s, const ch
 static const cxs_section *need(const cxs_container *c, uint32_t type, const char *path, int *rc,
                                cxs_diag *d) {
     const cxs_section *s = cxs_container_find(c, type);
-    if (!s) *rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: required section %s is missing", path,
-                            cxs_section_name(type));
+    if (!s)
+        *rc = cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                          "%s: required section %s is missing", path, cxs_section_name(type));
     return s;
 }
 
@@ -116,50 +119,56 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     if ((rc = cxs_dataset_meta_load(ds->map + sm->offset, sm->length, m, mp, d))) return rc;
     ds->esize = cxs_dtype_size(m->dtype);
     if (!ds->esize)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: unknown dtype %u", mp, m->dtype);
+        return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                           "%s: DATASET_META: unknown dtype %u", mp, m->dtype);
     ds->row_bytes = (uint64_t)m->dim * ds->esize;
     if (m->dim == 0 || m->dim > CXS_MAX_DIM || m->guard > CXS_MAX_GUARD)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: dim %u / guard %u out of range",
-                         mp, m->dim, m->guard);
+        return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                           "%s: DATASET_META: dim %u / guard %u out of range", mp, m->dim,
+                           m->guard);
     uint32_t want_lw = cxs_label_width(m->vocab_size);
     if (m->vocab_size > CXS_MAX_VOCAB || m->label_width != want_lw)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: DATASET_META: vocabulary of %u symbols with label width %u", mp,
-                         m->vocab_size, m->label_width);
+        return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                           "%s: DATASET_META: vocabulary of %u symbols with label width %u", mp,
+                           m->vocab_size, m->label_width);
     if (m->normalize > CXS_NORM_UTTERANCE || m->on_error > 1)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: DATASET_META: bad normalize/on_error code", mp);
+        return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                           "%s: DATASET_META: bad normalize/on_error code", mp);
     if (m->num_shards == 0 || m->num_utterances == 0 || m->num_frames < m->num_utterances ||
         m->num_shards > m->num_utterances)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: DATASET_META: %u shards, %llu utterances, %llu frames is not a "
-                         "valid combination",
-                         mp, m->num_shards, (unsigned long long)m->num_utterances,
-                         (unsigned long long)m->num_frames);
+        return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                           "%s: DATASET_META: %u shards, %llu utterances, %llu frames is not a "
+                           "valid combination",
+                           mp, m->num_shards, (unsigned long long)m->num_utterances,
+                           (unsigned long long)m->num_frames);
     if (st->length != (uint64_t)m->num_shards * CXS_SHARD_ENTRY_SIZE)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_TABLE is %llu bytes, expected %u entries",
-                         mp, (unsigned long long)st->length, m->num_shards);
+        return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                           "%s: SHARD_TABLE is %llu bytes, expected %u entries", mp,
+                           (unsigned long long)st->length, m->num_shards);
     if (ss->length != CXS_STATS_HEAD + 16ull * m->dim + 8ull * m->vocab_size)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS is %llu bytes, expected %llu", mp,
-                         (unsigned long long)ss->length,
-                         (unsigned long long)(CXS_STATS_HEAD + 16ull * m->dim + 8ull * m->vocab_size));
+        return cxs_diag_at(
+            d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET, "%s: STATS is %llu bytes, expected %llu", mp,
+            (unsigned long long)ss->length,
+            (unsigned long long)(CXS_STATS_HEAD + 16ull * m->dim + 8ull * m->vocab_size));
     ds->stats = ds->map + ss->offset;
     ds->min_len = cxs_ld64(ds->stats + 8);
     ds->max_len = cxs_ld64(ds->stats + 16);
     if (ds->min_len == 0 || ds->min_len > ds->max_len || ds->max_len > m->num_frames)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: STATS: utterance lengths %llu..%llu in a dataset of %llu frames",
-                         mp, (unsigned long long)ds->min_len, (unsigned long long)ds->max_len,
-                         (unsigned long long)m->num_frames);
+        return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                           "%s: STATS: utterance lengths %llu..%llu in a dataset of %llu frames",
+                           mp, (unsigned long long)ds->min_len, (unsigned long long)ds->max_len,
+                           (unsigned long long)m->num_frames);
     if (cxs_ld64(ds->stats + 24) != 0)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: reserved bytes 24..31 not zero", mp);
+        return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                           "%s: STATS: reserved bytes 24..31 not zero", mp);
     for (uint32_t j = 0; j < m->dim; j++) {
         double mean = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * j);
         double var = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * ((uint64_t)m->dim + j));
         if (!isfinite(mean) || !isfinite(var) || var < 0)
-            return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: STATS: dimension %u has mean %g and variance %g (must be "
-                             "finite, the variance >= 0)",
-                             mp, j, mean, var);
+            return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                               "%s: STATS: dimension %u has mean %g and variance %g (must be "
+                               "finite, the variance >= 0)",
+                               mp, j, mean, var);
     }
     if (m->vocab_size) {
         const cxs_section *sv = need(&ds->mc, CXS_SEC_VOCAB, mp, &rc, d);
@@ -176,8 +185,8 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
         if ((rc = cxs_seq_meta_load(ds->map + sq->offset, sq->length, &ds->seqm, mp, d)))
             return rc;
         if (!m->vocab_size)
-            return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: SEQ_META in a dataset without a vocabulary", mp);
+            return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
+                               "%s: SEQ_META in a dataset without a vocabulary", mp);
         ds->has_seqs = 1;
         ds->seq_width = m->label_width;
     }
@@ -203,10 +212,10 @@ static int alloc_arrays(cxs_dataset *ds, uint64_t bytes, int compressed, const c
     uint64_t max_frames = compressed ? (bytes > UINT64_MAX / 65536 ? UINT64_MAX : bytes * 65536)
                                      : bytes / 2;
     if (U >= bytes / 8 || ds->meta.num_frames > max_frames)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: %llu utterances and %llu frames cannot fit in %llu bytes of shards",
-                         path, (unsigned long long)U, (unsigned long long)ds->meta.num_frames,
-                         (unsigned long long)bytes);
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: %llu utterances and %llu frames cannot fit in %llu bytes of shards",
+                           path, (unsigned long long)U, (unsigned long long)ds->meta.num_frames,
+                           (unsigned long long)bytes);
     uint32_t S = ds->meta.num_shards;
     ds->shard_u0 = calloc((size_t)S + 1, sizeof *ds->shard_u0);
     ds->shard_f0 = calloc((size_t)S + 1, sizeof *ds->shard_f0);
@@ -231,11 +240,12 @@ static int single_shard_meta(cxs_dataset *ds, const cxs_shard_meta *sm, uint64_t
     if (!ds->esize || m->dim == 0 || m->dim > CXS_MAX_DIM || m->guard > CXS_MAX_GUARD ||
         m->label_width > 2 || m->num_utterances == 0 || m->num_frames < m->num_utterances ||
         m->num_utterances > UINT32_MAX * 64ull)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: SHARD_META: dtype %u, dim %u, guard %u, label width %u, %llu "
-                         "utterances, %llu frames is not valid",
-                         path, m->dtype, m->dim, m->guard, m->label_width,
-                         (unsigned long long)m->num_utterances, (unsigned long long)m->num_frames);
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: SHARD_META: dtype %u, dim %u, guard %u, label width %u, %llu "
+                           "utterances, %llu frames is not valid",
+                           path, m->dtype, m->dim, m->guard, m->label_width,
+                           (unsigned long long)m->num_utterances,
+                           (unsigned long long)m->num_frames);
     return alloc_arrays(ds, size, cxs_compressed(ds), path, d);
 }
 
@@ -260,7 +270,8 @@ static int lazy_setup(shard *sh, lazy_table *t, const cxs_section *sec, int may_
     size_t words = (size_t)((t->bs->num_blocks + 63) / 64);
     t->done = calloc(words ? words : 1, sizeof *t->done);
     t->hashed = calloc(words ? words : 1, sizeof *t->hashed);
-    if (!t->done || !t->hashed) return cxs_diagf(d, -ENOMEM, "%s: out of memory", sh->path);
+    if (!t->done || !t->hashed)
+        return cxs_diag_at(d, -ENOMEM, sh->path, CXS_NO_OFFSET, "%s: out of memory", sh->path);
     t->per_block = (1ull << t->bs->shift) / 8;
     return 0;
 }
@@ -282,8 +293,9 @@ static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e
         cxs_container tmp;
         rc = cxs_container_parse(sh->map, sh->size, CXS_KIND_SHARD, &tmp, path, d);
         if (rc) return rc;
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: %llu bytes, the manifest says %llu", path,
-                         (unsigned long long)sh->size, (unsigned long long)e->file_size);
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: %llu bytes, the manifest says %llu", path,
+                           (unsigned long long)sh->size, (unsigned long long)e->file_size);
     }
     if ((rc = cxs_container_parse(sh->map, sh->size, CXS_KIND_SHARD, &sh->c, path, d))) return rc;
     if (e && cxs_checksum_differs(sh->c.header_checksum, e->header_checksum))
@@ -306,13 +318,14 @@ static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e
         x->zfeatures = need(&sh->c, CXS_SEC_ZFEATURES, path, &rc, d);
         x->chunks = need(&sh->c, CXS_SEC_CHUNKS, path, &rc, d);
         if (!rc && cxs_container_find(&sh->c, CXS_SEC_FEATURES))
-            rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: both FEATURES and ZFEATURES are present", path);
+            rc = cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                             "%s: both FEATURES and ZFEATURES are present", path);
     } else {
         x->features = need(&sh->c, CXS_SEC_FEATURES, path, &rc, d);
         if (!rc && (x->zfeatures || x->chunks))
-            rc = cxs_diagf(d, CXS_E_CORRUPT,
-                           "%s: a compressed shard in a dataset whose manifest says uncompressed",
-                           path);
+            rc = cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                             "%s: a compressed shard in a dataset whose manifest says uncompressed",
+                             path);
     }
     if (rc) return rc;
     /* Label sequences (format 1.2): in every shard of a dataset whose
@@ -321,10 +334,11 @@ static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e
     x->seqs = cxs_container_find(&sh->c, CXS_SEC_SEQUENCES);
     if (!e && i == 0) ds->has_seqs = x->seqs != NULL;
     if (e && ds->has_seqs && !x->seqs)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: required section SEQUENCES is missing", path);
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: required section SEQUENCES is missing", path);
     if (e && !ds->has_seqs && x->seqs)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: SEQUENCES present, but the manifest has no SEQ_META", path);
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: SEQUENCES present, but the manifest has no SEQ_META", path);
     x->labels = cxs_container_find(&sh->c, CXS_SEC_LABELS);
     /* BLOCKSUMS (format 1.3): its own sum and structure at open; the
      * per-utterance tables it covers are then checked a block at a time at
@@ -364,10 +378,10 @@ static int shard_meta(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
         sm->label_width != m->label_width || sm->num_utterances != e->num_utterances ||
         sm->num_frames != e->num_frames || sm->first_utterance != e->first_utterance ||
         sm->first_frame != e->first_frame)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: SHARD_META disagrees with the manifest (index, dims, dtype, "
-                         "guard or counts)",
-                         sh->path);
+        return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, CXS_NO_OFFSET,
+                           "%s: SHARD_META disagrees with the manifest (index, dims, dtype, "
+                           "guard or counts)",
+                           sh->path);
     sh->u_start = sm->first_utterance;
     sh->f_start = sm->first_frame;
     ds->shard_u0[i] = sh->u_start;
@@ -383,29 +397,34 @@ static int shard_index(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs
     const char *path = sh->path;
     const uint64_t U = sh->meta.num_utterances, F = sh->meta.num_frames;
     if (x->index->length != 8 * (U + 1))
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX is %llu bytes, expected %llu", path,
-                         (unsigned long long)x->index->length, (unsigned long long)(8 * (U + 1)));
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: INDEX is %llu bytes, expected %llu", path,
+                           (unsigned long long)x->index->length, (unsigned long long)(8 * (U + 1)));
     sh->index = sh->map + x->index->offset;
     uint64_t prev = cxs_ld64(sh->index);
-    if (prev != 0) return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX entry 0 is not 0", path);
+    if (prev != 0)
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET, "%s: INDEX entry 0 is not 0",
+                           path);
     if (!sh->t_index.all_done) {
         prev = cxs_ld64(sh->index + 8 * U);
     } else {
         for (uint64_t u = 0; u < U; u++) {
             uint64_t nx = cxs_ld64(sh->index + 8 * (u + 1));
             if (nx <= prev || nx > F)
-                return cxs_diagf(d, CXS_E_CORRUPT,
-                                 "%s: INDEX entry %llu: %llu after %llu (must increase, up to %llu)",
-                                 path, (unsigned long long)(u + 1), (unsigned long long)nx,
-                                 (unsigned long long)prev, (unsigned long long)F);
+                return cxs_diag_at(
+                    d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                    "%s: INDEX entry %llu: %llu after %llu (must increase, up to %llu)", path,
+                    (unsigned long long)(u + 1), (unsigned long long)nx, (unsigned long long)prev,
+                    (unsigned long long)F);
             if (nx - prev < ds->scan_min) ds->scan_min = nx - prev;
             if (nx - prev > ds->scan_max) ds->scan_max = nx - prev;
             prev = nx;
         }
     }
     if (prev != F)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: INDEX ends at %llu, the shard has %llu frames",
-                         path, (unsigned long long)prev, (unsigned long long)F);
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: INDEX ends at %llu, the shard has %llu frames", path,
+                           (unsigned long long)prev, (unsigned long long)F);
     return 0;
 }
 
@@ -428,15 +447,17 @@ static int shard_ids(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs_d
     if (!sh->t_ids.all_done) {
         /* the string table's frame now, every id at its block's first use */
         if (U >= UINT64_MAX / 8 - 1 || len < 8 * (U + 1))
-            return cxs_diagf(d, CXS_E_CORRUPT, "%s: IDS: %llu bytes cannot hold %llu offsets",
-                             sh->path, (unsigned long long)len, (unsigned long long)U + 1);
+            return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, CXS_NO_OFFSET,
+                               "%s: IDS: %llu bytes cannot hold %llu offsets", sh->path,
+                               (unsigned long long)len, (unsigned long long)U + 1);
         if (cxs_ld64(p) != 0)
-            return cxs_diagf(d, CXS_E_CORRUPT, "%s: IDS: first offset is not 0", sh->path);
+            return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, CXS_NO_OFFSET,
+                               "%s: IDS: first offset is not 0", sh->path);
         if (cxs_ld64(p + 8 * U) != len - 8 * (U + 1))
-            return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: IDS: last offset %llu, expected the string bytes' length %llu",
-                             sh->path, (unsigned long long)cxs_ld64(p + 8 * U),
-                             (unsigned long long)(len - 8 * (U + 1)));
+            return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, CXS_NO_OFFSET,
+                               "%s: IDS: last offset %llu, expected the string bytes' length %llu",
+                               sh->path, (unsigned long long)cxs_ld64(p + 8 * U),
+                               (unsigned long long)(len - 8 * (U + 1)));
         return 0;
     }
     int rc = cxs_strtab_check(p, len, U, CXS_MAX_ID_LEN, "IDS", sh->path, d);
@@ -458,9 +479,9 @@ static int shard_ids(cxs_dataset *ds, uint32_t i, const shard_sections *x, cxs_d
         uint64_t l;
         const uint8_t *id = shard_id(sh, u, &l);
         if (pb && id_cmp(pb, pl, id, l) >= 0)
-            return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: IDS: utterance %llu's id is not after the previous one",
-                             sh->path, (unsigned long long)(sh->meta.first_utterance + u));
+            return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, CXS_NO_OFFSET,
+                               "%s: IDS: utterance %llu's id is not after the previous one",
+                               sh->path, (unsigned long long)(sh->meta.first_utterance + u));
         pb = id, pl = l;
     }
     return 0;
@@ -476,12 +497,12 @@ static int shard_features(cxs_dataset *ds, uint32_t i, const shard_sections *x, 
     uint64_t flen = x->compressed ? (rows <= UINT64_MAX / row_bytes ? rows * row_bytes : 0)
                                   : x->features->length;
     if (rows > UINT64_MAX / row_bytes || flen != rows * row_bytes)
-        return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: FEATURES is %llu bytes, expected (%llu frames + %llu guard rows) x "
-                         "%llu bytes",
-                         sh->path, (unsigned long long)flen, (unsigned long long)F,
-                         (unsigned long long)((U + 1) * (uint64_t)m->guard),
-                         (unsigned long long)row_bytes);
+        return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, CXS_NO_OFFSET,
+                           "%s: FEATURES is %llu bytes, expected (%llu frames + %llu guard rows) x "
+                           "%llu bytes",
+                           sh->path, (unsigned long long)flen, (unsigned long long)F,
+                           (unsigned long long)((U + 1) * (uint64_t)m->guard),
+                           (unsigned long long)row_bytes);
     ds->raw_feature_bytes += flen;
     if (!x->compressed) {
         sh->features = sh->serve_features = sh->map + x->features->offset;
@@ -515,19 +536,22 @@ static int shard_labels(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
                                                                     : ds->seqm.frame_labels));
     if (want_labels) {
         if (!slab)
-            return cxs_diagf(d, CXS_E_CORRUPT, "%s: required section LABELS is missing", path);
+            return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                               "%s: required section LABELS is missing", path);
         if (slab->length != F * m->label_width)
-            return cxs_diagf(d, CXS_E_CORRUPT, "%s: LABELS is %llu bytes, expected %llu", path,
-                             (unsigned long long)slab->length,
-                             (unsigned long long)(F * m->label_width));
+            return cxs_diag_at(
+                d, CXS_E_CORRUPT, path, CXS_NO_OFFSET, "%s: LABELS is %llu bytes, expected %llu",
+                path, (unsigned long long)slab->length, (unsigned long long)(F * m->label_width));
         sh->labels = sh->serve_labels = sh->map + slab->offset;
     } else if (slab) {
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: LABELS present in a dataset %s", path,
-                         m->label_width ? "of label sequences only" : "without a vocabulary");
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: LABELS present in a dataset %s", path,
+                           m->label_width ? "of label sequences only" : "without a vocabulary");
     }
     if (!x->seqs) return 0;
     if (!m->label_width)
-        return cxs_diagf(d, CXS_E_CORRUPT, "%s: SEQUENCES in a shard of label width 0", path);
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: SEQUENCES in a shard of label width 0", path);
     /* A shard alone has no vocabulary: any value of the width. */
     uint32_t V = e ? m->vocab_size : m->label_width == 1 ? 256u : 65536u;
     uint64_t tot, lo, hi;
@@ -538,14 +562,14 @@ static int shard_labels(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     if (!sh->t_seqs.all_done) {
         /* the offsets' ends now, every sequence at its block's first use */
         if (U >= UINT64_MAX / 8 - 1 || len < 8 * (U + 1) || cxs_ld64(p) != 0)
-            return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: SEQUENCES: %llu bytes do not start with %llu offsets from 0",
-                             path, (unsigned long long)len, (unsigned long long)U + 1);
+            return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                               "%s: SEQUENCES: %llu bytes do not start with %llu offsets from 0",
+                               path, (unsigned long long)len, (unsigned long long)U + 1);
         tot = cxs_ld64(p + 8 * U);
         if (tot > (len - 8 * (U + 1)) / w || 8 * (U + 1) + tot * w != len)
-            return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: SEQUENCES is %llu bytes, its last offset counts %llu symbols",
-                             path, (unsigned long long)len, (unsigned long long)tot);
+            return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                               "%s: SEQUENCES is %llu bytes, its last offset counts %llu symbols",
+                               path, (unsigned long long)len, (unsigned long long)tot);
         ds->seq_total += tot;
         return 0;
     }
@@ -574,10 +598,10 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e, cxs
 static int finish_open(cxs_dataset *ds, cxs_diag *d) {
     uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames;
     if (U > UINT32_MAX)
-        return cxs_diagf(d, CXS_E_UNSUPPORTED,
-                         "%s: %llu utterances: this reader serves at most 4,294,967,295 (a limit "
-                         "of this library, not of the format)",
-                         ds->manifest_path, (unsigned long long)U);
+        return cxs_diag_at(d, CXS_E_UNSUPPORTED, ds->manifest_path, CXS_NO_OFFSET,
+                           "%s: %llu utterances: this reader serves at most 4,294,967,295 (a limit "
+                           "of this library, not of the format)",
+                           ds->manifest_path, (unsigned long long)U);
     if (ds->single_shard) {
         /* a shard alone is read whole at open: its ranges are the scan's */
         ds->min_len = ds->scan_min;
@@ -588,10 +612,10 @@ static int finish_open(cxs_dataset *ds, cxs_diag *d) {
     /* The API gives sequence lengths as u32 (a limit of this reader's,
      * reported after the format's checks, spec section 8). */
     if (ds->has_seqs && ds->seq_max > UINT32_MAX)
-        return cxs_diagf(d, CXS_E_UNSUPPORTED,
-                         "%s: a label sequence of %llu symbols: this reader serves sequences of "
-                         "at most 4,294,967,295 (a limit of this library, not of the format)",
-                         ds->manifest_path, (unsigned long long)ds->seq_max);
+        return cxs_diag_at(d, CXS_E_UNSUPPORTED, ds->manifest_path, CXS_NO_OFFSET,
+                           "%s: a label sequence of %llu symbols: this reader serves sequences of "
+                           "at most 4,294,967,295 (a limit of this library, not of the format)",
+                           ds->manifest_path, (unsigned long long)ds->seq_max);
     const uint32_t S = ds->meta.num_shards;
     ds->shard_u0[S] = U;
     ds->shard_f0[S] = F;
@@ -601,8 +625,9 @@ static int finish_open(cxs_dataset *ds, cxs_diag *d) {
         sh->nbuckets = (sh->meta.num_frames >> CXS_BUCKET_SHIFT) + 1;
         sh->bucket = calloc(sh->nbuckets + 1, sizeof *sh->bucket);
         if (!sh->bucket)
-            return cxs_diagf(d, -ENOMEM, "%s: out of memory for the frame lookup of %llu frames",
-                             sh->path, (unsigned long long)sh->meta.num_frames);
+            return cxs_diag_at(d, -ENOMEM, sh->path, CXS_NO_OFFSET,
+                               "%s: out of memory for the frame lookup of %llu frames", sh->path,
+                               (unsigned long long)sh->meta.num_frames);
     }
     /* Label sequences without frame labels: every frame-label call then
      * answers CXS_E_NO_LABELS, as on a features-only dataset. */
@@ -612,8 +637,9 @@ static int finish_open(cxs_dataset *ds, cxs_diag *d) {
         ds->norm_mean = malloc(D * sizeof *ds->norm_mean);
         ds->norm_scale = malloc(D * sizeof *ds->norm_scale);
         if (!ds->norm_mean || !ds->norm_scale)
-            return cxs_diagf(d, -ENOMEM, "%s: out of memory for the normalisation constants",
-                             ds->manifest_path);
+            return cxs_diag_at(d, -ENOMEM, ds->manifest_path, CXS_NO_OFFSET,
+                               "%s: out of memory for the normalisation constants",
+                               ds->manifest_path);
         for (uint32_t dd = 0; dd < D; dd++) {
             double mean = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * dd);
             double var = cxs_ldf64(ds->stats + CXS_STATS_HEAD + 8 * (D + dd));
@@ -664,8 +690,9 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
                                                           : opts->cache_bytes;
     if (cxs_compressed(ds) && (rc = cxs_zcache_create(ds, cache))) {
         cxs_dataset_close(ds);
-        return cxs_diagf(d, rc, "%s: cannot allocate a chunk cache of %llu bytes", path,
-                         (unsigned long long)cache);
+        return cxs_diag_at(d, rc, path, CXS_NO_OFFSET,
+                           "%s: cannot allocate a chunk cache of %llu bytes", path,
+                           (unsigned long long)cache);
     }
     if (opts && opts->hugepage_budget && (rc = cxs_hugecopy(ds, opts->hugepage_budget, d))) {
         cxs_dataset_close(ds);
@@ -684,7 +711,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
     int rc;
     if (stat(path, &st) != 0) {
         int e = errno;
-        rc = cxs_diagf(d, -e, "%s: %s", path, strerror(e));
+        rc = cxs_diag_at(d, -e, path, CXS_NO_OFFSET, "%s: %s", path, strerror(e));
         goto fail;
     }
     if (!S_ISDIR(st.st_mode) && looks_like_shard(path)) {
@@ -727,10 +754,10 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
         if (pp) {
             snprintf(pp, pl, "%s/part.cxs", dir);
             if (access(pp, F_OK) == 0)
-                rc = cxs_diagf(d, CXS_E_UNSUPPORTED,
-                               "%s: a partial dataset (pack --part I/N), not a dataset: join "
-                               "all the parts with `ctxshard merge PART... OUT` first",
-                               dir);
+                rc = cxs_diag_at(d, CXS_E_UNSUPPORTED, dir, CXS_NO_OFFSET,
+                                 "%s: a partial dataset (pack --part I/N), not a dataset: join "
+                                 "all the parts with `ctxshard merge PART... OUT` first",
+                                 dir);
             free(pp);
             if (pp && rc == -ENOENT) rc = cxs_explain_not_dataset(path, S_ISDIR(st.st_mode), d);
         }
@@ -752,7 +779,8 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
         struct stat sst;
         if (stat(ds->shards[i].path, &sst) != 0) {
             int e = errno;
-            rc = cxs_diagf(d, -e, "%s: %s", ds->shards[i].path, strerror(e));
+            rc = cxs_diag_at(d, -e, ds->shards[i].path, CXS_NO_OFFSET, "%s: %s", ds->shards[i].path,
+                             strerror(e));
             goto fail;
         }
         /* A shard of the wrong size is reported as such, before the counts
@@ -760,9 +788,11 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
         cxs_shard_entry se;
         cxs_shard_entry_load(table + (uint64_t)i * CXS_SHARD_ENTRY_SIZE, &se);
         if ((uint64_t)sst.st_size != se.file_size) {
-            rc = cxs_diagf(d, (uint64_t)sst.st_size < se.file_size ? CXS_E_TRUNCATED : CXS_E_CORRUPT,
-                           "%s: %llu bytes, the manifest says %llu", ds->shards[i].path,
-                           (unsigned long long)sst.st_size, (unsigned long long)se.file_size);
+            rc = cxs_diag_at(d,
+                             (uint64_t)sst.st_size < se.file_size ? CXS_E_TRUNCATED : CXS_E_CORRUPT,
+                             ds->shards[i].path, CXS_NO_OFFSET,
+                             "%s: %llu bytes, the manifest says %llu", ds->shards[i].path,
+                             (unsigned long long)sst.st_size, (unsigned long long)se.file_size);
             goto fail;
         }
         bytes += (uint64_t)sst.st_size;
@@ -771,8 +801,9 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
     for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
         cxs_shard_entry e;
         if (cxs_shard_entry_load(table + (uint64_t)i * CXS_SHARD_ENTRY_SIZE, &e)) {
-            rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_TABLE entry %u: reserved bytes not zero",
-                           ds->manifest_path, i);
+            rc = cxs_diag_at(d, CXS_E_CORRUPT, ds->manifest_path, CXS_NO_OFFSET,
+                             "%s: SHARD_TABLE entry %u: reserved bytes not zero", ds->manifest_path,
+                             i);
             goto fail;
         }
         uint64_t want_u = i == 0 ? 0 : ds->shards[i - 1].u_start + ds->shards[i - 1].meta.num_utterances;
@@ -780,12 +811,12 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
         if (e.first_utterance != want_u || e.first_frame != want_f || e.num_utterances == 0 ||
             e.num_utterances > U - want_u || e.num_frames < e.num_utterances ||
             e.num_frames > ds->meta.num_frames - want_f) {
-            rc = cxs_diagf(d, CXS_E_CORRUPT,
-                           "%s: SHARD_TABLE entry %u: utterances %llu+%llu, frames %llu+%llu do "
-                           "not follow the previous shard",
-                           ds->manifest_path, i, (unsigned long long)e.first_utterance,
-                           (unsigned long long)e.num_utterances,
-                           (unsigned long long)e.first_frame, (unsigned long long)e.num_frames);
+            rc = cxs_diag_at(d, CXS_E_CORRUPT, ds->manifest_path, CXS_NO_OFFSET,
+                             "%s: SHARD_TABLE entry %u: utterances %llu+%llu, frames %llu+%llu do "
+                             "not follow the previous shard",
+                             ds->manifest_path, i, (unsigned long long)e.first_utterance,
+                             (unsigned long long)e.num_utterances,
+                             (unsigned long long)e.first_frame, (unsigned long long)e.num_frames);
             goto fail;
         }
         if ((rc = open_shard(ds, i, &e, d))) goto fail;
@@ -793,13 +824,13 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
     const shard *last = &ds->shards[ds->meta.num_shards - 1];
     if (last->u_start + last->meta.num_utterances != U ||
         last->f_start + last->meta.num_frames != ds->meta.num_frames) {
-        rc = cxs_diagf(d, CXS_E_CORRUPT,
-                       "%s: the shards hold %llu utterances and %llu frames, DATASET_META says "
-                       "%llu and %llu",
-                       ds->manifest_path,
-                       (unsigned long long)(last->u_start + last->meta.num_utterances),
-                       (unsigned long long)(last->f_start + last->meta.num_frames),
-                       (unsigned long long)U, (unsigned long long)ds->meta.num_frames);
+        rc = cxs_diag_at(d, CXS_E_CORRUPT, ds->manifest_path, CXS_NO_OFFSET,
+                         "%s: the shards hold %llu utterances and %llu frames, DATASET_META says "
+                         "%llu and %llu",
+                         ds->manifest_path,
+                         (unsigned long long)(last->u_start + last->meta.num_utterances),
+                         (unsigned long long)(last->f_start + last->meta.num_frames),
+                         (unsigned long long)U, (unsigned long long)ds->meta.num_frames);
         goto fail;
     }
     /* The length ranges: STATS' and SEQ_META's are the dataset's; an INDEX
@@ -808,8 +839,8 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
     uint64_t smin = ds->min_len, smax = ds->max_len;
     if (ds->lazy_index ? ds->scan_min < smin || (ds->scan_max && ds->scan_max > smax)
                        : ds->scan_min != smin || ds->scan_max != smax) {
-        rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: STATS: length range disagrees with the shards",
-                       ds->manifest_path);
+        rc = cxs_diag_at(d, CXS_E_CORRUPT, ds->manifest_path, CXS_NO_OFFSET,
+                         "%s: STATS: length range disagrees with the shards", ds->manifest_path);
         goto fail;
     }
     if (ds->has_seqs) {
@@ -821,14 +852,14 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
          (ds->lazy_seqs ? ds->seq_scan_min < ds->seq_min ||
                               (ds->seq_scan_max && ds->seq_scan_max > ds->seq_max)
                         : ds->seq_scan_min != ds->seq_min || ds->seq_scan_max != ds->seq_max))) {
-        rc = cxs_diagf(d, CXS_E_CORRUPT,
-                       "%s: SEQ_META: %llu symbols, sequences of %llu..%llu, the shards hold "
-                       "%llu, of %llu..%llu",
-                       ds->manifest_path, (unsigned long long)ds->seqm.num_symbols,
-                       (unsigned long long)ds->seqm.min_length,
-                       (unsigned long long)ds->seqm.max_length,
-                       (unsigned long long)ds->seq_total, (unsigned long long)ds->seq_scan_min,
-                       (unsigned long long)ds->seq_scan_max);
+        rc =
+            cxs_diag_at(d, CXS_E_CORRUPT, ds->manifest_path, CXS_NO_OFFSET,
+                        "%s: SEQ_META: %llu symbols, sequences of %llu..%llu, the shards hold "
+                        "%llu, of %llu..%llu",
+                        ds->manifest_path, (unsigned long long)ds->seqm.num_symbols,
+                        (unsigned long long)ds->seqm.min_length,
+                        (unsigned long long)ds->seqm.max_length, (unsigned long long)ds->seq_total,
+                        (unsigned long long)ds->seq_scan_min, (unsigned long long)ds->seq_scan_max);
         goto fail;
     }
     if ((rc = finish_open(ds, d))) goto fail;

@@ -191,24 +191,22 @@ int cxs_warm_impl(const cxs_dataset *ds, uint32_t flags, int sums, cxs_progress_
  * dataset and holds no manifest.cxs, saying what it most likely is. */
 int cxs_explain_not_dataset(const char *path, int path_is_dir, cxs_diag *d);
 
-/* Shard of utterance u (< U) and of frame f (< F). */
-static inline uint32_t cxs_utt_shard(const cxs_dataset *ds, uint64_t u) {
-    uint32_t lo = 0, hi = ds->meta.num_shards;
+/* The last i < n with first[i] <= x (first[0] = 0, non-decreasing). */
+static inline uint32_t cxs_shard_holding(const uint64_t *first, uint32_t n, uint64_t x) {
+    uint32_t lo = 0, hi = n;
     while (hi - lo > 1) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (ds->shard_u0[mid] <= u) lo = mid;
+        if (first[mid] <= x) lo = mid;
         else hi = mid;
     }
     return lo;
 }
+/* Shard of utterance u (< U) and of frame f (< F). */
+static inline uint32_t cxs_utt_shard(const cxs_dataset *ds, uint64_t u) {
+    return cxs_shard_holding(ds->shard_u0, ds->meta.num_shards, u);
+}
 static inline uint32_t cxs_frame_shard(const cxs_dataset *ds, uint64_t f) {
-    uint32_t lo = 0, hi = ds->meta.num_shards;
-    while (hi - lo > 1) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (ds->shard_f0[mid] <= f) lo = mid;
-        else hi = mid;
-    }
-    return lo;
+    return cxs_shard_holding(ds->shard_f0, ds->meta.num_shards, f);
 }
 
 /* INDEX entry lu (<= the shard's U) of a shard, read from the mapping.

@@ -188,6 +188,21 @@ static void my_handler(int sig) {
 /* Each test runs in a process of its own (Check forks), where the library
  * installs its handler at the first open: a handler installed before it
  * still gets every SIGBUS that is not the library's. */
+/* A shard cut short before open: the refusal names it, for a person in
+ * the message and for a program in diag.file. */
+TEST(truncated_before_open_names_the_shard) {
+    char shard[512], out[400];
+    cxs_dataset_close(make("before-open", CXS_COMPRESSION_NONE, shard, sizeof shard));
+    snprintf(out, sizeof out, "%s/before-open", dir);
+    EXPECT_INT(truncate(shard, 8192), 0);
+    cxs_dataset *ds = NULL;
+    cxs_diag d;
+    EXPECT_INT(cxs_dataset_open(out, &ds, &d), CXS_E_TRUNCATED);
+    EXPECT_STR_HAS(d.message, "the manifest says");
+    ck_assert_str_eq(d.file, shard);
+    EXPECT_INT(d.code, CXS_E_TRUNCATED);
+}
+
 TEST(other_sigbus_is_chained) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -375,7 +390,7 @@ int main(void) {
     if (!mkdtemp(dir)) return 3;
     const TTest *const t[] = {truncated_under_frame_loader, truncated_under_frame_loader_compressed,
                               truncated_under_utterance_loader, truncated_before_utterance_sampler,
-                              truncated_under_verify,
+                              truncated_under_verify, truncated_before_open_names_the_shard,
                               flipped_value_named_by_verify, flipped_value_stops_warm,
                               flipped_value_stops_block_loader, unlocated_without_block_sums,
                               other_sigbus_is_chained};
