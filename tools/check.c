@@ -90,9 +90,10 @@ int check_run(const char *rawdir, const pack_opts *o) {
     }
     if (rc) {
         warnx_("%s", d.message);
-        return rc == CXS_E_INVALID ? EXIT_USAGE
-               : rc == CXS_E_INPUT || rc == -ENOENT || rc == -ENOTDIR ? EXIT_DATA
-                                                                      : EXIT_SYSTEM;
+        return rc == CXS_E_INVALID || (o->vocab_path && !strcmp(d.file, o->vocab_path))
+                   ? EXIT_USAGE
+               : rc == CXS_E_INPUT || raw_missing(rawdir, rc, &d) ? EXIT_DATA
+                                                                  : EXIT_SYSTEM;
     }
     const uint64_t problems = info.w.num_skipped;
     print_hints(&cs.h, problems);

@@ -73,6 +73,15 @@ static void pack_event(void *user, int kind, const char *id, uint64_t count, con
     }
 }
 
+int raw_missing(const char *rawdir, int rc, const cxs_diag *d) {
+    if (rc != -ENOENT && rc != -ENOTDIR) return 0;
+    if (!strcmp(d->file, rawdir)) return 1;
+    size_t n = strlen(rawdir);
+    const char *rest = d->file + n;
+    return !strncmp(d->file, rawdir, n) &&
+           (!strcmp(rest, "/mfcc") || (n && rawdir[n - 1] == '/' && !strcmp(rest, "mfcc")));
+}
+
 void pack_npy_opts(const pack_opts *o, cxs_npy_opts *no, void *user) {
     cxs_npy_opts_init(no);
     no->vocab_file = o->vocab_path;
@@ -111,9 +120,13 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
                "`ctxshard check %s` to list every problem)", rawdir);
         return EXIT_DATA;
     }
-    if (rc == -ENOENT || rc == -ENOTDIR) {
+    if (raw_missing(rawdir, rc, &d)) {
         warnx_("%s", d.message);
         return EXIT_DATA;
+    }
+    if (rc && o->vocab_path && !strcmp(d.file, o->vocab_path)) { /* --vocab FILE unreadable */
+        warnx_("%s", d.message);
+        return EXIT_USAGE;
     }
     if (rc) return import_failed(rc, out, &d);
     const int is_part = o->parts > 0, empty_part = is_part && info.shard_first == info.shard_end;

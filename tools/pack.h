@@ -50,6 +50,10 @@ int check_run(const char *raw, const pack_opts *o); /* vocab_path, sos, eos, thr
  * transcripts, fill; notes through import_note (user: an import_state
  * first in what it points to), warnings printed. */
 void pack_npy_opts(const pack_opts *o, cxs_npy_opts *no, void *user);
+/* Whether cxs_import_npy's rc and d say that RAW or RAW/mfcc is missing
+ * or not a directory (-ENOENT, -ENOTDIR naming one of them; not OUT's
+ * parent, not the vocabulary file). */
+int raw_missing(const char *rawdir, int rc, const cxs_diag *d);
 /* Print what cxs_writer_create said; the exit code. */
 int create_failed(int rc, const cxs_diag *d);
 /* Say that the writer removed what killed writers of OUT left. */

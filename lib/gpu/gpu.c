@@ -597,7 +597,7 @@ int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
         l->handed = NULL;
     }
     if (l->ops->stop) l->ops->stop(l);
-    memset(&l->errs->err, 0, sizeof l->errs->err); /* the mode's thread is joined: nothing else writes it */
+    cxs_diagf(&l->errs->err, 0, "%s", ""); /* the mode's thread is joined: nothing else writes it */
     int rc = l->ops->start(l);
     return rc ? (l->rc = rc) : 0;
 }

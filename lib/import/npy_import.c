@@ -312,17 +312,23 @@ static int plan_make(plan *pl, const raw_set *rs, const layout *lo, unsigned thr
 
 typedef struct run {
     const cxs_npy_opts *no;
-    char msg[sizeof(((cxs_diag *)0)->message) + 64];
 } run;
 
+/* A note or warning, whole whatever its length (paths of any size). */
 static void note(run *r, cxs_note_fn fn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void note(run *r, cxs_note_fn fn, const char *fmt, ...) {
     if (!fn) return;
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_copy(again, ap);
+    char small[512];
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    char *msg = n >= (int)sizeof small ? malloc((size_t)n + 1) : NULL;
+    if (msg) vsnprintf(msg, (size_t)n + 1, fmt, again);
+    va_end(again);
     va_end(ap);
-    fn(r->no->user, r->msg);
+    fn(r->no->user, msg ? msg : small);
+    free(msg);
 }
 
 static void event(const cxs_npy_opts *no, int kind, const char *id, uint64_t count,
@@ -350,7 +356,10 @@ static int open_raw(const char *rawdir, const cxs_writer_opts *wo, const cxs_npy
     }
     if (no->vocab_file) rc = vocab_load(v, no->vocab_file, d);
     else rc = vocab_symbols(v, sym, n, d);
-    if (rc == CXS_E_INPUT) rc = CXS_E_INVALID; /* the caller's vocabulary */
+    if (rc == CXS_E_INPUT) { /* the caller's vocabulary */
+        rc = CXS_E_INVALID;
+        if (d) d->code = rc;
+    }
     if (!rc) rc = vocab_markers(v, no->sos, no->eos, d);
     if (rc) {
         vocab_free(v);
@@ -437,7 +446,7 @@ int cxs_import_npy(const char *rawdir, const char *out, const cxs_writer_opts *w
     if (no->parts && (no->part < 1 || no->part > no->parts))
         return cxs_diagf(d, CXS_E_INVALID, "cxs_import_npy: part %u of %u (1 <= part <= parts)",
                          no->part, no->parts);
-    run r = {no, ""};
+    run r = {no};
     raw_set rs;
     vocab v;
     if ((rc = open_raw(rawdir, wo_in, no, &r, &rs, &v, d))) return rc;

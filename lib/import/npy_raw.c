@@ -144,7 +144,7 @@ int vocab_load(vocab *v, const char *path, cxs_diag *d) {
         if (rc == READ_NOT_REGULAR) return say(d, path, "%s: not a regular file", path);
         if (rc == READ_TOO_LARGE)
             return say(d, path, "%s: %zu bytes; a vocabulary file is at most 16 MiB", path, len);
-        return say(d, path, "%s: %s", path, strerror(-rc));
+        return sysfail(d, rc, path, "%s: %s", path, strerror(-rc));
     }
     if (vocab_init(v)) {
         free(buf);

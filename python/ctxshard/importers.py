@@ -9,7 +9,9 @@ ctxshard_import.h), the code behind `ctxshard pack`, `ctxshard check` and
 """
 import errno
 import os
+import signal
 import sys
+import threading
 import warnings
 from ctypes import byref, c_char_p
 
@@ -85,6 +87,13 @@ def _not_a_directory(f, rc, diag):
         raise OSError(-rc, f"{f}: {m}")
 
 
+def _refused(f, rc, diag):
+    """Input the rules refuse as a whole (no .npy files, no valid
+    utterance, a bad vocabulary): ValueError, as the Writer's refusals."""
+    if rc in (_n.E_INPUT, _n.E_INVALID):
+        raise ValueError(f"{f}: {diag.message.decode('utf-8', 'replace')} (nothing written)")
+
+
 def _npy_opts(f, run, vocab, sos, eos, transcripts, fill_nonfinite, part, o):
     no = _n.NpyOpts()
     _lib.cxs_npy_opts_init(byref(no))
@@ -152,14 +161,16 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size=None, compr
       warnings.
 
     Returns the counts (as Writer.commit) with "listed", "input_bytes",
-    "skipped" ({id: reason} of the utterances left out) and, with
+    "skipped" ([(id, reason)] of the utterances left out) and, with
     fill_nonfinite, "zero_filled"."""
     f = "pack"
     raw = _a.path(f, "raw", raw)
     out = _a.path(f, "out", out)
     on_error = _a.choice(f, "on_error", on_error, ("fail", "skip"))
+    readers = _a.optional_integer(f, "threads", threads, 1, 1024)
     o = _writer_opts(f, dtype, guard, shard_size if shard_size is not None else "1G", compress,
-                     chunk_size, shuffle, normalize, on_error, threads, block_sums)
+                     chunk_size, shuffle, normalize, on_error, None, block_sums)
+    o.threads = readers or _lib.cxs_cpu_count()  # readers; the writer takes at most 256
     if shard_size is None:
         o.shard_size = 0  # the importer's default (chosen for the parts with part=)
     run = _NpyRun(f, progress, notes, keep_problems=True)
@@ -181,9 +192,16 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size=None, compr
         e.file = where
         raise e
     _not_a_directory(f, rc, diag)
+    _refused(f, rc, diag)
     done = run.cb.result(rc, info, diag)
     del done["sorted"], done["kinds"]
-    done["skipped"] = {p["id"]: p["reason"] for p in run.problems}
+    done["skipped"] = [(p["id"], p["reason"]) for p in run.problems]
+    if done["skipped"]:  # as Writer.commit says it
+        n, sk = len(done["skipped"]), done["skipped"]
+        first = "; ".join(f"{i}: {r}" for i, r in sk[:3])
+        warnings.warn(f"ctxshard: {out}: {n} utterance{'s' * (n != 1)} skipped, "
+                      f"{done['num_utterances']} written ({first}{'; ...' if n > 3 else ''}); "
+                      f"`ctxshard info {out}` lists them", UserWarning, stacklevel=2)
     if not info.has_labels and info.w.num_skipped:
         from . import Dataset, warn_if_incomplete
         with Dataset(out) as ds:
@@ -209,7 +227,9 @@ def check(raw, vocab=None, sos=None, eos=None, transcripts="frames", fill_nonfin
     pack would take whole."""
     f = "check"
     raw = _a.path(f, "raw", raw)
-    o = _writer_opts(f, "float32", 0, "1G", None, "64K", True, None, "fail", threads, True)
+    readers = _a.optional_integer(f, "threads", threads, 1, 1024)
+    o = _writer_opts(f, "float32", 0, "1G", None, "64K", True, None, "fail", None, True)
+    o.threads = readers or _lib.cxs_cpu_count()
     run = _NpyRun(f, progress, notes, keep_problems=True)
     no, keep = _npy_opts(f, run, vocab, sos, eos, transcripts, fill_nonfinite, None, o)
     info, diag = _n.ImportInfo(), _n.Diag()
@@ -222,6 +242,7 @@ def check(raw, vocab=None, sos=None, eos=None, transcripts="frames", fill_nonfin
     if run.cb.errors:
         raise run.cb.errors[0]
     _not_a_directory(f, rc, diag)
+    _refused(f, rc, diag)
     if rc:
         _raise_write(rc, diag)
     return {"listed": int(info.listed), "valid": int(info.w.num_utterances),
@@ -328,6 +349,17 @@ class _Callbacks:
     def __init__(self, progress, notes, what="import"):
         self.errors = []
         self.notes = notes
+        # Ctrl-C while the library runs: the Python handler runs at the
+        # next callback, where an exception cannot cross the C frames; it
+        # only sets a flag, the next progress call stops the run, and the
+        # KeyboardInterrupt is raised after it (close, result).
+        self.interrupted = False
+        self._sigint = None  # (the handler replaced,) while ours is installed
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._sigint = (signal.signal(signal.SIGINT, self._on_sigint),)
+            except (ValueError, OSError):
+                self._sigint = None
         self.report, self.bar = _progress_fn(progress, 0)
         if self.bar is not None:
             self.bar.set_description(what)
@@ -344,8 +376,11 @@ class _Callbacks:
         except BaseException as e:
             self.errors.append(e)
 
+    def _on_sigint(self, _signum, _frame):
+        self.interrupted = True
+
     def _tick(self, _user, done, total):
-        if self.errors:
+        if self.errors or self.interrupted:
             return 1
         if self.bar is not None and self.bar.total != total:
             self.bar.total = total
@@ -358,8 +393,14 @@ class _Callbacks:
         return 0
 
     def close(self):
+        if self._sigint is not None:
+            old = self._sigint[0]
+            signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
+            self._sigint = None
         if self.bar is not None:
             self.bar.close()
+        if self.interrupted:
+            raise KeyboardInterrupt
 
     def result(self, rc, info, diag):
         if self.errors:

@@ -648,9 +648,46 @@ class PackIsTheLibrarys(unittest.TestCase):
         self.assertIn(f"{got['frames']} frames, dim {got['dim']}", r.stdout)
         with self.assertRaisesRegex(FileNotFoundError, "check: .*no such directory"):
             ctxshard.check(os.path.join(TMP, "nothing-here"))
-        done = ctxshard.pack(raw, os.path.join(TMP, "checkme-skip"), on_error="skip")
-        self.assertEqual(sorted(done["skipped"]), [ids[2], ids[5]])
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            done = ctxshard.pack(raw, os.path.join(TMP, "checkme-skip"), on_error="skip",
+                                 threads=512)  # readers beyond the writer's 256 threads
+        self.assertEqual([i for i, _ in done["skipped"]], [ids[2], ids[5]])
+        self.assertIn("infinity at frame 0", done["skipped"][0][1])
         self.assertEqual(done["num_skipped"], 2)
+        self.assertTrue(any("2 utterances skipped, 22 written" in str(m.message) for m in w))
+        with self.assertRaises(FileNotFoundError):
+            ctxshard.pack(raw, os.path.join(TMP, "checkme-bad"), vocab="/nonexistent/phones")
+        empty = os.path.join(TMP, "checkme-empty")
+        os.makedirs(os.path.join(empty, "mfcc"))
+        with self.assertRaisesRegex(ValueError, "no .npy files"):
+            ctxshard.pack(empty, os.path.join(TMP, "checkme-bad"))
+        self.assertFalse(os.path.exists(os.path.join(TMP, "checkme-bad")))
+
+    def test_ctrl_c_is_a_keyboard_interrupt(self):
+        """SIGINT while the library packs: KeyboardInterrupt after the run
+        stops, nothing written (the callbacks cannot raise through C)."""
+        import threading
+        out = os.path.join(TMP, "interrupted")
+        timer = []
+
+        def tick(done, total):  # the signal arrives while C compresses (zstd:19, one thread)
+            if done == 1:
+                timer.append(threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)))
+                timer[0].start()
+        with self.assertRaises(KeyboardInterrupt):
+            ctxshard.pack(os.path.join(TMP, "raw"), out, progress=tick, threads=1,
+                          compress="zstd:19")
+        timer[0].join()
+        self.assertFalse(os.path.exists(out))
+        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
+        # and from inside a callback
+        def kill(done, total):
+            if done == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+        with self.assertRaises(KeyboardInterrupt):
+            ctxshard.pack(os.path.join(TMP, "raw"), out, progress=kill, threads=1)
+        self.assertFalse(os.path.exists(out))
 
     def test_parts_merge_into_the_whole(self):
         src = os.path.join(TMP, "raw")
