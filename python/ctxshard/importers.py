@@ -177,6 +177,7 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size=None, compr
     no, keep = _npy_opts(f, run, vocab, sos, eos, transcripts, fill_nonfinite, part, o)
     info, diag = _n.ImportInfo(), _n.Diag()
     try:
+        run.cb.arm()
         rc = _lib.cxs_import_npy(os.fsencode(raw), os.fsencode(out), byref(o), byref(no),
                                  run.cb.prog_fn, None, byref(info), byref(diag))
     finally:
@@ -234,6 +235,7 @@ def check(raw, vocab=None, sos=None, eos=None, transcripts="frames", fill_nonfin
     no, keep = _npy_opts(f, run, vocab, sos, eos, transcripts, fill_nonfinite, None, o)
     info, diag = _n.ImportInfo(), _n.Diag()
     try:
+        run.cb.arm()
         rc = _lib.cxs_import_npy(os.fsencode(raw), None, byref(o), byref(no), run.cb.prog_fn,
                                  None, byref(info), byref(diag))
     finally:
@@ -300,6 +302,7 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
     ko.note = cb.note_fn
     info, diag = _n.ImportInfo(), _n.Diag()
     try:
+        cb.arm()
         rc = _lib.cxs_import_kaldi(os.fsencode(src), os.fsencode(out), byref(o), byref(ko),
                                    cb.prog_fn, None, byref(info), byref(diag))
     finally:
@@ -325,6 +328,7 @@ def import_hdf5(src, out, dtype="float32", guard=64, shard_size="1G", compress=N
     cb = _Callbacks(progress, notes)
     info, diag = _n.ImportInfo(), _n.Diag()
     try:
+        cb.arm()
         rc = _lib.cxs_import_hdf5(os.fsencode(src), os.fsencode(out), byref(o), cb.note_fn, None,
                                   cb.prog_fn, None, byref(info), byref(diag))
     finally:
@@ -355,16 +359,20 @@ class _Callbacks:
         # KeyboardInterrupt is raised after it (close, result).
         self.interrupted = False
         self._sigint = None  # (the handler replaced,) while ours is installed
-        if threading.current_thread() is threading.main_thread():
-            try:
-                self._sigint = (signal.signal(signal.SIGINT, self._on_sigint),)
-            except (ValueError, OSError):
-                self._sigint = None
         self.report, self.bar = _progress_fn(progress, 0)
         if self.bar is not None:
             self.bar.set_description(what)
         self.note_fn = _n.NOTE_FN(self._note)
         self.prog_fn = _n.PROGRESS_FN(self._tick)
+
+    def arm(self):
+        """Take SIGINT for the C call (the main thread only); close() gives
+        it back."""
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._sigint = (signal.signal(signal.SIGINT, self._on_sigint),)
+            except (ValueError, OSError):
+                self._sigint = None
 
     def _note(self, _user, msg):
         m = msg.decode("utf-8", "replace")

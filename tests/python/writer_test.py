@@ -688,6 +688,10 @@ class PackIsTheLibrarys(unittest.TestCase):
         with self.assertRaises(KeyboardInterrupt):
             ctxshard.pack(os.path.join(TMP, "raw"), out, progress=kill, threads=1)
         self.assertFalse(os.path.exists(out))
+        # an argument refused before the call leaves SIGINT as it was
+        with self.assertRaises(TypeError):
+            ctxshard.pack(os.path.join(TMP, "raw"), out, sos=3)
+        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
 
     def test_parts_merge_into_the_whole(self):
         src = os.path.join(TMP, "raw")
