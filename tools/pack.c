@@ -77,9 +77,9 @@ int raw_missing(const char *rawdir, int rc, const cxs_diag *d) {
     if (rc != -ENOENT && rc != -ENOTDIR) return 0;
     if (!strcmp(d->file, rawdir)) return 1;
     size_t n = strlen(rawdir);
-    const char *rest = d->file + n;
-    return !strncmp(d->file, rawdir, n) &&
-           (!strcmp(rest, "/mfcc") || (n && rawdir[n - 1] == '/' && !strcmp(rest, "mfcc")));
+    if (strncmp(d->file, rawdir, n)) return 0;
+    const char *rest = d->file + n; /* d->file holds at least n bytes here */
+    return !strcmp(rest, "/mfcc") || (n && rawdir[n - 1] == '/' && !strcmp(rest, "mfcc"));
 }
 
 void pack_npy_opts(const pack_opts *o, cxs_npy_opts *no, void *user) {
