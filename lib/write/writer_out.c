@@ -57,8 +57,9 @@ char *cxs_path_join(const char *a, const char *b) {
     char *p = malloc(la + lb + 2);
     if (!p) return NULL;
     memcpy(p, a, la);
-    p[la] = '/';
-    memcpy(p + la + 1, b, lb + 1);
+    size_t o = la;
+    if (!la || a[la - 1] != '/') p[o++] = '/'; /* "RAW/" + "mfcc": one slash */
+    memcpy(p + o, b, lb + 1);
     return p;
 }
 
