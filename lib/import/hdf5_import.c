@@ -384,10 +384,7 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
             res.input_bytes += T * ND * es;
             if ((rc = add(w, in, idv[i], buf, T, ND, es, skip, note, nu, d))) goto out;
         next_c:
-            if (progress && progress(user, i + 1, U)) {
-                rc = cxs_diagf(d, -ECANCELED, "%s: import stopped", out);
-                goto out;
-            }
+            if ((rc = import_step(NULL, i, 0, U, progress, user, out, "import", d))) goto out;
         }
     } else {
         res.listed = nm.n;
@@ -429,10 +426,7 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
             res.input_bytes += T * D * es;
             if ((rc = add(w, in, id, buf, T, D, es, skip, note, nu, d))) goto out;
         next_u:
-            if (progress && progress(user, i + 1, nm.n)) {
-                rc = cxs_diagf(d, -ECANCELED, "%s: import stopped", out);
-                goto out;
-            }
+            if ((rc = import_step(NULL, i, 0, nm.n, progress, user, out, "import", d))) goto out;
         }
     }
     rc = import_commit(&w, 0, in, "import", &res, info, d);

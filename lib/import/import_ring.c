@@ -89,12 +89,20 @@ size_t import_ring_get(import_ring *r, size_t i) {
 }
 
 void import_ring_release(import_ring *r, size_t i) {
-    if (!r->threads) return;
+    if (!r || !r->threads) return;
     pthread_mutex_lock(&r->mu);
     r->ready[i % r->nslots] = 0;
     r->consumed = i + 1;
     pthread_cond_broadcast(&r->cv_work);
     pthread_mutex_unlock(&r->mu);
+}
+
+int import_step(import_ring *r, size_t i, size_t begin, size_t end, cxs_progress_fn progress,
+                void *user, const char *where, const char *verb, cxs_diag *d) {
+    import_ring_release(r, i);
+    if (progress && progress(user, i + 1 - begin, end - begin))
+        return cxs_diagf(d, -ECANCELED, "%s: %s stopped", where, verb);
+    return 0;
 }
 
 void import_ring_stop(import_ring *r) {

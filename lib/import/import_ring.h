@@ -36,6 +36,13 @@ size_t import_ring_get(import_ring *r, size_t i);
 /* Done with item i: its slot takes a later item. */
 void import_ring_release(import_ring *r, size_t i);
 
+/* The end of every importer's step: item i of begin .. end-1 is done, its
+ * slot released (r may be NULL: an importer without a ring) and progress
+ * (may be NULL) told i + 1 - begin of end - begin.  A non-zero answer
+ * stops the import: -ECANCELED, "WHERE: VERB stopped" in d.  Else 0. */
+int import_step(import_ring *r, size_t i, size_t begin, size_t end, cxs_progress_fn progress,
+                void *user, const char *where, const char *verb, cxs_diag *d);
+
 /* Stop the workers (the items in flight finish first) and free the ring.
  * NULL is a no-op. */
 void import_ring_stop(import_ring *r);

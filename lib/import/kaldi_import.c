@@ -714,11 +714,7 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
             if ((rc = bad(&im, e->key, d))) goto out;
         }
     next:
-        import_ring_release(ring, i);
-        if (progress && progress(user, i + 1 - i_lo, i_hi - i_lo)) {
-            rc = cxs_diagf(d, -ECANCELED, "%s: import stopped", out);
-            goto out;
-        }
+        if ((rc = import_step(ring, i, i_lo, i_hi, progress, user, out, "import", d))) goto out;
     }
     import_ring_stop(ring);
     ring = NULL;

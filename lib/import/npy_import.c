@@ -414,11 +414,7 @@ static int check(const raw_set *rs, const vocab *v, const cxs_writer_opts *wo,
                 res->filled_utts++;
             }
         }
-        import_ring_release(ring, i);
-        if (progress && progress(user, i + 1, rs->n)) {
-            rc = cxs_diagf(d, -ECANCELED, "%s: check stopped", rawdir);
-            break;
-        }
+        if ((rc = import_step(ring, i, 0, rs->n, progress, user, rawdir, "check", d))) break;
     }
     import_ring_stop(ring);
     for (size_t k = 0; k < import_ring_slots(threads); k++) utt_free(&slots[k].u);
@@ -601,11 +597,7 @@ int cxs_import_npy(const char *rawdir, const char *out, const cxs_writer_opts *w
              * is the system's (disk full, out of memory). */
             if ((rc = cxs_writer_add(w, it->id, &u, d))) goto out;
         }
-        import_ring_release(ring, i);
-        if (progress && progress(user, i + 1 - i_lo, i_hi - i_lo)) {
-            rc = cxs_diagf(d, -ECANCELED, "%s: pack stopped", out);
-            goto out;
-        }
+        if ((rc = import_step(ring, i, i_lo, i_hi, progress, user, out, "pack", d))) goto out;
     }
     import_ring_stop(ring);
     ring = NULL;

@@ -279,6 +279,36 @@ typedef struct cxs_warm_result {
 CXS_API int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn progress,
                              void *user, cxs_warm_result *result, cxs_diag *diag);
 
+/** A warm-up running in a thread of its own (cxs_warm_start). */
+typedef struct cxs_warm cxs_warm;
+
+/**
+ * cxs_dataset_warm(ds, flags, ...) in a background thread of the library's,
+ * at the lowest CPU priority (nice 19 for that thread on Linux: loader
+ * threads go first, so a warm-up beside the first epoch delays none of its
+ * batches).  The loaders' prefetch: with CXS_WARM_SKIP_CACHED a dataset
+ * already cached costs a residency check.  The dataset must stay open
+ * until cxs_warm_finish() returns.  *out is NULL on failure.  Returns 0,
+ * CXS_E_INVALID (NULL argument, unknown flag) or -errno (-EAGAIN: no
+ * thread to be had), each with diag.
+ */
+CXS_API int cxs_warm_start(const cxs_dataset *ds, uint32_t flags, cxs_warm **out,
+                           cxs_diag *diag);
+/**
+ * Whether it is still running (1) or done (0), and its progress so far:
+ * *done of *total bytes covered (either may be NULL).  CXS_E_INVALID for
+ * a NULL w.
+ */
+CXS_API int cxs_warm_poll(const cxs_warm *w, uint64_t *done, uint64_t *total);
+/**
+ * Wait for it to end, after asking it to stop when stop is non-zero (it
+ * stops within one read, 64 MiB at most), and free it.  Returns what
+ * cxs_dataset_warm returned (-ECANCELED when stopped before the end, and
+ * -ENOMEM when the dataset did not fit, each with diag), and writes
+ * *result (may be NULL) on success.  A NULL w is 0.
+ */
+CXS_API int cxs_warm_finish(cxs_warm *w, int stop, cxs_warm_result *result, cxs_diag *diag);
+
 /* ---- description ------------------------------------------------------ */
 
 typedef struct cxs_info {

@@ -1,12 +1,17 @@
 /* warm.c - cxs_memory_probe() and cxs_dataset_warm(): how much memory the
- * page cache may use here, and pulling a dataset into it sequentially. */
+ * page cache may use here, and pulling a dataset into it sequentially, in
+ * the calling thread or in one of its own (cxs_warm_start). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +19,7 @@
 
 #include "ctxshard.h"
 #include "dataset_internal.h"
+#include "hooks.h"
 
 /* pread in blocks of 64 MiB.  bench/warm_methods.c on a cold 906 MB
  * dataset (median of 3, page cache dropped before each run): pread 239 MB/s
@@ -392,4 +398,79 @@ int cxs_warm_impl(const cxs_dataset *ds, uint32_t flags, int sums, cxs_progress_
     if (rc) return rc;
     if (result) *result = r;
     return 0;
+}
+
+/* ---- a warm-up in a thread of its own --------------------------------- */
+
+struct cxs_warm {
+    const cxs_dataset *ds;
+    uint32_t flags;
+    pthread_t th;
+    _Atomic int stop;               /* set: the next progress call cancels */
+    _Atomic int running;            /* 0 once the thread's call returned */
+    _Atomic uint64_t done, total;   /* its progress, for cxs_warm_poll */
+    int rc;                         /* written by the thread before running = 0 */
+    cxs_warm_result result;
+    cxs_diag diag;
+};
+
+static int warm_tick(void *user, uint64_t done, uint64_t total) {
+    cxs_warm *w = user;
+    atomic_store_explicit(&w->done, done, memory_order_relaxed);
+    atomic_store_explicit(&w->total, total, memory_order_relaxed);
+    return atomic_load_explicit(&w->stop, memory_order_relaxed);
+}
+
+static void *warm_main(void *p) {
+    cxs_warm *w = p;
+    /* Background work: the loaders' threads go first (on a small machine a
+     * warm-up at their priority delays the first batches).  On Linux a
+     * thread's nice value is its own; where it is not, nothing changes. */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    w->rc = cxs_dataset_warm(w->ds, w->flags, warm_tick, w, &w->result, &w->diag);
+    atomic_store_explicit(&w->running, 0, memory_order_release);
+    return NULL;
+}
+
+int cxs_warm_start(const cxs_dataset *ds, uint32_t flags, cxs_warm **out, cxs_diag *d) {
+    if (!out) return cxs_diagf(d, CXS_E_INVALID, "cxs_warm_start: out is NULL");
+    *out = NULL;
+    if (!ds) return cxs_diagf(d, CXS_E_INVALID, "cxs_warm_start: the dataset is NULL");
+    if (flags & ~(CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED))
+        return cxs_diagf(d, CXS_E_INVALID, "cxs_warm_start: unknown flags 0x%x",
+                         (unsigned)(flags & ~(CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED)));
+    cxs_warm *w = calloc(1, sizeof *w);
+    if (!w) return cxs_diagf(d, -ENOMEM, "%s: warm-up: out of memory", ds->manifest_path);
+    w->ds = ds;
+    w->flags = flags;
+    atomic_init(&w->stop, 0);
+    atomic_init(&w->running, 1);
+    atomic_init(&w->done, 0);
+    atomic_init(&w->total, ds->total_bytes);
+    int e = cxs_hook_thread_fails() ? EAGAIN : pthread_create(&w->th, NULL, warm_main, w);
+    if (e) {
+        free(w);
+        return cxs_diagf(d, -e, "%s: warm-up: cannot start its thread: %s", ds->manifest_path,
+                         strerror(e));
+    }
+    *out = w;
+    return 0;
+}
+
+int cxs_warm_poll(const cxs_warm *w, uint64_t *done, uint64_t *total) {
+    if (!w) return CXS_E_INVALID;
+    if (done) *done = atomic_load_explicit(&w->done, memory_order_relaxed);
+    if (total) *total = atomic_load_explicit(&w->total, memory_order_relaxed);
+    return atomic_load_explicit(&((cxs_warm *)w)->running, memory_order_acquire);
+}
+
+int cxs_warm_finish(cxs_warm *w, int stop, cxs_warm_result *result, cxs_diag *d) {
+    if (!w) return 0;
+    if (stop) atomic_store_explicit(&w->stop, 1, memory_order_relaxed);
+    pthread_join(w->th, NULL);
+    int rc = w->rc;
+    if (rc && d) *d = w->diag;
+    if (!rc && result) *result = w->result;
+    free(w);
+    return rc;
 }

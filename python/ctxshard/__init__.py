@@ -10,9 +10,11 @@ A thin ctypes binding over libctxshard; numpy is the only requirement.
 PyTorch adapters are in ctxshard.torch.  Views returned here point into the
 read-only file mapping; they keep it alive, so closing the dataset while
 views exist is safe (the files are unmapped when the last view goes)."""
+import atexit
 import ctypes
 import errno
 import os
+import weakref
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 
 import numpy as np
@@ -22,7 +24,7 @@ from . import _native as _n
 from ._version import __version__
 from ._native import lib as _lib
 
-__all__ = ["open", "Dataset", "Sampler", "CtxshardError", "version", "cpu_count",
+__all__ = ["open", "Dataset", "Warming", "Sampler", "CtxshardError", "version", "cpu_count",
            "default_threads", "memory_available",
            "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "BLOCK", "Writer", "RejectedUtterance", "pack",
            "check", "PHONEMES", "import_kaldi", "import_hdf5"]
@@ -116,17 +118,29 @@ class _Handle:
             self.ptr = None
 
 
-class _View:
-    """A piece of the mapping as a numpy array interface; keeps it alive."""
+class _Buffer:
+    """The one description of memory the library owns -- a piece of a
+    dataset's mapping, a loader's host or device buffer -- for numpy
+    (__array_interface__) or torch (__cuda_array_interface__ with
+    cuda=True), no copy.  owner: what keeps that memory alive (a dataset or
+    loader handle); numpy keeps this object as the array's base and torch
+    as long as the tensor, and so the owner.  No 'stream' entry for device
+    memory: the loaders have made the consumer's stream wait for it."""
 
-    def __init__(self, handle, addr, shape, typestr):
-        self._handle = handle
-        self.__array_interface__ = {"data": (addr, True), "shape": tuple(shape),
-                                    "typestr": typestr, "version": 3}
+    __slots__ = ("__array_interface__", "__cuda_array_interface__", "owner")
+
+    def __init__(self, owner, addr, shape, typestr, cuda=False, readonly=False):
+        d = {"data": (int(addr), readonly), "shape": tuple(shape), "typestr": typestr}
+        if cuda:
+            self.__cuda_array_interface__ = dict(d, strides=None, version=2)
+        else:
+            self.__array_interface__ = dict(d, version=3)
+        self.owner = owner
 
 
 def _view(handle, addr, shape, typestr):
-    a = np.asarray(_View(handle, addr, shape, typestr))
+    """A read-only array over the dataset's mapping; it keeps it open."""
+    a = np.asarray(_Buffer(handle, addr, shape, typestr, readonly=True))
     a.flags.writeable = False
     return a
 
@@ -152,6 +166,84 @@ class Stats:
 
     def __repr__(self):
         return f"Stats(count={self.count}, dim={len(self.mean) if self.mean is not None else 0})"
+
+
+def _warm_result(path, rc, r, diag):
+    """cxs_dataset_warm's outcome as warm() gives it: the dict, or raised."""
+    if rc == -errno.ENOMEM and diag.message:
+        raise MemoryError(diag.message.decode("utf-8", "replace"))
+    if rc == -errno.ECANCELED:
+        raise InterruptedError(f"{path}: warming stopped")
+    if rc:
+        _raise(rc, diag, what="warm")
+    return {"total_bytes": r.total_bytes, "cached_before": r.cached_before,
+            "bytes_read": r.bytes_read, "seconds": r.seconds, "fits": bool(r.fits),
+            "available": r.memory.available}
+
+
+# The warm-ups running now: stopped and joined at exit, before the datasets
+# they read can be closed by the interpreter's teardown.
+_RUNNING_WARMS = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_warms():
+    for w in list(_RUNNING_WARMS):
+        w.stop()
+
+
+class Warming:
+    """A warm-up running in the library's own thread (cxs_warm_start), from
+    Dataset.warm(background=True).  It holds the dataset open until it has
+    ended.  running: still reading; progress: (bytes covered, total);
+    wait(): blocks until it ends and returns warm()'s dict (or raises what
+    warm() raises); stop(): asks it to end (within one 64 MiB read) and
+    waits, returning the dict if it had finished, None if it was cut short;
+    a failure is raised by wait() only.  Collected, it is stopped."""
+
+    def __init__(self, ds, flags):
+        h = ds._h
+        if h is None:
+            raise ValueError("ctxshard: the dataset is closed")
+        ptr, diag = c_void_p(), _n.Diag()
+        rc = _lib.cxs_warm_start(h.ptr, flags, byref(ptr), byref(diag))
+        if rc:
+            _raise(rc, diag, what="warm")
+        self._ptr, self._h, self.path = ptr, h, ds.path
+        self._outcome = None  # (rc, result, diag) once ended
+        _RUNNING_WARMS.add(self)
+
+    @property
+    def running(self):
+        return self._outcome is None and _lib.cxs_warm_poll(self._ptr, None, None) == 1
+
+    @property
+    def progress(self):
+        if self._outcome is not None:
+            r = self._outcome[1]
+            return (r.total_bytes, r.total_bytes) if not self._outcome[0] else (0, 0)
+        done, total = c_uint64(), c_uint64()
+        _lib.cxs_warm_poll(self._ptr, byref(done), byref(total))
+        return done.value, total.value
+
+    def _finish(self, stop):
+        if self._outcome is None:
+            r, diag = _n.WarmResult(), _n.Diag()
+            rc = _lib.cxs_warm_finish(self._ptr, 1 if stop else 0, byref(r), byref(diag))
+            self._outcome, self._ptr, self._h = (rc, r, diag), None, None
+            _RUNNING_WARMS.discard(self)
+        return self._outcome
+
+    def wait(self):
+        return _warm_result(self.path, *self._finish(False))
+
+    def stop(self):
+        rc, r, diag = self._finish(True)
+        return None if rc else _warm_result(self.path, rc, r, diag)
+
+    def __del__(self):
+        if getattr(self, "_outcome", 1) is None:
+            self._finish(True)
 
 
 class Dataset:
@@ -248,7 +340,7 @@ class Dataset:
         (memory_available()['available'])."""
         return self._info.total_bytes <= memory_available()["available"]
 
-    def warm(self, force=False, progress=None, stop=None, skip_cached=False):
+    def warm(self, force=False, progress=None, stop=None, skip_cached=False, background=False):
         """Read every file of the dataset into the page cache, sequentially
         in large blocks (the disk's rate, instead of one random fault per
         window during a cold first epoch).  Returns a dict: total_bytes,
@@ -262,9 +354,22 @@ class Dataset:
         instead of a copy of it.  With block sums (format 1.3) every block
         read is checked against its sum (skip_cached leaves the ranges it
         skips unchecked): a damaged one raises CtxshardError naming it and
-        its utterances.
-        Releases the GIL while reading, so it may run in a thread
-        (Loader(prefetch=True) does, with skip_cached)."""
+        its utterances.  Releases the GIL while reading.
+
+        background=True: returns at once a ctxshard.Warming, the warm-up
+        running in a thread of the library's at the lowest CPU priority
+        (Loader(prefetch=True) starts one, with skip_cached); its wait()
+        returns the dict or raises as above, stop() cancels it.  progress
+        and stop do not apply (Warming.progress and Warming.stop())."""
+        force = _a.flag("warm", "force", force)
+        skip_cached = _a.flag("warm", "skip_cached", skip_cached)
+        flags = (_n.WARM_FORCE if force else 0) | (_n.WARM_SKIP_CACHED if skip_cached else 0)
+        if _a.flag("warm", "background", background):
+            if progress is not None or stop is not None:
+                raise ValueError("warm: progress= and stop= apply to a warm-up in this thread; "
+                                 "with background=True ask the Warming it returns (progress, "
+                                 "stop())")
+            return Warming(self, flags)
         h = self._h  # held: the dataset stays open until this returns
         if h is None:
             raise ValueError("ctxshard: the dataset is closed")
@@ -276,18 +381,8 @@ class Dataset:
 
         fn = _n.PROGRESS_FN(tick)
         r, diag = _n.WarmResult(), _n.Diag()
-        flags = (_n.WARM_FORCE if _a.flag("warm", "force", force) else 0) | \
-            (_n.WARM_SKIP_CACHED if _a.flag("warm", "skip_cached", skip_cached) else 0)
         rc = _lib.cxs_dataset_warm(h.ptr, flags, fn, None, byref(r), byref(diag))
-        if rc == -errno.ENOMEM and diag.message:
-            raise MemoryError(diag.message.decode("utf-8", "replace"))
-        if rc == -errno.ECANCELED:
-            raise InterruptedError(f"{self.path}: warming stopped")
-        if rc:
-            _raise(rc, diag, what="warm")
-        return {"total_bytes": r.total_bytes, "cached_before": r.cached_before,
-                "bytes_read": r.bytes_read, "seconds": r.seconds, "fits": bool(r.fits),
-                "available": r.memory.available}
+        return _warm_result(self.path, rc, r, diag)
 
     # ---- description -------------------------------------------------------
     def __len__(self):

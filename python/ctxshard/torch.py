@@ -14,13 +14,10 @@ than memory in blocks of whole utterances within memory= bytes.  With
 device='cuda' the batches are delivered into GPU memory by the library
 (ctxshard.gpu: stream, resident or pool mode) and come out as CUDA tensors
 without a host copy, ordered on the current torch stream."""
-import atexit
 import collections.abc
 import ctypes
 import mmap
-import os
 import sys
-import threading
 import warnings
 
 import numpy as np
@@ -28,30 +25,13 @@ import torch
 from torch.utils.data import Dataset as _TorchDataset
 from torch.utils.data._utils.collate import default_collate
 
-from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, CtxshardError, Dataset, Sampler,
+from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, CtxshardError, Dataset, Sampler, _Buffer,
                _args as _a, _native as _n, _raise, memory_available, normalization,
                warn_if_incomplete)
 from . import gpu as _gpu
 from ._native import lib as _lib
 
 __all__ = ["FrameDataset", "Loader", "collate"]
-
-# The background warm-ups running now, as (stop event, thread).  Stopped and
-# joined at exit: a warm-up still in the library when the interpreter
-# shuts down would call its progress callback into a finalising
-# interpreter (a crash).  Each stops within one 4 MiB step.
-_WARMING = set()
-
-
-@atexit.register
-def _stop_warming():
-    entries = list(_WARMING)
-    for stop, _ in entries:
-        stop.set()
-    for _, thread in entries:
-        if thread.is_alive():
-            thread.join()
-
 
 class _Batch(collections.abc.Sequence):
     """A batch gathered at once, presented as a sequence of (x_i, y_i) so that
@@ -264,30 +244,16 @@ def _device(func, device):
     return None if d.type == "cpu" and d.index is None else d
 
 
-class _CudaArray:
-    """A device buffer described by __cuda_array_interface__, for
-    torch.as_tensor to wrap without a copy.  No 'stream' entry: the loader
-    has already made the consumer's stream wait for the data.  owner: what
-    must outlive the tensor (torch keeps this object as long as it)."""
-
-    __slots__ = ("__cuda_array_interface__", "owner")
-
-    def __init__(self, ptr, shape, typestr, owner=None):
-        self.__cuda_array_interface__ = {"data": (int(ptr), False), "shape": tuple(shape),
-                                         "typestr": typestr, "strides": None, "version": 2}
-        self.owner = owner
-
-
-class _HostArray:
-    """The same for host memory: numpy keeps this object as the array's
-    base, and so its owner."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, ptr, shape, typestr, owner=None):
-        self.__array_interface__ = {"data": (int(ptr), False), "shape": tuple(shape),
-                                    "typestr": typestr, "version": 3}
-        self.owner = owner
+def _tensor(ptr, shape, dtype, owner, device):
+    """A tensor over the library's memory, no copy (ctxshard._Buffer):
+    device memory for a CUDA device, host memory for device None (the
+    emulated GPU).  owner keeps that memory alive as long as the tensor."""
+    typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
+    if device is None:
+        t = torch.from_numpy(np.asarray(_Buffer(owner, ptr, shape, typestr)))
+    else:
+        t = torch.as_tensor(_Buffer(owner, ptr, shape, typestr, cuda=True), device=device)
+    return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
 
 
 class Loader:
@@ -419,7 +385,7 @@ class Loader:
         self._norm_stats = st  # (mean, var) of another dataset (train's), or None
         self.context, self.batch_size = context, batch_size
         self.input_size = self.dataset.input_size(self.context)
-        self._warm_thread, self._warm_stop = None, threading.Event()
+        self._prefetch, self._warming = False, None
         self._start_prefetch(prefetch, kind, memory)
         if rank is None or world_size is None:
             dist = torch.distributed
@@ -508,48 +474,30 @@ class Loader:
                     "Loader(..., shuffle=\"block\", memory=...), which reads blocks of "
                     "utterances sequentially within that budget.", UserWarning, stacklevel=3)
             return
-        if not prefetch:
-            return
-        ds, stop = self.dataset, self._warm_stop
-
-        def work():
-            # Background work: the loader's own threads go first (on a small
-            # machine the warm-up would otherwise delay the first batches).
-            # On Linux a thread's nice value is its own.
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            except (AttributeError, OSError):
-                pass
-            try:
-                # only what is not cached yet: a cached dataset costs a
-                # residency check, not a copy of every byte
-                ds.warm(stop=stop, skip_cached=True)
-            except Exception:  # noqa: BLE001 - a failed warm-up only costs speed
-                pass
-            finally:
-                _WARMING.discard((stop, threading.current_thread()))
-
         # started once the first batch is out (_kick_prefetch): a cached
         # dataset's residency check would otherwise compete with it
-        self._warm_thread = threading.Thread(target=work, name="ctxshard-warm", daemon=True)
+        self._prefetch = prefetch
 
     def _kick_prefetch(self):
-        t = self._warm_thread
-        if t is not None and t.ident is None:
-            entry = (self._warm_stop, t)
-            _WARMING.add(entry)
+        """The warm-up: the library's (Dataset.warm(background=True)), in
+        its own thread at the lowest priority, reading only what is not
+        cached yet."""
+        if self._prefetch:
+            self._prefetch = False
             try:
-                t.start()
-            except RuntimeError:  # no thread to be had: no warm-up, nothing to join
-                _WARMING.discard(entry)
-                self._warm_thread = None
+                self._warming = self.dataset.warm(background=True, skip_cached=True)
+            except (OSError, CtxshardError):  # no thread to be had: no warm-up
+                self._warming = None
 
     def wait_prefetch(self):
         """Wait until the background warm-up (prefetch=True) is done
         (starting it now if no batch has been taken yet)."""
-        if self._warm_thread is not None:
-            self._kick_prefetch()
-            self._warm_thread.join()
+        self._kick_prefetch()
+        if self._warming is not None:
+            try:
+                self._warming.wait()
+            except Exception:  # noqa: BLE001 - a failed warm-up only costs speed
+                pass
 
     def __len__(self):
         """Batches of this rank in the epoch in progress: a full epoch, or
@@ -736,13 +684,9 @@ class Loader:
         return t
 
     def _make_view(self, ptr, shape, dtype):
-        typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
-        owner = self._gl.owner  # the tensor keeps the C loader's memory alive
-        if self._gpu_opts["device"] == _gpu.EMULATE:
-            t = torch.from_numpy(np.asarray(_HostArray(ptr, shape, typestr, owner)))
-        else:
-            t = torch.as_tensor(_CudaArray(ptr, shape, typestr, owner), device=self.device)
-        return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+        # the tensor keeps the C loader's memory alive (its owner)
+        return _tensor(ptr, shape, dtype, self._gl.owner,
+                       None if self._gpu_opts["device"] == _gpu.EMULATE else self.device)
 
     def _iter_gpu(self):
         o = self._gpu_opts
@@ -802,11 +746,10 @@ class Loader:
         the last of them goes (they stay valid: close() never frees memory
         a tensor points into).  Also done when the Loader is collected."""
         self._views.clear()
-        self._warm_stop.set()
-        if self._warm_thread is not None:
-            if self._warm_thread.ident is not None:
-                self._warm_thread.join()
-            self._warm_thread = None
+        self._prefetch = False
+        if self._warming is not None:
+            self._warming.stop()
+            self._warming = None
         if self._gl is not None:
             self._gl.close()
             self._gl = None
@@ -1179,12 +1122,8 @@ class UtteranceLoader:
         """A tensor over the device loader's buffer (emulated: host memory);
         it holds the loader's handle, so the memory outlives the loader
         object (not close())."""
-        typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.int64: "<i8"}[dtype]
-        if self._gpu["device"] == _gpu.EMULATE:
-            t = torch.from_numpy(np.asarray(_HostArray(ptr, shape, typestr, self._gl)))
-        else:
-            t = torch.as_tensor(_CudaArray(ptr, shape, typestr, self._gl), device=self.device)
-        return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+        return _tensor(ptr, shape, dtype, self._gl,
+                       None if self._gpu["device"] == _gpu.EMULATE else self.device)
 
     @staticmethod
     def _host_copy(ptr, n):

@@ -404,6 +404,12 @@ class BlockSums(unittest.TestCase):
             ds.warm(force=True)  # returned the figures before: nothing was checked
         self.assertIn(f"utterance {uid}", str(cm.exception))
         self.assertIn("FEATURES block ", str(cm.exception))
+        # the same in the library's thread: wait() raises it
+        w = ds.warm(force=True, background=True)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            w.wait()
+        self.assertIn(f"utterance {uid}", str(cm.exception))
+        self.assertIsNone(w.stop())  # ended in failure: no figures
         ds.close()
         p = run("warm", d, "--force")
         self.assertEqual(p.returncode, 1)

@@ -1125,24 +1125,54 @@ class Warm(unittest.TestCase):
         with ctxshard.open(self.path) as ds, self.assertRaises(InterruptedError):
             ds.warm(stop=stop)
 
+    def test_warm_in_background(self):
+        """The library's own warm-up thread: the same figures as warm() in
+        this thread, progress to the total, stop(), refusals."""
+        with ctxshard.open(self.path) as ds:
+            fg = ds.warm()
+            w = ds.warm(background=True, skip_cached=True)
+            r = w.wait()
+            self.assertFalse(w.running)
+            self.assertEqual(w.progress, (fg["total_bytes"], fg["total_bytes"]))
+            self.assertEqual(r["total_bytes"], fg["total_bytes"])
+            self.assertTrue(r["fits"])
+            self.assertEqual(w.wait(), r)  # ended: the same answer again
+            w = ds.warm(background=True)
+            r = w.stop()  # cut short (None), or done already on this small dataset
+            self.assertTrue(r is None or r["total_bytes"] == fg["total_bytes"], r)
+            if r is None:
+                with self.assertRaisesRegex(InterruptedError, "warming stopped"):
+                    w.wait()
+            with self.assertRaisesRegex(ValueError, "background=True"):
+                ds.warm(background=True, progress=print)
+            w = ds.warm(background=True)
+        del ds  # the warm-up holds the dataset open until it ends
+        self.assertEqual(w.wait()["total_bytes"], fg["total_bytes"])
+
     @unittest.skipIf(torch is None, "torch not installed")
     def test_loader_prefetch_and_warning(self):
         import warnings
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             ld = cxt.Loader(self.path, 3, 64, prefetch=True)
-            self.assertIsNotNone(ld._warm_thread)  # fits: warming in the background
+            self.assertTrue(ld._prefetch)  # fits: to warm in the background
             n = sum(len(y) for _, y in ld)
+            self.assertIsInstance(ld._warming, ctxshard.Warming)  # started after batch 1
             ld.wait_prefetch()
+            self.assertFalse(ld._warming.running)
             ld.close()
-            self.assertIsNone(cxt.Loader(self.path, 3, 64, prefetch=False)._warm_thread)
+            self.assertIsNone(ld._warming)
+            ld = cxt.Loader(self.path, 3, 64, prefetch=False)
+            self.assertFalse(ld._prefetch)
+            self.assertEqual(sum(len(y) for _, y in ld), n)
+            self.assertIsNone(ld._warming)
         self.assertEqual(n, len(ctxshard.open(self.path)))
         self.assertEqual([x for x in w if "block" in str(x.message)], [])
         os.environ["CTXSHARD_MEMORY_AVAILABLE"] = "4K"
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             ld = cxt.Loader(self.path, 3, 64, prefetch=True)
-            self.assertIsNone(ld._warm_thread)  # does not fit: no warm-up
+            self.assertFalse(ld._prefetch)  # does not fit: no warm-up
             cxt.Loader(self.path, 3, 64, shuffle=False)  # sequential: no warning
         msgs = [str(x.message) for x in w if "block" in str(x.message)]
         self.assertEqual(len(msgs), 1, msgs)
@@ -1155,8 +1185,9 @@ class Warm(unittest.TestCase):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             ld = cxt.Loader(self.path, 3, 64, shuffle="block", memory="1M", blocks=2)
-            self.assertIsNone(ld._warm_thread)
+            self.assertFalse(ld._prefetch)
             self.assertEqual(sum(len(y) for _, y in ld), len(ctxshard.open(self.path)))
+            self.assertIsNone(ld._warming)
         self.assertEqual([str(x.message) for x in w], [])
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")

@@ -327,6 +327,61 @@ TEST(flipped_value_stops_warm) {
 }
 END_TEST
 
+/* The same in the library's own thread (cxs_warm_start, the loaders'
+ * prefetch): the failure comes back from cxs_warm_finish with its diag. */
+TEST(flipped_value_stops_background_warm) {
+    char id[300];
+    cxs_dataset *ds = damaged("bs-bgwarm", 0, 23, id, sizeof id);
+    cxs_diag d;
+    cxs_warm *w;
+    EXPECT_INT(cxs_warm_start(ds, CXS_WARM_FORCE, &w, &d), 0);
+    cxs_warm_result r;
+    memset(&r, 0xab, sizeof r);
+    EXPECT_INT(cxs_warm_finish(w, 0, &r, &d), CXS_E_CHECKSUM);
+    EXPECT_STR_HAS(d.message, "FEATURES block ");
+    EXPECT_STR_HAS(d.message, id);
+    EXPECT(r.total_bytes == 0xababababababababull); /* not written on failure */
+    cxs_dataset_close(ds);
+}
+END_TEST
+
+/* A sound dataset: the background warm-up ends as the call in the caller's
+ * thread does, its progress reaching the total; asked to stop at once it
+ * ends cancelled or (a small dataset) already done, never otherwise. */
+TEST(background_warm_is_the_warm) {
+    char out[400];
+    snprintf(out, sizeof out, "%s/bgwarm", dir);
+    td_opts o = {.utts = 64, .dim = 8, .seed = 5};
+    ck_assert_int_eq(td_make(out, &o), 0);
+    cxs_dataset *ds;
+    cxs_diag d;
+    ck_assert_msg(cxs_dataset_open(out, &ds, &d) == 0, "%s", d.message);
+    cxs_warm_result fg, bg;
+    EXPECT_INT(cxs_dataset_warm(ds, CXS_WARM_FORCE, NULL, NULL, &fg, &d), 0);
+    cxs_warm *w;
+    EXPECT_INT(cxs_warm_start(ds, CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED, &w, &d), 0);
+    uint64_t done = 0, total = 0;
+    for (int i = 0; i < 20000 && cxs_warm_poll(w, &done, &total) == 1; i++) usleep(1000);
+    EXPECT_INT(cxs_warm_poll(w, &done, &total), 0);
+    EXPECT_UINT(total, fg.total_bytes);
+    EXPECT_UINT(done, fg.total_bytes);
+    EXPECT_INT(cxs_warm_finish(w, 0, &bg, &d), 0);
+    EXPECT_UINT(bg.total_bytes, fg.total_bytes);
+    EXPECT(bg.fits == 1 && bg.cached_before > 0); /* the first call cached it */
+    EXPECT_INT(cxs_warm_start(ds, CXS_WARM_FORCE, &w, &d), 0);
+    int rc = cxs_warm_finish(w, 1, &bg, &d);
+    ck_assert_msg(rc == 0 || rc == -ECANCELED, "stopped: %d (%s)", rc, d.message);
+    /* refusals, each with a message */
+    EXPECT_INT(cxs_warm_start(ds, 0x80, &w, &d), CXS_E_INVALID);
+    ck_assert_ptr_null(w);
+    EXPECT_STR_HAS(d.message, "unknown flags");
+    EXPECT_INT(cxs_warm_start(NULL, 0, &w, &d), CXS_E_INVALID);
+    EXPECT_INT(cxs_warm_poll(NULL, NULL, NULL), CXS_E_INVALID);
+    EXPECT_INT(cxs_warm_finish(NULL, 1, NULL, NULL), 0);
+    cxs_dataset_close(ds);
+}
+END_TEST
+
 /* The block sampler's loader: every block it reads is checked, and a batch
  * that waits for the damaged one fails, naming it (the first batches of a
  * start, which do not wait for blocks, may be served before). */
@@ -392,6 +447,7 @@ int main(void) {
                               truncated_under_utterance_loader, truncated_before_utterance_sampler,
                               truncated_under_verify, truncated_before_open_names_the_shard,
                               flipped_value_named_by_verify, flipped_value_stops_warm,
+                              flipped_value_stops_background_warm, background_warm_is_the_warm,
                               flipped_value_stops_block_loader, unlocated_without_block_sums,
                               other_sigbus_is_chained};
     /* In one process (CK_FORK=no, valgrind) the library's handler is there

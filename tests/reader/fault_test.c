@@ -129,6 +129,21 @@ TEST(utt_loader_child_thread_start_fails) {
 }
 END_TEST
 
+/* The background warm-up's thread fails to start: an error with its
+ * message, no handle, nothing to join; it starts again once threads do. */
+TEST(warm_thread_start_fails) {
+    cxs_warm *w = (cxs_warm *)1;
+    cxs_diag d;
+    setenv("CXS_LOADER_FAULT", "threads", 1);
+    EXPECT_INT(cxs_warm_start(ds, CXS_WARM_FORCE, &w, &d), -EAGAIN);
+    unsetenv("CXS_LOADER_FAULT");
+    ck_assert_ptr_null(w);
+    EXPECT_STR_HAS(d.message, "warm-up: cannot start its thread");
+    EXPECT_INT(cxs_warm_start(ds, CXS_WARM_FORCE, &w, &d), 0);
+    EXPECT_INT(cxs_warm_finish(w, 0, NULL, &d), 0);
+}
+END_TEST
+
 #endif
 
 int main(void) {
@@ -147,7 +162,8 @@ int main(void) {
     if (td_make(packed, &o)) return 3;
     if (cxs_dataset_open(packed, &ds, NULL)) return 3;
     const TTest *const t[] = {frame_loader_child_thread_start_fails,
-                              utt_loader_child_thread_start_fails};
+                              utt_loader_child_thread_start_fails,
+                              warm_thread_start_fails};
     /* (a timeout beyond the child's alarm) */
     const cxs_group g[] = {{"fault", 60, NULL, NULL, t, CXS_N(t), NULL}};
     int rc = cxs_run_groups("fault", g, CXS_N(g), 0) ? EXIT_FAILURE : EXIT_SUCCESS;
