@@ -86,35 +86,34 @@ static void note_f(cxs_note_fn note, void *user, const char *fmt, ...) {
     note(user, m);
 }
 
-/* The shape of dataset ds as [T, D] and whether it is float; a reason in
- * why when it cannot be an utterance. */
-static int shape_of(hid_t ds, hsize_t *T, hsize_t *D, int *ndims, size_t *esize, char *why,
-                    size_t len) {
+/* The shape of dataset ds as [T, D] and whether it is float; the reason in
+ * r's message when it cannot be an utterance (the caller says where). */
+static int shape_of(hid_t ds, hsize_t *T, hsize_t *D, int *ndims, size_t *esize, cxs_diag *r) {
     hid_t sp = H5Dget_space(ds), ty = H5Dget_type(ds);
     int rc = 0;
     if (sp < 0 || ty < 0) {
-        snprintf(why, len, "cannot be read (HDF5 error)");
-        rc = CXS_E_CORRUPT;
+        rc = cxs_diagf(r, CXS_E_CORRUPT, "cannot be read (HDF5 error)");
         goto out;
     }
     int nd = H5Sget_simple_extent_ndims(sp);
     hsize_t dims[2] = {0, 1};
     if (nd == 1 || nd == 2) H5Sget_simple_extent_dims(sp, dims, NULL);
     if (nd != 1 && nd != 2) {
-        snprintf(why, len, "has %d dimensions, expected [frames, dim] (2) or [frames] (1)", nd);
-        rc = CXS_E_INPUT;
+        rc = cxs_diagf(r, CXS_E_INPUT,
+                       "has %d dimensions, expected [frames, dim] (2) or [frames] (1)", nd);
         goto out;
     }
     if (H5Tget_class(ty) != H5T_FLOAT) {
         /* integers beside the features are most often labels: say where they go */
-        snprintf(why, len, "holds %s, expected floating-point features%s",
-                 H5Tget_class(ty) == H5T_INTEGER ? "integers" : H5Tget_class(ty) == H5T_STRING
-                                                                   ? "strings" : "non-float data",
-                 H5Tget_class(ty) == H5T_INTEGER
-                     ? " (labels are not imported from HDF5: write features and labels with "
-                       "ctxshard.Writer, as docs/guide.md shows under 'Importing HDF5 features')"
-                     : "");
-        rc = CXS_E_INPUT;
+        rc = cxs_diagf(
+            r, CXS_E_INPUT, "holds %s, expected floating-point features%s",
+            H5Tget_class(ty) == H5T_INTEGER  ? "integers"
+            : H5Tget_class(ty) == H5T_STRING ? "strings"
+                                             : "non-float data",
+            H5Tget_class(ty) == H5T_INTEGER
+                ? " (labels are not imported from HDF5: write features and labels with "
+                  "ctxshard.Writer, as docs/guide.md shows under 'Importing HDF5 features')"
+                : "");
         goto out;
     }
     *T = dims[0];
@@ -234,7 +233,7 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
     wo.label_seqs = CXS_SEQ_NONE;
     wo.part = NULL;
     wo.flags &= ~CXS_WRITER_MANUAL_CUT;
-    char why[256];
+    cxs_diag why; /* a reason, before it is said where */
     hsize_t T, D, N, ND;
     size_t es;
     int fnd;
@@ -260,8 +259,8 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
             rc = cxs_diagf(d, CXS_E_INPUT, "%s: cannot open features, offsets or ids", in);
             goto out;
         }
-        if ((rc = shape_of(feats, &N, &ND, &fnd, &es, why, sizeof why))) {
-            rc = cxs_diagf(d, CXS_E_INPUT, "%s: features %s", in, why);
+        if ((rc = shape_of(feats, &N, &ND, &fnd, &es, &why))) {
+            rc = cxs_diagf(d, CXS_E_INPUT, "%s: features %s", in, why.message);
             goto out;
         }
         hid_t sp = H5Dget_space(offs), ty = H5Dget_type(offs);
@@ -397,12 +396,13 @@ int cxs_import_hdf5(const char *in, const char *out, const cxs_writer_opts *wo_i
                 goto out;
             }
             int nd;
-            int src = shape_of(ds, &T, &D, &nd, &es, why, sizeof why);
+            int src = shape_of(ds, &T, &D, &nd, &es, &why);
             if (src) {
                 H5Dclose(ds);
-                rc = cxs_diagf(d, CXS_E_INPUT, "%s: /%s %s (one dataset per utterance, [frames, "
-                               "dim]; or the concatenated layout: features, offsets, ids)", in, id,
-                               why);
+                rc = cxs_diagf(d, CXS_E_INPUT,
+                               "%s: /%s %s (one dataset per utterance, [frames, dim]; or the "
+                               "concatenated layout: features, offsets, ids)",
+                               in, id, why.message);
                 goto out;
             }
             if (T == 0 || D == 0) {

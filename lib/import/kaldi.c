@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ctxshard_base.h"
+#include "cxs_format.h"
 #include "cxs_le.h"
 
 #if defined(__clang__)
@@ -42,12 +43,12 @@ static float ldf32(const uint8_t *p) {
 }
 
 /* What the bytes at p look like, for a message. */
-static void shown(const uint8_t *p, size_t n, char *why, size_t len, const char *what) {
+static int shown(cxs_diag *d, int code, const uint8_t *p, size_t n, const char *what) {
     char hex[40] = "";
     size_t k = 0;
     for (size_t i = 0; i < n && i < 8 && k + 4 < sizeof hex; i++)
         k += (size_t)snprintf(hex + k, sizeof hex - k, "%s%02x", i ? " " : "", p[i]);
-    snprintf(why, len, "%s (found bytes %s)", what, n ? hex : "none: end of file");
+    return cxs_diagf(d, code, "%s (found bytes %s)", what, n ? hex : "none: end of file");
 }
 
 /* ReadBasicType of an int32 in binary: a size byte of 4, then four bytes
@@ -58,11 +59,10 @@ static int64_t basic_i32(const uint8_t *p) {
     return v < 0 ? -1 : v;
 }
 
-int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t len) {
+int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, cxs_diag *d) {
     memset(h, 0, sizeof *h);
     if (n == 0) {
-        snprintf(why, len, "no object: end of file");
-        return CXS_E_TRUNCATED;
+        return cxs_diagf(d, CXS_E_TRUNCATED, "no object: end of file");
     }
     if (buf[0] != 0) {
         /* InitKaldiInputStream: without "\0B" Kaldi reads the object as text */
@@ -73,23 +73,20 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t le
             h->head = i;
             return 0;
         }
-        shown(buf, n, why, len, "no Kaldi object here: expected the binary marker \\0B");
-        return CXS_E_CORRUPT;
+        return shown(d, CXS_E_CORRUPT, buf, n,
+                     "no Kaldi object here: expected the binary marker \\0B");
     }
     if (n < 2) {
-        snprintf(why, len, "object cut short after its first byte");
-        return CXS_E_TRUNCATED;
+        return cxs_diagf(d, CXS_E_TRUNCATED, "object cut short after its first byte");
     }
     if (buf[1] != 'B') {
-        shown(buf, n, why, len, "\\0 not followed by B: not a Kaldi binary object");
-        return CXS_E_CORRUPT;
+        return shown(d, CXS_E_CORRUPT, buf, n, "\\0 not followed by B: not a Kaldi binary object");
     }
     /* The token: up to the space ReadToken requires after it. */
     size_t t = 2;
     while (t < n && t < 2 + 8 && buf[t] != ' ') t++;
     if (t >= n) {
-        snprintf(why, len, "object cut short in its type token");
-        return CXS_E_TRUNCATED;
+        return cxs_diagf(d, CXS_E_TRUNCATED, "object cut short in its type token");
     }
     uint32_t kind = KALDI_KINDS;
     for (uint32_t k = 0; k < KALDI_TXT; k++)
@@ -100,9 +97,8 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t le
         for (size_t i = 2; i < t && m + 1 < sizeof tok; i++)
             tok[m++] = buf[i] >= 0x20 && buf[i] < 0x7f ? (char)buf[i] : '?';
         tok[m] = 0;
-        snprintf(why, len, "unknown object type '%s' (expected FM, DM, FV, DV, CM, CM2 or CM3)",
-                 tok);
-        return CXS_E_CORRUPT;
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "unknown object type '%s' (expected FM, DM, FV, DV, CM, CM2 or CM3)", tok);
     }
     h->kind = kind;
     /* Sizes come from the file: products stay far from 2^64 (rows and
@@ -112,32 +108,30 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t le
     size_t left = n - (t + 1);
     if (kind == KALDI_FM || kind == KALDI_DM) {
         if (left < 10) {
-            snprintf(why, len, "%s header cut short", kind_names[kind]);
-            return CXS_E_TRUNCATED;
+            return cxs_diagf(d, CXS_E_TRUNCATED, "%s header cut short", kind_names[kind]);
         }
         int64_t r = basic_i32(p), c = basic_i32(p + 5);
         if (r < 0 || c < 0) {
-            shown(p, 10, why, len, "bad matrix size (expected \\4 and a non-negative int32, twice)");
-            return CXS_E_CORRUPT;
+            return shown(d, CXS_E_CORRUPT, p, 10,
+                         "bad matrix size (expected \\4 and a non-negative int32, twice)");
         }
         h->rows = (uint64_t)r;
         h->cols = (uint64_t)c;
         if (h->rows * h->cols > max_elems) {
-            snprintf(why, len, "%s of %llux%llu elements: not a real matrix", kind_names[kind],
-                     (unsigned long long)h->rows, (unsigned long long)h->cols);
-            return CXS_E_CORRUPT;
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s of %llux%llu elements: not a real matrix",
+                             kind_names[kind], (unsigned long long)h->rows,
+                             (unsigned long long)h->cols);
         }
         h->head = t + 1 + 10;
         h->size = h->head + h->rows * h->cols * (kind == KALDI_FM ? 4u : 8u);
     } else if (kind == KALDI_FV || kind == KALDI_DV) {
         if (left < 5) {
-            snprintf(why, len, "%s header cut short", kind_names[kind]);
-            return CXS_E_TRUNCATED;
+            return cxs_diagf(d, CXS_E_TRUNCATED, "%s header cut short", kind_names[kind]);
         }
         int64_t s = basic_i32(p);
         if (s < 0) {
-            shown(p, 5, why, len, "bad vector size (expected \\4 and a non-negative int32)");
-            return CXS_E_CORRUPT;
+            return shown(d, CXS_E_CORRUPT, p, 5,
+                         "bad vector size (expected \\4 and a non-negative int32)");
         }
         h->rows = (uint64_t)s;
         h->cols = 1;
@@ -147,13 +141,12 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t le
         /* CompressedMatrix::Read: the GlobalHeader without its format
          * field: min_value, range (float), num_rows, num_cols (int32). */
         if (left < 16) {
-            snprintf(why, len, "%s header cut short", kind_names[kind]);
-            return CXS_E_TRUNCATED;
+            return cxs_diagf(d, CXS_E_TRUNCATED, "%s header cut short", kind_names[kind]);
         }
         int32_t r = (int32_t)cxs_ld32(p + 8), c = (int32_t)cxs_ld32(p + 12);
         if (r < 0 || c < 0) {
-            snprintf(why, len, "%s header: %d rows, %d columns", kind_names[kind], r, c);
-            return CXS_E_CORRUPT;
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s header: %d rows, %d columns", kind_names[kind],
+                             r, c);
         }
         h->min = ldf32(p);
         h->range = ldf32(p + 4);
@@ -291,7 +284,7 @@ static size_t float_chars(const uint8_t *p, size_t n) {
 }
 
 int kaldi_text_parse(const uint8_t *buf, size_t n, uint64_t *rows, uint64_t *cols, float *out,
-                     char *why, size_t len) {
+                     cxs_diag *d) {
     size_t i = 0;
     while (i < n && is_ws(buf[i])) i++;
     size_t t0 = i;
@@ -301,16 +294,17 @@ int kaldi_text_parse(const uint8_t *buf, size_t n, uint64_t *rows, uint64_t *col
         return 0;
     }
     if (i - t0 != 1 || buf[t0] != '[') {
-        snprintf(why, len, "text-form matrix: expected '[' followed by white space, found "
-                 "'%.*s'", (int)(i - t0 > 16 ? 16 : i - t0), (const char *)buf + t0);
-        return CXS_E_CORRUPT;
+        return cxs_diagf(d, CXS_E_CORRUPT,
+                         "text-form matrix: expected '[' followed by white space, found "
+                         "'%.*s'",
+                         (int)(i - t0 > 16 ? 16 : i - t0), (const char *)buf + t0);
     }
     pthread_once(&c_locale_once, c_locale_make);
     uint64_t R = 0, C = 0, cur = 0, at = 0;
     for (;;) {
         if (i >= n) {
-            snprintf(why, len, "text-form matrix: no ']' before the end of the object");
-            return CXS_E_CORRUPT;
+            return cxs_diagf(d, CXS_E_CORRUPT,
+                             "text-form matrix: no ']' before the end of the object");
         }
         uint8_t c = buf[i];
         if (c == ']' || c == '\n' || c == ';') {
@@ -318,10 +312,11 @@ int kaldi_text_parse(const uint8_t *buf, size_t n, uint64_t *rows, uint64_t *col
             if (cur) {
                 if (R == 0) C = cur;
                 else if (cur != C) {
-                    snprintf(why, len, "text-form matrix: row %llu has %llu values, row 1 has "
-                             "%llu (inconsistent number of columns)", (unsigned long long)R + 1,
-                             (unsigned long long)cur, (unsigned long long)C);
-                    return CXS_E_CORRUPT;
+                    return cxs_diagf(d, CXS_E_CORRUPT,
+                                     "text-form matrix: row %llu has %llu values, row 1 has "
+                                     "%llu (inconsistent number of columns)",
+                                     (unsigned long long)R + 1, (unsigned long long)cur,
+                                     (unsigned long long)C);
                 }
                 R++;
                 cur = 0;
@@ -347,9 +342,10 @@ int kaldi_text_parse(const uint8_t *buf, size_t n, uint64_t *rows, uint64_t *col
                 ok = end == num + k && isfinite(v);
             }
             if (!ok) {
-                snprintf(why, len, "text-form matrix: '%.*s' at byte %zu is not a number a float "
-                         "holds", (int)(k ? (k > 24 ? 24 : k) : 1), (const char *)buf + i, i);
-                return CXS_E_CORRUPT;
+                return cxs_diagf(d, CXS_E_CORRUPT,
+                                 "text-form matrix: '%.*s' at byte %zu is not a number a float "
+                                 "holds",
+                                 (int)(k ? (k > 24 ? 24 : k) : 1), (const char *)buf + i, i);
             }
             i += k;
         } else {
@@ -361,9 +357,10 @@ int kaldi_text_parse(const uint8_t *buf, size_t n, uint64_t *rows, uint64_t *col
                      (m == 8 && !strncasecmp((const char *)buf + i, "infinity", 8)))
                 v = INFINITY;
             else {
-                snprintf(why, len, "text-form matrix: expected a number at byte %zu, found "
-                         "'%.*s'", i, (int)(m > 24 ? 24 : m), (const char *)buf + i);
-                return CXS_E_CORRUPT;
+                return cxs_diagf(d, CXS_E_CORRUPT,
+                                 "text-form matrix: expected a number at byte %zu, found "
+                                 "'%.*s'",
+                                 i, (int)(m > 24 ? 24 : m), (const char *)buf + i);
             }
             i = k;
         }

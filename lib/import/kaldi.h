@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxshard_base.h"
+
 enum {
     KALDI_FM = 0, /* float matrix */
     KALDI_DM,     /* double matrix */
@@ -42,12 +44,12 @@ const char *kaldi_kind_name(uint32_t kind);
 
 /* Parse the object that starts at buf (n bytes available, at most what
  * the file holds from there).  Returns 0; CXS_E_TRUNCATED when n ends
- * inside the header; CXS_E_CORRUPT for anything else.  why (len bytes)
- * says what was found.  A text-form object (no binary marker, white space
+ * inside the header; CXS_E_CORRUPT for anything else, d's message saying
+ * what was found (the caller says where).  A text-form object (no binary marker, white space
  * then '[') is kind KALDI_TXT with head the offset of its '[' and rows,
  * cols and size 0: its extent and sizes are known only once it has been
  * read to its ']' (kaldi_text_end, kaldi_text_parse). */
-int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, char *why, size_t len);
+int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, cxs_diag *d);
 
 /* Whether the elements decode to double (DM, DV), else float. */
 int kaldi_is_double(const kaldi_hdr *h);
@@ -72,9 +74,9 @@ size_t kaldi_text_end(const uint8_t *buf, size_t n, int more);
  * correctly rounded; out of float's range is an error), inf, infinity and
  * nan in any case, ']'.  Rows of different lengths are refused.  With out
  * NULL only *rows and *cols are set; else out gets rows x cols floats in
- * C order.  Returns 0, or CXS_E_CORRUPT with why (len bytes) saying what
- * was found and where (the byte offset from the '['). */
+ * C order.  Returns 0, or CXS_E_CORRUPT with d's message saying what was
+ * found and where (the byte offset from the '['). */
 int kaldi_text_parse(const uint8_t *buf, size_t n, uint64_t *rows, uint64_t *cols, float *out,
-                     char *why, size_t len);
+                     cxs_diag *d);
 
 #endif

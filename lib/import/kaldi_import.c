@@ -111,7 +111,7 @@ static void load_one(void *user, size_t i, size_t si) {
         return;
     }
     kaldi_hdr h;
-    char why[256];
+    cxs_diag why; /* a reason, before it is said where */
     uint8_t head[KALDI_MAX_HEAD];
     size_t got = 0;
     int prc = 0;
@@ -124,10 +124,10 @@ static void load_one(void *user, size_t i, size_t si) {
         s->status = cxs_diagf(&s->d, rc, "%s: %s", a.path, strerror(-rc));
         goto out;
     }
-    prc = kaldi_parse(head, got, &h, why, sizeof why);
+    prc = kaldi_parse(head, got, &h, &why);
     if (!prc && h.kind == KALDI_TXT) {
         uint64_t tn = 0;
-        rc = kaldi_text_extent(a.fd, a.size, e->off + h.head, &tn, why, sizeof why);
+        rc = kaldi_text_extent(a.fd, a.size, e->off + h.head, &tn, &why);
         if (rc && rc != CXS_E_TRUNCATED) {
             s->status = cxs_diagf(&s->d, rc, "%s: %s", a.path, strerror(-rc));
             goto out;
@@ -136,17 +136,19 @@ static void load_one(void *user, size_t i, size_t si) {
         h.size = h.head + tn;
     }
     if (!prc && e->off + h.size > a.size) {
-        snprintf(why, sizeof why, "%s %llux%llu needs %llu bytes, the file ends %llu bytes "
-                 "after its start (truncated archive)", kaldi_kind_name(h.kind),
-                 (unsigned long long)h.rows, (unsigned long long)h.cols,
-                 (unsigned long long)h.size, (unsigned long long)(a.size - e->off));
-        prc = CXS_E_TRUNCATED;
+        prc = cxs_diagf(&why, CXS_E_TRUNCATED,
+                        "%s %llux%llu needs %llu bytes, the file ends %llu "
+                        "bytes after its start (truncated archive)",
+                        kaldi_kind_name(h.kind), (unsigned long long)h.rows,
+                        (unsigned long long)h.cols, (unsigned long long)h.size,
+                        (unsigned long long)(a.size - e->off));
     } else if (prc == CXS_E_TRUNCATED && e->line) {
-        size_t l = strlen(why);
-        snprintf(why + l, sizeof why - l, " (truncated archive, or a wrong offset)");
+        size_t l = strlen(why.message);
+        snprintf(why.message + l, sizeof why.message - l,
+                 " (truncated archive, or a wrong offset)");
     } else if (prc == CXS_E_CORRUPT && e->line) {
-        size_t l = strlen(why);
-        snprintf(why + l, sizeof why - l, " (a wrong offset?)");
+        size_t l = strlen(why.message);
+        snprintf(why.message + l, sizeof why.message - l, " (a wrong offset?)");
     }
     if (!prc && (h.size > SIZE_MAX / 2 ||
                  kaldi_grow((void **)&s->obj, &s->obj_cap, (size_t)h.size, 1))) {
@@ -166,26 +168,24 @@ static void load_one(void *user, size_t i, size_t si) {
         }
         if (h.kind == KALDI_TXT) {
             prc = kaldi_text_parse(s->obj + h.head, (size_t)(h.size - h.head), &h.rows, &h.cols,
-                                   NULL, why, sizeof why);
+                                   NULL, &why);
             if (!prc && h.cols == 0) h.rows = 0;
         }
     }
     if (!prc && (h.rows == 0 || h.cols == 0)) {
-        snprintf(why, sizeof why, "an empty %s (%llux%llu)", kaldi_kind_name(h.kind),
-                 (unsigned long long)h.rows, (unsigned long long)h.cols);
-        prc = CXS_E_INPUT;
+        prc = cxs_diagf(&why, CXS_E_INPUT, "an empty %s (%llux%llu)", kaldi_kind_name(h.kind),
+                        (unsigned long long)h.rows, (unsigned long long)h.cols);
     }
     uint64_t r0 = 0, nr = h.rows, c0 = 0, nc = h.cols;
     int cut = 0;
-    if (!prc && kaldi_range_apply(e, h.rows, h.cols, &r0, &nr, &c0, &nc, &cut, why, sizeof why))
+    if (!prc && kaldi_range_apply(e, h.rows, h.cols, &r0, &nr, &c0, &nc, &cut, &why))
         prc = CXS_E_INPUT;
     if (!prc && nc > CXS_MAX_DIM) {
-        snprintf(why, sizeof why, "%s with %llu columns (at most %u features per frame)",
-                 kaldi_kind_name(h.kind), (unsigned long long)nc, CXS_MAX_DIM);
-        prc = CXS_E_INPUT;
+        prc = cxs_diagf(&why, CXS_E_INPUT, "%s with %llu columns (at most %u features per frame)",
+                        kaldi_kind_name(h.kind), (unsigned long long)nc, CXS_MAX_DIM);
     }
     if (prc) {
-        s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s: %s", where, why);
+        s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s: %s", where, why.message);
         goto out;
     }
     const size_t es = kaldi_is_double(&h) ? 8 : 4;
@@ -196,7 +196,7 @@ static void load_one(void *user, size_t i, size_t si) {
     }
     if (h.kind == KALDI_TXT)
         kaldi_text_parse(s->obj + h.head, (size_t)(h.size - h.head), &h.rows, &h.cols, s->vals,
-                         why, sizeof why);
+                         &why);
     else
         kaldi_decode(&h, s->obj, s->vals);
     if (e->range) {
@@ -346,24 +346,24 @@ static int plan_shards(listing *L, files *fs, const cxs_writer_opts *wo, uint32_
         uint8_t head[KALDI_MAX_HEAD];
         size_t got = 0;
         kaldi_hdr h;
-        char why[256];
+        cxs_diag why; /* a reason, before it is said where */
         T[i] = 0;
         if (kaldi_files_open(fs, e->file, d)) continue;
         if (kaldi_pread_all(fs->f[e->file].fd, head, sizeof head, e->off, &got)) continue;
-        if (kaldi_parse(head, got, &h, why, sizeof why)) continue;
+        if (kaldi_parse(head, got, &h, &why)) continue;
         if (h.kind == KALDI_TXT) {
             /* its sizes are known once it has been read */
             uint64_t tn = 0;
             const arkfile *a = &fs->f[e->file];
-            if (kaldi_text_extent(a->fd, a->size, e->off + h.head, &tn, why, sizeof why) ||
+            if (kaldi_text_extent(a->fd, a->size, e->off + h.head, &tn, &why) ||
                 tn > SIZE_MAX / 2 || kaldi_grow((void **)&text, &text_cap, (size_t)tn, 1) ||
                 kaldi_pread_all(a->fd, text, (size_t)tn, e->off + h.head, &got) || got != tn ||
-                kaldi_text_parse(text, (size_t)tn, &h.rows, &h.cols, NULL, why, sizeof why))
+                kaldi_text_parse(text, (size_t)tn, &h.rows, &h.cols, NULL, &why))
                 continue;
         }
         uint64_t r0, nr, c0, nc;
         int cut;
-        if (kaldi_range_apply(e, h.rows, h.cols, &r0, &nr, &c0, &nc, &cut, why, sizeof why) ||
+        if (kaldi_range_apply(e, h.rows, h.cols, &r0, &nr, &c0, &nc, &cut, &why) ||
             nc > CXS_MAX_DIM || nr == 0 || nc == 0)
             continue;
         T[i] = nr;

@@ -70,15 +70,15 @@ int kaldi_files_acquire(files *fs, uint32_t i, cxs_diag *d);
 void kaldi_files_release(files *fs, uint32_t i);
 /* The extent of the text-form object whose '[' is at off in file fd of
  * size bytes: *n bytes up to and with its ']' and line end.  0; CXS_E_TRUNCATED
- * when the file ends first (why says so); -errno. */
-int kaldi_text_extent(int fd, uint64_t size, uint64_t off, uint64_t *n, char *why, size_t len);
+ * when the file ends first (d's message says so); -errno (no message). */
+int kaldi_text_extent(int fd, uint64_t size, uint64_t off, uint64_t *n, cxs_diag *d);
 /* Apply e's range to an object of rows x cols: the rows and columns kept
  * (*r0 .. *r0 + *nr - 1, *c0 .. *c0 + *nc - 1).  Kaldi's rules
  * (ParseMatrixRangeSpecifier): a row range may end at row index rows + 2
  * at most, 3 past the last row (it is cut at the last, *cut set); anything
- * else outside the matrix is refused (-1, why says so). */
+ * else outside the matrix is refused (CXS_E_INPUT, d's message says so). */
 int kaldi_range_apply(const ent *e, uint64_t rows, uint64_t cols, uint64_t *r0, uint64_t *nr,
-                      uint64_t *c0, uint64_t *nc, int *cut, char *why, size_t len);
+                      uint64_t *c0, uint64_t *nc, int *cut, cxs_diag *d);
 void kaldi_files_free(files *fs);
 int kaldi_ent_cmp(const void *a, const void *b);
 /* A feats.scp's lines, or a bare archive's records, into L. */

@@ -161,7 +161,7 @@ int kaldi_files_acquire(files *fs, uint32_t i, cxs_diag *d) {
 
 void kaldi_files_release(files *fs, uint32_t i) { fs->f[i].users--; }
 
-int kaldi_text_extent(int fd, uint64_t size, uint64_t off, uint64_t *n, char *why, size_t len) {
+int kaldi_text_extent(int fd, uint64_t size, uint64_t off, uint64_t *n, cxs_diag *d) {
     uint8_t buf[65536];
     uint64_t pos = off;
     for (;;) {
@@ -186,9 +186,9 @@ int kaldi_text_extent(int fd, uint64_t size, uint64_t off, uint64_t *n, char *wh
             return 0;
         }
         if (!more) {
-            snprintf(why, len, "text-form matrix without its ']': the file ends %llu bytes after "
-                     "its '['", (unsigned long long)(size - off));
-            return CXS_E_TRUNCATED;
+            return cxs_diagf(d, CXS_E_TRUNCATED,
+                             "text-form matrix without its ']': the file ends %llu bytes after "
+                             "its '['", (unsigned long long)(size - off));
         }
         pos += got;
     }
@@ -233,7 +233,7 @@ static int parse_range(const char *r, ent *e) {
 }
 
 int kaldi_range_apply(const ent *e, uint64_t rows, uint64_t cols, uint64_t *r0, uint64_t *nr,
-                      uint64_t *c0, uint64_t *nc, int *cut, char *why, size_t len) {
+                      uint64_t *c0, uint64_t *nc, int *cut, cxs_diag *d) {
     *cut = 0;
     if (!e->range) {
         *r0 = *c0 = 0;
@@ -246,9 +246,8 @@ int kaldi_range_apply(const ent *e, uint64_t rows, uint64_t cols, uint64_t *r0, 
      * 10 ms, frames of 25 ms): a row range may end before rows + 3, and
      * is cut at the last row */
     if (e->r0 >= rows || r1 >= rows + 3 || c1 >= cols) {
-        snprintf(why, len, "range [%s] is outside the %llux%llu matrix", e->range,
-                 (unsigned long long)rows, (unsigned long long)cols);
-        return -1;
+        return cxs_diagf(d, CXS_E_INPUT, "range [%s] is outside the %llux%llu matrix", e->range,
+                         (unsigned long long)rows, (unsigned long long)cols);
     }
     if (r1 >= rows) {
         r1 = rows - 1;
@@ -428,20 +427,22 @@ int kaldi_read_ark(listing *L, files *fs, const char *path, cxs_diag *d) {
             return rc == -ENOMEM ? cxs_diagf(d, rc, "out of memory") : rc;
         }
         kaldi_hdr h;
-        char why[200];
+        cxs_diag why; /* a reason, before it is said where */
         size_t have = got - (i + 1);
-        rc = kaldi_parse(buf + i + 1, have, &h, why, sizeof why);
+        rc = kaldi_parse(buf + i + 1, have, &h, &why);
         if (rc)
             return cxs_diagf(d, CXS_E_INPUT, "%s: offset %llu: utterance %s: %s%s", path,
-                             (unsigned long long)obj, key, why,
+                             (unsigned long long)obj, key, why.message,
                              rc == CXS_E_TRUNCATED ? " (truncated archive)" : "");
         if (h.kind == KALDI_TXT) {
             uint64_t tn = 0;
-            rc = kaldi_text_extent(a->fd, a->size, obj + h.head, &tn, why, sizeof why);
+            rc = kaldi_text_extent(a->fd, a->size, obj + h.head, &tn, &why);
             if (rc && rc != CXS_E_TRUNCATED) return cxs_diagf(d, rc, "%s: %s", path, strerror(-rc));
             if (rc)
-                return cxs_diagf(d, CXS_E_INPUT, "%s: offset %llu: utterance %s: %s (truncated "
-                                 "archive)", path, (unsigned long long)obj, key, why);
+                return cxs_diagf(d, CXS_E_INPUT,
+                                 "%s: offset %llu: utterance %s: %s (truncated "
+                                 "archive)",
+                                 path, (unsigned long long)obj, key, why.message);
             pos = obj + h.head + tn;
             continue;
         }
