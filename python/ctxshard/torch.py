@@ -256,6 +256,20 @@ def _tensor(ptr, shape, dtype, owner, device):
     return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
 
 
+def _batches(next_fn, ptr, batch_type, what):
+    """A C loader's batches (next_fn: cxs_loader_next_ex or
+    cxs_utt_loader_next_ex) until its epoch ends, a failure raised with
+    the diagnostic the library kept (file, utterance, reason)."""
+    bp, diag = ctypes.POINTER(batch_type)(), _n.Diag()
+    while True:
+        rc = next_fn(ptr, ctypes.byref(bp), ctypes.byref(diag))
+        if rc:
+            _raise(rc, diag, what=what)
+        if not bp:
+            return
+        yield bp.contents
+
+
 class Loader:
     """Batches of (x, y) from ctxshard's native prefetching loader; of x
     alone with labels=False (a dataset without frame labels, like a test
@@ -778,7 +792,6 @@ class Loader:
             _raise(rc, diag, what="loader")
         pending = {}  # data address -> pair: provided, not yet handed back
         ring = _lib.cxs_loader_ring(ptr)  # the buffers that keep every worker busy
-        bp = ctypes.POINTER(_n.Batch)()
 
         def provide():
             pair = self._buffers()
@@ -791,20 +804,7 @@ class Loader:
         try:
             for _ in range(ring):
                 provide()
-            first = True
-            while True:
-                if not first:
-                    # once the first batch is out: starting a thread waits
-                    # for it to run, and its residency check competes with
-                    # the workers (see _start_prefetch)
-                    self._kick_prefetch()
-                first = False
-                rc = _lib.cxs_loader_next_ex(ptr, ctypes.byref(bp), ctypes.byref(diag))
-                if rc:
-                    _raise(rc, diag, what="loader")
-                if not bp:
-                    break
-                b = bp.contents
+            for b in _batches(_lib.cxs_loader_next_ex, ptr, _n.Batch, "loader"):
                 pair = pending.pop(b.x)
                 n, pos = b.n, b.position
                 x = torch.from_numpy(pair[0])
@@ -819,6 +819,10 @@ class Loader:
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
                 yield (x, y) if y is not None else x
+                # once the first batch is out: starting a thread waits for
+                # it to run, and its residency check competes with the
+                # workers (see _start_prefetch)
+                self._kick_prefetch()
             # A complete pass: the next iteration is the next epoch.
             self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
         finally:
@@ -1214,16 +1218,9 @@ class UtteranceLoader:
                                            epoch, s._start, ctypes.byref(ptr), ctypes.byref(diag))
         if rc:
             _raise(rc, diag, what="utterance loader")
-        bp = ctypes.POINTER(_n.UttBatch)()
         D = self.dataset.dim
         try:
-            while True:
-                rc = _lib.cxs_utt_loader_next_ex(ptr, ctypes.byref(bp), ctypes.byref(diag))
-                if rc:
-                    _raise(rc, diag, what="utterance loader")
-                if not bp:
-                    break
-                b = bp.contents
+            for b in _batches(_lib.cxs_utt_loader_next_ex, ptr, _n.UttBatch, "utterance loader"):
                 n, T = b.n, b.tmax
                 x = torch.empty((n, T, D), dtype=torch.float32)
                 ctypes.memmove(x.data_ptr(), b.x, n * T * D * 4)
