@@ -53,6 +53,26 @@ CXS_HD uint64_t cxs_x_locate(const uint64_t *cum, uint64_t n, uint64_t frame) {
     return lo;
 }
 
+/* The float32 of 32 bits, and the bits of a float32 (a union: memcpy is not
+ * a device function everywhere). */
+CXS_HD float cxs_x_f32_of(uint32_t bits) {
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.u = bits;
+    return v.f;
+}
+
+CXS_HD uint32_t cxs_x_bits_of(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    v.f = f;
+    return v.u;
+}
+
 /* IEEE binary16 bits -> float32, exactly (subnormals, infinities, NaN). */
 CXS_HD float cxs_x_f16(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu, bits;
@@ -70,33 +90,17 @@ CXS_HD float cxs_x_f16(uint16_t h) {
     } else {
         bits = sign;
     }
-    union {
-        uint32_t u;
-        float f;
-    } v;
-    v.u = bits;
-    return v.f;
+    return cxs_x_f32_of(bits);
 }
 
-CXS_HD float cxs_x_bf16(uint16_t h) {
-    union {
-        uint32_t u;
-        float f;
-    } v;
-    v.u = (uint32_t)h << 16;
-    return v.f;
-}
+CXS_HD float cxs_x_bf16(uint16_t h) { return cxs_x_f32_of((uint32_t)h << 16); }
 
 /* float32 -> bfloat16 bits, round to nearest even; NaN stays a quiet NaN. */
 CXS_HD uint16_t cxs_x_to_bf16(float f) {
-    union {
-        float f;
-        uint32_t u;
-    } v;
-    v.f = f;
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
-    uint32_t r = 0x7fffu + ((v.u >> 16) & 1u);
-    return (uint16_t)((v.u + r) >> 16);
+    const uint32_t u = cxs_x_bits_of(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    uint32_t r = 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)((u + r) >> 16);
 }
 
 /* Stored element i of a little-endian feature buffer as float32.  (The GPU
