@@ -23,6 +23,8 @@ static inline int cxs_reserved_check(const uint64_t *reserved, unsigned n, const
                              what, i, what, cxs_version());
     return 0;
 }
-#define CXS_OPTS_CHECK(o, what, d) cxs_reserved_check((o)->reserved, CXS_OPTS_RESERVED, what, d)
+#define CXS_OPTS_CHECK(o, what, d)                                                                \
+    cxs_reserved_check((o)->reserved, (unsigned)(sizeof (o)->reserved / sizeof (o)->reserved[0]), \
+                       what, d)
 
 #endif

@@ -145,7 +145,22 @@ typedef struct cxs_open_opts {
      * without the option; cxs_dataset_hugepages() says why.
      */
     uint64_t hugepage_budget;
-    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_open_opts_init) */
+    /**
+     * A dataset at a URL (http://, https://, s3://BUCKET/PREFIX): the
+     * node-local cache directory its copy is kept in.  NULL (the
+     * default): CTXSHARD_CACHE, else $XDG_CACHE_HOME/ctxshard, else
+     * ~/.cache/ctxshard (cxs_cache_dir).  Local paths ignore it.
+     */
+    const char *cache_dir;
+    /**
+     * A URL: the cache's budget in bytes; the least recently used datasets
+     * not open in any process are evicted to stay under it.  0 (the
+     * default): CTXSHARD_CACHE_LIMIT (bytes, or with K, M, G, T), else no
+     * limit.  This version keeps a whole dataset in the cache: one larger
+     * than the limit is refused.
+     */
+    uint64_t cache_limit;
+    uint64_t reserved[CXS_OPTS_RESERVED - 2]; /**< zero (start from cxs_open_opts_init) */
 } cxs_open_opts;
 
 /** Fill o with the defaults (every field 0: the default chunk cache, no
@@ -308,6 +323,58 @@ CXS_API int cxs_warm_poll(const cxs_warm *w, uint64_t *done, uint64_t *total);
  * *result (may be NULL) on success.  A NULL w is 0.
  */
 CXS_API int cxs_warm_finish(cxs_warm *w, int stop, cxs_warm_result *result, cxs_diag *diag);
+
+/* ---- datasets at URLs: the node-local cache ----------------------------- */
+
+/**
+ * cxs_dataset_open() and cxs_dataset_open_ex() take, besides a path, the
+ * URL of a dataset directory: http://HOST/PATH, https://HOST/PATH, or
+ * s3://BUCKET/PREFIX (signed with SigV4 when AWS_ACCESS_KEY_ID and
+ * AWS_SECRET_ACCESS_KEY are set, with AWS_SESSION_TOKEN when given; the
+ * region from AWS_REGION or AWS_DEFAULT_REGION, default us-east-1; an
+ * S3-compatible server at AWS_ENDPOINT_URL, addressed path-style).  Open
+ * downloads the manifest, and, when the cache has no verified copy of that
+ * manifest's dataset, every shard (range requests, four at a time,
+ * resuming what an interrupted open left), checks every checksum of the
+ * copy (cxs_dataset_verify) before serving a byte of it, and opens it.
+ * The processes of a node share the cache: each file is downloaded once
+ * (the others wait for it), and a dataset open in any process is never
+ * evicted.  Failures name the URL: HTTP 403 and 404 with the variables to
+ * set; 5xx, 429, timeouts (CTXSHARD_HTTP_TIMEOUT seconds without a byte,
+ * default 30), resets and bodies cut short are retried with backoff
+ * (CTXSHARD_HTTP_RETRIES more attempts, default 5); a body longer than
+ * asked is refused.
+ */
+
+/** The cache directory dir (NULL: the default, as cxs_open_opts.cache_dir
+ *  says) resolves to, into out.  0 or -ENAMETOOLONG. */
+CXS_API int cxs_cache_dir(const char *dir, char *out, size_t cap);
+
+/** One dataset in the cache (cxs_cache_list). */
+typedef struct cxs_cache_entry {
+    const char *url;    /**< where it came from */
+    const char *dir;    /**< its copy (a dataset directory) */
+    uint64_t bytes;     /**< on disk */
+    int64_t last_used;  /**< the last open, Unix seconds */
+    uint32_t complete;  /**< 1: downloaded and verified; 0: an interrupted fetch */
+    uint32_t in_use;    /**< 1: open in some process, or being fetched, now */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< zero */
+} cxs_cache_entry;
+
+/** Called with each entry; a non-zero return stops the listing. */
+typedef int (*cxs_cache_fn)(void *user, const cxs_cache_entry *e);
+
+/** The datasets in the cache dir (NULL: the default), least recently
+ *  used first.  0 or an error in diag. */
+CXS_API int cxs_cache_list(const char *dir, cxs_cache_fn fn, void *user, cxs_diag *diag);
+
+/** Evict least recently used datasets not open anywhere until the cache
+ *  holds at most limit bytes; *freed (may be NULL) the bytes removed.
+ *  -EBUSY (diag says how much) when what is open keeps it above. */
+CXS_API int cxs_cache_prune(const char *dir, uint64_t limit, uint64_t *freed, cxs_diag *diag);
+
+/** cxs_cache_prune(dir, 0, ...): every dataset not open anywhere. */
+CXS_API int cxs_cache_clear(const char *dir, uint64_t *freed, cxs_diag *diag);
 
 /* ---- description ------------------------------------------------------ */
 

@@ -17,6 +17,7 @@
 #include "cxs_le.h"
 
 #include "dataset_internal.h"
+#include "remote.h"
 #include "fault.h"
 
 static int map_file(const char *path, const uint8_t **map, uint64_t *size, cxs_diag *d) {
@@ -73,6 +74,8 @@ void cxs_dataset_close(cxs_dataset *ds) {
     free(ds->norm_scale);
     cxs_zcache_free(ds->zc);
     free(ds->manifest_path);
+    free(ds->url);
+    if (ds->cache_lock) close(ds->cache_lock - 1); /* the cache may evict it now */
     free(ds);
 }
 
@@ -675,6 +678,36 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
 
 static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d);
 
+/* A dataset at a URL: its copy in the node-local cache (remote.h), every
+ * checksum of a fresh copy verified before it serves a byte, the cache
+ * entry's lock held shared while it is open. */
+static int open_url(const char *url, const cxs_open_opts *opts, cxs_dataset **out, cxs_diag *d) {
+    cxs_fetch *f = malloc(sizeof *f);
+    if (!f) return cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
+    int rc = cxs_fetch_dataset(url, opts ? opts->cache_dir : NULL, opts ? opts->cache_limit : 0, f,
+                               d);
+    cxs_dataset *ds = NULL;
+    if (!rc) rc = open_impl(f->local, &ds, d);
+    if (!rc && f->fresh && (rc = cxs_dataset_verify(ds, NULL, NULL, d))) {
+        char why[sizeof d->message];
+        snprintf(why, sizeof why, "%s", d ? d->message : "");
+        cxs_diagf(d, rc, "%s: the downloaded copy fails its checks, and is not kept: %s", url,
+                  why);
+    }
+    if (!rc && !(ds->url = strdup(url))) rc = cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
+    if (f->lock_fd >= 0) {
+        int fd = cxs_fetch_done(f, rc == 0);
+        if (!rc) ds->cache_lock = fd + 1;
+    }
+    free(f);
+    if (rc) {
+        cxs_dataset_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
 void cxs_open_opts_init(cxs_open_opts *o) { memset(o, 0, sizeof *o); }
 
 int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset **out,
@@ -683,7 +716,11 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
     int rc;
     if (opts && (rc = CXS_OPTS_CHECK(opts, "cxs_open_opts", d))) return rc;
     cxs_dataset *ds;
-    if ((rc = open_impl(path, &ds, d))) return rc;
+    if (cxs_url_is_remote(path)) {
+        if ((rc = open_url(path, opts, &ds, d))) return rc;
+    } else if ((rc = open_impl(path, &ds, d))) {
+        return rc;
+    }
     /* 0 is the default, as in every options struct */
     uint64_t cache = !opts || !opts->cache_bytes ? CXS_DEFAULT_CACHE_BYTES
                      : opts->cache_bytes == CXS_CACHE_OFF ? 0

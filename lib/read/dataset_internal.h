@@ -76,6 +76,8 @@ struct zcache;
 
 struct cxs_dataset {
     char *manifest_path;  /* or the shard's path when single_shard */
+    char *url;            /* opened from a URL: it (manifest_path is the cached copy's) */
+    int cache_lock;       /* a URL: 1 + the fd of its cache entry's shared lock, else 0 */
     int single_shard;
     const uint8_t *map;   /* the manifest (like a shard's map, size) */
     uint64_t size;

@@ -67,7 +67,8 @@ class Info(Structure):
 
 class OpenOpts(Structure):
     _fields_ = [("cache_bytes", c_uint64), ("hugepage_budget", c_uint64),
-                ("reserved", c_uint64 * OPTS_RESERVED)]
+                ("cache_dir", c_char_p), ("cache_limit", c_uint64),
+                ("reserved", c_uint64 * (OPTS_RESERVED - 2))]
 
 
 class HugepageInfo(Structure):

@@ -39,8 +39,10 @@ TEST(init_gives_the_defaults) {
     cxs_open_opts oo;
     memset(&oo, 0xa5, sizeof oo);
     cxs_open_opts_init(&oo);
-    EXPECT(oo.cache_bytes == 0 && oo.hugepage_budget == 0);
-    EXPECT(zero_words(oo.reserved, CXS_OPTS_RESERVED));
+    EXPECT(oo.cache_bytes == 0 && oo.hugepage_budget == 0 && !oo.cache_dir && !oo.cache_limit);
+    EXPECT(zero_words(oo.reserved, CXS_N(oo.reserved)));
+    /* the fields URLs added came out of the reserved words: the size holds */
+    EXPECT(sizeof oo == (2 + CXS_OPTS_RESERVED) * sizeof(uint64_t));
     cxs_sampler_opts so;
     memset(&so, 0xa5, sizeof so);
     cxs_sampler_opts_init(&so);
@@ -82,11 +84,11 @@ TEST(reserved_words_are_refused) {
     cxs_dataset *ds = NULL;
     cxs_open_opts oo;
     cxs_open_opts_init(&oo);
-    oo.reserved[CXS_OPTS_RESERVED - 1] = 1;
+    oo.reserved[CXS_N(oo.reserved) - 1] = 1;
     memset(&d, 0, sizeof d);
     EXPECT_REFUSED(cxs_dataset_open_ex(plain, &oo, &ds, &d), d, "cxs_open_opts");
     EXPECT(ds == NULL);
-    oo.reserved[CXS_OPTS_RESERVED - 1] = 0;
+    oo.reserved[CXS_N(oo.reserved) - 1] = 0;
     EXPECT_INT(cxs_dataset_open_ex(plain, &oo, &ds, &d), 0);
 
     cxs_sampler *s = NULL;

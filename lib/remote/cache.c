@@ -1,0 +1,558 @@
+/* cache.c - the node-local cache of datasets fetched from URLs (remote.h)
+ * and its management (cxs_cache_list, cxs_cache_prune, cxs_cache_clear).
+ *
+ * Layout: ROOT/KEY/ holds a dataset's files as its URL serves them, plus
+ * `source` (the URL) and, once the opener has verified every checksum,
+ * `complete`; ROOT/KEY.lock is its lock; `used` in the entry is touched at
+ * every open (least recently used goes first).  KEY is two 64-bit hashes:
+ * of the URL and of the manifest's bytes, so that a dataset packed again
+ * at the same URL (another manifest: other checksums) is another entry and
+ * never mixed with the old one's shards.
+ *
+ * Locks (flock): a fetch holds its entry's lock exclusively while it
+ * downloads and the opener verifies, so that the processes of a node
+ * download each file once (the others wait, then find it complete); an
+ * open dataset holds it shared, so that no eviction removes what a
+ * process has open.  Lock files are never removed (a process waiting on
+ * one would otherwise hold a lock nobody else sees).  ROOT/.evict
+ * serialises evictions. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "cxs_format.h"
+#include "cxs_le.h"
+#include "http.h"
+#include "remote.h"
+
+#define MANIFEST_CAP (256ull << 20) /* a manifest larger than this is not one */
+#define FETCH_THREADS 4u            /* files downloaded at once */
+
+int cxs_url_is_remote(const char *p) {
+    return p && (!strncmp(p, "http://", 7) || !strncmp(p, "https://", 8) ||
+                 !strncmp(p, "s3://", 5));
+}
+
+/* "123", "64K", "1.5G": bytes.  0 or -1. */
+static int parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0) return -1;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1048576.0; end++; break;
+    case 'g': case 'G': mul = 1073741824.0; end++; break;
+    case 't': case 'T': mul = 1099511627776.0; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end || v * mul > 1.8e19) return -1;
+    *out = (uint64_t)(v * mul);
+    return 0;
+}
+
+static int mkdir_p(const char *path) {
+    char tmp[4096];
+    size_t n = strlen(path);
+    if (n >= sizeof tmp) return -ENAMETOOLONG;
+    memcpy(tmp, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != 0) continue;
+        char c = tmp[i];
+        tmp[i] = 0;
+        if (mkdir(tmp, 0755) && errno != EEXIST) return -errno;
+        tmp[i] = c;
+    }
+    return 0;
+}
+
+int cxs_cache_dir(const char *given, char *out, size_t cap) {
+    const char *e;
+    int n;
+    if (given && *given) n = snprintf(out, cap, "%s", given);
+    else if ((e = getenv("CTXSHARD_CACHE")) && *e) n = snprintf(out, cap, "%s", e);
+    else if ((e = getenv("XDG_CACHE_HOME")) && *e) n = snprintf(out, cap, "%s/ctxshard", e);
+    else if ((e = getenv("HOME")) && *e) n = snprintf(out, cap, "%s/.cache/ctxshard", e);
+    else n = snprintf(out, cap, "/tmp/ctxshard-cache-%ld", (long)getuid());
+    if (n < 0 || (size_t)n >= cap) return -ENAMETOOLONG;
+    while (n > 1 && out[n - 1] == '/') out[--n] = 0;
+    return 0;
+}
+
+/* The cache directory, made if missing; messages name it. */
+static int root_of(const char *given, char *root, size_t cap, cxs_diag *d) {
+    int rc = cxs_cache_dir(given, root, cap);
+    if (rc) return cxs_diagf(d, rc, "cache directory: path too long");
+    if ((rc = mkdir_p(root)))
+        return cxs_diagf(d, rc, "%s: cannot make the cache directory: %s (give another with "
+                         "--cache DIR, cache=, or CTXSHARD_CACHE)", root, strerror(-rc));
+    return 0;
+}
+
+static int limit_of(uint64_t given, uint64_t *out, cxs_diag *d) {
+    *out = given;
+    const char *e = getenv("CTXSHARD_CACHE_LIMIT");
+    if (!given && e && *e && parse_size(e, out))
+        return cxs_diagf(d, CXS_E_INVALID, "CTXSHARD_CACHE_LIMIT: '%s' is not a size (bytes, or "
+                         "with K, M, G, T)", e);
+    return 0;
+}
+
+/* Bytes of the regular files in dir (not below). */
+static uint64_t dir_bytes(const char *dir) {
+    DIR *dp = opendir(dir);
+    if (!dp) return 0;
+    uint64_t n = 0;
+    struct dirent *de;
+    char p[4400];
+    while ((de = readdir(dp))) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (!stat(p, &st) && S_ISREG(st.st_mode)) n += (uint64_t)st.st_blocks * 512u;
+    }
+    closedir(dp);
+    return n;
+}
+
+/* Remove dir's files and dir (an entry holds no folders). */
+static int remove_entry(const char *dir) {
+    DIR *dp = opendir(dir);
+    if (!dp) return errno == ENOENT ? 0 : -errno;
+    struct dirent *de;
+    char p[4400];
+    int rc = 0;
+    while ((de = readdir(dp))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (unlink(p) && errno != ENOENT) rc = -errno;
+    }
+    closedir(dp);
+    if (rmdir(dir) && errno != ENOENT) rc = -errno;
+    return rc;
+}
+
+static int exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void touch(const char *p) {
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        futimens(fd, NULL);
+        close(fd);
+    }
+}
+
+static int64_t mtime_of(const char *p) {
+    struct stat st;
+    return stat(p, &st) ? 0 : (int64_t)st.st_mtime;
+}
+
+/* An entry's name: KEY (hex hex), not starting with '.'. */
+static int is_entry(const char *name) {
+    return strlen(name) == 33 && name[16] == '-' && strspn(name, "0123456789abcdef-") == 33;
+}
+
+static int open_lock(const char *root, const char *key) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s.lock", root, key);
+    return open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+}
+
+/* ---- eviction ----------------------------------------------------------- */
+
+typedef struct victim {
+    char key[40];
+    int64_t used;
+    uint64_t bytes;
+} victim;
+
+static int by_use(const void *a, const void *b) {
+    const victim *x = a, *y = b;
+    return x->used < y->used ? -1 : x->used > y->used;
+}
+
+/* The entries of root but `keep`, least recently used first. */
+static int list_entries(const char *root, const char *keep, victim **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    DIR *dp = opendir(root);
+    if (!dp) return -errno;
+    size_t cap = 0;
+    struct dirent *de;
+    char p[4400];
+    while ((de = readdir(dp))) {
+        if (!is_entry(de->d_name) || (keep && !strcmp(de->d_name, keep))) continue;
+        snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+        struct stat st;
+        if (stat(p, &st) || !S_ISDIR(st.st_mode)) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            victim *nv = realloc(*out, cap * sizeof *nv);
+            if (!nv) {
+                closedir(dp);
+                return -ENOMEM;
+            }
+            *out = nv;
+        }
+        victim *v = &(*out)[(*n)++];
+        snprintf(v->key, sizeof v->key, "%s", de->d_name);
+        snprintf(p, sizeof p, "%s/%s/used", root, de->d_name);
+        v->used = exists(p) ? mtime_of(p) : (int64_t)st.st_mtime;
+        snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+        v->bytes = dir_bytes(p);
+    }
+    closedir(dp);
+    qsort(*out, *n, sizeof **out, by_use);
+    return 0;
+}
+
+/* Evict least recently used entries (not `keep`, none open or being
+ * fetched) until `more` bytes fit under limit.  *freed: bytes removed. */
+static int make_room(const char *root, const char *keep, uint64_t have, uint64_t more,
+                     uint64_t limit, uint64_t *freed, cxs_diag *d) {
+    *freed = 0;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.evict", root);
+    int efd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (efd < 0) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
+    flock(efd, LOCK_EX);
+    victim *v;
+    size_t n;
+    int rc = list_entries(root, keep, &v, &n);
+    if (rc) {
+        close(efd);
+        return cxs_diagf(d, rc, "%s: %s", root, strerror(-rc));
+    }
+    uint64_t total = have;
+    for (size_t i = 0; i < n; i++) total += v[i].bytes;
+    uint64_t busy = 0;
+    for (size_t i = 0; i < n && total + more > limit; i++) {
+        int lfd = open_lock(root, v[i].key);
+        if (lfd < 0) continue;
+        if (flock(lfd, LOCK_EX | LOCK_NB)) { /* open somewhere, or being fetched */
+            busy += v[i].bytes;
+            close(lfd);
+            continue;
+        }
+        snprintf(p, sizeof p, "%s/%s", root, v[i].key);
+        if (!remove_entry(p)) {
+            total -= v[i].bytes;
+            *freed += v[i].bytes;
+        }
+        close(lfd);
+    }
+    free(v);
+    close(efd);
+    if (total + more > limit && !more)
+        return cxs_diagf(d, -EBUSY, "%s: %llu bytes remain above %llu: datasets open now (or "
+                         "being fetched) are never evicted", root, (unsigned long long)total,
+                         (unsigned long long)limit);
+    if (total + more > limit)
+        return cxs_diagf(d, -ENOSPC, "%s: the cache limit is %llu bytes; %llu more are needed and "
+                         "%llu are held by datasets open now (or being fetched) that cannot be "
+                         "evicted: give a larger --cache-limit / cache_limit= / "
+                         "CTXSHARD_CACHE_LIMIT, or close them", root, (unsigned long long)limit,
+                         (unsigned long long)more, (unsigned long long)(busy + have));
+    return 0;
+}
+
+/* ---- the fetch ----------------------------------------------------------- */
+
+typedef struct job {
+    const cxs_origin *o;
+    const char *dir;
+    const uint64_t *sizes;
+    uint32_t n;
+    _Atomic uint32_t next;
+    _Atomic int stop;
+    _Atomic uint64_t fetched;
+    pthread_mutex_t mu;
+    int rc;
+    cxs_diag d;
+} job;
+
+/* Shard i into dir, resuming a .part left by an earlier attempt. */
+static int fetch_shard(job *j, uint32_t i, cxs_diag *d) {
+    char name[64], path[4200], part[4300];
+    snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, i);
+    snprintf(path, sizeof path, "%s/%s", j->dir, name);
+    struct stat st;
+    if (!stat(path, &st) && (uint64_t)st.st_size == j->sizes[i]) return 0;
+    snprintf(part, sizeof part, "%s.part", path);
+    int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return cxs_diagf(d, -errno, "%s: %s", part, strerror(errno));
+    uint64_t have = 0;
+    if (!fstat(fd, &st)) have = (uint64_t)st.st_size;
+    if (have > j->sizes[i] && ftruncate(fd, 0) == 0) have = 0;
+    int rc = 0;
+    if (have < j->sizes[i]) {
+        cxs_sink s = {.fd = fd, .at = have};
+        uint64_t got = 0;
+        rc = cxs_http_get(j->o, name, have, j->sizes[i] - have, &s, &got, d);
+        atomic_fetch_add(&j->fetched, got);
+    }
+    if (!rc && fsync(fd)) rc = cxs_diagf(d, -errno, "%s: %s", part, strerror(errno));
+    close(fd);
+    if (!rc && rename(part, path)) rc = cxs_diagf(d, -errno, "%s: %s", path, strerror(errno));
+    return rc;
+}
+
+static void *fetch_main(void *p) {
+    job *j = p;
+    cxs_diag d;
+    for (;;) {
+        if (atomic_load(&j->stop)) break;
+        uint32_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n) break;
+        int rc = fetch_shard(j, i, &d);
+        if (rc) {
+            pthread_mutex_lock(&j->mu);
+            if (!j->rc) {
+                j->rc = rc;
+                j->d = d;
+            }
+            pthread_mutex_unlock(&j->mu);
+            atomic_store(&j->stop, 1);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int write_file(const char *path, const void *p, size_t n) {
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.part", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -errno;
+    const uint8_t *b = p;
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write(fd, b + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            close(fd);
+            return -e;
+        }
+        done += (size_t)w;
+    }
+    if (fsync(fd)) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    close(fd);
+    return rename(tmp, path) ? -errno : 0;
+}
+
+int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_given, cxs_fetch *f,
+                      cxs_diag *d) {
+    memset(f, 0, sizeof *f);
+    f->lock_fd = -1;
+    cxs_origin *o = malloc(sizeof *o);
+    if (!o) return cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
+    int rc = cxs_origin_parse(url, o, d);
+    char root[4096];
+    uint64_t limit = 0;
+    cxs_sink man = {.fd = -1, .cap = MANIFEST_CAP};
+    uint64_t *sizes = NULL;
+    if (rc || (rc = root_of(cache_dir, root, sizeof root, d)) || (rc = limit_of(limit_given, &limit, d)))
+        goto out;
+    /* The manifest, every time: what it says fixes the entry. */
+    if ((rc = cxs_http_get(o, CXS_MANIFEST_NAME, 0, UINT64_MAX, &man, NULL, d))) goto out;
+    char where[2200];
+    snprintf(where, sizeof where, "%s/%s", url, CXS_MANIFEST_NAME);
+    cxs_container mc;
+    if ((rc = cxs_container_parse(man.buf, man.len, CXS_KIND_MANIFEST, &mc, where, d))) goto out;
+    const cxs_section *sm = cxs_container_find(&mc, CXS_SEC_DATASET_META);
+    const cxs_section *st = cxs_container_find(&mc, CXS_SEC_SHARD_TABLE);
+    cxs_dataset_meta m;
+    if (!sm || !st || sm->offset + sm->length > man.len || st->offset + st->length > man.len) {
+        rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: no DATASET_META or SHARD_TABLE within the file",
+                       where);
+        goto out;
+    }
+    if ((rc = cxs_dataset_meta_load(man.buf + sm->offset, sm->length, &m, where, d))) goto out;
+    if (st->length != (uint64_t)m.num_shards * CXS_SHARD_ENTRY_SIZE) {
+        rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: SHARD_TABLE holds %llu bytes for %u shards", where,
+                       (unsigned long long)st->length, m.num_shards);
+        goto out;
+    }
+    sizes = calloc(m.num_shards ? m.num_shards : 1, sizeof *sizes);
+    if (!sizes) {
+        rc = cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
+        goto out;
+    }
+    uint64_t need = man.len;
+    for (uint32_t i = 0; i < m.num_shards; i++) {
+        cxs_shard_entry se;
+        cxs_shard_entry_load(man.buf + st->offset + (uint64_t)i * CXS_SHARD_ENTRY_SIZE, &se);
+        sizes[i] = se.file_size;
+        need += se.file_size;
+    }
+    f->dataset_bytes = need;
+    char key[40];
+    snprintf(key, sizeof key, "%016llx-%016llx",
+             (unsigned long long)XXH3_64bits(url, strlen(url)),
+             (unsigned long long)XXH3_64bits(man.buf, (size_t)man.len));
+    char dir[4200], p[4400];
+    snprintf(dir, sizeof dir, "%s/%s", root, key);
+    if ((size_t)snprintf(f->local, sizeof f->local, "%s", dir) >= sizeof f->local) {
+        rc = cxs_diagf(d, -ENAMETOOLONG, "%s: path too long", dir);
+        goto out;
+    }
+    if ((f->lock_fd = open_lock(root, key)) < 0) {
+        rc = cxs_diagf(d, -errno, "%s/%s.lock: %s", root, key, strerror(errno));
+        goto out;
+    }
+    flock(f->lock_fd, LOCK_EX); /* another process of the node may be fetching it */
+    snprintf(p, sizeof p, "%s/complete", dir);
+    if (exists(p)) { /* fetched and verified before */
+        snprintf(p, sizeof p, "%s/used", dir);
+        touch(p);
+        rc = 0;
+        goto out;
+    }
+    if (limit && need > limit) {
+        rc = cxs_diagf(d, -ENOSPC, "%s: the dataset is %llu bytes, more than the cache limit of "
+                       "%llu bytes (--cache-limit, cache_limit=, CTXSHARD_CACHE_LIMIT): this "
+                       "version keeps a whole remote dataset in the cache; give a limit of at "
+                       "least its size", url, (unsigned long long)need, (unsigned long long)limit);
+        goto out;
+    }
+    uint64_t have = dir_bytes(dir), freed = 0;
+    if (limit && (rc = make_room(root, key, have, need > have ? need - have : 0, limit, &freed, d)))
+        goto out;
+    if ((rc = mkdir_p(dir))) {
+        rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
+        goto out;
+    }
+    snprintf(p, sizeof p, "%s/source", dir);
+    char line[2100];
+    int ll = snprintf(line, sizeof line, "%s\n", url);
+    if ((rc = write_file(p, line, (size_t)ll))) {
+        rc = cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
+        goto out;
+    }
+    job j = {.o = o, .dir = dir, .sizes = sizes, .n = m.num_shards};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.stop, 0);
+    atomic_init(&j.fetched, 0);
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_t th[FETCH_THREADS];
+    int started[FETCH_THREADS] = {0};
+    unsigned nt = m.num_shards < FETCH_THREADS ? (m.num_shards ? m.num_shards : 1) : FETCH_THREADS;
+    for (unsigned t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, fetch_main, &j) == 0;
+    fetch_main(&j); /* this thread too; alone when none could start */
+    for (unsigned t = 1; t < nt; t++)
+        if (started[t]) pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&j.mu);
+    f->bytes_fetched = atomic_load(&j.fetched) + man.len;
+    if (j.rc) {
+        rc = j.rc;
+        if (d) *d = j.d;
+        goto out;
+    }
+    /* the manifest last: a directory with it has every shard */
+    snprintf(p, sizeof p, "%s/%s", dir, CXS_MANIFEST_NAME);
+    if ((rc = write_file(p, man.buf, (size_t)man.len))) {
+        rc = cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
+        goto out;
+    }
+    snprintf(p, sizeof p, "%s/used", dir);
+    touch(p);
+    f->fresh = 1;
+out:
+    if (rc && f->lock_fd >= 0) {
+        close(f->lock_fd);
+        f->lock_fd = -1;
+    }
+    free(sizes);
+    free(man.buf);
+    free(o);
+    return rc;
+}
+
+int cxs_fetch_done(cxs_fetch *f, int ok) {
+    int fd = f->lock_fd;
+    f->lock_fd = -1;
+    if (fd < 0) return -1;
+    char p[4200];
+    if (ok && f->fresh) {
+        snprintf(p, sizeof p, "%s/complete", f->local);
+        touch(p);
+    } else if (!ok && f->fresh) {
+        /* what failed its checks is not kept: the next open fetches again */
+        remove_entry(f->local);
+    }
+    if (!ok) {
+        close(fd);
+        return -1;
+    }
+    flock(fd, LOCK_SH);
+    return fd;
+}
+
+/* ---- management ---------------------------------------------------------- */
+
+int cxs_cache_list(const char *cache_dir, cxs_cache_fn fn, void *user, cxs_diag *d) {
+    char root[4096];
+    int rc = cxs_cache_dir(cache_dir, root, sizeof root);
+    if (rc) return cxs_diagf(d, rc, "cache directory: path too long");
+    if (!exists(root)) return 0;
+    victim *v;
+    size_t n;
+    if ((rc = list_entries(root, NULL, &v, &n))) return cxs_diagf(d, rc, "%s: %s", root, strerror(-rc));
+    for (size_t i = 0; i < n && !rc; i++) {
+        char dir[4200], p[4400], url[2100] = "";
+        snprintf(dir, sizeof dir, "%s/%s", root, v[i].key);
+        snprintf(p, sizeof p, "%s/source", dir);
+        FILE *fp = fopen(p, "r");
+        if (fp) {
+            if (fgets(url, sizeof url, fp)) url[strcspn(url, "\n")] = 0;
+            fclose(fp);
+        }
+        snprintf(p, sizeof p, "%s/complete", dir);
+        cxs_cache_entry e = {.url = url, .dir = dir, .bytes = v[i].bytes, .last_used = v[i].used,
+                             .complete = exists(p)};
+        int lfd = open_lock(root, v[i].key);
+        if (lfd >= 0) {
+            e.in_use = flock(lfd, LOCK_EX | LOCK_NB) != 0;
+            close(lfd);
+        }
+        rc = fn ? fn(user, &e) : 0;
+    }
+    free(v);
+    return rc > 0 ? 0 : rc;
+}
+
+int cxs_cache_prune(const char *cache_dir, uint64_t limit, uint64_t *freed, cxs_diag *d) {
+    uint64_t f = 0;
+    if (freed) *freed = 0;
+    char root[4096];
+    int rc = cxs_cache_dir(cache_dir, root, sizeof root);
+    if (rc) return cxs_diagf(d, rc, "cache directory: path too long");
+    if (!exists(root)) return 0;
+    rc = make_room(root, NULL, 0, 0, limit, &f, d);
+    if (freed) *freed = f;
+    return rc;
+}
+
+int cxs_cache_clear(const char *cache_dir, uint64_t *freed, cxs_diag *d) {
+    return cxs_cache_prune(cache_dir, 0, freed, d);
+}

@@ -1,0 +1,322 @@
+/* http.c - GETs of a dataset's files over libcurl (http.h).  libcurl does
+ * the protocol, TLS and the SigV4 signature (CURLOPT_AWS_SIGV4); this file
+ * chooses what to ask for, checks that the body is exactly that, and
+ * decides what is worth another attempt. */
+#include "http.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "cxs_format.h"
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static CURLcode init_rc;
+static void init_curl(void) { init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+int cxs_http_init(cxs_diag *d) {
+    pthread_once(&init_once, init_curl);
+    if (init_rc)
+        return cxs_diagf(d, -EIO, "libcurl cannot start: %s", curl_easy_strerror(init_rc));
+    return 0;
+}
+
+static unsigned env_uint(const char *name, unsigned dflt, unsigned max) {
+    const char *e = getenv(name);
+    if (!e || !*e) return dflt;
+    char *end;
+    unsigned long v = strtoul(e, &end, 10);
+    return *end || v > max ? dflt : (unsigned)v;
+}
+
+static int copy_str(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n >= cap) return -1;
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+int cxs_origin_parse(const char *url, cxs_origin *o, cxs_diag *d) {
+    memset(o, 0, sizeof *o);
+    if (copy_str(o->shown, sizeof o->shown, url))
+        return cxs_diagf(d, CXS_E_INVALID, "%.200s...: URL longer than %zu bytes", url,
+                         sizeof o->shown - 1);
+    o->retries = env_uint("CTXSHARD_HTTP_RETRIES", 5, 100);
+    o->stall_s = (long)env_uint("CTXSHARD_HTTP_TIMEOUT", 30, 86400);
+    if (!o->stall_s) o->stall_s = 30;
+    char tmp[2048];
+    if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
+        snprintf(tmp, sizeof tmp, "%s", url);
+    } else if (!strncmp(url, "s3://", 5)) {
+        o->s3_url = 1;
+        const char *b = url + 5, *slash = strchr(b, '/');
+        size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+        const char *prefix = slash ? slash + 1 : "";
+        if (!bl) return cxs_diagf(d, CXS_E_INVALID, "%s: no bucket (s3://BUCKET/PREFIX)", url);
+        const char *reg = getenv("AWS_REGION");
+        if (!reg || !*reg) reg = getenv("AWS_DEFAULT_REGION");
+        if (!reg || !*reg) reg = "us-east-1";
+        if (copy_str(o->region, sizeof o->region, reg))
+            return cxs_diagf(d, CXS_E_INVALID, "AWS_REGION: '%.80s' is too long", reg);
+        const char *ep = getenv("AWS_ENDPOINT_URL");
+        if (ep && *ep) { /* an S3-compatible server: path-style requests */
+            size_t el = strlen(ep);
+            while (el && ep[el - 1] == '/') el--;
+            snprintf(tmp, sizeof tmp, "%.*s/%.*s/%s", (int)el, ep, (int)bl, b, prefix);
+        } else {
+            snprintf(tmp, sizeof tmp, "https://%.*s.s3.%s.amazonaws.com/%s", (int)bl, b, reg,
+                     prefix);
+        }
+        const char *id = getenv("AWS_ACCESS_KEY_ID"), *key = getenv("AWS_SECRET_ACCESS_KEY");
+        if (id && *id && key && *key) {
+            o->s3 = 1;
+            if ((size_t)snprintf(o->userpwd, sizeof o->userpwd, "%s:%s", id, key) >=
+                sizeof o->userpwd)
+                return cxs_diagf(d, CXS_E_INVALID, "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY: "
+                                 "too long");
+            const char *tok = getenv("AWS_SESSION_TOKEN");
+            if (tok && *tok && copy_str(o->token, sizeof o->token, tok))
+                return cxs_diagf(d, CXS_E_INVALID, "AWS_SESSION_TOKEN: too long");
+        }
+    } else {
+        return cxs_diagf(d, CXS_E_INVALID, "%s: not a URL this library reads (http://, https://, "
+                         "s3://BUCKET/PREFIX)", url);
+    }
+    size_t n = strlen(tmp);
+    while (n > 0 && tmp[n - 1] == '/') tmp[--n] = 0;
+    memcpy(o->base, tmp, n + 1);
+    return 0;
+}
+
+/* One transfer's state, seen by the body callback. */
+typedef struct xfer {
+    CURL *c;
+    cxs_sink *s;
+    uint64_t want;   /* bytes asked for; UINT64_MAX: what the server sends */
+    uint64_t got;    /* body bytes taken */
+    long status;     /* 0 until the first body byte */
+    int overlong;    /* the body went past want */
+    int werr;        /* errno of a failed write */
+    char err[512];   /* the start of an error body (S3's XML) */
+    size_t errlen;
+} xfer;
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *user) {
+    xfer *x = user;
+    size_t n = sz * nm;
+    if (!x->status) curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &x->status);
+    if (x->status != 200 && x->status != 206) { /* keep the start, for the message */
+        size_t k = n < sizeof x->err - 1 - x->errlen ? n : sizeof x->err - 1 - x->errlen;
+        memcpy(x->err + x->errlen, p, k);
+        x->errlen += k;
+        x->err[x->errlen] = 0;
+        return n;
+    }
+    if (x->want != UINT64_MAX && x->got + n > x->want) {
+        x->overlong = 1;
+        return 0; /* CURLE_WRITE_ERROR: never a byte past what was asked */
+    }
+    cxs_sink *s = x->s;
+    if (s->fd >= 0) {
+        for (size_t done = 0; done < n;) {
+            ssize_t w = pwrite(s->fd, p + done, n - done, (off_t)(s->at + x->got + done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                x->werr = w < 0 ? errno : EIO;
+                return 0;
+            }
+            done += (size_t)w;
+        }
+    } else {
+        if (s->len + n > s->cap) {
+            x->overlong = 1;
+            return 0;
+        }
+        uint64_t need = s->len + n;
+        uint8_t *nb = realloc(s->buf, (size_t)need);
+        if (!nb) {
+            x->werr = ENOMEM;
+            return 0;
+        }
+        s->buf = nb;
+        memcpy(s->buf + s->len, p, n);
+        s->len += n;
+    }
+    x->got += n;
+    return n;
+}
+
+/* S3's <Code>...</Code> in an error body, or "". */
+static void s3_code(const char *body, char *out, size_t cap) {
+    out[0] = 0;
+    const char *a = strstr(body, "<Code>"), *b = a ? strstr(a, "</Code>") : NULL;
+    if (a && b && b > a + 6) snprintf(out, cap, " (%.*s)", (int)(b - a - 6), a + 6);
+}
+
+static void nap_ms(unsigned ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
+/* 1: worth another attempt. */
+static int retryable(CURLcode cc, long status) {
+    if (cc == CURLE_OK)
+        return status >= 500 || status == 429 || status == 408;
+    switch (cc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t len, cxs_sink *s,
+                 uint64_t *got_out, cxs_diag *d) {
+    int rc = cxs_http_init(d);
+    if (rc) return rc;
+    char url[4096];
+    if ((size_t)snprintf(url, sizeof url, "%s/%s", o->base, name) >= sizeof url)
+        return cxs_diagf(d, CXS_E_INVALID, "%s/%s: URL too long", o->shown, name);
+    char shown[4096]; /* what messages name: the URL as given, and the file */
+    snprintf(shown, sizeof shown, "%s/%s", o->shown, name);
+    CURL *c = curl_easy_init();
+    if (!c) return cxs_diagf(d, -ENOMEM, "%s: libcurl cannot make a handle", shown);
+    struct curl_slist *hdr = NULL;
+    char sigv4[128], tokh[2100];
+    if (o->s3) {
+        snprintf(sigv4, sizeof sigv4, "aws:amz:%s:s3", o->region);
+        hdr = curl_slist_append(hdr, "x-amz-content-sha256: "
+                                     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        if (o->token[0]) {
+            snprintf(tokh, sizeof tokh, "x-amz-security-token: %s", o->token);
+            hdr = curl_slist_append(hdr, tokh);
+        }
+    }
+    char ua[64];
+    snprintf(ua, sizeof ua, "ctxshard/%s", cxs_version());
+    uint64_t total = 0; /* body bytes taken over all attempts */
+    const uint64_t want = len;
+    unsigned backoff = 100;
+    char last[1024] = "";
+    for (unsigned attempt = 0;; attempt++) {
+        xfer x = {.c = c, .s = s, .want = want == UINT64_MAX ? UINT64_MAX : want - total};
+        cxs_sink at = *s;
+        if (s->fd >= 0) at.at = s->at + total;
+        x.s = &at;
+        curl_easy_reset(c);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L); /* stalled: no byte for stall_s */
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, o->stall_s);
+        curl_easy_setopt(c, CURLOPT_USERAGENT, ua);
+        if (hdr) curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+        if (o->s3) {
+            curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
+            curl_easy_setopt(c, CURLOPT_USERPWD, o->userpwd);
+        }
+        char range[64];
+        const uint64_t lo = from + total;
+        if (want != UINT64_MAX) {
+            snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)lo,
+                     (unsigned long long)(from + want - 1));
+            curl_easy_setopt(c, CURLOPT_RANGE, range);
+        } else if (lo) {
+            snprintf(range, sizeof range, "%llu-", (unsigned long long)lo);
+            curl_easy_setopt(c, CURLOPT_RANGE, range);
+        }
+        CURLcode cc = curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        if (s->fd < 0) s->len = at.len, s->buf = at.buf;
+        if (x.werr) {
+            rc = cxs_diagf(d, -x.werr, "%s: cannot store the body: %s", shown, strerror(x.werr));
+            break;
+        }
+        if (x.overlong) {
+            rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: the server sent more than the %llu bytes asked "
+                           "for (a proxy or server that ignores ranges, or a file that changed): "
+                           "nothing kept", shown,
+                           (unsigned long long)(want == UINT64_MAX ? s->cap : want - total));
+            break;
+        }
+        if (cc == CURLE_OK && (status == 200 || status == 206)) {
+            if (status == 200 && lo > 0 && want == UINT64_MAX) {
+                rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: the server answered a range request with "
+                               "the whole file (HTTP 200): it cannot resume", shown);
+                break;
+            }
+            total += x.got;
+            if (want == UINT64_MAX || total == want) {
+                rc = 0;
+                break;
+            }
+            /* the body ended before what was asked: ask for the rest */
+            snprintf(last, sizeof last, "the body ended after %llu of %llu bytes",
+                     (unsigned long long)total, (unsigned long long)want);
+        } else if (cc == CURLE_OK) {
+            char code[160];
+            s3_code(x.err, code, sizeof code);
+            if (status == 403 || status == 401) {
+                rc = cxs_diagf(d, -EACCES, "%s: HTTP %ld%s: access denied%s", shown, status, code,
+                               o->s3_url ? (o->s3 ? "; check AWS_ACCESS_KEY_ID and "
+                                                    "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN "
+                                                    "for temporary credentials) and AWS_REGION"
+                                                  : "; set AWS_ACCESS_KEY_ID and "
+                                                    "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN "
+                                                    "for temporary credentials): the request was "
+                                                    "not signed")
+                                         : "");
+                break;
+            }
+            if (status == 404) {
+                rc = cxs_diagf(d, -ENOENT, "%s: HTTP 404%s: no such file (a dataset URL names "
+                               "the directory that holds %s%s)", shown, code, CXS_MANIFEST_NAME,
+                               o->s3_url ? "; for an S3-compatible server set AWS_ENDPOINT_URL"
+                                         : "");
+                break;
+            }
+            if (!retryable(cc, status)) {
+                rc = cxs_diagf(d, -EIO, "%s: HTTP %ld%s", shown, status, code);
+                break;
+            }
+            snprintf(last, sizeof last, "HTTP %ld%s", status, code);
+        } else {
+            total += x.got; /* what arrived before the failure is kept */
+            if (!retryable(cc, 0)) {
+                rc = cxs_diagf(d, -EIO, "%s: %s", shown, curl_easy_strerror(cc));
+                break;
+            }
+            snprintf(last, sizeof last, "%s", curl_easy_strerror(cc));
+        }
+        if (attempt >= o->retries) {
+            rc = cxs_diagf(d, -EIO, "%s: %s (after %u attempts)", shown, last, attempt + 1);
+            break;
+        }
+        nap_ms(backoff);
+        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+    }
+    if (got_out) *got_out = total;
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(c);
+    return rc;
+}

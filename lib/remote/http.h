@@ -1,0 +1,51 @@
+/* http.h - GETs of a dataset's files over libcurl: plain HTTP(S), or S3
+ * with SigV4 (libcurl signs), with retries and checked body lengths. */
+#ifndef CXS_HTTP_H
+#define CXS_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxshard.h"
+
+/* Where a dataset's files are: base + "/" + name. */
+typedef struct cxs_origin {
+    char base[2048];    /* http(s)://host[:port]/path, no trailing slash */
+    char shown[2048];   /* the URL as the user gave it, for messages */
+    int s3;             /* sign requests (s3:// with credentials) */
+    int s3_url;         /* an s3:// URL (its messages name the AWS_ variables) */
+    char region[64];
+    char userpwd[512];  /* KEY:SECRET */
+    char token[2048];   /* AWS_SESSION_TOKEN, or "" */
+    unsigned retries;   /* attempts after the first (CTXSHARD_HTTP_RETRIES, default 5) */
+    long stall_s;       /* a transfer with no byte for this long is retried (CTXSHARD_HTTP_TIMEOUT, 30) */
+} cxs_origin;
+
+/* Parse url (http://, https://, s3://bucket[/prefix]) and read the
+ * environment: AWS_ENDPOINT_URL (an S3-compatible server: path-style
+ * requests to it), AWS_REGION / AWS_DEFAULT_REGION (default us-east-1),
+ * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN. */
+int cxs_origin_parse(const char *url, cxs_origin *o, cxs_diag *d);
+
+/* Where a body goes: into fd at file offset `at` (fd >= 0), or into a
+ * growing buffer (fd < 0: *buf, at most cap bytes). */
+typedef struct cxs_sink {
+    int fd;
+    uint64_t at;
+    uint8_t *buf;
+    uint64_t len, cap;
+} cxs_sink;
+
+/* GET name's bytes from .. from + len - 1 (len UINT64_MAX: to the end,
+ * whose length the server says) into s, retrying what fails on the way
+ * (5xx, 429, timeouts, resets, a body cut short: the next attempt asks
+ * for the rest).  A body longer than asked, a 403 or a 404 is final, with
+ * a message naming the URL and what to set.  *got (may be NULL): bytes
+ * received.  0 or an error in d. */
+int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t len, cxs_sink *s,
+                 uint64_t *got, cxs_diag *d);
+
+/* curl_global_init, once (thread-safe). */
+int cxs_http_init(cxs_diag *d);
+
+#endif

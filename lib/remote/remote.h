@@ -1,0 +1,41 @@
+/* remote.h - datasets at URLs (http://, https://, s3://bucket/prefix):
+ * fetched into the node-local cache (cache.c) with range requests over
+ * libcurl (http.c), then opened from there like a local directory.  The
+ * layer below read/, which verifies a fresh copy before it serves a byte
+ * of it and holds the entry's shared lock while the dataset is open. */
+#ifndef CXS_REMOTE_H
+#define CXS_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctxshard.h"
+
+/* What a fetch left for the opener. */
+typedef struct cxs_fetch {
+    char local[4096];       /* the cached copy: a dataset directory */
+    int lock_fd;            /* the entry's lock: exclusive until cxs_fetch_done */
+    int fresh;              /* 1: not verified yet (downloaded now, or cut short
+                               before it was): verify it before use */
+    uint64_t bytes_fetched; /* bytes downloaded by this call */
+    uint64_t dataset_bytes; /* the dataset's files, all of them */
+} cxs_fetch;
+
+/* Whether path is a URL this library fetches (http://, https://, s3://). */
+int cxs_url_is_remote(const char *path);
+
+/* Make sure a copy of the dataset at url is in the cache (cache_dir, or
+ * CTXSHARD_CACHE, or $XDG_CACHE_HOME/ctxshard, or ~/.cache/ctxshard),
+ * within limit bytes of cache (0: CTXSHARD_CACHE_LIMIT, else no limit),
+ * and lock its entry exclusively.  Returns 0 with *f filled, or an error
+ * naming the URL (nothing locked). */
+int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit, cxs_fetch *f,
+                      cxs_diag *d);
+
+/* After the opener's checks: ok marks a fresh copy verified (never
+ * checked again) and keeps the entry's lock shared, so that no eviction
+ * removes a dataset that is open; the fd to close when the dataset
+ * closes, or -1 (not ok: the lock is released). */
+int cxs_fetch_done(cxs_fetch *f, int ok);
+
+#endif
