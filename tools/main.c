@@ -7,6 +7,7 @@
 
 #include "ctxshard.h"
 #include "cxs_version.h"
+#include "cachecmd.h"
 #include "benchread.h"
 #include "benchutt.h"
 #include "orderstats.h"
@@ -44,6 +45,13 @@ static const char *const usage_top =
     "  warm OUT       read a dataset into the page cache at the disk's rate\n"
     "  gpu [OUT]      the GPU path: device probe; batches delivered to the device\n"
     "  stats OUT      label, length and feature statistics, charts, HTML report\n"
+    "  cache [ls|prune|clear]  the node-local cache of datasets opened from URLs\n"
+    "\n"
+    "OUT, where a command reads a dataset, may be a URL: http://HOST/PATH,\n"
+    "https://..., or s3://BUCKET/PREFIX (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+    "AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL): it is downloaded once into\n"
+    "the cache (--cache DIR, CTXSHARD_CACHE; within --cache-limit SIZE,\n"
+    "CTXSHARD_CACHE_LIMIT), verified, and read from there.\n"
     "\n"
     "`ctxshard <command> --help` describes each command; --version prints\n"
     "the version.  Exit status: 0 success, 1 invalid or corrupt data,\n"
@@ -377,6 +385,64 @@ enum {
     O_NOSORT, O_FILL, O_BLOCKSUMS, O_HUGEPAGES
 };
 
+static const char *const usage_cache =
+    "usage: ctxshard cache [ls|prune|clear] [--cache DIR] [--cache-limit SIZE] [--json]\n"
+    "\n"
+    "The node-local cache of datasets opened from URLs (every command that reads\n"
+    "a dataset takes a URL, and --cache and --cache-limit).  ls (the default):\n"
+    "each cached dataset, least recently used first, its size, last use, its URL\n"
+    "and its directory; \"open\" when a process has it open now, \"partial\" when\n"
+    "its download was cut short (the next open resumes it).  prune: evict the\n"
+    "least recently used until the cache holds at most --cache-limit (or\n"
+    "CTXSHARD_CACHE_LIMIT).  clear: evict everything.  A dataset open in any\n"
+    "process is never evicted (exit 1 when it keeps the cache above the limit).\n"
+    "\n"
+    "  --cache DIR         the cache (default CTXSHARD_CACHE, else\n"
+    "                      $XDG_CACHE_HOME/ctxshard, else ~/.cache/ctxshard)\n"
+    "  --cache-limit SIZE  the budget (bytes, or with K, M, G, T); when a URL is\n"
+    "                      opened, least recently used datasets are evicted to\n"
+    "                      stay under it\n"
+    "  --json              machine-readable output\n";
+
+/* --cache DIR and --cache-limit SIZE, taken out of argv wherever they
+ * stand: every command that opens a dataset reads them (through the
+ * library's CTXSHARD_CACHE and CTXSHARD_CACHE_LIMIT).  0, or the exit
+ * status of a usage error. */
+static int take_cache_opts(int *argc, char **argv, const char **dir, uint64_t *limit,
+                           int *have_limit) {
+    int w = 1;
+    for (int r = 1; r < *argc; r++) {
+        const char *a = argv[r], *v = NULL;
+        int is_dir = !strncmp(a, "--cache=", 8) || !strcmp(a, "--cache");
+        int is_lim = !strncmp(a, "--cache-limit=", 14) || !strcmp(a, "--cache-limit");
+        if (!is_dir && !is_lim) {
+            argv[w++] = argv[r];
+            continue;
+        }
+        if (strchr(a, '=')) v = strchr(a, '=') + 1;
+        else if (r + 1 < *argc) v = argv[++r];
+        if (!v || !*v) {
+            fprintf(stderr, "ctxshard: %s needs a value\n", is_dir ? "--cache" : "--cache-limit");
+            return EXIT_USAGE;
+        }
+        if (is_dir) {
+            *dir = v;
+            setenv("CTXSHARD_CACHE", v, 1);
+        } else {
+            if (parse_size(v, limit) || !*limit) {
+                fprintf(stderr, "ctxshard: --cache-limit: '%s' is not a size (bytes, or with K, "
+                        "M, G, T)\n", v);
+                return EXIT_USAGE;
+            }
+            *have_limit = 1;
+            setenv("CTXSHARD_CACHE_LIMIT", v, 1);
+        }
+    }
+    *argc = w;
+    argv[w] = NULL;
+    return 0;
+}
+
 static const struct option longopts[] = {
     {"utts", required_argument, 0, O_UTTS},       {"dim", required_argument, 0, O_DIM},
     {"seed", required_argument, 0, O_SEED},       {"dtype", required_argument, 0, O_DTYPE},
@@ -523,6 +589,26 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         fputs(usage_top, stdout);
         return 0;
+    }
+    const char *cache_dir = NULL;
+    uint64_t cache_limit = 0;
+    int have_limit = 0, ec0 = take_cache_opts(&argc, argv, &cache_dir, &cache_limit, &have_limit);
+    if (ec0) return ec0;
+    if (!strcmp(cmd, "cache")) {
+        const char *verb = "ls";
+        int json = 0;
+        for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--json")) json = 1;
+            else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+                fputs(usage_cache, stdout);
+                return 0;
+            } else if (i == 2 && (!strcmp(argv[i], "ls") || !strcmp(argv[i], "prune") ||
+                                  !strcmp(argv[i], "clear")))
+                verb = argv[i];
+            else
+                return usage_error(usage_cache, "'%s' is not ls, prune, clear or --json", argv[i]);
+        }
+        return cache_run(verb, cache_dir, cache_limit, have_limit, json);
     }
     const char *usage = !strcmp(cmd, "synth")    ? usage_synth
                         : !strcmp(cmd, "check")  ? usage_check

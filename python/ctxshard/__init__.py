@@ -261,19 +261,35 @@ class Dataset:
     default): none.  Open then reads and checks every byte against its
     section checksum; when the data does not fit, is compressed, or huge
     pages are off, the dataset serves from the mapping as usual and
-    ``hugepages["reason"]`` says why (docs/python.md)."""
+    ``hugepages["reason"]`` says why (docs/python.md).
 
-    def __init__(self, path, cache_bytes=None, hugepage_budget=0):
+    path may be a URL: http://HOST/PATH, https://..., or s3://BUCKET/PREFIX
+    (signed with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+    AWS_SESSION_TOKEN when set; AWS_REGION; AWS_ENDPOINT_URL for an
+    S3-compatible server).  The dataset is then downloaded once into the
+    node-local cache -- cache= (a directory; default CTXSHARD_CACHE, else
+    $XDG_CACHE_HOME/ctxshard, else ~/.cache/ctxshard), within cache_limit=
+    bytes (or a string like "50G"; default CTXSHARD_CACHE_LIMIT, else no
+    limit; least recently used datasets not open anywhere are evicted) --
+    every checksum of the copy verified, and read from there; the
+    processes of a node share it (each file downloaded once)."""
+
+    def __init__(self, path, cache_bytes=None, hugepage_budget=0, cache=None, cache_limit=None):
         path = _a.path("open", "path", path)
         cache_bytes = _a.optional_integer("open", "cache_bytes", cache_bytes, 0)
         hugepage_budget = _a.size("open", "hugepage_budget", hugepage_budget, 0)
+        cache = None if cache is None else _a.path("open", "cache", cache)
+        cache_limit = None if cache_limit is None else _a.size("open", "cache_limit",
+                                                               cache_limit, 1)
         ptr = c_void_p()
         diag = _n.Diag()
         self._cache_bytes = cache_bytes
         self._hugepage_budget = hugepage_budget
+        self._cache, self._cache_limit = cache, cache_limit
         # None: the library's default (0 in C); 0 here: no cache (CXS_CACHE_OFF)
         opts = _n.OpenOpts(0 if cache_bytes is None else cache_bytes or _n.CACHE_OFF,
-                           hugepage_budget)
+                           hugepage_budget, None if cache is None else os.fsencode(cache),
+                           cache_limit or 0)
         rc = _lib.cxs_dataset_open_ex(os.fsencode(path), byref(opts), byref(ptr), byref(diag))
         if rc:
             _raise(rc, diag)
@@ -320,10 +336,12 @@ class Dataset:
 
     def __getstate__(self):  # reopened by path in another process
         return {"path": self.path, "cache_bytes": self._cache_bytes,
-                "hugepage_budget": self._hugepage_budget}
+                "hugepage_budget": self._hugepage_budget, "cache": self._cache,
+                "cache_limit": self._cache_limit}
 
     def __setstate__(self, state):
-        self.__init__(state["path"], state.get("cache_bytes"), state.get("hugepage_budget", 0))
+        self.__init__(state["path"], state.get("cache_bytes"), state.get("hugepage_budget", 0),
+                      state.get("cache"), state.get("cache_limit"))
 
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} frames"
@@ -913,10 +931,12 @@ def normalization(func, ds, normalize, stacklevel=3):
     return "given", (mean, var)
 
 
-def open(path, cache_bytes=None, hugepage_budget=0):  # noqa: A001 - the package's entry point
-    """Open a packed dataset (directory, manifest or one shard file);
-    cache_bytes, hugepage_budget: see Dataset."""
-    return Dataset(path, cache_bytes, hugepage_budget)
+def open(path, cache_bytes=None, hugepage_budget=0, cache=None,  # noqa: A001 - the entry point
+         cache_limit=None):
+    """Open a packed dataset (directory, manifest or one shard file, or the
+    URL of a dataset directory); cache_bytes, hugepage_budget, cache,
+    cache_limit: see Dataset."""
+    return Dataset(path, cache_bytes, hugepage_budget, cache, cache_limit)
 
 
 class Sampler:

@@ -70,7 +70,9 @@ class _ByPath(_TorchDataset):
     @property
     def dataset(self):
         if self._ds is None:
-            ds = Dataset(self.path, hugepage_budget=self.__dict__.get("_hugepage_budget", 0))
+            ds = Dataset(self.path, hugepage_budget=self.__dict__.get("_hugepage_budget", 0),
+                         cache=self.__dict__.get("_cache"),
+                         cache_limit=self.__dict__.get("_cache_limit"))
             want = self.__dict__.get("_identity")
             if want is not None and ds.identity != want:
                 got = ds.identity
@@ -90,6 +92,7 @@ class _ByPath(_TorchDataset):
         self._identity = ds.identity
         # a spawned worker reopens with the same copy into huge pages (its own)
         self._hugepage_budget = ds._hugepage_budget
+        self._cache, self._cache_limit = ds._cache, ds._cache_limit  # a URL's cache
 
     def __getstate__(self):
         st = dict(self.__dict__)

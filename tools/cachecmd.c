@@ -1,0 +1,101 @@
+/* cachecmd.c - `ctxshard cache [ls|prune|clear]`: the node-local cache of
+ * datasets opened from URLs (cxs_cache_list, _prune, _clear). */
+#include "cachecmd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctxshard.h"
+#include "util.h"
+
+typedef struct lister {
+    int json, n;
+    uint64_t bytes;
+} lister;
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static int show(void *user, const cxs_cache_entry *e) {
+    lister *l = user;
+    char b[32], when[32];
+    time_t t = (time_t)e->last_used;
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M", localtime_r(&t, &tm));
+    if (l->json) {
+        printf("%s{\"url\": ", l->n ? ",\n  " : "\n  ");
+        json_str(e->url);
+        printf(", \"dir\": ");
+        json_str(e->dir);
+        printf(", \"bytes\": %" PRIu64 ", \"last_used\": %" PRId64
+               ", \"complete\": %s, \"in_use\": %s}",
+               e->bytes, e->last_used, e->complete ? "true" : "false",
+               e->in_use ? "true" : "false");
+    } else {
+        printf("%10s  %s  %-10s %s\n    %s\n", human_bytes((double)e->bytes, b, sizeof b), when,
+               e->in_use ? "open" : e->complete ? "" : "partial", e->url, e->dir);
+    }
+    l->n++;
+    l->bytes += e->bytes;
+    return 0;
+}
+
+int cache_run(const char *verb, const char *dir, uint64_t limit, int have_limit, int json) {
+    char root[4096];
+    if (cxs_cache_dir(dir, root, sizeof root)) {
+        fprintf(stderr, "ctxshard: cache directory: path too long\n");
+        return EXIT_USAGE;
+    }
+    cxs_diag d = {0};
+    char b[32];
+    if (!strcmp(verb, "ls")) {
+        lister l = {.json = json};
+        if (json) printf("{\"dir\": \"%s\", \"datasets\": [", root);
+        int rc = cxs_cache_list(dir, show, &l, &d);
+        if (rc) {
+            fprintf(stderr, "ctxshard: %s\n", d.message);
+            return exit_code_for(rc);
+        }
+        if (json) printf("%s], \"bytes\": %" PRIu64 "}\n", l.n ? "\n" : "", l.bytes);
+        else printf("%s: %d dataset%s, %s\n", root, l.n, l.n == 1 ? "" : "s",
+                    human_bytes((double)l.bytes, b, sizeof b));
+        return 0;
+    }
+    uint64_t freed = 0;
+    int rc;
+    if (!strcmp(verb, "clear")) {
+        rc = cxs_cache_clear(dir, &freed, &d);
+    } else {
+        if (!have_limit) {
+            const char *e = getenv("CTXSHARD_CACHE_LIMIT");
+            if (!e || parse_size(e, &limit)) {
+                fprintf(stderr, "ctxshard: cache prune: give the size to prune to "
+                        "(--cache-limit SIZE, or CTXSHARD_CACHE_LIMIT)\n");
+                return EXIT_USAGE;
+            }
+        }
+        rc = cxs_cache_prune(dir, limit, &freed, &d);
+    }
+    if (json)
+        printf("{\"dir\": \"%s\", \"freed\": %" PRIu64 ", \"complete\": %s}\n", root, freed,
+               rc ? "false" : "true");
+    else
+        printf("%s: %s freed\n", root, human_bytes((double)freed, b, sizeof b));
+    if (rc) {
+        fprintf(stderr, "ctxshard: %s\n", d.message);
+        return rc == -EBUSY ? EXIT_DATA : exit_code_for(rc);
+    }
+    return 0;
+}
