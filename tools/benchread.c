@@ -111,6 +111,12 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     if (io != UINT64_MAX)
         printf("  read from disk: %llu bytes (%.2f of the features)\n", (unsigned long long)io,
                (double)io / (double)in.feature_bytes);
+    if (g_was_fetched)
+        printf("  fetched from the URL: %llu bytes of the dataset's %llu (%s, %.2f s)\n",
+               (unsigned long long)g_fetched.bytes_fetched,
+               (unsigned long long)g_fetched.dataset_bytes,
+               g_fetched.cached ? "the cache had it: the manifest only" : "downloaded and verified",
+               g_fetched.seconds);
 out:
     cxs_loader_free(l);
     cxs_sampler_free(s);

@@ -42,9 +42,45 @@ int open_failed(const char *path, int rc, const cxs_diag *d) {
     return exit_code_for(rc);
 }
 
+static void on_signal(int sig);
+
+cxs_fetch_info g_fetched;
+int g_was_fetched;
+
+static int fetch_tick(void *user, uint64_t done, uint64_t total) {
+    progress_update(user, done, total, "bytes");
+    return g_interrupted;
+}
+
 int open_dataset(const char *path, const cxs_open_opts *opts, cxs_dataset **ds) {
     cxs_diag d = {0};
-    int rc = cxs_dataset_open_ex(path, opts, ds, &d);
+    int rc;
+    if (!strncmp(path, "http://", 7) || !strncmp(path, "https://", 8) ||
+        !strncmp(path, "s3://", 5)) {
+        /* a URL: into the cache first, with a progress bar on a terminal
+         * and Ctrl-C stopping it (what arrived is kept for the next try) */
+        progress p;
+        progress_init(&p, "download", 0);
+        struct sigaction sa, old_int, old_term;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, &old_int);
+        sigaction(SIGTERM, &sa, &old_term);
+        rc = cxs_url_fetch(path, opts, fetch_tick, &p, &g_fetched, ds, &d);
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        progress_done(&p);
+        if (rc) return open_failed(path, rc, &d);
+        g_was_fetched = 1;
+        if (!g_fetched.cached && isatty(STDERR_FILENO)) {
+            char a[32];
+            fprintf(stderr, "%s: downloaded and verified %s in %.1f s\n", path,
+                    human_bytes((double)g_fetched.bytes_fetched, a, sizeof a), g_fetched.seconds);
+        }
+        return 0;
+    }
+    rc = cxs_dataset_open_ex(path, opts, ds, &d);
     return rc ? open_failed(path, rc, &d) : 0;
 }
 

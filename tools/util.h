@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ctxshard.h"
+
 /* Exit codes of the command. */
 #define EXIT_DATA 1   /* invalid or corrupt data */
 #define EXIT_USAGE 2  /* usage error */
@@ -69,6 +71,9 @@ void progress_done(progress *p);
 
 /* Set by SIGINT/SIGTERM/SIGHUP once install_signal_flag() ran. */
 extern volatile int g_interrupted;
+/* What open_dataset() fetched, when its path was a URL (g_was_fetched). */
+extern cxs_fetch_info g_fetched;
+extern int g_was_fetched;
 void install_signal_flag(void);
 
 #endif

@@ -346,6 +346,35 @@ CXS_API int cxs_warm_finish(cxs_warm *w, int stop, cxs_warm_result *result, cxs_
  * asked is refused.
  */
 
+/** What cxs_url_fetch() did. */
+typedef struct cxs_fetch_info {
+    uint64_t dataset_bytes; /**< the dataset's files, all of them */
+    uint64_t bytes_fetched; /**< downloaded by this call (the manifest alone when cached) */
+    double seconds;         /**< wall time, download and verification */
+    uint32_t cached;        /**< 1: a verified copy was in the cache already */
+    uint32_t pad_;          /**< zero */
+    uint64_t reserved[CXS_INFO_RESERVED]; /**< zero */
+} cxs_fetch_info;
+
+/**
+ * cxs_dataset_open_ex(url, opts, out, diag) with a progress report and
+ * what the fetch did: progress (may be NULL) is called every 100 ms of a
+ * download, in the calling thread, with the bytes the cache holds of the
+ * dataset's; a non-zero return stops it (-ECANCELED; what arrived is kept
+ * and the next fetch resumes).  *info (may be NULL) is written on
+ * success.  out NULL: the dataset is brought into the cache and verified,
+ * not opened (a prefetch).  Returns 0 or an error naming the URL.
+ */
+CXS_API int cxs_url_fetch(const char *url, const cxs_open_opts *opts, cxs_progress_fn progress,
+                          void *user, cxs_fetch_info *info, cxs_dataset **out, cxs_diag *diag);
+
+/**
+ * Whether ds was opened from a URL: 1 with *url (may be NULL) that URL and
+ * *local the manifest of its copy in the cache; 0 (both NULL) for a local
+ * path; CXS_E_INVALID for a NULL ds.  The strings live as long as ds.
+ */
+CXS_API int cxs_dataset_url(const cxs_dataset *ds, const char **url, const char **local);
+
 /** The cache directory dir (NULL: the default, as cxs_open_opts.cache_dir
  *  says) resolves to, into out.  0 or -ENAMETOOLONG. */
 CXS_API int cxs_cache_dir(const char *dir, char *out, size_t cap);

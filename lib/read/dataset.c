@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -681,11 +682,14 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d);
 /* A dataset at a URL: its copy in the node-local cache (remote.h), every
  * checksum of a fresh copy verified before it serves a byte, the cache
  * entry's lock held shared while it is open. */
-static int open_url(const char *url, const cxs_open_opts *opts, cxs_dataset **out, cxs_diag *d) {
+static int open_url(const char *url, const cxs_open_opts *opts, cxs_progress_fn progress,
+                    void *user, cxs_fetch_info *info, cxs_dataset **out, cxs_diag *d) {
     cxs_fetch *f = malloc(sizeof *f);
     if (!f) return cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
-    int rc = cxs_fetch_dataset(url, opts ? opts->cache_dir : NULL, opts ? opts->cache_limit : 0, f,
-                               d);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = cxs_fetch_dataset(url, opts ? opts->cache_dir : NULL, opts ? opts->cache_limit : 0,
+                               progress, user, f, d);
     cxs_dataset *ds = NULL;
     if (!rc) rc = open_impl(f->local, &ds, d);
     if (!rc && f->fresh && (rc = cxs_dataset_verify(ds, NULL, NULL, d))) {
@@ -699,6 +703,14 @@ static int open_url(const char *url, const cxs_open_opts *opts, cxs_dataset **ou
         int fd = cxs_fetch_done(f, rc == 0);
         if (!rc) ds->cache_lock = fd + 1;
     }
+    if (!rc && info) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        memset(info, 0, sizeof *info);
+        info->dataset_bytes = f->dataset_bytes;
+        info->bytes_fetched = f->bytes_fetched;
+        info->cached = !f->fresh;
+        info->seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    }
     free(f);
     if (rc) {
         cxs_dataset_close(ds);
@@ -706,6 +718,46 @@ static int open_url(const char *url, const cxs_open_opts *opts, cxs_dataset **ou
     }
     *out = ds;
     return 0;
+}
+
+int cxs_url_fetch(const char *url, const cxs_open_opts *opts, cxs_progress_fn progress,
+                  void *user, cxs_fetch_info *info, cxs_dataset **out, cxs_diag *d) {
+    if (out) *out = NULL;
+    if (!url) return cxs_diagf(d, CXS_E_INVALID, "cxs_url_fetch: NULL url");
+    int rc;
+    if (opts && (rc = CXS_OPTS_CHECK(opts, "cxs_open_opts", d))) return rc;
+    if (!cxs_url_is_remote(url))
+        return cxs_diagf(d, CXS_E_INVALID, "%s: not a URL (http://, https://, s3://BUCKET/PREFIX)",
+                         url);
+    cxs_dataset *ds;
+    if ((rc = open_url(url, opts, progress, user, info, &ds, d))) return rc;
+    if (!out) {
+        cxs_dataset_close(ds);
+        return 0;
+    }
+    /* the rest of cxs_dataset_open_ex: the chunk cache, the huge pages */
+    uint64_t cache = !opts || !opts->cache_bytes ? CXS_DEFAULT_CACHE_BYTES
+                     : opts->cache_bytes == CXS_CACHE_OFF ? 0
+                                                          : opts->cache_bytes;
+    if (cxs_compressed(ds) && (rc = cxs_zcache_create(ds, cache))) {
+        cxs_dataset_close(ds);
+        return cxs_diag_at(d, rc, url, CXS_NO_OFFSET,
+                           "%s: cannot allocate a chunk cache of %llu bytes", url,
+                           (unsigned long long)cache);
+    }
+    if (opts && opts->hugepage_budget && (rc = cxs_hugecopy(ds, opts->hugepage_budget, d))) {
+        cxs_dataset_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
+int cxs_dataset_url(const cxs_dataset *ds, const char **url, const char **local) {
+    if (!ds) return CXS_E_INVALID;
+    if (url) *url = ds->url;
+    if (local) *local = ds->url ? ds->manifest_path : NULL;
+    return ds->url ? 1 : 0;
 }
 
 void cxs_open_opts_init(cxs_open_opts *o) { memset(o, 0, sizeof *o); }
@@ -717,7 +769,7 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
     if (opts && (rc = CXS_OPTS_CHECK(opts, "cxs_open_opts", d))) return rc;
     cxs_dataset *ds;
     if (cxs_url_is_remote(path)) {
-        if ((rc = open_url(path, opts, &ds, d))) return rc;
+        if ((rc = open_url(path, opts, NULL, NULL, NULL, &ds, d))) return rc;
     } else if ((rc = open_impl(path, &ds, d))) {
         return rc;
     }

@@ -409,6 +409,7 @@ struct cxs_warm {
     _Atomic int stop;               /* set: the next progress call cancels */
     _Atomic int running;            /* 0 once the thread's call returned */
     _Atomic uint64_t done, total;   /* its progress, for cxs_warm_poll */
+    pid_t pid;                      /* the process its thread runs in */
     int rc;                         /* written by the thread before running = 0 */
     cxs_warm_result result;
     cxs_diag diag;
@@ -428,6 +429,8 @@ static void *warm_main(void *p) {
      * thread's nice value is its own; where it is not, nothing changes. */
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     w->rc = cxs_dataset_warm(w->ds, w->flags, warm_tick, w, &w->result, &w->diag);
+    if (w->rc == -ECANCELED)
+        cxs_diagf(&w->diag, -ECANCELED, "%s: warming stopped", w->ds->manifest_path);
     atomic_store_explicit(&w->running, 0, memory_order_release);
     return NULL;
 }
@@ -443,6 +446,7 @@ int cxs_warm_start(const cxs_dataset *ds, uint32_t flags, cxs_warm **out, cxs_di
     if (!w) return cxs_diagf(d, -ENOMEM, "%s: warm-up: out of memory", ds->manifest_path);
     w->ds = ds;
     w->flags = flags;
+    w->pid = getpid();
     atomic_init(&w->stop, 0);
     atomic_init(&w->running, 1);
     atomic_init(&w->done, 0);
@@ -461,11 +465,18 @@ int cxs_warm_poll(const cxs_warm *w, uint64_t *done, uint64_t *total) {
     if (!w) return CXS_E_INVALID;
     if (done) *done = atomic_load_explicit(&w->done, memory_order_relaxed);
     if (total) *total = atomic_load_explicit(&w->total, memory_order_relaxed);
+    if (w->pid != getpid()) return 0; /* a forked child: its thread is the parent's */
     return atomic_load_explicit(&((cxs_warm *)w)->running, memory_order_acquire);
 }
 
 int cxs_warm_finish(cxs_warm *w, int stop, cxs_warm_result *result, cxs_diag *d) {
     if (!w) return 0;
+    if (w->pid != getpid()) { /* a forked child: no thread of its own to wait for */
+        int rc = cxs_diagf(d, -ECHILD, "%s: this warm-up runs in the parent process (pid %ld), "
+                           "not in this forked child", w->ds->manifest_path, (long)w->pid);
+        free(w);
+        return rc;
+    }
     if (stop) atomic_store_explicit(&w->stop, 1, memory_order_relaxed);
     pthread_join(w->th, NULL);
     int rc = w->rc;

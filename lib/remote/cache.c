@@ -282,6 +282,7 @@ typedef struct job {
     _Atomic uint32_t next;
     _Atomic int stop;
     _Atomic uint64_t fetched;
+    _Atomic unsigned running;  /* workers not done yet */
     pthread_mutex_t mu;
     int rc;
     cxs_diag d;
@@ -332,6 +333,7 @@ static void *fetch_main(void *p) {
             break;
         }
     }
+    atomic_fetch_sub(&j->running, 1);
     return NULL;
 }
 
@@ -360,8 +362,8 @@ static int write_file(const char *path, const void *p, size_t n) {
     return rename(tmp, path) ? -errno : 0;
 }
 
-int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_given, cxs_fetch *f,
-                      cxs_diag *d) {
+int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_given,
+                      cxs_progress_fn progress, void *user, cxs_fetch *f, cxs_diag *d) {
     memset(f, 0, sizeof *f);
     f->lock_fd = -1;
     cxs_origin *o = malloc(sizeof *o);
@@ -423,6 +425,7 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_giv
     flock(f->lock_fd, LOCK_EX); /* another process of the node may be fetching it */
     snprintf(p, sizeof p, "%s/complete", dir);
     if (exists(p)) { /* fetched and verified before */
+        f->bytes_fetched = man.len;
         snprintf(p, sizeof p, "%s/used", dir);
         touch(p);
         rc = 0;
@@ -453,16 +456,48 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_giv
     atomic_init(&j.next, 0);
     atomic_init(&j.stop, 0);
     atomic_init(&j.fetched, 0);
+    atomic_init(&j.running, 0);
+    _Atomic uint64_t received;
+    _Atomic int cancel;
+    atomic_init(&received, 0);
+    atomic_init(&cancel, 0);
+    o->received = &received;
+    o->cancel = &cancel;
     pthread_mutex_init(&j.mu, NULL);
     pthread_t th[FETCH_THREADS];
     int started[FETCH_THREADS] = {0};
     unsigned nt = m.num_shards < FETCH_THREADS ? (m.num_shards ? m.num_shards : 1) : FETCH_THREADS;
-    for (unsigned t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, fetch_main, &j) == 0;
-    fetch_main(&j); /* this thread too; alone when none could start */
-    for (unsigned t = 1; t < nt; t++)
+    unsigned n_started = 0;
+    for (unsigned t = 0; t < nt; t++) {
+        atomic_fetch_add(&j.running, 1);
+        if ((started[t] = pthread_create(&th[t], NULL, fetch_main, &j) == 0)) n_started++;
+        else atomic_fetch_sub(&j.running, 1);
+    }
+    /* This thread reports progress (every 100 ms) and passes a stop on to
+     * the transfers; it downloads itself when no worker could start. */
+    const uint64_t have_before = have;
+    if (!n_started) {
+        atomic_fetch_add(&j.running, 1);
+        fetch_main(&j);
+    }
+    while (atomic_load(&j.running)) {
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+        uint64_t done = have_before + atomic_load(&received);
+        if (progress && progress(user, done < need ? done : need, need)) {
+            atomic_store(&cancel, 1);
+            atomic_store(&j.stop, 1);
+        }
+    }
+    for (unsigned t = 0; t < nt; t++)
         if (started[t]) pthread_join(th[t], NULL);
     pthread_mutex_destroy(&j.mu);
+    o->received = NULL;
+    o->cancel = NULL;
     f->bytes_fetched = atomic_load(&j.fetched) + man.len;
+    if (!j.rc && atomic_load(&cancel)) {
+        j.rc = cxs_diagf(&j.d, -ECANCELED, "%s: download stopped", url);
+    }
     if (j.rc) {
         rc = j.rc;
         if (d) *d = j.d;

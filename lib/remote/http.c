@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,7 @@ int cxs_origin_parse(const char *url, cxs_origin *o, cxs_diag *d) {
 /* One transfer's state, seen by the body callback. */
 typedef struct xfer {
     CURL *c;
+    const cxs_origin *o;
     cxs_sink *s;
     uint64_t want;   /* bytes asked for; UINT64_MAX: what the server sends */
     uint64_t got;    /* body bytes taken */
@@ -149,7 +151,14 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *user) {
         s->len += n;
     }
     x->got += n;
+    if (x->o->received) atomic_fetch_add_explicit(x->o->received, n, memory_order_relaxed);
     return n;
+}
+
+static int on_progress(void *user, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+    (void)dt, (void)dn, (void)ut, (void)un;
+    const xfer *x = user;
+    return x->o->cancel && atomic_load_explicit(x->o->cancel, memory_order_relaxed);
 }
 
 /* S3's <Code>...</Code> in an error body, or "". */
@@ -215,7 +224,7 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
     unsigned backoff = 100;
     char last[1024] = "";
     for (unsigned attempt = 0;; attempt++) {
-        xfer x = {.c = c, .s = s, .want = want == UINT64_MAX ? UINT64_MAX : want - total};
+        xfer x = {.c = c, .o = o, .s = s, .want = want == UINT64_MAX ? UINT64_MAX : want - total};
         cxs_sink at = *s;
         if (s->fd >= 0) at.at = s->at + total;
         x.s = &at;
@@ -230,6 +239,11 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
         curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, o->stall_s);
         curl_easy_setopt(c, CURLOPT_USERAGENT, ua);
         if (hdr) curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+        if (o->cancel) {
+            curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+            curl_easy_setopt(c, CURLOPT_XFERINFODATA, &x);
+            curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        }
         if (o->s3) {
             curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
             curl_easy_setopt(c, CURLOPT_USERPWD, o->userpwd);
@@ -248,6 +262,11 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         if (s->fd < 0) s->len = at.len, s->buf = at.buf;
+        if (cc == CURLE_ABORTED_BY_CALLBACK) {
+            if (s->fd >= 0) total += x.got;
+            rc = cxs_diagf(d, -ECANCELED, "%s: download stopped", shown);
+            break;
+        }
         if (x.werr) {
             rc = cxs_diagf(d, -x.werr, "%s: cannot store the body: %s", shown, strerror(x.werr));
             break;

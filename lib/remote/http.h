@@ -19,6 +19,8 @@ typedef struct cxs_origin {
     char token[2048];   /* AWS_SESSION_TOKEN, or "" */
     unsigned retries;   /* attempts after the first (CTXSHARD_HTTP_RETRIES, default 5) */
     long stall_s;       /* a transfer with no byte for this long is retried (CTXSHARD_HTTP_TIMEOUT, 30) */
+    _Atomic uint64_t *received; /* or NULL: every body byte taken is added here (progress) */
+    _Atomic int *cancel;        /* or NULL: set, transfers end at once with -ECANCELED */
 } cxs_origin;
 
 /* Parse url (http://, https://, s3://bucket[/prefix]) and read the

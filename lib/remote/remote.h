@@ -27,10 +27,13 @@ int cxs_url_is_remote(const char *path);
 /* Make sure a copy of the dataset at url is in the cache (cache_dir, or
  * CTXSHARD_CACHE, or $XDG_CACHE_HOME/ctxshard, or ~/.cache/ctxshard),
  * within limit bytes of cache (0: CTXSHARD_CACHE_LIMIT, else no limit),
- * and lock its entry exclusively.  Returns 0 with *f filled, or an error
+ * and lock its entry exclusively.  progress (may be NULL) is called in the
+ * calling thread every 100 ms of a download with the bytes the cache holds
+ * of the dataset's; a non-zero return stops it (-ECANCELED; what arrived is
+ * kept, the next fetch resumes).  Returns 0 with *f filled, or an error
  * naming the URL (nothing locked). */
-int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit, cxs_fetch *f,
-                      cxs_diag *d);
+int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit,
+                      cxs_progress_fn progress, void *user, cxs_fetch *f, cxs_diag *d);
 
 /* After the opener's checks: ok marks a fresh copy verified (never
  * checked again) and keeps the entry's lock shared, so that no eviction

@@ -14,8 +14,10 @@ import atexit
 import ctypes
 import errno
 import os
+import threading
+import time
 import weakref
-from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import byref, c_char_p, c_size_t, c_uint32, c_uint64, c_void_p
 
 import numpy as np
 
@@ -24,7 +26,7 @@ from . import _native as _n
 from ._version import __version__
 from ._native import lib as _lib
 
-__all__ = ["open", "Dataset", "Warming", "Sampler", "CtxshardError", "version", "cpu_count",
+__all__ = ["open", "Dataset", "Warming", "fetch", "cache_dir", "cache_entries", "cache_prune", "Sampler", "CtxshardError", "version", "cpu_count",
            "default_threads", "memory_available",
            "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "BLOCK", "Writer", "RejectedUtterance", "pack",
            "check", "PHONEMES", "import_kaldi", "import_hdf5"]
@@ -107,12 +109,17 @@ def memory_available():
 
 
 class _Handle:
-    """Owns the C dataset; unmapped when the dataset and all views are gone."""
+    """Owns the C dataset; unmapped when the dataset and all views are gone.
+    warms: the warm-ups reading it (_WarmCore), ended before it closes,
+    whichever of them the collector finalises first."""
 
     def __init__(self, ptr):
         self.ptr = ptr
+        self.warms = set()
 
     def __del__(self):
+        for core in list(getattr(self, "warms", ())):
+            core.finish(True)
         if self.ptr:
             _lib.cxs_dataset_close(self.ptr)
             self.ptr = None
@@ -188,8 +195,42 @@ _RUNNING_WARMS = weakref.WeakSet()
 
 @atexit.register
 def _stop_warms():
-    for w in list(_RUNNING_WARMS):
-        w.stop()
+    for core in list(_RUNNING_WARMS):
+        core.finish(True)
+
+
+class _WarmCore:
+    """One C warm-up (cxs_warm), held by its Warming and by its dataset's
+    _Handle, so that whichever is finalised first ends it (the collector
+    finalises a reference cycle in any order); finished once, under a lock,
+    by whichever thread comes first."""
+
+    __slots__ = ("ptr", "lock", "outcome", "last", "__weakref__")
+
+    def __init__(self, ptr):
+        self.ptr, self.lock, self.outcome, self.last = ptr, threading.Lock(), None, (0, 0)
+
+    def poll(self):
+        """(running, done, total); running False once finished."""
+        with self.lock:
+            if self.outcome is not None:
+                return (False,) + self.last
+            done, total = c_uint64(), c_uint64()
+            running = _lib.cxs_warm_poll(self.ptr, byref(done), byref(total)) == 1
+            self.last = (done.value, total.value)
+            return (running,) + self.last
+
+    def finish(self, stop):
+        with self.lock:
+            if self.outcome is None:
+                ptr, self.ptr = self.ptr, None
+                r, diag = _n.WarmResult(), _n.Diag()
+                rc = _lib.cxs_warm_finish(ptr, 1 if stop else 0, byref(r), byref(diag))
+                if not rc:
+                    self.last = (r.total_bytes, r.total_bytes)
+                self.outcome = (rc, r, diag)
+                _RUNNING_WARMS.discard(self)
+            return self.outcome
 
 
 class Warming:
@@ -197,9 +238,12 @@ class Warming:
     Dataset.warm(background=True).  It holds the dataset open until it has
     ended.  running: still reading; progress: (bytes covered, total);
     wait(): blocks until it ends and returns warm()'s dict (or raises what
-    warm() raises); stop(): asks it to end (within one 64 MiB read) and
-    waits, returning the dict if it had finished, None if it was cut short;
-    a failure is raised by wait() only.  Collected, it is stopped."""
+    warm() raises; Ctrl-C interrupts the wait, not the warm-up); stop():
+    asks it to end (within one 64 MiB read) and waits, returning the dict
+    if it had finished, None if it was cut short; a failure is raised by
+    wait() only.  Any thread may call these.  Collected, it is stopped.  In
+    a child forked while it ran it is not running, and wait() raises
+    ChildProcessError (the warm-up is the parent's)."""
 
     def __init__(self, ds, flags):
         h = ds._h
@@ -209,32 +253,29 @@ class Warming:
         rc = _lib.cxs_warm_start(h.ptr, flags, byref(ptr), byref(diag))
         if rc:
             _raise(rc, diag, what="warm")
-        self._ptr, self._h, self.path = ptr, h, ds.path
-        self._outcome = None  # (rc, result, diag) once ended
-        _RUNNING_WARMS.add(self)
+        self._core, self._h, self.path = _WarmCore(ptr), h, ds.path
+        h.warms.add(self._core)
+        _RUNNING_WARMS.add(self._core)
 
     @property
     def running(self):
-        return self._outcome is None and _lib.cxs_warm_poll(self._ptr, None, None) == 1
+        return self._core.poll()[0]
 
     @property
     def progress(self):
-        if self._outcome is not None:
-            r = self._outcome[1]
-            return (r.total_bytes, r.total_bytes) if not self._outcome[0] else (0, 0)
-        done, total = c_uint64(), c_uint64()
-        _lib.cxs_warm_poll(self._ptr, byref(done), byref(total))
-        return done.value, total.value
+        return self._core.poll()[1:]
 
     def _finish(self, stop):
-        if self._outcome is None:
-            r, diag = _n.WarmResult(), _n.Diag()
-            rc = _lib.cxs_warm_finish(self._ptr, 1 if stop else 0, byref(r), byref(diag))
-            self._outcome, self._ptr, self._h = (rc, r, diag), None, None
-            _RUNNING_WARMS.discard(self)
-        return self._outcome
+        out = self._core.finish(stop)
+        h = self._h
+        if h is not None:
+            h.warms.discard(self._core)
+            self._h = None
+        return out
 
     def wait(self):
+        while self._core.poll()[0]:  # in steps, so that Ctrl-C and stop() get in
+            time.sleep(0.01)
         return _warm_result(self.path, *self._finish(False))
 
     def stop(self):
@@ -242,8 +283,88 @@ class Warming:
         return None if rc else _warm_result(self.path, rc, r, diag)
 
     def __del__(self):
-        if getattr(self, "_outcome", 1) is None:
+        if getattr(self, "_core", None) is not None:
             self._finish(True)
+
+
+def fetch(url, cache=None, cache_limit=None, progress=None):
+    """Bring the dataset at url (http://, https://, s3://BUCKET/PREFIX) into
+    the node-local cache and verify it, without opening it: what
+    open(url) does first (Dataset says where the cache is and how its
+    budget works).  progress(done, total) is called about every 100 ms of a
+    download with the bytes the cache holds; a KeyboardInterrupt (or an
+    exception) in it stops the download (what arrived is kept for the next
+    fetch).  Returns {"dataset_bytes", "bytes_fetched", "seconds",
+    "cached"}: cached is True when a verified copy was there already (only
+    the manifest was fetched)."""
+    url = _a.path("fetch", "url", url)
+    opts = _n.OpenOpts(0, 0, None if cache is None else os.fsencode(_a.path("fetch", "cache",
+                                                                           cache)),
+                       0 if cache_limit is None else _a.size("fetch", "cache_limit",
+                                                             cache_limit, 1))
+    raised = []
+
+    def tick(_user, done, total):
+        if raised:
+            return 1
+        try:
+            if progress is not None:
+                progress(done, total)
+            return 0
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after the C call
+            raised.append(e)
+            return 1
+
+    info, diag = _n.FetchInfo(), _n.Diag()
+    rc = _lib.cxs_url_fetch(os.fsencode(url), byref(opts), _n.PROGRESS_FN(tick), None,
+                            byref(info), None, byref(diag))
+    if raised:
+        raise raised[0]
+    if rc:
+        _raise(rc, diag, what="fetch")
+    return {"dataset_bytes": info.dataset_bytes, "bytes_fetched": info.bytes_fetched,
+            "seconds": info.seconds, "cached": bool(info.cached)}
+
+
+def cache_dir(cache=None):
+    """The cache directory URLs are fetched into (cache, or the default:
+    CTXSHARD_CACHE, else $XDG_CACHE_HOME/ctxshard, else ~/.cache/ctxshard)."""
+    buf = ctypes.create_string_buffer(4096)
+    if _lib.cxs_cache_dir(None if cache is None else os.fsencode(cache), buf, len(buf)):
+        raise ValueError("cache_dir: path too long")
+    return os.fsdecode(buf.value)
+
+
+def cache_entries(cache=None):
+    """The datasets in the cache, least recently used first: dicts of url,
+    dir, bytes, last_used (Unix seconds), complete, in_use."""
+    out, diag = [], _n.Diag()
+
+    def one(_user, e):
+        e = e.contents
+        out.append({"url": os.fsdecode(e.url), "dir": os.fsdecode(e.dir), "bytes": e.bytes,
+                    "last_used": e.last_used, "complete": bool(e.complete),
+                    "in_use": bool(e.in_use)})
+        return 0
+
+    rc = _lib.cxs_cache_list(None if cache is None else os.fsencode(cache), _n.CACHE_FN(one),
+                             None, byref(diag))
+    if rc:
+        _raise(rc, diag, what="cache")
+    return out
+
+
+def cache_prune(limit, cache=None):
+    """Evict the least recently used datasets not open in any process until
+    the cache holds at most limit bytes (or a string like "100G"); returns
+    the bytes freed.  OSError (EBUSY) when what is open keeps it above."""
+    limit = _a.size("cache_prune", "limit", limit, 0)
+    freed, diag = c_uint64(), _n.Diag()
+    rc = _lib.cxs_cache_prune(None if cache is None else os.fsencode(cache), limit, byref(freed),
+                              byref(diag))
+    if rc:
+        _raise(rc, diag, what="cache")
+    return freed.value
 
 
 class Dataset:
@@ -317,6 +438,21 @@ class Dataset:
     @property
     def closed(self):
         return self._h is None
+
+    @property
+    def url(self):
+        """The URL the dataset was opened from, or None (a local path)."""
+        u = c_char_p()
+        return os.fsdecode(u.value) if _lib.cxs_dataset_url(self._ptr, byref(u), None) == 1 \
+            else None
+
+    @property
+    def cached_at(self):
+        """Opened from a URL: the directory of its copy in the cache; else None."""
+        loc = c_char_p()
+        if _lib.cxs_dataset_url(self._ptr, None, byref(loc)) != 1:
+            return None
+        return os.path.dirname(os.fsdecode(loc.value))
 
     def __enter__(self):
         return self

@@ -123,6 +123,19 @@ class WarmResult(Structure):
                 ("reserved", c_uint64 * INFO_RESERVED)]
 
 
+class FetchInfo(Structure):
+    _fields_ = [("dataset_bytes", c_uint64), ("bytes_fetched", c_uint64), ("seconds", c_double),
+                ("cached", c_uint32), ("pad_", c_uint32),
+                ("reserved", c_uint64 * INFO_RESERVED)]
+
+
+class CacheEntry(Structure):
+    _fields_ = [("url", c_char_p), ("dir", c_char_p), ("bytes", c_uint64),
+                ("last_used", ctypes.c_int64), ("complete", c_uint32), ("in_use", c_uint32),
+                ("reserved", c_uint64 * INFO_RESERVED)]
+
+
+CACHE_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(CacheEntry))
 WARM_FORCE, WARM_SKIP_CACHED = 1, 2
 PROGRESS_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, c_uint64)
 
@@ -361,6 +374,13 @@ def _load():
         "cxs_memory_probe": (c_int, [POINTER(Memory), POINTER(Diag)]),
         "cxs_dataset_warm": (c_int, [ds, c_uint32, PROGRESS_FN, c_void_p, POINTER(WarmResult),
                                      POINTER(Diag)]),
+        "cxs_url_fetch": (c_int, [c_char_p, POINTER(OpenOpts), PROGRESS_FN, c_void_p,
+                                  POINTER(FetchInfo), POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_dataset_url": (c_int, [ds, POINTER(c_char_p), POINTER(c_char_p)]),
+        "cxs_cache_dir": (c_int, [c_char_p, ctypes.c_char_p, c_size_t]),
+        "cxs_cache_list": (c_int, [c_char_p, CACHE_FN, c_void_p, POINTER(Diag)]),
+        "cxs_cache_prune": (c_int, [c_char_p, c_uint64, POINTER(c_uint64), POINTER(Diag)]),
+        "cxs_cache_clear": (c_int, [c_char_p, POINTER(c_uint64), POINTER(Diag)]),
         "cxs_warm_start": (c_int, [ds, c_uint32, POINTER(c_void_p), POINTER(Diag)]),
         "cxs_warm_poll": (c_int, [c_void_p, POINTER(c_uint64), POINTER(c_uint64)]),
         "cxs_warm_finish": (c_int, [c_void_p, c_int, POINTER(WarmResult), POINTER(Diag)]),

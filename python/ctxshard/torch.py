@@ -503,7 +503,7 @@ class Loader:
             self._prefetch = False
             try:
                 self._warming = self.dataset.warm(background=True, skip_cached=True)
-            except (OSError, CtxshardError):  # no thread to be had: no warm-up
+            except Exception:  # noqa: BLE001 - no thread, a closed dataset: no warm-up
                 self._warming = None
 
     def wait_prefetch(self):

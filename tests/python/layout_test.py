@@ -28,6 +28,7 @@ C_TYPES = {
     "Stats": "cxs_stats", "Utterance": "cxs_utterance", "SamplerOpts": "cxs_sampler_opts",
     "Norm": "cxs_norm", "LoaderOpts": "cxs_loader_opts", "Memory": "cxs_memory",
     "WarmResult": "cxs_warm_result", "Batch": "cxs_batch",
+    "FetchInfo": "cxs_fetch_info", "CacheEntry": "cxs_cache_entry",
     "GpuProbeInfo": "cxs_gpu_probe_info", "GpuOpts": "cxs_gpu_opts",
     "GpuBatch": "cxs_gpu_batch", "GpuLoaderInfo": "cxs_gpu_loader_info",
     "GpuUttOpts": "cxs_gpu_utt_opts", "GpuUttBatch": "cxs_gpu_utt_batch",

@@ -271,6 +271,15 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
         if m:
             self.send_header("Content-Range", f"bytes {lo}-{lo + len(body) - 1}/{len(data)}")
         self.end_headers()
+        if shard and self.mode == "slow":  # 64 KiB every 20 ms
+            for i in range(0, len(body), 65536):
+                try:
+                    self.wfile.write(body[i:i + 65536])
+                    self.wfile.flush()
+                except OSError:  # the client stopped
+                    return
+                time.sleep(0.02)
+            return
         if shard and (self.mode == "die" or (self.mode == "short" and first)):
             self.wfile.write(body[:len(body) // 2])
             self.wfile.flush()
@@ -306,6 +315,39 @@ class BadServer(unittest.TestCase):
         shards = [s for s in seen if "shard-" in s[0]]
         resumed = [r for p, r in shards if r and not r.startswith("bytes=0-")]
         self.assertGreater(len(resumed), 0, shards)  # the rest asked for, not all again
+
+    def test_fetch_reports_progress_and_stops_when_asked(self):
+        """ctxshard.fetch: progress as the bytes arrive; an exception in the
+        callback stops the download (raised, what arrived kept); the next
+        fetch downloads only the rest, and the copy is exact."""
+        srv, seen, url = self.serve("slow")
+        cache = os.path.join(TMP, "c-slow")
+        calls = []
+
+        def stop_soon(done, total):
+            calls.append((done, total))
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                ctxshard.fetch(url, cache=cache, progress=stop_soon)
+            size = calls[0][1]
+            self.assertTrue(all(t == size for _, t in calls))
+            self.assertLess(calls[-1][0], size)
+            more = []
+            info = ctxshard.fetch(url, cache=cache, progress=lambda d, t: more.append(d))
+        finally:
+            srv.shutdown()
+        self.assertFalse(info["cached"])
+        self.assertEqual(info["dataset_bytes"], size)
+        self.assertLess(info["bytes_fetched"], size)  # the rest only
+        self.assertEqual(more, sorted(more))
+        entries = ctxshard.cache_entries(cache)
+        self.assertEqual([(e["url"], e["complete"]) for e in entries], [(url, True)])
+        # the copy (the server is gone: opened by its directory) is the dataset
+        with ctxshard.open(entries[0]["dir"]) as r, ctxshard.open(self.a) as l:
+            same(self, r, l)
 
     def test_body_longer_than_asked_is_refused(self):
         srv, _, url = self.serve("long")

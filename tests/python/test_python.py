@@ -1149,6 +1149,78 @@ class Warm(unittest.TestCase):
         del ds  # the warm-up holds the dataset open until it ends
         self.assertEqual(w.wait()["total_bytes"], fg["total_bytes"])
 
+    def child(self, code):
+        """code run in a fresh interpreter on a dataset of 17 files, 60 MB
+        (a warm-up of it lasts long enough to be caught running); a crash
+        or a hang there fails this test instead of killing the suite."""
+        big = os.path.join(TMP, "warm60")
+        if not os.path.exists(big):
+            for argv in (["synth", big + "-raw", "--utts", "400", "--seed", "2", "--quiet"],
+                         ["pack", big + "-raw", big, "--shard-size", "4M", "--quiet"]):
+                subprocess.run([EXE, *argv], check=True)
+        env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+        p = subprocess.run([sys.executable, "-c", code, big], env=env, timeout=120,
+                           capture_output=True, text=True)
+        return p.returncode, p.stderr
+
+    def test_warm_ends_before_its_dataset_in_any_order(self):
+        """A running warm-up collected in a reference cycle with its
+        dataset: the dataset is never closed under the warm-up's thread (it
+        was: a crash, 5 runs in 5)."""
+        rc, err = self.child(
+            "import gc, sys, ctxshard\n"
+            "class T: pass\n"
+            "for i in range(30):\n"
+            "    t = T(); t.self = t\n"
+            "    t.ds = ctxshard.open(sys.argv[1]); t.w = t.ds.warm(background=True, force=True)\n"
+            "    del t; gc.collect()\n")
+        self.assertEqual(rc, 0, err)
+
+    def test_warm_finished_by_two_threads_and_in_a_fork(self):
+        """wait() in one thread while another calls stop() (it hung: two
+        joins of one thread), and a forked child, where the warm-up is the
+        parent's (it joined the parent's thread and reported a success)."""
+        rc, err = self.child(
+            "import os, sys, threading, ctxshard\n"
+            "ds = ctxshard.open(sys.argv[1])\n"
+            "for i in range(20):\n"
+            "    w = ds.warm(background=True, force=True)\n"
+            "    t = threading.Thread(target=w.stop); t.start()\n"
+            "    try:\n"
+            "        w.wait()\n"
+            "    except InterruptedError:\n"
+            "        pass\n"
+            "    t.join(30); assert not t.is_alive()\n"
+            "w = ds.warm(background=True, force=True)\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    try:\n"
+            "        assert not w.running\n"
+            "        w.wait()\n"
+            "        os._exit(1)\n"
+            "    except ChildProcessError:\n"
+            "        os._exit(0)\n"
+            "_, st = os.waitpid(pid, 0)\n"
+            "assert os.WEXITSTATUS(st) == 0, st\n"
+            "assert w.wait()['total_bytes'] > 0\n")
+        self.assertEqual(rc, 0, err)
+
+    @unittest.skipIf(torch is None, "torch not installed")
+    def test_prefetch_failure_costs_nothing(self):
+        """A warm-up that cannot start (its dataset closed after the first
+        batch) leaves the epoch as it was (it ended it with ValueError)."""
+        ds = ctxshard.open(self.path)
+        n = len(ds)
+        ld = cxt.Loader(ds, 3, 256, prefetch=True)
+        seen = 0
+        for i, (x, y) in enumerate(ld):
+            if i == 0:
+                ds.close()
+            seen += len(y)
+        self.assertEqual(seen, n)
+        ld.wait_prefetch()
+        ld.close()
+
     @unittest.skipIf(torch is None, "torch not installed")
     def test_loader_prefetch_and_warning(self):
         import warnings
