@@ -1,0 +1,215 @@
+/* Datasets at URLs in C (lib/remote/), so that the sanitizers and valgrind
+ * see the fetch, the cache and its locks: a dataset served over HTTP by
+ * Python's http.server on 127.0.0.1 is opened through an empty cache (every
+ * window and utterance equal to the local dataset's), again from the
+ * complete cache (the manifest only), with a progress callback that stops
+ * the download, and listed, pruned and cleared; a 404 and a server gone
+ * name the URL.  tests/python/remote_test.py covers nginx, S3 and
+ * misbehaving servers.
+ *
+ * usage: url_test  (writer-made data, testdata.h; needs /usr/bin/python3,
+ * exit 77 without it, or in a build without libcurl) */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "ctxshard.h"
+#include "cxs_test.h"
+#include "testdata.h"
+
+static char dir[256], packed[300], cache[300], url[300];
+static pid_t server = -1;
+static int port;
+
+static int free_port(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) || getsockname(s, (struct sockaddr *)&a, &l))
+        return -1;
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static int serving(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int ok = s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0;
+    if (s >= 0) close(s);
+    return ok;
+}
+
+static void start_server(void) {
+    server = fork();
+    if (server == 0) {
+        char p[16];
+        snprintf(p, sizeof p, "%d", port);
+        if (!freopen("/dev/null", "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
+        execl("/usr/bin/python3", "python3", "-m", "http.server", p, "--bind", "127.0.0.1",
+              "--directory", dir, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 400 && !serving(); i++) usleep(25000);
+}
+
+static void stop_server(void) {
+    if (server > 0) {
+        kill(server, SIGTERM);
+        waitpid(server, NULL, 0);
+        server = -1;
+    }
+}
+
+static void same(cxs_dataset *a, cxs_dataset *b) {
+    cxs_info ia, ib;
+    cxs_dataset_info(a, &ia);
+    cxs_dataset_info(b, &ib);
+    EXPECT_UINT(ia.num_frames, ib.num_frames);
+    EXPECT_UINT(ia.num_utterances, ib.num_utterances);
+    const uint32_t k = 2, row = (2 * k + 1) * ia.dim;
+    float *xa = malloc(sizeof *xa * row * 256), *xb = malloc(sizeof *xb * row * 256);
+    uint64_t fr[256];
+    int64_t la[256], lb[256];
+    for (uint64_t f0 = 0; f0 < ia.num_frames; f0 += 256) {
+        size_t n = ia.num_frames - f0 < 256 ? (size_t)(ia.num_frames - f0) : 256;
+        for (size_t i = 0; i < n; i++) fr[i] = f0 + i;
+        EXPECT_INT(cxs_dataset_gather(a, fr, n, k, 0, 1, xa, la), 0);
+        EXPECT_INT(cxs_dataset_gather(b, fr, n, k, 0, 1, xb, lb), 0);
+        ck_assert(!memcmp(la, lb, sizeof la[0] * n));
+        ck_assert(!memcmp(xa, xb, sizeof *xa * row * n));
+    }
+    free(xa);
+    free(xb);
+}
+
+static int stop_at_once(void *user, uint64_t done, uint64_t total) {
+    (void)done, (void)total;
+    ++*(int *)user;
+    return 1;
+}
+
+static int count(void *user, const cxs_cache_entry *e) {
+    ck_assert(e->url && e->dir && e->bytes > 0);
+    ++*(int *)user;
+    return 0;
+}
+
+TEST(open_through_the_cache) {
+    cxs_open_opts oo;
+    cxs_open_opts_init(&oo);
+    oo.cache_dir = cache;
+    cxs_diag d;
+    /* stopped by its progress callback: an error, nothing complete */
+    int calls = 0;
+    cxs_fetch_info fi;
+    cxs_dataset *r = NULL, *l = NULL;
+    int rc = cxs_url_fetch(url, &oo, stop_at_once, &calls, &fi, &r, &d);
+    ck_assert_msg(rc == -ECANCELED || rc == 0, "%d %s", rc, d.message); /* 0: done within 100 ms */
+    ck_assert(rc || r);
+    cxs_dataset_close(r);
+    /* then whole: the same values as the local dataset */
+    EXPECT_INT(cxs_url_fetch(url, &oo, NULL, NULL, &fi, &r, &d), 0);
+    EXPECT(fi.cached == 0 || rc == 0);
+    ck_assert_msg(cxs_dataset_open(packed, &l, &d) == 0, "%s", d.message);
+    same(r, l);
+    const char *u, *loc;
+    EXPECT_INT(cxs_dataset_url(r, &u, &loc), 1);
+    EXPECT_STR_HAS(u, url);
+    EXPECT_STR_HAS(loc, cache);
+    EXPECT_INT(cxs_dataset_url(l, &u, &loc), 0);
+    /* open: in use, so not pruned */
+    uint64_t freed = 1;
+    EXPECT_INT(cxs_cache_prune(cache, 0, &freed, &d), -EBUSY);
+    EXPECT_UINT(freed, 0);
+    cxs_dataset_close(r);
+    /* complete now: the manifest only */
+    EXPECT_INT(cxs_url_fetch(url, &oo, NULL, NULL, &fi, NULL, &d), 0);
+    EXPECT_INT(fi.cached, 1);
+    EXPECT(fi.bytes_fetched < fi.dataset_bytes / 10);
+    ck_assert_msg(cxs_dataset_open_ex(url, &oo, &r, &d) == 0, "%s", d.message);
+    same(r, l);
+    cxs_dataset_close(r);
+    cxs_dataset_close(l);
+    int n = 0;
+    EXPECT_INT(cxs_cache_list(cache, count, &n, &d), 0);
+    EXPECT_INT(n, 1);
+    EXPECT_INT(cxs_cache_clear(cache, &freed, &d), 0);
+    EXPECT(freed > 0);
+    n = 0;
+    EXPECT_INT(cxs_cache_list(cache, count, &n, &d), 0);
+    EXPECT_INT(n, 0);
+}
+END_TEST
+
+TEST(refusals_name_the_url) {
+    cxs_open_opts oo;
+    cxs_open_opts_init(&oo);
+    oo.cache_dir = cache;
+    cxs_diag d;
+    cxs_dataset *r = NULL;
+    char missing[400];
+    snprintf(missing, sizeof missing, "http://127.0.0.1:%d/nothing", port);
+    EXPECT_INT(cxs_dataset_open_ex(missing, &oo, &r, &d), -ENOENT);
+    EXPECT_STR_HAS(d.message, "/nothing/manifest.cxs: HTTP 404");
+    EXPECT_INT(cxs_url_fetch(packed, &oo, NULL, NULL, NULL, NULL, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "not a URL");
+    oo.cache_limit = 4096; /* smaller than the dataset */
+    EXPECT_INT(cxs_dataset_open_ex(url, &oo, &r, &d), -ENOSPC);
+    EXPECT_STR_HAS(d.message, "more than the cache limit");
+    oo.cache_limit = 0;
+    /* no server there: the retries end in an error naming the URL */
+    char gone[400];
+    snprintf(gone, sizeof gone, "http://127.0.0.1:%d/ds", free_port());
+    setenv("CTXSHARD_HTTP_RETRIES", "1", 1);
+    EXPECT_INT(cxs_dataset_open_ex(gone, &oo, &r, &d), -EIO);
+    EXPECT_STR_HAS(d.message, gone);
+    EXPECT_STR_HAS(d.message, "after 2 attempts");
+    unsetenv("CTXSHARD_HTTP_RETRIES");
+}
+END_TEST
+
+int main(void) {
+    if (access("/usr/bin/python3", X_OK)) {
+        puts("SKIP: no /usr/bin/python3 to serve the dataset over HTTP");
+        return 77;
+    }
+    snprintf(dir, sizeof dir, "/tmp/cxs-url-XXXXXX");
+    if (!mkdtemp(dir)) return 3;
+    snprintf(packed, sizeof packed, "%s/ds", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    setenv("CTXSHARD_CACHE", cache, 1); /* never the user's cache */
+    td_opts o = {.utts = 40, .dim = 8, .seed = 3, .shard_size = 256u << 10};
+    if (td_make(packed, &o)) return 3;
+    if ((port = free_port()) < 0) return 3;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/ds", port);
+    cxs_diag d;
+    cxs_dataset *probe = NULL;
+    start_server();
+    int rc = cxs_dataset_open_ex(url, NULL, &probe, &d);
+    cxs_dataset_close(probe);
+    if (rc == CXS_E_UNSUPPORTED) {
+        stop_server();
+        printf("SKIP: %s\n", d.message);
+        return 77;
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    if (system(cmd)) return 3;
+    setenv("CTXSHARD_HTTP_TIMEOUT", "5", 1);
+    const TTest *t[] = {open_through_the_cache, refusals_name_the_url};
+    const cxs_group g[] = {{"url", 120, NULL, NULL, t, CXS_N(t), NULL}};
+    int failed = cxs_run_groups("url", g, CXS_N(g), 0);
+    stop_server();
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) return 3;
+    return failed ? 1 : 0;
+}
