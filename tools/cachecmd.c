@@ -1,5 +1,6 @@
-/* cachecmd.c - `ctxshard cache [ls|prune|clear]`: the node-local cache of
- * datasets opened from URLs (cxs_cache_list, _prune, _clear). */
+/* cachecmd.c - the commands of datasets at URLs: `ctxshard cache
+ * [ls|prune|clear]`, the node-local cache (cxs_cache_list, _prune,
+ * _clear), and `ctxshard push OUT URL` (cxs_dataset_push). */
 #include "cachecmd.h"
 
 #include <errno.h>
@@ -96,6 +97,33 @@ int cache_run(const char *verb, const char *dir, uint64_t limit, int have_limit,
     if (rc) {
         fprintf(stderr, "ctxshard: %s\n", d.message);
         return rc == -EBUSY ? EXIT_DATA : exit_code_for(rc);
+    }
+    return 0;
+}
+
+static int push_tick(void *user, uint64_t done, uint64_t total) {
+    progress_update(user, done, total, "bytes");
+    return g_interrupted;
+}
+
+int push_run(const char *dir, const char *url, int quiet) {
+    progress p;
+    progress_init(&p, "upload", quiet);
+    install_signal_flag();
+    cxs_diag d = {0};
+    uint64_t sent = 0;
+    double t0 = now_seconds();
+    int rc = cxs_dataset_push(dir, url, push_tick, &p, &sent, &d);
+    progress_done(&p);
+    if (rc) {
+        fprintf(stderr, "ctxshard: %s\n", d.message);
+        return exit_code_for(rc);
+    }
+    if (!quiet) {
+        char b[32];
+        double dt = now_seconds() - t0;
+        printf("%s -> %s: %s uploaded in %.1f s, the manifest last\n", dir, url,
+               human_bytes((double)sent, b, sizeof b), dt);
     }
     return 0;
 }

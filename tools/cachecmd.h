@@ -8,4 +8,7 @@
  * NULL: the default cache.  Returns the exit status. */
 int cache_run(const char *verb, const char *dir, uint64_t limit, int have_limit, int json);
 
+/* `ctxshard push DIR URL`: the exit status. */
+int push_run(const char *dir, const char *url, int quiet);
+
 #endif

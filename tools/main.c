@@ -45,6 +45,7 @@ static const char *const usage_top =
     "  warm OUT       read a dataset into the page cache at the disk's rate\n"
     "  gpu [OUT]      the GPU path: device probe; batches delivered to the device\n"
     "  stats OUT      label, length and feature statistics, charts, HTML report\n"
+    "  push OUT URL   upload a packed dataset to s3:// or http(s)://, the manifest last\n"
     "  cache [ls|prune|clear]  the node-local cache of datasets opened from URLs\n"
     "\n"
     "OUT, where a command reads a dataset, may be a URL: http://HOST/PATH,\n"
@@ -385,6 +386,20 @@ enum {
     O_NOSORT, O_FILL, O_BLOCKSUMS, O_HUGEPAGES
 };
 
+static const char *const usage_push =
+    "usage: ctxshard push OUT URL [--quiet]\n"
+    "\n"
+    "Upload the packed dataset OUT to URL (s3://BUCKET/PREFIX, signed with\n"
+    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; or an http(s)://\n"
+    "server that takes PUT, e.g. WebDAV) so that readers never see part of it:\n"
+    "OUT is verified first (a damaged dataset is not uploaded), then its shards\n"
+    "go up, four at a time, and manifest.cxs last, once every shard is there.\n"
+    "Failed requests are retried (CTXSHARD_HTTP_RETRIES); 403 names the\n"
+    "variables to check.  Push a new pack to a new prefix: readers that open\n"
+    "the old manifest while its shards are being replaced fail their checks.\n"
+    "\n"
+    "  --quiet   no progress bar, no summary\n";
+
 static const char *const usage_cache =
     "usage: ctxshard cache [ls|prune|clear] [--cache DIR] [--cache-limit SIZE] [--json]\n"
     "\n"
@@ -594,6 +609,22 @@ int main(int argc, char **argv) {
     uint64_t cache_limit = 0;
     int have_limit = 0, ec0 = take_cache_opts(&argc, argv, &cache_dir, &cache_limit, &have_limit);
     if (ec0) return ec0;
+    if (!strcmp(cmd, "push")) {
+        const char *pos[2] = {NULL, NULL};
+        int np = 0, quiet = 0;
+        for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) quiet = 1;
+            else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+                fputs(usage_push, stdout);
+                return 0;
+            } else if (argv[i][0] == '-' || np == 2)
+                return usage_error(usage_push, "unexpected argument '%s'", argv[i]);
+            else
+                pos[np++] = argv[i];
+        }
+        if (np != 2) return usage_error(usage_push, "expected OUT and URL");
+        return push_run(pos[0], pos[1], quiet);
+    }
     if (!strcmp(cmd, "cache")) {
         const char *verb = "ls";
         int json = 0;

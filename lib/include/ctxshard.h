@@ -375,6 +375,20 @@ CXS_API int cxs_url_fetch(const char *url, const cxs_open_opts *opts, cxs_progre
  */
 CXS_API int cxs_dataset_url(const cxs_dataset *ds, const char **url, const char **local);
 
+/**
+ * Upload the packed dataset directory dir to url (s3://BUCKET/PREFIX, a
+ * signed PutObject per file; or an http(s):// server that takes PUT, such
+ * as WebDAV) so that readers never see part of it: dir is verified first
+ * (cxs_dataset_verify: a damaged dataset is not uploaded), its shards go
+ * up four at a time, and manifest.cxs last, once every shard is there (a
+ * reader asks for the manifest first).  progress (may be NULL) every
+ * 100 ms with the bytes sent; non-zero stops it (-ECANCELED, the manifest
+ * not sent).  *sent (may be NULL): bytes sent.  A shard over 5 GiB is
+ * refused for S3 (one PUT's limit).  0 or an error naming the file or URL.
+ */
+CXS_API int cxs_dataset_push(const char *dir, const char *url, cxs_progress_fn progress,
+                             void *user, uint64_t *sent, cxs_diag *diag);
+
 /** The cache directory dir (NULL: the default, as cxs_open_opts.cache_dir
  *  says) resolves to, into out.  0 or -ENAMETOOLONG. */
 CXS_API int cxs_cache_dir(const char *dir, char *out, size_t cap);

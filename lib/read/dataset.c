@@ -753,6 +753,50 @@ int cxs_url_fetch(const char *url, const cxs_open_opts *opts, cxs_progress_fn pr
     return 0;
 }
 
+int cxs_dataset_push(const char *dir, const char *url, cxs_progress_fn progress, void *user,
+                     uint64_t *sent, cxs_diag *d) {
+    if (sent) *sent = 0;
+    if (!dir || !url) return cxs_diagf(d, CXS_E_INVALID, "cxs_dataset_push: NULL argument");
+    if (!cxs_url_is_remote(url))
+        return cxs_diagf(d, CXS_E_INVALID, "%s: not a URL to push to (http://, https://, "
+                         "s3://BUCKET/PREFIX)", url);
+    if (cxs_url_is_remote(dir))
+        return cxs_diagf(d, CXS_E_INVALID, "%s: push uploads a local dataset, not a URL", dir);
+    cxs_dataset *ds;
+    int rc = cxs_dataset_open(dir, &ds, d);
+    if (rc) return rc;
+    if (ds->single_shard) {
+        cxs_dataset_close(ds);
+        return cxs_diagf(d, CXS_E_INVALID, "%s: a shard alone; push uploads a dataset directory "
+                         "(its manifest and shards)", dir);
+    }
+    /* never upload a damaged dataset: readers would refuse it after the
+     * download, everywhere */
+    if ((rc = cxs_dataset_verify(ds, NULL, NULL, d))) {
+        char why[sizeof d->message];
+        snprintf(why, sizeof why, "%s", d ? d->message : "");
+        cxs_dataset_close(ds);
+        return cxs_diagf(d, rc, "%s: not uploaded, it fails its checks: %s", dir, why);
+    }
+    uint32_t n = ds->meta.num_shards;
+    const char **paths = calloc(n ? n : 1, sizeof *paths);
+    uint64_t *sizes = calloc(n ? n : 1, sizeof *sizes);
+    if (!paths || !sizes) {
+        rc = cxs_diagf(d, -ENOMEM, "%s: out of memory", dir);
+    } else {
+        for (uint32_t i = 0; i < n; i++) {
+            paths[i] = ds->shards[i].path;
+            sizes[i] = ds->shards[i].size;
+        }
+        rc = cxs_push_files(url, paths, sizes, n, ds->manifest_path, ds->size, progress, user,
+                            sent, d);
+    }
+    free(paths);
+    free(sizes);
+    cxs_dataset_close(ds);
+    return rc;
+}
+
 int cxs_dataset_url(const cxs_dataset *ds, const char **url, const char **local) {
     if (!ds) return CXS_E_INVALID;
     if (url) *url = ds->url;

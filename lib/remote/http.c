@@ -339,3 +339,164 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
     curl_easy_cleanup(c);
     return rc;
 }
+
+/* ---- uploads ------------------------------------------------------------ */
+
+typedef struct upload {
+    const cxs_origin *o;
+    int fd;
+    uint64_t size, at;
+    int rerr;
+} upload;
+
+static size_t on_read(char *p, size_t sz, size_t nm, void *user) {
+    upload *u = user;
+    size_t want = sz * nm;
+    if (u->at + want > u->size) want = (size_t)(u->size - u->at);
+    size_t got = 0;
+    while (got < want) {
+        ssize_t r = pread(u->fd, p + got, want - got, (off_t)(u->at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            u->rerr = r < 0 ? errno : EIO;
+            return CURL_READFUNC_ABORT;
+        }
+        got += (size_t)r;
+    }
+    u->at += got;
+    if (u->o->received) atomic_fetch_add_explicit(u->o->received, got, memory_order_relaxed);
+    return got;
+}
+
+/* An upload's reply: only an error's start is kept, for the message. */
+static size_t on_reply(char *p, size_t sz, size_t nm, void *user) {
+    xfer *x = user;
+    size_t n = sz * nm;
+    size_t k = n < sizeof x->err - 1 - x->errlen ? n : sizeof x->err - 1 - x->errlen;
+    memcpy(x->err + x->errlen, p, k);
+    x->errlen += k;
+    x->err[x->errlen] = 0;
+    return n;
+}
+
+static int on_seek(void *user, curl_off_t off, int origin) {
+    upload *u = user;
+    if (origin != SEEK_SET || off < 0 || (uint64_t)off > u->size) return CURL_SEEKFUNC_CANTSEEK;
+    u->at = (uint64_t)off;
+    return CURL_SEEKFUNC_OK;
+}
+
+int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, cxs_diag *d) {
+    int rc = cxs_http_init(d);
+    if (rc) return rc;
+    char url[4096], shown[4096];
+    if ((size_t)snprintf(url, sizeof url, "%s/%s", o->base, name) >= sizeof url)
+        return cxs_diagf(d, CXS_E_INVALID, "%s/%s: URL too long", o->shown, name);
+    snprintf(shown, sizeof shown, "%s/%s", o->shown, name);
+    if (o->s3_url && size > (5ull << 30))
+        return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: %llu bytes, more than one S3 PUT takes (5 GiB): "
+                         "pack with a smaller --shard-size", shown, (unsigned long long)size);
+    CURL *c = curl_easy_init();
+    if (!c) return cxs_diagf(d, -ENOMEM, "%s: libcurl cannot make a handle", shown);
+    struct curl_slist *hdr = NULL; /* (no "Expect:" to drop 100-continue: libcurl would sign it) */
+    char sigv4[128], tokh[2100], ua[64];
+    if (o->s3) {
+        snprintf(sigv4, sizeof sigv4, "aws:amz:%s:s3", o->region);
+        hdr = curl_slist_append(hdr, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+        if (o->token[0]) {
+            snprintf(tokh, sizeof tokh, "x-amz-security-token: %s", o->token);
+            hdr = curl_slist_append(hdr, tokh);
+        }
+    }
+    hdr = curl_slist_append(hdr, "Content-Type: application/octet-stream");
+    snprintf(ua, sizeof ua, "ctxshard/%s", cxs_version());
+    unsigned backoff = 100;
+    char last[1024] = "";
+    for (unsigned attempt = 0;; attempt++) {
+        upload u = {.o = o, .fd = fd, .size = size};
+        xfer x = {.c = c, .o = o};
+        curl_easy_reset(c);
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(c, CURLOPT_READDATA, &u);
+        curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(c, CURLOPT_SEEKDATA, &u);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)size);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_reply);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, o->stall_s);
+        curl_easy_setopt(c, CURLOPT_USERAGENT, ua);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+        if (o->s3) {
+            curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
+            curl_easy_setopt(c, CURLOPT_USERPWD, o->userpwd);
+        }
+        if (o->cancel) {
+            curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+            curl_easy_setopt(c, CURLOPT_XFERINFODATA, &x);
+            curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        }
+        CURLcode cc = curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        if (cc == CURLE_ABORTED_BY_CALLBACK) {
+            rc = cxs_diagf(d, -ECANCELED, "%s: upload stopped", shown);
+            break;
+        }
+        if (u.rerr) {
+            rc = cxs_diagf(d, -u.rerr, "%s: cannot read what to upload: %s", shown,
+                           strerror(u.rerr));
+            break;
+        }
+        if (cc == CURLE_OK && status >= 200 && status < 300) {
+            rc = 0;
+            break;
+        }
+        if (cc == CURLE_OK) {
+            char code[160];
+            s3_code(x.err, code, sizeof code);
+            if (status == 403 || status == 401) {
+                rc = cxs_diagf(d, -EACCES, "%s: HTTP %ld%s: the upload is refused%s", shown,
+                               status, code,
+                               o->s3_url ? "; check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                                           "(and AWS_SESSION_TOKEN) and that they may write there"
+                                         : "");
+                break;
+            }
+            if (status == 404 || status == 405 || status == 501) {
+                rc = cxs_diagf(d, -EIO, "%s: HTTP %ld%s: the server takes no upload there%s",
+                               shown, status, code,
+                               o->s3_url ? " (does the bucket exist?)"
+                                         : " (an HTTP server needs PUT enabled: WebDAV, e.g. "
+                                           "nginx's dav_methods PUT)");
+                break;
+            }
+            if (!retryable(cc, status)) {
+                rc = cxs_diagf(d, -EIO, "%s: HTTP %ld%s", shown, status, code);
+                break;
+            }
+            snprintf(last, sizeof last, "HTTP %ld%s", status, code);
+        } else {
+            if (!retryable(cc, 0)) {
+                rc = cxs_diagf(d, -EIO, "%s: %s", shown, curl_easy_strerror(cc));
+                break;
+            }
+            snprintf(last, sizeof last, "%s", curl_easy_strerror(cc));
+        }
+        if (o->received) /* what the failed attempt sent is sent again */
+            atomic_fetch_sub_explicit(o->received, u.at, memory_order_relaxed);
+        if (attempt >= o->retries) {
+            rc = cxs_diagf(d, -EIO, "%s: %s (after %u attempts)", shown, last, attempt + 1);
+            break;
+        }
+        nap_ms(backoff);
+        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+    }
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(c);
+    return rc;
+}

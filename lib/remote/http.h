@@ -47,6 +47,12 @@ typedef struct cxs_sink {
 int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t len, cxs_sink *s,
                  uint64_t *got, cxs_diag *d);
 
+/* PUT size bytes of fd (from offset 0) as name: an S3 PutObject (signed,
+ * UNSIGNED-PAYLOAD) or an HTTP PUT (WebDAV).  Retries what fails on the way
+ * (the body again from its start); 403 and 404 are final, with the
+ * variables to set.  0 or an error in d. */
+int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, cxs_diag *d);
+
 /* curl_global_init, once (thread-safe). */
 int cxs_http_init(cxs_diag *d);
 

@@ -23,3 +23,8 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
     if (got) *got = 0;
     return cxs_http_init(d);
 }
+
+int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, cxs_diag *d) {
+    (void)o, (void)name, (void)fd, (void)size;
+    return cxs_http_init(d);
+}

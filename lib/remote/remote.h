@@ -41,4 +41,13 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit,
  * closes, or -1 (not ok: the lock is released). */
 int cxs_fetch_done(cxs_fetch *f, int ok);
 
+/* Upload a dataset's files to url: shards (n, their paths and sizes) four
+ * at a time, then the manifest, only once every shard is there.  progress
+ * (may be NULL) every 100 ms with the bytes sent; non-zero stops it
+ * (-ECANCELED, the manifest not sent).  *sent: bytes sent.  0 or an error
+ * naming the URL. */
+int cxs_push_files(const char *url, const char *const *shards, const uint64_t *sizes, uint32_t n,
+                   const char *manifest, uint64_t manifest_size, cxs_progress_fn progress,
+                   void *user, uint64_t *sent, cxs_diag *d);
+
 #endif

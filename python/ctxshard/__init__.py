@@ -26,7 +26,7 @@ from . import _native as _n
 from ._version import __version__
 from ._native import lib as _lib
 
-__all__ = ["open", "Dataset", "Warming", "fetch", "cache_dir", "cache_entries", "cache_prune", "Sampler", "CtxshardError", "version", "cpu_count",
+__all__ = ["open", "Dataset", "Warming", "fetch", "push", "cache_dir", "cache_entries", "cache_prune", "Sampler", "CtxshardError", "version", "cpu_count",
            "default_threads", "memory_available",
            "SEQUENTIAL", "SHUFFLE", "WEIGHTED", "BLOCK", "Writer", "RejectedUtterance", "pack",
            "check", "PHONEMES", "import_kaldi", "import_hdf5"]
@@ -302,6 +302,21 @@ def fetch(url, cache=None, cache_limit=None, progress=None):
                                                                            cache)),
                        0 if cache_limit is None else _a.size("fetch", "cache_limit",
                                                              cache_limit, 1))
+    fn, raised = _progress_call(progress)
+    info, diag = _n.FetchInfo(), _n.Diag()
+    rc = _lib.cxs_url_fetch(os.fsencode(url), byref(opts), fn, None, byref(info), None,
+                            byref(diag))
+    if raised:
+        raise raised[0]
+    if rc:
+        _raise(rc, diag, what="fetch")
+    return {"dataset_bytes": info.dataset_bytes, "bytes_fetched": info.bytes_fetched,
+            "seconds": info.seconds, "cached": bool(info.cached)}
+
+
+def _progress_call(progress):
+    """A PROGRESS_FN over progress(done, total) that turns an exception in
+    it into a stop (1), kept to be raised once the C call has returned."""
     raised = []
 
     def tick(_user, done, total):
@@ -311,19 +326,32 @@ def fetch(url, cache=None, cache_limit=None, progress=None):
             if progress is not None:
                 progress(done, total)
             return 0
-        except BaseException as e:  # noqa: BLE001 - re-raised below, after the C call
+        except BaseException as e:  # noqa: BLE001 - re-raised after the C call
             raised.append(e)
             return 1
 
-    info, diag = _n.FetchInfo(), _n.Diag()
-    rc = _lib.cxs_url_fetch(os.fsencode(url), byref(opts), _n.PROGRESS_FN(tick), None,
-                            byref(info), None, byref(diag))
+    return _n.PROGRESS_FN(tick), raised
+
+
+def push(path, url, progress=None):
+    """Upload the packed dataset at path to url (s3://BUCKET/PREFIX, signed
+    with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; or an
+    http(s):// server that takes PUT) so that readers never see part of
+    it: verified first (a damaged dataset is not uploaded: CtxshardError),
+    the shards four at a time, the manifest last.  progress(done, total)
+    about every 100 ms with the bytes sent; an exception in it stops the
+    upload before the manifest (and is raised).  Returns the bytes sent."""
+    path = _a.path("push", "path", path)
+    url = _a.path("push", "url", url)
+    fn, raised = _progress_call(progress)
+    sent, diag = c_uint64(), _n.Diag()
+    rc = _lib.cxs_dataset_push(os.fsencode(path), os.fsencode(url), fn, None, byref(sent),
+                               byref(diag))
     if raised:
         raise raised[0]
     if rc:
-        _raise(rc, diag, what="fetch")
-    return {"dataset_bytes": info.dataset_bytes, "bytes_fetched": info.bytes_fetched,
-            "seconds": info.seconds, "cached": bool(info.cached)}
+        _raise(rc, diag, what="push")
+    return sent.value
 
 
 def cache_dir(cache=None):

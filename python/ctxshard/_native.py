@@ -377,6 +377,8 @@ def _load():
         "cxs_url_fetch": (c_int, [c_char_p, POINTER(OpenOpts), PROGRESS_FN, c_void_p,
                                   POINTER(FetchInfo), POINTER(c_void_p), POINTER(Diag)]),
         "cxs_dataset_url": (c_int, [ds, POINTER(c_char_p), POINTER(c_char_p)]),
+        "cxs_dataset_push": (c_int, [c_char_p, c_char_p, PROGRESS_FN, c_void_p,
+                                     POINTER(c_uint64), POINTER(Diag)]),
         "cxs_cache_dir": (c_int, [c_char_p, ctypes.c_char_p, c_size_t]),
         "cxs_cache_list": (c_int, [c_char_p, CACHE_FN, c_void_p, POINTER(Diag)]),
         "cxs_cache_prune": (c_int, [c_char_p, c_uint64, POINTER(c_uint64), POINTER(Diag)]),

@@ -92,6 +92,7 @@ class Nginx:
 
     def __init__(self, root):
         self.dir = tempfile.mkdtemp(prefix="nginx-", dir=TMP)
+        os.chmod(self.dir, 0o755)  # its workers keep uploads' bodies below it
         self.port = free_port()
         self.log = os.path.join(self.dir, "access.log")
         conf = os.path.join(self.dir, "nginx.conf")
@@ -101,8 +102,9 @@ class Nginx:
             f.write(f"daemon off; worker_processes 1; pid {self.dir}/nginx.pid;\n"
                     f"error_log {self.dir}/error.log;\n"
                     "events { worker_connections 256; }\n"
-                    f"http {{ access_log {self.log}; {temp}\n"
-                    f"  server {{ listen 127.0.0.1:{self.port}; root {root}; }} }}\n")
+                    f"http {{ access_log {self.log}; client_max_body_size 0; {temp}\n"
+                    f"  server {{ listen 127.0.0.1:{self.port}; root {root};\n"
+                    "    location /up/ { dav_methods PUT; create_full_put_path on; } } }\n")
         self.p = subprocess.Popen([shutil.which("nginx"), "-c", conf, "-p", self.dir],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for _ in range(200):
@@ -126,6 +128,11 @@ class Nginx:
                     out.append((m.group(1), int(m.group(2)), int(m.group(3))))
         return out
 
+    def puts(self):
+        """The paths of every PUT so far, in order."""
+        with open(self.log) as f:
+            return [m.group(1) for m in (re.search(r'"PUT (\S+) HTTP', line) for line in f) if m]
+
     def stop(self):
         self.p.terminate()
         self.p.wait()
@@ -136,7 +143,9 @@ class ThroughNginx(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.www = os.path.join(TMP, "www")
-        os.makedirs(cls.www, exist_ok=True)
+        os.makedirs(os.path.join(cls.www, "up"), exist_ok=True)
+        os.chmod(cls.www, 0o755)
+        os.chmod(os.path.join(cls.www, "up"), 0o777)  # nginx's workers write there
         cls.a = make("a", 40, 3)
         shutil.copytree(cls.a, os.path.join(cls.www, "a"))
         cls.ng = Nginx(cls.www)
@@ -228,6 +237,37 @@ class ThroughNginx(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         p = run("cache", "--json", "--cache", cache)
         self.assertEqual(json.loads(p.stdout)["datasets"], [])
+
+    def test_push_uploads_the_manifest_last(self):
+        """ctxshard push OUT URL to nginx's WebDAV: the shards, then the
+        manifest; the dataset read back from the URL is the local one; a
+        damaged dataset is not uploaded."""
+        p = run("push", self.a, self.ng.url("up/a"), "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        puts = [r for r in self.ng.puts() if r.startswith("/up/a/")]
+        shards = sorted(f for f in os.listdir(self.a) if f.startswith("shard-"))
+        self.assertEqual(sorted(puts[:-1]), [f"/up/a/{s}" for s in shards])
+        self.assertEqual(puts[-1], "/up/a/manifest.cxs")
+        with ctxshard.open(self.ng.url("up/a"), cache=self.cache("pushed")) as r, \
+                ctxshard.open(self.a) as l:
+            same(self, r, l)
+        bad = os.path.join(TMP, "damaged")
+        shutil.copytree(self.a, bad)
+        shard = os.path.join(bad, shards[1])
+        with open(shard, "r+b") as f:
+            f.seek(os.path.getsize(shard) - 100)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 1]))
+        before = len(self.ng.puts())
+        p = run("push", bad, self.ng.url("up/bad"), "--quiet")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("not uploaded, it fails its checks", p.stderr)
+        self.assertEqual(len(self.ng.puts()), before)
+        # a server that takes no PUT says so
+        p = run("push", self.a, self.ng.url("readonly/a"), "--quiet")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("takes no upload there", p.stderr)
 
     def test_missing_dataset_names_the_url(self):
         p = run("info", self.ng.url("nothing-here"), "--cache", self.cache("missing"))
@@ -428,6 +468,29 @@ class ThroughS3(unittest.TestCase):
             with ctxshard.open("s3://bucket/sets/a", cache=os.path.join(TMP, "c-s3")) as r, \
                     ctxshard.open(self.a) as l:
                 same(self, r, l)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
+    def test_push_then_read(self):
+        """ctxshard.push to S3 (signed PutObjects), then the dataset read
+        back through the cache; with a wrong secret the upload is refused
+        and nothing is left that a reader would open (no manifest)."""
+        old = dict(os.environ)
+        os.environ.update(self.env())
+        try:
+            sent = ctxshard.push(self.a, "s3://bucket/pushed/a")
+            self.assertEqual(sent, sum(os.path.getsize(os.path.join(self.a, f))
+                                       for f in os.listdir(self.a)))
+            with ctxshard.open("s3://bucket/pushed/a", cache=os.path.join(TMP, "c-s3p")) as r, \
+                    ctxshard.open(self.a) as l:
+                same(self, r, l)
+            os.environ["AWS_SECRET_ACCESS_KEY"] = "wrong"
+            with self.assertRaisesRegex(PermissionError, "SignatureDoesNotMatch"):
+                ctxshard.push(self.a, "s3://bucket/refused/a")
+            os.environ["AWS_SECRET_ACCESS_KEY"] = self.SECRET
+            with self.assertRaises(FileNotFoundError):
+                ctxshard.open("s3://bucket/refused/a", cache=os.path.join(TMP, "c-s3r"))
         finally:
             os.environ.clear()
             os.environ.update(old)
