@@ -678,6 +678,8 @@ int cxs_dataset_open(const char *path, cxs_dataset **out, cxs_diag *d) {
 }
 
 static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d);
+static int open_options(cxs_dataset *ds, const cxs_open_opts *opts, const char *path,
+                        cxs_dataset **out, cxs_diag *d);
 
 /* A dataset at a URL: its copy in the node-local cache (remote.h), every
  * checksum of a fresh copy verified before it serves a byte, the cache
@@ -735,22 +737,7 @@ int cxs_url_fetch(const char *url, const cxs_open_opts *opts, cxs_progress_fn pr
         cxs_dataset_close(ds);
         return 0;
     }
-    /* the rest of cxs_dataset_open_ex: the chunk cache, the huge pages */
-    uint64_t cache = !opts || !opts->cache_bytes ? CXS_DEFAULT_CACHE_BYTES
-                     : opts->cache_bytes == CXS_CACHE_OFF ? 0
-                                                          : opts->cache_bytes;
-    if (cxs_compressed(ds) && (rc = cxs_zcache_create(ds, cache))) {
-        cxs_dataset_close(ds);
-        return cxs_diag_at(d, rc, url, CXS_NO_OFFSET,
-                           "%s: cannot allocate a chunk cache of %llu bytes", url,
-                           (unsigned long long)cache);
-    }
-    if (opts && opts->hugepage_budget && (rc = cxs_hugecopy(ds, opts->hugepage_budget, d))) {
-        cxs_dataset_close(ds);
-        return rc;
-    }
-    *out = ds;
-    return 0;
+    return open_options(ds, opts, url, out, d);
 }
 
 int cxs_dataset_push(const char *dir, const char *url, cxs_progress_fn progress, void *user,
@@ -817,6 +804,14 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
     } else if ((rc = open_impl(path, &ds, d))) {
         return rc;
     }
+    return open_options(ds, opts, path, out, d);
+}
+
+/* The options' part of an open: the chunk cache, the copy into huge pages.
+ * ds is closed on failure. */
+static int open_options(cxs_dataset *ds, const cxs_open_opts *opts, const char *path,
+                        cxs_dataset **out, cxs_diag *d) {
+    int rc;
     /* 0 is the default, as in every options struct */
     uint64_t cache = !opts || !opts->cache_bytes ? CXS_DEFAULT_CACHE_BYTES
                      : opts->cache_bytes == CXS_CACHE_OFF ? 0

@@ -20,6 +20,7 @@
 #include "ctxshard.h"
 #include "dataset_internal.h"
 #include "hooks.h"
+#include "size.h"
 
 /* pread in blocks of 64 MiB.  bench/warm_methods.c on a cold 906 MB
  * dataset (median of 3, page cache dropped before each run): pread 239 MB/s
@@ -33,27 +34,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* "123", "64K", "1.5G": bytes.  Returns 0 or -1. */
-static int parse_bytes(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'B') end++;
-    if (*end == 'B') end++;
-    if (*end || v * mul > 1.8e19) return -1;
-    *out = (uint64_t)(v * mul);
-    return 0;
 }
 
 /* Value of "Key:   123 kB" in /proc/meminfo, in bytes; 0 when absent. */
@@ -172,7 +152,7 @@ int cxs_memory_probe(cxs_memory *out, cxs_diag *d) {
     memset(&m, 0, sizeof m);
     const char *env = getenv("CTXSHARD_MEMORY_AVAILABLE");
     if (env && *env) {
-        if (parse_bytes(env, &m.available))
+        if (cxs_size_parse(env, &m.available))
             return cxs_diagf(d, CXS_E_INVALID,
                              "CTXSHARD_MEMORY_AVAILABLE: '%s' is not a size (bytes, or with "
                              "a K, M, G or T suffix)", env);

@@ -35,6 +35,8 @@
 #include "cxs_le.h"
 #include "http.h"
 #include "remote.h"
+#include "size.h"
+#include "workq.h"
 
 #define MANIFEST_CAP (256ull << 20) /* a manifest larger than this is not one */
 #define FETCH_THREADS 4u            /* files downloaded at once */
@@ -42,26 +44,6 @@
 int cxs_url_is_remote(const char *p) {
     return p && (!strncmp(p, "http://", 7) || !strncmp(p, "https://", 8) ||
                  !strncmp(p, "s3://", 5));
-}
-
-/* "123", "64K", "1.5G": bytes.  0 or -1. */
-static int parse_size(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0) return -1;
-    double mul = 1;
-    switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1048576.0; end++; break;
-    case 'g': case 'G': mul = 1073741824.0; end++; break;
-    case 't': case 'T': mul = 1099511627776.0; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end || v * mul > 1.8e19) return -1;
-    *out = (uint64_t)(v * mul);
-    return 0;
 }
 
 static int mkdir_p(const char *path) {
@@ -105,7 +87,7 @@ static int root_of(const char *given, char *root, size_t cap, cxs_diag *d) {
 static int limit_of(uint64_t given, uint64_t *out, cxs_diag *d) {
     *out = given;
     const char *e = getenv("CTXSHARD_CACHE_LIMIT");
-    if (!given && e && *e && parse_size(e, out))
+    if (!given && e && *e && cxs_size_parse(e, out))
         return cxs_diagf(d, CXS_E_INVALID, "CTXSHARD_CACHE_LIMIT: '%s' is not a size (bytes, or "
                          "with K, M, G, T)", e);
     return 0;
@@ -278,18 +260,12 @@ typedef struct job {
     const cxs_origin *o;
     const char *dir;
     const uint64_t *sizes;
-    uint32_t n;
-    _Atomic uint32_t next;
-    _Atomic int stop;
     _Atomic uint64_t fetched;
-    _Atomic unsigned running;  /* workers not done yet */
-    pthread_mutex_t mu;
-    int rc;
-    cxs_diag d;
 } job;
 
 /* Shard i into dir, resuming a .part left by an earlier attempt. */
-static int fetch_shard(job *j, uint32_t i, cxs_diag *d) {
+static int fetch_shard(void *ctx, uint32_t i, cxs_diag *d) {
+    job *j = ctx;
     char name[64], path[4200], part[4300];
     snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, i);
     snprintf(path, sizeof path, "%s/%s", j->dir, name);
@@ -312,29 +288,6 @@ static int fetch_shard(job *j, uint32_t i, cxs_diag *d) {
     close(fd);
     if (!rc && rename(part, path)) rc = cxs_diagf(d, -errno, "%s: %s", path, strerror(errno));
     return rc;
-}
-
-static void *fetch_main(void *p) {
-    job *j = p;
-    cxs_diag d;
-    for (;;) {
-        if (atomic_load(&j->stop)) break;
-        uint32_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->n) break;
-        int rc = fetch_shard(j, i, &d);
-        if (rc) {
-            pthread_mutex_lock(&j->mu);
-            if (!j->rc) {
-                j->rc = rc;
-                j->d = d;
-            }
-            pthread_mutex_unlock(&j->mu);
-            atomic_store(&j->stop, 1);
-            break;
-        }
-    }
-    atomic_fetch_sub(&j->running, 1);
-    return NULL;
 }
 
 static int write_file(const char *path, const void *p, size_t n) {
@@ -452,57 +405,20 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_giv
         rc = cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
         goto out;
     }
-    job j = {.o = o, .dir = dir, .sizes = sizes, .n = m.num_shards};
-    atomic_init(&j.next, 0);
-    atomic_init(&j.stop, 0);
+    job j = {.o = o, .dir = dir, .sizes = sizes};
     atomic_init(&j.fetched, 0);
-    atomic_init(&j.running, 0);
     _Atomic uint64_t received;
     _Atomic int cancel;
-    atomic_init(&received, 0);
-    atomic_init(&cancel, 0);
-    o->received = &received;
-    o->cancel = &cancel;
-    pthread_mutex_init(&j.mu, NULL);
-    pthread_t th[FETCH_THREADS];
-    int started[FETCH_THREADS] = {0};
-    unsigned nt = m.num_shards < FETCH_THREADS ? (m.num_shards ? m.num_shards : 1) : FETCH_THREADS;
-    unsigned n_started = 0;
-    for (unsigned t = 0; t < nt; t++) {
-        atomic_fetch_add(&j.running, 1);
-        if ((started[t] = pthread_create(&th[t], NULL, fetch_main, &j) == 0)) n_started++;
-        else atomic_fetch_sub(&j.running, 1);
-    }
-    /* This thread reports progress (every 100 ms) and passes a stop on to
-     * the transfers; it downloads itself when no worker could start. */
-    const uint64_t have_before = have;
-    if (!n_started) {
-        atomic_fetch_add(&j.running, 1);
-        fetch_main(&j);
-    }
-    while (atomic_load(&j.running)) {
-        struct timespec ts = {0, 100 * 1000000L};
-        nanosleep(&ts, NULL);
-        uint64_t done = have_before + atomic_load(&received);
-        if (progress && progress(user, done < need ? done : need, need)) {
-            atomic_store(&cancel, 1);
-            atomic_store(&j.stop, 1);
-        }
-    }
-    for (unsigned t = 0; t < nt; t++)
-        if (started[t]) pthread_join(th[t], NULL);
-    pthread_mutex_destroy(&j.mu);
-    o->received = NULL;
-    o->cancel = NULL;
+    cxs_origin_track(o, &received, &cancel);
+    char what[2200];
+    snprintf(what, sizeof what, "%s: download", url);
+    const cxs_workq q = {.one = fetch_shard, .ctx = &j, .n = m.num_shards, .progress = progress,
+                         .user = user, .count = &received, .cancel = &cancel, .base = have,
+                         .total = need};
+    rc = cxs_workq_run(&q, FETCH_THREADS, what, d);
+    cxs_origin_track(o, NULL, NULL);
     f->bytes_fetched = atomic_load(&j.fetched) + man.len;
-    if (!j.rc && atomic_load(&cancel)) {
-        j.rc = cxs_diagf(&j.d, -ECANCELED, "%s: download stopped", url);
-    }
-    if (j.rc) {
-        rc = j.rc;
-        if (d) *d = j.d;
-        goto out;
-    }
+    if (rc) goto out;
     /* the manifest last: a directory with it has every shard */
     snprintf(p, sizeof p, "%s/%s", dir, CXS_MANIFEST_NAME);
     if ((rc = write_file(p, man.buf, (size_t)man.len))) {

@@ -174,6 +174,18 @@ static void nap_ms(unsigned ms) {
     }
 }
 
+/* After a failed attempt worth another: -EIO naming the URL and the last
+ * failure when the retries are spent, else 0 after the backoff (0.1 s
+ * doubling to 5 s). */
+static int give_up(const cxs_origin *o, unsigned attempt, unsigned *backoff, const char *shown,
+                   const char *last, cxs_diag *d) {
+    if (attempt >= o->retries)
+        return cxs_diagf(d, -EIO, "%s: %s (after %u attempts)", shown, last, attempt + 1);
+    nap_ms(*backoff);
+    *backoff = *backoff * 2 > 5000 ? 5000 : *backoff * 2;
+    return 0;
+}
+
 /* 1: worth another attempt. */
 static int retryable(CURLcode cc, long status) {
     if (cc == CURLE_OK)
@@ -327,12 +339,7 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
             }
             snprintf(last, sizeof last, "%s", curl_easy_strerror(cc));
         }
-        if (attempt >= o->retries) {
-            rc = cxs_diagf(d, -EIO, "%s: %s (after %u attempts)", shown, last, attempt + 1);
-            break;
-        }
-        nap_ms(backoff);
-        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+        if ((rc = give_up(o, attempt, &backoff, shown, last, d))) break;
     }
     if (got_out) *got_out = total;
     curl_slist_free_all(hdr);
@@ -489,14 +496,16 @@ int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, c
         }
         if (o->received) /* what the failed attempt sent is sent again */
             atomic_fetch_sub_explicit(o->received, u.at, memory_order_relaxed);
-        if (attempt >= o->retries) {
-            rc = cxs_diagf(d, -EIO, "%s: %s (after %u attempts)", shown, last, attempt + 1);
-            break;
-        }
-        nap_ms(backoff);
-        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+        if ((rc = give_up(o, attempt, &backoff, shown, last, d))) break;
     }
     curl_slist_free_all(hdr);
     curl_easy_cleanup(c);
     return rc;
+}
+
+void cxs_origin_track(cxs_origin *o, _Atomic uint64_t *received, _Atomic int *cancel) {
+    if (received) atomic_init(received, 0);
+    if (cancel) atomic_init(cancel, 0);
+    o->received = received;
+    o->cancel = cancel;
 }

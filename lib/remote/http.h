@@ -3,6 +3,7 @@
 #ifndef CXS_HTTP_H
 #define CXS_HTTP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,6 +53,10 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
  * (the body again from its start); 403 and 404 are final, with the
  * variables to set.  0 or an error in d. */
 int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, cxs_diag *d);
+
+/* Count the body bytes o's transfers take in *received and end them when
+ * *cancel is set (both zeroed here); NULLs: neither. */
+void cxs_origin_track(cxs_origin *o, _Atomic uint64_t *received, _Atomic int *cancel);
 
 /* curl_global_init, once (thread-safe). */
 int cxs_http_init(cxs_diag *d);

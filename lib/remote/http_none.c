@@ -1,6 +1,7 @@
 /* http_none.c - http.h in a library built without libcurl: every URL is
  * refused, saying so. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cxs_format.h"
@@ -27,4 +28,11 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
 int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, cxs_diag *d) {
     (void)o, (void)name, (void)fd, (void)size;
     return cxs_http_init(d);
+}
+
+void cxs_origin_track(cxs_origin *o, _Atomic uint64_t *received, _Atomic int *cancel) {
+    if (received) atomic_init(received, 0);
+    if (cancel) atomic_init(cancel, 0);
+    o->received = received;
+    o->cancel = cancel;
 }
