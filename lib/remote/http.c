@@ -207,6 +207,15 @@ static int retryable(CURLcode cc, long status) {
     }
 }
 
+/* A failed attempt: the final error (-EIO naming the URL) when it is not
+ * worth another, else 0 with what failed in last. */
+static int failed(CURLcode cc, long status, const char *code, const char *shown, char *last,
+                  size_t cap, cxs_diag *d) {
+    if (cc == CURLE_OK) snprintf(last, cap, "HTTP %ld%s", status, code);
+    else snprintf(last, cap, "%s", curl_easy_strerror(cc));
+    return retryable(cc, status) ? 0 : cxs_diagf(d, -EIO, "%s: %s", shown, last);
+}
+
 int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t len, cxs_sink *s,
                  uint64_t *got_out, cxs_diag *d) {
     int rc = cxs_http_init(d);
@@ -326,18 +335,10 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
                                          : "");
                 break;
             }
-            if (!retryable(cc, status)) {
-                rc = cxs_diagf(d, -EIO, "%s: HTTP %ld%s", shown, status, code);
-                break;
-            }
-            snprintf(last, sizeof last, "HTTP %ld%s", status, code);
+            if ((rc = failed(cc, status, code, shown, last, sizeof last, d))) break;
         } else {
             total += x.got; /* what arrived before the failure is kept */
-            if (!retryable(cc, 0)) {
-                rc = cxs_diagf(d, -EIO, "%s: %s", shown, curl_easy_strerror(cc));
-                break;
-            }
-            snprintf(last, sizeof last, "%s", curl_easy_strerror(cc));
+            if ((rc = failed(cc, 0, "", shown, last, sizeof last, d))) break;
         }
         if ((rc = give_up(o, attempt, &backoff, shown, last, d))) break;
     }
@@ -482,17 +483,9 @@ int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, c
                                            "nginx's dav_methods PUT)");
                 break;
             }
-            if (!retryable(cc, status)) {
-                rc = cxs_diagf(d, -EIO, "%s: HTTP %ld%s", shown, status, code);
-                break;
-            }
-            snprintf(last, sizeof last, "HTTP %ld%s", status, code);
-        } else {
-            if (!retryable(cc, 0)) {
-                rc = cxs_diagf(d, -EIO, "%s: %s", shown, curl_easy_strerror(cc));
-                break;
-            }
-            snprintf(last, sizeof last, "%s", curl_easy_strerror(cc));
+            if ((rc = failed(cc, status, code, shown, last, sizeof last, d))) break;
+        } else if ((rc = failed(cc, 0, "", shown, last, sizeof last, d))) {
+            break;
         }
         if (o->received) /* what the failed attempt sent is sent again */
             atomic_fetch_sub_explicit(o->received, u.at, memory_order_relaxed);

@@ -1158,7 +1158,8 @@ class Warm(unittest.TestCase):
             for argv in (["synth", big + "-raw", "--utts", "400", "--seed", "2", "--quiet"],
                          ["pack", big + "-raw", big, "--shard-size", "4M", "--quiet"]):
                 subprocess.run([EXE, *argv], check=True)
-        env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+        env = os.environ if INSTALLED else dict(os.environ,
+                                                PYTHONPATH=os.path.join(SRC, "python"))
         p = subprocess.run([sys.executable, "-c", code, big], env=env, timeout=120,
                            capture_output=True, text=True)
         return p.returncode, p.stderr
