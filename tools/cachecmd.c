@@ -63,7 +63,11 @@ int cache_run(const char *verb, const char *dir, uint64_t limit, int have_limit,
     char b[32];
     if (!strcmp(verb, "ls")) {
         lister l = {.json = json};
-        if (json) printf("{\"dir\": \"%s\", \"datasets\": [", root);
+        if (json) {
+            printf("{\"dir\": ");
+            json_str(root);
+            printf(", \"datasets\": [");
+        }
         int rc = cxs_cache_list(dir, show, &l, &d);
         if (rc) {
             fprintf(stderr, "ctxshard: %s\n", d.message);
@@ -81,22 +85,25 @@ int cache_run(const char *verb, const char *dir, uint64_t limit, int have_limit,
     } else {
         if (!have_limit) {
             const char *e = getenv("CTXSHARD_CACHE_LIMIT");
-            if (!e || parse_size(e, &limit)) {
+            if (!e || parse_size(e, &limit) || !limit) {
                 fprintf(stderr, "ctxshard: cache prune: give the size to prune to "
-                        "(--cache-limit SIZE, or CTXSHARD_CACHE_LIMIT)\n");
+                        "(--cache-limit SIZE, or CTXSHARD_CACHE_LIMIT; 0 there means no limit: "
+                        "`cache clear` empties the cache)\n");
                 return EXIT_USAGE;
             }
         }
         rc = cxs_cache_prune(dir, limit, &freed, &d);
     }
-    if (json)
-        printf("{\"dir\": \"%s\", \"freed\": %" PRIu64 ", \"complete\": %s}\n", root, freed,
-               rc ? "false" : "true");
+    if (json) {
+        printf("{\"dir\": ");
+        json_str(root);
+        printf(", \"freed\": %" PRIu64 ", \"complete\": %s}\n", freed, rc ? "false" : "true");
+    }
     else
         printf("%s: %s freed\n", root, human_bytes((double)freed, b, sizeof b));
     if (rc) {
         fprintf(stderr, "ctxshard: %s\n", d.message);
-        return rc == -EBUSY ? EXIT_DATA : exit_code_for(rc);
+        return EXIT_SYSTEM; /* (-EBUSY: what is open keeps it above the limit) */
     }
     return 0;
 }

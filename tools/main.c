@@ -410,7 +410,7 @@ static const char *const usage_cache =
     "its download was cut short (the next open resumes it).  prune: evict the\n"
     "least recently used until the cache holds at most --cache-limit (or\n"
     "CTXSHARD_CACHE_LIMIT).  clear: evict everything.  A dataset open in any\n"
-    "process is never evicted (exit 1 when it keeps the cache above the limit).\n"
+    "process is never evicted (exit 3 when it keeps the cache above the limit).\n"
     "\n"
     "  --cache DIR         the cache (default CTXSHARD_CACHE, else\n"
     "                      $XDG_CACHE_HOME/ctxshard, else ~/.cache/ctxshard)\n"

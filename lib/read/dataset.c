@@ -690,12 +690,24 @@ static int open_url(const char *url, const cxs_open_opts *opts, cxs_progress_fn 
     if (!f) return cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = cxs_fetch_dataset(url, opts ? opts->cache_dir : NULL, opts ? opts->cache_limit : 0,
-                               progress, user, f, d);
     cxs_dataset *ds = NULL;
-    if (!rc) rc = open_impl(f->local, &ds, d);
+    int rc;
+    for (int again = 0;; again++) {
+        rc = cxs_fetch_dataset(url, opts ? opts->cache_dir : NULL, opts ? opts->cache_limit : 0,
+                               progress, user, f, d);
+        if (!rc) rc = open_impl(f->local, &ds, d);
+        /* a complete entry that does not open (a file of it removed by
+         * hand, an eviction killed half-way): fetched again, once */
+        if (!rc || f->fresh || f->lock_fd < 0 || again) break;
+        cxs_fetch_invalidate(f);
+    }
+    char why[sizeof d->message];
+    if (rc && d && f->fresh) { /* the copy was just made: say where it came from */
+        snprintf(why, sizeof why, "%s", d->message);
+        cxs_diagf(d, rc, "%s: the downloaded copy cannot be opened, and is not kept: %s", url,
+                  why);
+    }
     if (!rc && f->fresh && (rc = cxs_dataset_verify(ds, NULL, NULL, d))) {
-        char why[sizeof d->message];
         snprintf(why, sizeof why, "%s", d ? d->message : "");
         cxs_diagf(d, rc, "%s: the downloaded copy fails its checks, and is not kept: %s", url,
                   why);

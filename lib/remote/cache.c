@@ -110,8 +110,13 @@ static uint64_t dir_bytes(const char *dir) {
     return n;
 }
 
-/* Remove dir's files and dir (an entry holds no folders). */
+/* Remove dir's files and dir (an entry holds no folders), its `complete`
+ * marker first: an eviction cut short never leaves an entry that says it
+ * is whole. */
 static int remove_entry(const char *dir) {
+    char c[4400];
+    snprintf(c, sizeof c, "%s/complete", dir);
+    if (unlink(c) && errno != ENOENT) return -errno;
     DIR *dp = opendir(dir);
     if (!dp) return errno == ENOENT ? 0 : -errno;
     struct dirent *de;
@@ -148,6 +153,14 @@ static int64_t mtime_of(const char *p) {
 /* An entry's name: KEY (hex hex), not starting with '.'. */
 static int is_entry(const char *name) {
     return strlen(name) == 33 && name[16] == '-' && strspn(name, "0123456789abcdef-") == 33;
+}
+
+/* flock, again after a signal: never on without the lock.  0 or -errno. */
+static int lock_wait(int fd, int op) {
+    while (flock(fd, op)) {
+        if (errno != EINTR) return -errno;
+    }
+    return 0;
 }
 
 static int open_lock(const char *root, const char *key) {
@@ -198,9 +211,17 @@ static int list_entries(const char *root, const char *keep, victim **out, size_t
         v->used = exists(p) ? mtime_of(p) : (int64_t)st.st_mtime;
         snprintf(p, sizeof p, "%s/%s", root, de->d_name);
         v->bytes = dir_bytes(p);
+        /* one being fetched counts at the size it will reach */
+        snprintf(p, sizeof p, "%s/%s/reserved", root, de->d_name);
+        FILE *fp = fopen(p, "r");
+        unsigned long long r = 0;
+        if (fp) {
+            if (fscanf(fp, "%llu", &r) == 1 && r > v->bytes) v->bytes = r;
+            fclose(fp);
+        }
     }
     closedir(dp);
-    qsort(*out, *n, sizeof **out, by_use);
+    if (*n) qsort(*out, *n, sizeof **out, by_use); /* (qsort of NULL is undefined) */
     return 0;
 }
 
@@ -213,7 +234,11 @@ static int make_room(const char *root, const char *keep, uint64_t have, uint64_t
     snprintf(p, sizeof p, "%s/.evict", root);
     int efd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (efd < 0) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
-    flock(efd, LOCK_EX);
+    int rc0 = lock_wait(efd, LOCK_EX);
+    if (rc0) {
+        close(efd);
+        return cxs_diagf(d, rc0, "%s: %s", p, strerror(-rc0));
+    }
     victim *v;
     size_t n;
     int rc = list_entries(root, keep, &v, &n);
@@ -240,6 +265,18 @@ static int make_room(const char *root, const char *keep, uint64_t have, uint64_t
         close(lfd);
     }
     free(v);
+    if (keep && total + more <= limit) {
+        /* reserve what the fetch will hold, before another fetch counts */
+        snprintf(p, sizeof p, "%s/%s", root, keep);
+        if (!mkdir_p(p)) {
+            snprintf(p, sizeof p, "%s/%s/reserved", root, keep);
+            FILE *fp = fopen(p, "w");
+            if (fp) {
+                fprintf(fp, "%llu\n", (unsigned long long)(have + more));
+                fclose(fp);
+            }
+        }
+    }
     close(efd);
     if (total + more > limit && !more)
         return cxs_diagf(d, -EBUSY, "%s: %llu bytes remain above %llu: datasets open now (or "
@@ -286,6 +323,7 @@ static int fetch_shard(void *ctx, uint32_t i, cxs_diag *d) {
     }
     if (!rc && fsync(fd)) rc = cxs_diagf(d, -errno, "%s: %s", part, strerror(errno));
     close(fd);
+    if (rc == CXS_E_CORRUPT) unlink(part); /* bytes of doubt are not resumed from */
     if (!rc && rename(part, path)) rc = cxs_diagf(d, -errno, "%s: %s", path, strerror(errno));
     return rc;
 }
@@ -363,7 +401,7 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_giv
     f->dataset_bytes = need;
     char key[40];
     snprintf(key, sizeof key, "%016llx-%016llx",
-             (unsigned long long)XXH3_64bits(url, strlen(url)),
+             (unsigned long long)XXH3_64bits(o->base, strlen(o->base)),
              (unsigned long long)XXH3_64bits(man.buf, (size_t)man.len));
     char dir[4200], p[4400];
     snprintf(dir, sizeof dir, "%s/%s", root, key);
@@ -372,17 +410,28 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_giv
         goto out;
     }
     if ((f->lock_fd = open_lock(root, key)) < 0) {
-        rc = cxs_diagf(d, -errno, "%s/%s.lock: %s", root, key, strerror(errno));
+        rc = cxs_diagf(d, -errno, "%s/%s.lock: %s (the cache must be writable: give another with "
+                       "--cache DIR, cache=, or CTXSHARD_CACHE)", root, key, strerror(errno));
         goto out;
     }
-    flock(f->lock_fd, LOCK_EX); /* another process of the node may be fetching it */
+    /* Shared first: a complete entry is opened beside every process (and
+     * handle) that has it open.  Else exclusive, to fetch it, which waits
+     * for another process of the node fetching it, and may then find it
+     * complete. */
     snprintf(p, sizeof p, "%s/complete", dir);
-    if (exists(p)) { /* fetched and verified before */
-        f->bytes_fetched = man.len;
-        snprintf(p, sizeof p, "%s/used", dir);
-        touch(p);
-        rc = 0;
-        goto out;
+    for (int op = LOCK_SH;; op = LOCK_EX) {
+        if ((rc = lock_wait(f->lock_fd, op))) {
+            rc = cxs_diagf(d, rc, "%s/%s.lock: %s", root, key, strerror(-rc));
+            goto out;
+        }
+        if (exists(p)) { /* fetched and verified before */
+            f->bytes_fetched = man.len;
+            snprintf(p, sizeof p, "%s/used", dir);
+            touch(p);
+            goto out;
+        }
+        if (op == LOCK_EX) break;
+        flock(f->lock_fd, LOCK_UN);
     }
     if (limit && need > limit) {
         rc = cxs_diagf(d, -ENOSPC, "%s: the dataset is %llu bytes, more than the cache limit of "
@@ -445,6 +494,8 @@ int cxs_fetch_done(cxs_fetch *f, int ok) {
     if (fd < 0) return -1;
     char p[4200];
     if (ok && f->fresh) {
+        snprintf(p, sizeof p, "%s/reserved", f->local);
+        unlink(p);
         snprintf(p, sizeof p, "%s/complete", f->local);
         touch(p);
     } else if (!ok && f->fresh) {
@@ -455,8 +506,24 @@ int cxs_fetch_done(cxs_fetch *f, int ok) {
         close(fd);
         return -1;
     }
-    flock(fd, LOCK_SH);
+    if (lock_wait(fd, LOCK_SH)) { /* (a downgrade does not wait) */
+        close(fd);
+        return -1;
+    }
     return fd;
+}
+
+int cxs_fetch_invalidate(cxs_fetch *f) {
+    /* a complete entry that cannot be opened (a file gone): exclusive, then
+     * removed, so that the next fetch downloads it again */
+    int fd = f->lock_fd;
+    f->lock_fd = -1;
+    if (fd < 0) return 0;
+    flock(fd, LOCK_UN);
+    int rc = lock_wait(fd, LOCK_EX);
+    if (!rc) rc = remove_entry(f->local);
+    close(fd);
+    return rc;
 }
 
 /* ---- management ---------------------------------------------------------- */

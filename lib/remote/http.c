@@ -52,6 +52,10 @@ int cxs_origin_parse(const char *url, cxs_origin *o, cxs_diag *d) {
     o->stall_s = (long)env_uint("CTXSHARD_HTTP_TIMEOUT", 30, 86400);
     if (!o->stall_s) o->stall_s = 30;
     char tmp[2048];
+    if (strpbrk(url, "?#"))
+        return cxs_diagf(d, CXS_E_INVALID, "%s: a URL with a query or a fragment names one "
+                         "object (a presigned URL, say); a dataset is a directory of files: give "
+                         "its URL without them (credentials come from the AWS_ variables)", url);
     if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8)) {
         snprintf(tmp, sizeof tmp, "%s", url);
     } else if (!strncmp(url, "s3://", 5)) {
@@ -89,6 +93,15 @@ int cxs_origin_parse(const char *url, cxs_origin *o, cxs_diag *d) {
         return cxs_diagf(d, CXS_E_INVALID, "%s: not a URL this library reads (http://, https://, "
                          "s3://BUCKET/PREFIX)", url);
     }
+    /* one spelling per directory: no "//" after the host, no trailing "/" */
+    char *path = strstr(tmp, "://");
+    path = path ? strchr(path + 3, '/') : NULL;
+    if (path) {
+        char *w = path;
+        for (const char *r = path; *r; r++)
+            if (!(*r == '/' && w > path && w[-1] == '/')) *w++ = *r;
+        *w = 0;
+    }
     size_t n = strlen(tmp);
     while (n > 0 && tmp[n - 1] == '/') tmp[--n] = 0;
     memcpy(o->base, tmp, n + 1);
@@ -104,6 +117,8 @@ typedef struct xfer {
     uint64_t got;    /* body bytes taken */
     long status;     /* 0 until the first body byte */
     int overlong;    /* the body went past want */
+    uint64_t lo;     /* the first byte asked for */
+    int norange;     /* a range starting past 0 answered with the whole file (200) */
     int werr;        /* errno of a failed write */
     char err[512];   /* the start of an error body (S3's XML) */
     size_t errlen;
@@ -119,6 +134,10 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *user) {
         x->errlen += k;
         x->err[x->errlen] = 0;
         return n;
+    }
+    if (x->status == 200 && x->lo > 0) { /* the file from byte 0: not what was asked */
+        x->norange = 1;
+        return 0;
     }
     if (x->want != UINT64_MAX && x->got + n > x->want) {
         x->overlong = 1;
@@ -255,6 +274,8 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+        curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
         curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L); /* stalled: no byte for stall_s */
         curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, o->stall_s);
@@ -271,6 +292,7 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
         }
         char range[64];
         const uint64_t lo = from + total;
+        x.lo = lo;
         if (want != UINT64_MAX) {
             snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)lo,
                      (unsigned long long)(from + want - 1));
@@ -292,19 +314,20 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
             rc = cxs_diagf(d, -x.werr, "%s: cannot store the body: %s", shown, strerror(x.werr));
             break;
         }
+        if (x.norange) {
+            rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: the server answered a request for bytes %llu.. "
+                           "with the whole file (HTTP 200): it does not serve ranges; nothing "
+                           "written", shown, (unsigned long long)lo);
+            break;
+        }
         if (x.overlong) {
             rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: the server sent more than the %llu bytes asked "
                            "for (a proxy or server that ignores ranges, or a file that changed): "
-                           "nothing kept", shown,
+                           "not kept", shown,
                            (unsigned long long)(want == UINT64_MAX ? s->cap : want - total));
             break;
         }
         if (cc == CURLE_OK && (status == 200 || status == 206)) {
-            if (status == 200 && lo > 0 && want == UINT64_MAX) {
-                rc = cxs_diagf(d, CXS_E_CORRUPT, "%s: the server answered a range request with "
-                               "the whole file (HTTP 200): it cannot resume", shown);
-                break;
-            }
             total += x.got;
             if (want == UINT64_MAX || total == want) {
                 rc = 0;

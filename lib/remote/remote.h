@@ -41,6 +41,11 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit,
  * closes, or -1 (not ok: the lock is released). */
 int cxs_fetch_done(cxs_fetch *f, int ok);
 
+/* A complete entry that its opener could not open (a file of it gone):
+ * removed under the exclusive lock, so that a fetch downloads it again;
+ * the lock is released.  0 or -errno. */
+int cxs_fetch_invalidate(cxs_fetch *f);
+
 /* Upload a dataset's files to url: shards (n, their paths and sizes) four
  * at a time, then the manifest, only once every shard is there.  progress
  * (may be NULL) every 100 ms with the bytes sent; non-zero stops it

@@ -308,6 +308,8 @@ def fetch(url, cache=None, cache_limit=None, progress=None):
                             byref(diag))
     if raised:
         raise raised[0]
+    if rc == -errno.ECANCELED:  # a signal arrived as the callback began
+        raise KeyboardInterrupt
     if rc:
         _raise(rc, diag, what="fetch")
     return {"dataset_bytes": info.dataset_bytes, "bytes_fetched": info.bytes_fetched,
@@ -320,9 +322,9 @@ def _progress_call(progress):
     raised = []
 
     def tick(_user, done, total):
-        if raised:
-            return 1
         try:
+            if raised:
+                return 1
             if progress is not None:
                 progress(done, total)
             return 0
@@ -439,7 +441,17 @@ class Dataset:
         opts = _n.OpenOpts(0 if cache_bytes is None else cache_bytes or _n.CACHE_OFF,
                            hugepage_budget, None if cache is None else os.fsencode(cache),
                            cache_limit or 0)
-        rc = _lib.cxs_dataset_open_ex(os.fsencode(path), byref(opts), byref(ptr), byref(diag))
+        if isinstance(path, str) and path.startswith(("http://", "https://", "s3://")):
+            # the download checks for Ctrl-C every 100 ms (a KeyboardInterrupt
+            # stops it, what arrived kept for the next open)
+            fn, raised = _progress_call(None)
+            rc = _lib.cxs_url_fetch(os.fsencode(path), byref(opts), fn, None, None, byref(ptr),
+                                    byref(diag))
+            if raised:
+                raise raised[0]
+        else:
+            rc = _lib.cxs_dataset_open_ex(os.fsencode(path), byref(opts), byref(ptr),
+                                          byref(diag))
         if rc:
             _raise(rc, diag)
         self.path = os.fspath(path)

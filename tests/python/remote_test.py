@@ -171,6 +171,44 @@ class ThroughNginx(unittest.TestCase):
         again = self.ng.requests()[len(before):]
         self.assertEqual([r[0] for r in again], ["/a/manifest.cxs"])
 
+    def test_open_again_while_it_is_open(self):
+        """A second open of a URL while the first is open -- in the same
+        process, and in another while this one holds it -- opens at once
+        (it waited for the first to close: forever in one process)."""
+        cache = self.cache("twice")
+        code = ("import sys, ctxshard\n"
+                "a = ctxshard.open(sys.argv[1], cache=sys.argv[2])\n"
+                "b = ctxshard.open(sys.argv[1], cache=sys.argv[2])\n"
+                "assert len(a) == len(b)\n")
+        env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+        p = subprocess.run([sys.executable, "-c", code, self.ng.url("a"), cache], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with ctxshard.open(self.ng.url("a"), cache=cache):
+            p = subprocess.run([EXE, "info", self.ng.url("a"), "--cache", cache],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_a_file_gone_from_the_cache_is_fetched_again(self):
+        """A complete entry that lost a file (removed by hand, an eviction
+        killed half-way) is fetched again, not refused at every open."""
+        cache = self.cache("lost")
+        with ctxshard.open(self.ng.url("a"), cache=cache) as r:
+            entry = r.cached_at
+        os.unlink(os.path.join(entry, "shard-000001.cxs"))
+        before = len(self.ng.requests())
+        with ctxshard.open(self.ng.url("a"), cache=cache) as r, ctxshard.open(self.a) as l:
+            same(self, r, l)
+        got = [x[0] for x in self.ng.requests()[before:]]
+        self.assertIn("/a/shard-000001.cxs", got)
+        # and the same dataset under another spelling of its URL is the same entry
+        with ctxshard.open(self.ng.url("a/"), cache=cache), \
+                ctxshard.open(self.ng.url("a").replace("/a", "//a"), cache=cache):
+            pass
+        self.assertEqual(len(ctxshard.cache_entries(cache)), 1)
+        with self.assertRaisesRegex(ValueError, "a query or a fragment"):
+            ctxshard.open(self.ng.url("a") + "?X-Amz-Signature=abc", cache=cache)
+
     def test_two_processes_download_each_file_once(self):
         cache = self.cache("shared")
         before = len(self.ng.requests())
