@@ -118,20 +118,34 @@ class Nginx:
     def url(self, path):
         return f"http://127.0.0.1:{self.port}/{path}"
 
+    def _lines(self):
+        """The access log, once it has stopped growing: nginx writes a
+        request's line as it finishes it, which may be just after the
+        client has had its answer."""
+        last, same_for = None, 0
+        for _ in range(60):
+            with open(self.log) as f:
+                now = f.readlines()
+            same_for = same_for + 1 if now == last else 0
+            if same_for == 3:  # unchanged for 150 ms
+                break
+            last = now
+            time.sleep(0.05)
+        return now
+
     def requests(self):
         """(path, status, bytes) of every request so far."""
         out = []
-        with open(self.log) as f:
-            for line in f:
-                m = re.search(r'"GET (\S+) HTTP/[0-9.]+" (\d+) (\d+)', line)
-                if m:
-                    out.append((m.group(1), int(m.group(2)), int(m.group(3))))
+        for line in self._lines():
+            m = re.search(r'"GET (\S+) HTTP/[0-9.]+" (\d+) (\d+)', line)
+            if m:
+                out.append((m.group(1), int(m.group(2)), int(m.group(3))))
         return out
 
     def puts(self):
         """The paths of every PUT so far, in order."""
-        with open(self.log) as f:
-            return [m.group(1) for m in (re.search(r'"PUT (\S+) HTTP', line) for line in f) if m]
+        return [m.group(1) for m in (re.search(r'"PUT (\S+) HTTP', line)
+                                     for line in self._lines()) if m]
 
     def stop(self):
         self.p.terminate()
