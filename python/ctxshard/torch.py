@@ -259,6 +259,17 @@ def _tensor(ptr, shape, dtype, owner, device):
     return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
 
 
+def _opens_itself(func, path, **given):
+    """Options of opening (hugepage_budget, cache, cache_limit) apply when
+    the loader opens the dataset itself, from a path or URL: refused with
+    a Dataset, which was opened already."""
+    if isinstance(path, Dataset):
+        for k, v in given.items():
+            if v is not None:
+                raise ValueError(f"{func}: {k}= applies when the loader opens the dataset (a "
+                                 f"path or URL); open it with ctxshard.open(path, {k}=...)")
+
+
 def _batches(next_fn, ptr, batch_type, what):
     """A C loader's batches (next_fn: cxs_loader_next_ex or
     cxs_utt_loader_next_ex) until its epoch ends, a failure raised with
@@ -312,7 +323,12 @@ class Loader:
     hugepage_budget (bytes or a string like "4G"; given a path): the
     dataset is opened with its features and labels copied into huge pages
     when they fit (ctxshard.Dataset, hugepage_budget): faster random
-    windows for that much memory; self.dataset.hugepages says whether."""
+    windows for that much memory; self.dataset.hugepages says whether.
+
+    path may be a URL (http://, https://, s3://BUCKET/PREFIX): the dataset
+    is fetched into the node-local cache and read from there; cache= and
+    cache_limit= are ctxshard.Dataset's (given a path or URL, not a
+    Dataset)."""
 
     # The block schedule's version, asked of the library (cxs_block_order): a
     # state saved mid-epoch under another version would resume into another
@@ -323,7 +339,8 @@ class Loader:
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
                  pin_memory=False, device=None, normalize=False, labels=None, num_samples=0,
                  gpu_mode="auto", gpu_budget=None, gpu_dtype=None, gpu_emulate=False,
-                 prefetch=True, memory=None, blocks=None, hugepage_budget=None):
+                 prefetch=True, memory=None, blocks=None, hugepage_budget=None, cache=None,
+                 cache_limit=None):
         f = "Loader"
         # Every argument checked here, where it is given (ctxshard._args):
         # nothing truncated, nothing left to fail at the first batch.
@@ -385,11 +402,10 @@ class Loader:
             raise ValueError(f"{f}: memory= and blocks= apply to shuffle=\"block\" only")
         kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
                                           SHUFFLE if shuffle else SEQUENTIAL)
-        if hugepage_budget is not None and isinstance(path, Dataset):
-            raise ValueError(f"{f}: hugepage_budget= applies when the loader opens the dataset "
-                             "(a path); open it with ctxshard.open(path, hugepage_budget=...)")
+        _opens_itself(f, path, hugepage_budget=hugepage_budget, cache=cache,
+                      cache_limit=cache_limit)
         self.dataset = path if isinstance(path, Dataset) else Dataset(
-            path, hugepage_budget=hugepage_budget or 0)
+            path, hugepage_budget=hugepage_budget or 0, cache=cache, cache_limit=cache_limit)
         warn_if_incomplete(f, self.dataset)
         if weighted and not self.dataset.has_frame_labels:
             raise ValueError(f"{f}: weighted sampling needs per-frame labels (it balances the "
@@ -1029,13 +1045,13 @@ class UtteranceLoader:
     assembled on the CPU and copied (a warning says why; gpu_mode reads
     'host' and gpu_reason the reason; 'device' on the device path).
     gpu_emulate=True runs the device path on the host (CPU tensors), for
-    tests."""
+    tests.  path may be a URL, with cache= and cache_limit= as Loader's."""
 
     def __init__(self, path, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, drop_last=False, buckets=None, max_batch=None,
                  long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
                  memory=None, blocks=None, device=None, targets=None, gpu_budget=None,
-                 gpu_dtype=None, gpu_emulate=False):
+                 gpu_dtype=None, gpu_emulate=False, cache=None, cache_limit=None):
         f = "UtteranceLoader"
         if not isinstance(path, Dataset):
             path = _a.path(f, "path", path)
@@ -1047,7 +1063,9 @@ class UtteranceLoader:
             raise ValueError(f"{f}: gpu_dtype={_a._show(gpu_dtype)} is not one of "
                              "torch.float32, torch.bfloat16")
         gpu_emulate = _a.flag(f, "gpu_emulate", gpu_emulate)
-        self.dataset = path if isinstance(path, Dataset) else Dataset(path)
+        _opens_itself(f, path, cache=cache, cache_limit=cache_limit)
+        self.dataset = path if isinstance(path, Dataset) else Dataset(
+            path, cache=cache, cache_limit=cache_limit)
         warn_if_incomplete(f, self.dataset)
         self.sampler = _LoaderSampler(self.dataset, frame_budget, shuffle, seed, rank,
                                       world_size, drop_last, buckets, max_batch,

@@ -185,6 +185,27 @@ class ThroughNginx(unittest.TestCase):
         again = self.ng.requests()[len(before):]
         self.assertEqual([r[0] for r in again], ["/a/manifest.cxs"])
 
+    def test_loaders_take_the_url(self):
+        """Loader and UtteranceLoader given the URL and cache=: the batches
+        of the local dataset, in the same order."""
+        try:
+            import ctxshard.torch as cxt
+        except ImportError:
+            self.skipTest("torch not installed")
+        cache = self.cache("loaders")
+        remote = list(cxt.Loader(self.ng.url("a"), 3, 256, seed=5, cache=cache, prefetch=False))
+        local = list(cxt.Loader(self.a, 3, 256, seed=5, prefetch=False))
+        self.assertEqual(len(remote), len(local))
+        for (xr, yr), (xl, yl) in zip(remote, local):
+            self.assertTrue(bool((xr == xl).all()) and bool((yr == yl).all()))
+        ur = [b[0] for b in cxt.UtteranceLoader(self.ng.url("a"), 6000, seed=2, cache=cache)]
+        ul = [b[0] for b in cxt.UtteranceLoader(self.a, 6000, seed=2)]
+        self.assertEqual(len(ur), len(ul))
+        self.assertTrue(all(a.shape == b.shape and bool((a == b).all())
+                            for a, b in zip(ur, ul)))
+        with ctxshard.open(self.a) as ds, self.assertRaisesRegex(ValueError, "cache= applies"):
+            cxt.Loader(ds, 3, 256, cache=cache)
+
     def test_open_again_while_it_is_open(self):
         """A second open of a URL while the first is open -- in the same
         process, and in another while this one holds it -- opens at once
