@@ -379,6 +379,8 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
         first = sum(1 for p, _ in self.seen if p == self.path) == 1
         if shard and self.mode == "long":
             body = data[lo:]  + b"\0" * 64  # past the range asked for
+        if shard and self.mode == "norange" and not first:  # the rest asked for: all sent
+            body, m = data, None
         self.send_response(206 if m else 200)
         self.send_header("Content-Length", str(len(body)))
         if m:
@@ -393,7 +395,7 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
                     return
                 time.sleep(0.02)
             return
-        if shard and (self.mode == "die" or (self.mode == "short" and first)):
+        if shard and (self.mode == "die" or (self.mode in ("short", "norange") and first)):
             self.wfile.write(body[:len(body) // 2])
             self.wfile.flush()
             self.close_connection = True
@@ -461,6 +463,22 @@ class BadServer(unittest.TestCase):
         # the copy (the server is gone: opened by its directory) is the dataset
         with ctxshard.open(entries[0]["dir"]) as r, ctxshard.open(self.a) as l:
             same(self, r, l)
+
+    def test_whole_file_for_a_range_is_refused_before_a_byte(self):
+        """A body cut short, then a server that answers the request for the
+        rest with the whole file (HTTP 200): refused before a byte is
+        written, and the partial file dropped, never resumed from (its
+        bytes were written at the wrong offset)."""
+        srv, _, url = self.serve("norange")
+        cache = os.path.join(TMP, "c-norange")
+        try:
+            with self.assertRaisesRegex(ctxshard.CtxshardError, "does not serve ranges"):
+                ctxshard.open(url, cache=cache)
+        finally:
+            srv.shutdown()
+        parts = [f for e in os.listdir(cache) if os.path.isdir(os.path.join(cache, e))
+                 for f in os.listdir(os.path.join(cache, e)) if f.endswith(".part")]
+        self.assertEqual(parts, [])
 
     def test_body_longer_than_asked_is_refused(self):
         srv, _, url = self.serve("long")
