@@ -350,6 +350,14 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler,
         return cxs_diagf(d, CXS_E_INVALID,
                          "loader: normalisation asked of a dataset without statistics (give "
                          "the training split's, norm)");
+    if (ds->stream && (cxs_sampler_options(sampler)->kind != CXS_SAMPLER_BLOCK ||
+                       o->readahead == CXS_READAHEAD_OFF))
+        return cxs_streamed_refuse(ds, "a frame loader without the block sampler (or with "
+                                   "readahead off)", d);
+    if (ds->stream && cxs_sampler_options(sampler)->blocks > CXS_RA_MAX_BLOCKS)
+        return cxs_diagf(d, CXS_E_INVALID, "%s: streaming waits for the blocks a batch draws on, "
+                         "at most %u: the block sampler's blocks is %u", ds->url,
+                         CXS_RA_MAX_BLOCKS, cxs_sampler_options(sampler)->blocks);
     if (start > cxs_sampler_length(sampler))
         return cxs_diagf(d, CXS_E_INVALID, "loader: start %llu is past the epoch's %llu samples",
                          (unsigned long long)start,

@@ -41,6 +41,7 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
     ra->kind = kind == CXS_SAMPLER_BLOCK ? CXS_RA_BLOCKS : CXS_RA_PAGES;
     pthread_cond_init(&ra->cv, NULL);
     if (ra->kind == CXS_RA_BLOCKS) {
+        if (ds->stream && cxs_stream_user_new(ds->stream, &ra->su)) return -ENOMEM;
         ra->scratch = malloc(STEP);
         ra->xs = XXH3_createState();
         if (cxs_shard_fds_init(&ra->sfd, ds) || !ra->scratch || !ra->xs) return -ENOMEM;
@@ -68,6 +69,9 @@ void cxs_ra_destroy(cxs_readahead *ra, int forked) {
     if (forked) cxs_shard_fds_after_fork(&ra->sfd);
     drop_plan(ra, !forked);
     cxs_shard_fds_free(&ra->sfd);
+    if (forked) cxs_stream_user_after_fork(ra->su); /* (the parent's locks stay) */
+    cxs_stream_user_free(ra->su);
+    ra->su = NULL;
     free(ra->scratch);
     if (ra->xs) XXH3_freeState(ra->xs);
     free(ra->frames);
@@ -79,6 +83,7 @@ void cxs_ra_after_fork(cxs_readahead *ra) {
     if (ra->kind != CXS_RA_NONE) pthread_cond_init(&ra->cv, NULL);
     /* the descriptors the parent's helper opened (shardfd.h) */
     cxs_shard_fds_after_fork(&ra->sfd);
+    cxs_stream_user_after_fork(ra->su);
     /* the blocks the parent read (or was reading) are the parent's: the
      * child reads them again if it needs them (from the cache) and never
      * lets them go from under the parent */
@@ -117,8 +122,11 @@ static int shard_fd(cxs_readahead *ra, uint32_t s) { return cxs_shard_fd(&ra->sf
  * block, when one fails.  Read errors are left to the workers' own reads
  * to meet (0). */
 #define AHEAD_STEPS 4
+static void release_block(cxs_readahead *ra, const cxs_block *b);
 static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
     int fd = shard_fd(ra, b->shard);
+    if (fd < 0 && ra->su) /* nothing may be read unfetched */
+        return cxs_diagf(d, fd, "%s: %s", ra->ds->shards[b->shard].path, strerror(-fd));
     if (fd < 0 || !b->len) return 0;
     const shard *sh = &ra->ds->shards[b->shard];
     const cxs_bsum_entry *e = cxs_blocksums_find(&sh->bs, CXS_SEC_FEATURES);
@@ -135,6 +143,9 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
         cxs_bsum_block(e, j, &s0, &bend);
         bend += base;
     }
+    /* a streamed dataset: what the cache lacks, fetched and checked first */
+    int rc = ra->su ? cxs_stream_acquire(ra->su, b->shard, lo, hi, ra->stop, d) : 0;
+    if (rc) return rc;
     uint64_t asked = lo; /* asked for up to here */
     for (uint64_t at = lo; at < hi;) {
         if (__atomic_load_n(ra->stop, __ATOMIC_RELAXED)) return 0; /* the loader is going */
@@ -158,8 +169,11 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
             XXH3_64bits_update(ra->xs, ra->scratch + (p - at), (size_t)take);
             p += take;
             if (p < bend) break;
-            if (cxs_checksum_differs(XXH3_64bits_digest(ra->xs), cxs_bsum_of(&sh->bs, e, j)))
-                return cxs_block_failed(ra->ds, b->shard, e, j, d);
+            if (cxs_checksum_differs(XXH3_64bits_digest(ra->xs), cxs_bsum_of(&sh->bs, e, j))) {
+                rc = cxs_block_failed(ra->ds, b->shard, e, j, d);
+                release_block(ra, b); /* (a failure holds nothing) */
+                return rc;
+            }
             XXH3_64bits_reset(ra->xs);
             uint64_t s0;
             if (++j < e->num_blocks) cxs_bsum_block(e, j, &s0, &bend), bend += base;
@@ -169,10 +183,17 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
     return 0;
 }
 
+/* A streamed dataset: let go of the hold read_block took on b's bytes
+ * (the sum blocks they touch, as it widened them). */
+static void release_block(cxs_readahead *ra, const cxs_block *b) {
+    if (ra->su && b->len) cxs_stream_release(ra->su, b->shard, b->off, b->off + b->len);
+}
+
 /* Let block b go: out of this process's page tables and out of the page
  * cache (shardfd.h). */
 static void drop_block(cxs_readahead *ra, const cxs_block *b) {
     cxs_range_drop(&ra->sfd, b->shard, b->off, b->len);
+    release_block(ra, b);
 }
 
 /* Under mu: the blocks' state of an earlier position or epoch goes (what
@@ -241,9 +262,13 @@ static void blocks_loop(cxs_readahead *ra) {
             hi = t + P->R < n ? t + P->R : n - 1;
         }
         uint64_t pick = n, drop = n;
-        for (uint64_t j = 0; j < n && pick == n; j++)
+        /* A streamed dataset lets go first: what it holds counts against
+         * the cache's limit, which the next block must fit under. */
+        for (uint64_t j = 0; ra->su && j < n && drop == n; j++)
+            if (ra->state[j] == READ && !ra->need[j] && (j < lo || j > hi)) drop = j;
+        for (uint64_t j = 0; j < n && pick == n && drop == n; j++)
             if (ra->need[j] && ra->state[j] == ABSENT) pick = j;
-        for (uint64_t j = lo; j <= hi && j < n && pick == n; j++)
+        for (uint64_t j = lo; j <= hi && j < n && pick == n && drop == n; j++)
             if (ra->state[j] == ABSENT) pick = j;
         for (uint64_t j = 0; j < n && pick == n && drop == n; j++)
             if (ra->state[j] == READ && !ra->need[j] && (j < lo || j > hi)) drop = j;
@@ -254,11 +279,18 @@ static void blocks_loop(cxs_readahead *ra) {
             cxs_diag why = {0};
             int bad = read_block(ra, &b, &why);
             pthread_mutex_lock(ra->mu);
+            int kept = 0;
             if (ra->gen == gen && ra->plan == P && ra->state[pick] == READING) {
                 ra->state[pick] = bad ? BAD : READ;
+                kept = !bad;
                 /* NULL: said generically */
                 if (bad && why.message[0] && (ra->bad[pick] = malloc(sizeof why)))
                     *ra->bad[pick] = why;
+            }
+            if (!kept && ra->su) { /* what read_block held, unless it is READ now */
+                pthread_mutex_unlock(ra->mu);
+                if (!bad) release_block(ra, &b);
+                pthread_mutex_lock(ra->mu);
             }
             pthread_cond_broadcast(&ra->cv);
         } else if (drop < n) {
@@ -428,6 +460,7 @@ static void *ra_main(void *arg) {
 
 int cxs_ra_start(cxs_readahead *ra) {
     if (ra->kind == CXS_RA_NONE || ra->running) return 0;
+    cxs_stream_user_cancel(ra->su, 0);
     if (pthread_create(&ra->th, NULL, ra_main, ra)) return -EAGAIN;
     ra->running = 1;
     return 0;
@@ -435,6 +468,7 @@ int cxs_ra_start(cxs_readahead *ra) {
 
 void cxs_ra_stop(cxs_readahead *ra) {
     if (!ra->running) return;
+    cxs_stream_user_cancel(ra->su, 1); /* a transfer in flight ends now */
     pthread_join(ra->th, NULL);
     ra->running = 0;
 }
@@ -452,8 +486,16 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
         uint32_t q = 0;
         while (q < rb->nj && rb->j[q] != j) q++;
         if (q == rb->nj && rb->nj < CXS_RA_MAX_BLOCKS) rb->j[rb->nj++] = j;
+        else if (q == rb->nj && ra->su) { /* the rest would be read unfetched */
+            cxs_block_plan_put(bs, rb->plan);
+            rb->plan = NULL;
+            return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: a batch of %zu windows draws on more "
+                             "than %u blocks, more than a streamed dataset waits for: use a "
+                             "smaller batch or fewer blocks (the block sampler's blocks)",
+                             ra->ds->url, n, CXS_RA_MAX_BLOCKS);
+        }
     }
-    int direct = 0, bad = 0;
+    int direct = 0, bad = 0, waited = 0;
     pthread_mutex_lock(ra->mu);
     if (gen == *ra->generation && !sync_gen(ra) && ra->plan->epoch == epoch) {
         rb->gen = gen;
@@ -464,7 +506,7 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
          * reads before anything is served.  They ask for their windows'
          * pages instead, a few thousand reads in flight; the blocks are
          * read all the same (finding those pages cached). */
-        direct = pos - *ra->start < CXS_RA_FIRST_BATCHES * (uint64_t)ra->batch;
+        direct = !ra->su && pos - *ra->start < CXS_RA_FIRST_BATCHES * (uint64_t)ra->batch;
         rb->direct = direct;
         if (direct) __atomic_add_fetch(&ra->direct, 1, __ATOMIC_RELEASE);
         for (uint32_t q = 0; q < rb->nj && !direct;) {
@@ -475,8 +517,10 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
             }
             if (ra->state[rb->j[q]] == BAD) {
                 const cxs_diag *why = ra->bad[rb->j[q]];
-                bad = why ? cxs_diag_at(d, CXS_E_CHECKSUM, why->file, why->offset,
-                                        "%s; not served (ctxshard verify)", why->message)
+                bad = why && why->code != CXS_E_CHECKSUM /* a stream's fetch */
+                          ? cxs_diag_copy(d, why->code ? why->code : -EIO, why)
+                      : why ? cxs_diag_at(d, CXS_E_CHECKSUM, why->file, why->offset,
+                                          "%s; not served (ctxshard verify)", why->message)
                           : cxs_diagf(d, CXS_E_CHECKSUM,
                                       "a block of the features fails its block sum; not "
                                       "served (ctxshard verify)");
@@ -484,9 +528,13 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
             }
             pthread_cond_wait(&ra->cv, ra->mu);
         }
+        waited = !bad && !direct && !*ra->stop && ra->gen == gen;
     }
     pthread_mutex_unlock(ra->mu);
     if (bad) return bad;
+    /* a streamed dataset's batch that did not wait for its blocks (the
+     * loader moved on, or stops: nobody takes it) reads nothing */
+    if (ra->su && !waited) return -ECANCELED;
     if (direct) advise_frames(ra, frames, n);
     return 0;
 }

@@ -15,6 +15,13 @@
  * BAD, never READ, and a batch waiting for it ends in CXS_E_CHECKSUM naming
  * the damaged block's utterances.
  *
+ * A streamed dataset (CXS_OPEN_STREAM): before it reads a block the helper
+ * fetches what the cache lacks of it (cxs_stream_acquire: the sum blocks,
+ * several requests at once, each checked against its sum) and holds it
+ * until it drops the block; a failure (the server gone after the retries,
+ * the cache limit) makes the block BAD with its reason.  Every batch waits
+ * for all its blocks, the first ones too: no byte is read from a hole.
+ *
  * Other samplers (CXS_RA_PAGES): the feature mapping is marked MADV_RANDOM
  * and the helper asks (MADV_WILLNEED) for the pages of the windows and
  * labels of the next CXS_READAHEAD_BATCHES batches to claim, so that many
@@ -36,6 +43,7 @@
 
 #include "blocks.h"
 #include "dataset_internal.h"
+#include "remote.h"
 #include "shardfd.h"
 
 enum { CXS_RA_NONE, CXS_RA_BLOCKS, CXS_RA_PAGES };
@@ -72,6 +80,8 @@ typedef struct cxs_readahead {
                              for them; atomic: read_block looks without the lock) */
     uint32_t first_filled; /* pages: first batches filled */
     int warming;          /* pages: the helper is warming the dataset (atomic) */
+    cxs_stream_user *su;  /* blocks, a streamed dataset: the helper's hold on the
+                             blocks it fetches (remote.h), else NULL */
 } cxs_readahead;
 
 /* One batch's blocks, between cxs_ra_batch_frames and cxs_ra_batch_done. */

@@ -176,6 +176,7 @@ int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t
                              int64_t *y, cxs_diag *d) {
     if (!ds || (n && (!utts || !x || !lengths)) || (flags & ~PAD_FLAGS))
         return cxs_diagf(d, CXS_E_INVALID, "pad_batch: a NULL argument or unknown flags");
+    if (ds->stream) return cxs_streamed_refuse(ds, "pad_batch", d);
     if (y && !ds->meta.label_width)
         return cxs_diagf(d, CXS_E_NO_LABELS, "pad_batch: labels asked of a dataset that has none");
     uint64_t longest = 0;
@@ -476,6 +477,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     if (!ds || !sampler || !opts || !out)
         return cxs_diagf(diag, CXS_E_INVALID,
                          "utterance loader: dataset, sampler, options and out must not be NULL");
+    if (ds->stream) return cxs_streamed_refuse(ds, "the utterance loader", diag);
     int rc = check_opts(ds, opts, diag);
     if (rc) return rc;
     cxs_utt_loader *l = calloc(1, sizeof *l);

@@ -156,12 +156,30 @@ typedef struct cxs_open_opts {
      * A URL: the cache's budget in bytes; the least recently used datasets
      * not open in any process are evicted to stay under it.  0 (the
      * default): CTXSHARD_CACHE_LIMIT (bytes, or with K, M, G, T), else no
-     * limit.  This version keeps a whole dataset in the cache: one larger
-     * than the limit is refused.
+     * limit.  Without CXS_OPEN_STREAM a whole dataset is kept in the
+     * cache: one larger than the limit is refused.  With it, blocks of
+     * the features no reader holds are evicted too.
      */
     uint64_t cache_limit;
-    uint64_t reserved[CXS_OPTS_RESERVED - 2]; /**< zero (start from cxs_open_opts_init) */
+    /**
+     * CXS_OPEN_STREAM: a URL whose cache entry is not complete is opened
+     * with its metadata only (every section but FEATURES, checked as at
+     * any open); the features come block by block as a frame loader with
+     * the block sampler (CXS_SAMPLER_BLOCK) reads them, each block checked
+     * against its block sum (format 1.3) before a byte of it is served,
+     * and stay in the cache while its limit allows.  Such a dataset serves
+     * only that loader: every other read of its features (windows,
+     * gathers, utterances, the utterance and GPU loaders, warm, verify)
+     * answers CXS_E_UNSUPPORTED, saying so.  A complete entry opens as
+     * without the flag; a dataset whose shards cannot be streamed
+     * (compressed, or without block sums) is fetched whole when it fits
+     * the limit, refused otherwise.  Local paths ignore it.
+     */
+    uint64_t flags;
+    uint64_t reserved[CXS_OPTS_RESERVED - 3]; /**< zero (start from cxs_open_opts_init) */
 } cxs_open_opts;
+
+#define CXS_OPEN_STREAM 1u /**< cxs_open_opts.flags: stream a URL's features */
 
 /** Fill o with the defaults (every field 0: the default chunk cache, no
  *  copy in huge pages).  The same holds for every *_opts_init below: the
@@ -352,7 +370,8 @@ typedef struct cxs_fetch_info {
     uint64_t bytes_fetched; /**< downloaded by this call (the manifest alone when cached) */
     double seconds;         /**< wall time, download and verification */
     uint32_t cached;        /**< 1: a verified copy was in the cache already */
-    uint32_t pad_;          /**< zero */
+    uint32_t streamed;      /**< 1: open to stream (CXS_OPEN_STREAM): the
+                                 metadata alone was fetched */
     uint64_t reserved[CXS_INFO_RESERVED]; /**< zero */
 } cxs_fetch_info;
 
@@ -367,6 +386,13 @@ typedef struct cxs_fetch_info {
  */
 CXS_API int cxs_url_fetch(const char *url, const cxs_open_opts *opts, cxs_progress_fn progress,
                           void *user, cxs_fetch_info *info, cxs_dataset **out, cxs_diag *diag);
+
+/**
+ * Bytes of features this process has downloaded for ds since it was
+ * opened to stream (CXS_OPEN_STREAM: blocks the block loader read that
+ * the cache did not hold); 0 for any other dataset.
+ */
+CXS_API uint64_t cxs_dataset_fetched(const cxs_dataset *ds);
 
 /**
  * Whether ds was opened from a URL: 1 with *url (may be NULL) that URL and

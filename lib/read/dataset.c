@@ -51,6 +51,7 @@ static int map_file(const char *path, const uint8_t **map, uint64_t *size, cxs_d
 
 void cxs_dataset_close(cxs_dataset *ds) {
     if (!ds) return;
+    cxs_stream_free(ds->stream);
     if (ds->shards) {
         /* A lone shard may fail before its metadata set num_shards. */
         uint32_t n = ds->single_shard ? 1 : ds->meta.num_shards;
@@ -681,6 +682,39 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d);
 static int open_options(cxs_dataset *ds, const cxs_open_opts *opts, const char *path,
                         cxs_dataset **out, cxs_diag *d);
 
+int cxs_streamed_refuse(const cxs_dataset *ds, const char *what, cxs_diag *d) {
+    if (!ds || !ds->stream) return 0;
+    return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: %s: the dataset is open to stream (its features "
+                     "come as a frame loader with the block sampler reads them); open it "
+                     "without streaming to read them otherwise (the whole dataset is fetched)",
+                     ds->url, what);
+}
+
+/* A streamed entry just opened: the stream of its shards' features, each
+ * shard's FEATURES with the block sums that check it. */
+static int stream_attach(cxs_dataset *ds, const char *url, const cxs_fetch *f, cxs_diag *d) {
+    if (cxs_compressed(ds) || ds->single_shard)
+        return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: cannot be streamed (compressed)", url);
+    int rc = cxs_stream_new(url, f, ds->meta.num_shards, &ds->stream, d);
+    for (uint32_t i = 0; !rc && i < ds->meta.num_shards; i++) {
+        const shard *sh = &ds->shards[i];
+        const cxs_bsum_entry *e = cxs_blocksums_find(&sh->bs, CXS_SEC_FEATURES);
+        if (!e)
+            return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: shard %u has no block sums of its "
+                             "FEATURES, so it cannot be streamed: open it without streaming",
+                             url, i);
+        const char *name = strrchr(sh->path, '/');
+        rc = cxs_stream_shard(ds->stream, i, name ? name + 1 : sh->path, e->sec->offset,
+                              e->sec->length, e->shift, sh->bs.sums + 8 * e->first,
+                              e->num_blocks, d);
+    }
+    return rc;
+}
+
+uint64_t cxs_dataset_fetched(const cxs_dataset *ds) {
+    return ds ? cxs_stream_fetched(ds->stream) : 0;
+}
+
 /* A dataset at a URL: its copy in the node-local cache (remote.h), every
  * checksum of a fresh copy verified before it serves a byte, the cache
  * entry's lock held shared while it is open. */
@@ -693,9 +727,14 @@ static int open_url(const char *url, const cxs_open_opts *opts, cxs_progress_fn 
     cxs_dataset *ds = NULL;
     int rc;
     for (int again = 0;; again++) {
-        rc = cxs_fetch_dataset(url, opts ? opts->cache_dir : NULL, opts ? opts->cache_limit : 0,
-                               progress, user, f, d);
+        rc = (opts && (opts->flags & CXS_OPEN_STREAM) ? cxs_fetch_stream : cxs_fetch_dataset)(
+            url, opts ? opts->cache_dir : NULL, opts ? opts->cache_limit : 0, progress, user, f,
+            d);
         if (!rc) rc = open_impl(f->local, &ds, d);
+        if (!rc && f->streamed && (rc = stream_attach(ds, url, f, d))) {
+            cxs_dataset_close(ds);
+            ds = NULL;
+        }
         /* a complete entry that does not open (a file of it removed by
          * hand, an eviction killed half-way): fetched again, once */
         if (!rc || f->fresh || f->lock_fd < 0 || again) break;
@@ -707,7 +746,9 @@ static int open_url(const char *url, const cxs_open_opts *opts, cxs_progress_fn 
         cxs_diagf(d, rc, "%s: the downloaded copy cannot be opened, and is not kept: %s", url,
                   why);
     }
-    if (!rc && f->fresh && (rc = cxs_dataset_verify(ds, NULL, NULL, d))) {
+    /* (a streamed copy's metadata was checked by the open; its features
+     * are checked block by block as they arrive) */
+    if (!rc && f->fresh && !f->streamed && (rc = cxs_dataset_verify(ds, NULL, NULL, d))) {
         snprintf(why, sizeof why, "%s", d ? d->message : "");
         cxs_diagf(d, rc, "%s: the downloaded copy fails its checks, and is not kept: %s", url,
                   why);
@@ -723,6 +764,7 @@ static int open_url(const char *url, const cxs_open_opts *opts, cxs_progress_fn 
         info->dataset_bytes = f->dataset_bytes;
         info->bytes_fetched = f->bytes_fetched;
         info->cached = !f->fresh;
+        info->streamed = (uint32_t)f->streamed;
         info->seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
     free(f);
@@ -833,6 +875,11 @@ static int open_options(cxs_dataset *ds, const cxs_open_opts *opts, const char *
         return cxs_diag_at(d, rc, path, CXS_NO_OFFSET,
                            "%s: cannot allocate a chunk cache of %llu bytes", path,
                            (unsigned long long)cache);
+    }
+    if (opts && opts->hugepage_budget && ds->stream) {
+        rc = cxs_streamed_refuse(ds, "hugepage_budget (a copy of every feature)", d);
+        cxs_dataset_close(ds);
+        return rc;
     }
     if (opts && opts->hugepage_budget && (rc = cxs_hugecopy(ds, opts->hugepage_budget, d))) {
         cxs_dataset_close(ds);
@@ -1075,6 +1122,7 @@ int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t fir
                                  uint64_t count, void *out, cxs_diag *d) {
     if (!ds || (count && !out))
         return cxs_diagf(d, CXS_E_INVALID, "read_features: no dataset or out is NULL");
+    if (ds->stream) return cxs_streamed_refuse(ds, "read_features", d);
     if (u >= ds->meta.num_utterances)
         return cxs_diagf(d, CXS_E_RANGE, "read_features: utterance %llu is past the dataset's %llu",
                          (unsigned long long)u, (unsigned long long)ds->meta.num_utterances);
@@ -1166,7 +1214,7 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     out->first_frame = l.f0;
     out->num_frames = l.T;
     out->shard = l.shard;
-    out->features = cxs_compressed(ds) ? NULL : cxs_loc_row_ptr(ds, &l, 0);
+    out->features = cxs_compressed(ds) || ds->stream ? NULL : cxs_loc_row_ptr(ds, &l, 0);
     out->labels = sh->labels ? sh->serve_labels + (l.f0 - sh->f_start) * sh->meta.label_width : NULL;
     return 0;
 }
@@ -1184,7 +1232,7 @@ static int guard_zero(void *arg) {
 }
 
 int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
-    if (cxs_compressed(ds)) return CXS_E_UNSUPPORTED;
+    if (cxs_compressed(ds) || ds->stream) return CXS_E_UNSUPPORTED;
     if (k > ds->meta.guard || frame >= ds->meta.num_frames) return CXS_E_RANGE;
     cxs_uloc l;
     int rc = cxs_find_utt_safe(ds, frame, &l, NULL);

@@ -78,6 +78,8 @@ struct cxs_dataset {
     char *manifest_path;  /* or the shard's path when single_shard */
     char *url;            /* opened from a URL: it (manifest_path is the cached copy's) */
     int cache_lock;       /* a URL: 1 + the fd of its cache entry's shared lock, else 0 */
+    struct cxs_stream *stream; /* CXS_OPEN_STREAM: its features come as the block
+                                  loader reads them (remote.h), else NULL */
     int single_shard;
     const uint8_t *map;   /* the manifest (like a shard's map, size) */
     uint64_t size;
@@ -134,6 +136,10 @@ struct cxs_dataset {
 int cxs_hugecopy(cxs_dataset *ds, uint64_t budget, cxs_diag *d);
 
 /* Whether the shards hold ZFEATURES (format 1.1) rather than FEATURES. */
+/* A streamed dataset (CXS_OPEN_STREAM) serves its features to the block
+ * loader alone: any other reader of them answers CXS_E_UNSUPPORTED, saying
+ * what (dataset.c). */
+int cxs_streamed_refuse(const cxs_dataset *ds, const char *what, cxs_diag *d);
 static inline int cxs_compressed(const cxs_dataset *ds) {
     return ds->meta.compression == CXS_COMPRESSION_ZSTD;
 }

@@ -415,6 +415,7 @@ static int verify_shard(void *p) {
 }
 
 int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *user, cxs_diag *d) {
+    if (ds && ds->stream) return cxs_streamed_refuse(ds, "verify", d);
     vctx v = {ds, progress, user, 0, ds->total_bytes, XXH3_createState(), NULL, NULL, NULL, NULL,
               NULL, {0}};
     uint64_t *hist = calloc(65537, sizeof *hist);

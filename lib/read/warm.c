@@ -278,6 +278,7 @@ static int sums_feed(warm_sums *w, const cxs_dataset *ds, uint32_t s, uint64_t o
 int cxs_dataset_warm(const cxs_dataset *ds, uint32_t flags, cxs_progress_fn progress, void *user,
                      cxs_warm_result *result, cxs_diag *d) {
     if (!ds || (flags & ~(CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED))) return CXS_E_INVALID;
+    if (ds->stream) return cxs_streamed_refuse(ds, "warm", d);
     return cxs_warm_impl(ds, flags, 1, progress, user, result, d);
 }
 
@@ -419,6 +420,7 @@ int cxs_warm_start(const cxs_dataset *ds, uint32_t flags, cxs_warm **out, cxs_di
     if (!out) return cxs_diagf(d, CXS_E_INVALID, "cxs_warm_start: out is NULL");
     *out = NULL;
     if (!ds) return cxs_diagf(d, CXS_E_INVALID, "cxs_warm_start: the dataset is NULL");
+    if (ds->stream) return cxs_streamed_refuse(ds, "warm", d);
     if (flags & ~(CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED))
         return cxs_diagf(d, CXS_E_INVALID, "cxs_warm_start: unknown flags 0x%x",
                          (unsigned)(flags & ~(CXS_WARM_FORCE | CXS_WARM_SKIP_CACHED)));

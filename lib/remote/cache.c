@@ -94,7 +94,7 @@ static int limit_of(uint64_t given, uint64_t *out, cxs_diag *d) {
 }
 
 /* Bytes of the regular files in dir (not below). */
-static uint64_t dir_bytes(const char *dir) {
+uint64_t cxs_cache_dir_bytes(const char *dir) {
     DIR *dp = opendir(dir);
     if (!dp) return 0;
     uint64_t n = 0;
@@ -210,7 +210,7 @@ static int list_entries(const char *root, const char *keep, victim **out, size_t
         snprintf(p, sizeof p, "%s/%s/used", root, de->d_name);
         v->used = exists(p) ? mtime_of(p) : (int64_t)st.st_mtime;
         snprintf(p, sizeof p, "%s/%s", root, de->d_name);
-        v->bytes = dir_bytes(p);
+        v->bytes = cxs_cache_dir_bytes(p);
         /* one being fetched counts at the size it will reach */
         snprintf(p, sizeof p, "%s/%s/reserved", root, de->d_name);
         FILE *fp = fopen(p, "r");
@@ -227,8 +227,8 @@ static int list_entries(const char *root, const char *keep, victim **out, size_t
 
 /* Evict least recently used entries (not `keep`, none open or being
  * fetched) until `more` bytes fit under limit.  *freed: bytes removed. */
-static int make_room(const char *root, const char *keep, uint64_t have, uint64_t more,
-                     uint64_t limit, uint64_t *freed, cxs_diag *d) {
+int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint64_t more,
+                        uint64_t limit, uint64_t *freed, cxs_diag *d) {
     *freed = 0;
     char p[4200];
     snprintf(p, sizeof p, "%s/.evict", root);
@@ -289,6 +289,16 @@ static int make_room(const char *root, const char *keep, uint64_t have, uint64_t
                          "CTXSHARD_CACHE_LIMIT, or close them", root, (unsigned long long)limit,
                          (unsigned long long)more, (unsigned long long)(busy + have));
     return 0;
+}
+
+uint64_t cxs_cache_total(const char *root) {
+    victim *v;
+    size_t n;
+    if (list_entries(root, NULL, &v, &n)) return 0;
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++) t += v[i].bytes;
+    free(v);
+    return t;
 }
 
 /* ---- the fetch ----------------------------------------------------------- */
@@ -353,7 +363,178 @@ static int write_file(const char *path, const void *p, size_t n) {
     return rename(tmp, path) ? -errno : 0;
 }
 
-int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_given,
+/* ---- a stream's set-up ------------------------------------------------------ */
+
+/* Every shard's bytes but its FEATURES, for streaming: phase 0 reads each
+ * header page (whether the shard can be streamed), phase 1 writes each
+ * shard's sparse file with everything around FEATURES. */
+typedef struct meta_job {
+    const cxs_origin *o;
+    const char *dir;
+    const uint64_t *sizes;
+    uint8_t *heads;        /* n header pages */
+    uint64_t *foff, *flen; /* each shard's FEATURES */
+    int *why;              /* 0: can be streamed; 1: compressed; 2: no BLOCKSUMS */
+    int phase;
+    _Atomic uint64_t fetched;
+} meta_job;
+
+static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t at) {
+    for (size_t done = 0; done < n;) {
+        ssize_t w = pwrite(fd, p + done, n - done, (off_t)(at + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? -errno : -EIO;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+static int meta_one(void *ctx, uint32_t i, cxs_diag *d) {
+    meta_job *j = ctx;
+    char name[64], where[2200];
+    snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, i);
+    snprintf(where, sizeof where, "%s/%s", j->o->shown, name);
+    uint8_t *page = j->heads + (size_t)i * CXS_PAGE;
+    uint64_t got = 0;
+    int rc = 0;
+    if (j->phase == 0) {
+        if (j->sizes[i] < CXS_PAGE)
+            return cxs_diagf(d, CXS_E_CORRUPT, "%s: the manifest gives it %llu bytes, less than "
+                             "its header page", where, (unsigned long long)j->sizes[i]);
+        cxs_sink s = {.fd = -1, .cap = CXS_PAGE};
+        rc = cxs_http_get(j->o, name, 0, CXS_PAGE, &s, &got, d);
+        atomic_fetch_add(&j->fetched, got);
+        if (!rc && s.len != CXS_PAGE)
+            rc = cxs_diagf(d, CXS_E_TRUNCATED, "%s: %llu bytes of its header page arrived",
+                           where, (unsigned long long)s.len);
+        if (!rc) memcpy(page, s.buf, CXS_PAGE);
+        free(s.buf);
+        cxs_container c;
+        if (rc || (rc = cxs_container_parse(page, j->sizes[i], CXS_KIND_SHARD, &c, where, d)))
+            return rc;
+        const cxs_section *fs = cxs_container_find(&c, CXS_SEC_FEATURES);
+        if (!fs) j->why[i] = 1;
+        else if (!cxs_container_find(&c, CXS_SEC_BLOCKSUMS)) j->why[i] = 2;
+        else j->foff[i] = fs->offset, j->flen[i] = fs->length;
+        return 0;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", j->dir, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return cxs_diagf(d, -errno, "%s: %s", path, strerror(errno));
+    if (ftruncate(fd, (off_t)j->sizes[i]) || (rc = pwrite_all(fd, page, CXS_PAGE, 0)))
+        rc = cxs_diagf(d, rc ? rc : -errno, "%s: %s", path, strerror(rc ? -rc : errno));
+    /* around FEATURES: from the header page to it, and from its end
+     * (page-aligned: the padding is zeros, a hole) to the file's */
+    const uint64_t a[2] = {CXS_PAGE, cxs_align_page(j->foff[i] + j->flen[i])};
+    const uint64_t b[2] = {j->foff[i], j->sizes[i]};
+    for (int r = 0; r < 2 && !rc; r++) {
+        if (b[r] <= a[r]) continue;
+        cxs_sink s = {.fd = fd, .at = a[r]};
+        got = 0;
+        rc = cxs_http_get(j->o, name, a[r], b[r] - a[r], &s, &got, d);
+        atomic_fetch_add(&j->fetched, got);
+    }
+    if (!rc && fsync(fd)) rc = cxs_diagf(d, -errno, "%s: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+/* Set up a streamed entry under the exclusive lock: 0 done (f filled), 1
+ * when a shard cannot be streamed and the dataset fits the limit (the
+ * caller fetches it whole), or an error. */
+static int stream_setup(const cxs_origin *o, const char *url, const char *root, const char *key,
+                        const char *dir, const cxs_sink *man, const uint64_t *sizes, uint32_t n,
+                        uint64_t limit, cxs_progress_fn progress, void *user, cxs_fetch *f,
+                        cxs_diag *d) {
+    const size_t N = n ? n : 1;
+    meta_job j = {.o = o, .dir = dir, .sizes = sizes, .heads = malloc(N * CXS_PAGE),
+                  .foff = calloc(N, sizeof(uint64_t)), .flen = calloc(N, sizeof(uint64_t)),
+                  .why = calloc(N, sizeof(int))};
+    atomic_init(&j.fetched, 0);
+    int rc = 0;
+    char p[4400], what[2200];
+    snprintf(what, sizeof what, "%s: the shards' headers", url);
+    if (!j.heads || !j.foff || !j.flen || !j.why) {
+        rc = cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
+        goto out;
+    }
+    const cxs_workq q0 = {.one = meta_one, .ctx = &j, .n = n};
+    if ((rc = cxs_workq_run(&q0, FETCH_THREADS, what, d))) goto out;
+    uint64_t meta = man->len;
+    for (uint32_t i = 0; i < n; i++) {
+        if (j.why[i]) {
+            if (!limit || f->dataset_bytes <= limit) {
+                rc = 1;
+                goto out;
+            }
+            rc = cxs_diagf(d, -ENOSPC, "%s/" CXS_SHARD_NAME_FMT " %s, so the dataset cannot be "
+                           "streamed, and it is %llu bytes, more than the cache limit of %llu "
+                           "bytes (--cache-limit, cache_limit=, CTXSHARD_CACHE_LIMIT): give a "
+                           "limit of at least its size", url, i,
+                           j.why[i] == 1 ? "is compressed"
+                                         : "has no block sums (format 1.3's BLOCKSUMS: pack it "
+                                           "again without --block-sums off)",
+                           (unsigned long long)f->dataset_bytes, (unsigned long long)limit);
+            goto out;
+        }
+        meta += sizes[i] - j.flen[i];
+    }
+    if (limit && meta > limit) {
+        rc = cxs_diagf(d, -ENOSPC, "%s: the shards' metadata (all but the features) is %llu "
+                       "bytes, more than the cache limit of %llu bytes (--cache-limit, "
+                       "cache_limit=, CTXSHARD_CACHE_LIMIT)", url, (unsigned long long)meta,
+                       (unsigned long long)limit);
+        goto out;
+    }
+    uint64_t freed;
+    if (limit && (rc = cxs_cache_make_room(root, key, 0, meta, limit, &freed, d))) goto out;
+    if ((rc = mkdir_p(dir))) {
+        rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
+        goto out;
+    }
+    snprintf(p, sizeof p, "%s/reserved", dir);
+    unlink(p); /* (what it holds is counted as it arrives) */
+    snprintf(p, sizeof p, "%s/source", dir);
+    char line[2100];
+    int ll = snprintf(line, sizeof line, "%s\n", url);
+    if ((rc = write_file(p, line, (size_t)ll))) {
+        rc = cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
+        goto out;
+    }
+    snprintf(p, sizeof p, "%s/stream", dir); /* before any shard file: see fetch_impl */
+    touch(p);
+    j.phase = 1;
+    _Atomic uint64_t received;
+    _Atomic int cancel;
+    cxs_origin_track((cxs_origin *)o, &received, &cancel);
+    snprintf(what, sizeof what, "%s: the shards' metadata", url);
+    const cxs_workq q1 = {.one = meta_one, .ctx = &j, .n = n, .progress = progress, .user = user,
+                          .count = &received, .cancel = &cancel, .total = meta};
+    rc = cxs_workq_run(&q1, FETCH_THREADS, what, d);
+    cxs_origin_track((cxs_origin *)o, NULL, NULL);
+    if (rc) goto out;
+    snprintf(p, sizeof p, "%s/%s", dir, CXS_MANIFEST_NAME);
+    if ((rc = write_file(p, man->buf, (size_t)man->len))) {
+        rc = cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
+        goto out;
+    }
+    snprintf(p, sizeof p, "%s/streamed", dir);
+    touch(p);
+    snprintf(p, sizeof p, "%s/used", dir);
+    touch(p);
+    f->fresh = 1;
+    f->streamed = 1;
+out:
+    f->bytes_fetched = atomic_load(&j.fetched) + man->len;
+    free(j.heads);
+    free(j.foff);
+    free(j.flen);
+    free(j.why);
+    return rc;
+}
+
+static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_given, int stream,
                       cxs_progress_fn progress, void *user, cxs_fetch *f, cxs_diag *d) {
     memset(f, 0, sizeof *f);
     f->lock_fd = -1;
@@ -405,6 +586,9 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_giv
              (unsigned long long)XXH3_64bits(man.buf, (size_t)man.len));
     char dir[4200], p[4400];
     snprintf(dir, sizeof dir, "%s/%s", root, key);
+    snprintf(f->root, sizeof f->root, "%s", root);
+    snprintf(f->key, sizeof f->key, "%s", key);
+    f->limit = limit;
     if ((size_t)snprintf(f->local, sizeof f->local, "%s", dir) >= sizeof f->local) {
         rc = cxs_diagf(d, -ENAMETOOLONG, "%s: path too long", dir);
         goto out;
@@ -430,8 +614,31 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_giv
             touch(p);
             goto out;
         }
+        snprintf(p, sizeof p, "%s/streamed", dir);
+        if (stream && exists(p)) { /* its metadata is here: the features come later */
+            f->bytes_fetched = man.len;
+            f->streamed = 1;
+            snprintf(p, sizeof p, "%s/used", dir);
+            touch(p);
+            goto out;
+        }
+        snprintf(p, sizeof p, "%s/complete", dir);
         if (op == LOCK_EX) break;
         flock(f->lock_fd, LOCK_UN);
+    }
+    /* Exclusive: a streamed entry (or a stream's set-up cut short) that is
+     * to be fetched whole, or set up again, starts empty: its sparse
+     * shard files are not a download to resume. */
+    snprintf(p, sizeof p, "%s/stream", dir);
+    if (exists(p) && (rc = remove_entry(dir))) {
+        rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
+        goto out;
+    }
+    if (stream) {
+        rc = stream_setup(o, url, root, key, dir, &man, sizes, m.num_shards, limit, progress,
+                          user, f, d);
+        if (rc != 1) goto out; /* set up (0), or refused */
+        rc = 0;                /* cannot be streamed, fits: fetched whole */
     }
     if (limit && need > limit) {
         rc = cxs_diagf(d, -ENOSPC, "%s: the dataset is %llu bytes, more than the cache limit of "
@@ -440,8 +647,8 @@ int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit_giv
                        "least its size", url, (unsigned long long)need, (unsigned long long)limit);
         goto out;
     }
-    uint64_t have = dir_bytes(dir), freed = 0;
-    if (limit && (rc = make_room(root, key, have, need > have ? need - have : 0, limit, &freed, d)))
+    uint64_t have = cxs_cache_dir_bytes(dir), freed = 0;
+    if (limit && (rc = cxs_cache_make_room(root, key, have, need > have ? need - have : 0, limit, &freed, d)))
         goto out;
     if ((rc = mkdir_p(dir))) {
         rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
@@ -488,6 +695,16 @@ out:
     return rc;
 }
 
+int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit,
+                      cxs_progress_fn progress, void *user, cxs_fetch *f, cxs_diag *d) {
+    return fetch_impl(url, cache_dir, limit, 0, progress, user, f, d);
+}
+
+int cxs_fetch_stream(const char *url, const char *cache_dir, uint64_t limit,
+                     cxs_progress_fn progress, void *user, cxs_fetch *f, cxs_diag *d) {
+    return fetch_impl(url, cache_dir, limit, 1, progress, user, f, d);
+}
+
 int cxs_fetch_done(cxs_fetch *f, int ok) {
     int fd = f->lock_fd;
     f->lock_fd = -1;
@@ -497,7 +714,7 @@ int cxs_fetch_done(cxs_fetch *f, int ok) {
         snprintf(p, sizeof p, "%s/reserved", f->local);
         unlink(p);
         snprintf(p, sizeof p, "%s/complete", f->local);
-        touch(p);
+        if (!f->streamed) touch(p); /* (a streamed entry never is) */
     } else if (!ok && f->fresh) {
         /* what failed its checks is not kept: the next open fetches again */
         remove_entry(f->local);
@@ -566,7 +783,7 @@ int cxs_cache_prune(const char *cache_dir, uint64_t limit, uint64_t *freed, cxs_
     int rc = cxs_cache_dir(cache_dir, root, sizeof root);
     if (rc) return cxs_diagf(d, rc, "cache directory: path too long");
     if (!exists(root)) return 0;
-    rc = make_room(root, NULL, 0, 0, limit, &f, d);
+    rc = cxs_cache_make_room(root, NULL, 0, 0, limit, &f, d);
     if (freed) *freed = f;
     return rc;
 }

@@ -19,6 +19,11 @@ typedef struct cxs_fetch {
                                before it was): verify it before use */
     uint64_t bytes_fetched; /* bytes downloaded by this call */
     uint64_t dataset_bytes; /* the dataset's files, all of them */
+    int streamed;           /* 1: only the metadata is here (stream.c): the
+                               features come as the block loader reads them */
+    char root[4096];        /* the cache directory */
+    char key[40];           /* the entry's name in it */
+    uint64_t limit;         /* the cache's budget (0: none) */
 } cxs_fetch;
 
 /* Whether path is a URL this library fetches (http://, https://, s3://). */
@@ -35,6 +40,16 @@ int cxs_url_is_remote(const char *path);
 int cxs_fetch_dataset(const char *url, const char *cache_dir, uint64_t limit,
                       cxs_progress_fn progress, void *user, cxs_fetch *f, cxs_diag *d);
 
+/* cxs_fetch_dataset for streaming (CXS_OPEN_STREAM): an entry that is
+ * complete is used as it is; else every shard's bytes but its FEATURES
+ * (the header, INDEX, LABELS, BLOCKSUMS, ...) are fetched by range
+ * requests into sparse files of the shards' sizes, and f->streamed says
+ * so.  A dataset whose shards cannot be streamed (compressed, or without
+ * BLOCKSUMS: format 1.3's block sums are what a block is checked with) is
+ * fetched whole when it fits the limit, refused otherwise. */
+int cxs_fetch_stream(const char *url, const char *cache_dir, uint64_t limit,
+                     cxs_progress_fn progress, void *user, cxs_fetch *f, cxs_diag *d);
+
 /* After the opener's checks: ok marks a fresh copy verified (never
  * checked again) and keeps the entry's lock shared, so that no eviction
  * removes a dataset that is open; the fd to close when the dataset
@@ -45,6 +60,64 @@ int cxs_fetch_done(cxs_fetch *f, int ok);
  * removed under the exclusive lock, so that a fetch downloads it again;
  * the lock is released.  0 or -errno. */
 int cxs_fetch_invalidate(cxs_fetch *f);
+
+/* ---- streaming (stream.c) -------------------------------------------------
+ *
+ * A streamed entry's shard files are sparse: the features arrive block by
+ * block (the sum blocks of BLOCKSUMS), each checked against its sum as it
+ * is written, and NAME.have beside each shard (one byte a sum block,
+ * mapped shared by every process of the node) says which are there.
+ * Locks (fcntl, open file description locks on NAME.have): a reader holds
+ * a sum block's use lock shared while it may read it; a fetch holds its
+ * fetch lock exclusively while it downloads it (so each block comes once
+ * per node); a block is evicted (its hole punched) only under its use
+ * lock exclusive, taken without waiting, so never under a reader. */
+typedef struct cxs_stream cxs_stream;
+typedef struct cxs_stream_user cxs_stream_user;
+
+/* After the open of a streamed entry f: the stream of n shards. */
+int cxs_stream_new(const char *url, const cxs_fetch *f, uint32_t n, cxs_stream **out,
+                   cxs_diag *d);
+/* Shard s: its file's name in the entry, FEATURES's bytes [off, off+len)
+ * of the file, cut into sum blocks of 2^shift bytes whose nsum sums (u64
+ * LE, the dataset's mapping of BLOCKSUMS) are at sums. */
+int cxs_stream_shard(cxs_stream *st, uint32_t s, const char *name, uint64_t off, uint64_t len,
+                     uint32_t shift, const uint8_t *sums, uint64_t nsum, cxs_diag *d);
+void cxs_stream_free(cxs_stream *st);
+/* Feature bytes this process downloaded. */
+uint64_t cxs_stream_fetched(const cxs_stream *st);
+
+/* One reader's hold on blocks (a loader's helper thread): its own lock
+ * descriptors, so that its locks are its own. */
+int cxs_stream_user_new(cxs_stream *st, cxs_stream_user **out);
+void cxs_stream_user_free(cxs_stream_user *u);
+/* In a forked child: the parent's locks are the parent's (its holds are
+ * forgotten, its descriptors replaced). */
+void cxs_stream_user_after_fork(cxs_stream_user *u);
+/* Make bytes [lo, hi) of shard s's FEATURES readable from its file: hold
+ * their sum blocks, and fetch those not there (several requests at once,
+ * each block checked against its sum before it counts as there; room is
+ * made under the cache's limit first).  A set *stop ends it
+ * (-ECANCELED).  0, or an error naming the URL (the blocks are released
+ * then). */
+int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
+                       const int *stop, cxs_diag *d);
+/* Let go of what cxs_stream_acquire held; when the cache is over its
+ * limit, blocks no reader holds are evicted. */
+void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi);
+/* on: end u's transfers at once, and refuse new ones (-ECANCELED), from
+ * any thread (the loader stops); 0: allow them again.  u may be NULL. */
+void cxs_stream_user_cancel(cxs_stream_user *u, int on);
+
+/* ---- cache.c, for stream.c ----------------------------------------------- */
+/* Evict least recently used entries but keep (none open) until more bytes
+ * fit under limit, have bytes of keep's counted. */
+int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint64_t more,
+                        uint64_t limit, uint64_t *freed, cxs_diag *d);
+/* Bytes on disk of the regular files of dir (holes not counted). */
+uint64_t cxs_cache_dir_bytes(const char *dir);
+/* Bytes of every entry of root (what is reserved for fetches counted). */
+uint64_t cxs_cache_total(const char *root);
 
 /* Upload a dataset's files to url: shards (n, their paths and sizes) four
  * at a time, then the manifest, only once every shard is there.  progress

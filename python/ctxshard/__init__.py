@@ -423,30 +423,45 @@ class Dataset:
     bytes (or a string like "50G"; default CTXSHARD_CACHE_LIMIT, else no
     limit; least recently used datasets not open anywhere are evicted) --
     every checksum of the copy verified, and read from there; the
-    processes of a node share it (each file downloaded once)."""
+    processes of a node share it (each file downloaded once).
 
-    def __init__(self, path, cache_bytes=None, hugepage_budget=0, cache=None, cache_limit=None):
+    stream=True (a URL): when the cache holds no complete copy, only the
+    metadata is fetched (every section but the features); the features
+    come block by block as a Loader with shuffle="block" reads them, each
+    block checked against its block sum before it is served, and stay in
+    the cache while cache_limit allows (blocks no reader holds are evicted
+    past it).  Such a dataset serves that loader only: window(), gather(),
+    utterance features, the UtteranceLoader, warm() and verify() raise
+    (open it without stream to read it otherwise).  streamed says whether
+    it was; bytes_fetched counts the feature bytes downloaded since."""
+
+    def __init__(self, path, cache_bytes=None, hugepage_budget=0, cache=None, cache_limit=None,
+                 stream=False):
         path = _a.path("open", "path", path)
         cache_bytes = _a.optional_integer("open", "cache_bytes", cache_bytes, 0)
         hugepage_budget = _a.size("open", "hugepage_budget", hugepage_budget, 0)
         cache = None if cache is None else _a.path("open", "cache", cache)
         cache_limit = None if cache_limit is None else _a.size("open", "cache_limit",
                                                                cache_limit, 1)
+        stream = _a.flag("open", "stream", stream)
         ptr = c_void_p()
         diag = _n.Diag()
+        self._stream = stream
         self._cache_bytes = cache_bytes
         self._hugepage_budget = hugepage_budget
         self._cache, self._cache_limit = cache, cache_limit
         # None: the library's default (0 in C); 0 here: no cache (CXS_CACHE_OFF)
         opts = _n.OpenOpts(0 if cache_bytes is None else cache_bytes or _n.CACHE_OFF,
                            hugepage_budget, None if cache is None else os.fsencode(cache),
-                           cache_limit or 0)
+                           cache_limit or 0, _n.OPEN_STREAM if stream else 0)
         if isinstance(path, str) and path.startswith(("http://", "https://", "s3://")):
             # the download checks for Ctrl-C every 100 ms (a KeyboardInterrupt
             # stops it, what arrived kept for the next open)
             fn, raised = _progress_call(None)
-            rc = _lib.cxs_url_fetch(os.fsencode(path), byref(opts), fn, None, None, byref(ptr),
-                                    byref(diag))
+            fi = _n.FetchInfo()
+            rc = _lib.cxs_url_fetch(os.fsencode(path), byref(opts), fn, None, byref(fi),
+                                    byref(ptr), byref(diag))
+            self._streamed = bool(not rc and fi.streamed)
             if raised:
                 raise raised[0]
         else:
@@ -487,6 +502,19 @@ class Dataset:
             else None
 
     @property
+    def streamed(self):
+        """True when open to stream (stream=True, and the cache had no complete
+        copy): the features come as a block Loader reads them."""
+        self._ptr  # (closed: ValueError)
+        return self.__dict__.get("_streamed", False)
+
+    @property
+    def bytes_fetched(self):
+        """Streamed: the feature bytes this process downloaded since open (the
+        blocks the cache lacked); 0 otherwise."""
+        return int(_lib.cxs_dataset_fetched(self._ptr))
+
+    @property
     def cached_at(self):
         """Opened from a URL: the directory of its copy in the cache; else None."""
         loc = c_char_p()
@@ -513,11 +541,11 @@ class Dataset:
     def __getstate__(self):  # reopened by path in another process
         return {"path": self.path, "cache_bytes": self._cache_bytes,
                 "hugepage_budget": self._hugepage_budget, "cache": self._cache,
-                "cache_limit": self._cache_limit}
+                "cache_limit": self._cache_limit, "stream": self._stream}
 
     def __setstate__(self, state):
         self.__init__(state["path"], state.get("cache_bytes"), state.get("hugepage_budget", 0),
-                      state.get("cache"), state.get("cache_limit"))
+                      state.get("cache"), state.get("cache_limit"), state.get("stream", False))
 
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} frames"
@@ -1108,11 +1136,11 @@ def normalization(func, ds, normalize, stacklevel=3):
 
 
 def open(path, cache_bytes=None, hugepage_budget=0, cache=None,  # noqa: A001 - the entry point
-         cache_limit=None):
+         cache_limit=None, stream=False):
     """Open a packed dataset (directory, manifest or one shard file, or the
     URL of a dataset directory); cache_bytes, hugepage_budget, cache,
-    cache_limit: see Dataset."""
-    return Dataset(path, cache_bytes, hugepage_budget, cache, cache_limit)
+    cache_limit, stream: see Dataset."""
+    return Dataset(path, cache_bytes, hugepage_budget, cache, cache_limit, stream)
 
 
 class Sampler:

@@ -67,8 +67,11 @@ class Info(Structure):
 
 class OpenOpts(Structure):
     _fields_ = [("cache_bytes", c_uint64), ("hugepage_budget", c_uint64),
-                ("cache_dir", c_char_p), ("cache_limit", c_uint64),
-                ("reserved", c_uint64 * (OPTS_RESERVED - 2))]
+                ("cache_dir", c_char_p), ("cache_limit", c_uint64), ("flags", c_uint64),
+                ("reserved", c_uint64 * (OPTS_RESERVED - 3))]
+
+
+OPEN_STREAM = 1
 
 
 class HugepageInfo(Structure):
@@ -125,7 +128,7 @@ class WarmResult(Structure):
 
 class FetchInfo(Structure):
     _fields_ = [("dataset_bytes", c_uint64), ("bytes_fetched", c_uint64), ("seconds", c_double),
-                ("cached", c_uint32), ("pad_", c_uint32),
+                ("cached", c_uint32), ("streamed", c_uint32),
                 ("reserved", c_uint64 * INFO_RESERVED)]
 
 
@@ -377,6 +380,7 @@ def _load():
         "cxs_url_fetch": (c_int, [c_char_p, POINTER(OpenOpts), PROGRESS_FN, c_void_p,
                                   POINTER(FetchInfo), POINTER(c_void_p), POINTER(Diag)]),
         "cxs_dataset_url": (c_int, [ds, POINTER(c_char_p), POINTER(c_char_p)]),
+        "cxs_dataset_fetched": (c_uint64, [ds]),
         "cxs_dataset_push": (c_int, [c_char_p, c_char_p, PROGRESS_FN, c_void_p,
                                      POINTER(c_uint64), POINTER(Diag)]),
         "cxs_cache_dir": (c_int, [c_char_p, ctypes.c_char_p, c_size_t]),

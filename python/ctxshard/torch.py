@@ -17,6 +17,7 @@ without a host copy, ordered on the current torch stream."""
 import collections.abc
 import ctypes
 import mmap
+import os
 import sys
 import warnings
 
@@ -340,7 +341,7 @@ class Loader:
                  pin_memory=False, device=None, normalize=False, labels=None, num_samples=0,
                  gpu_mode="auto", gpu_budget=None, gpu_dtype=None, gpu_emulate=False,
                  prefetch=True, memory=None, blocks=None, hugepage_budget=None, cache=None,
-                 cache_limit=None):
+                 cache_limit=None, stream=None):
         f = "Loader"
         # Every argument checked here, where it is given (ctxshard._args):
         # nothing truncated, nothing left to fail at the first batch.
@@ -403,9 +404,22 @@ class Loader:
         kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
                                           SHUFFLE if shuffle else SEQUENTIAL)
         _opens_itself(f, path, hugepage_budget=hugepage_budget, cache=cache,
-                      cache_limit=cache_limit)
+                      cache_limit=cache_limit, stream=stream)
+        if stream is not None:
+            stream = _a.flag(f, "stream", stream)
+            if stream and kind != BLOCK:
+                raise ValueError(f"{f}: stream=True needs shuffle=\"block\" (the block order is "
+                                 f"what the features are fetched in)")
+            if stream and (device is not None or gpu_emulate):
+                raise ValueError(f"{f}: stream=True serves host batches; the GPU loaders read "
+                                 f"a whole dataset (leave stream unset)")
+        elif isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):
+            # a URL read in block order on the host: streamed
+            stream = (kind == BLOCK and device is None and not gpu_emulate and
+                      os.fsdecode(os.fspath(path)).startswith(("http://", "https://", "s3://")))
         self.dataset = path if isinstance(path, Dataset) else Dataset(
-            path, hugepage_budget=hugepage_budget or 0, cache=cache, cache_limit=cache_limit)
+            path, hugepage_budget=hugepage_budget or 0, cache=cache, cache_limit=cache_limit,
+            stream=bool(stream))
         warn_if_incomplete(f, self.dataset)
         if weighted and not self.dataset.has_frame_labels:
             raise ValueError(f"{f}: weighted sampling needs per-frame labels (it balances the "

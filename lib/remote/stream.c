@@ -1,0 +1,445 @@
+/* stream.c - a dataset at a URL read in block order through a cache that
+ * need not hold it whole (remote.h, "streaming").
+ *
+ * The entry's shard files are sparse, of the shards' sizes: everything but
+ * FEATURES came at open (cache.c, stream_setup); FEATURES arrives sum
+ * block by sum block (BLOCKSUMS, format 1.3) as a loader's helper asks for
+ * the blocks of its schedule.  NAME.have, beside each shard file, holds a
+ * byte per sum block, 1 once the block is in the file and has matched its
+ * sum; every process of the node maps it shared.
+ *
+ * Locks are fcntl open-file-description locks on NAME.have, at two ranges
+ * of offsets past its end: USE + j (sum block j's use lock) and FETCH + j
+ * (its fetch lock).
+ *   - A reader takes the use locks of a range shared before it looks at
+ *     the have bytes and keeps them while it may read the bytes.
+ *   - A block not there is fetched under its fetch lock, taken
+ *     exclusively in ascending order, so that one process of the node
+ *     downloads it and the others, waiting, then find it there.  No one
+ *     waits for a lock while holding a fetch lock above it, and readers'
+ *     shared locks never wait on each other: no cycle.
+ *   - A block is evicted (have byte cleared, hole punched) only under its
+ *     use lock exclusive, taken without waiting: never under a reader.
+ * Locks of one description do not exclude each other, so each user (a
+ * loader's helper) opens its own, and counts its holds per block: a block
+ * at the edge of two of its ranges is held once. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "cxs_format.h"
+#include "cxs_le.h"
+#include "http.h"
+#include "remote.h"
+#include "workq.h"
+
+#define USE_AT (1ull << 40)
+#define FETCH_AT (2ull << 40)
+#define PIECE (8u << 20) /* bytes of one range request */
+#define PIECES_AT_ONCE 4u
+
+typedef struct sshard {
+    char name[64];
+    uint64_t off, len;    /* FEATURES in the file */
+    uint32_t shift;
+    const uint8_t *sums;  /* nsum u64 LE */
+    uint64_t nsum;
+    _Atomic uint8_t *have; /* the shared map of NAME.have (nsum bytes), or NULL */
+} sshard;
+
+struct cxs_stream {
+    char url[2048], dir[4096], root[4096], key[40];
+    uint64_t limit;
+    uint32_t n;
+    sshard *sh;
+    _Atomic uint64_t fetched;
+};
+
+struct cxs_stream_user {
+    cxs_stream *st;
+    int *fd;        /* per shard: this user's own description of NAME.have, or -1 */
+    uint16_t **ref; /* per shard: holds per sum block, or NULL */
+    cxs_origin o;   /* its own: its transfers' cancel flag */
+    _Atomic int cancel;
+    uint8_t *buf;   /* a sum block, to check it */
+};
+
+int cxs_stream_new(const char *url, const cxs_fetch *f, uint32_t n, cxs_stream **out,
+                   cxs_diag *d) {
+    cxs_stream *st = calloc(1, sizeof *st);
+    if (!st || !(st->sh = calloc(n ? n : 1, sizeof *st->sh))) {
+        free(st);
+        return cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
+    }
+    snprintf(st->url, sizeof st->url, "%s", url);
+    snprintf(st->dir, sizeof st->dir, "%s", f->local);
+    snprintf(st->root, sizeof st->root, "%s", f->root);
+    snprintf(st->key, sizeof st->key, "%s", f->key);
+    st->limit = f->limit;
+    st->n = n;
+    atomic_init(&st->fetched, 0);
+    *out = st;
+    return 0;
+}
+
+int cxs_stream_shard(cxs_stream *st, uint32_t s, const char *name, uint64_t off, uint64_t len,
+                     uint32_t shift, const uint8_t *sums, uint64_t nsum, cxs_diag *d) {
+    sshard *h = &st->sh[s];
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->off = off, h->len = len, h->shift = shift, h->sums = sums, h->nsum = nsum;
+    if (!nsum) return 0;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s.have", st->dir, name);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb)) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return cxs_diagf(d, -e, "%s: %s", p, strerror(e));
+    }
+    /* (made at the first open; a longer one is not this shard's) */
+    if ((uint64_t)sb.st_size != nsum && ftruncate(fd, (off_t)nsum)) {
+        int e = errno;
+        close(fd);
+        return cxs_diagf(d, -e, "%s: %s", p, strerror(e));
+    }
+    void *m = mmap(NULL, (size_t)nsum, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
+    h->have = m;
+    return 0;
+}
+
+void cxs_stream_free(cxs_stream *st) {
+    if (!st) return;
+    for (uint32_t s = 0; s < st->n; s++)
+        if (st->sh[s].have) munmap((void *)st->sh[s].have, (size_t)st->sh[s].nsum);
+    free(st->sh);
+    free(st);
+}
+
+uint64_t cxs_stream_fetched(const cxs_stream *st) {
+    return st ? atomic_load(&((cxs_stream *)st)->fetched) : 0;
+}
+
+/* ---- a user ---------------------------------------------------------------- */
+
+int cxs_stream_user_new(cxs_stream *st, cxs_stream_user **out) {
+    cxs_stream_user *u = calloc(1, sizeof *u);
+    if (!u) return -ENOMEM;
+    u->st = st;
+    u->fd = malloc((st->n ? st->n : 1) * sizeof *u->fd);
+    u->ref = calloc(st->n ? st->n : 1, sizeof *u->ref);
+    if (!u->fd || !u->ref || cxs_origin_parse(st->url, &u->o, NULL)) {
+        cxs_stream_user_free(u);
+        return -ENOMEM;
+    }
+    for (uint32_t s = 0; s < st->n; s++) u->fd[s] = -1;
+    atomic_init(&u->cancel, 0);
+    cxs_origin_track(&u->o, NULL, &u->cancel);
+    *out = u;
+    return 0;
+}
+
+void cxs_stream_user_free(cxs_stream_user *u) {
+    if (!u) return;
+    for (uint32_t s = 0; u->fd && s < u->st->n; s++)
+        if (u->fd[s] >= 0) close(u->fd[s]); /* (its locks go with it) */
+    for (uint32_t s = 0; u->ref && s < u->st->n; s++) free(u->ref[s]);
+    free(u->fd);
+    free(u->ref);
+    free(u->buf);
+    free(u);
+}
+
+void cxs_stream_user_after_fork(cxs_stream_user *u) {
+    if (!u) return;
+    /* The descriptions are shared with the parent, and its locks with
+     * them: closing ours would not release them (the parent still has the
+     * description), and a lock of ours on them would be the parent's too.
+     * The child opens its own when it needs them. */
+    for (uint32_t s = 0; s < u->st->n; s++) {
+        if (u->fd[s] >= 0) close(u->fd[s]);
+        u->fd[s] = -1;
+        if (u->ref[s]) memset(u->ref[s], 0, u->st->sh[s].nsum * sizeof **u->ref);
+    }
+    atomic_store(&u->cancel, 0);
+}
+
+void cxs_stream_user_cancel(cxs_stream_user *u, int on) {
+    if (u) atomic_store(&u->cancel, on);
+}
+
+static int lock_fd(cxs_stream_user *u, uint32_t s, cxs_diag *d) {
+    if (u->fd[s] >= 0) return u->fd[s];
+    const sshard *h = &u->st->sh[s];
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s.have", u->st->dir, h->name);
+    int fd = open(p, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
+    if (!u->ref[s] && !(u->ref[s] = calloc(h->nsum, sizeof **u->ref))) {
+        close(fd);
+        return cxs_diagf(d, -ENOMEM, "%s: out of memory", p);
+    }
+    return u->fd[s] = fd;
+}
+
+/* fcntl lock of n offsets at `at`: type F_RDLCK, F_WRLCK or F_UNLCK; wait
+ * or not.  0 or -errno (-EAGAIN: held, not waited for). */
+static int lk(int fd, short type, uint64_t at, uint64_t n, int wait) {
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)at,
+                       .l_len = (off_t)n};
+    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl)) {
+        if (errno == EINTR) continue;
+        return errno == EACCES ? -EAGAIN : -errno;
+    }
+    return 0;
+}
+
+/* Sum blocks [*j0, *j1) holding file bytes [lo, hi) of FEATURES. */
+static void blocks_of(const sshard *h, uint64_t lo, uint64_t hi, uint64_t *j0, uint64_t *j1) {
+    if (lo < h->off) lo = h->off;
+    if (hi > h->off + h->len) hi = h->off + h->len;
+    if (hi <= lo) {
+        *j0 = *j1 = 0;
+        return;
+    }
+    *j0 = (lo - h->off) >> h->shift;
+    *j1 = ((hi - h->off - 1) >> h->shift) + 1;
+    if (*j1 > h->nsum) *j1 = h->nsum;
+}
+
+static uint64_t block_bytes(const sshard *h, uint64_t j) {
+    uint64_t B = 1ull << h->shift, a = j << h->shift;
+    return h->len - a < B ? h->len - a : B;
+}
+
+/* Evict sum block j of shard s when no reader holds it: 1 evicted. */
+static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
+    sshard *h = &u->st->sh[s];
+    if (!atomic_load(&h->have[j]) || u->ref[s][j]) return 0;
+    int fd = u->fd[s];
+    if (lk(fd, F_WRLCK, USE_AT + j, 1, 0)) return 0; /* someone reads it */
+    int done = 0;
+    if (atomic_load(&h->have[j])) {
+        atomic_store(&h->have[j], 0);
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", u->st->dir, h->name);
+        int ffd = open(p, O_RDWR | O_CLOEXEC);
+        if (ffd >= 0) {
+            fallocate(ffd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      (off_t)(h->off + (j << h->shift)), (off_t)block_bytes(h, j));
+            close(ffd);
+        }
+        done = 1;
+    }
+    lk(fd, F_UNLCK, USE_AT + j, 1, 0);
+    return done;
+}
+
+/* Room for `more` bytes under the limit: other entries evicted first (least
+ * recently used, none open), then blocks of this one no reader holds. */
+static int make_room(cxs_stream_user *u, uint64_t more, cxs_diag *d) {
+    cxs_stream *st = u->st;
+    if (!st->limit) return 0;
+    uint64_t total = cxs_cache_total(st->root);
+    if (total + more <= st->limit) return 0;
+    uint64_t freed = 0, mine = cxs_cache_dir_bytes(st->dir);
+    cxs_diag ignored;
+    cxs_cache_make_room(st->root, st->key, mine, more, st->limit, &freed, &ignored);
+    char p[4400];
+    snprintf(p, sizeof p, "%s/reserved", st->dir);
+    unlink(p); /* (make_room reserves for a whole fetch; this one counts as it goes) */
+    total = total > freed ? total - freed : 0;
+    for (uint32_t s = 0; s < st->n && total + more > st->limit; s++) {
+        sshard *h = &st->sh[s];
+        if (!h->have || lock_fd(u, s, &ignored) < 0) continue;
+        for (uint64_t j = 0; j < h->nsum && total + more > st->limit; j++)
+            if (evict(u, s, j)) total -= total < block_bytes(h, j) ? total : block_bytes(h, j);
+    }
+    if (total + more <= st->limit) return 0;
+    return cxs_diagf(d, -ENOSPC, "%s: the cache limit of %llu bytes cannot hold the blocks the "
+                     "block sampler reads at once (%llu bytes of the cache are held by readers, "
+                     "%llu more needed): give a larger --cache-limit / cache_limit= / "
+                     "CTXSHARD_CACHE_LIMIT, or a smaller memory budget (memory_bytes)", st->url,
+                     (unsigned long long)st->limit, (unsigned long long)total,
+                     (unsigned long long)more);
+}
+
+/* One range request of a fetch: sum blocks [j0, j1) of a shard. */
+typedef struct piece {
+    uint64_t j0, j1;
+} piece;
+
+typedef struct fetch_job {
+    cxs_stream_user *u;
+    uint32_t s;
+    int fd;          /* the shard file, for writing */
+    const piece *pc;
+    uint8_t **bufs;  /* per thread slot: a sum block's bytes, to check it */
+    _Atomic uint32_t slot;
+} fetch_job;
+
+/* Check sum block j of h as it lies in fd. */
+static int check_block(const cxs_stream *st, const sshard *h, int fd, uint64_t j, uint8_t *buf,
+                       cxs_diag *d) {
+    const uint64_t n = block_bytes(h, j), at = h->off + (j << h->shift);
+    for (uint64_t done = 0; done < n;) {
+        ssize_t r = pread(fd, buf + done, (size_t)(n - done), (off_t)(at + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return cxs_diagf(d, r < 0 ? -errno : CXS_E_TRUNCATED, "%s/%s: reading back bytes "
+                             "%llu..%llu: %s", st->dir, h->name, (unsigned long long)at,
+                             (unsigned long long)(at + n), r < 0 ? strerror(errno) : "short");
+        done += (uint64_t)r;
+    }
+    if (cxs_checksum_differs(XXH3_64bits(buf, (size_t)n), cxs_ld64(h->sums + 8 * j)))
+        return cxs_diagf(d, CXS_E_CHECKSUM, "%s/%s: bytes %llu..%llu (block %llu of FEATURES) "
+                         "as downloaded fail their block sum: not served", st->url, h->name,
+                         (unsigned long long)at, (unsigned long long)(at + n),
+                         (unsigned long long)j);
+    return 0;
+}
+
+static int fetch_piece(void *ctx, uint32_t i, cxs_diag *d) {
+    fetch_job *fj = ctx;
+    cxs_stream_user *u = fj->u;
+    const sshard *h = &u->st->sh[fj->s];
+    const piece *pc = &fj->pc[i];
+    const uint64_t a = h->off + (pc->j0 << h->shift);
+    uint64_t b = h->off + (pc->j1 << h->shift);
+    if (b > h->off + h->len) b = h->off + h->len;
+    uint8_t *buf = fj->bufs[atomic_fetch_add(&fj->slot, 1) % PIECES_AT_ONCE];
+    int rc = 0;
+    /* A block that arrived damaged is asked for once more before it fails. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        cxs_sink sk = {.fd = fj->fd, .at = a};
+        uint64_t got = 0;
+        rc = cxs_http_get(&u->o, h->name, a, b - a, &sk, &got, d);
+        atomic_fetch_add(&u->st->fetched, got);
+        if (rc) return rc;
+        for (uint64_t j = pc->j0; j < pc->j1 && !rc; j++)
+            rc = check_block(u->st, h, fj->fd, j, buf, d);
+        if (rc != CXS_E_CHECKSUM) break;
+    }
+    if (rc) return rc;
+    if (fdatasync(fj->fd))
+        return cxs_diagf(d, -errno, "%s/%s: %s", u->st->dir, h->name, strerror(errno));
+    for (uint64_t j = pc->j0; j < pc->j1; j++) atomic_store(&((sshard *)h)->have[j], 1);
+    return 0;
+}
+
+static void unhold(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
+    for (uint64_t j = j0; j < j1; j++)
+        if (u->ref[s][j] && !--u->ref[s][j]) lk(u->fd[s], F_UNLCK, USE_AT + j, 1, 0);
+}
+
+/* Fetch the missing blocks of [j0, j1) of shard s (held), each under its
+ * fetch lock (ascending), unless another process of the node fetched it
+ * meanwhile; at most 64 pieces a call (*again: call once more). */
+static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1,
+                         const int *stop, int *again, cxs_diag *d) {
+    cxs_stream *st = u->st;
+    sshard *h = &st->sh[s];
+    const int fd = u->fd[s];
+    piece pcs[64];
+    uint32_t np = 0;
+    uint64_t more = 0, locked_lo = j1, locked_hi = j0;
+    int rc = 0;
+    for (uint64_t j = j0; j < j1 && !rc; j++) {
+        if (atomic_load(&h->have[j])) continue;
+        if ((rc = lk(fd, F_WRLCK, FETCH_AT + j, 1, 1))) {
+            rc = cxs_diagf(d, rc, "%s/%s.have: lock: %s", st->dir, h->name, strerror(-rc));
+            break;
+        }
+        if (j < locked_lo) locked_lo = j;
+        locked_hi = j + 1;
+        if (atomic_load(&h->have[j])) { /* fetched by another meanwhile */
+            lk(fd, F_UNLCK, FETCH_AT + j, 1, 0);
+            continue;
+        }
+        if (np && pcs[np - 1].j1 == j && ((j + 1 - pcs[np - 1].j0) << h->shift) <= PIECE) {
+            pcs[np - 1].j1 = j + 1;
+        } else if (np < sizeof pcs / sizeof *pcs) {
+            pcs[np++] = (piece){j, j + 1};
+        } else { /* the rest on the next call */
+            lk(fd, F_UNLCK, FETCH_AT + j, 1, 0);
+            *again = 1;
+            break;
+        }
+        more += block_bytes(h, j);
+    }
+    if (!rc && np && __atomic_load_n(stop, __ATOMIC_RELAXED)) rc = -ECANCELED;
+    if (!rc && np) rc = make_room(u, more, d);
+    if (!rc && np) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", st->dir, h->name);
+        fetch_job fj = {.u = u, .s = s, .pc = pcs, .fd = open(p, O_RDWR | O_CLOEXEC)};
+        atomic_init(&fj.slot, 0);
+        uint8_t *bufs[PIECES_AT_ONCE] = {0};
+        fj.bufs = bufs;
+        for (unsigned t = 0; t < PIECES_AT_ONCE; t++)
+            if (!(bufs[t] = malloc((size_t)1 << h->shift))) rc = -ENOMEM;
+        if (fj.fd < 0) rc = cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
+        else if (rc) rc = cxs_diagf(d, rc, "%s: out of memory", p);
+        char what[2200];
+        snprintf(what, sizeof what, "%s/%s: features", st->url, h->name);
+        const cxs_workq q = {.one = fetch_piece, .ctx = &fj, .n = np};
+        if (!rc) rc = cxs_workq_run(&q, PIECES_AT_ONCE, what, d);
+        if (fj.fd >= 0) close(fj.fd);
+        for (unsigned t = 0; t < PIECES_AT_ONCE; t++) free(bufs[t]);
+    }
+    /* the fetch locks go (a block that failed stays missing) */
+    if (locked_hi > locked_lo) lk(fd, F_UNLCK, FETCH_AT + locked_lo, locked_hi - locked_lo, 0);
+    return rc;
+}
+
+int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
+                       const int *stop, cxs_diag *d) {
+    cxs_stream *st = u->st;
+    sshard *h = &st->sh[s];
+    uint64_t j0, j1;
+    blocks_of(h, lo, hi, &j0, &j1);
+    if (j0 == j1) return 0;
+    int fd = lock_fd(u, s, d);
+    if (fd < 0) return fd;
+    /* hold them: no eviction from here on */
+    for (uint64_t j = j0; j < j1; j++) {
+        if (u->ref[s][j]++) continue;
+        int rc = lk(fd, F_RDLCK, USE_AT + j, 1, 1);
+        if (rc) {
+            u->ref[s][j]--;
+            unhold(u, s, j0, j);
+            return cxs_diagf(d, rc, "%s/%s.have: lock: %s", st->dir, h->name, strerror(-rc));
+        }
+    }
+    int rc = 0;
+    for (int again = 1; again && !rc;) {
+        again = 0;
+        rc = fetch_missing(u, s, j0, j1, stop, &again, d);
+    }
+    if (rc) unhold(u, s, j0, j1);
+    return rc;
+}
+
+void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi) {
+    cxs_stream *st = u->st;
+    const sshard *h = &st->sh[s];
+    uint64_t j0, j1;
+    blocks_of(h, lo, hi, &j0, &j1);
+    if (j0 == j1 || u->fd[s] < 0) return;
+    unhold(u, s, j0, j1);
+    if (!st->limit || cxs_cache_total(st->root) <= st->limit) return;
+    for (uint64_t j = j0; j < j1; j++) evict(u, s, j);
+}
