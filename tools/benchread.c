@@ -26,6 +26,9 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     cxs_dataset *ds;
     double t0 = now_seconds();
     cxs_open_opts oo = {.cache_bytes = CXS_DEFAULT_CACHE_BYTES, .hugepage_budget = o->hugepages};
+    /* a URL read in block order is streamed: its features come as the
+     * loader reads them (--no-stream: fetched whole first) */
+    if (o->sampler == CXS_SAMPLER_BLOCK && !o->no_stream) oo.flags = CXS_OPEN_STREAM;
     int rc = open_dataset(dir, &oo, &ds);
     if (rc) return rc;
     double t_open = now_seconds() - t0;
@@ -111,7 +114,13 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     if (io != UINT64_MAX)
         printf("  read from disk: %llu bytes (%.2f of the features)\n", (unsigned long long)io,
                (double)io / (double)in.feature_bytes);
-    if (g_was_fetched)
+    if (g_was_fetched && g_fetched.streamed)
+        printf("  fetched from the URL: %llu bytes at open (the metadata, %.2f s), %llu bytes of "
+               "features while reading (%.3f of the features; streamed)\n",
+               (unsigned long long)g_fetched.bytes_fetched, g_fetched.seconds,
+               (unsigned long long)cxs_dataset_fetched(ds),
+               (double)cxs_dataset_fetched(ds) / (double)in.feature_bytes);
+    else if (g_was_fetched)
         printf("  fetched from the URL: %llu bytes of the dataset's %llu (%s, %.2f s)\n",
                (unsigned long long)g_fetched.bytes_fetched,
                (unsigned long long)g_fetched.dataset_bytes,

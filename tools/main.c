@@ -292,7 +292,7 @@ static const char *const usage_bench =
     "usage: ctxshard bench-read OUT [--context K] [--batch B] [--threads N]\n"
     "                           [--batches M] [--sampler shuffle|sequential|weighted|block]\n"
     "                           [--memory SIZE] [--blocks N] [--seed S] [--hugepages SIZE]\n"
-    "                           [--order-stats]\n"
+    "                           [--order-stats] [--no-stream]\n"
     "\n"
     "Run the prefetching loader over OUT and print samples/s and GB/s of window\n"
     "data served (float32), with the time to open and to the first batch, and\n"
@@ -313,7 +313,10 @@ static const char *const usage_bench =
     "  --order-stats  read nothing; say how random each order is: utterances per\n"
     "                 batch (mean, min) and the spread of an utterance's frames\n"
     "                 over the epoch, for sequential, shuffle and (with --memory)\n"
-    "                 block order, with --batch and --seed\n";
+    "                 block order, with --batch and --seed\n"
+    "  --no-stream    OUT a URL, block sampler: fetch the whole dataset into the\n"
+    "                 cache first (by default only its metadata is fetched at open\n"
+    "                 and the features block by block as the loader reads them)\n";
 
 static const char *const usage_bench_utt =
     "usage: ctxshard bench-utt OUT --frame-budget N [--threads N] [--buckets N]\n"
@@ -383,7 +386,7 @@ enum {
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
     O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS, O_TEXT, O_ALI,
-    O_NOSORT, O_FILL, O_BLOCKSUMS, O_HUGEPAGES
+    O_NOSORT, O_FILL, O_BLOCKSUMS, O_HUGEPAGES, O_NOSTREAM
 };
 
 static const char *const usage_push =
@@ -481,6 +484,7 @@ static const struct option longopts[] = {
     {"bf16", no_argument, 0, O_BF16},             {"check", no_argument, 0, O_CHECK},
     {"memory", required_argument, 0, O_MEMORY},
     {"hugepages", required_argument, 0, O_HUGEPAGES},
+    {"no-stream", no_argument, 0, O_NOSTREAM},
     {"force", no_argument, 0, O_FORCE},
     {"order-stats", no_argument, 0, O_ORDERSTATS},
     {"blocks", required_argument, 0, O_BLOCKS},
@@ -517,7 +521,7 @@ static int allowed(const char *cmd, int opt) {
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS,
                     O_STATSFROM}},
         {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY,
-                        O_ORDERSTATS, O_BLOCKS, O_HUGEPAGES}},
+                        O_ORDERSTATS, O_BLOCKS, O_HUGEPAGES, O_NOSTREAM}},
         {"bench-utt", {O_FRAMEBUDGET, O_THREADS, O_BUCKETS, O_BATCHES, O_SEED, O_MEMORY,
                        O_BLOCKS, O_JSON}},
         {"warm", {O_FORCE, O_QUIET, O_JSON}},
@@ -667,7 +671,7 @@ int main(int argc, char **argv) {
                     CXS_TRANSCRIPTS_FRAMES, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
-    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0, 0};
+    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0, 0, 0};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
     bench_utt_opts bu = {0, 0, 0, 0, 0, 0, 0, 0};
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -828,6 +832,9 @@ int main(int argc, char **argv) {
         case O_HUGEPAGES:
             if (parse_size(optarg, &bo.hugepages) || !bo.hugepages)
                 return usage_error(usage, "--hugepages: '%s' is not a size (bytes, or with K, M, G)", optarg);
+            break;
+        case O_NOSTREAM:
+            bo.no_stream = 1;
             break;
         case O_BLOCKS:
             if (parse_u64(optarg, &v) || v < 1 || v > 1024)

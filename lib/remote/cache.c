@@ -626,15 +626,12 @@ static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_giv
         if (op == LOCK_EX) break;
         flock(f->lock_fd, LOCK_UN);
     }
-    /* Exclusive: a streamed entry (or a stream's set-up cut short) that is
-     * to be fetched whole, or set up again, starts empty: its sparse
-     * shard files are not a download to resume. */
-    snprintf(p, sizeof p, "%s/stream", dir);
-    if (exists(p) && (rc = remove_entry(dir))) {
-        rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
-        goto out;
-    }
     if (stream) {
+        snprintf(p, sizeof p, "%s/stream", dir); /* a set-up cut short starts again */
+        if (exists(p) && (rc = remove_entry(dir))) {
+            rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
+            goto out;
+        }
         rc = stream_setup(o, url, root, key, dir, &man, sizes, m.num_shards, limit, progress,
                           user, f, d);
         if (rc != 1) goto out; /* set up (0), or refused */
@@ -642,9 +639,18 @@ static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_giv
     }
     if (limit && need > limit) {
         rc = cxs_diagf(d, -ENOSPC, "%s: the dataset is %llu bytes, more than the cache limit of "
-                       "%llu bytes (--cache-limit, cache_limit=, CTXSHARD_CACHE_LIMIT): this "
-                       "version keeps a whole remote dataset in the cache; give a limit of at "
-                       "least its size", url, (unsigned long long)need, (unsigned long long)limit);
+                       "%llu bytes (--cache-limit, cache_limit=, CTXSHARD_CACHE_LIMIT): read "
+                       "whole, a remote dataset is kept whole in the cache; give a limit of at "
+                       "least its size, or read it in block order, which streams it (a Loader "
+                       "with shuffle=\"block\", bench-read --sampler block, CXS_OPEN_STREAM)", url, (unsigned long long)need, (unsigned long long)limit);
+        goto out;
+    }
+    /* Exclusive: a streamed entry (or a stream's set-up cut short) that is
+     * to be fetched whole, or set up again, starts empty: its sparse
+     * shard files are not a download to resume. */
+    snprintf(p, sizeof p, "%s/stream", dir);
+    if (exists(p) && (rc = remove_entry(dir))) {
+        rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
         goto out;
     }
     uint64_t have = cxs_cache_dir_bytes(dir), freed = 0;

@@ -225,6 +225,12 @@ static uint64_t block_bytes(const sshard *h, uint64_t j) {
     return h->len - a < B ? h->len - a : B;
 }
 
+/* What sum block j takes on disk: its bytes in whole pages (FEATURES
+ * starts on a page, and every sum block but the last is pages long). */
+static uint64_t block_disk(const sshard *h, uint64_t j) {
+    return (block_bytes(h, j) + CXS_PAGE - 1) & ~(uint64_t)(CXS_PAGE - 1);
+}
+
 /* Evict sum block j of shard s when no reader holds it: 1 evicted. */
 static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
     sshard *h = &u->st->sh[s];
@@ -249,10 +255,14 @@ static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
 }
 
 /* Room for `more` bytes under the limit: other entries evicted first (least
- * recently used, none open), then blocks of this one no reader holds. */
+ * recently used, none open), then blocks of this one no reader holds.  The
+ * files' disk use (st_blocks) counts the filesystem's own blocks too: a
+ * sparse file in many pieces needs extent blocks (ext4: one per 340
+ * pieces beyond 4), so a page per shard file is kept free besides. */
 static int make_room(cxs_stream_user *u, uint64_t more, cxs_diag *d) {
     cxs_stream *st = u->st;
     if (!st->limit) return 0;
+    more += (uint64_t)st->n * CXS_PAGE;
     uint64_t total = cxs_cache_total(st->root);
     if (total + more <= st->limit) return 0;
     uint64_t freed = 0, mine = cxs_cache_dir_bytes(st->dir);
@@ -266,7 +276,7 @@ static int make_room(cxs_stream_user *u, uint64_t more, cxs_diag *d) {
         sshard *h = &st->sh[s];
         if (!h->have || lock_fd(u, s, &ignored) < 0) continue;
         for (uint64_t j = 0; j < h->nsum && total + more > st->limit; j++)
-            if (evict(u, s, j)) total -= total < block_bytes(h, j) ? total : block_bytes(h, j);
+            if (evict(u, s, j)) total -= total < block_disk(h, j) ? total : block_disk(h, j);
     }
     if (total + more <= st->limit) return 0;
     return cxs_diagf(d, -ENOSPC, "%s: the cache limit of %llu bytes cannot hold the blocks the "
@@ -378,7 +388,7 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
             *again = 1;
             break;
         }
-        more += block_bytes(h, j);
+        more += block_disk(h, j);
     }
     if (!rc && np && __atomic_load_n(stop, __ATOMIC_RELAXED)) rc = -ECANCELED;
     if (!rc && np) rc = make_room(u, more, d);

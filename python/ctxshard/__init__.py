@@ -857,6 +857,10 @@ class Dataset:
         if self.compressed:
             raise ValueError("window: a compressed dataset has no zero-copy views; "
                              "use gather() or utterance()")
+        if self.streamed:
+            raise ValueError(f"window: {self.url}: the dataset is open to stream (its features "
+                             "come as a Loader with shuffle=\"block\" reads them); open it "
+                             "without stream to read them otherwise")
         if k > self._info.guard:
             raise ValueError(f"window: k={k} exceeds the guard ({self._info.guard}); "
                              "use gather(), which pads any k")

@@ -563,6 +563,28 @@ class ThroughS3(unittest.TestCase):
             os.environ.clear()
             os.environ.update(old)
 
+    def test_streamed_block_order_is_exact(self):
+        """A block Loader over s3:// streams (signed range requests for the
+        metadata, then for each block) and serves the local dataset's
+        batches."""
+        import torch
+        from ctxshard.torch import Loader
+        old = dict(os.environ)
+        os.environ.update(self.env())
+        try:
+            kw = dict(shuffle="block", memory="3M", seed=3, threads=2)
+            rem = Loader("s3://bucket/sets/a", 3, 64, cache=os.path.join(TMP, "c-s3s"), **kw)
+            self.assertTrue(rem.dataset.streamed)
+            n = 0
+            for (xa, ya), (xb, yb) in zip(Loader(self.a, 3, 64, **kw), rem):
+                self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+                n += 1
+            self.assertGreater(n, 0)
+            self.assertGreater(rem.dataset.bytes_fetched, 0)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
     def test_push_then_read(self):
         """ctxshard.push to S3 (signed PutObjects), then the dataset read
         back through the cache; with a wrong secret the upload is refused

@@ -1,0 +1,268 @@
+"""Streaming a dataset at a URL in block order (CXS_OPEN_STREAM, a Loader
+with shuffle="block" over a URL), against nginx on 127.0.0.1: open fetches
+the metadata alone; the features arrive block by block as the loader reads
+them, each checked against its block sum first.  Every batch equals the
+local dataset's; each byte is downloaded once per node, also with two
+processes streaming at once; a cache smaller than the dataset stays under
+its limit; a damaged block is never served; a server gone mid-epoch ends
+in an error naming the URL; every other reader of a streamed dataset is
+refused; a dataset that cannot be streamed is fetched whole or refused.
+
+usage: /usr/bin/python3 tests/python/stream_test.py BUILD_DIR SOURCE_ROOT"""
+import errno
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import remote_test as R  # noqa: E402  (its servers, datasets, TMP and environment)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import ctxshard  # noqa: E402
+from ctxshard.torch import Loader, UtteranceLoader  # noqa: E402
+
+FEATURES = 4  # the section type (spec/format.md, 3.2)
+PAGE = 4096
+KW = dict(shuffle="block", memory="3M", seed=7, threads=2)  # blocks of 349,525 bytes
+
+
+def make(name, *pack_args):
+    """60 utterances in shards of about 1 MiB (9.3 MB in all), local."""
+    raw, out = os.path.join(R.TMP, name + "-raw"), os.path.join(R.TMP, name)
+    for argv in (["synth", raw, "--utts", "60", "--seed", "5", "--quiet"],
+                 ["pack", raw, out, "--shard-size", "1M", "--quiet", *pack_args]):
+        p = R.run(*argv)
+        assert p.returncode == 0, p.stderr
+    shutil.rmtree(raw)
+    return out
+
+
+def features_of(path):
+    """(offset, length) of a shard file's FEATURES, from its section table."""
+    with open(path, "rb") as f:
+        head = f.read(PAGE)
+    n = struct.unpack_from("<I", head, 24)[0]
+    for i in range(n):
+        t, _, off, length, _ = struct.unpack_from("<IIQQQ", head, 64 + 32 * i)
+        if t == FEATURES:
+            return off, length
+    raise AssertionError(path + ": no FEATURES")
+
+
+def once_bytes(ds_dir):
+    """The bytes of the shard files a stream downloads when it reads each
+    byte once: all but FEATURES's page padding (a hole, never asked for)."""
+    total = 0
+    for f in os.listdir(ds_dir):
+        if f.startswith("shard-"):
+            p = os.path.join(ds_dir, f)
+            off, length = features_of(p)
+            pad = -(off + length) % PAGE
+            total += os.path.getsize(p) - pad
+    return total
+
+
+def feature_bytes(ds_dir):
+    return sum(features_of(os.path.join(ds_dir, f))[1] for f in os.listdir(ds_dir)
+               if f.startswith("shard-"))
+
+
+def entry_bytes(cache):
+    return sum(e["bytes"] for e in ctxshard.cache_entries(cache))
+
+
+class Streaming(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.www = os.path.join(R.TMP, "swww")
+        os.makedirs(cls.www)
+        os.chmod(cls.www, 0o755)
+        cls.a = make("s")
+        cls.nb = make("nosums", "--block-sums", "off")
+        for d in (cls.a, cls.nb):
+            shutil.copytree(d, os.path.join(cls.www, os.path.basename(d)))
+        # a copy with one byte of one block of FEATURES changed (its block
+        # sum no longer matches; every other checksum is as packed)
+        cls.dmg = os.path.join(cls.www, "dmg")
+        shutil.copytree(cls.a, cls.dmg)
+        victim = os.path.join(cls.dmg, "shard-000002.cxs")
+        off, length = features_of(victim)
+        cls.damaged_at = off + length // 2
+        with open(victim, "r+b") as f:
+            f.seek(cls.damaged_at)
+            b = f.read(1)
+            f.seek(cls.damaged_at)
+            f.write(bytes([b[0] ^ 0x40]))
+        cls.ng = R.Nginx(cls.www)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ng.stop()
+
+    def cache(self, name):
+        return os.path.join(R.TMP, "scache-" + name)
+
+    def shard_bytes_served(self, since, name):
+        return sum(b for p, st, b in self.ng.requests()[since:] if p.startswith(f"/{name}/shard-"))
+
+    def test_block_epochs_are_exact_and_each_byte_comes_once(self):
+        """Epoch 0 fetches every feature byte once, epoch 1 none (the cache
+        holds them), a new loader on the cache none either; every batch
+        equals the local dataset's."""
+        before = len(self.ng.requests())
+        cache = self.cache("exact")
+        loc = Loader(self.a, 3, 100, **KW)
+        rem = Loader(self.ng.url("s"), 3, 100, cache=cache, **KW)
+        self.assertTrue(rem.dataset.streamed)
+        self.assertEqual(rem.dataset.bytes_fetched, 0)
+        # the metadata alone at open
+        self.assertEqual(self.shard_bytes_served(before, "s"),
+                         once_bytes(self.a) - feature_bytes(self.a))
+        for epoch, fetched in ((0, feature_bytes(self.a)), (1, 0)):
+            loc.set_epoch(epoch)
+            rem.set_epoch(epoch)
+            f0, n = rem.dataset.bytes_fetched, 0
+            for (xa, ya), (xb, yb) in zip(loc, rem):
+                self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb), (epoch, n))
+                n += 1
+            self.assertEqual(n, len(loc))
+            self.assertEqual(rem.dataset.bytes_fetched - f0, fetched, epoch)
+        self.assertEqual(self.shard_bytes_served(before, "s"), once_bytes(self.a))
+        rem2 = Loader(self.ng.url("s"), 3, 100, cache=cache, **KW)
+        self.assertTrue(rem2.dataset.streamed)
+        for (xa, ya), (xb, yb) in zip(Loader(self.a, 3, 100, **KW), rem2):
+            self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+        self.assertEqual(rem2.dataset.bytes_fetched, 0)
+        self.assertEqual(self.shard_bytes_served(before, "s"), once_bytes(self.a))
+
+    def test_a_cache_smaller_than_the_dataset_stays_under_its_limit(self):
+        limit = 5 << 20  # the dataset is 9.3 MB; a round holds about 4 MB
+        cache = self.cache("small")
+        loc = Loader(self.a, 3, 100, **KW)
+        rem = Loader(self.ng.url("s"), 3, 100, cache=cache, cache_limit=limit, **KW)
+        for epoch in (0, 1):
+            loc.set_epoch(epoch)
+            rem.set_epoch(epoch)
+            most = 0
+            for (xa, ya), (xb, yb) in zip(loc, rem):
+                self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+                most = max(most, entry_bytes(cache))
+            self.assertLessEqual(most, limit)
+            self.assertGreater(most, limit // 2)
+        # some blocks were evicted and fetched again: more than once over
+        # two epochs, less than twice (the edges of blocks shared by two
+        # are what a tight cache fetches again within an epoch)
+        self.assertGreater(rem.dataset.bytes_fetched, feature_bytes(self.a))
+        self.assertLess(rem.dataset.bytes_fetched, 2 * feature_bytes(self.a))
+
+    def test_a_limit_below_what_a_round_holds_is_refused_with_the_numbers(self):
+        rem = Loader(self.ng.url("s"), 3, 100, cache=self.cache("tiny"), cache_limit="2M",
+                     **KW)
+        with self.assertRaises(OSError) as cm:
+            for _ in rem:
+                pass
+        self.assertEqual(cm.exception.errno, errno.ENOSPC)
+        self.assertIn(self.ng.url("s") + ": the cache limit of 2097152 bytes cannot hold the "
+                      "blocks the block sampler reads at once", str(cm.exception))
+        self.assertLessEqual(entry_bytes(self.cache("tiny")), 2 << 20)
+
+    def test_two_processes_streaming_at_once_download_each_byte_once(self):
+        before = len(self.ng.requests())
+        code = ("import sys, hashlib, ctxshard.torch as ct\n"
+                "h = hashlib.sha256()\n"
+                "for x, y in ct.Loader(sys.argv[1], 3, 100, cache=sys.argv[2], "
+                "shuffle='block', memory='3M', seed=7, threads=2):\n"
+                "    h.update(x.numpy().tobytes()); h.update(y.numpy().tobytes())\n"
+                "print(h.hexdigest())\n")
+        env = dict(os.environ, PYTHONPATH=os.path.join(R.SRC, "python"))
+        ps = [subprocess.Popen([sys.executable, "-c", code, self.ng.url("s"),
+                                self.cache("shared")], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=240) for p in ps]
+        for p, (out, err) in zip(ps, outs):
+            self.assertEqual(p.returncode, 0, err)
+        import hashlib
+        h = hashlib.sha256()
+        for x, y in Loader(self.a, 3, 100, **KW):
+            h.update(x.numpy().tobytes())
+            h.update(y.numpy().tobytes())
+        self.assertEqual([o.strip() for o, _ in outs], [h.hexdigest()] * 2)
+        self.assertEqual(self.shard_bytes_served(before, "s"), once_bytes(self.a))
+
+    def test_a_damaged_block_is_never_served(self):
+        loc = Loader(self.a, 3, 100, **KW)
+        rem = Loader(self.ng.url("dmg"), 3, 100, cache=self.cache("dmg"), **KW)
+        served = 0
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            for (xa, ya), (xb, yb) in zip(loc, rem):
+                self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+                served += 1
+        self.assertLess(served, len(loc))
+        self.assertIn("shard-000002.cxs", str(cm.exception))
+        self.assertIn("fail their block sum: not served", str(cm.exception))
+        # the damaged sum block is not marked as there
+        have = open(os.path.join(rem.dataset.cached_at, "shard-000002.cxs.have"), "rb").read()
+        off, _ = features_of(os.path.join(self.dmg, "shard-000002.cxs"))
+        self.assertEqual(have[(self.damaged_at - off) >> 16], 0)
+
+    def test_server_gone_mid_epoch_names_the_url(self):
+        ng = R.Nginx(self.www)
+        url = ng.url("s")
+        loc = Loader(self.a, 3, 100, **KW)
+        rem = Loader(url, 3, 100, cache=self.cache("gone"), **KW)
+        it_l, it_r = iter(loc), iter(rem)
+        xa, _ = next(it_l)
+        xb, _ = next(it_r)
+        self.assertTrue(torch.equal(xa, xb))
+        ng.stop()
+        t0 = time.monotonic()
+        with self.assertRaises(OSError) as cm:
+            for (xa, ya), (xb, yb) in zip(it_l, it_r):
+                self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+        self.assertLess(time.monotonic() - t0, 60)  # the retries end it: no hang
+        self.assertIn(url + "/shard-", str(cm.exception))
+        self.assertIn("after 3 attempts", str(cm.exception))
+
+    def test_every_other_reader_of_a_streamed_dataset_is_refused(self):
+        url = self.ng.url("s")
+        ds = ctxshard.open(url, cache=self.cache("refuse"), stream=True)
+        self.assertTrue(ds.streamed)
+        said = "the dataset is open to stream"
+        frames = np.arange(10, dtype=np.uint64)
+        for call in (lambda: ds.gather(frames, 3), lambda: ds.window(5, 3),
+                     lambda: ds.utterance(0), lambda: ds.verify(), lambda: ds.warm(),
+                     lambda: next(iter(UtteranceLoader(ds, frame_budget=20000))),
+                     lambda: list(Loader(ds, 3, 100, shuffle=True))):
+            with self.assertRaises((ctxshard.CtxshardError, ValueError)) as cm:
+                call()
+            self.assertIn(said, str(cm.exception))
+        ds.close()
+        # opened whole, the same URL and cache serve everything (fetched and verified)
+        with ctxshard.open(url, cache=self.cache("refuse")) as r, ctxshard.open(self.a) as lo:
+            self.assertFalse(r.streamed)
+            R.same(self, r, lo)
+
+    def test_a_dataset_without_block_sums_is_fetched_whole_or_refused(self):
+        url = self.ng.url("nosums")
+        with self.assertRaises(OSError) as cm:
+            Loader(url, 3, 100, cache=self.cache("nb-small"), cache_limit="5M", **KW)
+        self.assertEqual(cm.exception.errno, errno.ENOSPC)
+        self.assertIn("has no block sums", str(cm.exception))
+        loc = Loader(self.nb, 3, 100, **KW)
+        rem = Loader(url, 3, 100, cache=self.cache("nb"), **KW)
+        self.assertFalse(rem.dataset.streamed)  # fetched whole and verified instead
+        for (xa, ya), (xb, yb) in zip(loc, rem):
+            self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+
+
+if __name__ == "__main__":
+    try:
+        unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=2)
+    finally:
+        shutil.rmtree(R.TMP, ignore_errors=True)
