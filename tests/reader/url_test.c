@@ -3,7 +3,9 @@
  * Python's http.server on 127.0.0.1 is opened through an empty cache (every
  * window and utterance equal to the local dataset's), again from the
  * complete cache (the manifest only), with a progress callback that stops
- * the download, and listed, pruned and cleared; a 404 and a server gone
+ * the download, and listed, pruned and cleared; opened to stream and read
+ * by two block loaders at once (the fetch locks and holds of
+ * lib/remote/stream.c; each block fetched once); a 404 and a server gone
  * name the URL.  tests/python/remote_test.py covers nginx, S3 and
  * misbehaving servers.
  *
@@ -48,14 +50,33 @@ static int serving(void) {
     return ok;
 }
 
+/* Python's http.server, answering a Range header with its bytes (206) */
+static const char *const serve_py =
+    "import http.server, os, re, sys\n"
+    "class H(http.server.SimpleHTTPRequestHandler):\n"
+    "    def send_head(self):\n"
+    "        m = re.match(r'bytes=(\\d+)-(\\d+)$', self.headers.get('Range', ''))\n"
+    "        p = self.translate_path(self.path)\n"
+    "        if not m or not os.path.isfile(p):\n"
+    "            return super().send_head()\n"
+    "        f = open(p, 'rb'); n = os.fstat(f.fileno()).st_size\n"
+    "        lo, hi = int(m.group(1)), min(int(m.group(2)), n - 1)\n"
+    "        f.seek(lo); body = f.read(hi - lo + 1); f.close()\n"
+    "        self.send_response(206)\n"
+    "        self.send_header('Content-Range', 'bytes %d-%d/%d' % (lo, hi, n))\n"
+    "        self.send_header('Content-Length', str(len(body)))\n"
+    "        self.end_headers()\n"
+    "        import io; return io.BytesIO(body)\n"
+    "os.chdir(sys.argv[2])\n"
+    "http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n";
+
 static void start_server(void) {
     server = fork();
     if (server == 0) {
         char p[16];
         snprintf(p, sizeof p, "%d", port);
         if (!freopen("/dev/null", "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
-        execl("/usr/bin/python3", "python3", "-m", "http.server", p, "--bind", "127.0.0.1",
-              "--directory", dir, (char *)NULL);
+        execl("/usr/bin/python3", "python3", "-c", serve_py, p, dir, (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 400 && !serving(); i++) usleep(25000);
@@ -150,6 +171,90 @@ TEST(open_through_the_cache) {
 }
 END_TEST
 
+/* One epoch of a block loader over ds: every batch equals the gather of
+ * its frames from the local dataset l. */
+static void block_epoch_exact(cxs_dataset *ds, cxs_dataset *l, uint64_t seed, uint64_t memory,
+                              int *rc_out, cxs_diag *d) {
+    cxs_sampler_opts so;
+    cxs_sampler_opts_init(&so);
+    so.kind = CXS_SAMPLER_BLOCK, so.seed = seed, so.memory_bytes = memory, so.blocks = 4;
+    cxs_sampler *s;
+    ck_assert_msg(cxs_sampler_create_ex(ds, &so, &s, d) == 0, "%s", d->message);
+    cxs_loader_opts lo;
+    cxs_loader_opts_init(&lo);
+    lo.k = 2, lo.batch_size = 97, lo.threads = 2, lo.labels = 1;
+    cxs_loader *ld;
+    ck_assert_msg(cxs_loader_create_ex(ds, s, &lo, 0, 0, &ld, d) == 0, "%s", d->message);
+    cxs_info in;
+    cxs_dataset_info(l, &in);
+    const size_t row = 5 * (size_t)in.dim;
+    float *x = malloc(sizeof *x * row * 97);
+    int64_t *y = malloc(sizeof *y * 97);
+    const cxs_batch *b;
+    uint64_t served = 0;
+    int rc;
+    while (!(rc = cxs_loader_next_ex(ld, &b, d)) && b) {
+        EXPECT_INT(cxs_dataset_gather(l, b->frames, b->n, 2, 0, 1, x, y), 0);
+        ck_assert(!memcmp(x, b->x, sizeof *x * row * b->n));
+        ck_assert(!memcmp(y, b->y, sizeof *y * b->n));
+        served += b->n;
+    }
+    *rc_out = rc;
+    if (!rc) EXPECT_UINT(served, in.num_frames);
+    free(x);
+    free(y);
+    cxs_loader_free(ld);
+    cxs_sampler_free(s);
+}
+
+TEST(streamed_in_block_order) {
+    char scache[400];
+    snprintf(scache, sizeof scache, "%s/stream-cache", dir);
+    cxs_open_opts oo;
+    cxs_open_opts_init(&oo);
+    oo.cache_dir = scache;
+    oo.flags = CXS_OPEN_STREAM;
+    cxs_diag d;
+    cxs_fetch_info fi;
+    cxs_dataset *r = NULL, *r2 = NULL, *l = NULL;
+    ck_assert_msg(cxs_url_fetch(url, &oo, NULL, NULL, &fi, &r, &d) == 0, "%s", d.message);
+    EXPECT_INT(fi.streamed, 1);
+    EXPECT(fi.bytes_fetched < fi.dataset_bytes / 4); /* the metadata alone */
+    ck_assert_msg(cxs_dataset_open(packed, &l, &d) == 0, "%s", d.message);
+    cxs_info in;
+    cxs_dataset_info(l, &in);
+    EXPECT_UINT(cxs_dataset_fetched(r), 0);
+    /* nothing else reads a streamed dataset's features */
+    uint64_t f0 = 0;
+    float w[5 * 64];
+    EXPECT_INT(cxs_dataset_gather_ex(r, &f0, 1, 2, 0, NULL, 1, w, NULL, &d), CXS_E_UNSUPPORTED);
+    EXPECT_STR_HAS(d.message, "open to stream");
+    EXPECT_INT(cxs_dataset_verify(r, NULL, NULL, &d), CXS_E_UNSUPPORTED);
+    /* two loaders at once, each block fetched once: each its own locks */
+    int rc1, rc2;
+    block_epoch_exact(r, l, 1, 1u << 20, &rc1, &d);
+    ck_assert_msg(rc1 == 0, "%s", d.message);
+    EXPECT_UINT(cxs_dataset_fetched(r), in.feature_bytes);
+    ck_assert_msg(cxs_dataset_open_ex(url, &oo, &r2, &d) == 0, "%s", d.message);
+    block_epoch_exact(r2, l, 2, 1u << 20, &rc2, &d);
+    ck_assert_msg(rc2 == 0, "%s", d.message);
+    EXPECT_UINT(cxs_dataset_fetched(r2), 0); /* the cache had every block */
+    cxs_dataset_close(r2);
+    cxs_dataset_close(r);
+    /* a limit that holds the metadata but not a round: the loader says so */
+    uint64_t freed;
+    EXPECT_INT(cxs_cache_clear(scache, &freed, &d), 0);
+    oo.cache_limit = fi.bytes_fetched + (160u << 10);
+    ck_assert_msg(cxs_dataset_open_ex(url, &oo, &r, &d) == 0, "%s", d.message);
+    block_epoch_exact(r, l, 1, 1u << 20, &rc1, &d);
+    EXPECT_INT(rc1, -ENOSPC);
+    EXPECT_STR_HAS(d.message, "cannot hold the blocks the block sampler reads at once");
+    cxs_dataset_close(r);
+    cxs_dataset_close(l);
+    EXPECT_INT(cxs_cache_clear(scache, &freed, &d), 0);
+}
+END_TEST
+
 TEST(refusals_name_the_url) {
     cxs_open_opts oo;
     cxs_open_opts_init(&oo);
@@ -205,7 +310,7 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
     if (system(cmd)) return 3;
     setenv("CTXSHARD_HTTP_TIMEOUT", "5", 1);
-    const TTest *t[] = {open_through_the_cache, refusals_name_the_url};
+    const TTest *t[] = {open_through_the_cache, streamed_in_block_order, refusals_name_the_url};
     const cxs_group g[] = {{"url", 120, NULL, NULL, t, CXS_N(t), NULL}};
     int failed = cxs_run_groups("url", g, CXS_N(g), 0);
     stop_server();
