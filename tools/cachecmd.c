@@ -41,12 +41,13 @@ static int show(void *user, const cxs_cache_entry *e) {
         printf(", \"dir\": ");
         json_str(e->dir);
         printf(", \"bytes\": %" PRIu64 ", \"last_used\": %" PRId64
-               ", \"complete\": %s, \"in_use\": %s}",
+               ", \"complete\": %s, \"streamed\": %s, \"in_use\": %s}",
                e->bytes, e->last_used, e->complete ? "true" : "false",
-               e->in_use ? "true" : "false");
+               e->streamed ? "true" : "false", e->in_use ? "true" : "false");
     } else {
         printf("%10s  %s  %-10s %s\n    %s\n", human_bytes((double)e->bytes, b, sizeof b), when,
-               e->in_use ? "open" : e->complete ? "" : "partial", e->url, e->dir);
+               e->in_use ? "open" : e->complete ? "" : e->streamed ? "streamed" : "partial",
+               e->url, e->dir);
     }
     l->n++;
     l->bytes += e->bytes;

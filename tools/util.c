@@ -55,8 +55,7 @@ static int fetch_tick(void *user, uint64_t done, uint64_t total) {
 int open_dataset(const char *path, const cxs_open_opts *opts, cxs_dataset **ds) {
     cxs_diag d = {0};
     int rc;
-    if (!strncmp(path, "http://", 7) || !strncmp(path, "https://", 8) ||
-        !strncmp(path, "s3://", 5)) {
+    if (cxs_is_url(path)) {
         /* a URL: into the cache first, with a progress bar on a terminal
          * and Ctrl-C stopping it (what arrived is kept for the next try) */
         progress p;

@@ -388,6 +388,12 @@ CXS_API int cxs_url_fetch(const char *url, const cxs_open_opts *opts, cxs_progre
                           void *user, cxs_fetch_info *info, cxs_dataset **out, cxs_diag *diag);
 
 /**
+ * Whether path is a URL that cxs_dataset_open fetches (http://, https://,
+ * s3://) rather than a local path: 1 or 0 (0 for NULL).
+ */
+CXS_API int cxs_is_url(const char *path);
+
+/**
  * Bytes of features this process has downloaded for ds since it was
  * opened to stream (CXS_OPEN_STREAM: blocks the block loader read that
  * the cache did not hold); 0 for any other dataset.
@@ -425,9 +431,13 @@ typedef struct cxs_cache_entry {
     const char *dir;    /**< its copy (a dataset directory) */
     uint64_t bytes;     /**< on disk */
     int64_t last_used;  /**< the last open, Unix seconds */
-    uint32_t complete;  /**< 1: downloaded and verified; 0: an interrupted fetch */
+    uint32_t complete;  /**< 1: downloaded and verified; 0: an interrupted fetch,
+                             or streamed */
     uint32_t in_use;    /**< 1: open in some process, or being fetched, now */
-    uint64_t reserved[CXS_INFO_RESERVED]; /**< zero */
+    uint32_t streamed;  /**< 1: its metadata, and the blocks of its features
+                             that streaming fetched (CXS_OPEN_STREAM) */
+    uint32_t pad_;      /**< zero */
+    uint64_t reserved[CXS_INFO_RESERVED - 1]; /**< zero */
 } cxs_cache_entry;
 
 /** Called with each entry; a non-zero return stops the listing. */

@@ -711,6 +711,8 @@ static int stream_attach(cxs_dataset *ds, const char *url, const cxs_fetch *f, c
     return rc;
 }
 
+int cxs_is_url(const char *path) { return cxs_url_is_remote(path); }
+
 uint64_t cxs_dataset_fetched(const cxs_dataset *ds) {
     return ds ? cxs_stream_fetched(ds->stream) : 0;
 }

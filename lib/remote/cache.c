@@ -81,6 +81,18 @@ static int root_of(const char *given, char *root, size_t cap, cxs_diag *d) {
     if ((rc = mkdir_p(root)))
         return cxs_diagf(d, rc, "%s: cannot make the cache directory: %s (give another with "
                          "--cache DIR, cache=, or CTXSHARD_CACHE)", root, strerror(-rc));
+    /* The last resort (no HOME) is in /tmp, where another user could have
+     * made it first, to serve this one data of their choosing: it must be
+     * this user's own directory, writable by no one else. */
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "/tmp/ctxshard-cache-%ld", (long)getuid());
+    struct stat st;
+    if (!strcmp(root, tmp) &&
+        (lstat(root, &st) || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+         (st.st_mode & 022)))
+        return cxs_diagf(d, -EPERM, "%s: not a directory of this user's that only it may write "
+                         "(another user may have made it): give a cache directory with --cache "
+                         "DIR, cache=, or CTXSHARD_CACHE", root);
     return 0;
 }
 
@@ -161,6 +173,21 @@ static int lock_wait(int fd, int op) {
         if (errno != EINTR) return -errno;
     }
     return 0;
+}
+
+/* lock_wait for an entry's lock, which another process may hold for a
+ * whole download: progress (may be NULL) is called every 100 ms while it
+ * waits, with 0 of total, and a non-zero return stops the wait
+ * (-ECANCELED): a Ctrl-C in a process waiting for another's download. */
+static int lock_entry(int fd, int op, cxs_progress_fn progress, void *user, uint64_t total) {
+    if (!progress) return lock_wait(fd, op);
+    for (;;) {
+        if (!flock(fd, op | LOCK_NB)) return 0;
+        if (errno != EWOULDBLOCK && errno != EINTR) return -errno;
+        if (progress(user, 0, total)) return -ECANCELED;
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static int open_lock(const char *root, const char *key) {
@@ -604,8 +631,11 @@ static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_giv
      * complete. */
     snprintf(p, sizeof p, "%s/complete", dir);
     for (int op = LOCK_SH;; op = LOCK_EX) {
-        if ((rc = lock_wait(f->lock_fd, op))) {
-            rc = cxs_diagf(d, rc, "%s/%s.lock: %s", root, key, strerror(-rc));
+        if ((rc = lock_entry(f->lock_fd, op, progress, user, need))) {
+            rc = rc == -ECANCELED
+                     ? cxs_diagf(d, rc, "%s: stopped while another process of the node fetches "
+                                 "it (%s/%s.lock)", url, root, key)
+                     : cxs_diagf(d, rc, "%s/%s.lock: %s", root, key, strerror(-rc));
             goto out;
         }
         if (exists(p)) { /* fetched and verified before */
@@ -771,6 +801,8 @@ int cxs_cache_list(const char *cache_dir, cxs_cache_fn fn, void *user, cxs_diag 
         snprintf(p, sizeof p, "%s/complete", dir);
         cxs_cache_entry e = {.url = url, .dir = dir, .bytes = v[i].bytes, .last_used = v[i].used,
                              .complete = exists(p)};
+        snprintf(p, sizeof p, "%s/streamed", dir);
+        e.streamed = !e.complete && exists(p);
         int lfd = open_lock(root, v[i].key);
         if (lfd >= 0) {
             e.in_use = flock(lfd, LOCK_EX | LOCK_NB) != 0;

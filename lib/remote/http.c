@@ -199,7 +199,8 @@ static void nap_ms(unsigned ms) {
 static int give_up(const cxs_origin *o, unsigned attempt, unsigned *backoff, const char *shown,
                    const char *last, cxs_diag *d) {
     if (attempt >= o->retries)
-        return cxs_diagf(d, -EIO, "%s: %s (after %u attempts)", shown, last, attempt + 1);
+        return cxs_diagf(d, -EIO, "%s: %s (after %u attempt%s)", shown, last, attempt + 1,
+                         attempt ? "s" : "");
     nap_ms(*backoff);
     *backoff = *backoff * 2 > 5000 ? 5000 : *backoff * 2;
     return 0;

@@ -367,14 +367,15 @@ def cache_dir(cache=None):
 
 def cache_entries(cache=None):
     """The datasets in the cache, least recently used first: dicts of url,
-    dir, bytes, last_used (Unix seconds), complete, in_use."""
+    dir, bytes, last_used (Unix seconds), complete, streamed (its metadata
+    and the blocks streaming fetched), in_use."""
     out, diag = [], _n.Diag()
 
     def one(_user, e):
         e = e.contents
         out.append({"url": os.fsdecode(e.url), "dir": os.fsdecode(e.dir), "bytes": e.bytes,
                     "last_used": e.last_used, "complete": bool(e.complete),
-                    "in_use": bool(e.in_use)})
+                    "streamed": bool(e.streamed), "in_use": bool(e.in_use)})
         return 0
 
     rc = _lib.cxs_cache_list(None if cache is None else os.fsencode(cache), _n.CACHE_FN(one),
@@ -454,7 +455,7 @@ class Dataset:
         opts = _n.OpenOpts(0 if cache_bytes is None else cache_bytes or _n.CACHE_OFF,
                            hugepage_budget, None if cache is None else os.fsencode(cache),
                            cache_limit or 0, _n.OPEN_STREAM if stream else 0)
-        if isinstance(path, str) and path.startswith(("http://", "https://", "s3://")):
+        if _lib.cxs_is_url(os.fsencode(path)):
             # the download checks for Ctrl-C every 100 ms (a KeyboardInterrupt
             # stops it, what arrived kept for the next open)
             fn, raised = _progress_call(None)

@@ -135,7 +135,8 @@ class FetchInfo(Structure):
 class CacheEntry(Structure):
     _fields_ = [("url", c_char_p), ("dir", c_char_p), ("bytes", c_uint64),
                 ("last_used", ctypes.c_int64), ("complete", c_uint32), ("in_use", c_uint32),
-                ("reserved", c_uint64 * INFO_RESERVED)]
+                ("streamed", c_uint32), ("pad_", c_uint32),
+                ("reserved", c_uint64 * (INFO_RESERVED - 1))]
 
 
 CACHE_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(CacheEntry))
@@ -381,6 +382,7 @@ def _load():
                                   POINTER(FetchInfo), POINTER(c_void_p), POINTER(Diag)]),
         "cxs_dataset_url": (c_int, [ds, POINTER(c_char_p), POINTER(c_char_p)]),
         "cxs_dataset_fetched": (c_uint64, [ds]),
+        "cxs_is_url": (c_int, [c_char_p]),
         "cxs_dataset_push": (c_int, [c_char_p, c_char_p, PROGRESS_FN, c_void_p,
                                      POINTER(c_uint64), POINTER(Diag)]),
         "cxs_cache_dir": (c_int, [c_char_p, ctypes.c_char_p, c_size_t]),

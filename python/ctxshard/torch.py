@@ -416,7 +416,7 @@ class Loader:
         elif isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):
             # a URL read in block order on the host: streamed
             stream = (kind == BLOCK and device is None and not gpu_emulate and
-                      os.fsdecode(os.fspath(path)).startswith(("http://", "https://", "s3://")))
+                      bool(_lib.cxs_is_url(os.fsencode(path))))
         self.dataset = path if isinstance(path, Dataset) else Dataset(
             path, hugepage_budget=hugepage_budget or 0, cache=cache, cache_limit=cache_limit,
             stream=bool(stream))

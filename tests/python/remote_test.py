@@ -386,14 +386,14 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
         if m:
             self.send_header("Content-Range", f"bytes {lo}-{lo + len(body) - 1}/{len(data)}")
         self.end_headers()
-        if shard and self.mode == "slow":  # 64 KiB every 20 ms
+        if shard and self.mode in ("slow", "crawl"):  # 64 KiB every 20 (200) ms
             for i in range(0, len(body), 65536):
                 try:
                     self.wfile.write(body[i:i + 65536])
                     self.wfile.flush()
                 except OSError:  # the client stopped
                     return
-                time.sleep(0.02)
+                time.sleep(0.02 if self.mode == "slow" else 0.2)
             return
         if shard and (self.mode == "die" or (self.mode in ("short", "norange") and first)):
             self.wfile.write(body[:len(body) // 2])
@@ -463,6 +463,40 @@ class BadServer(unittest.TestCase):
         # the copy (the server is gone: opened by its directory) is the dataset
         with ctxshard.open(entries[0]["dir"]) as r, ctxshard.open(self.a) as l:
             same(self, r, l)
+
+    def test_a_wait_for_another_process_download_can_be_stopped(self):
+        """A process waiting for another of the node to finish downloading
+        the dataset still sees Ctrl-C (its progress callback is asked every
+        100 ms while it waits, with 0 bytes): it stops at once, not when
+        the other is done."""
+        srv, _, url = self.serve("crawl")
+        cache = os.path.join(TMP, "c-wait")
+        env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+        other = subprocess.Popen([sys.executable, "-c", "import sys, ctxshard; "
+                                  "ctxshard.fetch(sys.argv[1], cache=sys.argv[2])", url, cache],
+                                 env=env, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(200):  # until the other is downloading (a .part in its entry)
+                if any(f.endswith(".part") for _, _, fs in os.walk(cache) for f in fs):
+                    break
+                time.sleep(0.05)
+            calls = []
+
+            def stop_soon(done, total):
+                calls.append(done)
+                if len(calls) == 3:
+                    raise KeyboardInterrupt
+
+            t0 = time.monotonic()
+            with self.assertRaises(KeyboardInterrupt):
+                ctxshard.fetch(url, cache=cache, progress=stop_soon)
+            self.assertLess(time.monotonic() - t0, 3)
+            self.assertEqual(calls, [0, 0, 0])
+            self.assertIsNone(other.poll())  # the other still downloads
+        finally:
+            other.kill()
+            other.wait()
+            srv.shutdown()
 
     def test_whole_file_for_a_range_is_refused_before_a_byte(self):
         """A body cut short, then a server that answers the request for the
