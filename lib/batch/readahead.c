@@ -219,10 +219,19 @@ static int sync_gen(cxs_readahead *ra) {
     ra->advised = 0;
     if (ra->kind != CXS_RA_BLOCKS) return 0;
     if (ra->plan && ra->plan->epoch == *ra->epoch) {
-        /* the same epoch from another position: keep what is read */
+        /* the same epoch from another position: keep what is read (and
+         * what failed its sums; a stream's fetch that failed is tried
+         * again: the server may be back) */
         memset(ra->need, 0, ra->plan->nblocks * sizeof *ra->need);
-        for (uint64_t j = 0; j < ra->plan->nblocks; j++)
+        for (uint64_t j = 0; j < ra->plan->nblocks; j++) {
             if (ra->state[j] == READING) ra->state[j] = ABSENT;
+            if (ra->state[j] == BAD && ra->su &&
+                (!ra->bad[j] || ra->bad[j]->code != CXS_E_CHECKSUM)) {
+                free(ra->bad[j]);
+                ra->bad[j] = NULL;
+                ra->state[j] = ABSENT;
+            }
+        }
         return 0;
     }
     drop_plan(ra, 1);

@@ -72,7 +72,6 @@ struct cxs_stream_user {
     uint16_t **ref; /* per shard: holds per sum block, or NULL */
     cxs_origin o;   /* its own: its transfers' cancel flag */
     _Atomic int cancel;
-    uint8_t *buf;   /* a sum block, to check it */
 };
 
 int cxs_stream_new(const char *url, const cxs_fetch *f, uint32_t n, cxs_stream **out,
@@ -159,7 +158,6 @@ void cxs_stream_user_free(cxs_stream_user *u) {
     for (uint32_t s = 0; u->ref && s < u->st->n; s++) free(u->ref[s]);
     free(u->fd);
     free(u->ref);
-    free(u->buf);
     free(u);
 }
 
@@ -297,8 +295,6 @@ typedef struct fetch_job {
     uint32_t s;
     int fd;          /* the shard file, for writing */
     const piece *pc;
-    uint8_t **bufs;  /* per thread slot: a sum block's bytes, to check it */
-    _Atomic uint32_t slot;
 } fetch_job;
 
 /* Check sum block j of h as it lies in fd. */
@@ -316,7 +312,8 @@ static int check_block(const cxs_stream *st, const sshard *h, int fd, uint64_t j
     }
     if (cxs_checksum_differs(XXH3_64bits(buf, (size_t)n), cxs_ld64(h->sums + 8 * j)))
         return cxs_diagf(d, CXS_E_CHECKSUM, "%s/%s: bytes %llu..%llu (block %llu of FEATURES) "
-                         "as downloaded fail their block sum: not served", st->url, h->name,
+                         "as downloaded, twice, fail their block sum (the copy at the URL is "
+                         "damaged)", st->url, h->name,
                          (unsigned long long)at, (unsigned long long)(at + n),
                          (unsigned long long)j);
     return 0;
@@ -330,7 +327,8 @@ static int fetch_piece(void *ctx, uint32_t i, cxs_diag *d) {
     const uint64_t a = h->off + (pc->j0 << h->shift);
     uint64_t b = h->off + (pc->j1 << h->shift);
     if (b > h->off + h->len) b = h->off + h->len;
-    uint8_t *buf = fj->bufs[atomic_fetch_add(&fj->slot, 1) % PIECES_AT_ONCE];
+    uint8_t *buf = malloc((size_t)1 << h->shift); /* a sum block, to check it */
+    if (!buf) return cxs_diagf(d, -ENOMEM, "%s/%s: out of memory", u->st->dir, h->name);
     int rc = 0;
     /* A block that arrived damaged is asked for once more before it fails. */
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -338,11 +336,11 @@ static int fetch_piece(void *ctx, uint32_t i, cxs_diag *d) {
         uint64_t got = 0;
         rc = cxs_http_get(&u->o, h->name, a, b - a, &sk, &got, d);
         atomic_fetch_add(&u->st->fetched, got);
-        if (rc) return rc;
         for (uint64_t j = pc->j0; j < pc->j1 && !rc; j++)
             rc = check_block(u->st, h, fj->fd, j, buf, d);
         if (rc != CXS_E_CHECKSUM) break;
     }
+    free(buf);
     if (rc) return rc;
     if (fdatasync(fj->fd))
         return cxs_diagf(d, -errno, "%s/%s: %s", u->st->dir, h->name, strerror(errno));
@@ -396,19 +394,12 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
         char p[4200];
         snprintf(p, sizeof p, "%s/%s", st->dir, h->name);
         fetch_job fj = {.u = u, .s = s, .pc = pcs, .fd = open(p, O_RDWR | O_CLOEXEC)};
-        atomic_init(&fj.slot, 0);
-        uint8_t *bufs[PIECES_AT_ONCE] = {0};
-        fj.bufs = bufs;
-        for (unsigned t = 0; t < PIECES_AT_ONCE; t++)
-            if (!(bufs[t] = malloc((size_t)1 << h->shift))) rc = -ENOMEM;
         if (fj.fd < 0) rc = cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
-        else if (rc) rc = cxs_diagf(d, rc, "%s: out of memory", p);
         char what[2200];
         snprintf(what, sizeof what, "%s/%s: features", st->url, h->name);
         const cxs_workq q = {.one = fetch_piece, .ctx = &fj, .n = np};
         if (!rc) rc = cxs_workq_run(&q, PIECES_AT_ONCE, what, d);
         if (fj.fd >= 0) close(fj.fd);
-        for (unsigned t = 0; t < PIECES_AT_ONCE; t++) free(bufs[t]);
     }
     /* the fetch locks go (a block that failed stays missing) */
     if (locked_hi > locked_lo) lk(fd, F_UNLCK, FETCH_AT + locked_lo, locked_hi - locked_lo, 0);

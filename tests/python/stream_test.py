@@ -205,7 +205,8 @@ class Streaming(unittest.TestCase):
                 served += 1
         self.assertLess(served, len(loc))
         self.assertIn("shard-000002.cxs", str(cm.exception))
-        self.assertIn("fail their block sum: not served", str(cm.exception))
+        self.assertIn("fail their block sum (the copy at the URL is damaged); not served",
+                      str(cm.exception))
         # the damaged sum block is not marked as there
         have = open(os.path.join(rem.dataset.cached_at, "shard-000002.cxs.have"), "rb").read()
         off, _ = features_of(os.path.join(self.dmg, "shard-000002.cxs"))
