@@ -10,8 +10,8 @@ cache dropped before each run (needs root):
            fetched block by block ahead of the loader);
   again    the epoch once more over the URL, the cache now holding every
            block (cold page cache: read from the local disk like local);
-  small    streamed through a cache limited to --small of the dataset
-           (holding what a round needs, not the dataset);
+  small    streamed through a cache limited to --small times --memory
+           (what a round needs and the metadata, not the dataset);
   whole    --no-stream, empty cache: the dataset downloaded and verified
            whole, then the epoch (the path of a full shuffle).
 
@@ -22,7 +22,7 @@ and with one that holds the dataset; the second epoch against local; the
 time to first batch.
 
 usage: sudo /usr/bin/python3 bench/remote.py [--build build] [--dir /tmp/remotebench]
-           [--utts 7000] [--rounds 3] [--memory 512M] [--small 0.5]"""
+           [--utts 7000] [--rounds 3] [--memory 512M] [--small 1.3]"""
 import argparse
 import os
 import re
@@ -62,8 +62,9 @@ def main():
     ap.add_argument("--utts", type=int, default=7000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--memory", default="512M")
-    ap.add_argument("--small", type=float, default=0.5,
-                    help="the cache limit of the 'small' runs, a share of the dataset")
+    ap.add_argument("--small", type=float, default=1.3,
+                    help="the cache limit of the 'small' runs, a multiple of --memory (it must "
+                    "hold the metadata and (blocks + 2) / (blocks + 1) of --memory)")
     a = ap.parse_args()
     exe = os.path.join(a.build, "tools", "ctxshard")
     www, ds = os.path.join(a.dir, "www"), os.path.join(a.dir, "www", "ds")
@@ -94,7 +95,9 @@ def main():
     time.sleep(0.5)
     url = f"http://127.0.0.1:{port}/ds"
     cache, small = os.path.join(a.dir, "cache"), os.path.join(a.dir, "cache-small")
-    limit = int(size * a.small)
+    mem = int(a.memory[:-1]) << {"K": 10, "M": 20, "G": 30}[a.memory[-1]] \
+        if a.memory[-1] in "KMG" else int(a.memory)
+    limit = int(mem * a.small)
     common = ["--sampler", "block", "--memory", a.memory, "--context", "30", "--batch", "1024"]
     names = ("local", "first", "epoch", "again", "small", "whole")
     res = {k: [] for k in names}
@@ -130,7 +133,7 @@ def main():
     feat = int(re.search(r'"feature_bytes":\s*(\d+)', info).group(1))
     print(f"\ndataset {size / 1e9:.2f} GB ({frames} frames, {feat / 1e9:.2f} GB of features), "
           f"{batches} batches an epoch, {a.rounds} rounds, 'small' cache limit {limit / 1e9:.2f} "
-          f"GB; medians (wall time of the command):")
+          f"GB ({limit / size:.2f} of the dataset); medians (wall time of the command):")
     for k in names:
         print(f"  {k:6s} {med[k]:8.2f} s   (runs: {', '.join(f'{v:.2f}' for v in res[k])})")
     print(f"epoch through an empty cache, streamed / cold local epoch (rate): "

@@ -186,7 +186,7 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
 /* A streamed dataset: let go of the hold read_block took on b's bytes
  * (the sum blocks they touch, as it widened them). */
 static void release_block(cxs_readahead *ra, const cxs_block *b) {
-    if (ra->su && b->len) cxs_stream_release(ra->su, b->shard, b->off, b->off + b->len);
+    if (ra->su && b->len) cxs_stream_release(ra->su, b->shard, b->off, b->off + b->len, 1);
 }
 
 /* Let block b go: out of this process's page tables and out of the page

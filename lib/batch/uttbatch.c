@@ -17,6 +17,7 @@
 #include "dataset_internal.h"
 #include "fault.h"
 #include "gather.h"
+#include "remote.h"
 #include "ring.h"
 #include "shardfd.h"
 
@@ -261,7 +262,26 @@ typedef struct uworker {
     uint64_t pos, g, n;  /* the batch's position, global position, utterances */
     cxs_utt_range *adv;  /* block mode: ranges to advise, or NULL */
     uint64_t nadv;
+    cxs_stream_user *su; /* a streamed dataset: this worker's holds, while it copies */
 } uworker;
+
+/* A streamed dataset (CXS_OPEN_STREAM), block mode: a helper thread
+ * fetches the groups' ranges as the first batch of each group asks for
+ * the next group (where a local dataset's pages are advised), so that the
+ * workers, who hold each utterance's bytes while they copy them
+ * (cxs_stream_acquire fetches what is still missing), mostly find them
+ * there; the consumer evicts a group's blocks once it is past it (when
+ * the cache is over its limit). */
+typedef struct ustream {
+    pthread_t th;
+    int running, stop;       /* stop: under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cxs_utt_range *q;        /* ranges to fetch, q[head .. n) */
+    uint64_t head, n, cap;
+    cxs_stream_user *fetch;  /* the helper's */
+    cxs_stream_user *drop;   /* the consumer's (let_go) */
+} ustream;
 
 struct cxs_utt_loader {
     const cxs_dataset *ds;
@@ -278,7 +298,99 @@ struct cxs_utt_loader {
     cxs_ring ring;
     uslot *slots; /* o.ring of them, beside ring.slot */
     uworker *w;   /* in the loader so that a forked child frees what they held */
+    ustream *st;  /* a streamed dataset's helper, else NULL */
 };
+
+/* ---- a streamed dataset -------------------------------------------------- */
+
+static void *ustream_main(void *arg) {
+    cxs_utt_loader *l = arg;
+    ustream *st = l->st;
+    pthread_mutex_lock(&st->mu);
+    while (!st->stop) {
+        if (st->head == st->n) {
+            pthread_cond_wait(&st->cv, &st->mu);
+            continue;
+        }
+        cxs_utt_range r = st->q[st->head++];
+        pthread_mutex_unlock(&st->mu);
+        cxs_diag d;
+        /* fetched, not held: a failure here is met again, and said, by the
+         * worker that needs the bytes */
+        if (!cxs_stream_acquire(st->fetch, r.shard, r.off, r.off + r.len, &st->stop, &d))
+            cxs_stream_release(st->fetch, r.shard, r.off, r.off + r.len, 0);
+        pthread_mutex_lock(&st->mu);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+static int ustream_start(cxs_utt_loader *l) {
+    ustream *st = l->st;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    st->stop = 0, st->head = st->n = 0;
+    cxs_stream_user_cancel(st->fetch, 0);
+    if (pthread_create(&st->th, NULL, ustream_main, l)) return -EAGAIN;
+    st->running = 1;
+    return 0;
+}
+
+static void ustream_stop(cxs_utt_loader *l) {
+    ustream *st = l->st;
+    if (!st || !st->running) return;
+    pthread_mutex_lock(&st->mu);
+    __atomic_store_n(&st->stop, 1, __ATOMIC_RELAXED); /* (acquire reads it unlocked) */
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    cxs_stream_user_cancel(st->fetch, 1); /* a transfer in flight ends now */
+    pthread_join(st->th, NULL);
+    st->running = 0;
+}
+
+/* A worker: the ranges of a group to fetch ahead, to the helper. */
+static void ustream_ask(cxs_utt_loader *l, const cxs_utt_range *r, uint64_t n) {
+    ustream *st = l->st;
+    pthread_mutex_lock(&st->mu);
+    if (st->head == st->n) st->head = st->n = 0;
+    if (st->n + n > st->cap) {
+        uint64_t cap = (st->n + n) * 2;
+        cxs_utt_range *q = realloc(st->q, cap * sizeof *q);
+        if (!q) n = 0; /* (then not fetched ahead: the workers fetch it) */
+        else st->q = q, st->cap = cap;
+    }
+    memcpy(st->q + st->n, r, n * sizeof *r);
+    st->n += n;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* A worker: hold (fetching what is missing) the bytes of the batch's
+ * utterances, or release them (held: how many are). */
+static int ustream_hold(cxs_utt_loader *l, uworker *wk, const uint64_t *utts, uint64_t n,
+                        uint64_t *held, cxs_diag *d) {
+    const cxs_dataset *ds = l->ds;
+    for (*held = 0; *held < n; ++*held) {
+        cxs_uloc ul;
+        int rc = cxs_utt_loc_safe(ds, utts[*held], &ul, d);
+        if (rc) return rc;
+        const uint64_t off = (uint64_t)(cxs_loc_row_ptr(ds, &ul, 0) - ds->shards[ul.shard].map);
+        if ((rc = cxs_stream_acquire(wk->su, ul.shard, off, off + ul.T * ds->row_bytes,
+                                     &l->ring.stop, d)))
+            return rc;
+    }
+    return 0;
+}
+
+static void ustream_unhold(cxs_utt_loader *l, uworker *wk, const uint64_t *utts, uint64_t n) {
+    const cxs_dataset *ds = l->ds;
+    for (uint64_t j = 0; j < n; j++) {
+        cxs_uloc ul;
+        if (cxs_utt_loc_safe(ds, utts[j], &ul, NULL)) continue; /* (held: it was found) */
+        const uint64_t off = (uint64_t)(cxs_loc_row_ptr(ds, &ul, 0) - ds->shards[ul.shard].map);
+        cxs_stream_release(wk->su, ul.shard, off, off + ul.T * ds->row_bytes, 0);
+    }
+}
 
 /* Under the lock: the batch's utterances are copied now, since a reset
  * may drop the plan as soon as the lock is released. */
@@ -318,6 +430,11 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
     const cxs_dataset *ds = l->ds;
     const uint64_t n = wk->n;
     (void)b, (void)gen;
+    if (wk->adv && l->st) { /* streamed: fetched ahead by the helper */
+        ustream_ask(l, wk->adv, wk->nadv);
+        free(wk->adv);
+        wk->adv = NULL;
+    }
     if (wk->adv) {
         const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
         for (uint64_t j = 0; j < wk->nadv; j++) {
@@ -337,11 +454,14 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
         if (ul.T > tmax) tmax = ul.T;
     }
     if (!lrc) diag->message[0] = 0;
+    uint64_t held = 0;
+    if (!lrc && l->st) lrc = ustream_hold(l, wk, s->utts, n, &held, diag);
     int rc = lrc ? lrc : n > l->cap || n * tmax > l->max_frames
                  ? CXS_E_CORRUPT /* not reached: the sampler sized them */
                  : pad_batch(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
                              !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,
                              l->o.labels ? s->y : NULL, &wk->c, diag);
+    if (l->st) ustream_unhold(l, wk, s->utts, held);
     uint64_t lmax = 0;
     if (!rc && l->o.targets) {
         lmax = longest_seq(ds, s->utts, n);
@@ -359,6 +479,7 @@ static void uworker_init(void *owner, uint32_t w) {
     pad_ctx_free(&wk->c); /* in a forked child: what a parent thread held */
     free(wk->adv);
     wk->adv = NULL;
+    cxs_stream_user_after_fork(wk->su); /* (a forked child's: the parent's locks stay) */
 }
 
 static const cxs_ring_ops utt_ring = {.claim = uclaim, .fill = ufill, .worker_init = uworker_init};
@@ -367,7 +488,19 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     if (!l) return;
     const int forked = cxs_ring_forked(&l->ring);
     if (!forked) cxs_ring_stop(&l->ring); /* a forked child has none to join */
+    if (!forked) ustream_stop(l);
     cxs_ring_destroy(&l->ring);
+    if (l->st) {
+        if (forked) cxs_stream_user_after_fork(l->st->fetch), cxs_stream_user_after_fork(l->st->drop);
+        cxs_stream_user_free(l->st->fetch);
+        cxs_stream_user_free(l->st->drop);
+        free(l->st->q);
+        free(l->st);
+    }
+    for (uint32_t t = 0; l->w && t < l->o.threads; t++) {
+        if (forked) cxs_stream_user_after_fork(l->w[t].su);
+        cxs_stream_user_free(l->w[t].su);
+    }
     for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
         free(l->slots[i].x);
         free(l->slots[i].lengths);
@@ -426,8 +559,12 @@ static void let_go(cxs_utt_loader *l, uint64_t g) {
     if (!p || !p->ngroups || !l->fds.fds) return;
     uint64_t k = cxs_utt_plan_group(p, g);
     for (; l->dropped < k && l->dropped < p->ngroups; l->dropped++)
-        for (uint64_t r = p->rstart[l->dropped]; r < p->rstart[l->dropped + 1]; r++)
+        for (uint64_t r = p->rstart[l->dropped]; r < p->rstart[l->dropped + 1]; r++) {
             cxs_range_drop(&l->fds, p->rng[r].shard, p->rng[r].off, p->rng[r].len);
+            if (l->st) /* out of the cache too, when it is over its limit */
+                cxs_stream_drop(l->st->drop, p->rng[r].shard, p->rng[r].off,
+                                p->rng[r].off + p->rng[r].len);
+        }
 }
 
 /* The options' own checks, each named. */
@@ -477,7 +614,6 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     if (!ds || !sampler || !opts || !out)
         return cxs_diagf(diag, CXS_E_INVALID,
                          "utterance loader: dataset, sampler, options and out must not be NULL");
-    if (ds->stream) return cxs_streamed_refuse(ds, "the utterance loader", diag);
     int rc = check_opts(ds, opts, diag);
     if (rc) return rc;
     cxs_utt_loader *l = calloc(1, sizeof *l);
@@ -522,6 +658,19 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     if (rc) cxs_diagf(diag, rc, "utterance loader: out of memory for %u batch buffers of %llu "
                       "frames", l->o.ring, (unsigned long long)l->max_frames);
     if (!rc) rc = position(l, epoch, start, &l->ring.nbatches, diag);
+    if (!rc && ds->stream && (!l->plan->ngroups || l->o.readahead == CXS_READAHEAD_OFF))
+        rc = cxs_streamed_refuse(ds, "an utterance loader not in block mode (memory_bytes) or "
+                                 "with readahead off", diag);
+    if (!rc && ds->stream) { /* the helper and every thread's hold (ustream) */
+        if (!(l->st = calloc(1, sizeof *l->st)) ||
+            cxs_stream_user_new(ds->stream, &l->st->fetch) ||
+            cxs_stream_user_new(ds->stream, &l->st->drop))
+            rc = -ENOMEM;
+        for (uint32_t t = 0; !rc && t < l->o.threads; t++)
+            if (cxs_stream_user_new(ds->stream, &l->w[t].su)) rc = -ENOMEM;
+        if (!rc) rc = ustream_start(l);
+        if (rc) cxs_diagf(diag, rc, "utterance loader: %s", cxs_strerror(rc));
+    }
     if (!rc && l->plan->ngroups && l->o.readahead != CXS_READAHEAD_OFF) {
         /* Block mode reads each group ahead (MADV_WILLNEED); a fault on a
          * page not there yet must read that page, not the device's
@@ -548,6 +697,12 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
  * consumer's position (drop_held: at the start). */
 static int respawn(cxs_utt_loader *l, int drop_held) {
     cxs_shard_fds_after_fork(&l->fds);
+    if (l->st) { /* the parent's helper is not the child's */
+        cxs_stream_user_after_fork(l->st->fetch);
+        cxs_stream_user_after_fork(l->st->drop);
+        l->st->running = 0;
+        if (ustream_start(l)) return -EAGAIN;
+    }
     cxs_ring_after_fork(&l->ring, drop_held);
     int rc = cxs_ring_start(&l->ring);
     if (!rc) cxs_ring_adopt(&l->ring);

@@ -67,7 +67,8 @@ int cxs_fetch_invalidate(cxs_fetch *f);
  * block (the sum blocks of BLOCKSUMS), each checked against its sum as it
  * is written, and NAME.have beside each shard (one byte a sum block,
  * mapped shared by every process of the node) says which are there.
- * Locks (fcntl, open file description locks on NAME.have): a reader holds
+ * Locks (fcntl, open file description locks on the entry's stream.locks,
+ * one descriptor a user): a reader holds
  * a sum block's use lock shared while it may read it; a fetch holds its
  * fetch lock exclusively while it downloads it (so each block comes once
  * per node); a block is evicted (its hole punched) only under its use
@@ -102,9 +103,13 @@ void cxs_stream_user_after_fork(cxs_stream_user *u);
  * then). */
 int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
                        const int *stop, cxs_diag *d);
-/* Let go of what cxs_stream_acquire held; when the cache is over its
- * limit, blocks no reader holds are evicted. */
-void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi);
+/* Let go of what cxs_stream_acquire held; drop: cxs_stream_drop too (a
+ * reader done with the bytes for the epoch; not one that reads them again
+ * soon). */
+void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi, int drop);
+/* When the cache is over its limit: evict the sum blocks of bytes [lo, hi)
+ * of shard s that no reader holds. */
+void cxs_stream_drop(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi);
 /* on: end u's transfers at once, and refuse new ones (-ECANCELED), from
  * any thread (the loader stops); 0: allow them again.  u may be NULL. */
 void cxs_stream_user_cancel(cxs_stream_user *u, int on);

@@ -8,9 +8,9 @@
  * byte per sum block, 1 once the block is in the file and has matched its
  * sum; every process of the node maps it shared.
  *
- * Locks are fcntl open-file-description locks on NAME.have, at two ranges
- * of offsets past its end: USE + j (sum block j's use lock) and FETCH + j
- * (its fetch lock).
+ * Locks are fcntl open-file-description locks on the entry's stream.locks
+ * (an empty file), at offsets lock_at(shard, kind, j): sum block j of a
+ * shard has a use lock and a fetch lock.
  *   - A reader takes the use locks of a range shared before it looks at
  *     the have bytes and keeps them while it may read the bytes.
  *   - A block not there is fetched under its fetch lock, taken
@@ -44,8 +44,9 @@
 #include "remote.h"
 #include "workq.h"
 
-#define USE_AT (1ull << 40)
-#define FETCH_AT (2ull << 40)
+#define USE 0u
+#define FETCH 1u
+#define BLOCK_BITS 28 /* sum blocks a shard may have: 2^28 (16 TiB of 64 KiB blocks) */
 #define PIECE (8u << 20) /* bytes of one range request */
 #define PIECES_AT_ONCE 4u
 
@@ -64,11 +65,14 @@ struct cxs_stream {
     uint32_t n;
     sshard *sh;
     _Atomic uint64_t fetched;
+    /* bytes this process's fetches are writing, counted against the limit
+     * until they are on disk (then counted twice a moment: never under) */
+    _Atomic uint64_t inflight;
 };
 
 struct cxs_stream_user {
     cxs_stream *st;
-    int *fd;        /* per shard: this user's own description of NAME.have, or -1 */
+    int fd;         /* this user's own description of stream.locks, or -1 */
     uint16_t **ref; /* per shard: holds per sum block, or NULL */
     cxs_origin o;   /* its own: its transfers' cancel flag */
     _Atomic int cancel;
@@ -88,6 +92,7 @@ int cxs_stream_new(const char *url, const cxs_fetch *f, uint32_t n, cxs_stream *
     st->limit = f->limit;
     st->n = n;
     atomic_init(&st->fetched, 0);
+    atomic_init(&st->inflight, 0);
     *out = st;
     return 0;
 }
@@ -97,6 +102,10 @@ int cxs_stream_shard(cxs_stream *st, uint32_t s, const char *name, uint64_t off,
     sshard *h = &st->sh[s];
     snprintf(h->name, sizeof h->name, "%s", name);
     h->off = off, h->len = len, h->shift = shift, h->sums = sums, h->nsum = nsum;
+    if (nsum >> BLOCK_BITS)
+        return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: shard %s has %llu block sums, more than "
+                         "streaming locks (2^%d): open it without streaming", st->url, name,
+                         (unsigned long long)nsum, BLOCK_BITS);
     if (!nsum) return 0;
     char p[4200];
     snprintf(p, sizeof p, "%s/%s.have", st->dir, name);
@@ -138,13 +147,12 @@ int cxs_stream_user_new(cxs_stream *st, cxs_stream_user **out) {
     cxs_stream_user *u = calloc(1, sizeof *u);
     if (!u) return -ENOMEM;
     u->st = st;
-    u->fd = malloc((st->n ? st->n : 1) * sizeof *u->fd);
+    u->fd = -1;
     u->ref = calloc(st->n ? st->n : 1, sizeof *u->ref);
-    if (!u->fd || !u->ref || cxs_origin_parse(st->url, &u->o, NULL)) {
+    if (!u->ref || cxs_origin_parse(st->url, &u->o, NULL)) {
         cxs_stream_user_free(u);
         return -ENOMEM;
     }
-    for (uint32_t s = 0; s < st->n; s++) u->fd[s] = -1;
     atomic_init(&u->cancel, 0);
     cxs_origin_track(&u->o, NULL, &u->cancel);
     *out = u;
@@ -153,10 +161,8 @@ int cxs_stream_user_new(cxs_stream *st, cxs_stream_user **out) {
 
 void cxs_stream_user_free(cxs_stream_user *u) {
     if (!u) return;
-    for (uint32_t s = 0; u->fd && s < u->st->n; s++)
-        if (u->fd[s] >= 0) close(u->fd[s]); /* (its locks go with it) */
+    if (u->fd >= 0) close(u->fd); /* (its locks go with it) */
     for (uint32_t s = 0; u->ref && s < u->st->n; s++) free(u->ref[s]);
-    free(u->fd);
     free(u->ref);
     free(u);
 }
@@ -167,11 +173,10 @@ void cxs_stream_user_after_fork(cxs_stream_user *u) {
      * them: closing ours would not release them (the parent still has the
      * description), and a lock of ours on them would be the parent's too.
      * The child opens its own when it needs them. */
-    for (uint32_t s = 0; s < u->st->n; s++) {
-        if (u->fd[s] >= 0) close(u->fd[s]);
-        u->fd[s] = -1;
+    if (u->fd >= 0) close(u->fd);
+    u->fd = -1;
+    for (uint32_t s = 0; s < u->st->n; s++)
         if (u->ref[s]) memset(u->ref[s], 0, u->st->sh[s].nsum * sizeof **u->ref);
-    }
     atomic_store(&u->cancel, 0);
 }
 
@@ -179,23 +184,26 @@ void cxs_stream_user_cancel(cxs_stream_user *u, int on) {
     if (u) atomic_store(&u->cancel, on);
 }
 
+/* The user's lock descriptor, and its holds of shard s: 0 or an error. */
 static int lock_fd(cxs_stream_user *u, uint32_t s, cxs_diag *d) {
-    if (u->fd[s] >= 0) return u->fd[s];
-    const sshard *h = &u->st->sh[s];
     char p[4200];
-    snprintf(p, sizeof p, "%s/%s.have", u->st->dir, h->name);
-    int fd = open(p, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
-    if (!u->ref[s] && !(u->ref[s] = calloc(h->nsum, sizeof **u->ref))) {
-        close(fd);
+    snprintf(p, sizeof p, "%s/stream.locks", u->st->dir);
+    if (u->fd < 0 && (u->fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
+        return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
+    if (!u->ref[s] && !(u->ref[s] = calloc(u->st->sh[s].nsum, sizeof **u->ref)))
         return cxs_diagf(d, -ENOMEM, "%s: out of memory", p);
-    }
-    return u->fd[s] = fd;
+    return 0;
+}
+
+/* Where sum block j of shard s has its lock of kind USE or FETCH. */
+static uint64_t lock_at(uint32_t s, unsigned kind, uint64_t j) {
+    return ((uint64_t)s << (BLOCK_BITS + 1)) | ((uint64_t)kind << BLOCK_BITS) | j;
 }
 
 /* fcntl lock of n offsets at `at`: type F_RDLCK, F_WRLCK or F_UNLCK; wait
  * or not.  0 or -errno (-EAGAIN: held, not waited for). */
 static int lk(int fd, short type, uint64_t at, uint64_t n, int wait) {
+    if (fd < 0) return -EBADF;
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)at,
                        .l_len = (off_t)n};
     while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl)) {
@@ -233,8 +241,8 @@ static uint64_t block_disk(const sshard *h, uint64_t j) {
 static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
     sshard *h = &u->st->sh[s];
     if (!atomic_load(&h->have[j]) || u->ref[s][j]) return 0;
-    int fd = u->fd[s];
-    if (lk(fd, F_WRLCK, USE_AT + j, 1, 0)) return 0; /* someone reads it */
+    const int fd = u->fd;
+    if (lk(fd, F_WRLCK, lock_at(s, USE, j), 1, 0)) return 0; /* someone reads it */
     int done = 0;
     if (atomic_load(&h->have[j])) {
         atomic_store(&h->have[j], 0);
@@ -248,7 +256,7 @@ static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
         }
         done = 1;
     }
-    lk(fd, F_UNLCK, USE_AT + j, 1, 0);
+    lk(fd, F_UNLCK, lock_at(s, USE, j), 1, 0);
     return done;
 }
 
@@ -257,31 +265,54 @@ static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
  * files' disk use (st_blocks) counts the filesystem's own blocks too: a
  * sparse file in many pieces needs extent blocks (ext4: one per 340
  * pieces beyond 4), so a page per shard file is kept free besides. */
-static int make_room(cxs_stream_user *u, uint64_t more, cxs_diag *d) {
+/* Reserve `more` bytes of this process's in flight when total (on disk)
+ * leaves room for them: 1 reserved. */
+static int reserve(cxs_stream *st, uint64_t total, uint64_t more) {
+    uint64_t r = atomic_load(&st->inflight);
+    while (total + r + more <= st->limit)
+        if (atomic_compare_exchange_weak(&st->inflight, &r, r + more)) return 1;
+    return 0;
+}
+
+/* (*more, for make_room's caller to give back with unreserve) */
+static void unreserve(cxs_stream *st, uint64_t more) {
+    if (st->limit) atomic_fetch_sub(&st->inflight, more);
+}
+
+static int make_room(cxs_stream_user *u, uint64_t *morep, cxs_diag *d) {
     cxs_stream *st = u->st;
     if (!st->limit) return 0;
-    more += (uint64_t)st->n * CXS_PAGE;
-    uint64_t total = cxs_cache_total(st->root);
-    if (total + more <= st->limit) return 0;
-    uint64_t freed = 0, mine = cxs_cache_dir_bytes(st->dir);
+    uint64_t more = *morep += (uint64_t)st->n * CXS_PAGE;
+    uint64_t total = 0;
     cxs_diag ignored;
-    cxs_cache_make_room(st->root, st->key, mine, more, st->limit, &freed, &ignored);
-    char p[4400];
-    snprintf(p, sizeof p, "%s/reserved", st->dir);
-    unlink(p); /* (make_room reserves for a whole fetch; this one counts as it goes) */
-    total = total > freed ? total - freed : 0;
-    for (uint32_t s = 0; s < st->n && total + more > st->limit; s++) {
-        sshard *h = &st->sh[s];
-        if (!h->have || lock_fd(u, s, &ignored) < 0) continue;
-        for (uint64_t j = 0; j < h->nsum && total + more > st->limit; j++)
-            if (evict(u, s, j)) total -= total < block_disk(h, j) ? total : block_disk(h, j);
+    for (int pass = 0;; pass++) {
+        total = cxs_cache_total(st->root);
+        if (reserve(st, total, more)) return 0;
+        uint64_t over = total + atomic_load(&st->inflight) + more - st->limit, freed = 0;
+        if (pass == 0) { /* other datasets first, least recently used, none open */
+            uint64_t mine = cxs_cache_dir_bytes(st->dir) + atomic_load(&st->inflight);
+            cxs_cache_make_room(st->root, st->key, mine, more, st->limit, &freed, &ignored);
+            char p[4400];
+            snprintf(p, sizeof p, "%s/reserved", st->dir);
+            unlink(p); /* (make_room reserves for a whole fetch; this one counts as it goes) */
+            if (freed) continue;
+        }
+        /* then this one's blocks that no reader holds */
+        for (uint32_t s = 0; s < st->n && freed < over; s++) {
+            sshard *h = &st->sh[s];
+            if (!h->have || lock_fd(u, s, &ignored)) continue;
+            for (uint64_t j = 0; j < h->nsum && freed < over; j++)
+                if (evict(u, s, j)) freed += block_disk(h, j);
+        }
+        if (!freed) break; /* nothing more can go */
     }
-    if (total + more <= st->limit) return 0;
     return cxs_diagf(d, -ENOSPC, "%s: the cache limit of %llu bytes cannot hold the blocks the "
-                     "block sampler reads at once (%llu bytes of the cache are held by readers, "
-                     "%llu more needed): give a larger --cache-limit / cache_limit= / "
-                     "CTXSHARD_CACHE_LIMIT, or a smaller memory budget (memory_bytes)", st->url,
-                     (unsigned long long)st->limit, (unsigned long long)total,
+                     "block sampler reads at once (%llu bytes of the cache cannot be evicted now: "
+                     "metadata, and blocks held by readers or being fetched; %llu more needed): "
+                     "give a larger --cache-limit / cache_limit= / CTXSHARD_CACHE_LIMIT, or a "
+                     "smaller memory budget (memory_bytes) or batch", st->url,
+                     (unsigned long long)st->limit,
+                     (unsigned long long)(total + atomic_load(&st->inflight)),
                      (unsigned long long)more);
 }
 
@@ -350,7 +381,7 @@ static int fetch_piece(void *ctx, uint32_t i, cxs_diag *d) {
 
 static void unhold(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
     for (uint64_t j = j0; j < j1; j++)
-        if (u->ref[s][j] && !--u->ref[s][j]) lk(u->fd[s], F_UNLCK, USE_AT + j, 1, 0);
+        if (u->ref[s][j] && !--u->ref[s][j]) lk(u->fd, F_UNLCK, lock_at(s, USE, j), 1, 0);
 }
 
 /* Fetch the missing blocks of [j0, j1) of shard s (held), each under its
@@ -360,21 +391,21 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
                          const int *stop, int *again, cxs_diag *d) {
     cxs_stream *st = u->st;
     sshard *h = &st->sh[s];
-    const int fd = u->fd[s];
+    const int fd = u->fd;
     piece pcs[64];
     uint32_t np = 0;
     uint64_t more = 0, locked_lo = j1, locked_hi = j0;
     int rc = 0;
     for (uint64_t j = j0; j < j1 && !rc; j++) {
         if (atomic_load(&h->have[j])) continue;
-        if ((rc = lk(fd, F_WRLCK, FETCH_AT + j, 1, 1))) {
-            rc = cxs_diagf(d, rc, "%s/%s.have: lock: %s", st->dir, h->name, strerror(-rc));
+        if ((rc = lk(fd, F_WRLCK, lock_at(s, FETCH, j), 1, 1))) {
+            rc = cxs_diagf(d, rc, "%s/stream.locks: %s", st->dir, strerror(-rc));
             break;
         }
         if (j < locked_lo) locked_lo = j;
         locked_hi = j + 1;
         if (atomic_load(&h->have[j])) { /* fetched by another meanwhile */
-            lk(fd, F_UNLCK, FETCH_AT + j, 1, 0);
+            lk(fd, F_UNLCK, lock_at(s, FETCH, j), 1, 0);
             continue;
         }
         if (np && pcs[np - 1].j1 == j && ((j + 1 - pcs[np - 1].j0) << h->shift) <= PIECE) {
@@ -382,14 +413,15 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
         } else if (np < sizeof pcs / sizeof *pcs) {
             pcs[np++] = (piece){j, j + 1};
         } else { /* the rest on the next call */
-            lk(fd, F_UNLCK, FETCH_AT + j, 1, 0);
+            lk(fd, F_UNLCK, lock_at(s, FETCH, j), 1, 0);
             *again = 1;
             break;
         }
         more += block_disk(h, j);
     }
     if (!rc && np && __atomic_load_n(stop, __ATOMIC_RELAXED)) rc = -ECANCELED;
-    if (!rc && np) rc = make_room(u, more, d);
+    int reserved = 0;
+    if (!rc && np) reserved = !(rc = make_room(u, &more, d));
     if (!rc && np) {
         char p[4200];
         snprintf(p, sizeof p, "%s/%s", st->dir, h->name);
@@ -401,8 +433,10 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
         if (!rc) rc = cxs_workq_run(&q, PIECES_AT_ONCE, what, d);
         if (fj.fd >= 0) close(fj.fd);
     }
+    if (reserved) unreserve(st, more); /* (on disk now, or not written) */
     /* the fetch locks go (a block that failed stays missing) */
-    if (locked_hi > locked_lo) lk(fd, F_UNLCK, FETCH_AT + locked_lo, locked_hi - locked_lo, 0);
+    if (locked_hi > locked_lo)
+        lk(fd, F_UNLCK, lock_at(s, FETCH, locked_lo), locked_hi - locked_lo, 0);
     return rc;
 }
 
@@ -413,19 +447,17 @@ int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
     uint64_t j0, j1;
     blocks_of(h, lo, hi, &j0, &j1);
     if (j0 == j1) return 0;
-    int fd = lock_fd(u, s, d);
-    if (fd < 0) return fd;
+    int rc = lock_fd(u, s, d);
+    if (rc) return rc;
     /* hold them: no eviction from here on */
     for (uint64_t j = j0; j < j1; j++) {
         if (u->ref[s][j]++) continue;
-        int rc = lk(fd, F_RDLCK, USE_AT + j, 1, 1);
-        if (rc) {
+        if ((rc = lk(u->fd, F_RDLCK, lock_at(s, USE, j), 1, 1))) {
             u->ref[s][j]--;
             unhold(u, s, j0, j);
-            return cxs_diagf(d, rc, "%s/%s.have: lock: %s", st->dir, h->name, strerror(-rc));
+            return cxs_diagf(d, rc, "%s/stream.locks: %s", st->dir, strerror(-rc));
         }
     }
-    int rc = 0;
     for (int again = 1; again && !rc;) {
         again = 0;
         rc = fetch_missing(u, s, j0, j1, stop, &again, d);
@@ -434,13 +466,21 @@ int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
     return rc;
 }
 
-void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi) {
+void cxs_stream_drop(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi) {
     cxs_stream *st = u->st;
-    const sshard *h = &st->sh[s];
     uint64_t j0, j1;
-    blocks_of(h, lo, hi, &j0, &j1);
-    if (j0 == j1 || u->fd[s] < 0) return;
-    unhold(u, s, j0, j1);
-    if (!st->limit || cxs_cache_total(st->root) <= st->limit) return;
+    blocks_of(&st->sh[s], lo, hi, &j0, &j1);
+    cxs_diag ignored;
+    if (j0 == j1 || !st->limit || lock_fd(u, s, &ignored) ||
+        cxs_cache_total(st->root) <= st->limit)
+        return;
     for (uint64_t j = j0; j < j1; j++) evict(u, s, j);
+}
+
+void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi, int drop) {
+    uint64_t j0, j1;
+    blocks_of(&u->st->sh[s], lo, hi, &j0, &j1);
+    if (j0 == j1 || !u->ref[s]) return;
+    unhold(u, s, j0, j1);
+    if (drop) cxs_stream_drop(u, s, lo, hi);
 }

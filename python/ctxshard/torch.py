@@ -271,6 +271,25 @@ def _opens_itself(func, path, **given):
                                  f"path or URL); open it with ctxshard.open(path, {k}=...)")
 
 
+def _streams(func, path, stream, block, needs, device, gpu_emulate):
+    """Whether a loader opening path itself streams it (Dataset(stream=)):
+    stream=None streams a URL read in block order on the host; True
+    insists (refused in any other order, or with a device)."""
+    if isinstance(path, Dataset):
+        return False
+    if stream is not None:
+        stream = _a.flag(func, "stream", stream)
+        if stream and not block:
+            raise ValueError(f"{func}: stream=True needs {needs} (the block order is what the "
+                             f"features are fetched in)")
+        if stream and (device is not None or gpu_emulate):
+            raise ValueError(f"{func}: stream=True serves host batches; the GPU loaders read a "
+                             f"whole dataset (leave stream unset)")
+        return stream
+    return bool(block and device is None and not gpu_emulate and
+                _lib.cxs_is_url(os.fsencode(path)))
+
+
 def _batches(next_fn, ptr, batch_type, what):
     """A C loader's batches (next_fn: cxs_loader_next_ex or
     cxs_utt_loader_next_ex) until its epoch ends, a failure raised with
@@ -405,21 +424,11 @@ class Loader:
                                           SHUFFLE if shuffle else SEQUENTIAL)
         _opens_itself(f, path, hugepage_budget=hugepage_budget, cache=cache,
                       cache_limit=cache_limit, stream=stream)
-        if stream is not None:
-            stream = _a.flag(f, "stream", stream)
-            if stream and kind != BLOCK:
-                raise ValueError(f"{f}: stream=True needs shuffle=\"block\" (the block order is "
-                                 f"what the features are fetched in)")
-            if stream and (device is not None or gpu_emulate):
-                raise ValueError(f"{f}: stream=True serves host batches; the GPU loaders read "
-                                 f"a whole dataset (leave stream unset)")
-        elif isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):
-            # a URL read in block order on the host: streamed
-            stream = (kind == BLOCK and device is None and not gpu_emulate and
-                      bool(_lib.cxs_is_url(os.fsencode(path))))
+        stream = _streams(f, path, stream, kind == BLOCK, "shuffle=\"block\"", device,
+                          gpu_emulate)
         self.dataset = path if isinstance(path, Dataset) else Dataset(
             path, hugepage_budget=hugepage_budget or 0, cache=cache, cache_limit=cache_limit,
-            stream=bool(stream))
+            stream=stream)
         warn_if_incomplete(f, self.dataset)
         if weighted and not self.dataset.has_frame_labels:
             raise ValueError(f"{f}: weighted sampling needs per-frame labels (it balances the "
@@ -1065,7 +1074,7 @@ class UtteranceLoader:
                  threads=None, drop_last=False, buckets=None, max_batch=None,
                  long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
                  memory=None, blocks=None, device=None, targets=None, gpu_budget=None,
-                 gpu_dtype=None, gpu_emulate=False, cache=None, cache_limit=None):
+                 gpu_dtype=None, gpu_emulate=False, cache=None, cache_limit=None, stream=None):
         f = "UtteranceLoader"
         if not isinstance(path, Dataset):
             path = _a.path(f, "path", path)
@@ -1077,9 +1086,11 @@ class UtteranceLoader:
             raise ValueError(f"{f}: gpu_dtype={_a._show(gpu_dtype)} is not one of "
                              "torch.float32, torch.bfloat16")
         gpu_emulate = _a.flag(f, "gpu_emulate", gpu_emulate)
-        _opens_itself(f, path, cache=cache, cache_limit=cache_limit)
+        _opens_itself(f, path, cache=cache, cache_limit=cache_limit, stream=stream)
+        stream = _streams(f, path, stream, memory is not None,
+                          "shuffle=True and memory= (block mode)", self.device, gpu_emulate)
         self.dataset = path if isinstance(path, Dataset) else Dataset(
-            path, cache=cache, cache_limit=cache_limit)
+            path, cache=cache, cache_limit=cache_limit, stream=stream)
         warn_if_incomplete(f, self.dataset)
         self.sampler = _LoaderSampler(self.dataset, frame_budget, shuffle, seed, rank,
                                       world_size, drop_last, buckets, max_batch,

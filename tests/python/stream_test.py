@@ -141,6 +141,32 @@ class Streaming(unittest.TestCase):
         self.assertEqual(rem2.dataset.bytes_fetched, 0)
         self.assertEqual(self.shard_bytes_served(before, "s"), once_bytes(self.a))
 
+    def test_utterance_batches_in_block_mode_are_exact(self):
+        """An UtteranceLoader in block mode (memory=) over a URL streams too:
+        its batches (features, lengths, labels) equal the local dataset's,
+        each feature byte fetched once, also through a cache smaller than
+        the dataset."""
+        # (a batch of 5,000 frames is 560 kB, held while it is copied; a
+        # group of blocks 2.7 MB, the next fetched while one is served)
+        kw = dict(frame_budget=5000, memory="3M", seed=5, threads=2)
+        for name, limit in (("utt", None), ("utt-small", 7 << 20)):
+            cache = self.cache(name)
+            rem = UtteranceLoader(self.ng.url("s"), cache=cache, cache_limit=limit, **kw)
+            self.assertTrue(rem.dataset.streamed)
+            n, most = 0, 0
+            for a, b in zip(UtteranceLoader(self.a, **kw), rem):
+                self.assertEqual(len(a), len(b))
+                for ta, tb in zip(a, b):
+                    self.assertTrue(torch.equal(ta, tb), n)
+                n += 1
+                most = max(most, entry_bytes(cache))
+            self.assertGreater(n, 0)
+            self.assertEqual(n, len(UtteranceLoader(self.a, **kw)))
+            if limit is None:
+                self.assertEqual(rem.dataset.bytes_fetched, feature_bytes(self.a))
+            else:
+                self.assertLessEqual(most, limit)
+
     def test_a_cache_smaller_than_the_dataset_stays_under_its_limit(self):
         limit = 5 << 20  # the dataset is 9.3 MB; a round holds about 4 MB
         cache = self.cache("small")
