@@ -87,7 +87,12 @@ fail:
 
 int bench_utt_run(const char *dir, const bench_utt_opts *o) {
     cxs_dataset *ds;
-    int rc = open_dataset(dir, NULL, &ds);
+    /* a URL in block mode is streamed: its features come as the loader
+     * reads them */
+    cxs_open_opts oo;
+    cxs_open_opts_init(&oo);
+    if (o->memory) oo.flags = CXS_OPEN_STREAM;
+    int rc = open_dataset(dir, &oo, &ds);
     if (rc) return rc;
     cxs_info in;
     cxs_dataset_info(ds, &in);
@@ -131,6 +136,12 @@ int bench_utt_run(const char *dir, const bench_utt_opts *o) {
                    f[i].create_ms, f[i].order_ms, f[i].resume_ms);
         printf("  padding: padded frames (batch size x longest) / real frames; frames/s counts "
                "real frames\n");
+        if (g_was_fetched && g_fetched.streamed)
+            printf("  fetched from the URL: %llu bytes at open (the metadata), %llu bytes of "
+                   "features while reading (%.3f of the features; streamed)\n",
+                   (unsigned long long)g_fetched.bytes_fetched,
+                   (unsigned long long)cxs_dataset_fetched(ds),
+                   (double)cxs_dataset_fetched(ds) / (double)in.feature_bytes);
     }
     cxs_dataset_close(ds);
     return 0;

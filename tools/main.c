@@ -336,7 +336,8 @@ static const char *const usage_bench_utt =
     "                    the library's choice)\n"
     "  --batches M       batches to time (default: one epoch)\n"
     "  --memory SIZE     block mode: bucket within blocks of whole utterances\n"
-    "                    read in turn within SIZE of page cache\n"
+    "                    read in turn within SIZE of page cache (OUT a URL: streamed,\n"
+    "                    its features fetched as the loader reads them)\n"
     "  --blocks N        block mode: blocks bucketed together (default 8)\n"
     "  --json            one JSON object\n";
 

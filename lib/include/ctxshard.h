@@ -165,12 +165,14 @@ typedef struct cxs_open_opts {
      * CXS_OPEN_STREAM: a URL whose cache entry is not complete is opened
      * with its metadata only (every section but FEATURES, checked as at
      * any open); the features come block by block as a frame loader with
-     * the block sampler (CXS_SAMPLER_BLOCK) reads them, each block checked
-     * against its block sum (format 1.3) before a byte of it is served,
-     * and stay in the cache while its limit allows.  Such a dataset serves
-     * only that loader: every other read of its features (windows,
-     * gathers, utterances, the utterance and GPU loaders, warm, verify)
-     * answers CXS_E_UNSUPPORTED, saying so.  A complete entry opens as
+     * the block sampler (CXS_SAMPLER_BLOCK), or an utterance loader in
+     * block mode (cxs_utt_sampler_opts.memory_bytes), reads them, fetched
+     * ahead of it, each 64 KiB block checked against its block sum (format
+     * 1.3) before a byte of it is served, and stay in the cache while its
+     * limit allows.  Such a dataset serves only those loaders: every
+     * other read of its features (windows, gathers, utterances, other
+     * orders, the GPU loaders, warm, verify) answers CXS_E_UNSUPPORTED,
+     * saying so.  A complete entry opens as
      * without the flag; a dataset whose shards cannot be streamed
      * (compressed, or without block sums) is fetched whole when it fits
      * the limit, refused otherwise.  Local paths ignore it.

@@ -240,9 +240,49 @@ TEST(streamed_in_block_order) {
     ck_assert_msg(rc2 == 0, "%s", d.message);
     EXPECT_UINT(cxs_dataset_fetched(r2), 0); /* the cache had every block */
     cxs_dataset_close(r2);
+    /* the utterance loader in block mode, on a fresh stream of the same
+     * entry (every block there now) and then of an empty one: each batch
+     * equals the local dataset's utterances */
+    uint64_t freed;
+    for (int empty = 0; empty < 2; empty++) {
+        if (empty) {
+            cxs_dataset_close(r);
+            EXPECT_INT(cxs_cache_clear(scache, &freed, &d), 0);
+            ck_assert_msg(cxs_dataset_open_ex(url, &oo, &r, &d) == 0, "%s", d.message);
+        }
+        cxs_utt_sampler_opts uo;
+        cxs_utt_sampler_opts_init(&uo);
+        uo.kind = CXS_UTT_SHUFFLE, uo.seed = 4, uo.frame_budget = 4000, uo.memory_bytes = 1u << 20;
+        uo.blocks = 4;
+        cxs_utt_sampler *us;
+        ck_assert_msg(cxs_utt_sampler_create(r, &uo, &us, &d) == 0, "%s", d.message);
+        cxs_utt_loader_opts ulo;
+        cxs_utt_loader_opts_init(&ulo);
+        ulo.threads = 2;
+        cxs_utt_loader *ul;
+        ck_assert_msg(cxs_utt_loader_create_ex(r, us, &ulo, 0, 0, &ul, &d) == 0, "%s", d.message);
+        const cxs_utt_batch *ub;
+        uint64_t utts = 0;
+        float *want = malloc(sizeof *want * 4000 * in.dim);
+        while (!(rc1 = cxs_utt_loader_next_ex(ul, &ub, &d)) && ub) {
+            for (size_t j = 0; j < ub->n; j++) {
+                const uint64_t T = (uint64_t)ub->lengths[j];
+                EXPECT_INT(cxs_dataset_read_features(l, ub->utts[j], 0, T, want), 0);
+                /* (stored float32: the values as stored) */
+                ck_assert(!memcmp(want, ub->x + j * ub->tmax * in.dim,
+                                  sizeof *want * T * in.dim));
+            }
+            utts += ub->n;
+        }
+        ck_assert_msg(rc1 == 0, "%s", d.message);
+        EXPECT_UINT(utts, in.num_utterances);
+        free(want);
+        cxs_utt_loader_free(ul);
+        cxs_utt_sampler_free(us);
+    }
+    EXPECT_UINT(cxs_dataset_fetched(r), in.feature_bytes);
     cxs_dataset_close(r);
     /* a limit that holds the metadata but not a round: the loader says so */
-    uint64_t freed;
     EXPECT_INT(cxs_cache_clear(scache, &freed, &d), 0);
     oo.cache_limit = fi.bytes_fetched + (160u << 10);
     ck_assert_msg(cxs_dataset_open_ex(url, &oo, &r, &d) == 0, "%s", d.message);
