@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -201,16 +202,24 @@ static uint64_t lock_at(uint32_t s, unsigned kind, uint64_t j) {
 }
 
 /* fcntl lock of n offsets at `at`: type F_RDLCK, F_WRLCK or F_UNLCK; wait
- * or not.  0 or -errno (-EAGAIN: held, not waited for). */
+ * or not.  0 or -errno (-EAGAIN: held, not waited for).  A wait polls
+ * (0.1 ms, doubling to 10 ms) rather than F_OFD_SETLKW: the waits are for
+ * another's download of a block or a moment's eviction, and valgrind
+ * (3.19) holds its one running thread in a blocked F_OFD_SETLKW, so the
+ * holder could never let go. */
 static int lk(int fd, short type, uint64_t at, uint64_t n, int wait) {
     if (fd < 0) return -EBADF;
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)at,
                        .l_len = (off_t)n};
-    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl)) {
+    for (long ns = 100000;;) {
+        if (!fcntl(fd, F_OFD_SETLK, &fl)) return 0;
         if (errno == EINTR) continue;
-        return errno == EACCES ? -EAGAIN : -errno;
+        if (errno != EACCES && errno != EAGAIN) return -errno;
+        if (!wait) return -EAGAIN;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        if (ns < 10000000) ns *= 2;
     }
-    return 0;
 }
 
 /* Sum blocks [*j0, *j1) holding file bytes [lo, hi) of FEATURES. */
