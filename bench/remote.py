@@ -155,7 +155,7 @@ def main():
     print(f"epoch through an empty cache, streamed / cold local epoch (rate): "
           f"{ratio('local', 'epoch')}   (target >= 0.80)")
     for k in ("epoch", "small"):
-        if fetched[k]:
+        if fetched.get(k):
             print(f"bytes fetched per epoch / feature bytes ({k}): "
                   f"{statistics.median(fetched[k]) / feat:.3f}   (target <= 1.02)")
     print(f"second epoch through the cache / cold local epoch (rate): "
