@@ -390,6 +390,17 @@ static int write_file(const char *path, const void *p, size_t n) {
     return rename(tmp, path) ? -errno : 0;
 }
 
+/* An entry's directory, with `source` (its URL, for cache ls). */
+static int start_entry(const char *dir, const char *url, cxs_diag *d) {
+    int rc = mkdir_p(dir);
+    if (rc) return cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
+    char p[4400], line[2100];
+    snprintf(p, sizeof p, "%s/source", dir);
+    int ll = snprintf(line, sizeof line, "%s\n", url);
+    if ((rc = write_file(p, line, (size_t)ll))) return cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
+    return 0;
+}
+
 /* ---- a stream's set-up ------------------------------------------------------ */
 
 /* Every shard's bytes but its FEATURES, for streaming: phase 0 reads each
@@ -516,19 +527,9 @@ static int stream_setup(const cxs_origin *o, const char *url, const char *root, 
     }
     uint64_t freed;
     if (limit && (rc = cxs_cache_make_room(root, key, 0, meta, limit, &freed, d))) goto out;
-    if ((rc = mkdir_p(dir))) {
-        rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
-        goto out;
-    }
+    if ((rc = start_entry(dir, url, d))) goto out;
     snprintf(p, sizeof p, "%s/reserved", dir);
     unlink(p); /* (what it holds is counted as it arrives) */
-    snprintf(p, sizeof p, "%s/source", dir);
-    char line[2100];
-    int ll = snprintf(line, sizeof line, "%s\n", url);
-    if ((rc = write_file(p, line, (size_t)ll))) {
-        rc = cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
-        goto out;
-    }
     snprintf(p, sizeof p, "%s/stream", dir); /* before any shard file: see fetch_impl */
     touch(p);
     j.phase = 1;
@@ -686,17 +687,7 @@ static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_giv
     uint64_t have = cxs_cache_dir_bytes(dir), freed = 0;
     if (limit && (rc = cxs_cache_make_room(root, key, have, need > have ? need - have : 0, limit, &freed, d)))
         goto out;
-    if ((rc = mkdir_p(dir))) {
-        rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
-        goto out;
-    }
-    snprintf(p, sizeof p, "%s/source", dir);
-    char line[2100];
-    int ll = snprintf(line, sizeof line, "%s\n", url);
-    if ((rc = write_file(p, line, (size_t)ll))) {
-        rc = cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
-        goto out;
-    }
+    if ((rc = start_entry(dir, url, d))) goto out;
     job j = {.o = o, .dir = dir, .sizes = sizes};
     atomic_init(&j.fetched, 0);
     _Atomic uint64_t received;
