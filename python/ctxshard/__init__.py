@@ -465,6 +465,8 @@ class Dataset:
             self._streamed = bool(not rc and fi.streamed)
             if raised:
                 raise raised[0]
+            if rc == -errno.ECANCELED:  # a signal arrived as the callback began
+                raise KeyboardInterrupt
         else:
             rc = _lib.cxs_dataset_open_ex(os.fsencode(path), byref(opts), byref(ptr),
                                           byref(diag))
