@@ -849,6 +849,25 @@ int cxs_dataset_url(const cxs_dataset *ds, const char **url, const char **local)
 
 void cxs_open_opts_init(cxs_open_opts *o) { memset(o, 0, sizeof *o); }
 
+/* A streamed cache entry opened by its directory: its shard files hold
+ * holes where features were not fetched, which a local open would serve
+ * as zeros.  Refused (open it by its URL). */
+static int streamed_entry(const char *path, cxs_diag *d) {
+    char p[4200];
+    struct stat st;
+    if (stat(path, &st)) return 0; /* (open_impl says what is wrong) */
+    if (S_ISDIR(st.st_mode)) snprintf(p, sizeof p, "%s/stream", path);
+    else {
+        const char *sl = strrchr(path, '/');
+        int n = sl ? (int)(sl - path) : 1;
+        snprintf(p, sizeof p, "%.*s/stream", n, sl ? path : ".");
+    }
+    if (stat(p, &st)) return 0;
+    return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: a cache entry of a dataset opened to stream: "
+                     "features it has not fetched are holes in its files; open it by its URL",
+                     path);
+}
+
 int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset **out,
                         cxs_diag *d) {
     if (!path || !out) return cxs_diagf(d, CXS_E_INVALID, "cxs_dataset_open: NULL argument");
@@ -857,7 +876,7 @@ int cxs_dataset_open_ex(const char *path, const cxs_open_opts *opts, cxs_dataset
     cxs_dataset *ds;
     if (cxs_url_is_remote(path)) {
         if ((rc = open_url(path, opts, NULL, NULL, NULL, &ds, d))) return rc;
-    } else if ((rc = open_impl(path, &ds, d))) {
+    } else if ((rc = streamed_entry(path, d)) || (rc = open_impl(path, &ds, d))) {
         return rc;
     }
     return open_options(ds, opts, path, out, d);

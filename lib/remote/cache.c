@@ -632,6 +632,17 @@ static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_giv
      * complete. */
     snprintf(p, sizeof p, "%s/complete", dir);
     for (int op = LOCK_SH;; op = LOCK_EX) {
+        snprintf(p, sizeof p, "%s/streamed", dir);
+        if (op == LOCK_EX && !stream && exists(p) && flock(f->lock_fd, LOCK_EX | LOCK_NB)) {
+            /* open to stream here or in another process of the node: a
+             * whole fetch would wait for every one of them to close */
+            rc = cxs_diagf(d, -EBUSY, "%s: open to stream (its features fetched as a block "
+                           "loader reads them) by a process of this node: open it the same way "
+                           "(a block-order loader, stream=True, CXS_OPEN_STREAM), or once they "
+                           "have closed it", url);
+            goto out;
+        }
+        snprintf(p, sizeof p, "%s/complete", dir);
         if ((rc = lock_entry(f->lock_fd, op, progress, user, need))) {
             rc = rc == -ECANCELED
                      ? cxs_diagf(d, rc, "%s: stopped while another process of the node fetches "

@@ -259,8 +259,9 @@ static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
         snprintf(p, sizeof p, "%s/%s", u->st->dir, h->name);
         int ffd = open(p, O_RDWR | O_CLOEXEC);
         if (ffd >= 0) {
+            /* (to the page's end: past FEATURES is its padding, never data) */
             fallocate(ffd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                      (off_t)(h->off + (j << h->shift)), (off_t)block_bytes(h, j));
+                      (off_t)(h->off + (j << h->shift)), (off_t)block_disk(h, j));
             close(ffd);
         }
         done = 1;
@@ -381,7 +382,10 @@ static int fetch_piece(void *ctx, uint32_t i, cxs_diag *d) {
         if (rc != CXS_E_CHECKSUM) break;
     }
     free(buf);
-    if (rc) return rc;
+    if (rc) { /* what arrived of a failed piece is not kept: nothing could evict it */
+        fallocate(fj->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(b - a));
+        return rc;
+    }
     if (fdatasync(fj->fd))
         return cxs_diagf(d, -errno, "%s/%s: %s", u->st->dir, h->name, strerror(errno));
     for (uint64_t j = pc->j0; j < pc->j1; j++) atomic_store(&((sshard *)h)->have[j], 1);

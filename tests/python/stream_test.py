@@ -269,6 +269,14 @@ class Streaming(unittest.TestCase):
             with self.assertRaises((ctxshard.CtxshardError, ValueError)) as cm:
                 call()
             self.assertIn(said, str(cm.exception))
+        # its cache entry, opened as a directory, would serve holes as zeros: refused
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            ctxshard.open(ds.cached_at)
+        self.assertIn("open it by its URL", str(cm.exception))
+        # a whole open while it is open to stream would wait for it to close: refused
+        with self.assertRaises(OSError) as cm:
+            ctxshard.open(url, cache=self.cache("refuse"))
+        self.assertEqual(cm.exception.errno, errno.EBUSY)
         ds.close()
         # opened whole, the same URL and cache serve everything (fetched and verified)
         with ctxshard.open(url, cache=self.cache("refuse")) as r, ctxshard.open(self.a) as lo:
