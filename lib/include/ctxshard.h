@@ -1250,6 +1250,161 @@ CXS_API const cxs_diag *cxs_utt_loader_error(const cxs_utt_loader *l);
 /** Stop and join the workers, free the ring.  NULL is a no-op. */
 CXS_API void cxs_utt_loader_free(cxs_utt_loader *l);
 
+/* ---- mixtures of datasets ---------------------------------------------- */
+
+/**
+ * A mixture serves batches of frames drawn from several datasets (the
+ * sources: corpora, languages, splits) in fixed proportions, with the
+ * guarantees of one sampler: deterministic from (seed, epoch), resumable
+ * and elastic from (seed, epoch, global position), equal batch counts per
+ * rank.
+ *
+ * Shares: source i's share p_i is weights[i] / sum(weights); with weights
+ * NULL the natural one, its frame count n_i / sum(n), or with a
+ * temperature T > 0 n_i^(1/T) / sum(n^(1/T)) (T > 1 flattens towards small
+ * sources).  An epoch is epoch_size samples (0: the sum of the sources'
+ * frames), of which source i gives exactly its quota q_i: epoch_size * p_i
+ * rounded by largest remainder (the quotas sum to epoch_size; ties to the
+ * lower source).
+ *
+ * Which samples: each source is read as an endless stream of passes, pass
+ * p being a permutation of all its frames (CXS_SAMPLER_SHUFFLE: a seeded
+ * one per pass, as a shuffle sampler's epochs; CXS_SAMPLER_SEQUENTIAL:
+ * storage order).  Epoch e takes items e*q_i .. (e+1)*q_i - 1 of the
+ * stream: a source smaller than its quota is repeated (whole passes, then
+ * the start of the next), a larger one subsampled, and the next epoch goes
+ * on where this one stopped, so no frame comes twice within a pass and an
+ * epoch of a subsampled source is never the same subset twice.
+ *
+ * Batches: the epoch is cut into global batches of batch_size samples
+ * (the last one shorter).  The samples are interleaved by the Sainte-Lague
+ * rule (source i's k-th sample belongs at
+ * (k + 1/2) / q_i of the epoch; all sources' samples merged in that order,
+ * ties to the lower source), so every stretch of the epoch, every batch
+ * with it, holds each source's share to within about one sample, by
+ * construction, not by chance.  Inside a batch the samples are grouped by
+ * source, in source order (an order SGD does not see).
+ *
+ * Ranks (world_size w): the global batches are taken in rounds of w, one
+ * per rank, rank r receiving batch origin + r + t*w of round t.  Within a
+ * round the ranks' batches share the round's samples of each source as
+ * evenly as their size allows, and which rank receives a source's spare
+ * sample is chosen so that, over the epoch, every rank gets each source's
+ * share to within one sample (each rank keeping a running tally).  So the
+ * samples of a round are the same for any w, and a state saved between
+ * rounds (global position G = origin + pos*w) holds exactly the first G
+ * batches' samples: a run saved on N ranks continues on M ranks with origin
+ * G, nothing repeated or lost.  With drop_last 0 the final round is
+ * completed by repeating, for the ranks past the epoch's last batch,
+ * batches of the run's first round (as torch's DistributedSampler pads);
+ * with drop_last 1 the short last batch and an incomplete final round are
+ * cut.  With w > 1, the rounds' division is computed at create, O(batches)
+ * time and 8 bytes per source of every batch of this rank.
+ *
+ * The sources must outlive the mixture.  A mixture of one source is a
+ * sampler of that source whose batches are those of the mixture's rules.
+ */
+#define CXS_MIX_MAX_SOURCES 256u
+
+typedef struct cxs_mix_opts {
+    uint32_t kind;          /**< CXS_SAMPLER_SHUFFLE (default 0 is sequential) or
+                                 CXS_SAMPLER_SEQUENTIAL: the order of each source's passes */
+    uint64_t seed;
+    uint32_t batch_size;    /**< samples per global batch, required */
+    const double *weights;  /**< nsources weights >= 0 (not all 0); NULL: natural shares */
+    double temperature;     /**< weights NULL: shares ~ n^(1/T); 0 or 1: ~ n */
+    uint64_t epoch_size;    /**< samples per epoch, all ranks; 0: the sum of the sources' frames */
+    uint32_t rank;          /**< 0 .. world_size-1 */
+    uint32_t world_size;    /**< 0 or 1: not distributed */
+    uint32_t drop_last;     /**< 1: cut the short last batch and an incomplete final round */
+    uint64_t origin;        /**< global batch position where every epoch starts (resume) */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_mix_opts_init) */
+} cxs_mix_opts;
+
+typedef struct cxs_mix cxs_mix;
+
+/** Fill o with the defaults (all 0); batch_size must then be set. */
+CXS_API void cxs_mix_opts_init(cxs_mix_opts *o);
+
+/**
+ * Create a mixture over the n datasets ds[0..n-1] (1 .. CXS_MIX_MAX_SOURCES,
+ * which must outlive it).  Returns 0, -ENOMEM or CXS_E_INVALID (no
+ * batch_size, a weight negative, not finite or all zero, a weight for a
+ * source without frames, a temperature with weights or not positive,
+ * rank >= world_size, origin past the epoch's batches, an unknown kind);
+ * diag (may be NULL) says which and why.
+ */
+CXS_API int cxs_mix_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_opts *opts,
+                           cxs_mix **out, cxs_diag *diag);
+/** NULL is a no-op. */
+CXS_API void cxs_mix_free(cxs_mix *m);
+/** Sources, and source i's dataset, share (p_i) and samples per epoch (q_i). */
+CXS_API uint32_t cxs_mix_sources(const cxs_mix *m);
+CXS_API const cxs_dataset *cxs_mix_dataset(const cxs_mix *m, uint32_t i);
+CXS_API double cxs_mix_share(const cxs_mix *m, uint32_t i);
+CXS_API uint64_t cxs_mix_quota(const cxs_mix *m, uint32_t i);
+/** Samples per epoch (all ranks), samples per batch. */
+CXS_API uint64_t cxs_mix_epoch_size(const cxs_mix *m);
+CXS_API uint32_t cxs_mix_batch_size(const cxs_mix *m);
+/** *global (may be NULL): the epoch's global batches (after drop_last);
+ * the return value: this rank's batches from origin (the same every epoch). */
+CXS_API uint64_t cxs_mix_length(const cxs_mix *m, uint64_t *global);
+
+/**
+ * The samples of this rank's batch at position pos of `epoch`: their frame
+ * numbers (in their own dataset) into frames[cap] and their sources into
+ * source[cap] (may be NULL), cap >= batch_size always sufficing; the count
+ * into *n and the batch's place in the epoch's global order into *global
+ * (may be NULL; a repeated batch says the batch it repeats).  Thread-safe.
+ * Returns 0, CXS_E_RANGE (pos at or past the length), CXS_E_INVALID (cap
+ * too small, NULL pointers).
+ */
+CXS_API int cxs_mix_batch(const cxs_mix *m, uint64_t epoch, uint64_t pos, uint64_t *frames,
+                          uint32_t *source, uint32_t cap, uint32_t *n, uint64_t *global);
+
+/** A batch of a mixture loader; valid until the next call (or reset). */
+typedef struct cxs_mix_frames {
+    const float *x;          /**< [n][(2k+1)*dim] */
+    const int64_t *y;        /**< [n] labels (in source 0's vocabulary), or NULL */
+    const uint64_t *frames;  /**< [n] frame numbers, each in its own source */
+    const uint32_t *source;  /**< [n] the source of each sample */
+    size_t n;
+    uint64_t index;          /**< this rank's position of the batch in the epoch */
+    uint64_t global;         /**< its place in the epoch's global batch order */
+} cxs_mix_frames;
+
+typedef struct cxs_mix_loader cxs_mix_loader;
+
+/**
+ * Worker threads gather the windows of `mix`'s batches into a ring of
+ * buffers ahead of the consumer, from this rank's position `start` of
+ * `epoch` (the mixture and its datasets must outlive it).  opts as for
+ * cxs_loader_create: k, threads, ring, labels and flags; batch_size 0 or
+ * the mixture's; external, readahead and drop_last must be 0 (the
+ * mixture's drop_last rules).  The sources must have the same dim (their
+ * stored dtypes may differ: every one is converted to float32 exactly).
+ * With labels, every source needs frame labels, and vocabularies equal to
+ * source 0's or holding the same symbols in another order (labels are then
+ * mapped by symbol into source 0's numbering); otherwise CXS_E_INVALID
+ * names the symbols that differ.  CXS_GATHER_NORMALIZE normalises each
+ * source with its own stored statistics, or all of them with opts->norm
+ * when given.  Returns 0, -ENOMEM, -EAGAIN, CXS_E_NO_LABELS, CXS_E_INVALID
+ * (diag says which option or source and why).
+ */
+CXS_API int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opts,
+                                  uint64_t epoch, uint64_t start, cxs_mix_loader **out,
+                                  cxs_diag *diag);
+/** Hand back the previous batch, take the next; *batch NULL at the end of
+ * the epoch.  Returns 0 or the first error (diag may be NULL: as
+ * cxs_loader_next_ex, a failure in the data names the shard file). */
+CXS_API int cxs_mix_loader_next(cxs_mix_loader *l, const cxs_mix_frames **batch, cxs_diag *diag);
+/** Restart at (epoch, start), discarding prefetched batches. */
+CXS_API int cxs_mix_loader_reset(cxs_mix_loader *l, uint64_t epoch, uint64_t start);
+/** The last call's failure. */
+CXS_API const cxs_diag *cxs_mix_loader_error(const cxs_mix_loader *l);
+/** Stop and join the workers, free the ring.  NULL is a no-op. */
+CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
+
 #ifdef __cplusplus
 }
 #endif
