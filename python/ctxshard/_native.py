@@ -149,6 +149,19 @@ class Batch(Structure):
                 ("index", c_uint64), ("position", c_uint64)]
 
 
+class MixOpts(Structure):
+    _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("batch_size", c_uint32),
+                ("weights", POINTER(c_double)), ("temperature", c_double),
+                ("epoch_size", c_uint64), ("rank", c_uint32), ("world_size", c_uint32),
+                ("drop_last", c_uint32), ("origin", c_uint64),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
+
+
+class MixFrames(Structure):
+    _fields_ = [("x", c_void_p), ("y", c_void_p), ("frames", c_void_p), ("source", c_void_p),
+                ("n", c_size_t), ("index", c_uint64), ("global_", c_uint64)]
+
+
 class UttSamplerOpts(Structure):
     _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("frame_budget", c_uint64),
                 ("max_batch", c_uint32), ("buckets", c_uint32), ("long_alone", c_uint32),
@@ -430,6 +443,22 @@ def _load():
         "cxs_loader_ring": (c_uint32, [c_void_p]),
         "cxs_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
         "cxs_loader_free": (None, [c_void_p]),
+        "cxs_mix_create": (c_int, [POINTER(c_void_p), c_uint32, POINTER(MixOpts),
+                                   POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_mix_free": (None, [c_void_p]),
+        "cxs_mix_sources": (c_uint32, [c_void_p]),
+        "cxs_mix_share": (c_double, [c_void_p, c_uint32]),
+        "cxs_mix_quota": (c_uint64, [c_void_p, c_uint32]),
+        "cxs_mix_epoch_size": (c_uint64, [c_void_p]),
+        "cxs_mix_batch_size": (c_uint32, [c_void_p]),
+        "cxs_mix_length": (c_uint64, [c_void_p, POINTER(c_uint64)]),
+        "cxs_mix_batch": (c_int, [c_void_p, c_uint64, c_uint64, c_void_p, c_void_p, c_uint32,
+                                  POINTER(c_uint32), POINTER(c_uint64)]),
+        "cxs_mix_loader_create": (c_int, [c_void_p, POINTER(LoaderOpts), c_uint64, c_uint64,
+                                          POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_mix_loader_next": (c_int, [c_void_p, POINTER(POINTER(MixFrames)), POINTER(Diag)]),
+        "cxs_mix_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
+        "cxs_mix_loader_free": (None, [c_void_p]),
         "cxs_utt_sampler_create": (c_int, [ds, POINTER(UttSamplerOpts), POINTER(c_void_p),
                                            POINTER(Diag)]),
         "cxs_utt_sampler_free": (None, [c_void_p]),
@@ -509,5 +538,5 @@ def _load():
 
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
-           "Batch", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
+           "Batch", "MixOpts", "MixFrames", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
            "WriterInfo", "KaldiOpts", "ImportInfo", "NpyOpts", "c_float", "c_int64"]

@@ -355,6 +355,12 @@ class Loader:
     # order.
     BLOCK_ORDER = int(_lib.cxs_block_order())
 
+    def __new__(cls, path=None, *args, **kw):
+        # Loader([a, b, c], ..., weights=...): a mixture (MixtureLoader)
+        if cls is Loader and isinstance(path, (list, tuple)):
+            return MixtureLoader(path, *args, **kw)
+        return super().__new__(cls)
+
     def __init__(self, path, context, batch_size, shuffle=True, seed=0, drop_last=False,
                  weighted=False, class_weights=None, rank=None, world_size=None, threads=None,
                  pin_memory=False, device=None, normalize=False, labels=None, num_samples=0,
@@ -872,6 +878,229 @@ class Loader:
             for pair in pending.values():
                 self._busy.discard(pair)
             pending.clear()
+
+
+# ---- mixtures of datasets ---------------------------------------------------
+
+from .mixture import Mixture, _sources  # noqa: E402
+
+__all__ += ["MixtureLoader", "MixedBatch"]
+
+
+class MixedBatch(tuple):
+    """A mixture's batch: (x, y) as the frame Loader yields them, or (x,)
+    with labels=False, with .source (int64 [n]: which dataset, by
+    its place in the list, each sample came from) and .frames (int64 [n]:
+    its frame number in that dataset)."""
+
+    def __new__(cls, parts, source, frames):
+        t = super().__new__(cls, parts)
+        t.source, t.frames = source, frames
+        return t
+
+
+class MixtureLoader:
+    """Batches of windows from several datasets in fixed shares (what
+    Loader([a, b, ...], context, batch_size, ...) returns).  The shares,
+    quotas, passes and ranks are ctxshard.Mixture's: weights (one per
+    dataset, or None: the natural shares), temperature, epoch_size (samples
+    per epoch, default the sum of the frames).  Each batch is a MixedBatch:
+    (x, y) tensors, x float32 [n, (2k+1)*D], y int64 [n] labels in the
+    first dataset's vocabulary (another dataset's labels are mapped by
+    symbol; vocabularies that differ are refused, naming the symbols), with
+    .source (int64 [n]) saying which dataset each sample came from.
+
+    The datasets must have the same feature width; their stored dtypes may
+    differ.  normalize=True normalises each dataset with its own stored
+    statistics; a Dataset, its .stats or (mean, var) normalises every one
+    with that one set (state_dict says which).  Batches are fresh tensors,
+    yours to keep.  rank/world_size as for Loader (from torch.distributed
+    when initialised): rank r takes global batches r, r + world_size, ...
+    state_dict() is (seed, epoch, global_position) with global_position in
+    global batches; load_state_dict() resumes there, also on another number
+    of ranks, nothing repeated or lost.  On the CPU only: device= copies
+    each batch to the device (no GPU path yet), and block order, streaming
+    and weighted sampling are not available for mixtures."""
+
+    def __init__(self, paths, context, batch_size, shuffle=True, seed=0, drop_last=False,
+                 weights=None, temperature=None, epoch_size=None, rank=None, world_size=None,
+                 threads=None, normalize=False, labels=None, device=None, pin_memory=False,
+                 **unsupported):
+        f = "Loader"
+        for k, v in unsupported.items():
+            if v is not None and v is not False and v != "auto" and v != 0:
+                raise ValueError(f"{f}: {k}= is not available for a mixture of datasets (a "
+                                 "list of paths): the mixture loader serves host batches in "
+                                 "shuffled or sequential order")
+        if isinstance(shuffle, str):
+            raise ValueError(f"{f}: shuffle={shuffle!r}: a mixture is shuffled (True) or in "
+                             "order (False); block order is not available for mixtures yet")
+        self.datasets = _sources(f, paths)
+        self.context = _a.integer(f, "context", context, 0, 1000000)
+        self.batch_size = _a.integer(f, "batch_size", batch_size, 1, 2**31 - 1)
+        self.threads = _a.optional_integer(f, "threads", threads, 1, 256)
+        self.device = _device(f, device)
+        self.pin_memory = _a.flag(f, "pin_memory", pin_memory) and torch.cuda.is_available()
+        d0 = self.datasets[0]
+        for i, d in enumerate(self.datasets):
+            if d.dim != d0.dim:
+                raise ValueError(f"{f}: {d.path} has {d.dim} features a frame and {d0.path} "
+                                 f"{d0.dim}: the datasets of a mixture must have the same width "
+                                 "(their stored dtypes may differ)")
+        labels = _a.optional_flag(f, "labels", labels)
+        have = all(d.has_frame_labels for d in self.datasets)
+        if labels is None:
+            labels = have
+        elif labels and not have:
+            bad = [d.path for d in self.datasets if not d.has_frame_labels]
+            raise ValueError(f"{f}: labels=True, but {', '.join(bad)} has no per-frame labels: "
+                             "pass labels=False")
+        self.labels = labels
+        if normalize is True or normalize is False or normalize is None:
+            self.normalization = "per-source" if normalize else "none"
+            self._norm_stats = None
+            if normalize:
+                for d in self.datasets:
+                    if d.stats is None:
+                        raise ValueError(f"{f}: normalize=True normalises each dataset by its "
+                                         f"own statistics, and {d.path} has none: give one set "
+                                         "(normalize=train_ds)")
+        else:
+            _mode, st = normalization(f, d0, normalize)
+            self.normalization = "given"
+            self._norm_stats = st if st is not None else (
+                np.ascontiguousarray(d0.stats.mean, np.float64),
+                np.ascontiguousarray(d0.stats.var, np.float64))
+        if rank is None or world_size is None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                rank = dist.get_rank() if rank is None else rank
+                world_size = dist.get_world_size() if world_size is None else world_size
+        self.world_size = _a.integer(f, "world_size", 1 if world_size is None else world_size,
+                                     1, 2**32 - 1)
+        self.rank = _a.integer(f, "rank", 0 if rank is None else rank, 0, self.world_size - 1)
+        self.input_size = d0.input_size(self.context)
+        self._mix_args = dict(batch_size=self.batch_size, weights=weights,
+                              temperature=temperature, epoch_size=epoch_size,
+                              shuffle=_a.flag(f, "shuffle", shuffle),
+                              seed=_a.integer(f, "seed", seed, 0, 2**64 - 1), rank=self.rank,
+                              world_size=self.world_size,
+                              drop_last=_a.flag(f, "drop_last", drop_last))
+        self.sampler = Mixture(self.datasets, **self._mix_args)
+        self._origin_mix = None
+        self.seed, self.drop_last = self._mix_args["seed"], self._mix_args["drop_last"]
+        self.epoch, self._start, self._origin = 0, 0, 0
+        self.source_index = {d.path: i for i, d in enumerate(self.datasets)}
+        self._loader_check()
+
+    def _loader_check(self):
+        """Create (and free) one native loader now, so that what only the
+        library checks (vocabularies by symbol, statistics) fails here."""
+        ptr = self._create(self.sampler, 0, 0)
+        _lib.cxs_mix_loader_free(ptr)
+
+    @property
+    def quotas(self):
+        return self.sampler.quotas
+
+    @property
+    def shares(self):
+        return self.sampler.shares
+
+    def _mix_now(self):
+        if not self._origin:
+            return self.sampler
+        m = self._origin_mix
+        if m is None or m.origin != self._origin:
+            m = self._origin_mix = Mixture(self.datasets, origin=self._origin, **self._mix_args)
+        return m
+
+    def __len__(self):
+        return len(self._mix_now()) - self._start
+
+    def set_epoch(self, epoch):
+        epoch = _a.integer("Loader.set_epoch", "epoch", epoch, 0, _u.MAX_EPOCH)
+        self.epoch, self._start, self._origin = epoch, 0, 0
+
+    def state_dict(self):
+        """seed, epoch and global_position (global batches served by all
+        ranks together), with what fixes the order: the datasets (paths and
+        identities), shares, quotas, epoch_size, batch_size, shuffle and the
+        normalisation (none, per-source or given)."""
+        g = self._origin + self._start * self.world_size
+        epoch = self.epoch
+        if g >= self.sampler.global_batches:
+            epoch, g = epoch + 1, 0
+        m = self.sampler
+        return {"kind": "mixture", "seed": self.seed, "epoch": epoch, "global_position": g,
+                "unit": "batches", "batch_size": self.batch_size,
+                "sources": [d.path for d in self.datasets],
+                "identities": [d.identity for d in self.datasets],
+                "shares": list(m.shares), "quotas": list(m.quotas),
+                "epoch_size": m.epoch_size, "shuffle": m.shuffle, "drop_last": m.drop_last,
+                "normalization": self.normalization}
+
+    def load_state_dict(self, state):
+        f = "Loader.load_state_dict"
+        if state.get("kind") != "mixture":
+            raise ValueError(f"{f}: the state is not a mixture's (kind={state.get('kind')!r})")
+        mine = self.state_dict()
+        for key in ("seed", "batch_size", "identities", "quotas", "epoch_size", "shuffle",
+                    "drop_last"):
+            if state.get(key) != mine[key]:
+                raise ValueError(f"{f}: the state's {key} ({_a._show(state.get(key))}) is not "
+                                 f"this loader's ({_a._show(mine[key])}): it would resume into "
+                                 "another order")
+        if state.get("normalization") != self.normalization:
+            raise ValueError(f"{f}: the state was normalised {state.get('normalization')!r}, "
+                             f"this loader {self.normalization!r}")
+        g = _a.integer(f, "global_position", state["global_position"], 0,
+                       self.sampler.global_batches)
+        self.epoch = _a.integer(f, "epoch", state["epoch"], 0, _u.MAX_EPOCH)
+        self._origin, self._start = g, 0
+
+    def _create(self, mix, epoch, start):
+        opts = _n.LoaderOpts(self.context, self.batch_size, self.threads or 0, 0,
+                             _n.GATHER_NORMALIZE if self.normalization != "none" else 0, 0,
+                             int(self.labels), 0)
+        if self._norm_stats is not None:
+            mean, var = self._norm_stats
+            dp = ctypes.POINTER(ctypes.c_double)
+            nrm = _n.Norm(self.datasets[0].dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp))
+            opts.norm = ctypes.pointer(nrm)
+        ptr, diag = ctypes.c_void_p(), _n.Diag()
+        rc = _lib.cxs_mix_loader_create(mix._ptr, ctypes.byref(opts), epoch, start,
+                                        ctypes.byref(ptr), ctypes.byref(diag))
+        if rc:
+            _raise(rc, diag, what="mixture loader")
+        return ptr
+
+    def __iter__(self):
+        mix = self._mix_now()
+        ptr = self._create(mix, self.epoch, self._start)
+        W = self.input_size
+        try:
+            for b in _batches(_lib.cxs_mix_loader_next, ptr, _n.MixFrames, "mixture loader"):
+                n = b.n
+                x = torch.empty((n, W), dtype=torch.float32, pin_memory=self.pin_memory)
+                ctypes.memmove(x.data_ptr(), b.x, n * W * 4)
+                src = torch.from_numpy(np.ctypeslib.as_array(
+                    ctypes.cast(b.source, ctypes.POINTER(ctypes.c_uint32)), (n,)).astype(np.int64))
+                frames = torch.from_numpy(np.ctypeslib.as_array(
+                    ctypes.cast(b.frames, ctypes.POINTER(ctypes.c_uint64)), (n,)).astype(np.int64))
+                y = None
+                if self.labels:
+                    y = torch.empty(n, dtype=torch.int64, pin_memory=self.pin_memory)
+                    ctypes.memmove(y.data_ptr(), b.y, n * 8)
+                self._start = b.index + 1
+                if self.device is not None:
+                    x = x.to(self.device, non_blocking=True)
+                    y = y.to(self.device, non_blocking=True) if y is not None else None
+                    src = src.to(self.device, non_blocking=True)
+                yield MixedBatch((x, y) if y is not None else (x,), src, frames)
+            self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
+        finally:
+            _lib.cxs_mix_loader_free(ptr)
 
 
 # ---- whole-utterance batches (sequence models) -----------------------------

@@ -1,0 +1,145 @@
+"""Mixtures of datasets: several corpora in one run, in fixed shares.
+
+Mixture is the sampler (numpy only): which frames of which source each
+batch of an epoch holds, for any rank and epoch, as the C library's
+cxs_mix computes it.  The torch loader over it is ctxshard.torch.Loader
+given a list of datasets (MixtureLoader).  The rules (shares, quotas,
+passes, strata, ranks, resume) are the guide's "Mixtures of datasets"."""
+import ctypes
+
+import numpy as np
+
+from . import SEQUENTIAL, SHUFFLE, Dataset, _args as _a, _native as _n, _raise
+from ._native import lib as _lib
+
+__all__ = ["Mixture"]
+
+
+def _sources(func, datasets, **open_kw):
+    """The sources as open Datasets (paths opened here), at least one."""
+    if isinstance(datasets, (str, bytes, Dataset)) or not hasattr(datasets, "__iter__"):
+        raise ValueError(f"{func}: datasets must be a list of datasets or paths, not "
+                         f"{_a._show(datasets)}")
+    out = []
+    for i, d in enumerate(datasets):
+        if isinstance(d, Dataset):
+            out.append(d)
+        else:
+            out.append(Dataset(_a.path(func, f"datasets[{i}]", d), **open_kw))
+    if not out:
+        raise ValueError(f"{func}: no datasets given (a mixture needs at least one)")
+    if len(out) > 256:
+        raise ValueError(f"{func}: {len(out)} datasets (at most 256)")
+    return out
+
+
+class Mixture:
+    """Batches of frames drawn from several datasets in fixed shares.
+
+    datasets: Datasets or paths (opened here).  weights: one per source
+    (>= 0, not all 0), or None for the natural shares (each source's frame
+    count); temperature T (weights None): shares ~ frames^(1/T), T > 1
+    flattening towards small sources.  epoch_size: samples per epoch (all
+    ranks; default the sum of the sources' frames), of which source i gives
+    exactly quotas[i].  A source smaller than its quota is repeated, a
+    larger one subsampled; every source is read in passes (a seeded
+    permutation each with shuffle=True, storage order with False), no frame
+    twice within a pass, and the next epoch goes on where this one stopped.
+    Every batch holds the shares to within about a sample; rank r of
+    world_size takes global batches origin + r, + r + world_size, ...; over
+    an epoch each rank gets each source's share to within about a sample.
+    origin: the global batch where every epoch starts (resume)."""
+
+    def __init__(self, datasets, batch_size, weights=None, temperature=None, epoch_size=None,
+                 shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0):
+        f = "Mixture"
+        self.datasets = _sources(f, datasets)
+        n = len(self.datasets)
+        self.batch_size = _a.integer(f, "batch_size", batch_size, 1, 2**31 - 1)
+        if weights is not None:
+            try:
+                w = np.asarray(weights, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise ValueError(f"{f}: weights must be numbers, one per dataset, not "
+                                 f"{_a._show(weights)}") from None
+            if w.shape[0] != n:
+                raise ValueError(f"{f}: {w.shape[0]} weights for {n} datasets (one each)")
+            if temperature is not None:
+                raise ValueError(f"{f}: weights= and temperature= exclude each other (a "
+                                 "temperature flattens the natural shares)")
+            self._weights = np.ascontiguousarray(w)
+        else:
+            self._weights = None
+        if temperature is not None:
+            try:
+                temperature = float(temperature)
+            except (TypeError, ValueError):
+                raise ValueError(f"{f}: temperature must be a number above 0, not "
+                                 f"{_a._show(temperature)}") from None
+            if not temperature > 0 or not np.isfinite(temperature):
+                raise ValueError(f"{f}: temperature={temperature} (a number above 0; 1: the "
+                                 "natural shares)")
+        self.temperature = temperature
+        self.shuffle = _a.flag(f, "shuffle", shuffle)
+        self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
+        self.world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
+        self.rank = _a.integer(f, "rank", rank, 0, self.world_size - 1,
+                               f"0..world_size-1 = 0..{self.world_size - 1}")
+        self.drop_last = _a.flag(f, "drop_last", drop_last)
+        self.origin = _a.integer(f, "origin", origin, 0, None)
+        esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, None)
+        o = _n.MixOpts()
+        o.kind = SHUFFLE if self.shuffle else SEQUENTIAL  # each source's passes
+        o.seed, o.batch_size, o.epoch_size = self.seed, self.batch_size, esize
+        o.temperature = 0.0 if temperature is None else temperature
+        o.rank, o.world_size, o.drop_last, o.origin = (self.rank, self.world_size,
+                                                       int(self.drop_last), self.origin)
+        if self._weights is not None:
+            o.weights = self._weights.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+        arr = (ctypes.c_void_p * n)(*[d._ptr for d in self.datasets])
+        ptr, diag = ctypes.c_void_p(), _n.Diag()
+        rc = _lib.cxs_mix_create(arr, n, ctypes.byref(o), ctypes.byref(ptr), ctypes.byref(diag))
+        if rc:
+            _raise(rc, diag, what="mixture")
+        self._ptr = ptr
+        self.epoch_size = int(_lib.cxs_mix_epoch_size(ptr))
+        self.quotas = [int(_lib.cxs_mix_quota(ptr, i)) for i in range(n)]
+        self.shares = [float(_lib.cxs_mix_share(ptr, i)) for i in range(n)]
+        g = ctypes.c_uint64()
+        self._length = int(_lib.cxs_mix_length(ptr, ctypes.byref(g)))
+        self.global_batches = int(g.value)
+
+    @property
+    def weights(self):
+        """The weights given (a list), or None for natural / temperature shares."""
+        return None if self._weights is None else [float(x) for x in self._weights]
+
+    def __len__(self):
+        """This rank's batches per epoch (from origin)."""
+        return self._length
+
+    def batch(self, epoch, pos):
+        """This rank's batch at position pos of epoch: (frames, sources,
+        global): each sample's frame number in its own dataset (uint64),
+        its source (uint32), and the batch's place in the global order."""
+        epoch = _a.integer("Mixture.batch", "epoch", epoch, 0, None)
+        pos = _a.integer("Mixture.batch", "pos", pos, 0, None)
+        if pos >= self._length:
+            raise IndexError(f"Mixture.batch: position {pos} is past this rank's "
+                             f"{self._length} batches")
+        f = np.empty(self.batch_size, np.uint64)
+        s = np.empty(self.batch_size, np.uint32)
+        n, g = ctypes.c_uint32(), ctypes.c_uint64()
+        rc = _lib.cxs_mix_batch(self._ptr, epoch, pos, f.ctypes.data, s.ctypes.data,
+                                self.batch_size, ctypes.byref(n), ctypes.byref(g))
+        if rc:
+            _raise(rc, what="mixture")
+        return f[:n.value], s[:n.value], int(g.value)
+
+    def close(self):
+        if getattr(self, "_ptr", None):
+            _lib.cxs_mix_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        self.close()
