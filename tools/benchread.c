@@ -132,3 +132,91 @@ out:
     cxs_dataset_close(ds);
     return ec;
 }
+
+int bench_mix_run(int n, char **dirs, const bench_read_opts *o) {
+    cxs_dataset *ds[CXS_MIX_MAX_SOURCES] = {0};
+    cxs_mix *m = NULL;
+    cxs_mix_loader *l = NULL;
+    cxs_diag d = {0};
+    int ec = 0, rc;
+    if (n > (int)CXS_MIX_MAX_SOURCES) {
+        warnx_("bench-read: %d datasets (a mixture holds at most %u)", n, CXS_MIX_MAX_SOURCES);
+        return EXIT_USAGE;
+    }
+    cxs_open_opts oo = {.cache_bytes = CXS_DEFAULT_CACHE_BYTES};
+    int labels = 1;
+    uint32_t dim = 0;
+    for (int i = 0; i < n; i++) {
+        if ((rc = open_dataset(dirs[i], &oo, &ds[i]))) {
+            ec = rc;
+            goto out;
+        }
+        cxs_info in;
+        cxs_dataset_info(ds[i], &in);
+        labels &= in.label_width != 0;
+        dim = in.dim;
+    }
+    cxs_mix_opts mo;
+    cxs_mix_opts_init(&mo);
+    mo.kind = o->sampler;
+    mo.seed = o->seed;
+    mo.batch_size = o->batch;
+    mo.weights = o->nweights ? o->weights : NULL;
+    mo.temperature = o->temperature;
+    mo.epoch_size = o->epoch_size;
+    double t1 = now_seconds();
+    if ((rc = cxs_mix_create((const cxs_dataset *const *)ds, (uint32_t)n, &mo, &m, &d))) {
+        warnx_("bench-read: cannot create the mixture: %s", d.message[0] ? d.message : cxs_strerror(rc));
+        ec = rc == CXS_E_INVALID ? EXIT_USAGE : exit_code_for(rc);
+        goto out;
+    }
+    double t_mix = now_seconds() - t1;
+    cxs_loader_opts lo = {.k = o->k, .threads = o->threads, .labels = (uint32_t)labels};
+    t1 = now_seconds();
+    if ((rc = cxs_mix_loader_create(m, &lo, 0, 0, &l, &d))) {
+        warnx_("bench-read: cannot start the mixture loader: %s",
+               d.message[0] ? d.message : cxs_strerror(rc));
+        ec = rc == CXS_E_INVALID ? EXIT_USAGE : exit_code_for(rc);
+        goto out;
+    }
+    uint64_t samples = 0, batches = 0, per[CXS_MIX_MAX_SOURCES] = {0}, epoch = 0;
+    double first = 0, start = now_seconds();
+    const cxs_mix_frames *b;
+    while (batches < o->batches) {
+        if ((rc = cxs_mix_loader_next(l, &b, &d))) {
+            warnx_("%s", d.message[0] ? d.message : cxs_strerror(rc));
+            ec = exit_code_for(rc);
+            goto out;
+        }
+        if (!b) { /* next epoch */
+            if ((rc = cxs_mix_loader_reset(l, ++epoch, 0))) break;
+            continue;
+        }
+        if (!batches) first = now_seconds() - t1;
+        for (size_t j = 0; j < b->n; j++) per[b->source[j]]++;
+        samples += b->n;
+        batches++;
+    }
+    double dt = now_seconds() - start;
+    double bytes = (double)samples * (2.0 * o->k + 1) * dim * sizeof(float);
+    printf("mixture of %d datasets: epoch of %llu samples, batch %u, k=%u, %u thread%s, %s\n", n,
+           (unsigned long long)cxs_mix_epoch_size(m), o->batch, o->k, o->threads,
+           o->threads == 1 ? "" : "s", o->sampler == CXS_SAMPLER_SHUFFLE ? "shuffled" : "in order");
+    for (int i = 0; i < n; i++) {
+        cxs_info in;
+        cxs_dataset_info(ds[i], &in);
+        printf("  [%d] %s: %llu frames, share %.4f, %llu an epoch; served %llu (%.4f)\n", i,
+               dirs[i], (unsigned long long)in.num_frames, cxs_mix_share(m, (uint32_t)i),
+               (unsigned long long)cxs_mix_quota(m, (uint32_t)i), (unsigned long long)per[i],
+               samples ? (double)per[i] / (double)samples : 0.0);
+    }
+    printf("  mixture %.2f ms, first batch %.2f ms\n", t_mix * 1e3, first * 1e3);
+    printf("  %llu batches, %llu samples in %.3f s: %.0f samples/s, %.2f GB/s of window data\n",
+           (unsigned long long)batches, (unsigned long long)samples, dt, (double)samples / dt,
+           bytes / dt / 1e9);
+out:
+    cxs_mix_loader_free(l);
+    cxs_mix_free(m);
+    for (int i = 0; i < n; i++) cxs_dataset_close(ds[i]);
+    return ec;
+}

@@ -289,10 +289,11 @@ static const char *const usage_gpu =
     "                 bit for bit (exit status 1 on a difference)\n"
     "  --json         one JSON object\n";
 static const char *const usage_bench =
-    "usage: ctxshard bench-read OUT [--context K] [--batch B] [--threads N]\n"
+    "usage: ctxshard bench-read OUT [OUT2 ...] [--context K] [--batch B] [--threads N]\n"
     "                           [--batches M] [--sampler shuffle|sequential|weighted|block]\n"
     "                           [--memory SIZE] [--blocks N] [--seed S] [--hugepages SIZE]\n"
     "                           [--order-stats] [--no-stream]\n"
+    "                           [--weights W1,W2,... | --temperature T] [--epoch-size N]\n"
     "\n"
     "Run the prefetching loader over OUT and print samples/s and GB/s of window\n"
     "data served (float32), with the time to open and to the first batch, and\n"
@@ -316,7 +317,13 @@ static const char *const usage_bench =
     "                 block order, with --batch and --seed\n"
     "  --no-stream    OUT a URL, block sampler: fetch the whole dataset into the\n"
     "                 cache first (by default only its metadata is fetched at open\n"
-    "                 and the features block by block as the loader reads them)\n";
+    "                 and the features block by block as the loader reads them)\n"
+    "\n"
+    "Several datasets: a mixture (shuffle or sequential sampler), each batch\n"
+    "holding every dataset's share; prints the quotas and what each served.\n"
+    "  --weights W1,W2,...  one weight per dataset (default: their frame counts)\n"
+    "  --temperature T  without --weights: shares ~ frames^(1/T)\n"
+    "  --epoch-size N   samples per epoch (default: all the datasets' frames)\n";
 
 static const char *const usage_bench_utt =
     "usage: ctxshard bench-utt OUT --frame-budget N [--threads N] [--buckets N]\n"
@@ -387,7 +394,8 @@ enum {
     O_COMPARE, O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_PART, O_MOVE, O_DEVICE,
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
     O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS, O_TEXT, O_ALI,
-    O_NOSORT, O_FILL, O_BLOCKSUMS, O_HUGEPAGES, O_NOSTREAM
+    O_NOSORT, O_FILL, O_BLOCKSUMS, O_HUGEPAGES, O_NOSTREAM, O_WEIGHTS, O_TEMPERATURE,
+    O_EPOCHSIZE
 };
 
 static const char *const usage_push =
@@ -486,6 +494,9 @@ static const struct option longopts[] = {
     {"memory", required_argument, 0, O_MEMORY},
     {"hugepages", required_argument, 0, O_HUGEPAGES},
     {"no-stream", no_argument, 0, O_NOSTREAM},
+    {"weights", required_argument, 0, O_WEIGHTS},
+    {"temperature", required_argument, 0, O_TEMPERATURE},
+    {"epoch-size", required_argument, 0, O_EPOCHSIZE},
     {"force", no_argument, 0, O_FORCE},
     {"order-stats", no_argument, 0, O_ORDERSTATS},
     {"blocks", required_argument, 0, O_BLOCKS},
@@ -522,7 +533,8 @@ static int allowed(const char *cmd, int opt) {
         {"gather", {O_CONTEXT, O_FRAMES, O_ALL, O_OUT, O_LABELS, O_NORMFLAG, O_THREADS,
                     O_STATSFROM}},
         {"bench-read", {O_CONTEXT, O_BATCH, O_THREADS, O_BATCHES, O_SAMPLER, O_SEED, O_MEMORY,
-                        O_ORDERSTATS, O_BLOCKS, O_HUGEPAGES, O_NOSTREAM}},
+                        O_ORDERSTATS, O_BLOCKS, O_HUGEPAGES, O_NOSTREAM, O_WEIGHTS,
+                        O_TEMPERATURE, O_EPOCHSIZE}},
         {"bench-utt", {O_FRAMEBUDGET, O_THREADS, O_BUCKETS, O_BATCHES, O_SEED, O_MEMORY,
                        O_BLOCKS, O_JSON}},
         {"warm", {O_FORCE, O_QUIET, O_JSON}},
@@ -672,7 +684,7 @@ int main(int argc, char **argv) {
                     CXS_TRANSCRIPTS_FRAMES, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
-    bench_read_opts bo = {30, 1024, 0, CXS_SAMPLER_SHUFFLE, 2000, 0, 0, 0, 0, 0, 0};
+    bench_read_opts bo = {.k = 30, .batch = 1024, .sampler = CXS_SAMPLER_SHUFFLE, .batches = 2000};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
     bench_utt_opts bu = {0, 0, 0, 0, 0, 0, 0, 0};
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -837,6 +849,33 @@ int main(int argc, char **argv) {
         case O_NOSTREAM:
             bo.no_stream = 1;
             break;
+        case O_WEIGHTS: {
+            const char *at = optarg;
+            bo.nweights = 0;
+            while (*at) {
+                char *end;
+                double w = strtod(at, &end);
+                if (end == at || !(w >= 0) || w > 1e300 || bo.nweights == CXS_MIX_MAX_SOURCES ||
+                    (*end && *end != ','))
+                    return usage_error(usage, "--weights: '%s' is not a list of numbers >= 0 "
+                                       "(e.g. 3,1,1), one per dataset", optarg);
+                bo.weights[bo.nweights++] = w;
+                at = *end ? end + 1 : end;
+            }
+            if (!bo.nweights) return usage_error(usage, "%s", "--weights: no weights given");
+            break;
+        }
+        case O_TEMPERATURE: {
+            char *end;
+            bo.temperature = strtod(optarg, &end);
+            if (end == optarg || *end || !(bo.temperature > 0) || bo.temperature > 1e6)
+                return usage_error(usage, "--temperature: '%s' is not a number above 0", optarg);
+            break;
+        }
+        case O_EPOCHSIZE:
+            if (parse_u64(optarg, &bo.epoch_size) || !bo.epoch_size)
+                return usage_error(usage, "--epoch-size: '%s' is not a sample count", optarg);
+            break;
         case O_BLOCKS:
             if (parse_u64(optarg, &v) || v < 1 || v > 1024)
                 return usage_error(usage, "--blocks: '%s' is not a count in 1..1024", optarg);
@@ -960,6 +999,26 @@ int main(int argc, char **argv) {
         go.seed = so.seed;
         go.json = json;
         return gpu_cmd_run(argc > optind ? argv[optind] : NULL, &go);
+    }
+    if (!strcmp(cmd, "bench-read") && (argc - optind > 1 || bo.nweights || bo.temperature > 0 ||
+                                       bo.epoch_size)) {
+        free(frames);
+        if (argc - optind < 1) return usage_error(usage, "%s", "expected the datasets to mix");
+        if (bo.nweights && bo.temperature > 0)
+            return usage_error(usage, "%s", "--weights and --temperature exclude each other");
+        if (bo.nweights && bo.nweights != (uint32_t)(argc - optind))
+            return usage_error(usage, "--weights: %u weights for %d datasets (one each)",
+                               bo.nweights, argc - optind);
+        if (bo.sampler != CXS_SAMPLER_SHUFFLE && bo.sampler != CXS_SAMPLER_SEQUENTIAL)
+            return usage_error(usage, "%s", "a mixture is read with --sampler shuffle or "
+                               "sequential (block order is not available for mixtures)");
+        if (bo.order_stats || bo.hugepages || bo.memory)
+            return usage_error(usage, "%s", "--order-stats, --hugepages and --memory do not "
+                               "apply to a mixture");
+        bo.k = have_k ? (uint32_t)k : 30;
+        bo.threads = po.threads ? po.threads : cxs_default_threads();
+        bo.seed = so.seed;
+        return bench_mix_run(argc - optind, argv + optind, &bo);
     }
     int need = !strcmp(cmd, "pack") || !strcmp(cmd, "convert") || compare ? 2 : 1;
     if (!strcmp(cmd, "convert") && !have_form) {
