@@ -159,7 +159,7 @@ class MixOpts(Structure):
 
 class MixFrames(Structure):
     _fields_ = [("x", c_void_p), ("y", c_void_p), ("frames", c_void_p), ("source", c_void_p),
-                ("n", c_size_t), ("index", c_uint64), ("global_", c_uint64)]
+                ("n", c_size_t), ("index", c_uint64), ("global", c_uint64)]
 
 
 class UttSamplerOpts(Structure):

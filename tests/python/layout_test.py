@@ -37,6 +37,7 @@ C_TYPES = {
     "KaldiOpts": "cxs_kaldi_opts", "ImportInfo": "cxs_import_info", "NpyOpts": "cxs_npy_opts",
     "UttSamplerOpts": "cxs_utt_sampler_opts", "UttLoaderOpts": "cxs_utt_loader_opts",
     "UttBatch": "cxs_utt_batch",
+    "MixOpts": "cxs_mix_opts", "MixFrames": "cxs_mix_frames",
 }
 
 
