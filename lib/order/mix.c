@@ -87,7 +87,7 @@ static uint64_t batch_end(const cxs_mix *m, uint64_t g) { return min64((g + 1) *
  * nearer their shares (the sum of squares of how far each batch's rank is
  * behind), each batch's count staying between the floor and the ceiling
  * of its share of the round (lo, hi). */
-static void improve(uint32_t n, uint64_t rows, const double *share, const uint64_t *lo,
+static void improve(uint32_t n, uint64_t rows, const double *tgt, const uint64_t *lo,
                     const uint64_t *hi, const double *want, const uint64_t *tally, uint64_t *row) {
     for (int pass = 0; pass < 64; pass++) {
         int moved = 0;
@@ -99,8 +99,8 @@ static void improve(uint32_t n, uint64_t rows, const double *share, const uint64
                 for (uint64_t j = 0; j < rows; j++) {
                     const uint64_t *r = row + j * n, *l = lo + j * n, *h = hi + j * n;
                     /* behind on a source: its share so far less its count */
-                    double bu = want[j * n + u] + share[j * n + u] - (double)(tally[j * n + u] + r[u]);
-                    double bv = want[j * n + v] + share[j * n + v] - (double)(tally[j * n + v] + r[v]);
+                    double bu = want[j * n + u] + tgt[j * n + u] - (double)(tally[j * n + u] + r[u]);
+                    double bv = want[j * n + v] + tgt[j * n + v] - (double)(tally[j * n + v] + r[v]);
                     if (r[u] > l[u] && r[v] < h[v]) { /* could give u, take v */
                         double g = bv - (bu + 1); /* half the fall of its squares */
                         if (p == UINT64_MAX || g > gp) p = j, gp = g;
@@ -120,17 +120,128 @@ static void improve(uint32_t n, uint64_t rows, const double *share, const uint64
     }
 }
 
+/* The round's division that keeps every rank within one sample of its
+ * share of every source, when there is one: each batch's count of source i
+ * is limited to [a, b], the floor and ceiling of its share of the round
+ * that leave its rank's tally less than one sample from its running share;
+ * the batches' counts then sum to their sizes and the sources' to their
+ * samples of the round by a flow (the spares above a: rows to sources,
+ * one each at most), found from the division already chosen (kept where
+ * it fits) by augmenting paths.  Returns 1 with row replaced and lo, hi
+ * set to [a, b], or 0 (no such division: row and lo, hi untouched). */
+typedef struct flowbuf {
+    uint64_t *a, *u, *y, *rneed, *cneed;
+    int64_t *prev; /* BFS: the node a node was reached from */
+    uint64_t *queue;
+} flowbuf;
+
+static int exact_round(uint32_t n, uint64_t rows, const uint64_t *size, const uint64_t *d,
+                       const double *share, const double *tgt, const double *want,
+                       const uint64_t *tally, uint64_t *row, uint64_t *lo, uint64_t *hi,
+                       flowbuf *fb) {
+    const double eps = 1e-9;
+    for (uint64_t j = 0; j < rows; j++) {
+        uint64_t sa = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint64_t x = j * n + i;
+            double f = floor(share[x] + eps), c = ceil(share[x] - eps);
+            double w1 = want[x] + tgt[x] - (double)tally[x]; /* the count that is exact */
+            double amin = ceil(w1 - 1 + eps), bmax = floor(w1 + 1 - eps);
+            double av = amin > f ? amin : f, bv = bmax < c ? bmax : c;
+            if (av < 0) av = 0;
+            if (av > bv) return 0;
+            fb->a[x] = (uint64_t)av;
+            fb->u[x] = (uint64_t)(bv - av);
+            sa += fb->a[x];
+        }
+        if (sa > size[j]) return 0;
+        fb->rneed[j] = size[j] - sa;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t sa = 0;
+        for (uint64_t j = 0; j < rows; j++) sa += fb->a[j * n + i];
+        if (sa > d[i]) return 0;
+        fb->cneed[i] = d[i] - sa;
+    }
+    /* start from the division chosen, where it fits */
+    for (uint64_t j = 0; j < rows; j++)
+        for (uint32_t i = 0; i < n; i++) {
+            const uint64_t x = j * n + i;
+            fb->y[x] = 0;
+            while (fb->y[x] < fb->u[x] && row[x] > fb->a[x] + fb->y[x] && fb->rneed[j] &&
+                   fb->cneed[i])
+                fb->y[x]++, fb->rneed[j]--, fb->cneed[i]--;
+        }
+    /* augmenting paths: a row with need, (row -> source unused, source ->
+     * row used)*, a source with need; nodes 0..rows-1 rows, rows.. sources */
+    for (;;) {
+        uint64_t head = 0, tail = 0;
+        int64_t end = -1;
+        for (uint64_t v = 0; v < rows + n; v++) fb->prev[v] = -2;
+        for (uint64_t j = 0; j < rows; j++)
+            if (fb->rneed[j]) fb->prev[j] = -1, fb->queue[tail++] = j;
+        if (!tail) break; /* every row full: done */
+        while (head < tail && end < 0) {
+            uint64_t v = fb->queue[head++];
+            if (v < rows) {
+                for (uint32_t i = 0; i < n; i++) {
+                    const uint64_t x = v * n + i, c = rows + i;
+                    if (fb->y[x] < fb->u[x] && fb->prev[c] == -2) {
+                        fb->prev[c] = (int64_t)v;
+                        if (fb->cneed[i]) {
+                            end = (int64_t)c;
+                            break;
+                        }
+                        fb->queue[tail++] = c;
+                    }
+                }
+            } else {
+                const uint32_t i = (uint32_t)(v - rows);
+                for (uint64_t j = 0; j < rows; j++)
+                    if (fb->y[j * n + i] > 0 && fb->prev[j] == -2) {
+                        fb->prev[j] = (int64_t)v;
+                        fb->queue[tail++] = j;
+                    }
+            }
+        }
+        if (end < 0) return 0; /* no way to fill a row */
+        fb->cneed[end - (int64_t)rows]--;
+        for (int64_t v = end; fb->prev[v] != -1;) {
+            int64_t p = fb->prev[v];
+            if (v >= (int64_t)rows) /* row p -> source v: one more */
+                fb->y[(uint64_t)p * n + (uint64_t)(v - (int64_t)rows)]++;
+            else /* source p -> row v: one less */
+                fb->y[(uint64_t)v * n + (uint64_t)(p - (int64_t)rows)]--;
+            v = p;
+            if (fb->prev[v] == -1) fb->rneed[v]--;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (fb->cneed[i]) return 0;
+    for (uint64_t x = 0; x < rows * n; x++) {
+        row[x] = fb->a[x] + fb->y[x];
+        lo[x] = fb->a[x];
+        hi[x] = fb->a[x] + fb->u[x];
+    }
+    return 1;
+}
+
 /* world_size > 1: divide every round of this run among the ranks and keep
- * this rank's share.  Round t holds global batches origin + t*w + j (j <
- * its rows), rank j taking the j-th; its samples of source i, d_i, go
- * floor(d_i / rows) to each full batch of the round and the spare d_i mod
- * rows one each to as many batches, each full batch taking the same number
- * of spares (the epoch's short last batch takes its own samples, the merged
- * order's).  The batches choose their spares one after another (from a
- * rotating first one): first any source whose spares would otherwise not
- * fit in the batches left, then the sources this rank is most behind on
- * (its tally against its share so far).  Ranks past the last batch of the
- * final round repeat batches of the first round. */
+ * this rank's part.  Round t holds global batches origin + t*w + j (j <
+ * its rows), rank j taking the j-th.  Each batch's share of the round's
+ * samples of source i is d_i times its size over the round's; it gets the
+ * floor or the ceiling of it.  First a division by hand: the epoch's short
+ * last batch (if in this round) takes its floors and then its spares where
+ * its rank is most behind; the full batches take floor(d_i / rows) and the
+ * spares, each the same number, choosing one batch after another (from a
+ * rotating first one): any source whose spares would not fit in the
+ * batches left, then those its rank is most behind on (its tally against
+ * its share of the epoch so far).  Then exact_round looks for the division
+ * that keeps every rank within one sample of its share of every source,
+ * starting from that one; when there is none (the final round, of few
+ * batches, can have none) improve() moves samples between the batches to
+ * bring the ranks nearer.  Ranks past the last batch of the final round
+ * repeat batches of the first round. */
 static int build_runs(cxs_mix *m, cxs_diag *d) {
     const uint32_t n = m->n;
     const uint64_t w = m->w, L = m->length;
@@ -139,15 +250,19 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
     uint64_t *tally = calloc(w * n, sizeof *tally), *row = malloc(w * n * sizeof *row);
     double *want = calloc(w * n, sizeof *want);
     uint32_t *pick = malloc(n * sizeof *pick);
-    double *share = malloc(w * n * sizeof *share);
+    double *share = malloc(w * n * sizeof *share), *tgt = malloc(w * n * sizeof *tgt);
     uint64_t *lo = malloc(w * n * sizeof *lo), *hi = malloc(w * n * sizeof *hi);
+    uint64_t *size = malloc(w * sizeof *size);
+    flowbuf fb = {malloc(w * n * 8), malloc(w * n * 8), malloc(w * n * 8), malloc(w * 8),
+                  malloc(n * 8), malloc((w + n) * 8), malloc((w + n) * 8)};
     uint32_t *c0 = malloc(w * n * sizeof *c0), *o0 = malloc(w * n * sizeof *o0);
     uint64_t r0rows = 0, r0 = 0;
     m->rg = malloc((L ? L : 1) * sizeof *m->rg);
     m->rcnt = malloc((L ? L : 1) * n * sizeof *m->rcnt);
     m->roff = malloc((L ? L : 1) * n * sizeof *m->roff);
     int rc = 0;
-    if (!a || !b || !e || !tally || !row || !want || !pick || !share || !lo || !hi || !c0 || !o0 || !m->rg ||
+    if (!a || !b || !e || !tally || !row || !want || !pick || !share || !tgt || !lo || !hi || !size || !fb.a || !fb.u || !fb.y || !fb.rneed ||
+        !fb.cneed || !fb.prev || !fb.queue || !c0 || !o0 || !m->rg ||
         !m->rcnt || !m->roff) {
         rc = cxs_diagf(d, -ENOMEM, "mixture: out of memory for the ranks' division of %llu "
                        "rounds", (unsigned long long)L);
@@ -165,9 +280,15 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
             prefix(m, batch_end(m, end - 1), b);
             Lr = batch_end(m, end - 1) - g0 * m->B;
         }
-        for (uint64_t j = 0; j < rows; j++) /* each batch's share of the round */
-            for (uint32_t i = 0; i < n; i++)
-                share[j * n + i] = (double)(b[i] - a[i]) * (double)(j < full ? m->B : sb) / (double)Lr;
+        /* each batch's share of the round's samples (what it holds to within
+         * a sample), and its rank's share of the epoch (what the rank's
+         * tally is held to) */
+        for (uint64_t j = 0; j < rows; j++)
+            for (uint32_t i = 0; i < n; i++) {
+                const double sz = (double)(j < full ? m->B : sb);
+                share[j * n + i] = (double)(b[i] - a[i]) * sz / (double)Lr;
+                tgt[j * n + i] = sz * (double)m->quota[i] / (double)m->E;
+            }
         if (full < rows) { /* the short batch first: floors, then its spares */
             const uint64_t js = full;
             uint64_t given = 0;
@@ -180,7 +301,7 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
                 double bd = 0;
                 for (uint32_t i = 0; i < n; i++) {
                     if ((double)row[js * n + i] >= share[js * n + i]) continue;
-                    double behind = want[js * n + i] + share[js * n + i] -
+                    double behind = want[js * n + i] + tgt[js * n + i] -
                                     (double)(tally[js * n + i] + row[js * n + i]);
                     if (best == UINT32_MAX || behind > bd) best = i, bd = behind;
                 }
@@ -211,7 +332,7 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
                     int taken = 0;
                     for (uint32_t q = 0; q < np; q++) taken |= pick[q] == i;
                     if (taken) continue;
-                    double behind = want[j * n + i] + share[j * n + i] -
+                    double behind = want[j * n + i] + tgt[j * n + i] -
                                     (double)(tally[j * n + i] + row[j * n + i]);
                     if (best == UINT32_MAX || behind > bd) best = i, bd = behind;
                 }
@@ -221,14 +342,20 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
             for (uint32_t q = 0; q < np; q++) row[j * n + pick[q]]++, e[pick[q]]--;
         }
         if (rows > 1 && n > 1) {
-            for (uint64_t x = 0; x < rows * n; x++) {
-                double f = floor(share[x]), c = ceil(share[x]);
-                lo[x] = (double)row[x] < f ? row[x] : (uint64_t)f;
-                hi[x] = (double)row[x] > c ? row[x] : (uint64_t)c;
-            }
-            improve(n, rows, share, lo, hi, want, tally, row);
+            for (uint64_t j = 0; j < rows; j++) size[j] = j < full ? m->B : sb;
+            for (uint32_t i = 0; i < n; i++) e[i] = b[i] - a[i] + (full < rows ? row[full * n + i] : 0);
+            /* every rank within a sample of its share, each batch within a
+             * sample of its own share of the round; failing that (the final
+             * round of few batches), the nearest */
+            if (!exact_round(n, rows, size, e, share, tgt, want, tally, row, lo, hi, &fb))
+                for (uint64_t x = 0; x < rows * n; x++) { /* the nearest: floor..ceil */
+                    double f = floor(share[x]), c = ceil(share[x]);
+                    lo[x] = (double)row[x] < f ? row[x] : (uint64_t)f;
+                    hi[x] = (double)row[x] > c ? row[x] : (uint64_t)c;
+                }
+            improve(n, rows, tgt, lo, hi, want, tally, row);
         }
-        for (uint64_t x = 0; x < rows * n; x++) tally[x] += row[x], want[x] += share[x];
+        for (uint64_t x = 0; x < rows * n; x++) tally[x] += row[x], want[x] += tgt[x];
         if (t == 0) { /* kept whole: what the final round's extra ranks repeat */
             r0rows = rows;
             r0 = g0;
@@ -258,7 +385,9 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
         }
     }
 out:
-    free(a), free(b), free(e), free(tally), free(row), free(want), free(pick), free(share), free(lo), free(hi), free(c0), free(o0);
+    free(a), free(b), free(e), free(tally), free(row), free(want), free(pick), free(share), free(tgt), free(lo), free(hi), free(c0), free(o0);
+    free(size), free(fb.a), free(fb.u), free(fb.y), free(fb.rneed), free(fb.cneed), free(fb.prev);
+    free(fb.queue);
     return rc;
 }
 
