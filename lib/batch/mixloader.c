@@ -81,7 +81,7 @@ static int mfill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
             for (uint32_t j = 0; j < k1 - k0; j++) y[j] = l->map[src][y[j]];
     }
     s->pub = (cxs_mix_frames){s->x, l->o.labels ? s->y : NULL, s->frames, s->source, cnt,
-                              wk->pos, g};
+                              wk->pos, g, (uint32_t)cxs_mix_repeat(l->mix, wk->pos)};
     return rc;
 }
 

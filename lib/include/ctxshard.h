@@ -1290,7 +1290,8 @@ CXS_API void cxs_utt_loader_free(cxs_utt_loader *l);
  * round the ranks' batches share the round's samples of each source as
  * evenly as their size allows, and which rank receives a source's spare
  * sample is chosen so that, over the epoch, every rank gets each source's
- * share to within one sample (each rank keeping a running tally).  So the
+ * share to within one sample (each rank keeping a running tally; in the
+ * final round, which ranks receive its batches is chosen for that too).  So the
  * samples of a round are the same for any w, and a state saved between
  * rounds (global position G = origin + pos*w) holds exactly the first G
  * batches' samples: a run saved on N ranks continues on M ranks with origin
@@ -1361,6 +1362,10 @@ CXS_API uint64_t cxs_mix_length(const cxs_mix *m, uint64_t *global);
  */
 CXS_API int cxs_mix_batch(const cxs_mix *m, uint64_t epoch, uint64_t pos, uint64_t *frames,
                           uint32_t *source, uint32_t cap, uint32_t *n, uint64_t *global);
+/** Whether this rank's batch at position pos repeats a batch of the run's
+ * first round (the final round's padding for ranks past the epoch's last
+ * batch, drop_last 0): 1 or 0 (0 also for pos past the length). */
+CXS_API int cxs_mix_repeat(const cxs_mix *m, uint64_t pos);
 
 /** A batch of a mixture loader; valid until the next call (or reset). */
 typedef struct cxs_mix_frames {
@@ -1371,6 +1376,7 @@ typedef struct cxs_mix_frames {
     size_t n;
     uint64_t index;          /**< this rank's position of the batch in the epoch */
     uint64_t global;         /**< its place in the epoch's global batch order */
+    uint32_t repeat;         /**< 1: it repeats a batch (the final round's padding) */
 } cxs_mix_frames;
 
 typedef struct cxs_mix_loader cxs_mix_loader;

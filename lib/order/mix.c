@@ -39,6 +39,7 @@ struct cxs_mix {
     uint64_t E, B, w, nglobal, length;
     /* world_size > 1: this rank's batches (length of them) */
     uint64_t *rg;          /* [length] the global batch served */
+    uint8_t *rrep;         /* [length] 1: a repeat (padding) */
     uint32_t *rcnt, *roff; /* [length][n] */
 };
 
@@ -76,6 +77,12 @@ static void prefix(const cxs_mix *m, uint64_t x, uint64_t *c) {
 }
 
 static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 /* The epoch's batches: full ones, then a short one unless drop_last. */
 static uint64_t batch_end(const cxs_mix *m, uint64_t g) { return min64((g + 1) * m->B, m->E); }
@@ -226,6 +233,59 @@ static int exact_round(uint32_t n, uint64_t rows, const uint64_t *size, const ui
     return 1;
 }
 
+/* The final round, of fewer batches than ranks (or with the epoch's short
+ * batch), when rows 0.. to ranks 0.. leave some rank more than a sample
+ * from its share: which ranks receive the round's batches (the others
+ * repeat a batch of the first round) is free, since no state is saved
+ * inside a round.  Try the ranks nearest their shares first, then seeded
+ * choices; on success who[j] is row j's rank and row, lo, hi are set. */
+static int final_ranks(const cxs_mix *m, uint64_t t, uint64_t rows, const uint64_t *size,
+                       const uint64_t *d, const double *share, const double *tgt,
+                       const double *want, const uint64_t *tally, uint64_t *row, uint64_t *lo,
+                       uint64_t *hi, flowbuf *fb, uint64_t *who, double *wantp,
+                       uint64_t *tallyp) {
+    const uint32_t n = m->n;
+    const uint64_t w = m->w;
+    uint64_t *all = fb->queue; /* (w + n entries: free between flows) */
+    uint64_t st = m->o.seed ^ (t * 0x9e3779b97f4a7c15ull);
+    for (int attempt = 0; attempt < 33; attempt++) {
+        for (uint64_t r = 0; r < w; r++) all[r] = r;
+        if (attempt == 0) { /* the ranks nearest their shares, by insertion */
+            for (uint64_t r = 1; r < w; r++) {
+                uint64_t v = all[r], k = r;
+                double dv = 0;
+                for (uint32_t i = 0; i < n; i++) {
+                    double x = fabs(want[v * n + i] - (double)tally[v * n + i]);
+                    dv = x > dv ? x : dv;
+                }
+                for (; k > 0; k--) {
+                    double dk = 0;
+                    for (uint32_t i = 0; i < n; i++) {
+                        double x = fabs(want[all[k - 1] * n + i] - (double)tally[all[k - 1] * n + i]);
+                        dk = x > dk ? x : dk;
+                    }
+                    if (dk <= dv) break;
+                    all[k] = all[k - 1];
+                }
+                all[k] = v;
+            }
+        } else { /* a seeded choice */
+            for (uint64_t r = w - 1; r > 0; r--) {
+                uint64_t k = mix64(st += 0x9e3779b97f4a7c15ull) % (r + 1), v = all[r];
+                all[r] = all[k], all[k] = v;
+            }
+        }
+        for (uint64_t j = 0; j < rows; j++) {
+            who[j] = all[j];
+            memcpy(wantp + j * n, want + all[j] * n, n * sizeof *wantp);
+            memcpy(tallyp + j * n, tally + all[j] * n, n * sizeof *tallyp);
+        }
+        if (exact_round(n, rows, size, d, share, tgt, wantp, tallyp, row, lo, hi, fb)) return 1;
+    }
+    who[0] = UINT64_MAX;
+    return 0;
+}
+
 /* world_size > 1: divide every round of this run among the ranks and keep
  * this rank's part.  Round t holds global batches origin + t*w + j (j <
  * its rows), rank j taking the j-th.  Each batch's share of the round's
@@ -252,18 +312,21 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
     uint32_t *pick = malloc(n * sizeof *pick);
     double *share = malloc(w * n * sizeof *share), *tgt = malloc(w * n * sizeof *tgt);
     uint64_t *lo = malloc(w * n * sizeof *lo), *hi = malloc(w * n * sizeof *hi);
-    uint64_t *size = malloc(w * sizeof *size);
+    uint64_t *size = malloc(w * sizeof *size), *who = malloc((w + 1) * sizeof *who);
+    double *wantp = malloc(w * n * sizeof *wantp);
+    uint64_t *tallyp = malloc(w * n * sizeof *tallyp);
     flowbuf fb = {malloc(w * n * 8), malloc(w * n * 8), malloc(w * n * 8), malloc(w * 8),
                   malloc(n * 8), malloc((w + n) * 8), malloc((w + n) * 8)};
     uint32_t *c0 = malloc(w * n * sizeof *c0), *o0 = malloc(w * n * sizeof *o0);
     uint64_t r0rows = 0, r0 = 0;
     m->rg = malloc((L ? L : 1) * sizeof *m->rg);
+    m->rrep = calloc(L ? L : 1, 1);
     m->rcnt = malloc((L ? L : 1) * n * sizeof *m->rcnt);
     m->roff = malloc((L ? L : 1) * n * sizeof *m->roff);
     int rc = 0;
-    if (!a || !b || !e || !tally || !row || !want || !pick || !share || !tgt || !lo || !hi || !size || !fb.a || !fb.u || !fb.y || !fb.rneed ||
+    if (!a || !b || !e || !tally || !row || !want || !pick || !share || !tgt || !lo || !hi || !size || !who || !wantp || !tallyp || !fb.a || !fb.u || !fb.y || !fb.rneed ||
         !fb.cneed || !fb.prev || !fb.queue || !c0 || !o0 || !m->rg ||
-        !m->rcnt || !m->roff) {
+        !m->rcnt || !m->roff || !m->rrep) {
         rc = cxs_diagf(d, -ENOMEM, "mixture: out of memory for the ranks' division of %llu "
                        "rounds", (unsigned long long)L);
         goto out;
@@ -272,6 +335,7 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
         const uint64_t g0 = m->o.origin + t * w;
         uint64_t rows = g0 < m->nglobal ? min64(w, m->nglobal - g0) : 0;
         uint64_t full = rows, sb = 0, Lr = 0;
+        who[0] = UINT64_MAX; /* the ranks of the rows: j (final_ranks may choose) */
         if (rows) {
             const uint64_t end = g0 + rows;
             sb = batch_end(m, end - 1) - (end - 1) * m->B;
@@ -347,15 +411,23 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
             /* every rank within a sample of its share, each batch within a
              * sample of its own share of the round; failing that (the final
              * round of few batches), the nearest */
-            if (!exact_round(n, rows, size, e, share, tgt, want, tally, row, lo, hi, &fb))
+            int ok = exact_round(n, rows, size, e, share, tgt, want, tally, row, lo, hi, &fb);
+            if (!ok && t + 1 == L && (rows < w || full < rows))
+                ok = final_ranks(m, t, rows, size, e, share, tgt, want, tally, row, lo, hi, &fb,
+                                 who, wantp, tallyp);
+            if (!ok)
                 for (uint64_t x = 0; x < rows * n; x++) { /* the nearest: floor..ceil */
                     double f = floor(share[x]), c = ceil(share[x]);
                     lo[x] = (double)row[x] < f ? row[x] : (uint64_t)f;
                     hi[x] = (double)row[x] > c ? row[x] : (uint64_t)c;
                 }
-            improve(n, rows, tgt, lo, hi, want, tally, row);
+            if (who[0] == UINT64_MAX) improve(n, rows, tgt, lo, hi, want, tally, row);
         }
-        for (uint64_t x = 0; x < rows * n; x++) tally[x] += row[x], want[x] += tgt[x];
+        for (uint64_t j = 0; j < rows; j++) { /* (row j is rank who[j], or j) */
+            const uint64_t r = who[0] == UINT64_MAX ? j : who[j];
+            for (uint32_t i = 0; i < n; i++)
+                tally[r * n + i] += row[j * n + i], want[r * n + i] += tgt[j * n + i];
+        }
         if (t == 0) { /* kept whole: what the final round's extra ranks repeat */
             r0rows = rows;
             r0 = g0;
@@ -369,16 +441,27 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
             }
         }
         uint32_t *cnt = m->rcnt + t * n, *off = m->roff + t * n;
-        if (me < rows) {
-            m->rg[t] = g0 + me;
+        uint64_t mine = me < rows ? me : UINT64_MAX, past = me - rows; /* my row */
+        if (who[0] != UINT64_MAX) { /* the final round's batches went to other ranks */
+            mine = UINT64_MAX, past = 0;
+            for (uint64_t j = 0; j < rows; j++) mine = who[j] == me ? j : mine;
+            for (uint64_t r = 0; r < me; r++) {
+                int in = 0;
+                for (uint64_t j = 0; j < rows; j++) in |= who[j] == r;
+                past += !in;
+            }
+        }
+        if (mine != UINT64_MAX) {
+            m->rg[t] = g0 + mine;
             for (uint32_t i = 0; i < n; i++) {
                 uint64_t o = 0;
-                for (uint64_t j = 0; j < me; j++) o += row[j * n + i];
-                cnt[i] = (uint32_t)row[me * n + i];
+                for (uint64_t j = 0; j < mine; j++) o += row[j * n + i];
+                cnt[i] = (uint32_t)row[mine * n + i];
                 off[i] = (uint32_t)o;
             }
         } else { /* past the epoch's last batch: a repeat of round 0's */
-            uint64_t j = r0rows ? (me - rows) % r0rows : 0;
+            uint64_t j = r0rows ? past % r0rows : 0;
+            m->rrep[t] = 1;
             m->rg[t] = r0 + j;
             memcpy(cnt, c0 + j * n, n * sizeof *cnt);
             memcpy(off, o0 + j * n, n * sizeof *off);
@@ -386,7 +469,7 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
     }
 out:
     free(a), free(b), free(e), free(tally), free(row), free(want), free(pick), free(share), free(tgt), free(lo), free(hi), free(c0), free(o0);
-    free(size), free(fb.a), free(fb.u), free(fb.y), free(fb.rneed), free(fb.cneed), free(fb.prev);
+    free(size), free(who), free(wantp), free(tallyp), free(fb.a), free(fb.u), free(fb.y), free(fb.rneed), free(fb.cneed), free(fb.prev);
     free(fb.queue);
     return rc;
 }
@@ -396,14 +479,8 @@ void cxs_mix_free(cxs_mix *m) {
     for (uint32_t i = 0; m->order && i < m->n; i++) cxs_sampler_free(m->order[i]);
     free(m->order);
     free(m->ds), free(m->size), free(m->quota), free(m->share);
-    free(m->rg), free(m->rcnt), free(m->roff);
+    free(m->rg), free(m->rrep), free(m->rcnt), free(m->roff);
     free(m);
-}
-
-static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 /* The shares, then the quotas (largest remainder, ties to the lower). */
@@ -550,6 +627,9 @@ double cxs_mix_share(const cxs_mix *m, uint32_t i) { return m && i < m->n ? m->s
 uint64_t cxs_mix_quota(const cxs_mix *m, uint32_t i) { return m && i < m->n ? m->quota[i] : 0; }
 uint64_t cxs_mix_epoch_size(const cxs_mix *m) { return m ? m->E : 0; }
 uint32_t cxs_mix_batch_size(const cxs_mix *m) { return m ? (uint32_t)m->B : 0; }
+int cxs_mix_repeat(const cxs_mix *m, uint64_t pos) {
+    return m && m->rrep && pos < m->length ? m->rrep[pos] : 0;
+}
 uint64_t cxs_mix_length(const cxs_mix *m, uint64_t *global) {
     if (global) *global = m ? m->nglobal : 0;
     return m ? m->length : 0;

@@ -159,7 +159,8 @@ class MixOpts(Structure):
 
 class MixFrames(Structure):
     _fields_ = [("x", c_void_p), ("y", c_void_p), ("frames", c_void_p), ("source", c_void_p),
-                ("n", c_size_t), ("index", c_uint64), ("global", c_uint64)]
+                ("n", c_size_t), ("index", c_uint64), ("global", c_uint64),
+                ("repeat", c_uint32)]
 
 
 class UttSamplerOpts(Structure):
@@ -452,6 +453,7 @@ def _load():
         "cxs_mix_epoch_size": (c_uint64, [c_void_p]),
         "cxs_mix_batch_size": (c_uint32, [c_void_p]),
         "cxs_mix_length": (c_uint64, [c_void_p, POINTER(c_uint64)]),
+        "cxs_mix_repeat": (c_int, [c_void_p, c_uint64]),
         "cxs_mix_batch": (c_int, [c_void_p, c_uint64, c_uint64, c_void_p, c_void_p, c_uint32,
                                   POINTER(c_uint32), POINTER(c_uint64)]),
         "cxs_mix_loader_create": (c_int, [c_void_p, POINTER(LoaderOpts), c_uint64, c_uint64,

@@ -136,6 +136,12 @@ class Mixture:
             _raise(rc, what="mixture")
         return f[:n.value], s[:n.value], int(g.value)
 
+    def repeat(self, pos):
+        """Whether this rank's batch at pos repeats one of the run's first
+        round (the final round's padding for ranks past the last batch)."""
+        return bool(_lib.cxs_mix_repeat(self._ptr, _a.integer("Mixture.repeat", "pos", pos, 0,
+                                                               None)))
+
     def close(self):
         if getattr(self, "_ptr", None):
             _lib.cxs_mix_free(self._ptr)

@@ -889,13 +889,15 @@ __all__ += ["MixtureLoader", "MixedBatch"]
 
 class MixedBatch(tuple):
     """A mixture's batch: (x, y) as the frame Loader yields them, or (x,)
-    with labels=False, with .source (int64 [n]: which dataset, by
-    its place in the list, each sample came from) and .frames (int64 [n]:
-    its frame number in that dataset)."""
+    with labels=False, with .source (int64 [n]: which dataset, by its place
+    in the list, each sample came from), .frames (int64 [n]: its frame
+    number in that dataset) and .repeat (True for the final round's
+    padding: a batch that repeats one of the first round, so that every
+    rank has as many; leave it out of an evaluation)."""
 
-    def __new__(cls, parts, source, frames):
+    def __new__(cls, parts, source, frames, repeat=False):
         t = super().__new__(cls, parts)
-        t.source, t.frames = source, frames
+        t.source, t.frames, t.repeat = source, frames, repeat
         return t
 
 
@@ -1097,7 +1099,7 @@ class MixtureLoader:
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
                     src = src.to(self.device, non_blocking=True)
-                yield MixedBatch((x, y) if y is not None else (x,), src, frames)
+                yield MixedBatch((x, y) if y is not None else (x,), src, frames, bool(b.repeat))
             self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
         finally:
             _lib.cxs_mix_loader_free(ptr)

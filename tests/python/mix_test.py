@@ -132,13 +132,12 @@ class MixTest(unittest.TestCase):
             self.assertEqual(E, sum(ref.frames for ref in self.refs))
             mine = collections.Counter()
             n = 0
-            glob = L.sampler.global_batches
             for i, b in enumerate(L):
-                g = r + i * W
                 if i < 3 or i % 7 == 0:
                     self.check_batch(b)
-                if g >= glob:
-                    continue  # the last round's repeat
+                self.assertEqual(b.repeat, L.sampler.repeat(i))
+                if b.repeat:
+                    continue  # the last round's padding
                 n += len(b[0])
                 for s, f in zip(b.source.tolist(), b.frames.tolist()):
                     mine[s] += 1
@@ -188,10 +187,8 @@ class MixTest(unittest.TestCase):
                 L = ct.Loader(self.paths, K, 40, rank=r, world_size=world, **args)
                 if state is not None:
                     L.load_state_dict(state)
-                glob = L.sampler.global_batches
-                g0 = L._origin
                 for i, b in enumerate(L):
-                    if g0 + r + i * world < glob:  # not a repeat of the last round
+                    if not b.repeat:  # not the last round's padding
                         got.update(zip(b.source.tolist(), b.frames.tolist()))
                     if steps is not None and i + 1 == steps:
                         break  # (a batch handed out counts as served)

@@ -57,13 +57,14 @@ static cxs_mix *mk(const double *weights, double temp, uint64_t esize, uint32_t 
 typedef struct got {
     uint64_t *s, *g;
     uint32_t *bn; /* per batch: its samples */
+    uint8_t *rep; /* per batch: a repeat (the final round's padding) */
     uint64_t n, nb;
 } got;
 
 static got take(const cxs_mix *m, uint64_t epoch, uint64_t from, uint64_t to) {
     const uint32_t B = cxs_mix_batch_size(m);
     got r = {malloc((to - from) * B * 8 + 8), malloc((to - from) * 8 + 8),
-             malloc((to - from) * 4 + 4), 0, 0};
+             malloc((to - from) * 4 + 4), malloc(to - from + 1), 0, 0};
     uint64_t *f = malloc(B * 8);
     uint32_t *src = malloc(B * 4), n;
     for (uint64_t p = from; p < to; p++) {
@@ -75,12 +76,13 @@ static got take(const cxs_mix *m, uint64_t epoch, uint64_t from, uint64_t to) {
             r.s[r.n++] = (uint64_t)src[j] << 48 | f[j];
         }
         r.g[r.nb] = g;
+        r.rep[r.nb] = (uint8_t)cxs_mix_repeat(m, p);
         r.bn[r.nb++] = n;
     }
     free(f), free(src);
     return r;
 }
-static void got_free(got *r) { free(r->s), free(r->g), free(r->bn); }
+static void got_free(got *r) { free(r->s), free(r->g), free(r->bn), free(r->rep); }
 
 static int cmp64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -133,7 +135,9 @@ TEST(proportions_exact_per_epoch_batch_and_rank) {
                     if (dev > worst_batch) worst_batch = dev;
                     EXPECT_LOOP(dev < 2.0);
                 }
-                if (!seen_g[t.g[b]]) { /* (not a repeat of the first round's) */
+                EXPECT_LOOP(t.g[b] < glob);
+                if (!t.rep[b]) { /* (not a repeat of the first round's) */
+                    EXPECT_LOOP(!seen_g[t.g[b]] && t.g[b] / k->w == b); /* in its round, once */
                     seen_g[t.g[b]] = 1;
                     for (int i = 0; i < NSRC; i++) rc_[i] += bc[i], count[i] += bc[i];
                     for (uint32_t j = 0; j < t.bn[b]; j++) all[nall++] = t.s[o + j];
@@ -204,7 +208,7 @@ TEST(deterministic_and_epochs_go_on) {
             got t = take(m, e, 0, len);
             uint64_t o = 0;
             for (uint64_t bb = 0; bb < t.nb; o += t.bn[bb], bb++)
-                if (t.g[bb] >= r + bb * 2 && t.g[bb] == r + bb * 2) /* not a repeat */
+                if (!t.rep[bb]) /* not a repeat */
                     for (uint32_t j = 0; j < t.bn[bb]; j++) seen[n++] = t.s[o + j];
             got_free(&t);
         }
@@ -228,8 +232,9 @@ static uint64_t gather_run(uint32_t w, uint64_t origin, uint64_t from, uint64_t 
         uint64_t o = 0;
         for (uint64_t b = 0; b < t.nb; o += t.bn[b], b++) {
             uint64_t pos = from + b;
-            if (origin + r + pos * w >= glob) continue; /* a repeat */
-            EXPECT_LOOP(t.g[b] == origin + r + pos * w);
+            if (t.rep[b]) continue; /* a repeat */
+            EXPECT_LOOP(t.g[b] >= origin + pos * w && t.g[b] < origin + (pos + 1) * w &&
+                        t.g[b] < glob);
             memcpy(out + n, t.s + o, t.bn[b] * 8);
             n += t.bn[b];
         }
