@@ -295,6 +295,10 @@ TEST(refusals_name_the_option) {
     EXPECT_INT(cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d), CXS_E_INVALID);
     EXPECT_STR_HAS(d.message, "temperature");
     o.temperature = 0;
+    o.reserved[0] = 1; /* room to grow: a word the library does not know yet */
+    EXPECT_INT(cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "cxs_mix_opts");
+    o.reserved[0] = 0;
     o.origin = 1u << 30;
     EXPECT_INT(cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d), CXS_E_INVALID);
     EXPECT_STR_HAS(d.message, "origin");
