@@ -60,6 +60,7 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
 }
 
 static void drop_plan(cxs_readahead *ra, int let_go);
+static void release_pending(cxs_readahead *ra);
 
 void cxs_ra_destroy(cxs_readahead *ra, int forked) {
     if (ra->kind == CXS_RA_NONE) return;
@@ -69,6 +70,9 @@ void cxs_ra_destroy(cxs_readahead *ra, int forked) {
     if (forked) cxs_shard_fds_after_fork(&ra->sfd);
     drop_plan(ra, !forked);
     cxs_shard_fds_free(&ra->sfd);
+    if (!forked && ra->npend) release_pending(ra);
+    free(ra->pend);
+    ra->pend = NULL, ra->npend = ra->cpend = 0;
     if (forked) cxs_stream_user_after_fork(ra->su); /* (the parent's locks stay) */
     cxs_stream_user_free(ra->su);
     ra->su = NULL;
@@ -91,6 +95,7 @@ void cxs_ra_after_fork(cxs_readahead *ra) {
         if (ra->state[j] == READ || ra->state[j] == READING) ra->state[j] = ABSENT;
         ra->need[j] = 0; /* the parent's batches in flight: none is the child's */
     }
+    ra->npend = 0; /* (the parent's holds) */
     ra->running = 0;
     /* the parent's batches in flight are not the child's: nothing is being
      * filled or warmed here yet */
@@ -183,10 +188,37 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
     return 0;
 }
 
+/* The helper thread's own readahead (NULL in every other thread). */
+static _Thread_local const cxs_readahead *helper_of;
+
 /* A streamed dataset: let go of the hold read_block took on b's bytes
- * (the sum blocks they touch, as it widened them). */
+ * (the sum blocks they touch, as it widened them).  The holds are the
+ * helper's (their counts are not shared): a worker that drops a plan (a
+ * new epoch, met first by a worker) queues the release for the helper,
+ * which makes it at the top of its loop. */
 static void release_block(cxs_readahead *ra, const cxs_block *b) {
-    if (ra->su && b->len) cxs_stream_release(ra->su, b->shard, b->off, b->off + b->len, 1);
+    if (!ra->su || !b->len) return;
+    if (helper_of == ra || !__atomic_load_n(&ra->running, __ATOMIC_ACQUIRE)) {
+        cxs_stream_release(ra->su, b->shard, b->off, b->off + b->len, 1);
+        return;
+    }
+    if (ra->npend == ra->cpend) { /* (under mu: drop_plan's callers hold it) */
+        size_t c = ra->cpend ? 2 * ra->cpend : 64;
+        cxs_block *p = realloc(ra->pend, c * sizeof *p);
+        if (!p) return; /* the hold stays until the loader goes: only a block
+                           the cache cannot evict meanwhile */
+        ra->pend = p, ra->cpend = c;
+    }
+    ra->pend[ra->npend++] = *b;
+    pthread_cond_broadcast(&ra->cv);
+}
+
+/* The helper, under mu: the releases the workers left it. */
+static void release_pending(cxs_readahead *ra) {
+    for (size_t i = 0; i < ra->npend; i++)
+        cxs_stream_release(ra->su, ra->pend[i].shard, ra->pend[i].off,
+                           ra->pend[i].off + ra->pend[i].len, 1);
+    ra->npend = 0;
 }
 
 /* Let block b go: out of this process's page tables and out of the page
@@ -251,6 +283,7 @@ static int sync_gen(cxs_readahead *ra) {
 static void blocks_loop(cxs_readahead *ra) {
     pthread_mutex_lock(ra->mu);
     while (!*ra->stop) {
+        if (ra->npend) release_pending(ra);
         if (sync_gen(ra)) {
             pthread_cond_wait(&ra->cv, ra->mu);
             continue;
@@ -462,6 +495,7 @@ static void pages_loop(cxs_readahead *ra) {
 
 static void *ra_main(void *arg) {
     cxs_readahead *ra = arg;
+    helper_of = ra;
     if (ra->kind == CXS_RA_BLOCKS) blocks_loop(ra);
     else pages_loop(ra);
     return NULL;
@@ -479,7 +513,8 @@ void cxs_ra_stop(cxs_readahead *ra) {
     if (!ra->running) return;
     cxs_stream_user_cancel(ra->su, 1); /* a transfer in flight ends now */
     pthread_join(ra->th, NULL);
-    ra->running = 0;
+    __atomic_store_n(&ra->running, 0, __ATOMIC_RELEASE);
+    if (ra->npend) release_pending(ra); /* (what it left: the workers are stopped) */
 }
 
 int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch, uint64_t pos,

@@ -81,7 +81,11 @@ typedef struct cxs_readahead {
     uint32_t first_filled; /* pages: first batches filled */
     int warming;          /* pages: the helper is warming the dataset (atomic) */
     cxs_stream_user *su;  /* blocks, a streamed dataset: the helper's hold on the
-                             blocks it fetches (remote.h), else NULL */
+                             blocks it fetches (remote.h), else NULL; only the
+                             helper takes and lets go of its holds (a worker
+                             that drops a plan leaves the releases in pend) */
+    cxs_block *pend;      /* under *mu: blocks whose holds the helper is to let go */
+    size_t npend, cpend;
 } cxs_readahead;
 
 /* One batch's blocks, between cxs_ra_batch_frames and cxs_ra_batch_done. */

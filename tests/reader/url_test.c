@@ -282,6 +282,50 @@ TEST(streamed_in_block_order) {
     }
     EXPECT_UINT(cxs_dataset_fetched(r), in.feature_bytes);
     cxs_dataset_close(r);
+    /* resets to another epoch while the helper fetches (from an empty
+     * cache): the stream's holds are the helper's alone, a worker that
+     * meets the new epoch first leaving the old plan's releases to it
+     * (ThreadSanitizer saw the worker's and the helper's updates race) */
+    EXPECT_INT(cxs_cache_clear(scache, &freed, &d), 0);
+    ck_assert_msg(cxs_dataset_open_ex(url, &oo, &r, &d) == 0, "%s", d.message);
+    {
+        cxs_sampler_opts so;
+        cxs_sampler_opts_init(&so);
+        so.kind = CXS_SAMPLER_BLOCK, so.seed = 8, so.memory_bytes = 1u << 20, so.blocks = 4;
+        cxs_sampler *s;
+        ck_assert_msg(cxs_sampler_create_ex(r, &so, &s, &d) == 0, "%s", d.message);
+        cxs_loader_opts lo;
+        cxs_loader_opts_init(&lo);
+        lo.k = 2, lo.batch_size = 97, lo.threads = 2, lo.labels = 1;
+        cxs_loader *ld;
+        ck_assert_msg(cxs_loader_create_ex(r, s, &lo, 0, 0, &ld, &d) == 0, "%s", d.message);
+        const size_t row = 5 * (size_t)in.dim;
+        float *x = malloc(sizeof *x * row * 97);
+        int64_t *y = malloc(sizeof *y * 97);
+        const cxs_batch *b;
+        uint64_t served = 0, epoch = 0;
+        for (int k = 0; k < 8; k++) {
+            for (int j = 0; j < 2; j++) {
+                ck_assert_msg(cxs_loader_next_ex(ld, &b, &d) == 0 && b, "%s", d.message);
+                EXPECT_INT(cxs_dataset_gather(l, b->frames, b->n, 2, 0, 1, x, y), 0);
+                ck_assert(!memcmp(x, b->x, sizeof *x * row * b->n));
+            }
+            epoch = (uint64_t)(k + 1) % 3;
+            EXPECT_INT(cxs_loader_reset(ld, epoch, 0), 0);
+        }
+        while (!(rc1 = cxs_loader_next_ex(ld, &b, &d)) && b) { /* the rest, whole */
+            EXPECT_INT(cxs_dataset_gather(l, b->frames, b->n, 2, 0, 1, x, y), 0);
+            ck_assert(!memcmp(x, b->x, sizeof *x * row * b->n));
+            ck_assert(!memcmp(y, b->y, sizeof *y * b->n));
+            served += b->n;
+        }
+        ck_assert_msg(rc1 == 0, "%s", d.message);
+        EXPECT_UINT(served, in.num_frames);
+        free(x), free(y);
+        cxs_loader_free(ld);
+        cxs_sampler_free(s);
+    }
+    cxs_dataset_close(r);
     /* a limit that holds the metadata but not a round: the loader says so */
     EXPECT_INT(cxs_cache_clear(scache, &freed, &d), 0);
     oo.cache_limit = fi.bytes_fetched + (160u << 10);
