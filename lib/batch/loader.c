@@ -354,10 +354,12 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler,
                        o->readahead == CXS_READAHEAD_OFF))
         return cxs_streamed_refuse(ds, "a frame loader without the block sampler (or with "
                                    "readahead off)", d);
-    if (ds->stream && cxs_sampler_options(sampler)->blocks > CXS_RA_MAX_BLOCKS)
+    /* a batch that straddles two rounds draws on one block more than a round */
+    if (ds->stream && cxs_sampler_options(sampler)->blocks >= CXS_RA_MAX_BLOCKS)
         return cxs_diagf(d, CXS_E_INVALID, "%s: streaming waits for the blocks a batch draws on, "
-                         "at most %u: the block sampler's blocks is %u", ds->url,
-                         CXS_RA_MAX_BLOCKS, cxs_sampler_options(sampler)->blocks);
+                         "at most %u (a batch across two rounds draws on blocks + 1): the block "
+                         "sampler's blocks is %u (at most %u)", ds->url, CXS_RA_MAX_BLOCKS,
+                         cxs_sampler_options(sampler)->blocks, CXS_RA_MAX_BLOCKS - 1);
     if (start > cxs_sampler_length(sampler))
         return cxs_diagf(d, CXS_E_INVALID, "loader: start %llu is past the epoch's %llu samples",
                          (unsigned long long)start,

@@ -299,6 +299,16 @@ TEST(streamed_in_block_order) {
         lo.k = 2, lo.batch_size = 97, lo.threads = 2, lo.labels = 1;
         cxs_loader *ld;
         ck_assert_msg(cxs_loader_create_ex(r, s, &lo, 0, 0, &ld, &d) == 0, "%s", d.message);
+        { /* 64 blocks: a batch across two rounds would draw on 65, more than
+           * a streamed batch waits for; refused at create, not mid-epoch */
+            cxs_sampler *s64;
+            cxs_loader *l64;
+            so.blocks = 64, so.memory_bytes = 64u << 20;
+            ck_assert_msg(cxs_sampler_create_ex(r, &so, &s64, &d) == 0, "%s", d.message);
+            EXPECT_INT(cxs_loader_create_ex(r, s64, &lo, 0, 0, &l64, &d), CXS_E_INVALID);
+            EXPECT_STR_HAS(d.message, "at most 63");
+            cxs_sampler_free(s64);
+        }
         const size_t row = 5 * (size_t)in.dim;
         float *x = malloc(sizeof *x * row * 97);
         int64_t *y = malloc(sizeof *y * 97);
