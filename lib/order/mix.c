@@ -145,13 +145,13 @@ typedef struct flowbuf {
 static int exact_round(uint32_t n, uint64_t rows, const uint64_t *size, const uint64_t *d,
                        const double *share, const double *tgt, const double *want,
                        const uint64_t *tally, uint64_t *row, uint64_t *lo, uint64_t *hi,
-                       flowbuf *fb) {
+                       double slack, flowbuf *fb) {
     const double eps = 1e-9;
     for (uint64_t j = 0; j < rows; j++) {
         uint64_t sa = 0;
         for (uint32_t i = 0; i < n; i++) {
             const uint64_t x = j * n + i;
-            double f = floor(share[x] + eps), c = ceil(share[x] - eps);
+            double f = floor(share[x] + eps) - slack, c = ceil(share[x] - eps) + slack;
             double w1 = want[x] + tgt[x] - (double)tally[x]; /* the count that is exact */
             double amin = ceil(w1 - 1 + eps), bmax = floor(w1 + 1 - eps);
             double av = amin > f ? amin : f, bv = bmax < c ? bmax : c;
@@ -280,7 +280,9 @@ static int final_ranks(const cxs_mix *m, uint64_t t, uint64_t rows, const uint64
             memcpy(wantp + j * n, want + all[j] * n, n * sizeof *wantp);
             memcpy(tallyp + j * n, tally + all[j] * n, n * sizeof *tallyp);
         }
-        if (exact_round(n, rows, size, d, share, tgt, wantp, tallyp, row, lo, hi, fb)) return 1;
+        if (exact_round(n, rows, size, d, share, tgt, wantp, tallyp, row, lo, hi, 0, fb) ||
+            exact_round(n, rows, size, d, share, tgt, wantp, tallyp, row, lo, hi, 1, fb))
+            return 1;
     }
     who[0] = UINT64_MAX;
     return 0;
@@ -405,13 +407,14 @@ static int build_runs(cxs_mix *m, cxs_diag *d) {
             }
             for (uint32_t q = 0; q < np; q++) row[j * n + pick[q]]++, e[pick[q]]--;
         }
-        if (rows > 1 && n > 1) {
+        if (n > 1 && (rows > 1 || (rows && rows < w))) { /* (one batch: whose it is) */
             for (uint64_t j = 0; j < rows; j++) size[j] = j < full ? m->B : sb;
             for (uint32_t i = 0; i < n; i++) e[i] = b[i] - a[i] + (full < rows ? row[full * n + i] : 0);
             /* every rank within a sample of its share, each batch within a
              * sample of its own share of the round; failing that (the final
              * round of few batches), the nearest */
-            int ok = exact_round(n, rows, size, e, share, tgt, want, tally, row, lo, hi, &fb);
+            int ok = exact_round(n, rows, size, e, share, tgt, want, tally, row, lo, hi, 0, &fb) ||
+                     exact_round(n, rows, size, e, share, tgt, want, tally, row, lo, hi, 1, &fb);
             if (!ok && t + 1 == L && (rows < w || full < rows))
                 ok = final_ranks(m, t, rows, size, e, share, tgt, want, tally, row, lo, hi, &fb,
                                  who, wantp, tallyp);
