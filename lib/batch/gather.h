@@ -52,4 +52,26 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
                     const double *mean, const double *scale, unsigned threads, float *out,
                     int64_t *labels, cxs_gather_ctx *ctx, cxs_diag *d);
 
+/* Padded utterances (uttbatch.c): what one thread keeps from batch to
+ * batch, a decoder for compressed data and a staging buffer for stored
+ * rows that are not float32 (zeroed = nothing yet). */
+typedef struct cxs_pad_ctx {
+    zreader zr;
+    uint8_t *stage;
+    size_t stage_bytes;
+} cxs_pad_ctx;
+void cxs_pad_ctx_free(cxs_pad_ctx *c);
+/* cxs_dataset_pad_batch with explicit constants (mean/scale NULL: none),
+ * cmvn for CXS_PAD_PER_UTTERANCE, the utterances known to be in range and
+ * tmax at least the longest; a failure in the data names the shard, the
+ * utterance and the chunk in d (may be NULL). */
+int cxs_pad_impl(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
+                 const double *mean, const double *scale, int cmvn, float *x, int64_t *lengths,
+                 int64_t *y, cxs_pad_ctx *c, cxs_diag *d);
+/* cxs_dataset_pad_targets without the checks (lmax at least the longest:
+ * cxs_longest_seq). */
+int cxs_pad_targets_impl(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t lmax,
+                         int64_t *targets, int64_t *target_lengths);
+uint64_t cxs_longest_seq(const cxs_dataset *ds, const uint64_t *utts, size_t n);
+
 #endif

@@ -186,34 +186,44 @@ static int vocab_map(const cxs_dataset *d0, const cxs_dataset *di, uint32_t i, i
     return 0;
 }
 
-static int check_sources(cxs_mix_loader *l, cxs_diag *d) {
-    const cxs_dataset *d0 = cxs_mix_dataset(l->mix, 0);
-    for (uint32_t i = 0; i < l->n; i++) {
-        const cxs_dataset *ds = cxs_mix_dataset(l->mix, i);
+/* What the sources of a mixture loader must agree on (what: "mixture
+ * loader", ...): the width; with labels (seqs: label sequences) every one
+ * has them, the vocabularies mapped by symbol into source 0's (map[i]);
+ * with CXS_GATHER_NORMALIZE each one's constants (its own statistics, or
+ * norm) into normc[i]. */
+static int check_sources(const cxs_dataset *const *dss, uint32_t n, int labels, int seqs,
+                         uint32_t flags, const cxs_norm *norm, double **normc, int64_t **map,
+                         const char *what, cxs_diag *d) {
+    const cxs_dataset *d0 = dss[0];
+    for (uint32_t i = 0; i < n; i++) {
+        const cxs_dataset *ds = dss[i];
         int rc;
-        if (ds->stream)
-            return cxs_streamed_refuse(ds, "a mixture loader", d);
+        if (ds->stream) return cxs_streamed_refuse(ds, what, d);
         if (ds->meta.dim != d0->meta.dim)
             return cxs_diagf(d, CXS_E_INVALID,
-                             "mixture loader: source %u (%s) has %u features a frame, source 0 "
-                             "(%s) %u: the sources' widths must be equal (their dtypes may "
-                             "differ)",
-                             i, ds->manifest_path, ds->meta.dim, d0->manifest_path, d0->meta.dim);
-        if (l->o.labels && !ds->meta.label_width)
+                             "%s: source %u (%s) has %u features a frame, source 0 (%s) %u: the "
+                             "sources' widths must be equal (their dtypes may differ)",
+                             what, i, ds->manifest_path, ds->meta.dim, d0->manifest_path,
+                             d0->meta.dim);
+        if (labels && !ds->meta.label_width)
             return cxs_diagf(d, CXS_E_NO_LABELS,
-                             "mixture loader: labels asked, but source %u (%s) has no frame "
-                             "labels", i, ds->manifest_path);
-        if (l->o.labels && i && (rc = vocab_map(d0, ds, i, &l->map[i], d))) return rc;
-        if (l->o.flags & CXS_GATHER_NORMALIZE) {
-            if (!l->o.norm && !ds->norm_mean)
+                             "%s: labels asked, but source %u (%s) has no frame labels", what, i,
+                             ds->manifest_path);
+        if (seqs && !ds->has_seqs)
+            return cxs_diagf(d, CXS_E_NO_SEQUENCES,
+                             "%s: targets asked, but source %u (%s) has no label sequences",
+                             what, i, ds->manifest_path);
+        if ((labels || seqs) && i && (rc = vocab_map(d0, ds, i, &map[i], d))) return rc;
+        if (flags & CXS_GATHER_NORMALIZE) {
+            if (!norm && !ds->norm_mean)
                 return cxs_diagf(d, CXS_E_INVALID,
-                                 "mixture loader: normalisation by each source's statistics, but "
-                                 "source %u (%s) has none (give one set, norm)",
-                                 i, ds->manifest_path);
+                                 "%s: normalisation by each source's statistics, but source %u "
+                                 "(%s) has none (give one set, norm)",
+                                 what, i, ds->manifest_path);
             cxs_diag nd;
-            if ((rc = cxs_norm_constants(ds, l->o.norm, &l->norm[i], &nd)))
-                return cxs_diagf(d, rc, "mixture loader: source %u (%s): %s", i,
-                                 ds->manifest_path, nd.message);
+            if ((rc = cxs_norm_constants(ds, norm, &normc[i], &nd)))
+                return cxs_diagf(d, rc, "%s: source %u (%s): %s", what, i, ds->manifest_path,
+                                 nd.message);
         }
     }
     return 0;
@@ -266,7 +276,11 @@ int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opts, uint6
     l->norm = calloc(l->n, sizeof *l->norm);
     l->map = calloc(l->n, sizeof *l->map);
     if (!l->norm || !l->map) rc = cxs_diagf(diag, -ENOMEM, "mixture loader: out of memory");
-    if (!rc) rc = check_sources(l, diag);
+    const cxs_dataset *dss[CXS_MIX_MAX_SOURCES];
+    for (uint32_t i = 0; i < l->n; i++) dss[i] = cxs_mix_dataset(mix, i);
+    if (!rc)
+        rc = check_sources(dss, l->n, (int)l->o.labels, 0, l->o.flags, l->o.norm, l->norm, l->map,
+                           "mixture loader", diag);
     l->o.norm = NULL; /* copied: the caller's may go */
     if (!l->o.threads) l->o.threads = cxs_default_threads();
     if (!l->o.ring) l->o.ring = l->o.threads + 2;
@@ -352,6 +366,301 @@ int cxs_mix_loader_reset(cxs_mix_loader *l, uint64_t epoch, uint64_t start) {
     pthread_mutex_lock(&l->ring.mu);
     uint64_t nb = 0;
     int rc = position(l, epoch, start, &nb, &l->ring.err);
+    if (!rc) cxs_ring_restart_locked(&l->ring, nb);
+    pthread_mutex_unlock(&l->ring.mu);
+    return cxs_ring_outcome(&l->ring, rc, NULL);
+}
+
+/* ---- the utterance mixture loader --------------------------------------- */
+
+typedef struct uslot {
+    float *x;
+    int64_t *lengths, *y, *targets, *tlen;
+    uint64_t *utts;
+    uint32_t *source;
+    cxs_mix_utts pub;
+} uslot;
+
+typedef struct uworker {
+    struct cxs_mix_utt_loader *l;
+    uint64_t epoch, pos;
+    cxs_pad_ctx *c; /* per source */
+} uworker;
+
+struct cxs_mix_utt_loader {
+    const cxs_mix_utt *mix;
+    uint32_t n;
+    cxs_utt_loader_opts o;
+    uint32_t cap;      /* utterances a batch may hold */
+    uint64_t lcap;     /* the longest label sequence of any source */
+    double **norm;     /* per source: means then scales, or NULL */
+    int64_t **map;     /* per source: its label -> source 0's, or NULL */
+    uint64_t epoch, start, length; /* under ring.mu */
+    cxs_ring ring;
+    uslot *slots;
+    uworker *w;
+};
+
+static void uclaim(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
+    cxs_mix_utt_loader *l = owner;
+    (void)i, (void)gen;
+    l->w[w].epoch = l->epoch;
+    l->w[w].pos = l->start + b;
+}
+
+/* Labels of source src into source 0's numbering (padding left alone). */
+static void map_labels(const int64_t *map, int64_t *y, size_t n) {
+    if (!map) return;
+    for (size_t j = 0; j < n; j++)
+        if (y[j] != CXS_UTT_PAD_LABEL) y[j] = map[y[j]];
+}
+
+static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
+    cxs_mix_utt_loader *l = owner;
+    uworker *wk = &l->w[w];
+    uslot *s = &l->slots[i];
+    cxs_diag *diag = &l->ring.slot[i].diag;
+    const uint32_t D = cxs_mix_utt_dataset(l->mix, 0)->meta.dim;
+    uint32_t cnt = 0, rep = 0;
+    uint64_t g = 0, tmax = 0, lmax = 0, frames = 0;
+    (void)b, (void)gen;
+    int rc = cxs_mix_utt_batch(l->mix, wk->epoch, wk->pos, s->utts, s->source, l->cap, &cnt, &g,
+                               &rep);
+    if (rc) cxs_diagf(diag, rc, "utterance mixture loader: batch %llu: %s",
+                      (unsigned long long)wk->pos, cxs_strerror(rc));
+    for (uint32_t k = 0; !rc && k < cnt; k++) { /* the batch's longest */
+        const cxs_dataset *ds = cxs_mix_utt_dataset(l->mix, s->source[k]);
+        cxs_uloc ul;
+        if ((rc = cxs_utt_loc_safe(ds, s->utts[k], &ul, diag))) break;
+        frames += ul.T;
+        if (ul.T > tmax) tmax = ul.T;
+        if (l->o.targets) {
+            uint64_t q = cxs_longest_seq(ds, s->utts + k, 1);
+            if (q > lmax) lmax = q;
+        }
+    }
+    if (!rc && (cnt > l->cap || cnt * tmax > cxs_mix_utt_max_frames(l->mix) || lmax > l->lcap))
+        rc = cxs_diagf(diag, CXS_E_CORRUPT, "utterance mixture loader: batch %llu is larger "
+                       "than its buffers", (unsigned long long)wk->pos); /* not reached */
+    for (uint32_t k0 = 0, k1; !rc && k0 < cnt; k0 = k1) {
+        const uint32_t src = s->source[k0];
+        for (k1 = k0 + 1; k1 < cnt && s->source[k1] == src; k1++) {
+        }
+        const cxs_dataset *ds = cxs_mix_utt_dataset(l->mix, src);
+        const double *nm = l->norm[src];
+        int64_t *y = l->o.labels ? s->y + (size_t)k0 * tmax : NULL;
+        rc = cxs_pad_impl(ds, s->utts + k0, k1 - k0, tmax, nm, nm ? nm + D : NULL,
+                          !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x + (size_t)k0 * tmax * D,
+                          s->lengths + k0, y, &wk->c[src], diag);
+        if (!rc && y) map_labels(l->map[src], y, (size_t)(k1 - k0) * tmax);
+        if (!rc && l->o.targets) {
+            int64_t *t = s->targets + (size_t)k0 * lmax;
+            rc = cxs_pad_targets_impl(ds, s->utts + k0, k1 - k0, lmax, t, s->tlen + k0);
+            if (rc) cxs_diagf(diag, rc, "utterance mixture loader: source %u (%s): the label "
+                              "sequences: %s", src, ds->manifest_path, cxs_strerror(rc));
+            else map_labels(l->map[src], t, (size_t)(k1 - k0) * lmax);
+        }
+    }
+    s->pub = (cxs_mix_utts){{s->x, s->lengths, l->o.labels ? s->y : NULL, s->utts, cnt, tmax,
+                             frames, wk->pos, g, l->o.targets ? s->targets : NULL,
+                             l->o.targets ? s->tlen : NULL, lmax},
+                            s->source, rep};
+    return rc;
+}
+
+static void uworker_init(void *owner, uint32_t w) {
+    cxs_mix_utt_loader *l = owner;
+    for (uint32_t i = 0; i < l->n; i++) cxs_pad_ctx_free(&l->w[w].c[i]);
+    l->w[w].l = l;
+}
+
+static const cxs_ring_ops mix_utt_ring = {.claim = uclaim, .fill = ufill,
+                                          .worker_init = uworker_init};
+
+void cxs_mix_utt_loader_free(cxs_mix_utt_loader *l) {
+    if (!l) return;
+    if (!cxs_ring_forked(&l->ring)) cxs_ring_stop(&l->ring);
+    cxs_ring_destroy(&l->ring);
+    for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
+        uslot *s = &l->slots[i];
+        free(s->x), free(s->lengths), free(s->y), free(s->targets), free(s->tlen);
+        free(s->utts), free(s->source);
+    }
+    free(l->slots);
+    for (uint32_t t = 0; l->w && t < l->o.threads; t++) {
+        for (uint32_t i = 0; l->w[t].c && i < l->n; i++) cxs_pad_ctx_free(&l->w[t].c[i]);
+        free(l->w[t].c);
+    }
+    free(l->w);
+    for (uint32_t i = 0; i < l->n; i++) {
+        if (l->norm) free(l->norm[i]);
+        if (l->map) free(l->map[i]);
+    }
+    free(l->norm);
+    free(l->map);
+    free(l);
+}
+
+static int uposition(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start, uint64_t *nb,
+                     cxs_diag *d) {
+    uint64_t len;
+    int rc = cxs_mix_utt_length(l->mix, epoch, NULL, &len);
+    if (rc) return cxs_diagf(d, rc, "utterance mixture loader: epoch %llu's order: %s",
+                             (unsigned long long)epoch, cxs_strerror(rc));
+    if (start > len)
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "utterance mixture loader: start %llu is past this rank's %llu batches "
+                         "of epoch %llu", (unsigned long long)start, (unsigned long long)len,
+                         (unsigned long long)epoch);
+    l->epoch = epoch;
+    l->start = start;
+    l->length = len;
+    *nb = len - start;
+    return 0;
+}
+
+/* malloc of a * b * c elements of size e, or NULL (also on overflow) */
+static void *alloc3(uint64_t a, uint64_t b, uint64_t c, size_t e) {
+    if (b && a > SIZE_MAX / e / b) return NULL;
+    if (c && a * b > SIZE_MAX / e / c) return NULL;
+    return malloc((size_t)(a * b * c * e) + 1);
+}
+
+int cxs_mix_utt_loader_create(const cxs_mix_utt *mix, const cxs_utt_loader_opts *opts,
+                              uint64_t epoch, uint64_t start, cxs_mix_utt_loader **out,
+                              cxs_diag *diag) {
+    if (!mix || !opts || !out)
+        return cxs_diagf(diag, CXS_E_INVALID,
+                         "utterance mixture loader: mixture, options and out must not be NULL");
+    int rc = CXS_OPTS_CHECK(opts, "cxs_utt_loader_opts", diag);
+    if (rc) return rc;
+    if (opts->threads > 256 || opts->ring > 1024)
+        return cxs_diagf(diag, CXS_E_INVALID, "utterance mixture loader: threads %u (to 256), "
+                         "ring %u (to 1024)", opts->threads, opts->ring);
+    if (opts->flags & ~(CXS_GATHER_NORMALIZE | CXS_PAD_PER_UTTERANCE))
+        return cxs_diagf(diag, CXS_E_INVALID, "utterance mixture loader: unknown flags 0x%x",
+                         opts->flags);
+    if (opts->readahead || opts->labels > 1 || opts->targets > 1)
+        return cxs_diagf(diag, CXS_E_INVALID, "utterance mixture loader: readahead must be 0, "
+                         "labels and targets 0 or 1");
+    cxs_mix_utt_loader *l = calloc(1, sizeof *l);
+    if (!l) return cxs_diagf(diag, -ENOMEM, "utterance mixture loader: out of memory");
+    l->mix = mix;
+    l->n = cxs_mix_utt_sources(mix);
+    l->o = *opts;
+    l->cap = cxs_mix_utt_max_batch(mix);
+    const cxs_dataset *dss[CXS_MIX_MAX_SOURCES];
+    for (uint32_t i = 0; i < l->n; i++) dss[i] = cxs_mix_utt_dataset(mix, i);
+    l->norm = calloc(l->n, sizeof *l->norm);
+    l->map = calloc(l->n, sizeof *l->map);
+    if (!l->norm || !l->map) rc = cxs_diagf(diag, -ENOMEM, "utterance mixture loader: out of "
+                                            "memory");
+    if (!rc)
+        rc = check_sources(dss, l->n, (int)l->o.labels, (int)l->o.targets, l->o.flags, l->o.norm,
+                           l->norm, l->map, "utterance mixture loader", diag);
+    l->o.norm = NULL; /* copied: the caller's may go */
+    for (uint32_t i = 0; !rc && l->o.targets && i < l->n; i++) {
+        cxs_info inf;
+        cxs_dataset_info(dss[i], &inf);
+        if (inf.max_seq_length > l->lcap) l->lcap = inf.max_seq_length;
+    }
+    if (!l->o.threads) l->o.threads = cxs_default_threads();
+    if (!l->o.ring) l->o.ring = l->o.threads + 2;
+    if (l->o.ring < 3) l->o.ring = 3;
+    if (!rc && (rc = cxs_ring_init(&l->ring, &mix_utt_ring, l, l->o.ring, l->o.threads, 0)))
+        cxs_diagf(diag, rc, "utterance mixture loader: out of memory");
+    if (!rc) {
+        const uint64_t F = cxs_mix_utt_max_frames(mix), D = dss[0]->meta.dim, C = l->cap;
+        l->slots = calloc(l->o.ring, sizeof *l->slots);
+        l->w = calloc(l->o.threads, sizeof *l->w);
+        if (!l->slots || !l->w) rc = -ENOMEM;
+        for (uint32_t t = 0; !rc && t < l->o.threads; t++)
+            if (!(l->w[t].c = calloc(l->n, sizeof *l->w[t].c))) rc = -ENOMEM;
+        for (uint32_t i = 0; !rc && i < l->o.ring; i++) {
+            uslot *s = &l->slots[i];
+            s->x = alloc3(F, D, 1, sizeof *s->x);
+            s->lengths = alloc3(C, 1, 1, sizeof *s->lengths);
+            s->utts = alloc3(C, 1, 1, sizeof *s->utts);
+            s->source = alloc3(C, 1, 1, sizeof *s->source);
+            if (l->o.labels) s->y = alloc3(F, 1, 1, sizeof *s->y);
+            if (l->o.targets) {
+                s->targets = alloc3(C, l->lcap, 1, sizeof *s->targets);
+                s->tlen = alloc3(C, 1, 1, sizeof *s->tlen);
+            }
+            if (!s->x || !s->lengths || !s->utts || !s->source || (l->o.labels && !s->y) ||
+                (l->o.targets && (!s->targets || !s->tlen)))
+                rc = -ENOMEM;
+        }
+        if (rc) cxs_diagf(diag, rc, "utterance mixture loader: out of memory for %u batch "
+                          "buffers", l->o.ring);
+    }
+    if (!rc) rc = uposition(l, epoch, start, &l->ring.nbatches, diag);
+    if (!rc && (rc = cxs_ring_start(&l->ring)))
+        cxs_diagf(diag, rc, "utterance mixture loader: no worker thread could be started");
+    if (rc) {
+        cxs_mix_utt_loader_free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+const cxs_diag *cxs_mix_utt_loader_error(const cxs_mix_utt_loader *l) {
+    return l ? &l->ring.err : NULL;
+}
+
+/* The consumer's next slot of a ring (a forked child starting its workers
+ * first): 0 with *slot, 1 past the end, or the failure (in d). */
+static int ring_take(cxs_ring *r, const char *what, uint32_t *slot, cxs_diag *d) {
+    if (cxs_ring_forked(r)) {
+        cxs_ring_after_fork(r, 0);
+        int rc = cxs_ring_start(r);
+        if (rc)
+            return cxs_diagf(d, rc, "%s: no worker thread could start in this process: %s", what,
+                             cxs_strerror(rc));
+        cxs_ring_adopt(r);
+    }
+    if (cxs_ring_next(r, slot)) return 1;
+    const cxs_ring_slot *s = &r->slot[*slot];
+    if (s->rc) {
+        if (s->diag.message[0]) return cxs_diag_copy(d, s->rc, &s->diag);
+        return cxs_diagf(d, s->rc, "%s: batch %llu: %s", what, (unsigned long long)s->batch,
+                         cxs_strerror(s->rc));
+    }
+    return 0;
+}
+
+int cxs_mix_utt_loader_next(cxs_mix_utt_loader *l, const cxs_mix_utts **batch, cxs_diag *d) {
+    if (!l || !batch)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture loader: no loader or batch "
+                         "pointer");
+    uint32_t i = 0;
+    int rc = ring_take(&l->ring, "utterance mixture loader", &i, &l->ring.err);
+    *batch = rc == 0 ? &l->slots[i].pub : NULL;
+    return cxs_ring_outcome(&l->ring, rc == 1 ? 0 : rc, d);
+}
+
+int cxs_mix_utt_loader_reset(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start) {
+    if (!l) return CXS_E_INVALID;
+    if (cxs_ring_forked(&l->ring)) {
+        cxs_ring_after_fork(&l->ring, 1);
+        int rc = cxs_ring_start(&l->ring);
+        if (rc)
+            return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, rc,
+                                        "utterance mixture loader: no worker thread could start "
+                                        "in this process: %s", cxs_strerror(rc)),
+                                    NULL);
+        cxs_ring_adopt(&l->ring);
+    }
+    /* the epoch's order outside the ring's lock (building it is O(epoch)) */
+    uint64_t len;
+    int rc = cxs_mix_utt_length(l->mix, epoch, NULL, &len);
+    if (rc) return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, rc, "utterance mixture "
+                                    "loader: epoch %llu's order: %s", (unsigned long long)epoch,
+                                    cxs_strerror(rc)), NULL);
+    pthread_mutex_lock(&l->ring.mu);
+    uint64_t nb = 0;
+    rc = uposition(l, epoch, start, &nb, &l->ring.err);
     if (!rc) cxs_ring_restart_locked(&l->ring, nb);
     pthread_mutex_unlock(&l->ring.mu);
     return cxs_ring_outcome(&l->ring, rc, NULL);

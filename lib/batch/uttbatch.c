@@ -21,15 +21,7 @@
 #include "ring.h"
 #include "shardfd.h"
 
-/* What one thread keeps from batch to batch: a decoder for compressed
- * data and a staging buffer for stored rows that are not float32. */
-typedef struct pad_ctx {
-    zreader zr;
-    uint8_t *stage;
-    size_t stage_bytes;
-} pad_ctx;
-
-static void pad_ctx_free(pad_ctx *c) {
+void cxs_pad_ctx_free(cxs_pad_ctx *c) {
     cxs_zreader_free(&c->zr);
     free(c->stage);
     c->stage = NULL;
@@ -39,7 +31,7 @@ static void pad_ctx_free(pad_ctx *c) {
 /* Utterance u into x[tmax][D] (zero after its T rows), its labels into
  * y[tmax] (CXS_UTT_PAD_LABEL after them) when y is not NULL. */
 static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const double *mean,
-                   const double *scale, int cmvn, float *x, int64_t *y, pad_ctx *c,
+                   const double *scale, int cmvn, float *x, int64_t *y, cxs_pad_ctx *c,
                    cxs_where *w) {
     const uint32_t D = ds->meta.dim;
     int lrc = cxs_utt_check(ds, u, NULL);
@@ -113,7 +105,7 @@ typedef struct pad_arg {
     int cmvn;
     float *x;
     int64_t *lengths, *y;
-    pad_ctx *c;
+    cxs_pad_ctx *c;
     volatile size_t at; /* the utterance at work: read after a fault's jump */
     cxs_where w;
 } pad_arg;
@@ -135,9 +127,9 @@ static int pad_all(void *p) {
 
 /* A failure in the data gets a message in d (may be NULL) naming the
  * shard, the utterance and the chunk. */
-static int pad_batch(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
-                     const double *mean, const double *scale, int cmvn, float *x,
-                     int64_t *lengths, int64_t *y, pad_ctx *c, cxs_diag *d) {
+int cxs_pad_impl(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t tmax,
+                 const double *mean, const double *scale, int cmvn, float *x, int64_t *lengths,
+                 int64_t *y, cxs_pad_ctx *c, cxs_diag *d) {
     pad_arg a = {.ds = ds, .utts = utts, .n = n, .tmax = tmax, .mean = mean, .scale = scale,
                  .cmvn = cmvn, .x = x, .lengths = lengths, .y = y, .c = c, .at = 0,
                  .w = CXS_WHERE_NONE};
@@ -198,18 +190,18 @@ int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t
     double *c;
     int rc = norm_for(ds, flags, norm, &c, d);
     if (rc) return rc;
-    pad_ctx pc = {0};
-    rc = pad_batch(ds, utts, n, tmax, c, c ? c + ds->meta.dim : NULL,
+    cxs_pad_ctx pc = {0};
+    rc = cxs_pad_impl(ds, utts, n, tmax, c, c ? c + ds->meta.dim : NULL,
                    !!(flags & CXS_PAD_PER_UTTERANCE), x, lengths, y, &pc, d);
-    pad_ctx_free(&pc);
+    cxs_pad_ctx_free(&pc);
     free(c);
     return rc;
 }
 
 /* The label sequences of utts as targets[n][lmax] (CXS_UTT_PAD_LABEL after
  * each) and their lengths; lmax at least the longest (checked by callers). */
-static int pad_targets(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t lmax,
-                       int64_t *targets, int64_t *target_lengths) {
+int cxs_pad_targets_impl(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t lmax,
+                         int64_t *targets, int64_t *target_lengths) {
     for (size_t i = 0; i < n; i++) {
         int64_t *row = targets + i * lmax;
         uint32_t len;
@@ -222,7 +214,7 @@ static int pad_targets(const cxs_dataset *ds, const uint64_t *utts, size_t n, ui
 }
 
 /* The longest label sequence of utts. */
-static uint64_t longest_seq(const cxs_dataset *ds, const uint64_t *utts, size_t n) {
+uint64_t cxs_longest_seq(const cxs_dataset *ds, const uint64_t *utts, size_t n) {
     uint64_t longest = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t len = 0;
@@ -237,10 +229,10 @@ int cxs_dataset_pad_targets(const cxs_dataset *ds, const uint64_t *utts, size_t 
     if (!ds->has_seqs) return CXS_E_NO_SEQUENCES;
     for (size_t i = 0; i < n; i++)
         if (utts[i] >= ds->meta.num_utterances) return CXS_E_RANGE;
-    uint64_t longest = longest_seq(ds, utts, n);
+    uint64_t longest = cxs_longest_seq(ds, utts, n);
     if (!lmax) lmax = longest;
     if (longest > lmax || lmax > UINT32_MAX) return CXS_E_RANGE;
-    return pad_targets(ds, utts, n, lmax, targets, target_lengths);
+    return cxs_pad_targets_impl(ds, utts, n, lmax, targets, target_lengths);
 }
 
 /* ---- the loader -------------------------------------------------------- */
@@ -258,7 +250,7 @@ typedef struct uslot {
 /* A worker's own: its decoder and staging, and what it claimed under the
  * lock for its fill (the batch's utterances are in its slot). */
 typedef struct uworker {
-    pad_ctx c;
+    cxs_pad_ctx c;
     uint64_t pos, g, n;  /* the batch's position, global position, utterances */
     cxs_utt_range *adv;  /* block mode: ranges to advise, or NULL */
     uint64_t nadv;
@@ -458,14 +450,14 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
     if (!lrc && l->st) lrc = ustream_hold(l, wk, s->utts, n, &held, diag);
     int rc = lrc ? lrc : n > l->cap || n * tmax > l->max_frames
                  ? CXS_E_CORRUPT /* not reached: the sampler sized them */
-                 : pad_batch(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
+                 : cxs_pad_impl(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
                              !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,
                              l->o.labels ? s->y : NULL, &wk->c, diag);
     if (l->st) ustream_unhold(l, wk, s->utts, held);
     uint64_t lmax = 0;
     if (!rc && l->o.targets) {
-        lmax = longest_seq(ds, s->utts, n);
-        rc = pad_targets(ds, s->utts, n, lmax, s->targets, s->tlen);
+        lmax = cxs_longest_seq(ds, s->utts, n);
+        rc = cxs_pad_targets_impl(ds, s->utts, n, lmax, s->targets, s->tlen);
     }
     s->pub = (cxs_utt_batch){s->x, s->lengths, l->o.labels ? s->y : NULL, s->utts, (size_t)n,
                              tmax, frames, wk->pos, wk->g, l->o.targets ? s->targets : NULL,
@@ -476,7 +468,7 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
 static void uworker_init(void *owner, uint32_t w) {
     cxs_utt_loader *l = owner;
     uworker *wk = &l->w[w];
-    pad_ctx_free(&wk->c); /* in a forked child: what a parent thread held */
+    cxs_pad_ctx_free(&wk->c); /* in a forked child: what a parent thread held */
     free(wk->adv);
     wk->adv = NULL;
     cxs_stream_user_after_fork(wk->su); /* (a forked child's: the parent's locks stay) */
@@ -510,7 +502,7 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
         free(l->slots[i].utts);
     }
     free(l->slots);
-    for (uint32_t t = 0; l->w && t < l->o.threads; t++) pad_ctx_free(&l->w[t].c);
+    for (uint32_t t = 0; l->w && t < l->o.threads; t++) cxs_pad_ctx_free(&l->w[t].c);
     free(l->w);
     if (l->plan) cxs_utt_plan_put(l->sampler, l->plan);
     if (forked) cxs_shard_fds_after_fork(&l->fds); /* the parent's, unless still ours */

@@ -1411,6 +1411,158 @@ CXS_API const cxs_diag *cxs_mix_loader_error(const cxs_mix_loader *l);
 /** Stop and join the workers, free the ring.  NULL is a no-op. */
 CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
 
+/* ---- mixtures of datasets: whole utterances ----------------------------- */
+
+/**
+ * An utterance mixture serves padded batches of whole utterances, as the
+ * utterance sampler does (length buckets, a frame budget), drawn from
+ * several datasets in fixed proportions, with the same guarantees as
+ * cxs_mix: deterministic from (seed, epoch), resumable and elastic from
+ * (seed, epoch, global position), equal batch counts per rank.
+ *
+ * Shares and quotas as cxs_mix's, counted in utterances: weights, or the
+ * natural shares (each source's utterance count), or with a temperature
+ * T, U_i^(1/T); an epoch is epoch_size utterances (0: the sum of the
+ * sources'), of which source i gives exactly its quota q_i (largest
+ * remainder).  Which utterances: items e*q_i .. (e+1)*q_i - 1 of source
+ * i's endless stream of passes, pass p a seeded permutation of all its
+ * utterances (CXS_UTT_SHUFFLE) or storage order (CXS_UTT_SEQUENTIAL): a
+ * source smaller than its quota repeats (whole passes), a larger one is
+ * subsampled, no utterance twice within a pass.
+ *
+ * Batches (CXS_UTT_SHUFFLE): the epoch's utterances go into length
+ * buckets (bounds at quantiles of the lengths, each source's utterances
+ * weighted by q_i / U_i, so the epoch's mixture); inside a bucket the
+ * sources are interleaved by the Sainte-Lague rule on their counts in
+ * that bucket, and the interleave is cut greedily into batches of at most
+ * frame_budget padded frames (batch size * longest) and max_batch
+ * utterances, a new batch at every bucket change; the batches are then
+ * shuffled.  So every batch holds each source's share of its bucket to
+ * within about one utterance, by construction: the mixture's shares when
+ * the sources' lengths are alike, while a bucket of long utterances holds
+ * more of the source that has them (a batch cannot hold both the
+ * proportions and one length).  CXS_UTT_SEQUENTIAL: one bucket (the
+ * whole epoch interleaved), batches in order.  Inside a batch the
+ * utterances are grouped by source, in source order.
+ *
+ * Ranks (world_size w): as the utterance sampler's: rank r takes global
+ * batch origin + r + t*w; with drop_last 0 the final round is completed
+ * by wrapping to the epoch's first batches (cxs_mix_utt_repeat says
+ * which), with drop_last 1 it is cut.  The order never depends on w,
+ * rank or origin: a run saved on N ranks at global position G continues
+ * on M ranks with origin G, nothing repeated or lost.  The ranks' counts
+ * of each source are what their batches hold (measured, not bounded: see
+ * the guide).
+ *
+ * Cost: an epoch's order is built at its first use, O(its utterances)
+ * time and 12 bytes each (the last two epochs asked are kept); the
+ * sources' lengths are read once, at create (4 bytes an utterance).
+ */
+typedef struct cxs_mix_utt_opts {
+    uint32_t kind;          /**< CXS_UTT_SEQUENTIAL (0) or CXS_UTT_SHUFFLE */
+    uint64_t seed;
+    uint64_t frame_budget;  /**< required: B * Tmax of a batch is at most this */
+    uint32_t max_batch;     /**< utterances a batch may hold at most; 0: no limit */
+    uint32_t buckets;       /**< length buckets, 1..1024; 0: chosen from the data (as
+                                 cxs_utt_sampler_opts.buckets) */
+    uint32_t long_alone;    /**< 1: an utterance above the budget is a batch alone;
+                                 0: refused at create */
+    const double *weights;  /**< nsources weights >= 0 (not all 0); NULL: natural shares */
+    double temperature;     /**< weights NULL: shares ~ U^(1/T); 0 or 1: ~ U */
+    uint64_t epoch_size;    /**< utterances per epoch, all ranks; 0: the sum of the sources' */
+    uint32_t rank;          /**< 0 .. world_size-1 */
+    uint32_t world_size;    /**< 0 or 1: not distributed */
+    uint32_t drop_last;     /**< 1: cut the epoch to a multiple of world_size batches */
+    uint64_t origin;        /**< global batch position where every epoch starts (resume) */
+    uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_mix_utt_opts_init) */
+} cxs_mix_utt_opts;
+
+typedef struct cxs_mix_utt cxs_mix_utt;
+
+/** Fill o with the defaults (all 0); frame_budget must then be set. */
+CXS_API void cxs_mix_utt_opts_init(cxs_mix_utt_opts *o);
+/**
+ * Create an utterance mixture over ds[0..n-1] (1 .. CXS_MIX_MAX_SOURCES,
+ * which must outlive it).  Reads every source's INDEX (checked).  Returns
+ * 0, -ENOMEM, CXS_E_INVALID (as cxs_mix_create, and no frame_budget, an
+ * unknown kind, buckets above 1024), CXS_E_RANGE (an utterance longer
+ * than the budget without long_alone: diag names the source and the
+ * utterance), CXS_E_CHECKSUM / CXS_E_CORRUPT / CXS_E_TRUNCATED (a damaged
+ * INDEX); diag (may be NULL) says which and why.
+ */
+CXS_API int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n,
+                               const cxs_mix_utt_opts *opts, cxs_mix_utt **out, cxs_diag *diag);
+/** NULL is a no-op. */
+CXS_API void cxs_mix_utt_free(cxs_mix_utt *m);
+/** Sources, and source i's dataset, share (p_i) and utterances per epoch (q_i). */
+CXS_API uint32_t cxs_mix_utt_sources(const cxs_mix_utt *m);
+CXS_API const cxs_dataset *cxs_mix_utt_dataset(const cxs_mix_utt *m, uint32_t i);
+CXS_API double cxs_mix_utt_share(const cxs_mix_utt *m, uint32_t i);
+CXS_API uint64_t cxs_mix_utt_quota(const cxs_mix_utt *m, uint32_t i);
+/** Utterances per epoch (all ranks). */
+CXS_API uint64_t cxs_mix_utt_epoch_size(const cxs_mix_utt *m);
+/** Most utterances of a batch (buffers), most padded frames of a batch. */
+CXS_API uint32_t cxs_mix_utt_max_batch(const cxs_mix_utt *m);
+CXS_API uint64_t cxs_mix_utt_max_frames(const cxs_mix_utt *m);
+/** The epoch's batch counts: *global (may be NULL) of its global order
+ * (after drop_last), *length (may be NULL) this rank's from origin.
+ * Builds the epoch's order when it is not kept.  Returns 0 or -ENOMEM. */
+CXS_API int cxs_mix_utt_length(const cxs_mix_utt *m, uint64_t epoch, uint64_t *global,
+                               uint64_t *length);
+/**
+ * This rank's batch at position pos of `epoch`: its utterances (numbers
+ * in their own dataset) into utts[cap], their sources into source[cap]
+ * (may be NULL; cap >= cxs_mix_utt_max_batch() always suffices), the
+ * count into *n, the batch's place in the global order into *global (may
+ * be NULL) and into *repeat (may be NULL) whether it is the final round's
+ * padding (a batch of the epoch's first ones again).  Thread-safe.
+ * Returns 0, CXS_E_RANGE (pos at or past the length), CXS_E_INVALID (cap
+ * too small, NULL pointers), -ENOMEM.
+ */
+CXS_API int cxs_mix_utt_batch(const cxs_mix_utt *m, uint64_t epoch, uint64_t pos, uint64_t *utts,
+                              uint32_t *source, uint32_t cap, uint32_t *n, uint64_t *global,
+                              uint32_t *repeat);
+
+/** A batch of an utterance mixture loader; valid until the next call (or
+ * reset). */
+typedef struct cxs_mix_utts {
+    cxs_utt_batch b;         /**< the padded batch, as cxs_utt_loader's (b.utts:
+                                  each in its own source; b.y and b.targets in
+                                  source 0's vocabulary) */
+    const uint32_t *source;  /**< [b.n] the source of each utterance */
+    uint32_t repeat;         /**< 1: the final round's padding (a repeated batch) */
+} cxs_mix_utts;
+
+typedef struct cxs_mix_utt_loader cxs_mix_utt_loader;
+
+/**
+ * Worker threads assemble the padded batches of `mix` ahead of the
+ * consumer, from this rank's position `start` of `epoch` (the mixture and
+ * its datasets must outlive it).  opts as for cxs_utt_loader_create:
+ * threads, ring, flags (CXS_GATHER_NORMALIZE: each source by its own
+ * statistics, or all by opts->norm when given; CXS_PAD_PER_UTTERANCE),
+ * labels, targets; readahead must be 0.  The sources must have the same
+ * dim (stored dtypes may differ); with labels or targets, every source
+ * needs them and vocabularies equal to source 0's or holding the same
+ * symbols in another order (mapped by symbol), otherwise CXS_E_INVALID
+ * names the symbols that differ.  Returns 0, -ENOMEM, -EAGAIN,
+ * CXS_E_NO_LABELS, CXS_E_NO_SEQUENCES, CXS_E_INVALID (diag says why).
+ */
+CXS_API int cxs_mix_utt_loader_create(const cxs_mix_utt *mix, const cxs_utt_loader_opts *opts,
+                                      uint64_t epoch, uint64_t start, cxs_mix_utt_loader **out,
+                                      cxs_diag *diag);
+/** Hand back the previous batch, take the next; *batch NULL at the end of
+ * the epoch.  Returns 0 or the first error (diag may be NULL; a failure in
+ * the data names the shard file and the utterance). */
+CXS_API int cxs_mix_utt_loader_next(cxs_mix_utt_loader *l, const cxs_mix_utts **batch,
+                                    cxs_diag *diag);
+/** Restart at (epoch, start), discarding prefetched batches. */
+CXS_API int cxs_mix_utt_loader_reset(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start);
+/** The last call's failure. */
+CXS_API const cxs_diag *cxs_mix_utt_loader_error(const cxs_mix_utt_loader *l);
+/** Stop and join the workers, free the ring.  NULL is a no-op. */
+CXS_API void cxs_mix_utt_loader_free(cxs_mix_utt_loader *l);
+
 #ifdef __cplusplus
 }
 #endif

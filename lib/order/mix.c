@@ -18,6 +18,7 @@
 
 #include "abi.h"
 #include "dataset_internal.h"
+#include "mix.h"
 
 typedef unsigned __int128 u128;
 
@@ -78,11 +79,7 @@ static void prefix(const cxs_mix *m, uint64_t x, uint64_t *c) {
 
 static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-static inline uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#define mix64 cxs_mix64
 
 /* The epoch's batches: full ones, then a short one unless drop_last. */
 static uint64_t batch_end(const cxs_mix *m, uint64_t g) { return min64((g + 1) * m->B, m->E); }
@@ -487,9 +484,9 @@ void cxs_mix_free(cxs_mix *m) {
 }
 
 /* The shares, then the quotas (largest remainder, ties to the lower). */
-static int shares(cxs_mix *m, cxs_diag *d) {
-    const double *wt = m->o.weights;
-    const double T = m->o.temperature;
+int cxs_mix_apportion(uint32_t n, const cxs_dataset *const *ds, const uint64_t *size,
+                      const double *wt, double T, uint64_t E, const char *unit, double *share,
+                      uint64_t *quota, cxs_diag *d) {
     double sum = 0;
     if (wt && T != 0 && T != 1)
         return cxs_diagf(d, CXS_E_INVALID, "mixture: a temperature (%g) applies to the natural "
@@ -497,50 +494,50 @@ static int shares(cxs_mix *m, cxs_diag *d) {
     if (!wt && !(T >= 0 && isfinite(T)))
         return cxs_diagf(d, CXS_E_INVALID, "mixture: temperature %g (above 0; 1: natural shares)",
                          T);
-    for (uint32_t i = 0; i < m->n; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         double v;
         if (wt) {
             v = wt[i];
             if (!(v >= 0) || !isfinite(v))
                 return cxs_diagf(d, CXS_E_INVALID, "mixture: weight %u is %g (finite, >= 0)", i, v);
-            if (v > 0 && !m->size[i])
+            if (v > 0 && !size[i])
                 return cxs_diagf(d, CXS_E_INVALID, "mixture: source %u (%s) has weight %g but no "
-                                 "frames", i, m->ds[i]->manifest_path, v);
+                                 "%s", i, ds[i]->manifest_path, v, unit);
         } else {
-            v = T == 0 || T == 1 ? (double)m->size[i] : pow((double)m->size[i], 1.0 / T);
+            v = T == 0 || T == 1 ? (double)size[i] : pow((double)size[i], 1.0 / T);
         }
-        m->share[i] = v;
+        share[i] = v;
         sum += v;
     }
     if (!(sum > 0) || !isfinite(sum))
-        return cxs_diagf(d, CXS_E_INVALID, wt ? "mixture: the weights are all 0"
-                                              : "mixture: the sources have no frames");
+        return wt ? cxs_diagf(d, CXS_E_INVALID, "mixture: the weights are all 0")
+                  : cxs_diagf(d, CXS_E_INVALID, "mixture: the sources have no %s", unit);
     uint64_t given = 0;
-    double *rem = malloc(m->n * sizeof *rem);
-    uint32_t *by = malloc(m->n * sizeof *by);
+    double *rem = malloc(n * sizeof *rem);
+    uint32_t *by = malloc(n * sizeof *by);
     if (!rem || !by) {
         free(rem), free(by);
         return cxs_diagf(d, -ENOMEM, "mixture: out of memory");
     }
-    for (uint32_t i = 0; i < m->n; i++) {
-        m->share[i] /= sum;
-        double x = (double)m->E * m->share[i], f = floor(x);
-        m->quota[i] = (uint64_t)f;
+    for (uint32_t i = 0; i < n; i++) {
+        share[i] /= sum;
+        double x = (double)E * share[i], f = floor(x);
+        quota[i] = (uint64_t)f;
         rem[i] = x - f;
-        given += m->quota[i];
+        given += quota[i];
         by[i] = i;
     }
-    for (uint32_t i = 1; i < m->n; i++) { /* by remainder, largest first, stable */
+    for (uint32_t i = 1; i < n; i++) { /* by remainder, largest first, stable */
         uint32_t v = by[i], j = i;
         for (; j > 0 && rem[by[j - 1]] < rem[v]; j--) by[j] = by[j - 1];
         by[j] = v;
     }
     /* the rest one each in that order (more than one round only when the
      * doubles' rounding left a gap), or taken back from the smallest */
-    for (uint32_t k = 0; given < m->E; k = (k + 1) % m->n)
-        if (m->share[by[k]] > 0) m->quota[by[k]]++, given++;
-    for (uint32_t k = m->n - 1; given > m->E; k = (k + m->n - 1) % m->n)
-        if (m->quota[by[k]]) m->quota[by[k]]--, given--;
+    for (uint32_t k = 0; given < E; k = (k + 1) % n)
+        if (share[by[k]] > 0) quota[by[k]]++, given++;
+    for (uint32_t k = n - 1; given > E; k = (k + n - 1) % n)
+        if (quota[by[k]]) quota[by[k]]--, given--;
     free(by);
     free(rem);
     return 0;
@@ -591,7 +588,8 @@ int cxs_mix_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_opts 
     m->E = opts->epoch_size ? opts->epoch_size : total;
     m->B = opts->batch_size;
     m->w = w;
-    rc = shares(m, d);
+    rc = cxs_mix_apportion(n, ds, m->size, opts->weights, opts->temperature, m->E, "frames",
+                           m->share, m->quota, d);
     m->o.weights = NULL; /* the caller's may go */
     if (!rc && !m->E) rc = cxs_diagf(d, CXS_E_INVALID, "mixture: the epoch has no samples");
     for (uint32_t i = 0; !rc && i < n; i++) {

@@ -14,7 +14,6 @@ struct cxs_sampler {
     cxs_sampler_opts o;
     uint64_t n;       /* frames (sequential, shuffle) or draws (weighted) per epoch */
     uint64_t length;  /* per rank */
-    uint32_t half;    /* Feistel half width in bits */
     /* weighted */
     uint32_t nclass;
     uint32_t *alias;
@@ -50,19 +49,31 @@ static inline uint64_t round_fn(uint64_t r, uint64_t key) {
  * rounds with independent keys, as Luby and Rackoff), restricted to [0, n) by cycle
  * walking (apply again while outside): still a bijection of [0, n), and
  * since the domain is below 4n the walk is short (under 4 steps on average). */
-static uint64_t permute(const cxs_sampler *s, const uint64_t *keys, uint64_t x) {
-    const uint32_t h = s->half;
+uint64_t cxs_perm_at(const cxs_perm *p, uint64_t x) {
+    const uint32_t h = p->half;
     const uint64_t mask = (1ull << h) - 1;
     do {
         uint64_t L = x >> h, R = x & mask;
         for (int r = 0; r < FEISTEL_ROUNDS; r++) {
-            uint64_t t = L ^ (round_fn(R, keys[r]) & mask);
+            uint64_t t = L ^ (round_fn(R, p->keys[r]) & mask);
             L = R;
             R = t;
         }
         x = (L << h) | R;
-    } while (x >= s->n);
+    } while (x >= p->n);
     return x;
+}
+
+static uint32_t half_of(uint64_t n) {
+    uint32_t bits = 1;
+    while (bits < 64 && (1ull << bits) < n) bits++;
+    return (bits + 1) / 2;
+}
+
+void cxs_perm_init(cxs_perm *p, uint64_t n, uint64_t seed, uint64_t epoch) {
+    p->n = n;
+    p->half = half_of(n);
+    for (int i = 0; i < FEISTEL_ROUNDS; i++) p->keys[i] = key_of(seed, epoch, (uint64_t)i);
 }
 
 /* The alias table.  On failure d says why. */
@@ -245,10 +256,6 @@ int cxs_sampler_create_ex(const cxs_dataset *ds, const cxs_sampler_opts *opts, c
     }
     uint64_t W = o.world_size, left = s->n - o.origin;
     s->length = o.drop_last ? left / W : left / W + (left % W != 0);
-    uint32_t bits = 1;
-    while (bits < 64 && (1ull << bits) < s->n) bits++;
-    s->half = (bits + 1) / 2;
-    if (s->half < 1) s->half = 1;
     *out = s;
     return 0;
 }
@@ -297,8 +304,9 @@ int cxs_sampler_get(const cxs_sampler *s, uint64_t epoch, uint64_t pos, size_t n
         cxs_block_plan_put(bs, p);
         return 0;
     }
-    uint64_t keys[FEISTEL_ROUNDS];
-    for (int i = 0; i < FEISTEL_ROUNDS; i++) keys[i] = key_of(s->o.seed, epoch, (uint64_t)i);
+    cxs_perm pm;
+    cxs_perm_init(&pm, s->n, s->o.seed, epoch);
+    const uint64_t *keys = pm.keys;
     for (size_t i = 0; i < n; i++) {
         uint64_t g = r + (pos + i) * W; /* this rank's share of the global order */
         switch (s->o.kind) {
@@ -306,7 +314,7 @@ int cxs_sampler_get(const cxs_sampler *s, uint64_t epoch, uint64_t pos, size_t n
             frames[i] = g % s->n; /* past the end: DistributedSampler's wrap-around padding */
             break;
         case CXS_SAMPLER_SHUFFLE:
-            frames[i] = permute(s, keys, g % s->n);
+            frames[i] = cxs_perm_at(&pm, g % s->n);
             break;
         default: {
             /* Draw g of the epoch: class by the alias table, then a uniform

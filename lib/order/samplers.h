@@ -17,4 +17,13 @@ uint64_t cxs_sampler_global(const cxs_sampler *s, uint64_t pos);
 /* The block schedule of a block sampler, NULL for other kinds. */
 struct cxs_block_sched *cxs_sampler_blocks(const cxs_sampler *s);
 
+/* A keyed bijection of [0, n) (n > 0): the shuffle sampler's order of an
+ * epoch, a pass of a mixture's source. */
+typedef struct cxs_perm {
+    uint64_t n, keys[4];
+    uint32_t half;
+} cxs_perm;
+void cxs_perm_init(cxs_perm *p, uint64_t n, uint64_t seed, uint64_t epoch);
+uint64_t cxs_perm_at(const cxs_perm *p, uint64_t x);
+
 #endif

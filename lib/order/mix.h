@@ -1,0 +1,27 @@
+/* mix.h - what the mixture samplers share (mix.c, mixutt.c; never
+ * installed). */
+#ifndef CXS_MIX_H
+#define CXS_MIX_H
+
+#include <stdint.h>
+
+#include "ctxshard.h"
+
+/* The shares share[0..n-1] (weights wt, or with wt NULL the sizes, or
+ * size^(1/T) with a temperature T other than 0 and 1) and the quotas
+ * quota[0..n-1] of an epoch of E samples: E * share rounded by largest
+ * remainder (they sum to E; ties to the lower source).  unit names what
+ * size counts ("frames", "utterances") in a message.  Returns 0,
+ * CXS_E_INVALID or -ENOMEM with d (may be NULL) saying why. */
+int cxs_mix_apportion(uint32_t n, const cxs_dataset *const *ds, const uint64_t *size,
+                      const double *wt, double T, uint64_t E, const char *unit, double *share,
+                      uint64_t *quota, cxs_diag *d);
+
+/* splitmix64's finaliser */
+static inline uint64_t cxs_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+#endif

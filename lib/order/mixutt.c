@@ -1,0 +1,524 @@
+/* mixutt.c - the utterance mixture: length-bucketed batches of whole
+ * utterances drawn from several datasets in fixed proportions
+ * (cxs_mix_utt_*, ctxshard.h says what it guarantees).
+ *
+ * An epoch's order (a plan) is built whole at its first use: the epoch's
+ * items of every source (its stream of passes), put in length buckets,
+ * each bucket's sources interleaved by the Sainte-Lague rule, cut
+ * greedily under the frame budget, the batches shuffled.  The shares and
+ * quotas are cxs_mix's (mix.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "abi.h"
+#include "dataset_internal.h"
+#include "fault.h"
+#include "mix.h"
+#include "samplers.h"
+
+#define PLANS 2
+#define HIST_MAX (1u << 22) /* lengths above it share the histogram's last bin */
+
+typedef unsigned __int128 u128;
+
+typedef struct uplan {
+    uint64_t epoch;
+    int refs;        /* users; negative: evicted, freed by its last user */
+    uint64_t nb;     /* global batches (all of them: drop_last cuts per rank) */
+    uint64_t *start; /* [nb + 1] into utt/src */
+    uint64_t *utt;   /* [E] in batch order, grouped by source inside a batch */
+    uint32_t *src;
+} uplan;
+
+struct cxs_mix_utt {
+    uint32_t n;
+    cxs_mix_utt_opts o;
+    const cxs_dataset **ds;
+    uint64_t *size, *quota, E, w;
+    double *share;
+    uint32_t **len; /* per source: every utterance's frames */
+    uint32_t nb;    /* buckets */
+    uint64_t bounds[1024];
+    uint32_t max_batch;
+    uint64_t max_frames;
+    pthread_mutex_t mu; /* the plans' cache */
+    uplan *cache[PLANS];
+    uint32_t next_evict;
+};
+
+void cxs_mix_utt_opts_init(cxs_mix_utt_opts *o) { memset(o, 0, sizeof *o); }
+
+static void plan_free(uplan *p) {
+    if (!p) return;
+    free(p->start), free(p->utt), free(p->src);
+    free(p);
+}
+
+void cxs_mix_utt_free(cxs_mix_utt *m) {
+    if (!m) return;
+    for (int i = 0; i < PLANS; i++) plan_free(m->cache[i]);
+    for (uint32_t i = 0; m->len && i < m->n; i++) free(m->len[i]);
+    free(m->len);
+    free(m->ds), free(m->size), free(m->quota), free(m->share);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+typedef struct len_arg {
+    const cxs_dataset *ds;
+    uint32_t *len;
+    uint64_t longest, longest_u, shortest, over, budget;
+} len_arg;
+
+/* In a recovery region: it reads INDEX from the mapping. */
+static int read_lengths(void *p) {
+    len_arg *a = p;
+    const cxs_dataset *ds = a->ds;
+    for (uint32_t si = 0; si < ds->meta.num_shards; si++) {
+        const shard *sh = &ds->shards[si];
+        uint64_t prev = cxs_index_at(sh, 0);
+        for (uint64_t lu = 0; lu < sh->meta.num_utterances; lu++) {
+            uint64_t nx = cxs_index_at(sh, lu + 1), T = nx - prev;
+            prev = nx;
+            if (T > UINT32_MAX) return CXS_E_RANGE;
+            a->len[sh->u_start + lu] = (uint32_t)T;
+            if (T > a->longest) a->longest = T, a->longest_u = sh->u_start + lu;
+            if (T < a->shortest) a->shortest = T;
+            if (T > a->budget) a->over++;
+        }
+    }
+    return 0;
+}
+
+/* Source i's lengths into m->len[i]; the longest and shortest of all. */
+static int lengths(cxs_mix_utt *m, uint32_t i, uint64_t *longest, uint64_t *shortest,
+                   cxs_diag *d) {
+    const cxs_dataset *ds = m->ds[i];
+    const uint64_t U = ds->meta.num_utterances;
+    int rc = cxs_index_check_all(ds, d);
+    if (rc) return rc;
+    if (!(m->len[i] = malloc((U ? U : 1) * sizeof **m->len)))
+        return cxs_diagf(d, -ENOMEM, "utterance mixture: out of memory");
+    len_arg a = {ds, m->len[i], 0, 0, UINT64_MAX, 0, m->o.frame_budget};
+    cxs_fault f = {0, 0};
+    rc = cxs_fault_run(ds, read_lengths, &a, &f);
+    if (rc == CXS_E_TRUNCATED)
+        return cxs_diagf(d, rc, "utterance mixture: %s: truncated since the dataset was opened "
+                         "(INDEX byte %llu can no longer be read)", ds->shards[f.shard].path,
+                         (unsigned long long)f.offset);
+    if (rc)
+        return cxs_diagf(d, rc, "utterance mixture: source %u (%s) has an utterance of more "
+                         "than 2^32 frames", i, ds->manifest_path);
+    if (a.over && !m->o.long_alone) {
+        cxs_utterance ut;
+        cxs_dataset_utterance(ds, a.longest_u, &ut);
+        int idl = ut.id_len > 200 ? 200 : (int)ut.id_len;
+        return cxs_diagf(d, CXS_E_RANGE,
+                         "utterance mixture: source %u (%s): %llu utterance%s longer than "
+                         "frame_budget %llu (the longest, %.*s, has %llu frames): raise the "
+                         "budget, or serve them alone (long_alone)",
+                         i, ds->manifest_path, (unsigned long long)a.over,
+                         a.over == 1 ? " is" : "s are", (unsigned long long)m->o.frame_budget,
+                         idl, ut.id, (unsigned long long)a.longest);
+    }
+    if (a.longest > *longest) *longest = a.longest;
+    if (U && a.shortest < *shortest) *shortest = a.shortest;
+    return 0;
+}
+
+/* The length buckets: bounds at quantiles of the epoch's lengths, each
+ * source's utterances weighing q_i / U_i (a histogram; lengths above
+ * HIST_MAX counted in its last bin). */
+static int bucket_bounds(cxs_mix_utt *m, uint64_t longest, cxs_diag *d) {
+    uint32_t nb = m->o.buckets;
+    double frames = 0;
+    for (uint32_t i = 0; i < m->n; i++) {
+        const uint64_t U = m->size[i];
+        if (!U || !m->quota[i]) continue;
+        uint64_t sum = 0;
+        for (uint64_t u = 0; u < U; u++) sum += m->len[i][u];
+        frames += (double)sum / (double)U * (double)m->quota[i];
+    }
+    if (m->o.kind != CXS_UTT_SHUFFLE) nb = 1;
+    if (!nb) { /* as the utterance sampler: about two full batches a bucket */
+        double b = frames / 2 / (double)m->o.frame_budget;
+        nb = b < 1 ? 1 : b > CXS_UTT_DEFAULT_BUCKETS ? CXS_UTT_DEFAULT_BUCKETS : (uint32_t)b;
+    }
+    m->nb = 1;
+    if (nb == 1) return 0;
+    const uint64_t hmax = longest < HIST_MAX ? longest : HIST_MAX;
+    double *hist = calloc(hmax + 1, sizeof *hist), total = 0;
+    if (!hist) return cxs_diagf(d, -ENOMEM, "utterance mixture: out of memory");
+    for (uint32_t i = 0; i < m->n; i++) {
+        const uint64_t U = m->size[i];
+        if (!U || !m->quota[i]) continue;
+        const double wt = (double)m->quota[i] / (double)U;
+        for (uint64_t u = 0; u < U; u++) {
+            uint64_t T = m->len[i][u];
+            hist[T < hmax ? T : hmax] += wt;
+        }
+        total += (double)m->quota[i];
+    }
+    /* bound k: the first length whose cumulative weight reaches k/nb of
+     * the total (a length's bucket is the count of bounds <= it) */
+    double acc = 0;
+    uint32_t k = 1;
+    for (uint64_t t = 0; t <= hmax && k < nb; t++) {
+        if (acc >= total * k / nb && acc > 0 && (m->nb == 1 || m->bounds[m->nb - 2] < t)) {
+            m->bounds[m->nb - 1] = t;
+            m->nb++;
+            while (k < nb && acc >= total * k / nb) k++;
+        }
+        acc += hist[t];
+    }
+    free(hist);
+    return 0;
+}
+
+static uint32_t bucket_of(const cxs_mix_utt *m, uint64_t T) {
+    uint32_t lo = 0, hi = m->nb - 1; /* the count of bounds <= T */
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (m->bounds[mid] <= T) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_utt_opts *opts,
+                       cxs_mix_utt **out, cxs_diag *d) {
+    if (!ds || !opts || !out)
+        return cxs_diagf(d, CXS_E_INVALID,
+                         "utterance mixture: datasets, options and out must not be NULL");
+    int rc = CXS_OPTS_CHECK(opts, "cxs_mix_utt_opts", d);
+    if (rc) return rc;
+    if (!n || n > CXS_MIX_MAX_SOURCES)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: %u sources (1 to %u)", n,
+                         CXS_MIX_MAX_SOURCES);
+    if (opts->kind > CXS_UTT_SHUFFLE)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: kind %u (CXS_UTT_SHUFFLE or "
+                         "CXS_UTT_SEQUENTIAL)", opts->kind);
+    if (!opts->frame_budget)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: frame_budget (padded frames a "
+                         "batch may hold) is required");
+    if (opts->buckets > 1024)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: buckets %u is above 1024",
+                         opts->buckets);
+    const uint64_t w = opts->world_size ? opts->world_size : 1;
+    if (opts->rank >= w)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: rank %u of world_size %llu",
+                         opts->rank, (unsigned long long)w);
+    if (opts->drop_last > 1 || opts->long_alone > 1)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: drop_last and long_alone are 0 "
+                         "or 1");
+    for (uint32_t i = 0; i < n; i++)
+        if (!ds[i]) return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: source %u is NULL", i);
+    cxs_mix_utt *m = calloc(1, sizeof *m);
+    if (!m) return cxs_diagf(d, -ENOMEM, "utterance mixture: out of memory");
+    pthread_mutex_init(&m->mu, NULL);
+    m->n = n;
+    m->o = *opts;
+    m->w = w;
+    m->ds = malloc(n * sizeof *m->ds);
+    m->size = malloc(n * sizeof *m->size);
+    m->quota = malloc(n * sizeof *m->quota);
+    m->share = malloc(n * sizeof *m->share);
+    m->len = calloc(n, sizeof *m->len);
+    if (!m->ds || !m->size || !m->quota || !m->share || !m->len) {
+        cxs_mix_utt_free(m);
+        return cxs_diagf(d, -ENOMEM, "utterance mixture: out of memory");
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        m->ds[i] = ds[i];
+        m->size[i] = ds[i]->meta.num_utterances;
+        total += m->size[i];
+    }
+    m->E = opts->epoch_size ? opts->epoch_size : total;
+    rc = cxs_mix_apportion(n, ds, m->size, opts->weights, opts->temperature, m->E, "utterances",
+                           m->share, m->quota, d);
+    m->o.weights = NULL; /* the caller's may go */
+    if (!rc && !m->E) rc = cxs_diagf(d, CXS_E_INVALID, "utterance mixture: the epoch has no "
+                                     "utterances");
+    uint64_t longest = 0, shortest = UINT64_MAX;
+    for (uint32_t i = 0; !rc && i < n; i++) rc = lengths(m, i, &longest, &shortest, d);
+    if (!rc) rc = bucket_bounds(m, longest, d);
+    if (!rc) {
+        const uint64_t B = opts->frame_budget;
+        uint64_t mb = opts->max_batch ? opts->max_batch : B / (shortest ? shortest : 1);
+        if (mb > m->E) mb = m->E;
+        if (mb < 1) mb = 1;
+        m->max_batch = mb > UINT32_MAX ? UINT32_MAX : (uint32_t)mb;
+        m->max_frames = longest > B ? longest : B;
+    }
+    if (rc) {
+        cxs_mix_utt_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+uint32_t cxs_mix_utt_sources(const cxs_mix_utt *m) { return m ? m->n : 0; }
+const cxs_dataset *cxs_mix_utt_dataset(const cxs_mix_utt *m, uint32_t i) {
+    return m && i < m->n ? m->ds[i] : NULL;
+}
+double cxs_mix_utt_share(const cxs_mix_utt *m, uint32_t i) {
+    return m && i < m->n ? m->share[i] : 0;
+}
+uint64_t cxs_mix_utt_quota(const cxs_mix_utt *m, uint32_t i) {
+    return m && i < m->n ? m->quota[i] : 0;
+}
+uint64_t cxs_mix_utt_epoch_size(const cxs_mix_utt *m) { return m ? m->E : 0; }
+uint32_t cxs_mix_utt_max_batch(const cxs_mix_utt *m) { return m ? m->max_batch : 0; }
+uint64_t cxs_mix_utt_max_frames(const cxs_mix_utt *m) { return m ? m->max_frames : 0; }
+
+static uint64_t rng_next(uint64_t *st) { return cxs_mix64(*st += 0x9e3779b97f4a7c15ull); }
+
+/* Uniform in [0, n), n > 0 (Lemire's multiply, rejection for exactness). */
+static uint64_t rng_below(uint64_t *st, uint64_t n) {
+    for (;;) {
+        u128 x = (u128)rng_next(st) * n;
+        uint64_t lo = (uint64_t)x;
+        if (lo >= n || lo >= (0 - n) % n) return (uint64_t)(x >> 64);
+    }
+}
+
+/* Whether source a's k-th point comes before source b's l-th in a merge
+ * of counts c (Sainte-Lague: (2k+1)/(2 c_a) < (2l+1)/(2 c_b), ties to
+ * the lower source). */
+static int before(const uint64_t *c, uint32_t a, uint64_t k, uint32_t b, uint64_t l) {
+    u128 x = (u128)(2 * k + 1) * c[b], y = (u128)(2 * l + 1) * c[a];
+    return x < y || (x == y && a < b);
+}
+
+/* The plan of `epoch`. */
+static int plan_build(const cxs_mix_utt *m, uint64_t epoch, uplan **out) {
+    const uint32_t S = m->n, NB = m->nb;
+    const uint64_t E = m->E, B = m->o.frame_budget, maxb = m->o.max_batch;
+    const int shuffle = m->o.kind == CXS_UTT_SHUFFLE;
+    uplan *p = calloc(1, sizeof *p);
+    uint64_t *cnt = calloc((size_t)NB * S, sizeof *cnt);  /* [bucket][source] */
+    uint64_t *at = malloc((size_t)NB * S * sizeof *at);   /* where each run is filled */
+    uint64_t *take = malloc(S * sizeof *take);
+    uint64_t *tu = malloc(E * sizeof *tu), *bs = malloc((E + 1) * sizeof *bs);
+    uint32_t *ts = malloc(E * sizeof *ts);
+    uint64_t *perm = malloc((E + 1) * sizeof *perm);
+    int rc = 0;
+    if (p) {
+        p->epoch = epoch;
+        p->utt = malloc(E * sizeof *p->utt);
+        p->src = malloc(E * sizeof *p->src);
+    }
+    if (!p || !cnt || !at || !take || !tu || !bs || !ts || !perm || !p->utt || !p->src) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* 1. the epoch's items of every source, counted by bucket; 2. each
+     * (bucket, source) run filled in stream order */
+    for (int fill = 0; fill < 2; fill++) {
+        if (fill) {
+            uint64_t o = 0;
+            for (uint32_t b = 0; b < NB; b++)
+                for (uint32_t i = 0; i < S; i++)
+                    at[(size_t)b * S + i] = o, o += cnt[(size_t)b * S + i];
+        }
+        for (uint32_t i = 0; i < S; i++) {
+            const uint64_t U = m->size[i], q = m->quota[i];
+            const uint64_t seed = cxs_mix64(m->o.seed ^ cxs_mix64(0x757474ull + i));
+            cxs_perm pm;
+            uint64_t cur = UINT64_MAX;
+            for (uint64_t k = 0; k < q; k++) {
+                /* the source's stream: item epoch*q + k (128 bits: epochs are 64) */
+                const u128 s = (u128)epoch * q + k;
+                const uint64_t pass = (uint64_t)(s / U), j = (uint64_t)(s % U);
+                uint64_t u = j;
+                if (shuffle) {
+                    if (pass != cur) cxs_perm_init(&pm, U, seed, pass), cur = pass;
+                    u = cxs_perm_at(&pm, j);
+                }
+                const size_t bi = (size_t)bucket_of(m, m->len[i][u]) * S + i;
+                if (!fill) {
+                    cnt[bi]++;
+                } else {
+                    tu[at[bi]] = u;
+                    ts[at[bi]++] = i;
+                }
+            }
+        }
+    }
+    /* 3. each bucket's sources interleaved (into p->utt/src), cut greedily */
+    uint64_t nbat = 0, pos = 0;
+    for (uint32_t b = 0; b < NB; b++) {
+        const uint64_t *c = cnt + (size_t)b * S;
+        uint64_t nbk = 0, base = pos;
+        for (uint32_t i = 0; i < S; i++) take[i] = 0, nbk += c[i];
+        uint64_t first[CXS_MIX_MAX_SOURCES];
+        uint64_t f = base;
+        for (uint32_t i = 0; i < S; i++) first[i] = f, f += c[i];
+        uint64_t n = 0, tmax = 0;
+        for (uint64_t x = 0; x < nbk; x++) {
+            uint32_t best = UINT32_MAX;
+            for (uint32_t i = 0; i < S; i++)
+                if (take[i] < c[i] && (best == UINT32_MAX || before(c, i, take[i], best, take[best])))
+                    best = i;
+            const uint64_t e = first[best] + take[best]++;
+            const uint64_t T = m->len[best][tu[e]];
+            const uint64_t t2 = T > tmax ? T : tmax;
+            if (n && ((n + 1) * t2 > B || (maxb && n >= maxb))) {
+                n = 0, tmax = 0;
+            }
+            if (!n) bs[nbat++] = pos;
+            p->utt[pos] = tu[e];
+            p->src[pos] = best;
+            pos++, n++;
+            tmax = T > tmax ? T : tmax;
+        }
+    }
+    bs[nbat] = pos;
+    /* 4. the batches' order (shuffled), each batch grouped by source */
+    for (uint64_t g = 0; g < nbat; g++) perm[g] = g;
+    if (shuffle) {
+        uint64_t st = cxs_mix64(cxs_mix64(m->o.seed ^ 0x6261746368ull) + cxs_mix64(epoch + 1));
+        for (uint64_t g = nbat; g > 1; g--) {
+            uint64_t j = rng_below(&st, g), t = perm[g - 1];
+            perm[g - 1] = perm[j], perm[j] = t;
+        }
+    }
+    p->start = malloc((nbat + 1) * sizeof *p->start);
+    if (!p->start) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    uint64_t w = 0;
+    for (uint64_t g = 0; g < nbat; g++) {
+        const uint64_t a = bs[perm[g]], z = bs[perm[g] + 1];
+        p->start[g] = w;
+        for (uint32_t i = 0; i < S; i++) take[i] = 0;
+        for (uint64_t e = a; e < z; e++) take[p->src[e]]++;
+        uint64_t f = w;
+        for (uint32_t i = 0; i < S; i++) {
+            const uint64_t c = take[i];
+            take[i] = f;
+            f += c;
+        }
+        for (uint64_t e = a; e < z; e++) {
+            const uint64_t t = take[p->src[e]]++;
+            tu[t] = p->utt[e];
+            ts[t] = p->src[e];
+        }
+        w += z - a;
+    }
+    p->start[nbat] = w;
+    p->nb = nbat;
+    /* tu/ts now hold the final order: swap them in */
+    {
+        uint64_t *u = p->utt;
+        uint32_t *s = p->src;
+        p->utt = tu, p->src = ts;
+        tu = u, ts = s;
+    }
+out:
+    free(cnt), free(at), free(take), free(tu), free(bs), free(ts), free(perm);
+    if (rc) plan_free(p);
+    else *out = p;
+    return rc;
+}
+
+static int plan_get(const cxs_mix_utt *cm, uint64_t epoch, uplan **out) {
+    cxs_mix_utt *m = (cxs_mix_utt *)cm; /* the cache is shared; the order is not */
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < PLANS; i++) {
+        uplan *p = m->cache[i];
+        if (p && p->epoch == epoch) {
+            p->refs++;
+            pthread_mutex_unlock(&m->mu);
+            *out = p;
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    /* built without the lock; two threads asking for the same new epoch at
+     * once may both build it: the first one kept wins */
+    uplan *p;
+    int rc = plan_build(m, epoch, &p);
+    if (rc) return rc;
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < PLANS; i++) {
+        uplan *q = m->cache[i];
+        if (q && q->epoch == epoch) {
+            q->refs++;
+            pthread_mutex_unlock(&m->mu);
+            plan_free(p);
+            *out = q;
+            return 0;
+        }
+    }
+    uplan *old = m->cache[m->next_evict];
+    if (old && old->refs == 0) plan_free(old);
+    else if (old) old->refs = -old->refs; /* freed by its last user */
+    m->cache[m->next_evict] = p;
+    m->next_evict = (m->next_evict + 1) % PLANS;
+    p->refs = 1;
+    pthread_mutex_unlock(&m->mu);
+    *out = p;
+    return 0;
+}
+
+static void plan_put(const cxs_mix_utt *cm, uplan *p) {
+    cxs_mix_utt *m = (cxs_mix_utt *)cm;
+    pthread_mutex_lock(&m->mu);
+    if (p->refs > 0) p->refs--;
+    else if (++p->refs == 0) plan_free(p);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The epoch's global batches after drop_last, and this rank's. */
+static void counts(const cxs_mix_utt *m, const uplan *p, uint64_t *global, uint64_t *length) {
+    const uint64_t N = p->nb, W = m->w, org = m->o.origin;
+    uint64_t left = org < N ? N - org : 0;
+    uint64_t len = m->o.drop_last ? left / W : (left + W - 1) / W;
+    if (global) *global = m->o.drop_last ? (org < N ? org : N) + len * W : N;
+    if (length) *length = len;
+}
+
+int cxs_mix_utt_length(const cxs_mix_utt *m, uint64_t epoch, uint64_t *global,
+                       uint64_t *length) {
+    if (!m) return CXS_E_INVALID;
+    uplan *p;
+    int rc = plan_get(m, epoch, &p);
+    if (rc) return rc;
+    counts(m, p, global, length);
+    plan_put(m, p);
+    return 0;
+}
+
+int cxs_mix_utt_batch(const cxs_mix_utt *m, uint64_t epoch, uint64_t pos, uint64_t *utts,
+                      uint32_t *source, uint32_t cap, uint32_t *n, uint64_t *global,
+                      uint32_t *repeat) {
+    if (!m || !n || !utts) return CXS_E_INVALID;
+    uplan *p;
+    int rc = plan_get(m, epoch, &p);
+    if (rc) return rc;
+    uint64_t len;
+    counts(m, p, NULL, &len);
+    if (pos >= len) {
+        rc = CXS_E_RANGE;
+    } else {
+        const uint64_t x = m->o.origin + m->o.rank + pos * m->w;
+        const uint64_t g = x % p->nb, a = p->start[g], k = p->start[g + 1] - a;
+        if (k > cap) {
+            rc = CXS_E_INVALID;
+        } else {
+            memcpy(utts, p->utt + a, k * sizeof *utts);
+            if (source) memcpy(source, p->src + a, k * sizeof *source);
+            *n = (uint32_t)k;
+            if (global) *global = g;
+            if (repeat) *repeat = x >= p->nb;
+        }
+    }
+    plan_put(m, p);
+    return rc;
+}
