@@ -146,3 +146,110 @@ int bench_utt_run(const char *dir, const bench_utt_opts *o) {
     cxs_dataset_close(ds);
     return 0;
 }
+
+int bench_utt_mix_run(int n, char **dirs, const bench_utt_opts *o) {
+    cxs_dataset *ds[CXS_MIX_MAX_SOURCES] = {0};
+    cxs_mix_utt *m = NULL;
+    cxs_mix_utt_loader *l = NULL;
+    cxs_diag d = {0};
+    int ec = 0, rc;
+    if (n > (int)CXS_MIX_MAX_SOURCES) {
+        warnx_("bench-utt: %d datasets (a mixture holds at most %u)", n, CXS_MIX_MAX_SOURCES);
+        return EXIT_USAGE;
+    }
+    cxs_open_opts oo;
+    cxs_open_opts_init(&oo);
+    uint32_t labels = 1;
+    for (int i = 0; i < n; i++) {
+        if ((rc = open_dataset(dirs[i], &oo, &ds[i]))) {
+            ec = rc;
+            goto out;
+        }
+        cxs_info in;
+        cxs_dataset_info(ds[i], &in);
+        labels &= in.label_width != 0;
+    }
+    cxs_mix_utt_opts mo;
+    cxs_mix_utt_opts_init(&mo);
+    mo.kind = CXS_UTT_SHUFFLE;
+    mo.seed = o->seed;
+    mo.frame_budget = o->frame_budget;
+    mo.buckets = o->buckets;
+    mo.weights = o->nweights ? o->weights : NULL;
+    mo.temperature = o->temperature;
+    mo.epoch_size = o->epoch_size;
+    double t0 = now_seconds();
+    if ((rc = cxs_mix_utt_create((const cxs_dataset *const *)ds, (uint32_t)n, &mo, &m, &d))) {
+        warnx_("bench-utt: cannot create the mixture: %s",
+               d.message[0] ? d.message : cxs_strerror(rc));
+        ec = rc == CXS_E_INVALID || rc == CXS_E_RANGE ? EXIT_USAGE : exit_code_for(rc);
+        goto out;
+    }
+    const double create_ms = (now_seconds() - t0) * 1e3;
+    t0 = now_seconds();
+    uint64_t global = 0, len = 0;
+    if ((rc = cxs_mix_utt_length(m, 0, &global, &len))) {
+        warnx_("bench-utt: the epoch's order: %s", cxs_strerror(rc));
+        ec = exit_code_for(rc);
+        goto out;
+    }
+    const double order_ms = (now_seconds() - t0) * 1e3;
+    cxs_utt_loader_opts lo;
+    cxs_utt_loader_opts_init(&lo);
+    lo.threads = o->threads;
+    lo.labels = labels;
+    t0 = now_seconds();
+    if ((rc = cxs_mix_utt_loader_create(m, &lo, 0, 0, &l, &d))) {
+        warnx_("bench-utt: cannot start the mixture loader: %s",
+               d.message[0] ? d.message : cxs_strerror(rc));
+        ec = rc == CXS_E_INVALID ? EXIT_USAGE : exit_code_for(rc);
+        goto out;
+    }
+    uint64_t want = o->batches ? o->batches : len, batches = 0, utts = 0, frames = 0, padded = 0;
+    uint64_t per[CXS_MIX_MAX_SOURCES] = {0}, epoch = 0, in_epoch = 0;
+    double first = 0;
+    const cxs_mix_utts *b;
+    while (batches < want) {
+        if ((rc = cxs_mix_utt_loader_next(l, &b, &d))) {
+            warnx_("%s", d.message[0] ? d.message : cxs_strerror(rc));
+            ec = exit_code_for(rc);
+            goto out;
+        }
+        if (!b) { /* next epoch */
+            if (!in_epoch) break;
+            in_epoch = 0;
+            if ((rc = cxs_mix_utt_loader_reset(l, ++epoch, 0))) break;
+            continue;
+        }
+        if (!batches) first = (now_seconds() - t0) * 1e3;
+        in_epoch++;
+        for (size_t j = 0; j < b->batch->n; j++) per[b->source[j]]++;
+        utts += b->batch->n;
+        frames += b->batch->frames;
+        padded += b->batch->n * b->batch->tmax;
+        batches++;
+    }
+    const double dt = now_seconds() - t0;
+    printf("mixture of %d datasets: epoch of %llu utterances in %llu batches, frame budget "
+           "%llu, %u thread%s\n", n, (unsigned long long)cxs_mix_utt_epoch_size(m),
+           (unsigned long long)global, (unsigned long long)o->frame_budget, o->threads,
+           o->threads == 1 ? "" : "s");
+    for (int i = 0; i < n; i++) {
+        cxs_info in;
+        cxs_dataset_info(ds[i], &in);
+        printf("  [%d] %s: %llu utterances, share %.4f, %llu an epoch; served %llu (%.4f)\n", i,
+               dirs[i], (unsigned long long)in.num_utterances, cxs_mix_utt_share(m, (uint32_t)i),
+               (unsigned long long)cxs_mix_utt_quota(m, (uint32_t)i), (unsigned long long)per[i],
+               utts ? (double)per[i] / (double)utts : 0.0);
+    }
+    printf("  mixture %.2f ms, epoch order %.2f ms, first batch %.2f ms\n", create_ms, order_ms,
+           first);
+    printf("  %llu batches, %llu utterances in %.3f s: %.0f utts/s, %.0f frames/s, padding "
+           "overhead %.3f\n", (unsigned long long)batches, (unsigned long long)utts, dt,
+           (double)utts / dt, (double)frames / dt, frames ? (double)padded / (double)frames : 0);
+out:
+    cxs_mix_utt_loader_free(l);
+    cxs_mix_utt_free(m);
+    for (int i = 0; i < n; i++) cxs_dataset_close(ds[i]);
+    return ec;
+}

@@ -9,6 +9,13 @@ typedef struct bench_utt_opts {
     uint64_t memory;       /* block mode's budget, 0: off */
     uint32_t blocks;
     int json;
+    /* several datasets: a mixture */
+    const double *weights; /* nweights of them, or NULL: natural shares */
+    uint32_t nweights;
+    double temperature;    /* 0: none */
+    uint64_t epoch_size;   /* utterances, 0: the sum */
 } bench_utt_opts;
 int bench_utt_run(const char *dir, const bench_utt_opts *o);
+/* bench-utt of a mixture of the n datasets dirs[] */
+int bench_utt_mix_run(int n, char **dirs, const bench_utt_opts *o);
 #endif

@@ -326,9 +326,10 @@ static const char *const usage_bench =
     "  --epoch-size N   samples per epoch (default: all the datasets' frames)\n";
 
 static const char *const usage_bench_utt =
-    "usage: ctxshard bench-utt OUT --frame-budget N [--threads N] [--buckets N]\n"
+    "usage: ctxshard bench-utt OUT [OUT2 ...] --frame-budget N [--threads N] [--buckets N]\n"
     "                          [--batches M] [--seed S] [--memory SIZE] [--blocks N]\n"
-    "                          [--json]\n"
+    "                          [--json] [--weights W1,W2,... | --temperature T]\n"
+    "                          [--epoch-size N]\n"
     "\n"
     "Run the utterance loader over OUT (whole utterances padded to the longest of\n"
     "each batch, batches of at most N padded frames) twice on the same data:\n"
@@ -346,7 +347,13 @@ static const char *const usage_bench_utt =
     "                    read in turn within SIZE of page cache (OUT a URL: streamed,\n"
     "                    its features fetched as the loader reads them)\n"
     "  --blocks N        block mode: blocks bucketed together (default 8)\n"
-    "  --json            one JSON object\n";
+    "  --json            one JSON object\n"
+    "\n"
+    "Several datasets: a mixture (length-bucketed, shuffled), each batch holding\n"
+    "its bucket's share of every dataset; prints the quotas and what each served.\n"
+    "  --weights W1,W2,...  one weight per dataset (default: their utterance counts)\n"
+    "  --temperature T   without --weights: shares ~ utterances^(1/T)\n"
+    "  --epoch-size N    utterances per epoch (default: all the datasets')\n";
 
 static const char *const usage_warm =
     "usage: ctxshard warm OUT [--force] [--quiet] [--json]\n"
@@ -536,7 +543,7 @@ static int allowed(const char *cmd, int opt) {
                         O_ORDERSTATS, O_BLOCKS, O_HUGEPAGES, O_NOSTREAM, O_WEIGHTS,
                         O_TEMPERATURE, O_EPOCHSIZE}},
         {"bench-utt", {O_FRAMEBUDGET, O_THREADS, O_BUCKETS, O_BATCHES, O_SEED, O_MEMORY,
-                       O_BLOCKS, O_JSON}},
+                       O_BLOCKS, O_JSON, O_WEIGHTS, O_TEMPERATURE, O_EPOCHSIZE}},
         {"warm", {O_FORCE, O_QUIET, O_JSON}},
         {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
         {"gpu", {O_DEVICE, O_EMULATE, O_MODE, O_CONTEXT, O_BATCH, O_BATCHES, O_BUDGET, O_THREADS,
@@ -686,7 +693,8 @@ int main(int argc, char **argv) {
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {.k = 30, .batch = 1024, .sampler = CXS_SAMPLER_SHUFFLE, .batches = 2000};
     stats_opts sto = {NULL, NULL, NULL, 0, 1, 3};
-    bench_utt_opts bu = {0, 0, 0, 0, 0, 0, 0, 0};
+    bench_utt_opts bu;
+    memset(&bu, 0, sizeof bu);
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
     int compare = 0, force = 0, batches_given = 0;
     uint64_t k = 0, v;
@@ -1019,6 +1027,28 @@ int main(int argc, char **argv) {
         bo.threads = po.threads ? po.threads : cxs_default_threads();
         bo.seed = so.seed;
         return bench_mix_run(argc - optind, argv + optind, &bo);
+    }
+    if (!strcmp(cmd, "bench-utt") && (argc - optind > 1 || bo.nweights || bo.temperature > 0 ||
+                                      bo.epoch_size)) {
+        free(frames);
+        if (argc - optind < 1) return usage_error(usage, "%s", "expected the datasets to mix");
+        if (!bu.frame_budget) return usage_error(usage, "%s", "--frame-budget N is required");
+        if (bo.nweights && bo.temperature > 0)
+            return usage_error(usage, "%s", "--weights and --temperature exclude each other");
+        if (bo.nweights && bo.nweights != (uint32_t)(argc - optind))
+            return usage_error(usage, "--weights: %u weights for %d datasets (one each)",
+                               bo.nweights, argc - optind);
+        if (bo.memory || bo.blocks || json)
+            return usage_error(usage, "%s", "--memory, --blocks and --json do not apply to a "
+                               "mixture");
+        bu.threads = po.threads ? po.threads : cxs_default_threads();
+        bu.seed = so.seed;
+        bu.batches = bo.batches == 2000 && !batches_given ? 0 : bo.batches;
+        bu.weights = bo.weights;
+        bu.nweights = bo.nweights;
+        bu.temperature = bo.temperature;
+        bu.epoch_size = bo.epoch_size;
+        return bench_utt_mix_run(argc - optind, argv + optind, &bu);
     }
     int need = !strcmp(cmd, "pack") || !strcmp(cmd, "convert") || compare ? 2 : 1;
     if (!strcmp(cmd, "convert") && !have_form) {

@@ -378,6 +378,7 @@ typedef struct uslot {
     int64_t *lengths, *y, *targets, *tlen;
     uint64_t *utts;
     uint32_t *source;
+    cxs_utt_batch b;
     cxs_mix_utts pub;
 } uslot;
 
@@ -461,10 +462,10 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
             else map_labels(l->map[src], t, (size_t)(k1 - k0) * lmax);
         }
     }
-    s->pub = (cxs_mix_utts){{s->x, s->lengths, l->o.labels ? s->y : NULL, s->utts, cnt, tmax,
-                             frames, wk->pos, g, l->o.targets ? s->targets : NULL,
-                             l->o.targets ? s->tlen : NULL, lmax},
-                            s->source, rep};
+    s->b = (cxs_utt_batch){s->x, s->lengths, l->o.labels ? s->y : NULL, s->utts, cnt, tmax,
+                           frames, wk->pos, g, l->o.targets ? s->targets : NULL,
+                           l->o.targets ? s->tlen : NULL, lmax};
+    s->pub = (cxs_mix_utts){&s->b, s->source, rep};
     return rc;
 }
 

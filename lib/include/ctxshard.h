@@ -1526,10 +1526,10 @@ CXS_API int cxs_mix_utt_batch(const cxs_mix_utt *m, uint64_t epoch, uint64_t pos
 /** A batch of an utterance mixture loader; valid until the next call (or
  * reset). */
 typedef struct cxs_mix_utts {
-    cxs_utt_batch b;         /**< the padded batch, as cxs_utt_loader's (b.utts:
-                                  each in its own source; b.y and b.targets in
-                                  source 0's vocabulary) */
-    const uint32_t *source;  /**< [b.n] the source of each utterance */
+    const cxs_utt_batch *batch; /**< the padded batch, as cxs_utt_loader's (utts:
+                                     each in its own source; y and targets in
+                                     source 0's vocabulary) */
+    const uint32_t *source;  /**< [batch->n] the source of each utterance */
     uint32_t repeat;         /**< 1: the final round's padding (a repeated batch) */
 } cxs_mix_utts;
 

@@ -1273,6 +1273,6 @@ class Sampler:
 
 from .writer import PHONEMES, RejectedUtterance, Writer  # noqa: E402 (uses _raise above)
 from .importers import check, import_hdf5, import_kaldi, pack  # noqa: E402
-from .mixture import Mixture  # noqa: E402 (uses Dataset above)
+from .mixture import Mixture, UtteranceMixture  # noqa: E402 (uses Dataset above)
 
-__all__ += ["Mixture"]
+__all__ += ["Mixture", "UtteranceMixture"]

@@ -186,6 +186,19 @@ class UttBatch(Structure):
                 ("lmax", c_uint64)]
 
 
+class MixUttOpts(Structure):
+    _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("frame_budget", c_uint64),
+                ("max_batch", c_uint32), ("buckets", c_uint32), ("long_alone", c_uint32),
+                ("weights", POINTER(c_double)), ("temperature", c_double),
+                ("epoch_size", c_uint64), ("rank", c_uint32), ("world_size", c_uint32),
+                ("drop_last", c_uint32), ("origin", c_uint64),
+                ("reserved", c_uint64 * OPTS_RESERVED)]
+
+
+class MixUtts(Structure):
+    _fields_ = [("batch", POINTER(UttBatch)), ("source", c_void_p), ("repeat", c_uint32)]
+
+
 UTT_SEQUENTIAL, UTT_SHUFFLE = 0, 1
 UTT_DEFAULT_BUCKETS = 32
 UTT_PAD_LABEL = -100
@@ -461,6 +474,26 @@ def _load():
         "cxs_mix_loader_next": (c_int, [c_void_p, POINTER(POINTER(MixFrames)), POINTER(Diag)]),
         "cxs_mix_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
         "cxs_mix_loader_free": (None, [c_void_p]),
+        "cxs_mix_utt_create": (c_int, [POINTER(c_void_p), c_uint32, POINTER(MixUttOpts),
+                                       POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_mix_utt_free": (None, [c_void_p]),
+        "cxs_mix_utt_sources": (c_uint32, [c_void_p]),
+        "cxs_mix_utt_share": (c_double, [c_void_p, c_uint32]),
+        "cxs_mix_utt_quota": (c_uint64, [c_void_p, c_uint32]),
+        "cxs_mix_utt_epoch_size": (c_uint64, [c_void_p]),
+        "cxs_mix_utt_max_batch": (c_uint32, [c_void_p]),
+        "cxs_mix_utt_max_frames": (c_uint64, [c_void_p]),
+        "cxs_mix_utt_length": (c_int, [c_void_p, c_uint64, POINTER(c_uint64),
+                                       POINTER(c_uint64)]),
+        "cxs_mix_utt_batch": (c_int, [c_void_p, c_uint64, c_uint64, c_void_p, c_void_p,
+                                      c_uint32, POINTER(c_uint32), POINTER(c_uint64),
+                                      POINTER(c_uint32)]),
+        "cxs_mix_utt_loader_create": (c_int, [c_void_p, POINTER(UttLoaderOpts), c_uint64,
+                                              c_uint64, POINTER(c_void_p), POINTER(Diag)]),
+        "cxs_mix_utt_loader_next": (c_int, [c_void_p, POINTER(POINTER(MixUtts)),
+                                            POINTER(Diag)]),
+        "cxs_mix_utt_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
+        "cxs_mix_utt_loader_free": (None, [c_void_p]),
         "cxs_utt_sampler_create": (c_int, [ds, POINTER(UttSamplerOpts), POINTER(c_void_p),
                                            POINTER(Diag)]),
         "cxs_utt_sampler_free": (None, [c_void_p]),
@@ -540,5 +573,5 @@ def _load():
 
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
-           "Batch", "MixOpts", "MixFrames", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
+           "Batch", "MixOpts", "MixFrames", "MixUttOpts", "MixUtts", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
            "WriterInfo", "KaldiOpts", "ImportInfo", "NpyOpts", "c_float", "c_int64"]

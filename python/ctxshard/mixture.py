@@ -12,7 +12,7 @@ import numpy as np
 from . import SEQUENTIAL, SHUFFLE, Dataset, _args as _a, _native as _n, _raise
 from ._native import lib as _lib
 
-__all__ = ["Mixture"]
+__all__ = ["Mixture", "UtteranceMixture"]
 
 
 def _sources(func, datasets, **open_kw):
@@ -31,6 +31,33 @@ def _sources(func, datasets, **open_kw):
     if len(out) > 256:
         raise ValueError(f"{func}: {len(out)} datasets (at most 256)")
     return out
+
+
+def _share_args(f, weights, temperature, n):
+    """weights (a float64 array, or None) and temperature (or None), checked."""
+    w = None
+    if weights is not None:
+        try:
+            w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError(f"{f}: weights must be numbers, one per dataset, not "
+                             f"{_a._show(weights)}") from None
+        if w.shape[0] != n:
+            raise ValueError(f"{f}: {w.shape[0]} weights for {n} datasets (one each)")
+        if temperature is not None:
+            raise ValueError(f"{f}: weights= and temperature= exclude each other (a "
+                             "temperature flattens the natural shares)")
+        w = np.ascontiguousarray(w)
+    if temperature is not None:
+        try:
+            temperature = float(temperature)
+        except (TypeError, ValueError):
+            raise ValueError(f"{f}: temperature must be a number above 0, not "
+                             f"{_a._show(temperature)}") from None
+        if not temperature > 0 or not np.isfinite(temperature):
+            raise ValueError(f"{f}: temperature={temperature} (a number above 0; 1: the "
+                             "natural shares)")
+    return w, temperature
 
 
 class Mixture:
@@ -56,30 +83,7 @@ class Mixture:
         self.datasets = _sources(f, datasets)
         n = len(self.datasets)
         self.batch_size = _a.integer(f, "batch_size", batch_size, 1, 2**31 - 1)
-        if weights is not None:
-            try:
-                w = np.asarray(weights, dtype=np.float64).reshape(-1)
-            except (TypeError, ValueError):
-                raise ValueError(f"{f}: weights must be numbers, one per dataset, not "
-                                 f"{_a._show(weights)}") from None
-            if w.shape[0] != n:
-                raise ValueError(f"{f}: {w.shape[0]} weights for {n} datasets (one each)")
-            if temperature is not None:
-                raise ValueError(f"{f}: weights= and temperature= exclude each other (a "
-                                 "temperature flattens the natural shares)")
-            self._weights = np.ascontiguousarray(w)
-        else:
-            self._weights = None
-        if temperature is not None:
-            try:
-                temperature = float(temperature)
-            except (TypeError, ValueError):
-                raise ValueError(f"{f}: temperature must be a number above 0, not "
-                                 f"{_a._show(temperature)}") from None
-            if not temperature > 0 or not np.isfinite(temperature):
-                raise ValueError(f"{f}: temperature={temperature} (a number above 0; 1: the "
-                                 "natural shares)")
-        self.temperature = temperature
+        self._weights, self.temperature = _share_args(f, weights, temperature, n)
         self.shuffle = _a.flag(f, "shuffle", shuffle)
         self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
         self.world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
@@ -145,6 +149,118 @@ class Mixture:
     def close(self):
         if getattr(self, "_ptr", None):
             _lib.cxs_mix_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        self.close()
+
+
+class UtteranceMixture:
+    """Length-bucketed batches of whole utterances drawn from several
+    datasets in fixed shares (the C library's cxs_mix_utt), as utterance
+    numbers with their sources.
+
+    datasets, weights, temperature: as Mixture's, the shares counted in
+    utterances (natural: each source's utterance count).  epoch_size:
+    utterances per epoch (all ranks; default the sum of the sources'), of
+    which source i gives exactly quotas[i], read in passes as Mixture's
+    sources are.  frame_budget, buckets, max_batch, long_utterances:
+    as UtteranceSampler's.  With shuffle=True the epoch's utterances go
+    into length buckets over the mixture's lengths; inside a bucket the
+    sources are interleaved in proportion to their counts in it and cut
+    under the budget, so that each batch holds its bucket's shares to
+    within about an utterance; the batches are shuffled.  shuffle=False:
+    one bucket, in order.  rank r of world_size takes global batches
+    origin + r, + world_size, ...; every rank the same count (the last
+    round completed with the epoch's first batches, repeat() says which,
+    or with drop_last cut).  origin: the global batch where every epoch
+    starts (resume)."""
+
+    def __init__(self, datasets, frame_budget, weights=None, temperature=None, epoch_size=None,
+                 shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0,
+                 buckets=None, max_batch=None, long_utterances="refuse"):
+        f = "UtteranceMixture"
+        self.datasets = _sources(f, datasets)
+        n = len(self.datasets)
+        self.frame_budget = _a.integer(f, "frame_budget", frame_budget, 1, 2**63 - 1)
+        self._weights, self.temperature = _share_args(f, weights, temperature, n)
+        self.shuffle = _a.flag(f, "shuffle", shuffle)
+        self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
+        self.world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
+        self.rank = _a.integer(f, "rank", rank, 0, self.world_size - 1,
+                               f"0..world_size-1 = 0..{self.world_size - 1}")
+        self.drop_last = _a.flag(f, "drop_last", drop_last)
+        self.origin = _a.integer(f, "origin", origin, 0, None)
+        self.buckets = _a.optional_integer(f, "buckets", buckets, 1, 1024)
+        self.max_batch = _a.optional_integer(f, "max_batch", max_batch, 1, 2**32 - 1)
+        self.long_utterances = _a.choice(f, "long_utterances", long_utterances,
+                                         ("refuse", "alone"))
+        esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, None)
+        o = _n.MixUttOpts()
+        o.kind = _n.UTT_SHUFFLE if self.shuffle else _n.UTT_SEQUENTIAL
+        o.seed, o.frame_budget, o.epoch_size = self.seed, self.frame_budget, esize
+        o.max_batch, o.buckets = self.max_batch or 0, self.buckets or 0
+        o.long_alone = int(self.long_utterances == "alone")
+        o.temperature = 0.0 if self.temperature is None else self.temperature
+        o.rank, o.world_size, o.drop_last, o.origin = (self.rank, self.world_size,
+                                                       int(self.drop_last), self.origin)
+        if self._weights is not None:
+            o.weights = self._weights.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+        arr = (ctypes.c_void_p * n)(*[d._ptr for d in self.datasets])
+        ptr, diag = ctypes.c_void_p(), _n.Diag()
+        rc = _lib.cxs_mix_utt_create(arr, n, ctypes.byref(o), ctypes.byref(ptr),
+                                     ctypes.byref(diag))
+        if rc == _n.E_RANGE and diag.message:  # a budget an utterance does not fit
+            msg = diag.message.decode("utf-8", "replace").replace(
+                "(long_alone)", '(long_utterances="alone")')
+            raise ValueError(f"{f}: " + msg.split(": ", 1)[-1])
+        if rc:
+            _raise(rc, diag, what="utterance mixture")
+        self._ptr = ptr
+        self.epoch_size = int(_lib.cxs_mix_utt_epoch_size(ptr))
+        self.quotas = [int(_lib.cxs_mix_utt_quota(ptr, i)) for i in range(n)]
+        self.shares = [float(_lib.cxs_mix_utt_share(ptr, i)) for i in range(n)]
+        self.max_batch_size = int(_lib.cxs_mix_utt_max_batch(ptr))
+        self.max_frames = int(_lib.cxs_mix_utt_max_frames(ptr))
+
+    @property
+    def weights(self):
+        """The weights given (a list), or None for natural / temperature shares."""
+        return None if self._weights is None else [float(x) for x in self._weights]
+
+    def lengths(self, epoch):
+        """(global batches, this rank's batches) of epoch (they change with
+        the epoch: the batches are cut from its utterances)."""
+        epoch = _a.integer("UtteranceMixture.lengths", "epoch", epoch, 0, None)
+        g, n = ctypes.c_uint64(), ctypes.c_uint64()
+        rc = _lib.cxs_mix_utt_length(self._ptr, epoch, ctypes.byref(g), ctypes.byref(n))
+        if rc:
+            _raise(rc, what="utterance mixture")
+        return int(g.value), int(n.value)
+
+    def batch(self, epoch, pos):
+        """This rank's batch at position pos of epoch: (utterances, sources,
+        global, repeat): each utterance's number in its own dataset
+        (uint64), its source (uint32), the batch's place in the global
+        order, and whether it is the final round's padding."""
+        epoch = _a.integer("UtteranceMixture.batch", "epoch", epoch, 0, None)
+        pos = _a.integer("UtteranceMixture.batch", "pos", pos, 0, None)
+        cap = self.max_batch_size
+        u = np.empty(cap, np.uint64)
+        s = np.empty(cap, np.uint32)
+        n, g, r = ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint32()
+        rc = _lib.cxs_mix_utt_batch(self._ptr, epoch, pos, u.ctypes.data, s.ctypes.data, cap,
+                                    ctypes.byref(n), ctypes.byref(g), ctypes.byref(r))
+        if rc == _n.E_RANGE:
+            raise IndexError(f"UtteranceMixture.batch: position {pos} is past this rank's "
+                             f"{self.lengths(epoch)[1]} batches of epoch {epoch}")
+        if rc:
+            _raise(rc, what="utterance mixture")
+        return u[:n.value], s[:n.value], int(g.value), bool(r.value)
+
+    def close(self):
+        if getattr(self, "_ptr", None):
+            _lib.cxs_mix_utt_free(self._ptr)
             self._ptr = None
 
     def __del__(self):

@@ -882,7 +882,7 @@ class Loader:
 
 # ---- mixtures of datasets ---------------------------------------------------
 
-from .mixture import Mixture, _sources  # noqa: E402
+from .mixture import Mixture, UtteranceMixture, _sources  # noqa: E402
 
 __all__ += ["MixtureLoader", "MixedBatch"]
 
@@ -899,6 +899,33 @@ class MixedBatch(tuple):
         t = super().__new__(cls, parts)
         t.source, t.frames, t.repeat = source, frames, repeat
         return t
+
+
+def _same_width(f, datasets):
+    d0 = datasets[0]
+    for d in datasets:
+        if d.dim != d0.dim:
+            raise ValueError(f"{f}: {d.path} has {d.dim} features a frame and {d0.path} "
+                             f"{d0.dim}: the datasets of a mixture must have the same width "
+                             "(their stored dtypes may differ)")
+
+
+def _mix_normalization(f, datasets, normalize):
+    """A mixture's normalisation: ("none" | "per-source" | "given", the
+    given (mean, var) float64 arrays or None)."""
+    if normalize is True or normalize is False or normalize is None:
+        if normalize:
+            for d in datasets:
+                if d.stats is None:
+                    raise ValueError(f"{f}: normalize=True normalises each dataset by its own "
+                                     f"statistics, and {d.path} has none: give one set "
+                                     "(normalize=train_ds)")
+        return ("per-source" if normalize else "none"), None
+    d0 = datasets[0]
+    _mode, st = normalization(f, d0, normalize)
+    return "given", st if st is not None else (
+        np.ascontiguousarray(d0.stats.mean, np.float64),
+        np.ascontiguousarray(d0.stats.var, np.float64))
 
 
 class MixtureLoader:
@@ -944,11 +971,7 @@ class MixtureLoader:
         self.device = _device(f, device)
         self.pin_memory = _a.flag(f, "pin_memory", pin_memory) and torch.cuda.is_available()
         d0 = self.datasets[0]
-        for i, d in enumerate(self.datasets):
-            if d.dim != d0.dim:
-                raise ValueError(f"{f}: {d.path} has {d.dim} features a frame and {d0.path} "
-                                 f"{d0.dim}: the datasets of a mixture must have the same width "
-                                 "(their stored dtypes may differ)")
+        _same_width(f, self.datasets)
         labels = _a.optional_flag(f, "labels", labels)
         have = all(d.has_frame_labels for d in self.datasets)
         if labels is None:
@@ -958,21 +981,7 @@ class MixtureLoader:
             raise ValueError(f"{f}: labels=True, but {', '.join(bad)} has no per-frame labels: "
                              "pass labels=False")
         self.labels = labels
-        if normalize is True or normalize is False or normalize is None:
-            self.normalization = "per-source" if normalize else "none"
-            self._norm_stats = None
-            if normalize:
-                for d in self.datasets:
-                    if d.stats is None:
-                        raise ValueError(f"{f}: normalize=True normalises each dataset by its "
-                                         f"own statistics, and {d.path} has none: give one set "
-                                         "(normalize=train_ds)")
-        else:
-            _mode, st = normalization(f, d0, normalize)
-            self.normalization = "given"
-            self._norm_stats = st if st is not None else (
-                np.ascontiguousarray(d0.stats.mean, np.float64),
-                np.ascontiguousarray(d0.stats.var, np.float64))
+        self.normalization, self._norm_stats = _mix_normalization(f, self.datasets, normalize)
         if rank is None or world_size is None:
             dist = torch.distributed
             if dist.is_available() and dist.is_initialized():
@@ -1301,6 +1310,12 @@ class UtteranceLoader:
     gpu_emulate=True runs the device path on the host (CPU tensors), for
     tests.  path may be a URL, with cache= and cache_limit= as Loader's."""
 
+    def __new__(cls, path=None, *args, **kw):
+        # UtteranceLoader([a, b, c], ..., weights=...): a mixture
+        if cls is UtteranceLoader and isinstance(path, (list, tuple)):
+            return MixtureUtteranceLoader(path, *args, **kw)
+        return super().__new__(cls)
+
     def __init__(self, path, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, drop_last=False, buckets=None, max_batch=None,
                  long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
@@ -1528,3 +1543,242 @@ class UtteranceLoader:
             s.epoch, s._origin, s._start = epoch + 1, 0, 0
         finally:
             _lib.cxs_utt_loader_free(ptr)
+
+
+class MixedUtterances(tuple):
+    """A mixture's padded batch: the tuple UtteranceLoader yields ((x,
+    lengths), then y, then targets and target_lengths), with .source (int64
+    [B]: which dataset, by its place in the list, each utterance came
+    from), .utterances (int64 [B]: its number in that dataset) and .repeat
+    (True for the final round's padding, a batch of the epoch's first ones
+    again so that every rank has as many; leave it out of an
+    evaluation)."""
+
+    def __new__(cls, parts, source, utterances, repeat=False):
+        t = super().__new__(cls, parts)
+        t.source, t.utterances, t.repeat = source, utterances, repeat
+        return t
+
+
+__all__ += ["MixtureUtteranceLoader", "MixedUtterances"]
+
+
+class MixtureUtteranceLoader:
+    """Padded batches of whole utterances from several datasets in fixed
+    shares (what UtteranceLoader([a, b, ...], frame_budget, ...) returns).
+    The shares, quotas, passes, buckets and ranks are
+    ctxshard.UtteranceMixture's: weights (one per dataset, or None: the
+    natural shares, by utterance count), temperature, epoch_size
+    (utterances per epoch, default the sum), frame_budget, buckets,
+    max_batch, long_utterances, shuffle, seed, drop_last.  Each batch is a
+    MixedUtterances: the tuple UtteranceLoader yields (x float32 [B, Tmax,
+    D], lengths, then y int64 [B, Tmax] and targets/target_lengths when
+    every dataset has them, labels in the first dataset's vocabulary:
+    another's are mapped by symbol, vocabularies that differ refused naming
+    the symbols), with .source (int64 [B]) saying which dataset each
+    utterance came from.
+
+    The datasets must have the same feature width; their stored dtypes may
+    differ.  normalize=True normalises each dataset with its own stored
+    statistics, a Dataset / its .stats / (mean, var) all with that one set
+    (state_dict says which); per_utterance as UtteranceLoader's.  rank and
+    world_size from torch.distributed when initialised.  state_dict() is
+    (seed, epoch, global_position) with global_position in global batches;
+    load_state_dict() resumes there, also on another number of ranks,
+    nothing repeated or lost.  batch_info after each batch as
+    UtteranceLoader's (utterances, sources, global, index, frames).  On the
+    CPU only: device= copies each batch (lengths stay on the CPU); block
+    order (memory=), streaming and the GPU path are not available for
+    mixtures."""
+
+    def __init__(self, paths, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
+                 threads=None, drop_last=False, buckets=None, max_batch=None,
+                 long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
+                 targets=None, weights=None, temperature=None, epoch_size=None, device=None,
+                 **unsupported):
+        f = "UtteranceLoader"
+        for k, v in unsupported.items():
+            if v is not None and v is not False and v != 0:
+                raise ValueError(f"{f}: {k}= is not available for a mixture of datasets (a "
+                                 "list of paths): the utterance mixture loader serves host "
+                                 "batches, shuffled by length bucket or in order")
+        self.datasets = _sources(f, paths)
+        _same_width(f, self.datasets)
+        self.threads = _a.optional_integer(f, "threads", threads, 1, 256)
+        self.per_utterance = _a.flag(f, "per_utterance", per_utterance)
+        self.device = _device(f, device)
+        labels = _a.optional_flag(f, "labels", labels)
+        have = all(d.has_frame_labels for d in self.datasets)
+        if labels and not have:
+            bad = [d.path for d in self.datasets if not d.has_frame_labels]
+            raise ValueError(f"{f}: labels=True, but {', '.join(bad)} has no per-frame labels: "
+                             "pass labels=False")
+        self.labels = have if labels is None else labels
+        targets = _a.optional_flag(f, "targets", targets)
+        have = all(d.has_label_seqs for d in self.datasets)
+        if targets and not have:
+            bad = [d.path for d in self.datasets if not d.has_label_seqs]
+            raise ValueError(f"{f}: targets=True, but {', '.join(bad)} has no label sequences: "
+                             "pass targets=False")
+        self.targets = have if targets is None else targets
+        self.normalization, self._norm_stats = _mix_normalization(f, self.datasets, normalize)
+        rank, world_size = _u._dist_defaults(f, rank, world_size)
+        self.rank, self.world_size = rank, world_size
+        self._mix_args = dict(frame_budget=frame_budget, weights=weights,
+                              temperature=temperature, epoch_size=epoch_size,
+                              shuffle=_a.flag(f, "shuffle", shuffle),
+                              seed=_a.integer(f, "seed", seed, 0, 2**64 - 1), rank=rank,
+                              world_size=world_size, drop_last=_a.flag(f, "drop_last", drop_last),
+                              buckets=buckets, max_batch=max_batch,
+                              long_utterances=long_utterances)
+        self.sampler = UtteranceMixture(self.datasets, **self._mix_args)
+        self._mixes = {0: self.sampler}
+        self.seed, self.drop_last = self.sampler.seed, self.sampler.drop_last
+        self.epoch, self._start, self._origin = 0, 0, 0
+        self.input_size = self.datasets[0].dim
+        self.num_classes = self.datasets[0].num_classes
+        self.batch_info = None
+        ptr = self._create(self.sampler, 0, 0)  # what only the library checks fails now
+        _lib.cxs_mix_utt_loader_free(ptr)
+
+    @property
+    def quotas(self):
+        return self.sampler.quotas
+
+    @property
+    def shares(self):
+        return self.sampler.shares
+
+    def _mix_now(self):
+        m = self._mixes.get(self._origin)
+        if m is None:
+            if len(self._mixes) > 2:
+                self._mixes = {0: self.sampler}
+            m = self._mixes[self._origin] = UtteranceMixture(self.datasets, origin=self._origin,
+                                                             **self._mix_args)
+        return m
+
+    def global_batches(self, epoch=None):
+        """The batches of epoch's global order (default: the current one)."""
+        e = self.epoch if epoch is None else _a.integer(
+            "UtteranceLoader.global_batches", "epoch", epoch, 0, _u.MAX_EPOCH)
+        return self.sampler.lengths(e)[0]
+
+    def __len__(self):
+        return self._mix_now().lengths(self.epoch)[1] - self._start
+
+    def set_epoch(self, epoch):
+        epoch = _a.integer("UtteranceLoader.set_epoch", "epoch", epoch, 0, _u.MAX_EPOCH)
+        self.epoch, self._start, self._origin = epoch, 0, 0
+
+    def state_dict(self):
+        """seed, epoch and global_position (global batches served by all
+        ranks together), with what fixes the order: the datasets (paths and
+        identities), shares, quotas, epoch_size, frame_budget, buckets,
+        max_batch, long_utterances, shuffle, drop_last, the epoch's global
+        batches and the normalisation (none, per-source or given)."""
+        g = self._origin + self._start * self.world_size
+        epoch = self.epoch
+        total = self.global_batches(epoch)
+        if g >= total or (self.drop_last and total - g < self.world_size):
+            epoch, g = epoch + 1, 0
+        m = self.sampler
+        return {"kind": "utterance-mixture", "seed": self.seed, "epoch": epoch,
+                "global_position": g, "unit": "batches",
+                "global_batches": self.global_batches(epoch),
+                "sources": [d.path for d in self.datasets],
+                "identities": [d.identity for d in self.datasets],
+                "shares": list(m.shares), "quotas": list(m.quotas),
+                "epoch_size": m.epoch_size, "frame_budget": m.frame_budget,
+                "buckets": m.buckets, "max_batch": m.max_batch or 0,
+                "long_utterances": m.long_utterances, "shuffle": m.shuffle,
+                "drop_last": m.drop_last, "normalization": self.normalization,
+                "per_utterance": self.per_utterance}
+
+    _FIXED = ("seed", "identities", "quotas", "epoch_size", "frame_budget", "buckets",
+              "max_batch", "long_utterances", "shuffle", "drop_last", "normalization",
+              "per_utterance")
+
+    def load_state_dict(self, state):
+        f = "UtteranceLoader.load_state_dict"
+        if not isinstance(state, dict) or state.get("kind") != "utterance-mixture":
+            raise ValueError(f"{f}: the state is not an utterance mixture's (kind="
+                             f"{state.get('kind') if isinstance(state, dict) else state!r})")
+        mine = self.state_dict()
+        for key in self._FIXED:
+            if state.get(key) != mine[key]:
+                raise ValueError(f"{f}: the state's {key} ({_a._show(state.get(key))}) is not "
+                                 f"this loader's ({_a._show(mine[key])}): it would resume into "
+                                 "another order")
+        epoch = _a.integer(f, "epoch", state.get("epoch"), 0, _u.MAX_EPOCH)
+        total = self.global_batches(epoch)
+        if state.get("global_batches") != total:
+            raise ValueError(f"{f}: global_batches {state.get('global_batches')!r} is not the "
+                             f"{total} batches of epoch {epoch} here: another order")
+        g = _a.integer(f, "global_position", state.get("global_position"), 0, total)
+        if g >= total:
+            epoch, g = epoch + 1, 0
+        self.epoch, self._origin, self._start = epoch, g, 0
+
+    def _create(self, mix, epoch, start):
+        flags = (_n.GATHER_NORMALIZE if self.normalization != "none" else 0) | \
+            (_n.PAD_PER_UTTERANCE if self.per_utterance else 0)
+        opts = _n.UttLoaderOpts(self.threads or 0, 0, flags, int(self.labels), None, 0,
+                                int(self.targets))
+        if self._norm_stats is not None:
+            mean, var = self._norm_stats
+            dp = ctypes.POINTER(ctypes.c_double)
+            nrm = _n.Norm(self.datasets[0].dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp))
+            opts.norm = ctypes.pointer(nrm)
+        ptr, diag = ctypes.c_void_p(), _n.Diag()
+        rc = _lib.cxs_mix_utt_loader_create(mix._ptr, ctypes.byref(opts), epoch, start,
+                                            ctypes.byref(ptr), ctypes.byref(diag))
+        if rc:
+            _raise(rc, diag, what="utterance mixture loader")
+        return ptr
+
+    @staticmethod
+    def _ints(ptr, n, ctype=ctypes.c_int64):
+        return torch.from_numpy(np.ctypeslib.as_array(
+            ctypes.cast(ptr, ctypes.POINTER(ctype)), (n,)).astype(np.int64))
+
+    def __iter__(self):
+        mix = self._mix_now()
+        epoch = self.epoch
+        ptr = self._create(mix, epoch, self._start)
+        D = self.input_size
+        try:
+            for mb in _batches(_lib.cxs_mix_utt_loader_next, ptr, _n.MixUtts,
+                               "utterance mixture loader"):
+                b = mb.batch.contents
+                n, T = b.n, b.tmax
+                x = torch.empty((n, T, D), dtype=torch.float32)
+                ctypes.memmove(x.data_ptr(), b.x, n * T * D * 4)
+                lengths = self._ints(b.lengths, n)
+                out = [x, lengths]
+                keep = {id(lengths)}
+                if b.y:
+                    y = torch.empty((n, T), dtype=torch.int64)
+                    ctypes.memmove(y.data_ptr(), b.y, n * T * 8)
+                    out.append(y)
+                if b.targets:
+                    t = torch.empty((n, b.lmax), dtype=torch.int64)
+                    ctypes.memmove(t.data_ptr(), b.targets, n * b.lmax * 8)
+                    tl = self._ints(b.target_lengths, n)
+                    out += [t, tl]
+                    keep.add(id(tl))
+                src = self._ints(mb.source, n, ctypes.c_uint32)
+                utts = self._ints(b.utts, n, ctypes.c_uint64)
+                self._start = b.index + 1
+                self.batch_info = {"utterances": utts.numpy().copy(),
+                                   "sources": src.numpy().copy(),
+                                   "global": getattr(b, "global"), "index": b.index,
+                                   "frames": b.frames}
+                if self.device is not None:
+                    out = [v if id(v) in keep else v.to(self.device, non_blocking=True)
+                           for v in out]
+                    src = src.to(self.device, non_blocking=True)
+                yield MixedUtterances(tuple(out), src, utts, bool(mb.repeat))
+            self.epoch, self._start, self._origin = epoch + 1, 0, 0
+        finally:
+            _lib.cxs_mix_utt_loader_free(ptr)

@@ -38,6 +38,7 @@ C_TYPES = {
     "UttSamplerOpts": "cxs_utt_sampler_opts", "UttLoaderOpts": "cxs_utt_loader_opts",
     "UttBatch": "cxs_utt_batch",
     "MixOpts": "cxs_mix_opts", "MixFrames": "cxs_mix_frames",
+    "MixUttOpts": "cxs_mix_utt_opts", "MixUtts": "cxs_mix_utts",
 }
 
 

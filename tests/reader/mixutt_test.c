@@ -379,19 +379,19 @@ TEST(loader_batches_match_each_source) {
             uint32_t s[256], n, rep;
             uint64_t g;
             EXPECT_LOOP(cxs_mix_utt_batch(m, 3, nb, u, s, 256, &n, &g, &rep) == 0);
-            EXPECT_LOOP(b->b.n == n && b->b.index == nb && b->b.global == g && b->repeat == rep);
-            EXPECT_LOOP(!memcmp(b->b.utts, u, n * 8) && !memcmp(b->source, s, n * 4));
-            const uint64_t T = b->b.tmax, Lm = b->b.lmax;
+            EXPECT_LOOP(b->batch->n == n && b->batch->index == nb && b->batch->global == g && b->repeat == rep);
+            EXPECT_LOOP(!memcmp(b->batch->utts, u, n * 8) && !memcmp(b->source, s, n * 4));
+            const uint64_t T = b->batch->tmax, Lm = b->batch->lmax;
             for (uint32_t j = 0; j < n; j++) {
                 const cxs_dataset *sd = two[s[j]];
                 EXPECT_LOOP(!cxs_dataset_pad_batch(sd, u + j, 1, T, flags,
                                                    mode == 2 ? &nm : NULL, rx, rlen + j, ry));
-                EXPECT_LOOP(!memcmp(b->b.x + (size_t)j * T * D, rx, T * D * 4));
-                EXPECT_LOOP(!memcmp(b->b.y + (size_t)j * T, ry, T * 8));
-                EXPECT_LOOP(b->b.lengths[j] == rlen[j]);
+                EXPECT_LOOP(!memcmp(b->batch->x + (size_t)j * T * D, rx, T * D * 4));
+                EXPECT_LOOP(!memcmp(b->batch->y + (size_t)j * T, ry, T * 8));
+                EXPECT_LOOP(b->batch->lengths[j] == rlen[j]);
                 EXPECT_LOOP(!cxs_dataset_pad_targets(sd, u + j, 1, Lm, rt, rtl));
-                EXPECT_LOOP(!memcmp(b->b.targets + (size_t)j * Lm, rt, Lm * 8));
-                EXPECT_LOOP(b->b.target_lengths[j] == rtl[0]);
+                EXPECT_LOOP(!memcmp(b->batch->targets + (size_t)j * Lm, rt, Lm * 8));
+                EXPECT_LOOP(b->batch->target_lengths[j] == rtl[0]);
             }
             nb++;
             if (nb == 4 && mode == 0 && !reset++) { /* reset: the same batches again */
