@@ -178,6 +178,7 @@ int bench_utt_mix_run(int n, char **dirs, const bench_utt_opts *o) {
     mo.weights = o->nweights ? o->weights : NULL;
     mo.temperature = o->temperature;
     mo.epoch_size = o->epoch_size;
+    mo.stratify = o->stratify;
     double t0 = now_seconds();
     if ((rc = cxs_mix_utt_create((const cxs_dataset *const *)ds, (uint32_t)n, &mo, &m, &d))) {
         warnx_("bench-utt: cannot create the mixture: %s",
@@ -231,8 +232,10 @@ int bench_utt_mix_run(int n, char **dirs, const bench_utt_opts *o) {
     }
     const double dt = now_seconds() - t0;
     printf("mixture of %d datasets: epoch of %llu utterances in %llu batches, frame budget "
-           "%llu, %u thread%s\n", n, (unsigned long long)cxs_mix_utt_epoch_size(m),
-           (unsigned long long)global, (unsigned long long)o->frame_budget, o->threads,
+           "%llu, stratified by %s, %u thread%s\n", n,
+           (unsigned long long)cxs_mix_utt_epoch_size(m), (unsigned long long)global,
+           (unsigned long long)o->frame_budget,
+           o->stratify == CXS_MIX_STRATIFY_LENGTH ? "length" : "shares", o->threads,
            o->threads == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
         cxs_info in;

@@ -14,6 +14,7 @@ typedef struct bench_utt_opts {
     uint32_t nweights;
     double temperature;    /* 0: none */
     uint64_t epoch_size;   /* utterances, 0: the sum */
+    uint32_t stratify;     /* CXS_MIX_STRATIFY_* */
 } bench_utt_opts;
 int bench_utt_run(const char *dir, const bench_utt_opts *o);
 /* bench-utt of a mixture of the n datasets dirs[] */

@@ -329,7 +329,7 @@ static const char *const usage_bench_utt =
     "usage: ctxshard bench-utt OUT [OUT2 ...] --frame-budget N [--threads N] [--buckets N]\n"
     "                          [--batches M] [--seed S] [--memory SIZE] [--blocks N]\n"
     "                          [--json] [--weights W1,W2,... | --temperature T]\n"
-    "                          [--epoch-size N]\n"
+    "                          [--epoch-size N] [--stratify shares|length]\n"
     "\n"
     "Run the utterance loader over OUT (whole utterances padded to the longest of\n"
     "each batch, batches of at most N padded frames) twice on the same data:\n"
@@ -350,10 +350,13 @@ static const char *const usage_bench_utt =
     "  --json            one JSON object\n"
     "\n"
     "Several datasets: a mixture (length-bucketed, shuffled), each batch holding\n"
-    "its bucket's share of every dataset; prints the quotas and what each served.\n"
+    "every dataset's share; prints the quotas and what each served.\n"
     "  --weights W1,W2,...  one weight per dataset (default: their utterance counts)\n"
     "  --temperature T   without --weights: shares ~ utterances^(1/T)\n"
-    "  --epoch-size N    utterances per epoch (default: all the datasets')\n";
+    "  --epoch-size N    utterances per epoch (default: all the datasets')\n"
+    "  --stratify S      shares (default): every batch holds the shares (each\n"
+    "                    dataset's own length quantiles bucketed together);\n"
+    "                    length: buckets by length over all, the least padding\n";
 
 static const char *const usage_warm =
     "usage: ctxshard warm OUT [--force] [--quiet] [--json]\n"
@@ -402,7 +405,8 @@ enum {
     O_EMULATE, O_MODE, O_BUDGET, O_BF16, O_CHECK, O_MEMORY, O_FORCE, O_ORDERSTATS,
     O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS, O_TEXT, O_ALI,
     O_NOSORT, O_FILL, O_BLOCKSUMS, O_HUGEPAGES, O_NOSTREAM, O_WEIGHTS, O_TEMPERATURE,
-    O_EPOCHSIZE
+    O_EPOCHSIZE,
+    O_STRATIFY
 };
 
 static const char *const usage_push =
@@ -504,6 +508,7 @@ static const struct option longopts[] = {
     {"weights", required_argument, 0, O_WEIGHTS},
     {"temperature", required_argument, 0, O_TEMPERATURE},
     {"epoch-size", required_argument, 0, O_EPOCHSIZE},
+    {"stratify", required_argument, 0, O_STRATIFY},
     {"force", no_argument, 0, O_FORCE},
     {"order-stats", no_argument, 0, O_ORDERSTATS},
     {"blocks", required_argument, 0, O_BLOCKS},
@@ -543,7 +548,7 @@ static int allowed(const char *cmd, int opt) {
                         O_ORDERSTATS, O_BLOCKS, O_HUGEPAGES, O_NOSTREAM, O_WEIGHTS,
                         O_TEMPERATURE, O_EPOCHSIZE}},
         {"bench-utt", {O_FRAMEBUDGET, O_THREADS, O_BUCKETS, O_BATCHES, O_SEED, O_MEMORY,
-                       O_BLOCKS, O_JSON, O_WEIGHTS, O_TEMPERATURE, O_EPOCHSIZE}},
+                       O_BLOCKS, O_JSON, O_WEIGHTS, O_TEMPERATURE, O_EPOCHSIZE, O_STRATIFY}},
         {"warm", {O_FORCE, O_QUIET, O_JSON}},
         {"stats", {O_HTML, O_SVG, O_JSON, O_NOSCAN, O_EXAMPLES, O_COMPARE}},
         {"gpu", {O_DEVICE, O_EMULATE, O_MODE, O_CONTEXT, O_BATCH, O_BATCHES, O_BUDGET, O_THREADS,
@@ -696,7 +701,7 @@ int main(int argc, char **argv) {
     bench_utt_opts bu;
     memset(&bu, 0, sizeof bu);
     gpu_cmd_opts go = {0, CXS_GPU_AUTO, 30, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
-    int compare = 0, force = 0, batches_given = 0;
+    int compare = 0, force = 0, batches_given = 0, stratify_given = 0;
     uint64_t k = 0, v;
     uint64_t *frames = NULL;
     size_t nframes = 0;
@@ -884,6 +889,12 @@ int main(int argc, char **argv) {
             if (parse_u64(optarg, &bo.epoch_size) || !bo.epoch_size)
                 return usage_error(usage, "--epoch-size: '%s' is not a sample count", optarg);
             break;
+        case O_STRATIFY:
+            if (!strcmp(optarg, "shares")) bu.stratify = CXS_MIX_STRATIFY_SHARES;
+            else if (!strcmp(optarg, "length")) bu.stratify = CXS_MIX_STRATIFY_LENGTH;
+            else return usage_error(usage, "--stratify: '%s' is not shares or length", optarg);
+            stratify_given = 1;
+            break;
         case O_BLOCKS:
             if (parse_u64(optarg, &v) || v < 1 || v > 1024)
                 return usage_error(usage, "--blocks: '%s' is not a count in 1..1024", optarg);
@@ -1029,7 +1040,7 @@ int main(int argc, char **argv) {
         return bench_mix_run(argc - optind, argv + optind, &bo);
     }
     if (!strcmp(cmd, "bench-utt") && (argc - optind > 1 || bo.nweights || bo.temperature > 0 ||
-                                      bo.epoch_size)) {
+                                      bo.epoch_size || stratify_given)) {
         free(frames);
         if (argc - optind < 1) return usage_error(usage, "%s", "expected the datasets to mix");
         if (!bu.frame_budget) return usage_error(usage, "%s", "--frame-budget N is required");

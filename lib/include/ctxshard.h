@@ -1431,19 +1431,26 @@ CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
  * subsampled, no utterance twice within a pass.
  *
  * Batches (CXS_UTT_SHUFFLE): the epoch's utterances go into length
- * buckets (bounds at quantiles of the lengths, each source's utterances
- * weighted by q_i / U_i, so the epoch's mixture); inside a bucket the
- * sources are interleaved by the Sainte-Lague rule on their counts in
- * that bucket, and the interleave is cut greedily into batches of at most
- * frame_budget padded frames (batch size * longest) and max_batch
- * utterances, a new batch at every bucket change; the batches are then
- * shuffled.  So every batch holds each source's share of its bucket to
- * within about one utterance, by construction: the mixture's shares when
- * the sources' lengths are alike, while a bucket of long utterances holds
- * more of the source that has them (a batch cannot hold both the
- * proportions and one length).  CXS_UTT_SEQUENTIAL: one bucket (the
- * whole epoch interleaved), batches in order.  Inside a batch the
- * utterances are grouped by source, in source order.
+ * buckets, inside a bucket the sources are interleaved by the
+ * Sainte-Lague rule on their counts in that bucket, and the interleave is
+ * cut greedily into batches of at most frame_budget padded frames (batch
+ * size * longest) and max_batch utterances, a new batch at every bucket
+ * change; the batches are then shuffled.  Which buckets (stratify):
+ *  - CXS_MIX_STRATIFY_SHARES (0, the default): bucket b holds, of every
+ *    source, its epoch items of rank b*q_i/nb .. (b+1)*q_i/nb - 1 in
+ *    length (its own b-th length quantile), so every bucket, and every
+ *    batch with it, holds the mixture's shares to within about one
+ *    utterance; when the sources' lengths differ, a batch pads the shorter
+ *    source's utterances to the longer one's quantile.
+ *  - CXS_MIX_STRATIFY_LENGTH: buckets by length over the whole mixture
+ *    (bounds at quantiles of the lengths, each source's utterances
+ *    weighted by q_i / U_i), so that a batch pads least; each batch holds
+ *    its bucket's shares to within about one utterance, and a bucket of
+ *    long utterances holds more of the source that has them.
+ * The two are the same when the sources' lengths are alike.
+ * CXS_UTT_SEQUENTIAL: one bucket (the whole epoch interleaved), batches
+ * in order.  Inside a batch the utterances are grouped by source, in
+ * source order.
  *
  * Ranks (world_size w): as the utterance sampler's: rank r takes global
  * batch origin + r + t*w; with drop_last 0 the final round is completed
@@ -1458,6 +1465,9 @@ CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
  * time and 12 bytes each (the last two epochs asked are kept); the
  * sources' lengths are read once, at create (4 bytes an utterance).
  */
+#define CXS_MIX_STRATIFY_SHARES 0u
+#define CXS_MIX_STRATIFY_LENGTH 1u
+
 typedef struct cxs_mix_utt_opts {
     uint32_t kind;          /**< CXS_UTT_SEQUENTIAL (0) or CXS_UTT_SHUFFLE */
     uint64_t seed;
@@ -1474,6 +1484,7 @@ typedef struct cxs_mix_utt_opts {
     uint32_t world_size;    /**< 0 or 1: not distributed */
     uint32_t drop_last;     /**< 1: cut the epoch to a multiple of world_size batches */
     uint64_t origin;        /**< global batch position where every epoch starts (resume) */
+    uint32_t stratify;      /**< CXS_MIX_STRATIFY_SHARES (0) or CXS_MIX_STRATIFY_LENGTH */
     uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_mix_utt_opts_init) */
 } cxs_mix_utt_opts;
 

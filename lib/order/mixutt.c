@@ -30,6 +30,9 @@ typedef struct uplan {
     uint64_t *start; /* [nb + 1] into utt/src */
     uint64_t *utt;   /* [E] in batch order, grouped by source inside a batch */
     uint32_t *src;
+    /* world_size > 1: this rank's batches (length of them) */
+    uint64_t *rg;  /* the global batch served */
+    uint8_t *rrep; /* 1: a repeat (the final round's padding) */
 } uplan;
 
 struct cxs_mix_utt {
@@ -52,7 +55,7 @@ void cxs_mix_utt_opts_init(cxs_mix_utt_opts *o) { memset(o, 0, sizeof *o); }
 
 static void plan_free(uplan *p) {
     if (!p) return;
-    free(p->start), free(p->utt), free(p->src);
+    free(p->start), free(p->utt), free(p->src), free(p->rg), free(p->rrep);
     free(p);
 }
 
@@ -128,9 +131,11 @@ static int lengths(cxs_mix_utt *m, uint32_t i, uint64_t *longest, uint64_t *shor
     return 0;
 }
 
-/* The length buckets: bounds at quantiles of the epoch's lengths, each
- * source's utterances weighing q_i / U_i (a histogram; lengths above
- * HIST_MAX counted in its last bin). */
+/* The length buckets: their number; with CXS_MIX_STRATIFY_LENGTH, bounds
+ * at quantiles of the epoch's lengths, each source's utterances weighing
+ * q_i / U_i (a histogram; lengths above HIST_MAX counted in its last bin).
+ * (CXS_MIX_STRATIFY_SHARES buckets each epoch's items of a source by their
+ * rank in length among them: plan_build.) */
 static int bucket_bounds(cxs_mix_utt *m, uint64_t longest, cxs_diag *d) {
     uint32_t nb = m->o.buckets;
     double frames = 0;
@@ -148,6 +153,10 @@ static int bucket_bounds(cxs_mix_utt *m, uint64_t longest, cxs_diag *d) {
     }
     m->nb = 1;
     if (nb == 1) return 0;
+    if (m->o.stratify == CXS_MIX_STRATIFY_SHARES) { /* quantiles of each source's own */
+        m->nb = nb;
+        return 0;
+    }
     const uint64_t hmax = longest < HIST_MAX ? longest : HIST_MAX;
     double *hist = calloc(hmax + 1, sizeof *hist), total = 0;
     if (!hist) return cxs_diagf(d, -ENOMEM, "utterance mixture: out of memory");
@@ -210,6 +219,9 @@ int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_u
     if (opts->rank >= w)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: rank %u of world_size %llu",
                          opts->rank, (unsigned long long)w);
+    if (opts->stratify > CXS_MIX_STRATIFY_LENGTH)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: stratify %u (CXS_MIX_STRATIFY_"
+                         "SHARES or CXS_MIX_STRATIFY_LENGTH)", opts->stratify);
     if (opts->drop_last > 1 || opts->long_alone > 1)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: drop_last and long_alone are 0 "
                          "or 1");
@@ -294,6 +306,42 @@ static int before(const uint64_t *c, uint32_t a, uint64_t k, uint32_t b, uint64_
     return x < y || (x == y && a < b);
 }
 
+static void counts(const cxs_mix_utt *m, const uplan *p, uint64_t *global, uint64_t *length);
+static int ranks_build(const cxs_mix_utt *m, uplan *p);
+
+/* Source i's items of an epoch, in stream order: item epoch*q + k of its
+ * endless stream of passes (128 bits: epochs are 64). */
+typedef struct item_gen {
+    const cxs_mix_utt *m;
+    uint32_t i;
+    uint64_t epoch;
+    int shuffle;
+    uint64_t pass; /* the permutation's, UINT64_MAX: none yet */
+    cxs_perm pm;
+} item_gen;
+
+static uint64_t gen_item(item_gen *g, uint64_t k) {
+    const uint64_t U = g->m->size[g->i], q = g->m->quota[g->i];
+    const u128 s = (u128)g->epoch * q + k;
+    const uint64_t pass = (uint64_t)(s / U), j = (uint64_t)(s % U);
+    if (!g->shuffle) return j;
+    if (pass != g->pass) {
+        cxs_perm_init(&g->pm, U, cxs_mix64(g->m->o.seed ^ cxs_mix64(0x757474ull + g->i)), pass);
+        g->pass = pass;
+    }
+    return cxs_perm_at(&g->pm, j);
+}
+
+typedef struct lenpos {
+    uint64_t T, k;
+} lenpos;
+
+static int cmp_lenpos(const void *a, const void *b) { /* by length, then stream position */
+    const lenpos *x = a, *y = b;
+    if (x->T != y->T) return x->T < y->T ? -1 : 1;
+    return (x->k > y->k) - (x->k < y->k);
+}
+
 /* The plan of `epoch`. */
 static int plan_build(const cxs_mix_utt *m, uint64_t epoch, uplan **out) {
     const uint32_t S = m->n, NB = m->nb;
@@ -306,48 +354,64 @@ static int plan_build(const cxs_mix_utt *m, uint64_t epoch, uplan **out) {
     uint64_t *tu = malloc(E * sizeof *tu), *bs = malloc((E + 1) * sizeof *bs);
     uint32_t *ts = malloc(E * sizeof *ts);
     uint64_t *perm = malloc((E + 1) * sizeof *perm);
+    uint16_t *bkt = malloc(E * sizeof *bkt);
+    lenpos *rank = NULL;
     int rc = 0;
     if (p) {
         p->epoch = epoch;
         p->utt = malloc(E * sizeof *p->utt);
         p->src = malloc(E * sizeof *p->src);
     }
-    if (!p || !cnt || !at || !take || !tu || !bs || !ts || !perm || !p->utt || !p->src) {
+    if (!p || !cnt || !at || !take || !tu || !bs || !ts || !perm || !bkt || !p->utt || !p->src) {
         rc = -ENOMEM;
         goto out;
     }
-    /* 1. the epoch's items of every source, counted by bucket; 2. each
-     * (bucket, source) run filled in stream order */
-    for (int fill = 0; fill < 2; fill++) {
-        if (fill) {
-            uint64_t o = 0;
-            for (uint32_t b = 0; b < NB; b++)
-                for (uint32_t i = 0; i < S; i++)
-                    at[(size_t)b * S + i] = o, o += cnt[(size_t)b * S + i];
-        }
-        for (uint32_t i = 0; i < S; i++) {
-            const uint64_t U = m->size[i], q = m->quota[i];
-            const uint64_t seed = cxs_mix64(m->o.seed ^ cxs_mix64(0x757474ull + i));
-            cxs_perm pm;
-            uint64_t cur = UINT64_MAX;
-            for (uint64_t k = 0; k < q; k++) {
-                /* the source's stream: item epoch*q + k (128 bits: epochs are 64) */
-                const u128 s = (u128)epoch * q + k;
-                const uint64_t pass = (uint64_t)(s / U), j = (uint64_t)(s % U);
-                uint64_t u = j;
-                if (shuffle) {
-                    if (pass != cur) cxs_perm_init(&pm, U, seed, pass), cur = pass;
-                    u = cxs_perm_at(&pm, j);
-                }
-                const size_t bi = (size_t)bucket_of(m, m->len[i][u]) * S + i;
-                if (!fill) {
-                    cnt[bi]++;
-                } else {
-                    tu[at[bi]] = u;
-                    ts[at[bi]++] = i;
-                }
+    /* 1. the epoch's items of every source and each one's bucket, counted;
+     * 2. each (bucket, source) run filled in stream order */
+    const int by_rank = m->o.stratify == CXS_MIX_STRATIFY_SHARES && NB > 1;
+    uint64_t off = 0, qmax = 0;
+    for (uint32_t i = 0; i < S; i++) qmax = m->quota[i] > qmax ? m->quota[i] : qmax;
+    if (by_rank && !(rank = malloc((qmax ? qmax : 1) * sizeof *rank))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < S; i++) {
+        const uint64_t q = m->quota[i];
+        item_gen ig = {m, i, epoch, shuffle, UINT64_MAX, {0, {0}, 0}};
+        for (uint64_t k = 0; k < q; k++) {
+            const uint64_t T = m->len[i][gen_item(&ig, k)];
+            if (by_rank) {
+                rank[k] = (lenpos){T, k};
+            } else {
+                const uint32_t b = bucket_of(m, T);
+                bkt[off + k] = (uint16_t)b;
+                cnt[(size_t)b * S + i]++;
             }
         }
+        if (by_rank) { /* bucket b: the items of rank b*q/NB .. (b+1)*q/NB - 1 in length */
+            qsort(rank, q, sizeof *rank, cmp_lenpos);
+            for (uint64_t r = 0; r < q; r++) {
+                const uint32_t b = (uint32_t)((u128)r * NB / q);
+                bkt[off + rank[r].k] = (uint16_t)b;
+                cnt[(size_t)b * S + i]++;
+            }
+        }
+        off += q;
+    }
+    off = 0;
+    for (uint32_t b = 0; b < NB; b++)
+        for (uint32_t i = 0; i < S; i++)
+            at[(size_t)b * S + i] = off, off += cnt[(size_t)b * S + i];
+    off = 0;
+    for (uint32_t i = 0; i < S; i++) {
+        const uint64_t q = m->quota[i];
+        item_gen ig = {m, i, epoch, shuffle, UINT64_MAX, {0, {0}, 0}};
+        for (uint64_t k = 0; k < q; k++) {
+            uint64_t *a = &at[(size_t)bkt[off + k] * S + i];
+            tu[*a] = gen_item(&ig, k);
+            ts[(*a)++] = i;
+        }
+        off += q;
     }
     /* 3. each bucket's sources interleaved (into p->utt/src), cut greedily */
     uint64_t nbat = 0, pos = 0;
@@ -420,8 +484,10 @@ static int plan_build(const cxs_mix_utt *m, uint64_t epoch, uplan **out) {
         p->utt = tu, p->src = ts;
         tu = u, ts = s;
     }
+    if (m->w > 1) rc = ranks_build(m, p);
 out:
-    free(cnt), free(at), free(take), free(tu), free(bs), free(ts), free(perm);
+    free(cnt), free(at), free(take), free(tu), free(bs), free(ts), free(perm), free(bkt);
+    free(rank);
     if (rc) plan_free(p);
     else *out = p;
     return rc;
@@ -484,6 +550,117 @@ static void counts(const cxs_mix_utt *m, const uplan *p, uint64_t *global, uint6
     if (length) *length = len;
 }
 
+typedef struct rank_tot {
+    uint64_t tot;
+    uint32_t r;
+} rank_tot;
+
+static int cmp_rank_tot(const void *a, const void *b) { /* least first, then by rank */
+    const rank_tot *x = a, *y = b;
+    if (x->tot != y->tot) return x->tot < y->tot ? -1 : 1;
+    return (x->r > y->r) - (x->r < y->r);
+}
+
+typedef struct gsize {
+    uint64_t n, g;
+} gsize;
+
+static int cmp_gsize(const void *a, const void *b) { /* largest first, then by place */
+    const gsize *x = a, *y = b;
+    if (x->n != y->n) return x->n > y->n ? -1 : 1;
+    return (x->g > y->g) - (x->g < y->g);
+}
+
+/* Which rank serves which batch of each round (the w global batches from
+ * origin + t*w), so that every rank's count of each source stays close to
+ * its share of what the rounds so far dealt (the same on every rank:
+ * computed whole on each).  Up to RANKS_EXACT ranks, the round's batches,
+ * largest first, each go to the free rank whose counts fall furthest
+ * behind where that batch's sources are concerned (least sum over
+ * sources of batch count * (rank count - target)); above it, the largest
+ * batch to the rank with the fewest utterances so far, and so on (every
+ * batch holds the shares, so this balances each source too).  Ties to
+ * the lower batch, the lower rank.  A final round of k < w batches goes
+ * to k ranks chosen the same way; the others repeat the epoch's first
+ * batches, in rank order.  O(batches * w * sources) up to RANKS_EXACT,
+ * O(batches log w) above. */
+#define RANKS_EXACT 64
+static int ranks_build(const cxs_mix_utt *m, uplan *p) {
+    const uint64_t N = p->nb, W = m->w, org = m->o.origin;
+    const uint32_t S = m->n;
+    const int exact = W <= RANKS_EXACT;
+    uint64_t len;
+    counts(m, p, NULL, &len);
+    rank_tot *rt = malloc(W * sizeof *rt);
+    gsize *gs = malloc(W * sizeof *gs);
+    uint32_t *who = malloc(W * sizeof *who);
+    uint8_t *taken = malloc(W);
+    /* exact: per rank and source its count; per batch of the round its
+     * sources' counts; per source what the rounds dealt */
+    int64_t *c = exact ? calloc(W * S, sizeof *c) : NULL;
+    int64_t *bc = exact ? malloc(W * S * sizeof *bc) : NULL;
+    double *cum = exact ? calloc(S, sizeof *cum) : NULL;
+    p->rg = malloc((len ? len : 1) * sizeof *p->rg);
+    p->rrep = malloc(len ? len : 1);
+    int rc = 0;
+    if (!rt || !gs || !who || !taken || (exact && (!c || !bc || !cum)) || !p->rg || !p->rrep) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t r = 0; r < W; r++) rt[r] = (rank_tot){0, r};
+    for (uint64_t t = 0; t < len; t++) {
+        const uint64_t g0 = org + t * W, k = g0 < N ? (N - g0 < W ? N - g0 : W) : 0;
+        for (uint64_t j = 0; j < k; j++)
+            gs[j] = (gsize){p->start[g0 + j + 1] - p->start[g0 + j], g0 + j};
+        qsort(gs, k, sizeof *gs, cmp_gsize);
+        memset(taken, 0, W);
+        if (exact) {
+            for (uint64_t j = 0; j < k; j++) {
+                int64_t *row = bc + j * S;
+                memset(row, 0, S * sizeof *row);
+                for (uint64_t e = p->start[gs[j].g]; e < p->start[gs[j].g + 1]; e++)
+                    row[p->src[e]]++;
+                for (uint32_t i = 0; i < S; i++) cum[i] += (double)row[i];
+            }
+            for (uint64_t j = 0; j < k; j++) {
+                const int64_t *row = bc + j * S;
+                uint32_t best = UINT32_MAX;
+                double bv = 0;
+                for (uint32_t r = 0; r < W; r++) {
+                    if (taken[r]) continue;
+                    double v = 0;
+                    for (uint32_t i = 0; i < S; i++)
+                        if (row[i]) v += (double)row[i] * ((double)c[r * S + i] - cum[i] / (double)W);
+                    if (best == UINT32_MAX || v < bv) best = r, bv = v;
+                }
+                taken[best] = 1;
+                for (uint32_t i = 0; i < S; i++) c[best * S + i] += row[i];
+                who[j] = best;
+            }
+        } else {
+            qsort(rt, W, sizeof *rt, cmp_rank_tot);
+            for (uint64_t j = 0; j < k; j++) {
+                rt[j].tot += gs[j].n;
+                who[j] = rt[j].r;
+                taken[rt[j].r] = 1;
+            }
+        }
+        for (uint64_t j = 0; j < k; j++)
+            if (who[j] == m->o.rank) p->rg[t] = gs[j].g, p->rrep[t] = 0;
+        if (k < W) { /* the final round's padding: the others in rank order */
+            uint64_t nrep = 0;
+            for (uint32_t r = 0; r < W; r++)
+                if (!taken[r]) {
+                    if (r == m->o.rank) p->rg[t] = nrep % N, p->rrep[t] = 1;
+                    nrep++;
+                }
+        }
+    }
+out:
+    free(rt), free(gs), free(who), free(taken), free(c), free(bc), free(cum);
+    return rc;
+}
+
 int cxs_mix_utt_length(const cxs_mix_utt *m, uint64_t epoch, uint64_t *global,
                        uint64_t *length) {
     if (!m) return CXS_E_INVALID;
@@ -508,7 +685,8 @@ int cxs_mix_utt_batch(const cxs_mix_utt *m, uint64_t epoch, uint64_t pos, uint64
         rc = CXS_E_RANGE;
     } else {
         const uint64_t x = m->o.origin + m->o.rank + pos * m->w;
-        const uint64_t g = x % p->nb, a = p->start[g], k = p->start[g + 1] - a;
+        const uint64_t g = p->rg ? p->rg[pos] : x % p->nb, a = p->start[g],
+                       k = p->start[g + 1] - a;
         if (k > cap) {
             rc = CXS_E_INVALID;
         } else {
@@ -516,7 +694,7 @@ int cxs_mix_utt_batch(const cxs_mix_utt *m, uint64_t epoch, uint64_t pos, uint64
             if (source) memcpy(source, p->src + a, k * sizeof *source);
             *n = (uint32_t)k;
             if (global) *global = g;
-            if (repeat) *repeat = x >= p->nb;
+            if (repeat) *repeat = p->rrep ? p->rrep[pos] : x >= p->nb;
         }
     }
     plan_put(m, p);

@@ -191,8 +191,11 @@ class MixUttOpts(Structure):
                 ("max_batch", c_uint32), ("buckets", c_uint32), ("long_alone", c_uint32),
                 ("weights", POINTER(c_double)), ("temperature", c_double),
                 ("epoch_size", c_uint64), ("rank", c_uint32), ("world_size", c_uint32),
-                ("drop_last", c_uint32), ("origin", c_uint64),
+                ("drop_last", c_uint32), ("origin", c_uint64), ("stratify", c_uint32),
                 ("reserved", c_uint64 * OPTS_RESERVED)]
+
+
+MIX_STRATIFY_SHARES, MIX_STRATIFY_LENGTH = 0, 1
 
 
 class MixUtts(Structure):

@@ -166,11 +166,16 @@ class UtteranceMixture:
     which source i gives exactly quotas[i], read in passes as Mixture's
     sources are.  frame_budget, buckets, max_batch, long_utterances:
     as UtteranceSampler's.  With shuffle=True the epoch's utterances go
-    into length buckets over the mixture's lengths; inside a bucket the
-    sources are interleaved in proportion to their counts in it and cut
-    under the budget, so that each batch holds its bucket's shares to
-    within about an utterance; the batches are shuffled.  shuffle=False:
-    one bucket, in order.  rank r of world_size takes global batches
+    into length buckets; inside a bucket the sources are interleaved in
+    proportion to their counts in it and cut under the budget; the batches
+    are shuffled.  stratify="shares" (default): bucket b holds every
+    source's b-th length quantile of its own utterances, so every batch
+    holds the mixture's shares to within about an utterance (a source of
+    shorter utterances is padded to the other's lengths in a batch);
+    stratify="length": buckets by length over the whole mixture, which pads
+    least, each batch holding its bucket's shares (more of the source with
+    long utterances in the long buckets).  The same when the sources'
+    lengths are alike.  shuffle=False: one bucket, in order.  rank r of world_size takes global batches
     origin + r, + world_size, ...; every rank the same count (the last
     round completed with the epoch's first batches, repeat() says which,
     or with drop_last cut).  origin: the global batch where every epoch
@@ -178,7 +183,7 @@ class UtteranceMixture:
 
     def __init__(self, datasets, frame_budget, weights=None, temperature=None, epoch_size=None,
                  shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0,
-                 buckets=None, max_batch=None, long_utterances="refuse"):
+                 buckets=None, max_batch=None, long_utterances="refuse", stratify="shares"):
         f = "UtteranceMixture"
         self.datasets = _sources(f, datasets)
         n = len(self.datasets)
@@ -195,12 +200,15 @@ class UtteranceMixture:
         self.max_batch = _a.optional_integer(f, "max_batch", max_batch, 1, 2**32 - 1)
         self.long_utterances = _a.choice(f, "long_utterances", long_utterances,
                                          ("refuse", "alone"))
+        self.stratify = _a.choice(f, "stratify", stratify, ("shares", "length"))
         esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, None)
         o = _n.MixUttOpts()
         o.kind = _n.UTT_SHUFFLE if self.shuffle else _n.UTT_SEQUENTIAL
         o.seed, o.frame_budget, o.epoch_size = self.seed, self.frame_budget, esize
         o.max_batch, o.buckets = self.max_batch or 0, self.buckets or 0
         o.long_alone = int(self.long_utterances == "alone")
+        o.stratify = _n.MIX_STRATIFY_LENGTH if self.stratify == "length" else \
+            _n.MIX_STRATIFY_SHARES
         o.temperature = 0.0 if self.temperature is None else self.temperature
         o.rank, o.world_size, o.drop_last, o.origin = (self.rank, self.world_size,
                                                        int(self.drop_last), self.origin)

@@ -1570,7 +1570,8 @@ class MixtureUtteranceLoader:
     ctxshard.UtteranceMixture's: weights (one per dataset, or None: the
     natural shares, by utterance count), temperature, epoch_size
     (utterances per epoch, default the sum), frame_budget, buckets,
-    max_batch, long_utterances, shuffle, seed, drop_last.  Each batch is a
+    max_batch, long_utterances, stratify ("shares": every batch holds the
+    shares; "length": pads least), shuffle, seed, drop_last.  Each batch is a
     MixedUtterances: the tuple UtteranceLoader yields (x float32 [B, Tmax,
     D], lengths, then y int64 [B, Tmax] and targets/target_lengths when
     every dataset has them, labels in the first dataset's vocabulary:
@@ -1594,8 +1595,8 @@ class MixtureUtteranceLoader:
     def __init__(self, paths, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, drop_last=False, buckets=None, max_batch=None,
                  long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
-                 targets=None, weights=None, temperature=None, epoch_size=None, device=None,
-                 **unsupported):
+                 targets=None, weights=None, temperature=None, epoch_size=None,
+                 stratify="shares", device=None, **unsupported):
         f = "UtteranceLoader"
         for k, v in unsupported.items():
             if v is not None and v is not False and v != 0:
@@ -1630,7 +1631,7 @@ class MixtureUtteranceLoader:
                               seed=_a.integer(f, "seed", seed, 0, 2**64 - 1), rank=rank,
                               world_size=world_size, drop_last=_a.flag(f, "drop_last", drop_last),
                               buckets=buckets, max_batch=max_batch,
-                              long_utterances=long_utterances)
+                              long_utterances=long_utterances, stratify=stratify)
         self.sampler = UtteranceMixture(self.datasets, **self._mix_args)
         self._mixes = {0: self.sampler}
         self.seed, self.drop_last = self.sampler.seed, self.sampler.drop_last
@@ -1691,13 +1692,14 @@ class MixtureUtteranceLoader:
                 "shares": list(m.shares), "quotas": list(m.quotas),
                 "epoch_size": m.epoch_size, "frame_budget": m.frame_budget,
                 "buckets": m.buckets, "max_batch": m.max_batch or 0,
-                "long_utterances": m.long_utterances, "shuffle": m.shuffle,
+                "long_utterances": m.long_utterances, "stratify": m.stratify,
+                "shuffle": m.shuffle,
                 "drop_last": m.drop_last, "normalization": self.normalization,
                 "per_utterance": self.per_utterance}
 
     _FIXED = ("seed", "identities", "quotas", "epoch_size", "frame_budget", "buckets",
-              "max_batch", "long_utterances", "shuffle", "drop_last", "normalization",
-              "per_utterance")
+              "max_batch", "long_utterances", "stratify", "shuffle", "drop_last",
+              "normalization", "per_utterance")
 
     def load_state_dict(self, state):
         f = "UtteranceLoader.load_state_dict"

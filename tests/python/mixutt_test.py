@@ -150,6 +150,10 @@ class MixUttTest(unittest.TestCase):
                     for s, u in zip(b.source.tolist(), b.utterances.tolist()):
                         per[s] += 1
                         seen[(s, u)] += 1
+                    # stratified by shares: the batch holds them to within 2
+                    c = collections.Counter(b.source.tolist())
+                    for s in range(3):
+                        self.assertLess(abs(c[s] - len(b[0]) * q[s] / E), 2.0)
                 lens.append(k)
             self.assertEqual(lens[0], lens[1])
             self.assertEqual([per[s] for s in range(3)], q)
@@ -251,6 +255,23 @@ class MixUttTest(unittest.TestCase):
             m.batch(0, mine)
         with self.assertRaises(ValueError):
             ctxshard.UtteranceMixture(self.paths, BUDGET, weights=[1, 2])
+        with self.assertRaises(ValueError):
+            ctxshard.UtteranceMixture(self.paths, BUDGET, stratify="random")
+        # by length over the whole mixture: the same quotas, less padding
+        # (the third source's utterances are longer)
+        pad = {}
+        for how in ("shares", "length"):
+            L = ct.UtteranceLoader(self.paths, BUDGET, weights=[1, 1, 1], stratify=how, seed=2)
+            got, real, padded = collections.Counter(), 0, 0
+            for b in L:
+                if not b.repeat:
+                    got.update(b.source.tolist())
+                real += int(b[1].sum())
+                padded += b[0].shape[0] * b[0].shape[1]
+            self.assertEqual([got[s] for s in range(3)], L.quotas)
+            self.assertEqual(L.state_dict()["stratify"], how)
+            pad[how] = padded / real
+        self.assertLess(pad["length"], pad["shares"])
 
     def test_cli_bench_utt_mixture(self):
         p = subprocess.run([EXE, "bench-utt", *self.paths, "--weights", "3,1,1", "--frame-budget",
