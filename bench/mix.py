@@ -21,7 +21,7 @@ mixture / one of the medians (target: at least 0.9).
 
 usage: /usr/bin/python3 bench/mix.py [--dir DIR] [--utts 2100] [--rounds 5]
            [--batches 1500] [--batch 1024] [--context 30] [--threads N]
-           [--frame-budget 16000] [--utt-batches 400]"""
+           [--frame-budget 16000] [--utt-batches 3000]"""
 import argparse
 import os
 import re
@@ -90,7 +90,7 @@ def main():
     ap.add_argument("--context", type=int, default=30)
     ap.add_argument("--threads", type=int)
     ap.add_argument("--frame-budget", type=int, default=16000)
-    ap.add_argument("--utt-batches", type=int, default=400)
+    ap.add_argument("--utt-batches", type=int, default=3000)
     a = ap.parse_args()
     own = a.dir is None
     d = a.dir or tempfile.mkdtemp(prefix="ctxshard-mixbench-")

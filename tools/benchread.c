@@ -164,6 +164,7 @@ int bench_mix_run(int n, char **dirs, const bench_read_opts *o) {
     mo.weights = o->nweights ? o->weights : NULL;
     mo.temperature = o->temperature;
     mo.epoch_size = o->epoch_size;
+    if (o->sampler == CXS_SAMPLER_BLOCK) mo.memory_bytes = o->memory, mo.blocks = o->blocks;
     double t1 = now_seconds();
     if ((rc = cxs_mix_create((const cxs_dataset *const *)ds, (uint32_t)n, &mo, &m, &d))) {
         warnx_("bench-read: cannot create the mixture: %s", d.message[0] ? d.message : cxs_strerror(rc));
@@ -201,7 +202,10 @@ int bench_mix_run(int n, char **dirs, const bench_read_opts *o) {
     double bytes = (double)samples * (2.0 * o->k + 1) * dim * sizeof(float);
     printf("mixture of %d datasets: epoch of %llu samples, batch %u, k=%u, %u thread%s, %s\n", n,
            (unsigned long long)cxs_mix_epoch_size(m), o->batch, o->k, o->threads,
-           o->threads == 1 ? "" : "s", o->sampler == CXS_SAMPLER_SHUFFLE ? "shuffled" : "in order");
+           o->threads == 1 ? "" : "s",
+           o->sampler == CXS_SAMPLER_SHUFFLE  ? "shuffled"
+           : o->sampler == CXS_SAMPLER_BLOCK ? "in block order"
+                                             : "in order");
     for (int i = 0; i < n; i++) {
         cxs_info in;
         cxs_dataset_info(ds[i], &in);

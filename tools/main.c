@@ -319,7 +319,8 @@ static const char *const usage_bench =
     "                 cache first (by default only its metadata is fetched at open\n"
     "                 and the features block by block as the loader reads them)\n"
     "\n"
-    "Several datasets: a mixture (shuffle or sequential sampler), each batch\n"
+    "Several datasets: a mixture (shuffle, sequential or block sampler: with\n"
+    "--memory, one budget shared by the datasets), each batch\n"
     "holding every dataset's share; prints the quotas and what each served.\n"
     "  --weights W1,W2,...  one weight per dataset (default: their frame counts)\n"
     "  --temperature T  without --weights: shares ~ frames^(1/T)\n"
@@ -1028,12 +1029,18 @@ int main(int argc, char **argv) {
         if (bo.nweights && bo.nweights != (uint32_t)(argc - optind))
             return usage_error(usage, "--weights: %u weights for %d datasets (one each)",
                                bo.nweights, argc - optind);
-        if (bo.sampler != CXS_SAMPLER_SHUFFLE && bo.sampler != CXS_SAMPLER_SEQUENTIAL)
-            return usage_error(usage, "%s", "a mixture is read with --sampler shuffle or "
-                               "sequential (block order is not available for mixtures)");
-        if (bo.order_stats || bo.hugepages || bo.memory)
-            return usage_error(usage, "%s", "--order-stats, --hugepages and --memory do not "
-                               "apply to a mixture");
+        if (bo.sampler == CXS_SAMPLER_WEIGHTED)
+            return usage_error(usage, "%s", "a mixture is read with --sampler shuffle, "
+                               "sequential or block (weighted sampling is not available for "
+                               "mixtures)");
+        if (bo.sampler == CXS_SAMPLER_BLOCK && !bo.memory)
+            return usage_error(usage, "%s", "--sampler block needs --memory SIZE (the page "
+                               "cache all the datasets may use)");
+        if (bo.sampler != CXS_SAMPLER_BLOCK && (bo.memory || bo.blocks))
+            return usage_error(usage, "%s", "--memory and --blocks apply to --sampler block");
+        if (bo.order_stats || bo.hugepages)
+            return usage_error(usage, "%s", "--order-stats and --hugepages do not apply to a "
+                               "mixture");
         bo.k = have_k ? (uint32_t)k : 30;
         bo.threads = po.threads ? po.threads : cxs_default_threads();
         bo.seed = so.seed;

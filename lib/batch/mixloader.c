@@ -7,10 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+
 #include "abi.h"
+#include "blocks.h"
 #include "dataset_internal.h"
 #include "gather.h"
+#include "mix.h"
 #include "ring.h"
+#include "samplers.h"
+#include "shardfd.h"
 
 typedef struct mslot {
     float *x;
@@ -28,9 +34,22 @@ typedef struct mworker {
     cxs_gather_ctx *g;
 } mworker;
 
+/* Block order: a source's blocks, asked for (WILLNEED) as the claims
+ * reach them and let go (shardfd.h) once the consumer has passed them,
+ * so that the page cache the sources hold stays near their shares of the
+ * mixture's memory budget.  A place is (pass, block index of that pass's
+ * plan). */
+typedef struct mblocks {
+    cxs_shard_fds sfd;
+    uint64_t adv_pass, adv_blk;   /* the next block to ask for (under ring.mu) */
+    uint64_t drop_pass, drop_blk; /* the next block to let go (the consumer's) */
+    int fresh;                    /* a new start: both from its position */
+} mblocks;
+
 struct cxs_mix_loader {
     const cxs_mix *mix;
     uint32_t n;
+    mblocks *blk;          /* per source, block order only (else NULL) */
     cxs_loader_opts o;
     size_t window;        /* floats per sample */
     double **norm;        /* per source: means then scales, or NULL */
@@ -46,11 +65,99 @@ static int abandoned(void *arg) {
     return cxs_ring_abandoned(&wk->l->ring, wk->gen);
 }
 
+/* Source src's block plan of `pass`, a reference (put it back). */
+static cxs_block_plan *plan_of(const cxs_mix_loader *l, uint32_t src, uint64_t pass) {
+    cxs_block_plan *p;
+    cxs_block_sched *bs = cxs_sampler_blocks(cxs_mix_order(l->mix, src));
+    return bs && !cxs_block_plan_get(bs, pass, &p) ? p : NULL;
+}
+static void plan_back(const cxs_mix_loader *l, uint32_t src, cxs_block_plan *p) {
+    cxs_block_plan_put(cxs_sampler_blocks(cxs_mix_order(l->mix, src)), p);
+}
+
+/* Stream place s of source src: its pass, and the blocks its round draws
+ * on ([*first, *last]); 0, or -1 without a plan. */
+static int round_at(const cxs_mix_loader *l, uint32_t src, uint64_t s, uint64_t *pass,
+                    uint64_t *first, uint64_t *last) {
+    const uint64_t N = cxs_mix_dataset(l->mix, src)->meta.num_frames;
+    *pass = s / N;
+    cxs_block_plan *p = plan_of(l, src, *pass);
+    if (!p) return -1;
+    const uint64_t t = cxs_block_plan_round(p, s % N);
+    *first = cxs_block_plan_first(p, t);
+    *last = (t + p->R < p->nblocks ? t + p->R : p->nblocks) - 1;
+    plan_back(l, src, p);
+    return 0;
+}
+
+/* Walk source src's blocks from (*pass, *blk) up to, not including,
+ * (pass, blk), asking for each (want) or letting it go. */
+static void walk_blocks(cxs_mix_loader *l, uint32_t src, uint64_t *at_pass, uint64_t *at_blk,
+                        uint64_t pass, uint64_t blk, int want) {
+    mblocks *mb = &l->blk[src];
+    if (pass > *at_pass + 1) *at_pass = pass - 1, *at_blk = 0; /* (a jump: from the last pass) */
+    while (*at_pass < pass || (*at_pass == pass && *at_blk < blk)) {
+        cxs_block_plan *p = plan_of(l, src, *at_pass);
+        if (!p) return;
+        const uint64_t end = *at_pass < pass ? p->nblocks : (blk < p->nblocks ? blk : p->nblocks);
+        for (; *at_blk < end; (*at_blk)++) {
+            const cxs_block *b = &p->blk[*at_blk];
+            if (!b->len) continue; /* compressed: read through the decoder */
+            if (!want) {
+                cxs_range_drop(&mb->sfd, b->shard, b->off, b->len);
+                continue;
+            }
+            int fd = cxs_shard_fd(&mb->sfd, b->shard);
+            if (fd >= 0) posix_fadvise(fd, (off_t)b->off, (off_t)b->len, POSIX_FADV_WILLNEED);
+        }
+        plan_back(l, src, p);
+        if (*at_pass == pass) break;
+        (*at_pass)++, *at_blk = 0;
+    }
+}
+
+/* Under ring.mu, as batch pos is claimed: ask for the blocks its rounds
+ * draw on and the next one. */
+static void blocks_claimed(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
+    uint64_t a[CXS_MIX_MAX_SOURCES], c[CXS_MIX_MAX_SOURCES];
+    if (cxs_mix_repeat(l->mix, pos) || cxs_mix_spans(l->mix, epoch, pos, a, c)) return;
+    for (uint32_t i = 0; i < l->n; i++) {
+        mblocks *mb = &l->blk[i];
+        uint64_t pass, first, last, p1, f1, l1;
+        if (!c[i] || round_at(l, i, a[i], &pass, &first, &last) ||
+            round_at(l, i, a[i] + c[i] - 1, &p1, &f1, &l1))
+            continue;
+        if (mb->fresh) {
+            mb->adv_pass = mb->drop_pass = pass;
+            mb->adv_blk = mb->drop_blk = first;
+            mb->fresh = 0;
+        }
+        walk_blocks(l, i, &mb->adv_pass, &mb->adv_blk, p1, l1 + 2, 1);
+    }
+}
+
+/* The consumer took batch pos: the blocks before those its rounds draw on
+ * are no batch's to come. */
+static void blocks_taken(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
+    uint64_t a[CXS_MIX_MAX_SOURCES], c[CXS_MIX_MAX_SOURCES];
+    if (cxs_mix_repeat(l->mix, pos) || cxs_mix_spans(l->mix, epoch, pos, a, c)) return;
+    for (uint32_t i = 0; i < l->n; i++) {
+        mblocks *mb = &l->blk[i];
+        uint64_t pass, first, last;
+        pthread_mutex_lock(&l->ring.mu); /* a claim sets where dropping starts */
+        const int fresh = mb->fresh;
+        pthread_mutex_unlock(&l->ring.mu);
+        if (!c[i] || fresh || round_at(l, i, a[i], &pass, &first, &last)) continue;
+        walk_blocks(l, i, &mb->drop_pass, &mb->drop_blk, pass, first, 0);
+    }
+}
+
 static void mclaim(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
     cxs_mix_loader *l = owner;
     (void)i, (void)gen;
     l->w[w].epoch = l->epoch;
     l->w[w].pos = l->start + b;
+    if (l->blk) blocks_claimed(l, l->epoch, l->start + b);
 }
 
 static int mfill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
@@ -115,6 +222,8 @@ void cxs_mix_loader_free(cxs_mix_loader *l) {
     }
     free(l->norm);
     free(l->map);
+    for (uint32_t i = 0; l->blk && i < l->n; i++) cxs_shard_fds_free(&l->blk[i].sfd);
+    free(l->blk);
     free(l);
 }
 
@@ -238,6 +347,7 @@ static int position(cxs_mix_loader *l, uint64_t epoch, uint64_t start, uint64_t 
     l->epoch = epoch;
     l->start = start;
     *nb = l->length - start;
+    for (uint32_t i = 0; l->blk && i < l->n; i++) l->blk[i].fresh = 1;
     return 0;
 }
 
@@ -305,6 +415,15 @@ int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opts, uint6
         if (rc) cxs_diagf(diag, rc, "mixture loader: out of memory for %u batch buffers",
                           l->o.ring);
     }
+    int block = 0;
+    for (uint32_t i = 0; i < l->n; i++)
+        block |= cxs_mix_order(mix, i) && cxs_sampler_blocks(cxs_mix_order(mix, i));
+    if (!rc && block) {
+        if (!(l->blk = calloc(l->n, sizeof *l->blk))) rc = -ENOMEM;
+        for (uint32_t i = 0; !rc && i < l->n; i++)
+            rc = cxs_shard_fds_init(&l->blk[i].sfd, cxs_mix_dataset(mix, i));
+        if (rc) cxs_diagf(diag, rc, "mixture loader: out of memory");
+    }
     if (!rc) rc = position(l, epoch, start, &l->ring.nbatches, diag);
     if (!rc && (rc = cxs_ring_start(&l->ring)))
         cxs_diagf(diag, rc, "mixture loader: no worker thread could be started");
@@ -319,6 +438,7 @@ int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opts, uint6
 const cxs_diag *cxs_mix_loader_error(const cxs_mix_loader *l) { return l ? &l->ring.err : NULL; }
 
 static int respawn(cxs_mix_loader *l, int drop_held) {
+    for (uint32_t i = 0; l->blk && i < l->n; i++) cxs_shard_fds_after_fork(&l->blk[i].sfd);
     cxs_ring_after_fork(&l->ring, drop_held);
     int rc = cxs_ring_start(&l->ring);
     if (!rc) cxs_ring_adopt(&l->ring);
@@ -344,6 +464,7 @@ static int next_batch(cxs_mix_loader *l, const cxs_mix_frames **batch, cxs_diag 
                          (unsigned long long)s->batch, cxs_strerror(s->rc));
     }
     *batch = &l->slots[i].pub;
+    if (l->blk) blocks_taken(l, l->epoch, (*batch)->index);
     return 0;
 }
 

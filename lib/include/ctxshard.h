@@ -1308,8 +1308,8 @@ CXS_API void cxs_utt_loader_free(cxs_utt_loader *l);
 #define CXS_MIX_MAX_SOURCES 256u
 
 typedef struct cxs_mix_opts {
-    uint32_t kind;          /**< CXS_SAMPLER_SHUFFLE (default 0 is sequential) or
-                                 CXS_SAMPLER_SEQUENTIAL: the order of each source's passes */
+    uint32_t kind;          /**< CXS_SAMPLER_SHUFFLE, CXS_SAMPLER_SEQUENTIAL (0) or
+                                 CXS_SAMPLER_BLOCK: the order of each source's passes */
     uint64_t seed;
     uint32_t batch_size;    /**< samples per global batch, required */
     const double *weights;  /**< nsources weights >= 0 (not all 0); NULL: natural shares */
@@ -1319,6 +1319,9 @@ typedef struct cxs_mix_opts {
     uint32_t world_size;    /**< 0 or 1: not distributed */
     uint32_t drop_last;     /**< 1: cut the short last batch and an incomplete final round */
     uint64_t origin;        /**< global batch position where every epoch starts (resume) */
+    uint64_t memory_bytes;  /**< CXS_SAMPLER_BLOCK: the page cache all the sources may use */
+    uint32_t blocks;        /**< CXS_SAMPLER_BLOCK: blocks a source's batch draws from
+                                 (1..1024; 0: 8) */
     uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_mix_opts_init) */
 } cxs_mix_opts;
 

@@ -552,9 +552,19 @@ int cxs_mix_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_opts 
     if (!n || n > CXS_MIX_MAX_SOURCES)
         return cxs_diagf(d, CXS_E_INVALID, "mixture: %u sources (1 to %u)", n,
                          CXS_MIX_MAX_SOURCES);
-    if (opts->kind != CXS_SAMPLER_SHUFFLE && opts->kind != CXS_SAMPLER_SEQUENTIAL)
-        return cxs_diagf(d, CXS_E_INVALID, "mixture: kind %u (CXS_SAMPLER_SHUFFLE or "
-                         "CXS_SAMPLER_SEQUENTIAL: the order of each source's passes)", opts->kind);
+    if (opts->kind != CXS_SAMPLER_SHUFFLE && opts->kind != CXS_SAMPLER_SEQUENTIAL &&
+        opts->kind != CXS_SAMPLER_BLOCK)
+        return cxs_diagf(d, CXS_E_INVALID, "mixture: kind %u (CXS_SAMPLER_SHUFFLE, "
+                         "CXS_SAMPLER_SEQUENTIAL or CXS_SAMPLER_BLOCK: the order of each "
+                         "source's passes)", opts->kind);
+    if ((opts->kind == CXS_SAMPLER_BLOCK) != (opts->memory_bytes != 0))
+        return cxs_diagf(d, CXS_E_INVALID, opts->memory_bytes
+                         ? "mixture: memory_bytes applies to CXS_SAMPLER_BLOCK only"
+                         : "mixture: CXS_SAMPLER_BLOCK needs memory_bytes (the memory budget "
+                           "of all the sources)");
+    if (opts->blocks > 1024 || (opts->blocks && opts->kind != CXS_SAMPLER_BLOCK))
+        return cxs_diagf(d, CXS_E_INVALID, "mixture: blocks %u (1..1024, with "
+                         "CXS_SAMPLER_BLOCK only)", opts->blocks);
     if (!opts->batch_size)
         return cxs_diagf(d, CXS_E_INVALID, "mixture: batch_size is required");
     const uint64_t w = opts->world_size ? opts->world_size : 1;
@@ -592,13 +602,32 @@ int cxs_mix_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_opts 
                            m->share, m->quota, d);
     m->o.weights = NULL; /* the caller's may go */
     if (!rc && !m->E) rc = cxs_diagf(d, CXS_E_INVALID, "mixture: the epoch has no samples");
+    /* block order: the budget shared in proportion to the bytes of rows
+     * each source gives an epoch (so every source's blocks last about as
+     * long in the epoch) */
+    double bytes = 0;
+    for (uint32_t i = 0; i < n; i++) bytes += (double)m->quota[i] * (double)ds[i]->row_bytes;
     for (uint32_t i = 0; !rc && i < n; i++) {
-        if (opts->kind != CXS_SAMPLER_SHUFFLE || !m->size[i]) continue;
+        if (opts->kind == CXS_SAMPLER_SEQUENTIAL || !m->size[i] || !m->quota[i]) continue;
         cxs_sampler_opts so;
         cxs_sampler_opts_init(&so);
-        so.kind = CXS_SAMPLER_SHUFFLE;
+        so.kind = opts->kind;
         so.seed = mix64(opts->seed ^ mix64(0x6d6978ull + i)); /* per source, from the seed */
-        rc = cxs_sampler_create_ex(ds[i], &so, &m->order[i], d);
+        if (opts->kind == CXS_SAMPLER_BLOCK) {
+            so.memory_bytes = (uint64_t)((double)opts->memory_bytes *
+                                         ((double)m->quota[i] * (double)ds[i]->row_bytes) / bytes);
+            so.blocks = opts->blocks;
+            if (!so.memory_bytes) so.memory_bytes = 1;
+        }
+        cxs_diag sd;
+        if (!(rc = cxs_sampler_create_ex(ds[i], &so, &m->order[i], &sd))) continue;
+        if (opts->kind == CXS_SAMPLER_BLOCK)
+            cxs_diagf(d, rc, "mixture: source %u (%s), with its share of the memory budget "
+                      "(%llu bytes): %s", i, ds[i]->manifest_path,
+                      (unsigned long long)so.memory_bytes, sd.message);
+        else
+            cxs_diagf(d, rc, "mixture: source %u (%s): %s", i, ds[i]->manifest_path,
+                      sd.message);
     }
     if (!rc) {
         uint64_t nfull = m->E / m->B;
@@ -654,26 +683,43 @@ static int items(const cxs_mix *m, uint32_t i, uint64_t epoch, uint64_t a, uint6
     return 0;
 }
 
-int cxs_mix_batch(const cxs_mix *m, uint64_t epoch, uint64_t pos, uint64_t *frames,
-                  uint32_t *source, uint32_t cap, uint32_t *n, uint64_t *global) {
-    if (!m || !frames || !n) return CXS_E_INVALID;
-    if (pos >= m->length) return CXS_E_RANGE;
-    if (cap < m->B) return CXS_E_INVALID;
-    uint64_t a[CXS_MIX_MAX_SOURCES], c[CXS_MIX_MAX_SOURCES], g;
+/* This rank's batch at pos: per source its first item (epoch-local) and
+ * count, and its global place. */
+static void spans(const cxs_mix *m, uint64_t pos, uint64_t *a, uint64_t *c, uint64_t *g) {
     if (m->w == 1) { /* one rank: the merged order itself */
-        g = m->o.origin + pos;
-        prefix(m, g * m->B, a);
-        prefix(m, batch_end(m, g), c);
+        *g = m->o.origin + pos;
+        prefix(m, *g * m->B, a);
+        prefix(m, batch_end(m, *g), c);
         for (uint32_t i = 0; i < m->n; i++) c[i] -= a[i];
     } else {
-        g = m->rg[pos];
-        uint64_t g0 = m->o.origin + (g - m->o.origin) / m->w * m->w;
+        *g = m->rg[pos];
+        uint64_t g0 = m->o.origin + (*g - m->o.origin) / m->w * m->w;
         prefix(m, g0 * m->B, a);
         for (uint32_t i = 0; i < m->n; i++) {
             a[i] += m->roff[pos * m->n + i];
             c[i] = m->rcnt[pos * m->n + i];
         }
     }
+}
+
+int cxs_mix_spans(const cxs_mix *m, uint64_t epoch, uint64_t pos, uint64_t *start,
+                  uint64_t *count) {
+    if (pos >= m->length) return CXS_E_RANGE;
+    uint64_t g;
+    spans(m, pos, start, count, &g);
+    for (uint32_t i = 0; i < m->n; i++) start[i] += epoch * m->quota[i];
+    return 0;
+}
+
+const cxs_sampler *cxs_mix_order(const cxs_mix *m, uint32_t i) { return m->order[i]; }
+
+int cxs_mix_batch(const cxs_mix *m, uint64_t epoch, uint64_t pos, uint64_t *frames,
+                  uint32_t *source, uint32_t cap, uint32_t *n, uint64_t *global) {
+    if (!m || !frames || !n) return CXS_E_INVALID;
+    if (pos >= m->length) return CXS_E_RANGE;
+    if (cap < m->B) return CXS_E_INVALID;
+    uint64_t a[CXS_MIX_MAX_SOURCES], c[CXS_MIX_MAX_SOURCES], g;
+    spans(m, pos, a, c, &g);
     uint32_t k = 0;
     for (uint32_t i = 0; i < m->n; i++) {
         if (!c[i]) continue;

@@ -17,6 +17,16 @@ int cxs_mix_apportion(uint32_t n, const cxs_dataset *const *ds, const uint64_t *
                       const double *wt, double T, uint64_t E, const char *unit, double *share,
                       uint64_t *quota, cxs_diag *d);
 
+/* The items of this rank's batch at pos of epoch: per source the first's
+ * place in the source's endless stream (epoch * quota + the epoch-local
+ * item; stream item s is item s % frames of pass s / frames) and their
+ * count.  0 or CXS_E_RANGE. */
+int cxs_mix_spans(const cxs_mix *m, uint64_t epoch, uint64_t pos, uint64_t *start,
+                  uint64_t *count);
+/* Source i's order of a pass (its sampler: shuffle or block), or NULL
+ * (storage order, or a source the epoch never takes). */
+const cxs_sampler *cxs_mix_order(const cxs_mix *m, uint32_t i);
+
 /* splitmix64's finaliser */
 static inline uint64_t cxs_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

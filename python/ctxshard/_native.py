@@ -153,8 +153,8 @@ class MixOpts(Structure):
     _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("batch_size", c_uint32),
                 ("weights", POINTER(c_double)), ("temperature", c_double),
                 ("epoch_size", c_uint64), ("rank", c_uint32), ("world_size", c_uint32),
-                ("drop_last", c_uint32), ("origin", c_uint64),
-                ("reserved", c_uint64 * OPTS_RESERVED)]
+                ("drop_last", c_uint32), ("origin", c_uint64), ("memory_bytes", c_uint64),
+                ("blocks", c_uint32), ("reserved", c_uint64 * OPTS_RESERVED)]
 
 
 class MixFrames(Structure):

@@ -9,7 +9,7 @@ import ctypes
 
 import numpy as np
 
-from . import SEQUENTIAL, SHUFFLE, Dataset, _args as _a, _native as _n, _raise
+from . import BLOCK, SEQUENTIAL, SHUFFLE, Dataset, _args as _a, _native as _n, _raise
 from ._native import lib as _lib
 
 __all__ = ["Mixture", "UtteranceMixture"]
@@ -75,16 +75,32 @@ class Mixture:
     Every batch holds the shares to within about a sample; rank r of
     world_size takes global batches origin + r, + r + world_size, ...; over
     an epoch each rank gets each source's share to within about a sample.
-    origin: the global batch where every epoch starts (resume)."""
+    origin: the global batch where every epoch starts (resume).
+    shuffle="block" with memory= (bytes or '2G') and blocks= (1..1024,
+    default 8): data larger than memory -- each source's passes in block
+    order (as the block sampler's), the budget shared among the sources in
+    proportion to the bytes of rows each gives an epoch."""
 
     def __init__(self, datasets, batch_size, weights=None, temperature=None, epoch_size=None,
-                 shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0):
+                 shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0,
+                 memory=None, blocks=None):
         f = "Mixture"
         self.datasets = _sources(f, datasets)
         n = len(self.datasets)
         self.batch_size = _a.integer(f, "batch_size", batch_size, 1, 2**31 - 1)
         self._weights, self.temperature = _share_args(f, weights, temperature, n)
-        self.shuffle = _a.flag(f, "shuffle", shuffle)
+        if shuffle == "block":
+            if memory is None:
+                raise ValueError(f"{f}: shuffle='block' needs memory= (the page cache the "
+                                 "sources may use together, e.g. '2G')")
+            self.shuffle = "block"
+            self.memory = _a.size(f, "memory", memory)
+            self.blocks = _a.optional_integer(f, "blocks", blocks, 1, 1024)
+        else:
+            if memory is not None or blocks is not None:
+                raise ValueError(f"{f}: memory= and blocks= apply with shuffle='block' only")
+            self.shuffle = _a.flag(f, "shuffle", shuffle)
+            self.memory = self.blocks = None
         self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
         self.world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
         self.rank = _a.integer(f, "rank", rank, 0, self.world_size - 1,
@@ -93,7 +109,9 @@ class Mixture:
         self.origin = _a.integer(f, "origin", origin, 0, None)
         esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, None)
         o = _n.MixOpts()
-        o.kind = SHUFFLE if self.shuffle else SEQUENTIAL  # each source's passes
+        # each source's passes
+        o.kind = BLOCK if self.shuffle == "block" else SHUFFLE if self.shuffle else SEQUENTIAL
+        o.memory_bytes, o.blocks = self.memory or 0, self.blocks or 0
         o.seed, o.batch_size, o.epoch_size = self.seed, self.batch_size, esize
         o.temperature = 0.0 if temperature is None else temperature
         o.rank, o.world_size, o.drop_last, o.origin = (self.rank, self.world_size,

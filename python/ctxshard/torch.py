@@ -947,23 +947,26 @@ class MixtureLoader:
     when initialised): rank r takes global batches r, r + world_size, ...
     state_dict() is (seed, epoch, global_position) with global_position in
     global batches; load_state_dict() resumes there, also on another number
-    of ranks, nothing repeated or lost.  On the CPU only: device= copies
-    each batch to the device (no GPU path yet), and block order, streaming
-    and weighted sampling are not available for mixtures."""
+    of ranks, nothing repeated or lost.  shuffle="block" with memory= (and
+    blocks=): data larger than memory, each dataset's passes in block order
+    within its share of the one budget, its blocks asked for ahead and let
+    go once passed.  On the CPU only: device= copies each batch to the
+    device (no GPU path yet); streaming and weighted sampling are not
+    available for mixtures."""
 
     def __init__(self, paths, context, batch_size, shuffle=True, seed=0, drop_last=False,
                  weights=None, temperature=None, epoch_size=None, rank=None, world_size=None,
                  threads=None, normalize=False, labels=None, device=None, pin_memory=False,
-                 **unsupported):
+                 memory=None, blocks=None, **unsupported):
         f = "Loader"
         for k, v in unsupported.items():
             if v is not None and v is not False and v != "auto" and v != 0:
                 raise ValueError(f"{f}: {k}= is not available for a mixture of datasets (a "
-                                 "list of paths): the mixture loader serves host batches in "
-                                 "shuffled or sequential order")
-        if isinstance(shuffle, str):
-            raise ValueError(f"{f}: shuffle={shuffle!r}: a mixture is shuffled (True) or in "
-                             "order (False); block order is not available for mixtures yet")
+                                 "list of paths): the mixture loader serves host batches, "
+                                 "shuffled, in order or in block order")
+        if isinstance(shuffle, str) and shuffle != "block":
+            raise ValueError(f"{f}: shuffle={shuffle!r}: a mixture is shuffled (True), in "
+                             "order (False) or in block order ('block', with memory=)")
         self.datasets = _sources(f, paths)
         self.context = _a.integer(f, "context", context, 0, 1000000)
         self.batch_size = _a.integer(f, "batch_size", batch_size, 1, 2**31 - 1)
@@ -993,10 +996,12 @@ class MixtureLoader:
         self.input_size = d0.input_size(self.context)
         self._mix_args = dict(batch_size=self.batch_size, weights=weights,
                               temperature=temperature, epoch_size=epoch_size,
-                              shuffle=_a.flag(f, "shuffle", shuffle),
+                              shuffle="block" if shuffle == "block"
+                              else _a.flag(f, "shuffle", shuffle),
                               seed=_a.integer(f, "seed", seed, 0, 2**64 - 1), rank=self.rank,
                               world_size=self.world_size,
-                              drop_last=_a.flag(f, "drop_last", drop_last))
+                              drop_last=_a.flag(f, "drop_last", drop_last), memory=memory,
+                              blocks=blocks)
         self.sampler = Mixture(self.datasets, **self._mix_args)
         self._origin_mix = None
         self.seed, self.drop_last = self._mix_args["seed"], self._mix_args["drop_last"]
@@ -1049,7 +1054,7 @@ class MixtureLoader:
                 "identities": [d.identity for d in self.datasets],
                 "shares": list(m.shares), "quotas": list(m.quotas),
                 "epoch_size": m.epoch_size, "shuffle": m.shuffle, "drop_last": m.drop_last,
-                "normalization": self.normalization}
+                "memory": m.memory, "blocks": m.blocks, "normalization": self.normalization}
 
     def load_state_dict(self, state):
         f = "Loader.load_state_dict"
@@ -1057,7 +1062,7 @@ class MixtureLoader:
             raise ValueError(f"{f}: the state is not a mixture's (kind={state.get('kind')!r})")
         mine = self.state_dict()
         for key in ("seed", "batch_size", "identities", "quotas", "epoch_size", "shuffle",
-                    "drop_last"):
+                    "drop_last", "memory", "blocks"):
             if state.get(key) != mine[key]:
                 raise ValueError(f"{f}: the state's {key} ({_a._show(state.get(key))}) is not "
                                  f"this loader's ({_a._show(mine[key])}): it would resume into "

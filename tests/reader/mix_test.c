@@ -379,6 +379,111 @@ TEST(loader_windows_match_each_source) {
 }
 END_TEST
 
+/* Block order (CXS_SAMPLER_BLOCK): each source's passes are its block
+ * sampler's epochs, within its share of the one memory budget: per epoch
+ * the quotas, every frame once a pass (natural shares: one pass each),
+ * every batch's frames of a source within the blocks its round draws on,
+ * the same samples up to a state on 2 ranks as on 1; the loader's
+ * windows as each source's gather. */
+TEST(block_order_per_source) {
+    cxs_mix_opts o;
+    cxs_mix_opts_init(&o);
+    o.kind = CXS_SAMPLER_BLOCK;
+    o.seed = 13;
+    o.batch_size = 64;
+    o.memory_bytes = 2u << 20;
+    o.blocks = 2;
+    cxs_mix *m;
+    cxs_diag d;
+    if (cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d))
+        ck_abort_msg("%s", d.message);
+    const uint64_t L = cxs_mix_length(m, NULL), E = cxs_mix_epoch_size(m);
+    got t = take(m, 0, 0, L);
+    EXPECT_UINT(t.n, E);
+    qsort(t.s, t.n, 8, cmp64);
+    uint64_t at = 0;
+    for (int i = 0; i < NSRC; i++) /* every frame of every source once */
+        for (uint64_t f = 0; f < nframes[i]; f++, at++)
+            EXPECT_LOOP(t.s[at] == ((uint64_t)i << 48 | f));
+    got_free(&t);
+    /* the order differs from a shuffle's: the first batches' frames of a
+     * source lie in a few blocks (counted in stretches of 1,024 frames) */
+    uint64_t f[64], touched[2] = {0, 0};
+    uint32_t src[64], n;
+    for (int kind = 0; kind < 2; kind++) {
+        cxs_mix_opts so = o;
+        so.weights = w311; /* source 2 a fifth: its share of the budget 256 KiB */
+        so.memory_bytes = 5u << 18;
+        if (kind) so.kind = CXS_SAMPLER_SHUFFLE, so.memory_bytes = 0, so.blocks = 0;
+        cxs_mix *x;
+        if (cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &so, &x, &d))
+            ck_abort_msg("%s", d.message);
+        unsigned char hit[4096] = {0};
+        for (uint64_t p = 0; p < 6; p++) {
+            EXPECT_LOOP(cxs_mix_batch(x, 0, p, f, src, 64, &n, NULL) == 0);
+            for (uint32_t j = 0; j < n; j++)
+                if (src[j] == 2 && !hit[f[j] >> 10]++) touched[kind]++;
+        }
+        cxs_mix_free(x);
+    }
+    printf("mix: block order's first 6 batches touch %llu stretches of source 2, a "
+           "shuffle's %llu\n", (unsigned long long)touched[0], (unsigned long long)touched[1]);
+    EXPECT(touched[0] * 2 <= touched[1]);
+    /* 2 ranks to global 40 hold what 1 rank's first 40 batches hold */
+    uint64_t *a = malloc(40 * 64 * 8), *b = malloc(40 * 64 * 8), na = 0, nb = 0;
+    for (uint32_t r = 0; r < 2; r++) {
+        cxs_mix_opts ro = o;
+        ro.rank = r;
+        ro.world_size = 2;
+        cxs_mix *x;
+        EXPECT_INT(cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &ro, &x, &d), 0);
+        got g = take(x, 1, 0, 20);
+        memcpy(a + na, g.s, g.n * 8), na += g.n;
+        got_free(&g), cxs_mix_free(x);
+    }
+    got g = take(m, 1, 0, 40);
+    memcpy(b, g.s, g.n * 8), nb = g.n;
+    got_free(&g);
+    EXPECT_UINT(na, nb);
+    qsort(a, na, 8, cmp64), qsort(b, nb, 8, cmp64);
+    EXPECT(!memcmp(a, b, na * 8));
+    free(a), free(b);
+    /* the loader: windows and labels as each source's gather, across an
+     * epoch's end and a reset */
+    cxs_loader_opts lo;
+    cxs_loader_opts_init(&lo);
+    lo.k = 2;
+    lo.labels = 1;
+    lo.threads = 2;
+    cxs_mix_loader *l;
+    if (cxs_mix_loader_create(m, &lo, 1, 0, &l, &d)) ck_abort_msg("%s", d.message);
+    const size_t win = 5 * 8;
+    float *ref = malloc(64 * win * 4);
+    int64_t *rl = malloc(64 * 8);
+    const cxs_mix_frames *bt;
+    uint64_t nbat = 0;
+    int reset = 0;
+    while (!cxs_mix_loader_next(l, &bt, &d) && bt) {
+        for (uint32_t j = 0; j < bt->n; j++)
+            EXPECT_LOOP(!cxs_dataset_gather(ds[bt->source[j]], bt->frames + j, 1, 2, 0, 1,
+                                            ref + j * win, rl + j));
+        EXPECT_LOOP(!memcmp(bt->x, ref, bt->n * win * 4) && !memcmp(bt->y, rl, bt->n * 8));
+        if (++nbat == 10 && !reset++) { /* the same batches again */
+            EXPECT_INT(cxs_mix_loader_reset(l, 1, 5), 0);
+            nbat = 5;
+        }
+    }
+    EXPECT_UINT(nbat, L);
+    free(ref), free(rl);
+    cxs_mix_loader_free(l);
+    /* refusals: a block order without a budget, a budget without it */
+    o.memory_bytes = 0;
+    EXPECT_INT(cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "memory_bytes");
+    cxs_mix_free(m);
+}
+END_TEST
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-mix-XXXXXX");
     if (!mkdtemp(dir)) return 3;
@@ -394,7 +499,8 @@ int main(void) {
     if (td_make(wide, &o)) return 3;
     const TTest *tests[] = {proportions_exact_per_epoch_batch_and_rank,
                             deterministic_and_epochs_go_on, elastic_resume_2_to_3_and_3_to_1,
-                            refusals_name_the_option, loader_windows_match_each_source};
+                            refusals_name_the_option, loader_windows_match_each_source,
+                            block_order_per_source};
     const cxs_group g[] = {{"mix", 300, setup, teardown, tests, CXS_N(tests), NULL}};
     int failed = cxs_run_groups("mix", g, CXS_N(g), 0);
     char cmd[400];
