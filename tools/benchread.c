@@ -138,24 +138,12 @@ int bench_mix_run(int n, char **dirs, const bench_read_opts *o) {
     cxs_mix *m = NULL;
     cxs_mix_loader *l = NULL;
     cxs_diag d = {0};
-    int ec = 0, rc;
-    if (n > (int)CXS_MIX_MAX_SOURCES) {
-        warnx_("bench-read: %d datasets (a mixture holds at most %u)", n, CXS_MIX_MAX_SOURCES);
-        return EXIT_USAGE;
-    }
+    int ec = 0, rc, labels;
     cxs_open_opts oo = {.cache_bytes = CXS_DEFAULT_CACHE_BYTES};
-    int labels = 1;
-    uint32_t dim = 0;
-    for (int i = 0; i < n; i++) {
-        if ((rc = open_dataset(dirs[i], &oo, &ds[i]))) {
-            ec = rc;
-            goto out;
-        }
-        cxs_info in;
-        cxs_dataset_info(ds[i], &in);
-        labels &= in.label_width != 0;
-        dim = in.dim;
-    }
+    if ((ec = open_datasets("bench-read", n, dirs, &oo, ds, &labels))) return ec;
+    cxs_info in0;
+    cxs_dataset_info(ds[0], &in0);
+    const uint32_t dim = in0.dim;
     cxs_mix_opts mo;
     cxs_mix_opts_init(&mo);
     mo.kind = o->sampler;

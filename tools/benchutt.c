@@ -152,23 +152,10 @@ int bench_utt_mix_run(int n, char **dirs, const bench_utt_opts *o) {
     cxs_mix_utt *m = NULL;
     cxs_mix_utt_loader *l = NULL;
     cxs_diag d = {0};
-    int ec = 0, rc;
-    if (n > (int)CXS_MIX_MAX_SOURCES) {
-        warnx_("bench-utt: %d datasets (a mixture holds at most %u)", n, CXS_MIX_MAX_SOURCES);
-        return EXIT_USAGE;
-    }
+    int ec = 0, rc, labels;
     cxs_open_opts oo;
     cxs_open_opts_init(&oo);
-    uint32_t labels = 1;
-    for (int i = 0; i < n; i++) {
-        if ((rc = open_dataset(dirs[i], &oo, &ds[i]))) {
-            ec = rc;
-            goto out;
-        }
-        cxs_info in;
-        cxs_dataset_info(ds[i], &in);
-        labels &= in.label_width != 0;
-    }
+    if ((ec = open_datasets("bench-utt", n, dirs, &oo, ds, &labels))) return ec;
     cxs_mix_utt_opts mo;
     cxs_mix_utt_opts_init(&mo);
     mo.kind = CXS_UTT_SHUFFLE;
@@ -198,7 +185,7 @@ int bench_utt_mix_run(int n, char **dirs, const bench_utt_opts *o) {
     cxs_utt_loader_opts lo;
     cxs_utt_loader_opts_init(&lo);
     lo.threads = o->threads;
-    lo.labels = labels;
+    lo.labels = (uint32_t)labels;
     t0 = now_seconds();
     if ((rc = cxs_mix_utt_loader_create(m, &lo, 0, 0, &l, &d))) {
         warnx_("bench-utt: cannot start the mixture loader: %s",

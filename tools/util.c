@@ -83,6 +83,26 @@ int open_dataset(const char *path, const cxs_open_opts *opts, cxs_dataset **ds) 
     return rc ? open_failed(path, rc, &d) : 0;
 }
 
+int open_datasets(const char *cmd, int n, char **paths, const cxs_open_opts *opts,
+                  cxs_dataset **ds, int *labels) {
+    if (n > (int)CXS_MIX_MAX_SOURCES) {
+        warnx_("%s: %d datasets (a mixture holds at most %u)", cmd, n, CXS_MIX_MAX_SOURCES);
+        return EXIT_USAGE;
+    }
+    if (labels) *labels = 1;
+    for (int i = 0; i < n; i++) {
+        int rc = open_dataset(paths[i], opts, &ds[i]);
+        if (rc) {
+            while (i--) cxs_dataset_close(ds[i]), ds[i] = NULL;
+            return rc;
+        }
+        cxs_info in;
+        cxs_dataset_info(ds[i], &in);
+        if (labels) *labels &= in.label_width != 0;
+    }
+    return 0;
+}
+
 static int has(const char *dir, const char *name, int want_dir) {
     char p[4096];
     struct stat st;

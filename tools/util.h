@@ -27,6 +27,11 @@ struct cxs_diag;
  * that is missing, else exit_code_for(rc). */
 int open_failed(const char *path, int rc, const struct cxs_diag *d);
 int open_dataset(const char *path, const struct cxs_open_opts *opts, struct cxs_dataset **ds);
+/* The n datasets of a mixture (cmd names the command in a message): 0, or
+ * the exit code with those opened so far closed (ds[] NULL).  *labels
+ * (may be NULL): whether every one has frame labels. */
+int open_datasets(const char *cmd, int n, char **paths, const struct cxs_open_opts *opts,
+                  struct cxs_dataset **ds, int *labels);
 
 /* pack and check: a RAW (and OUT) of the wrong shape said in words before
  * the packer runs: a packed dataset given as RAW, RAW and OUT swapped,

@@ -60,6 +60,40 @@ struct cxs_mix_loader {
     mworker *w;
 };
 
+/* The per-source normalisation constants and label maps (NULL: none). */
+static void sources_free(uint32_t n, double **norm, int64_t **map) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (norm) free(norm[i]);
+        if (map) free(map[i]);
+    }
+    free(norm);
+    free(map);
+}
+
+/* The consumer's next slot of a ring (a forked child starting its workers
+ * first): 0 with *slot, 1 past the end, or the failure (in d). */
+static int ring_respawn(cxs_ring *r, int drop_held) {
+    cxs_ring_after_fork(r, drop_held);
+    int rc = cxs_ring_start(r);
+    if (!rc) cxs_ring_adopt(r);
+    return rc;
+}
+
+static int ring_take(cxs_ring *r, const char *what, uint32_t *slot, cxs_diag *d) {
+    int rc;
+    if (cxs_ring_forked(r) && (rc = ring_respawn(r, 0)))
+        return cxs_diagf(d, rc, "%s: no worker thread could start in this process: %s", what,
+                         cxs_strerror(rc));
+    if (cxs_ring_next(r, slot)) return 1;
+    const cxs_ring_slot *s = &r->slot[*slot];
+    if (s->rc) {
+        if (s->diag.message[0]) return cxs_diag_copy(d, s->rc, &s->diag);
+        return cxs_diagf(d, s->rc, "%s: batch %llu: %s", what, (unsigned long long)s->batch,
+                         cxs_strerror(s->rc));
+    }
+    return 0;
+}
+
 static int abandoned(void *arg) {
     const mworker *wk = arg;
     return cxs_ring_abandoned(&wk->l->ring, wk->gen);
@@ -216,12 +250,7 @@ void cxs_mix_loader_free(cxs_mix_loader *l) {
         free(l->w[t].g);
     }
     free(l->w);
-    for (uint32_t i = 0; i < l->n; i++) {
-        if (l->norm) free(l->norm[i]);
-        if (l->map) free(l->map[i]);
-    }
-    free(l->norm);
-    free(l->map);
+    sources_free(l->n, l->norm, l->map);
     for (uint32_t i = 0; l->blk && i < l->n; i++) cxs_shard_fds_free(&l->blk[i].sfd);
     free(l->blk);
     free(l);
@@ -439,33 +468,17 @@ const cxs_diag *cxs_mix_loader_error(const cxs_mix_loader *l) { return l ? &l->r
 
 static int respawn(cxs_mix_loader *l, int drop_held) {
     for (uint32_t i = 0; l->blk && i < l->n; i++) cxs_shard_fds_after_fork(&l->blk[i].sfd);
-    cxs_ring_after_fork(&l->ring, drop_held);
-    int rc = cxs_ring_start(&l->ring);
-    if (!rc) cxs_ring_adopt(&l->ring);
-    return rc;
+    return ring_respawn(&l->ring, drop_held);
 }
 
 static int next_batch(cxs_mix_loader *l, const cxs_mix_frames **batch, cxs_diag *d) {
-    if (cxs_ring_forked(&l->ring)) {
-        int rc = respawn(l, 0);
-        if (rc)
-            return cxs_diagf(d, rc, "mixture loader: no worker thread could start in this "
-                             "process: %s", cxs_strerror(rc));
-    }
-    uint32_t i;
-    if (cxs_ring_next(&l->ring, &i)) {
-        *batch = NULL;
-        return 0;
-    }
-    const cxs_ring_slot *s = &l->ring.slot[i];
-    if (s->rc) {
-        if (s->diag.message[0]) return cxs_diag_copy(d, s->rc, &s->diag);
-        return cxs_diagf(d, s->rc, "mixture loader: batch %llu: %s",
-                         (unsigned long long)s->batch, cxs_strerror(s->rc));
-    }
-    *batch = &l->slots[i].pub;
-    if (l->blk) blocks_taken(l, l->epoch, (*batch)->index);
-    return 0;
+    if (l->blk && cxs_ring_forked(&l->ring))
+        for (uint32_t i = 0; i < l->n; i++) cxs_shard_fds_after_fork(&l->blk[i].sfd);
+    uint32_t i = 0;
+    int rc = ring_take(&l->ring, "mixture loader", &i, d);
+    *batch = rc == 0 ? &l->slots[i].pub : NULL;
+    if (rc == 0 && l->blk) blocks_taken(l, l->epoch, (*batch)->index);
+    return rc == 1 ? 0 : rc;
 }
 
 int cxs_mix_loader_next(cxs_mix_loader *l, const cxs_mix_frames **batch, cxs_diag *d) {
@@ -614,12 +627,7 @@ void cxs_mix_utt_loader_free(cxs_mix_utt_loader *l) {
         free(l->w[t].c);
     }
     free(l->w);
-    for (uint32_t i = 0; i < l->n; i++) {
-        if (l->norm) free(l->norm[i]);
-        if (l->map) free(l->map[i]);
-    }
-    free(l->norm);
-    free(l->map);
+    sources_free(l->n, l->norm, l->map);
     free(l);
 }
 
@@ -731,27 +739,6 @@ const cxs_diag *cxs_mix_utt_loader_error(const cxs_mix_utt_loader *l) {
     return l ? &l->ring.err : NULL;
 }
 
-/* The consumer's next slot of a ring (a forked child starting its workers
- * first): 0 with *slot, 1 past the end, or the failure (in d). */
-static int ring_take(cxs_ring *r, const char *what, uint32_t *slot, cxs_diag *d) {
-    if (cxs_ring_forked(r)) {
-        cxs_ring_after_fork(r, 0);
-        int rc = cxs_ring_start(r);
-        if (rc)
-            return cxs_diagf(d, rc, "%s: no worker thread could start in this process: %s", what,
-                             cxs_strerror(rc));
-        cxs_ring_adopt(r);
-    }
-    if (cxs_ring_next(r, slot)) return 1;
-    const cxs_ring_slot *s = &r->slot[*slot];
-    if (s->rc) {
-        if (s->diag.message[0]) return cxs_diag_copy(d, s->rc, &s->diag);
-        return cxs_diagf(d, s->rc, "%s: batch %llu: %s", what, (unsigned long long)s->batch,
-                         cxs_strerror(s->rc));
-    }
-    return 0;
-}
-
 int cxs_mix_utt_loader_next(cxs_mix_utt_loader *l, const cxs_mix_utts **batch, cxs_diag *d) {
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture loader: no loader or batch "
@@ -764,16 +751,12 @@ int cxs_mix_utt_loader_next(cxs_mix_utt_loader *l, const cxs_mix_utts **batch, c
 
 int cxs_mix_utt_loader_reset(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
-    if (cxs_ring_forked(&l->ring)) {
-        cxs_ring_after_fork(&l->ring, 1);
-        int rc = cxs_ring_start(&l->ring);
-        if (rc)
-            return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, rc,
-                                        "utterance mixture loader: no worker thread could start "
-                                        "in this process: %s", cxs_strerror(rc)),
-                                    NULL);
-        cxs_ring_adopt(&l->ring);
-    }
+    int frc;
+    if (cxs_ring_forked(&l->ring) && (frc = ring_respawn(&l->ring, 1)))
+        return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, frc,
+                                    "utterance mixture loader: no worker thread could start in "
+                                    "this process: %s", cxs_strerror(frc)),
+                                NULL);
     /* the epoch's order outside the ring's lock (building it is O(epoch)) */
     uint64_t len;
     int rc = cxs_mix_utt_length(l->mix, epoch, NULL, &len);

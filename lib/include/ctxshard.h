@@ -1270,7 +1270,10 @@ CXS_API void cxs_utt_loader_free(cxs_utt_loader *l);
  * Which samples: each source is read as an endless stream of passes, pass
  * p being a permutation of all its frames (CXS_SAMPLER_SHUFFLE: a seeded
  * one per pass, as a shuffle sampler's epochs; CXS_SAMPLER_SEQUENTIAL:
- * storage order).  Epoch e takes items e*q_i .. (e+1)*q_i - 1 of the
+ * storage order; CXS_SAMPLER_BLOCK: the block sampler's epoch p, with
+ * `blocks` and the source's share of memory_bytes -- the share its rows
+ * take of an epoch's bytes, q_i * row bytes over the sum -- so that a
+ * batch draws on few blocks of each source: data larger than memory).  Epoch e takes items e*q_i .. (e+1)*q_i - 1 of the
  * stream: a source smaller than its quota is repeated (whole passes, then
  * the start of the next), a larger one subsampled, and the next epoch goes
  * on where this one stopped, so no frame comes twice within a pass and an
@@ -1335,8 +1338,11 @@ CXS_API void cxs_mix_opts_init(cxs_mix_opts *o);
  * which must outlive it).  Returns 0, -ENOMEM or CXS_E_INVALID (no
  * batch_size, a weight negative, not finite or all zero, a weight for a
  * source without frames, a temperature with weights or not positive,
- * rank >= world_size, origin past the epoch's batches, an unknown kind);
- * diag (may be NULL) says which and why.
+ * rank >= world_size, origin past the epoch's batches, an unknown kind,
+ * CXS_SAMPLER_BLOCK without memory_bytes, memory_bytes or blocks with
+ * another kind) or CXS_E_RANGE (block order: a source whose share of the
+ * budget cannot hold its longest utterance in a block); diag (may be
+ * NULL) says which and why.
  */
 CXS_API int cxs_mix_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_opts *opts,
                            cxs_mix **out, cxs_diag *diag);
@@ -1397,8 +1403,12 @@ typedef struct cxs_mix_loader cxs_mix_loader;
  * mapped by symbol into source 0's numbering); otherwise CXS_E_INVALID
  * names the symbols that differ.  CXS_GATHER_NORMALIZE normalises each
  * source with its own stored statistics, or all of them with opts->norm
- * when given.  Returns 0, -ENOMEM, -EAGAIN, CXS_E_NO_LABELS, CXS_E_INVALID
- * (diag says which option or source and why).
+ * when given.  In block order the loader asks for each source's blocks
+ * (POSIX_FADV_WILLNEED) as the claimed batches reach them, one ahead, and
+ * lets a block go (out of the page tables and the page cache) once the
+ * consumer has passed every batch that draws on it.  Returns 0, -ENOMEM,
+ * -EAGAIN, CXS_E_NO_LABELS, CXS_E_INVALID (diag says which option or
+ * source and why).
  */
 CXS_API int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opts,
                                   uint64_t epoch, uint64_t start, cxs_mix_loader **out,

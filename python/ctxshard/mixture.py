@@ -60,7 +60,20 @@ def _share_args(f, weights, temperature, n):
     return w, temperature
 
 
-class Mixture:
+class _Handle:
+    """A C mixture, freed with the object (or close())."""
+    _FREE = None
+
+    def close(self):
+        if getattr(self, "_ptr", None):
+            getattr(_lib, self._FREE)(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        self.close()
+
+
+class Mixture(_Handle):
     """Batches of frames drawn from several datasets in fixed shares.
 
     datasets: Datasets or paths (opened here).  weights: one per source
@@ -80,6 +93,8 @@ class Mixture:
     default 8): data larger than memory -- each source's passes in block
     order (as the block sampler's), the budget shared among the sources in
     proportion to the bytes of rows each gives an epoch."""
+
+    _FREE = "cxs_mix_free"
 
     def __init__(self, datasets, batch_size, weights=None, temperature=None, epoch_size=None,
                  shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0,
@@ -164,16 +179,9 @@ class Mixture:
         return bool(_lib.cxs_mix_repeat(self._ptr, _a.integer("Mixture.repeat", "pos", pos, 0,
                                                                None)))
 
-    def close(self):
-        if getattr(self, "_ptr", None):
-            _lib.cxs_mix_free(self._ptr)
-            self._ptr = None
-
-    def __del__(self):
-        self.close()
 
 
-class UtteranceMixture:
+class UtteranceMixture(_Handle):
     """Length-bucketed batches of whole utterances drawn from several
     datasets in fixed shares (the C library's cxs_mix_utt), as utterance
     numbers with their sources.
@@ -198,6 +206,8 @@ class UtteranceMixture:
     round completed with the epoch's first batches, repeat() says which,
     or with drop_last cut).  origin: the global batch where every epoch
     starts (resume)."""
+
+    _FREE = "cxs_mix_utt_free"
 
     def __init__(self, datasets, frame_budget, weights=None, temperature=None, epoch_size=None,
                  shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0,
@@ -284,10 +294,3 @@ class UtteranceMixture:
             _raise(rc, what="utterance mixture")
         return u[:n.value], s[:n.value], int(g.value), bool(r.value)
 
-    def close(self):
-        if getattr(self, "_ptr", None):
-            _lib.cxs_mix_utt_free(self._ptr)
-            self._ptr = None
-
-    def __del__(self):
-        self.close()

@@ -910,6 +910,14 @@ def _same_width(f, datasets):
                              "(their stored dtypes may differ)")
 
 
+def _mix_norm(opts, stats, dim):
+    """opts.norm: the given (mean, var), when there is one set for all."""
+    if stats is not None:
+        mean, var = stats
+        dp = ctypes.POINTER(ctypes.c_double)
+        opts.norm = ctypes.pointer(_n.Norm(dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp)))
+
+
 def _mix_normalization(f, datasets, normalize):
     """A mixture's normalisation: ("none" | "per-source" | "given", the
     given (mean, var) float64 arrays or None)."""
@@ -1079,11 +1087,7 @@ class MixtureLoader:
         opts = _n.LoaderOpts(self.context, self.batch_size, self.threads or 0, 0,
                              _n.GATHER_NORMALIZE if self.normalization != "none" else 0, 0,
                              int(self.labels), 0)
-        if self._norm_stats is not None:
-            mean, var = self._norm_stats
-            dp = ctypes.POINTER(ctypes.c_double)
-            nrm = _n.Norm(self.datasets[0].dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp))
-            opts.norm = ctypes.pointer(nrm)
+        _mix_norm(opts, self._norm_stats, self.datasets[0].dim)
         ptr, diag = ctypes.c_void_p(), _n.Diag()
         rc = _lib.cxs_mix_loader_create(mix._ptr, ctypes.byref(opts), epoch, start,
                                         ctypes.byref(ptr), ctypes.byref(diag))
@@ -1732,11 +1736,7 @@ class MixtureUtteranceLoader:
             (_n.PAD_PER_UTTERANCE if self.per_utterance else 0)
         opts = _n.UttLoaderOpts(self.threads or 0, 0, flags, int(self.labels), None, 0,
                                 int(self.targets))
-        if self._norm_stats is not None:
-            mean, var = self._norm_stats
-            dp = ctypes.POINTER(ctypes.c_double)
-            nrm = _n.Norm(self.datasets[0].dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp))
-            opts.norm = ctypes.pointer(nrm)
+        _mix_norm(opts, self._norm_stats, self.datasets[0].dim)
         ptr, diag = ctypes.c_void_p(), _n.Diag()
         rc = _lib.cxs_mix_utt_loader_create(mix._ptr, ctypes.byref(opts), epoch, start,
                                             ctypes.byref(ptr), ctypes.byref(diag))
