@@ -72,6 +72,14 @@ class _Handle:
     def __del__(self):
         self.close()
 
+    def _order_args(self, f, seed, rank, world_size, drop_last, origin):
+        self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
+        self.world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
+        self.rank = _a.integer(f, "rank", rank, 0, self.world_size - 1,
+                               f"0..world_size-1 = 0..{self.world_size - 1}")
+        self.drop_last = _a.flag(f, "drop_last", drop_last)
+        self.origin = _a.integer(f, "origin", origin, 0, None)
+
 
 class Mixture(_Handle):
     """Batches of frames drawn from several datasets in fixed shares.
@@ -116,12 +124,7 @@ class Mixture(_Handle):
                 raise ValueError(f"{f}: memory= and blocks= apply with shuffle='block' only")
             self.shuffle = _a.flag(f, "shuffle", shuffle)
             self.memory = self.blocks = None
-        self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
-        self.world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
-        self.rank = _a.integer(f, "rank", rank, 0, self.world_size - 1,
-                               f"0..world_size-1 = 0..{self.world_size - 1}")
-        self.drop_last = _a.flag(f, "drop_last", drop_last)
-        self.origin = _a.integer(f, "origin", origin, 0, None)
+        self._order_args(f, seed, rank, world_size, drop_last, origin)
         esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, None)
         o = _n.MixOpts()
         # each source's passes
@@ -218,12 +221,7 @@ class UtteranceMixture(_Handle):
         self.frame_budget = _a.integer(f, "frame_budget", frame_budget, 1, 2**63 - 1)
         self._weights, self.temperature = _share_args(f, weights, temperature, n)
         self.shuffle = _a.flag(f, "shuffle", shuffle)
-        self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
-        self.world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
-        self.rank = _a.integer(f, "rank", rank, 0, self.world_size - 1,
-                               f"0..world_size-1 = 0..{self.world_size - 1}")
-        self.drop_last = _a.flag(f, "drop_last", drop_last)
-        self.origin = _a.integer(f, "origin", origin, 0, None)
+        self._order_args(f, seed, rank, world_size, drop_last, origin)
         self.buckets = _a.optional_integer(f, "buckets", buckets, 1, 1024)
         self.max_batch = _a.optional_integer(f, "max_batch", max_batch, 1, 2**32 - 1)
         self.long_utterances = _a.choice(f, "long_utterances", long_utterances,

@@ -936,7 +936,20 @@ def _mix_normalization(f, datasets, normalize):
         np.ascontiguousarray(d0.stats.var, np.float64))
 
 
-class MixtureLoader:
+class _MixLoader:
+    """What the two mixture loaders share."""
+
+    @property
+    def quotas(self):
+        """Samples (utterances) of each dataset per epoch."""
+        return self.sampler.quotas
+
+    @property
+    def shares(self):
+        return self.sampler.shares
+
+
+class MixtureLoader(_MixLoader):
     """Batches of windows from several datasets in fixed shares (what
     Loader([a, b, ...], context, batch_size, ...) returns).  The shares,
     quotas, passes and ranks are ctxshard.Mixture's: weights (one per
@@ -1023,13 +1036,6 @@ class MixtureLoader:
         ptr = self._create(self.sampler, 0, 0)
         _lib.cxs_mix_loader_free(ptr)
 
-    @property
-    def quotas(self):
-        return self.sampler.quotas
-
-    @property
-    def shares(self):
-        return self.sampler.shares
 
     def _mix_now(self):
         if not self._origin:
@@ -1572,7 +1578,7 @@ class MixedUtterances(tuple):
 __all__ += ["MixtureUtteranceLoader", "MixedUtterances"]
 
 
-class MixtureUtteranceLoader:
+class MixtureUtteranceLoader(_MixLoader):
     """Padded batches of whole utterances from several datasets in fixed
     shares (what UtteranceLoader([a, b, ...], frame_budget, ...) returns).
     The shares, quotas, passes, buckets and ranks are
@@ -1651,13 +1657,6 @@ class MixtureUtteranceLoader:
         ptr = self._create(self.sampler, 0, 0)  # what only the library checks fails now
         _lib.cxs_mix_utt_loader_free(ptr)
 
-    @property
-    def quotas(self):
-        return self.sampler.quotas
-
-    @property
-    def shares(self):
-        return self.sampler.shares
 
     def _mix_now(self):
         m = self._mixes.get(self._origin)
