@@ -111,13 +111,13 @@ static void plan_back(const cxs_mix_loader *l, uint32_t src, cxs_block_plan *p) 
 
 /* Stream place s of source src: its pass, and the blocks its round draws
  * on ([*first, *last]); 0, or -1 without a plan. */
-static int round_at(const cxs_mix_loader *l, uint32_t src, uint64_t s, uint64_t *pass,
+static int round_at(const cxs_mix_loader *l, uint32_t src, unsigned __int128 s, uint64_t *pass,
                     uint64_t *first, uint64_t *last) {
     const uint64_t N = cxs_mix_dataset(l->mix, src)->meta.num_frames;
-    *pass = s / N;
+    *pass = (uint64_t)(s / N);
     cxs_block_plan *p = plan_of(l, src, *pass);
     if (!p) return -1;
-    const uint64_t t = cxs_block_plan_round(p, s % N);
+    const uint64_t t = cxs_block_plan_round(p, (uint64_t)(s % N));
     *first = cxs_block_plan_first(p, t);
     *last = (t + p->R < p->nblocks ? t + p->R : p->nblocks) - 1;
     plan_back(l, src, p);
@@ -153,7 +153,8 @@ static void walk_blocks(cxs_mix_loader *l, uint32_t src, uint64_t *at_pass, uint
 /* Under ring.mu, as batch pos is claimed: ask for the blocks its rounds
  * draw on and the next one. */
 static void blocks_claimed(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
-    uint64_t a[CXS_MIX_MAX_SOURCES], c[CXS_MIX_MAX_SOURCES];
+    unsigned __int128 a[CXS_MIX_MAX_SOURCES];
+    uint64_t c[CXS_MIX_MAX_SOURCES];
     if (cxs_mix_repeat(l->mix, pos) || cxs_mix_spans(l->mix, epoch, pos, a, c)) return;
     for (uint32_t i = 0; i < l->n; i++) {
         mblocks *mb = &l->blk[i];
@@ -173,7 +174,8 @@ static void blocks_claimed(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
 /* The consumer took batch pos: the blocks before those its rounds draw on
  * are no batch's to come. */
 static void blocks_taken(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
-    uint64_t a[CXS_MIX_MAX_SOURCES], c[CXS_MIX_MAX_SOURCES];
+    unsigned __int128 a[CXS_MIX_MAX_SOURCES];
+    uint64_t c[CXS_MIX_MAX_SOURCES];
     if (cxs_mix_repeat(l->mix, pos) || cxs_mix_spans(l->mix, epoch, pos, a, c)) return;
     for (uint32_t i = 0; i < l->n; i++) {
         mblocks *mb = &l->blk[i];

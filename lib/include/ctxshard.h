@@ -1317,7 +1317,8 @@ typedef struct cxs_mix_opts {
     uint32_t batch_size;    /**< samples per global batch, required */
     const double *weights;  /**< nsources weights >= 0 (not all 0); NULL: natural shares */
     double temperature;     /**< weights NULL: shares ~ n^(1/T); 0 or 1: ~ n */
-    uint64_t epoch_size;    /**< samples per epoch, all ranks; 0: the sum of the sources' frames */
+    uint64_t epoch_size;    /**< samples per epoch, all ranks (at most 2^62); 0: the sum of
+                                 the sources' frames */
     uint32_t rank;          /**< 0 .. world_size-1 */
     uint32_t world_size;    /**< 0 or 1: not distributed */
     uint32_t drop_last;     /**< 1: cut the short last batch and an incomplete final round */
@@ -1339,7 +1340,7 @@ CXS_API void cxs_mix_opts_init(cxs_mix_opts *o);
  * batch_size, a weight negative, not finite or all zero, a weight for a
  * source without frames, a temperature with weights or not positive,
  * rank >= world_size, origin past the epoch's batches, an unknown kind,
- * CXS_SAMPLER_BLOCK without memory_bytes, memory_bytes or blocks with
+ * an epoch above 2^62 samples, CXS_SAMPLER_BLOCK without memory_bytes, memory_bytes or blocks with
  * another kind) or CXS_E_RANGE (block order: a source whose share of the
  * budget cannot hold its longest utterance in a block); diag (may be
  * NULL) says which and why.
@@ -1496,7 +1497,8 @@ typedef struct cxs_mix_utt_opts {
                                  0: refused at create */
     const double *weights;  /**< nsources weights >= 0 (not all 0); NULL: natural shares */
     double temperature;     /**< weights NULL: shares ~ U^(1/T); 0 or 1: ~ U */
-    uint64_t epoch_size;    /**< utterances per epoch, all ranks; 0: the sum of the sources' */
+    uint64_t epoch_size;    /**< utterances per epoch, all ranks (at most 2^40); 0: the sum
+                                 of the sources' */
     uint32_t rank;          /**< 0 .. world_size-1 */
     uint32_t world_size;    /**< 0 or 1: not distributed */
     uint32_t drop_last;     /**< 1: cut the epoch to a multiple of world_size batches */
@@ -1513,7 +1515,8 @@ CXS_API void cxs_mix_utt_opts_init(cxs_mix_utt_opts *o);
  * Create an utterance mixture over ds[0..n-1] (1 .. CXS_MIX_MAX_SOURCES,
  * which must outlive it).  Reads every source's INDEX (checked).  Returns
  * 0, -ENOMEM, CXS_E_INVALID (as cxs_mix_create, and no frame_budget, an
- * unknown kind, buckets above 1024), CXS_E_RANGE (an utterance longer
+ * unknown kind, buckets above 1024, an epoch above 2^40 utterances,
+ * world_size above 2^20), CXS_E_RANGE (an utterance longer
  * than the budget without long_alone: diag names the source and the
  * utterance), CXS_E_CHECKSUM / CXS_E_CORRUPT / CXS_E_TRUNCATED (a damaged
  * INDEX); diag (may be NULL) says which and why.
@@ -1532,9 +1535,11 @@ CXS_API uint64_t cxs_mix_utt_epoch_size(const cxs_mix_utt *m);
 /** Most utterances of a batch (buffers), most padded frames of a batch. */
 CXS_API uint32_t cxs_mix_utt_max_batch(const cxs_mix_utt *m);
 CXS_API uint64_t cxs_mix_utt_max_frames(const cxs_mix_utt *m);
-/** The epoch's batch counts: *global (may be NULL) of its global order
- * (after drop_last), *length (may be NULL) this rank's from origin.
- * Builds the epoch's order when it is not kept.  Returns 0 or -ENOMEM. */
+/** The epoch's batch counts: *global (may be NULL) the batches of its
+ * global order (all of them, whatever the ranks: with drop_last the ranks
+ * stop at the last whole round from origin), *length (may be NULL) this
+ * rank's from origin.  Builds the epoch's order when it is not kept.
+ * Returns 0 or -ENOMEM. */
 CXS_API int cxs_mix_utt_length(const cxs_mix_utt *m, uint64_t epoch, uint64_t *global,
                                uint64_t *length);
 /**

@@ -597,6 +597,11 @@ int cxs_mix_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_opts 
     }
     m->E = opts->epoch_size ? opts->epoch_size : total;
     m->B = opts->batch_size;
+    if (m->E > CXS_MIX_MAX_EPOCH) {
+        cxs_mix_free(m);
+        return cxs_diagf(d, CXS_E_INVALID, "mixture: an epoch of %llu samples (at most 2^62)",
+                         (unsigned long long)(opts->epoch_size ? opts->epoch_size : total));
+    }
     m->w = w;
     rc = cxs_mix_apportion(n, ds, m->size, opts->weights, opts->temperature, m->E, "frames",
                            m->share, m->quota, d);
@@ -606,7 +611,8 @@ int cxs_mix_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_opts 
      * each source gives an epoch (so every source's blocks last about as
      * long in the epoch) */
     double bytes = 0;
-    for (uint32_t i = 0; i < n; i++) bytes += (double)m->quota[i] * (double)ds[i]->row_bytes;
+    for (uint32_t i = 0; !rc && i < n; i++)
+        bytes += (double)m->quota[i] * (double)ds[i]->row_bytes;
     for (uint32_t i = 0; !rc && i < n; i++) {
         if (opts->kind == CXS_SAMPLER_SEQUENTIAL || !m->size[i] || !m->quota[i]) continue;
         cxs_sampler_opts so;
@@ -669,9 +675,10 @@ uint64_t cxs_mix_length(const cxs_mix *m, uint64_t *global) {
 static int items(const cxs_mix *m, uint32_t i, uint64_t epoch, uint64_t a, uint64_t c,
                  uint64_t *frames) {
     const uint64_t N = m->size[i];
-    uint64_t s = epoch * m->quota[i] + a;
+    u128 s = (u128)epoch * m->quota[i] + a; /* (128 bits: epochs are 64) */
     while (c) {
-        uint64_t pass = s / N, at = s % N, k = min64(c, N - at);
+        /* (a pass number past 2^64 wraps: it names a permutation) */
+        uint64_t pass = (uint64_t)(s / N), at = (uint64_t)(s % N), k = min64(c, N - at);
         if (m->order[i]) {
             int rc = cxs_sampler_get(m->order[i], pass, at, (size_t)k, frames);
             if (rc) return rc;
@@ -702,12 +709,12 @@ static void spans(const cxs_mix *m, uint64_t pos, uint64_t *a, uint64_t *c, uint
     }
 }
 
-int cxs_mix_spans(const cxs_mix *m, uint64_t epoch, uint64_t pos, uint64_t *start,
+int cxs_mix_spans(const cxs_mix *m, uint64_t epoch, uint64_t pos, u128 *start,
                   uint64_t *count) {
     if (pos >= m->length) return CXS_E_RANGE;
-    uint64_t g;
-    spans(m, pos, start, count, &g);
-    for (uint32_t i = 0; i < m->n; i++) start[i] += epoch * m->quota[i];
+    uint64_t g, a[CXS_MIX_MAX_SOURCES];
+    spans(m, pos, a, count, &g);
+    for (uint32_t i = 0; i < m->n; i++) start[i] = (u128)epoch * m->quota[i] + a[i];
     return 0;
 }
 

@@ -7,6 +7,13 @@
 
 #include "ctxshard.h"
 
+/* The most samples an epoch of a frame mixture may hold (2^62: the
+ * quotas' arithmetic in doubles and 64 bits stays exact enough and
+ * bounded), and of an utterance mixture, whose plan is built whole
+ * (2^40). */
+#define CXS_MIX_MAX_EPOCH (1ull << 62)
+#define CXS_MIX_UTT_MAX_EPOCH (1ull << 40)
+
 /* The shares share[0..n-1] (weights wt, or with wt NULL the sizes, or
  * size^(1/T) with a temperature T other than 0 and 1) and the quotas
  * quota[0..n-1] of an epoch of E samples: E * share rounded by largest
@@ -21,7 +28,7 @@ int cxs_mix_apportion(uint32_t n, const cxs_dataset *const *ds, const uint64_t *
  * place in the source's endless stream (epoch * quota + the epoch-local
  * item; stream item s is item s % frames of pass s / frames) and their
  * count.  0 or CXS_E_RANGE. */
-int cxs_mix_spans(const cxs_mix *m, uint64_t epoch, uint64_t pos, uint64_t *start,
+int cxs_mix_spans(const cxs_mix *m, uint64_t epoch, uint64_t pos, unsigned __int128 *start,
                   uint64_t *count);
 /* Source i's order of a pass (its sampler: shuffle or block), or NULL
  * (storage order, or a source the epoch never takes). */

@@ -19,6 +19,7 @@
 #include "samplers.h"
 
 #define PLANS 2
+#define CXS_MIX_UTT_MAX_RANKS (1u << 20) /* ranks_build: O(w) a round */
 #define HIST_MAX (1u << 22) /* lengths above it share the histogram's last bin */
 
 typedef unsigned __int128 u128;
@@ -225,6 +226,9 @@ int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_u
     if (opts->drop_last > 1 || opts->long_alone > 1)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: drop_last and long_alone are 0 "
                          "or 1");
+    if (w > CXS_MIX_UTT_MAX_RANKS)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: world_size %llu (at most 2^20)",
+                         (unsigned long long)w);
     for (uint32_t i = 0; i < n; i++)
         if (!ds[i]) return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: source %u is NULL", i);
     cxs_mix_utt *m = calloc(1, sizeof *m);
@@ -249,6 +253,12 @@ int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_u
         total += m->size[i];
     }
     m->E = opts->epoch_size ? opts->epoch_size : total;
+    if (m->E > CXS_MIX_UTT_MAX_EPOCH) {
+        cxs_mix_utt_free(m);
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: an epoch of %llu utterances (at "
+                         "most 2^40: an epoch's order is built whole)", (unsigned long long)
+                         (opts->epoch_size ? opts->epoch_size : total));
+    }
     rc = cxs_mix_apportion(n, ds, m->size, opts->weights, opts->temperature, m->E, "utterances",
                            m->share, m->quota, d);
     m->o.weights = NULL; /* the caller's may go */
@@ -263,7 +273,10 @@ int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_u
         if (mb > m->E) mb = m->E;
         if (mb < 1) mb = 1;
         m->max_batch = mb > UINT32_MAX ? UINT32_MAX : (uint32_t)mb;
-        m->max_frames = longest > B ? longest : B;
+        /* (a budget far above what a batch can hold sizes no buffer) */
+        u128 most = (u128)m->max_batch * longest;
+        m->max_frames = most < B ? (uint64_t)most : B;
+        if (longest > m->max_frames) m->max_frames = longest;
     }
     if (rc) {
         cxs_mix_utt_free(m);
@@ -541,12 +554,12 @@ static void plan_put(const cxs_mix_utt *cm, uplan *p) {
     pthread_mutex_unlock(&m->mu);
 }
 
-/* The epoch's global batches after drop_last, and this rank's. */
+/* The epoch's global batches (all of them), and this rank's. */
 static void counts(const cxs_mix_utt *m, const uplan *p, uint64_t *global, uint64_t *length) {
     const uint64_t N = p->nb, W = m->w, org = m->o.origin;
     uint64_t left = org < N ? N - org : 0;
     uint64_t len = m->o.drop_last ? left / W : (left + W - 1) / W;
-    if (global) *global = m->o.drop_last ? (org < N ? org : N) + len * W : N;
+    if (global) *global = N;
     if (length) *length = len;
 }
 

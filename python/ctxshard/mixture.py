@@ -63,6 +63,7 @@ def _share_args(f, weights, temperature, n):
 class _Handle:
     """A C mixture, freed with the object (or close())."""
     _FREE = None
+    _MAX_RANKS = 2**32 - 1
 
     def close(self):
         if getattr(self, "_ptr", None):
@@ -74,11 +75,11 @@ class _Handle:
 
     def _order_args(self, f, seed, rank, world_size, drop_last, origin):
         self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
-        self.world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
+        self.world_size = _a.integer(f, "world_size", world_size, 1, self._MAX_RANKS)
         self.rank = _a.integer(f, "rank", rank, 0, self.world_size - 1,
                                f"0..world_size-1 = 0..{self.world_size - 1}")
         self.drop_last = _a.flag(f, "drop_last", drop_last)
-        self.origin = _a.integer(f, "origin", origin, 0, None)
+        self.origin = _a.integer(f, "origin", origin, 0, 2**64 - 1)
 
 
 class Mixture(_Handle):
@@ -125,7 +126,7 @@ class Mixture(_Handle):
             self.shuffle = _a.flag(f, "shuffle", shuffle)
             self.memory = self.blocks = None
         self._order_args(f, seed, rank, world_size, drop_last, origin)
-        esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, None)
+        esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, 2**62)
         o = _n.MixOpts()
         # each source's passes
         o.kind = BLOCK if self.shuffle == "block" else SHUFFLE if self.shuffle else SEQUENTIAL
@@ -137,6 +138,7 @@ class Mixture(_Handle):
         if self._weights is not None:
             o.weights = self._weights.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         arr = (ctypes.c_void_p * n)(*[d._ptr for d in self.datasets])
+        self._handles = [d._h for d in self.datasets]  # the datasets outlive the mixture
         ptr, diag = ctypes.c_void_p(), _n.Diag()
         rc = _lib.cxs_mix_create(arr, n, ctypes.byref(o), ctypes.byref(ptr), ctypes.byref(diag))
         if rc:
@@ -162,8 +164,8 @@ class Mixture(_Handle):
         """This rank's batch at position pos of epoch: (frames, sources,
         global): each sample's frame number in its own dataset (uint64),
         its source (uint32), and the batch's place in the global order."""
-        epoch = _a.integer("Mixture.batch", "epoch", epoch, 0, None)
-        pos = _a.integer("Mixture.batch", "pos", pos, 0, None)
+        epoch = _a.integer("Mixture.batch", "epoch", epoch, 0, 2**64 - 1)
+        pos = _a.integer("Mixture.batch", "pos", pos, 0, 2**64 - 1)
         if pos >= self._length:
             raise IndexError(f"Mixture.batch: position {pos} is past this rank's "
                              f"{self._length} batches")
@@ -180,7 +182,7 @@ class Mixture(_Handle):
         """Whether this rank's batch at pos repeats one of the run's first
         round (the final round's padding for ranks past the last batch)."""
         return bool(_lib.cxs_mix_repeat(self._ptr, _a.integer("Mixture.repeat", "pos", pos, 0,
-                                                               None)))
+                                                               2**64 - 1)))
 
 
 
@@ -211,6 +213,7 @@ class UtteranceMixture(_Handle):
     starts (resume)."""
 
     _FREE = "cxs_mix_utt_free"
+    _MAX_RANKS = 2**20
 
     def __init__(self, datasets, frame_budget, weights=None, temperature=None, epoch_size=None,
                  shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0,
@@ -227,7 +230,7 @@ class UtteranceMixture(_Handle):
         self.long_utterances = _a.choice(f, "long_utterances", long_utterances,
                                          ("refuse", "alone"))
         self.stratify = _a.choice(f, "stratify", stratify, ("shares", "length"))
-        esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, None)
+        esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, 2**40)
         o = _n.MixUttOpts()
         o.kind = _n.UTT_SHUFFLE if self.shuffle else _n.UTT_SEQUENTIAL
         o.seed, o.frame_budget, o.epoch_size = self.seed, self.frame_budget, esize
@@ -241,6 +244,7 @@ class UtteranceMixture(_Handle):
         if self._weights is not None:
             o.weights = self._weights.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         arr = (ctypes.c_void_p * n)(*[d._ptr for d in self.datasets])
+        self._handles = [d._h for d in self.datasets]  # the datasets outlive the mixture
         ptr, diag = ctypes.c_void_p(), _n.Diag()
         rc = _lib.cxs_mix_utt_create(arr, n, ctypes.byref(o), ctypes.byref(ptr),
                                      ctypes.byref(diag))
@@ -265,7 +269,7 @@ class UtteranceMixture(_Handle):
     def lengths(self, epoch):
         """(global batches, this rank's batches) of epoch (they change with
         the epoch: the batches are cut from its utterances)."""
-        epoch = _a.integer("UtteranceMixture.lengths", "epoch", epoch, 0, None)
+        epoch = _a.integer("UtteranceMixture.lengths", "epoch", epoch, 0, 2**64 - 1)
         g, n = ctypes.c_uint64(), ctypes.c_uint64()
         rc = _lib.cxs_mix_utt_length(self._ptr, epoch, ctypes.byref(g), ctypes.byref(n))
         if rc:
@@ -277,8 +281,8 @@ class UtteranceMixture(_Handle):
         global, repeat): each utterance's number in its own dataset
         (uint64), its source (uint32), the batch's place in the global
         order, and whether it is the final round's padding."""
-        epoch = _a.integer("UtteranceMixture.batch", "epoch", epoch, 0, None)
-        pos = _a.integer("UtteranceMixture.batch", "pos", pos, 0, None)
+        epoch = _a.integer("UtteranceMixture.batch", "epoch", epoch, 0, 2**64 - 1)
+        pos = _a.integer("UtteranceMixture.batch", "pos", pos, 0, 2**64 - 1)
         cap = self.max_batch_size
         u = np.empty(cap, np.uint64)
         s = np.empty(cap, np.uint32)

@@ -358,6 +358,9 @@ class Loader:
     def __new__(cls, path=None, *args, **kw):
         # Loader([a, b, c], ..., weights=...): a mixture (MixtureLoader)
         if cls is Loader and isinstance(path, (list, tuple)):
+            if len(args) > 5:  # (the positions after drop_last differ)
+                raise TypeError("Loader([...]): a mixture takes context, batch_size, shuffle, "
+                                "seed and drop_last by position; give the rest by name")
             return MixtureLoader(path, *args, **kw)
         return super().__new__(cls)
 
@@ -901,6 +904,16 @@ class MixedBatch(tuple):
         return t
 
 
+def _known(f, init, given):
+    """A misspelt keyword is a TypeError, as for any function: a mixture
+    refuses the single loader's options it cannot serve, and only those."""
+    import inspect
+    names = inspect.signature(init).parameters
+    for k in given:
+        if k not in names:
+            raise TypeError(f"{f}() got an unexpected keyword argument {k!r}")
+
+
 def _same_width(f, datasets):
     d0 = datasets[0]
     for d in datasets:
@@ -980,6 +993,7 @@ class MixtureLoader(_MixLoader):
                  threads=None, normalize=False, labels=None, device=None, pin_memory=False,
                  memory=None, blocks=None, **unsupported):
         f = "Loader"
+        _known(f, Loader.__init__, unsupported)
         for k, v in unsupported.items():
             if v is not None and v is not False and v != "auto" and v != 0:
                 raise ValueError(f"{f}: {k}= is not available for a mixture of datasets (a "
@@ -1059,7 +1073,7 @@ class MixtureLoader(_MixLoader):
         normalisation (none, per-source or given)."""
         g = self._origin + self._start * self.world_size
         epoch = self.epoch
-        if g >= self.sampler.global_batches:
+        if self._epoch_done(g):
             epoch, g = epoch + 1, 0
         m = self.sampler
         return {"kind": "mixture", "seed": self.seed, "epoch": epoch, "global_position": g,
@@ -1070,10 +1084,22 @@ class MixtureLoader(_MixLoader):
                 "epoch_size": m.epoch_size, "shuffle": m.shuffle, "drop_last": m.drop_last,
                 "memory": m.memory, "blocks": m.blocks, "normalization": self.normalization}
 
+    def _order_batches(self):
+        """The global batches of an epoch's order whatever the ranks (the
+        short last one cut with drop_last; a last round of fewer batches
+        than ranks is cut then too, which depends on the ranks)."""
+        E, B = self.sampler.epoch_size, self.batch_size
+        return E // B + (0 if self.drop_last else int(E % B != 0))
+
+    def _epoch_done(self, g):
+        N = self._order_batches()
+        return g >= N or (self.drop_last and N - g < self.world_size)
+
     def load_state_dict(self, state):
         f = "Loader.load_state_dict"
-        if state.get("kind") != "mixture":
-            raise ValueError(f"{f}: the state is not a mixture's (kind={state.get('kind')!r})")
+        if not isinstance(state, dict) or state.get("kind") != "mixture":
+            raise ValueError(f"{f}: the state is not a mixture's (kind="
+                             f"{state.get('kind') if isinstance(state, dict) else state!r})")
         mine = self.state_dict()
         for key in ("seed", "batch_size", "identities", "quotas", "epoch_size", "shuffle",
                     "drop_last", "memory", "blocks"):
@@ -1084,10 +1110,12 @@ class MixtureLoader(_MixLoader):
         if state.get("normalization") != self.normalization:
             raise ValueError(f"{f}: the state was normalised {state.get('normalization')!r}, "
                              f"this loader {self.normalization!r}")
-        g = _a.integer(f, "global_position", state["global_position"], 0,
-                       self.sampler.global_batches)
-        self.epoch = _a.integer(f, "epoch", state["epoch"], 0, _u.MAX_EPOCH)
-        self._origin, self._start = g, 0
+        g = _a.integer(f, "global_position", state.get("global_position"), 0,
+                       self._order_batches())
+        epoch = _a.integer(f, "epoch", state.get("epoch"), 0, _u.MAX_EPOCH)
+        if self._epoch_done(g):  # (on these ranks, what is left of it is cut)
+            epoch, g = epoch + 1, 0
+        self.epoch, self._origin, self._start = epoch, g, 0
 
     def _create(self, mix, epoch, start):
         opts = _n.LoaderOpts(self.context, self.batch_size, self.threads or 0, 0,
@@ -1328,6 +1356,9 @@ class UtteranceLoader:
     def __new__(cls, path=None, *args, **kw):
         # UtteranceLoader([a, b, c], ..., weights=...): a mixture
         if cls is UtteranceLoader and isinstance(path, (list, tuple)):
+            if len(args) > 13:  # (the positions after labels differ)
+                raise TypeError("UtteranceLoader([...]): a mixture takes the options up to "
+                                "labels by position; give the rest by name")
             return MixtureUtteranceLoader(path, *args, **kw)
         return super().__new__(cls)
 
@@ -1613,6 +1644,7 @@ class MixtureUtteranceLoader(_MixLoader):
                  targets=None, weights=None, temperature=None, epoch_size=None,
                  stratify="shares", device=None, **unsupported):
         f = "UtteranceLoader"
+        _known(f, UtteranceLoader.__init__, unsupported)
         for k, v in unsupported.items():
             if v is not None and v is not False and v != 0:
                 raise ValueError(f"{f}: {k}= is not available for a mixture of datasets (a "
@@ -1726,8 +1758,8 @@ class MixtureUtteranceLoader(_MixLoader):
             raise ValueError(f"{f}: global_batches {state.get('global_batches')!r} is not the "
                              f"{total} batches of epoch {epoch} here: another order")
         g = _a.integer(f, "global_position", state.get("global_position"), 0, total)
-        if g >= total:
-            epoch, g = epoch + 1, 0
+        if g >= total or (self.drop_last and total - g < self.world_size):
+            epoch, g = epoch + 1, 0  # (on these ranks, what is left of it is cut)
         self.epoch, self._origin, self._start = epoch, g, 0
 
     def _create(self, mix, epoch, start):

@@ -234,6 +234,46 @@ class MixTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             other.load_state_dict(st)
 
+    def test_drop_last_resume_on_other_ranks_and_closed_datasets(self):
+        """drop_last: saved on 1 rank one batch short of the epoch's end,
+        a run on 4 ranks goes on to the next epoch (what is left is less
+        than a round: cut), not refused; saved mid-epoch on 3, it serves
+        on 2 the whole rounds left.  A mixture keeps its datasets open
+        after the caller closes them."""
+        args = dict(weights=[1, 1, 1], drop_last=True, seed=1, epoch_size=14 * 64)
+        L = ct.Loader(self.paths, K, 64, **args)
+        it = iter(L)
+        for _ in range(13):
+            next(it)
+        st = L.state_dict()
+        self.assertEqual((st["epoch"], st["global_position"]), (0, 13))
+        L4 = ct.Loader(self.paths, K, 64, rank=0, world_size=4, **args)
+        L4.load_state_dict(st)
+        self.assertEqual((L4.state_dict()["epoch"], L4.state_dict()["global_position"]), (1, 0))
+        self.assertEqual(len(L4), 3)
+        L3 = ct.Loader(self.paths, K, 64, rank=0, world_size=3, **args)
+        it = iter(L3)
+        next(it), next(it)
+        st = L3.state_dict()
+        self.assertEqual(st["global_position"], 6)
+        served = collections.Counter()
+        for r in range(2):
+            L2 = ct.Loader(self.paths, K, 64, rank=r, world_size=2, **args)
+            L2.load_state_dict(st)
+            self.assertEqual(len(L2), 4)
+            for b in L2:
+                served[r] += 1
+        self.assertEqual(served, {0: 4, 1: 4})
+        ds = [ctxshard.Dataset(p) for p in self.paths]
+        L = ct.Loader(ds, K, 64, weights=[1, 1, 1])
+        for d in ds:
+            d.close()
+        self.assertEqual(sum(len(b[0]) for b in L), L.sampler.epoch_size)
+        with self.assertRaises(TypeError):  # a misspelt option is not ignored
+            ct.Loader(self.paths, K, 64, drop_lst=False)
+        with self.assertRaises(TypeError):  # nor an option in the wrong place
+            ct.Loader(self.paths, K, 64, True, 0, False, True)
+
     def test_vocabularies_by_symbol(self):
         p, _ = make("z", 3, 8, vocab=["sil", "aa", "b", "k", "zz"])
         with self.assertRaises(ValueError) as cm:

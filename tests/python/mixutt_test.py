@@ -215,6 +215,36 @@ class MixUttTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             other.load_state_dict(st)
 
+    def test_drop_last_resume_on_other_ranks_and_closed_datasets(self):
+        """drop_last: a state saved on 3 ranks loads on 2 and on 4 (the
+        epoch's global batches do not depend on the ranks) and they serve
+        exactly the whole rounds that are left, nothing lost; a mixture
+        keeps its datasets open after the caller closes them."""
+        args = dict(weights=[2, 1, 1], seed=3, drop_last=True, epoch_size=200)
+        N = ct.UtteranceLoader(self.paths, BUDGET, **args).global_batches(0)
+        st = None
+        for r in range(3):
+            L = ct.UtteranceLoader(self.paths, BUDGET, rank=r, world_size=3, **args)
+            it = iter(L)
+            next(it), next(it)
+            if r == 0:
+                st = L.state_dict()
+        self.assertEqual((st["epoch"], st["global_position"], st["global_batches"]), (0, 6, N))
+        for M in (2, 4):
+            globs = []
+            for r in range(M):
+                L = ct.UtteranceLoader(self.paths, BUDGET, rank=r, world_size=M, **args)
+                L.load_state_dict(st)
+                self.assertEqual(L.state_dict()["global_position"], 6)
+                for b in L:
+                    globs.append(L.batch_info["global"])
+            self.assertEqual(sorted(globs), list(range(6, 6 + (N - 6) // M * M)), M)
+        ds = [ctxshard.Dataset(p) for p in self.paths]
+        L = ct.UtteranceLoader(ds, BUDGET, weights=[1, 1, 1])
+        for d in ds:
+            d.close()
+        self.assertEqual(sum(len(b[0]) for b in L if not b.repeat), L.sampler.epoch_size)
+
     def test_vocabularies_widths_and_refusals(self):
         p, _ = make("z", 3, 8, vocab=["sil", "aa", "b", "k", "zz"])
         with self.assertRaises(ValueError) as cm:
@@ -232,6 +262,10 @@ class MixUttTest(unittest.TestCase):
         self.assertIn('long_utterances="alone"', str(cm.exception))
         with self.assertRaises(ValueError):
             ct.UtteranceLoader(self.paths, BUDGET, memory="1G")
+        with self.assertRaises(TypeError):  # a misspelt option is not ignored
+            ct.UtteranceLoader(self.paths, BUDGET, drop_lst=False)
+        with self.assertRaises(ValueError):
+            ctxshard.UtteranceMixture(self.paths, BUDGET, epoch_size=2**63)
 
     def test_temperature_epoch_size_sampler(self):
         n = [len(r.utts) for r in self.refs]

@@ -217,6 +217,16 @@ TEST(deterministic_and_epochs_go_on) {
     qsort(seen, n, 8, cmp64);
     for (uint64_t i = 1; i < n; i++) EXPECT_LOOP(seen[i] != seen[i - 1]);
     free(seen);
+    /* an epoch whose stream place (epoch * quota) is past 2^64: still one
+     * whole pass of every source (natural shares, one pass an epoch) */
+    cxs_mix *w = mk(NULL, 0, 0, 256, 0, 1, 0, 0, 2);
+    const uint64_t big = UINT64_MAX / nframes[0] + 3, Lw = cxs_mix_length(w, NULL);
+    got t = take(w, big, 0, Lw);
+    qsort(t.s, t.n, 8, cmp64);
+    EXPECT_UINT(t.n, total_frames());
+    for (uint64_t i = 1; i < t.n; i++) EXPECT_LOOP(t.s[i] != t.s[i - 1]);
+    got_free(&t);
+    cxs_mix_free(w);
 }
 END_TEST
 
@@ -299,6 +309,10 @@ TEST(refusals_name_the_option) {
     EXPECT_INT(cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d), CXS_E_INVALID);
     EXPECT_STR_HAS(d.message, "cxs_mix_opts");
     o.reserved[0] = 0;
+    o.epoch_size = UINT64_MAX; /* (its quotas in doubles would not end) */
+    EXPECT_INT(cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "2^62");
+    o.epoch_size = 0;
     o.origin = 1u << 30;
     EXPECT_INT(cxs_mix_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d), CXS_E_INVALID);
     EXPECT_STR_HAS(d.message, "origin");

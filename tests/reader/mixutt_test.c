@@ -330,6 +330,23 @@ TEST(refusals_name_the_source_and_option) {
     EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), CXS_E_INVALID);
     EXPECT_STR_HAS(d.message, "all 0");
     o.weights = NULL;
+    /* an epoch too large to build (its plan would wrap size_t), too many
+     * ranks, a budget far above any batch (no buffer sized by it) */
+    o.epoch_size = 1ull << 63;
+    EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "2^40");
+    o.epoch_size = 0;
+    o.world_size = (1u << 20) + 1;
+    EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "world_size");
+    o.world_size = 0;
+    o.frame_budget = 1ull << 40;
+    o.max_batch = 16;
+    EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), 0);
+    EXPECT_UINT(cxs_mix_utt_max_frames(m), 16 * longest);
+    cxs_mix_utt_free(m);
+    o.frame_budget = BUDGET;
+    o.max_batch = 0;
     /* another width: refused by the loader, naming it */
     cxs_dataset *w;
     EXPECT_INT(cxs_dataset_open(wide, &w, NULL), 0);
