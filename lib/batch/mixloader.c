@@ -520,7 +520,7 @@ typedef struct uslot {
 
 typedef struct uworker {
     struct cxs_mix_utt_loader *l;
-    uint64_t epoch, pos;
+    uint64_t epoch, pos, length; /* what it claimed, and the rank's batches then */
     cxs_pad_ctx *c; /* per source */
 } uworker;
 
@@ -543,6 +543,7 @@ static void uclaim(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen
     (void)i, (void)gen;
     l->w[w].epoch = l->epoch;
     l->w[w].pos = l->start + b;
+    l->w[w].length = l->length;
 }
 
 /* Labels of source src into source 0's numbering (padding left alone). */
@@ -602,6 +603,12 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
                            frames, wk->pos, g, l->o.targets ? s->targets : NULL,
                            l->o.targets ? s->tlen : NULL, lmax};
     s->pub = (cxs_mix_utts){&s->b, s->source, rep};
+    /* A ring's worth of batches before the epoch's end, the next epoch's
+     * order is built here (and kept), while the others fill the last
+     * batches, rather than by the consumer's reset when it gets there:
+     * advice, a failure changes nothing. */
+    const uint64_t ahead = wk->length > l->o.ring ? wk->length - l->o.ring : 0;
+    if (!rc && wk->pos == ahead) cxs_mix_utt_length(l->mix, wk->epoch + 1, NULL, NULL);
     return rc;
 }
 

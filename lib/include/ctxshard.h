@@ -1475,9 +1475,9 @@ CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
  * of each source are what their batches hold (measured, not bounded: see
  * the guide).
  *
- * Cost: an epoch's order is built at its first use: O(its utterances)
- * time (with CXS_MIX_STRATIFY_SHARES a sort of each source's items by
- * length), about 40 bytes an utterance while it is built and 12 kept (the
+ * Cost: an epoch's order is built at its first use: O(its utterances *
+ * sources) time (with CXS_MIX_STRATIFY_SHARES and a sort of each source's
+ * items by length), about 40 bytes an utterance while it is built and 12 kept (the
  * last two epochs asked are kept), and with w ranks O(batches * w *
  * sources) for the rounds' dealing up to 64 ranks, O(batches log w)
  * above; the sources' lengths are read once, at create (4 bytes an
