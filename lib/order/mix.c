@@ -627,10 +627,22 @@ int cxs_mix_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_opts 
         }
         cxs_diag sd;
         if (!(rc = cxs_sampler_create_ex(ds[i], &so, &m->order[i], &sd))) continue;
-        if (opts->kind == CXS_SAMPLER_BLOCK)
+        if (opts->kind == CXS_SAMPLER_BLOCK) {
+            /* the least budget whose shares give every source blocks that
+             * hold its longest utterance */
+            double need = 0;
+            for (uint32_t j = 0; j < n; j++) {
+                if (!m->quota[j] || !m->size[j]) continue;
+                const double v = (double)(ds[j]->max_len + ds[j]->meta.guard) *
+                                 ((opts->blocks ? opts->blocks : 8) + 1.0) * bytes /
+                                 (double)m->quota[j];
+                if (v > need) need = v;
+            }
             cxs_diagf(d, rc, "mixture: source %u (%s), with its share of the memory budget "
-                      "(%llu bytes): %s", i, ds[i]->manifest_path,
-                      (unsigned long long)so.memory_bytes, sd.message);
+                      "(%llu bytes): %s; memory_bytes of at least %.0f would do", i,
+                      ds[i]->manifest_path, (unsigned long long)so.memory_bytes, sd.message,
+                      ceil(need));
+        }
         else
             cxs_diagf(d, rc, "mixture: source %u (%s): %s", i, ds[i]->manifest_path,
                       sd.message);

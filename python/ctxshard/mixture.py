@@ -141,6 +141,9 @@ class Mixture(_Handle):
         self._handles = [d._h for d in self.datasets]  # the datasets outlive the mixture
         ptr, diag = ctypes.c_void_p(), _n.Diag()
         rc = _lib.cxs_mix_create(arr, n, ctypes.byref(o), ctypes.byref(ptr), ctypes.byref(diag))
+        if rc == _n.E_RANGE and diag.message:  # a budget too small: a wrong argument
+            raise ValueError(f"{f}: " + diag.message.decode("utf-8", "replace").split(": ", 1)[-1]
+                             .replace("memory_bytes", "memory="))
         if rc:
             _raise(rc, diag, what="mixture")
         self._ptr = ptr

@@ -325,6 +325,12 @@ class MixTest(unittest.TestCase):
                 np.add.at(seen[s], b.frames[b.source == s].numpy(), 1)
         for s in range(3):
             self.assertTrue(bool((seen[s] == 1).all()), s)
+        # a budget whose shares cannot hold a dataset's longest utterance:
+        # a ValueError that says what would do, and that does
+        with self.assertRaises(ValueError) as cm:
+            ct.Loader(self.paths, K, 50, shuffle="block", memory="10K")
+        need = int(str(cm.exception).rsplit("at least ", 1)[1].split()[0])
+        ct.Loader(self.paths, K, 50, shuffle="block", memory=need)
         # residency: three datasets of 12, 36 and 72 MB, a budget of 24 MB
         big, rng = [], np.random.default_rng(5)
         for name, frames in (("big-a", 190000), ("big-b", 560000), ("big-c", 1100000)):
