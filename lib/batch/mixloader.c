@@ -150,6 +150,18 @@ static void walk_blocks(cxs_mix_loader *l, uint32_t src, uint64_t *at_pass, uint
     }
 }
 
+/* A new start, or the end: what was asked for and not yet let go goes
+ * (the current rounds' blocks, those asked for ahead); the consumer's, or
+ * under ring.mu when workers run. */
+static void blocks_let_go(cxs_mix_loader *l) {
+    for (uint32_t i = 0; l->blk && i < l->n; i++) {
+        mblocks *mb = &l->blk[i];
+        if (!mb->fresh)
+            walk_blocks(l, i, &mb->drop_pass, &mb->drop_blk, mb->adv_pass, mb->adv_blk, 0);
+        mb->fresh = 1;
+    }
+}
+
 /* Under ring.mu, as batch pos is claimed: ask for the blocks its rounds
  * draw on and the next one. */
 static void blocks_claimed(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
@@ -176,7 +188,20 @@ static void blocks_claimed(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
 static void blocks_taken(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
     unsigned __int128 a[CXS_MIX_MAX_SOURCES];
     uint64_t c[CXS_MIX_MAX_SOURCES];
-    if (cxs_mix_repeat(l->mix, pos) || cxs_mix_spans(l->mix, epoch, pos, a, c)) return;
+    if (cxs_mix_spans(l->mix, epoch, pos, a, c)) return;
+    if (cxs_mix_repeat(l->mix, pos)) {
+        /* the final round's padding read the epoch's first blocks again:
+         * no batch of this epoch needs them (the walkers stay where they
+         * are) */
+        for (uint32_t i = 0; i < l->n; i++) {
+            uint64_t p0, f0, l0, p1, f1, l1;
+            if (!c[i] || round_at(l, i, a[i], &p0, &f0, &l0) ||
+                round_at(l, i, a[i] + c[i] - 1, &p1, &f1, &l1))
+                continue;
+            walk_blocks(l, i, &p0, &f0, p1, l1 + 1, 0);
+        }
+        return;
+    }
     for (uint32_t i = 0; i < l->n; i++) {
         mblocks *mb = &l->blk[i];
         uint64_t pass, first, last;
@@ -239,6 +264,7 @@ static const cxs_ring_ops mix_ring = {.claim = mclaim, .fill = mfill, .worker_in
 void cxs_mix_loader_free(cxs_mix_loader *l) {
     if (!l) return;
     if (!cxs_ring_forked(&l->ring)) cxs_ring_stop(&l->ring);
+    if (l->blk && !cxs_ring_forked(&l->ring)) blocks_let_go(l); /* (the workers are gone) */
     cxs_ring_destroy(&l->ring);
     for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
         free(l->slots[i].x);
@@ -378,7 +404,7 @@ static int position(cxs_mix_loader *l, uint64_t epoch, uint64_t start, uint64_t 
     l->epoch = epoch;
     l->start = start;
     *nb = l->length - start;
-    for (uint32_t i = 0; l->blk && i < l->n; i++) l->blk[i].fresh = 1;
+    blocks_let_go(l);
     return 0;
 }
 
