@@ -546,8 +546,8 @@ typedef struct uslot {
 
 typedef struct uworker {
     struct cxs_mix_utt_loader *l;
-    uint64_t epoch, pos, length; /* what it claimed, and the rank's batches then */
-    cxs_pad_ctx *c; /* per source */
+    uint64_t epoch, pos; /* what it claimed */
+    cxs_pad_ctx *c;      /* per source */
 } uworker;
 
 struct cxs_mix_utt_loader {
@@ -559,6 +559,8 @@ struct cxs_mix_utt_loader {
     double **norm;     /* per source: means then scales, or NULL */
     int64_t **map;     /* per source: its label -> source 0's, or NULL */
     uint64_t epoch, start, length; /* under ring.mu */
+    uint64_t next_order;           /* under ring.mu: the epoch whose order to build */
+    int want_next;                 /* ... when set */
     cxs_ring ring;
     uslot *slots;
     uworker *w;
@@ -569,7 +571,26 @@ static void uclaim(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen
     (void)i, (void)gen;
     l->w[w].epoch = l->epoch;
     l->w[w].pos = l->start + b;
-    l->w[w].length = l->length;
+    /* a ring's worth of batches before the epoch's end: the next epoch's
+     * order is to be built (uother_work) */
+    if (l->start + b == (l->length > l->o.ring ? l->length - l->o.ring : 0))
+        l->next_order = l->epoch + 1, l->want_next = 1;
+}
+
+/* Under ring.mu, between batches: the next epoch's order built (and kept
+ * by the mixture) while the other workers fill the last batches, rather
+ * than by the consumer's reset when it gets there.  Advice: a failure
+ * changes nothing. */
+static int uother_work(void *owner, uint32_t w) {
+    cxs_mix_utt_loader *l = owner;
+    (void)w;
+    if (!l->want_next || l->ring.stop) return 0;
+    const uint64_t e = l->next_order;
+    l->want_next = 0;
+    pthread_mutex_unlock(&l->ring.mu);
+    cxs_mix_utt_length(l->mix, e, NULL, NULL);
+    pthread_mutex_lock(&l->ring.mu);
+    return 1;
 }
 
 /* Labels of source src into source 0's numbering (padding left alone). */
@@ -629,12 +650,6 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
                            frames, wk->pos, g, l->o.targets ? s->targets : NULL,
                            l->o.targets ? s->tlen : NULL, lmax};
     s->pub = (cxs_mix_utts){&s->b, s->source, rep};
-    /* A ring's worth of batches before the epoch's end, the next epoch's
-     * order is built here (and kept), while the others fill the last
-     * batches, rather than by the consumer's reset when it gets there:
-     * advice, a failure changes nothing. */
-    const uint64_t ahead = wk->length > l->o.ring ? wk->length - l->o.ring : 0;
-    if (!rc && wk->pos == ahead) cxs_mix_utt_length(l->mix, wk->epoch + 1, NULL, NULL);
     return rc;
 }
 
@@ -645,6 +660,7 @@ static void uworker_init(void *owner, uint32_t w) {
 }
 
 static const cxs_ring_ops mix_utt_ring = {.claim = uclaim, .fill = ufill,
+                                          .other_work = uother_work,
                                           .worker_init = uworker_init};
 
 void cxs_mix_utt_loader_free(cxs_mix_utt_loader *l) {
