@@ -202,13 +202,14 @@ static void blocks_taken(cxs_mix_loader *l, uint64_t epoch, uint64_t pos) {
         }
         return;
     }
+    uint8_t fresh[CXS_MIX_MAX_SOURCES];
+    pthread_mutex_lock(&l->ring.mu); /* a claim sets where dropping starts */
+    for (uint32_t i = 0; i < l->n; i++) fresh[i] = (uint8_t)l->blk[i].fresh;
+    pthread_mutex_unlock(&l->ring.mu);
     for (uint32_t i = 0; i < l->n; i++) {
         mblocks *mb = &l->blk[i];
         uint64_t pass, first, last;
-        pthread_mutex_lock(&l->ring.mu); /* a claim sets where dropping starts */
-        const int fresh = mb->fresh;
-        pthread_mutex_unlock(&l->ring.mu);
-        if (!c[i] || fresh || round_at(l, i, a[i], &pass, &first, &last)) continue;
+        if (!c[i] || fresh[i] || round_at(l, i, a[i], &pass, &first, &last)) continue;
         walk_blocks(l, i, &mb->drop_pass, &mb->drop_blk, pass, first, 0);
     }
 }

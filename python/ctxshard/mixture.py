@@ -73,6 +73,28 @@ class _Handle:
     def __del__(self):
         self.close()
 
+    def _create(self, f, create, o, what):
+        """The C mixture from options o (the shares' and ranks' fields
+        filled here); a budget refused (CXS_E_RANGE: a block or a batch an
+        utterance does not fit) is a ValueError in this API's spelling."""
+        o.temperature = 0.0 if self.temperature is None else self.temperature
+        o.rank, o.world_size, o.drop_last, o.origin = (self.rank, self.world_size,
+                                                       int(self.drop_last), self.origin)
+        if self._weights is not None:
+            o.weights = self._weights.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+        n = len(self.datasets)
+        arr = (ctypes.c_void_p * n)(*[d._ptr for d in self.datasets])
+        self._handles = [d._h for d in self.datasets]  # the datasets outlive the mixture
+        ptr, diag = ctypes.c_void_p(), _n.Diag()
+        rc = create(arr, n, ctypes.byref(o), ctypes.byref(ptr), ctypes.byref(diag))
+        if rc == _n.E_RANGE and diag.message:
+            msg = diag.message.decode("utf-8", "replace").split(": ", 1)[-1]
+            raise ValueError(f"{f}: " + msg.replace("memory_bytes", "memory=").replace(
+                "(long_alone)", '(long_utterances="alone")'))
+        if rc:
+            _raise(rc, diag, what=what)
+        self._ptr = ptr
+
     def _order_args(self, f, seed, rank, world_size, drop_last, origin):
         self.seed = _a.integer(f, "seed", seed, 0, 2**64 - 1)
         self.world_size = _a.integer(f, "world_size", world_size, 1, self._MAX_RANKS)
@@ -132,21 +154,8 @@ class Mixture(_Handle):
         o.kind = BLOCK if self.shuffle == "block" else SHUFFLE if self.shuffle else SEQUENTIAL
         o.memory_bytes, o.blocks = self.memory or 0, self.blocks or 0
         o.seed, o.batch_size, o.epoch_size = self.seed, self.batch_size, esize
-        o.temperature = 0.0 if temperature is None else temperature
-        o.rank, o.world_size, o.drop_last, o.origin = (self.rank, self.world_size,
-                                                       int(self.drop_last), self.origin)
-        if self._weights is not None:
-            o.weights = self._weights.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
-        arr = (ctypes.c_void_p * n)(*[d._ptr for d in self.datasets])
-        self._handles = [d._h for d in self.datasets]  # the datasets outlive the mixture
-        ptr, diag = ctypes.c_void_p(), _n.Diag()
-        rc = _lib.cxs_mix_create(arr, n, ctypes.byref(o), ctypes.byref(ptr), ctypes.byref(diag))
-        if rc == _n.E_RANGE and diag.message:  # a budget too small: a wrong argument
-            raise ValueError(f"{f}: " + diag.message.decode("utf-8", "replace").split(": ", 1)[-1]
-                             .replace("memory_bytes", "memory="))
-        if rc:
-            _raise(rc, diag, what="mixture")
-        self._ptr = ptr
+        self._create(f, _lib.cxs_mix_create, o, "mixture")
+        ptr = self._ptr
         self.epoch_size = int(_lib.cxs_mix_epoch_size(ptr))
         self.quotas = [int(_lib.cxs_mix_quota(ptr, i)) for i in range(n)]
         self.shares = [float(_lib.cxs_mix_share(ptr, i)) for i in range(n)]
@@ -241,23 +250,8 @@ class UtteranceMixture(_Handle):
         o.long_alone = int(self.long_utterances == "alone")
         o.stratify = _n.MIX_STRATIFY_LENGTH if self.stratify == "length" else \
             _n.MIX_STRATIFY_SHARES
-        o.temperature = 0.0 if self.temperature is None else self.temperature
-        o.rank, o.world_size, o.drop_last, o.origin = (self.rank, self.world_size,
-                                                       int(self.drop_last), self.origin)
-        if self._weights is not None:
-            o.weights = self._weights.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
-        arr = (ctypes.c_void_p * n)(*[d._ptr for d in self.datasets])
-        self._handles = [d._h for d in self.datasets]  # the datasets outlive the mixture
-        ptr, diag = ctypes.c_void_p(), _n.Diag()
-        rc = _lib.cxs_mix_utt_create(arr, n, ctypes.byref(o), ctypes.byref(ptr),
-                                     ctypes.byref(diag))
-        if rc == _n.E_RANGE and diag.message:  # a budget an utterance does not fit
-            msg = diag.message.decode("utf-8", "replace").replace(
-                "(long_alone)", '(long_utterances="alone")')
-            raise ValueError(f"{f}: " + msg.split(": ", 1)[-1])
-        if rc:
-            _raise(rc, diag, what="utterance mixture")
-        self._ptr = ptr
+        self._create(f, _lib.cxs_mix_utt_create, o, "utterance mixture")
+        ptr = self._ptr
         self.epoch_size = int(_lib.cxs_mix_utt_epoch_size(ptr))
         self.quotas = [int(_lib.cxs_mix_utt_quota(ptr, i)) for i in range(n)]
         self.shares = [float(_lib.cxs_mix_utt_share(ptr, i)) for i in range(n)]
