@@ -166,6 +166,8 @@ int bench_utt_mix_run(int n, char **dirs, const bench_utt_opts *o) {
     mo.temperature = o->temperature;
     mo.epoch_size = o->epoch_size;
     mo.stratify = o->stratify;
+    mo.memory_bytes = o->memory;
+    mo.blocks = o->blocks;
     double t0 = now_seconds();
     if ((rc = cxs_mix_utt_create((const cxs_dataset *const *)ds, (uint32_t)n, &mo, &m, &d))) {
         warnx_("bench-utt: cannot create the mixture: %s",
@@ -218,11 +220,15 @@ int bench_utt_mix_run(int n, char **dirs, const bench_utt_opts *o) {
         batches++;
     }
     const double dt = now_seconds() - t0;
+    char blk[96] = "";
+    if (o->memory)
+        snprintf(blk, sizeof blk, ", in block order within %llu bytes (%u blocks a group)",
+                 (unsigned long long)o->memory, o->blocks ? o->blocks : 8);
     printf("mixture of %d datasets: epoch of %llu utterances in %llu batches, frame budget "
-           "%llu, stratified by %s, %u thread%s\n", n,
+           "%llu, stratified by %s%s, %u thread%s\n", n,
            (unsigned long long)cxs_mix_utt_epoch_size(m), (unsigned long long)global,
            (unsigned long long)o->frame_budget,
-           o->stratify == CXS_MIX_STRATIFY_LENGTH ? "length" : "shares", o->threads,
+           o->stratify == CXS_MIX_STRATIFY_LENGTH ? "length" : "shares", blk, o->threads,
            o->threads == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
         cxs_info in;

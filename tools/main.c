@@ -351,7 +351,8 @@ static const char *const usage_bench_utt =
     "  --json            one JSON object\n"
     "\n"
     "Several datasets: a mixture (length-bucketed, shuffled), each batch holding\n"
-    "every dataset's share; prints the quotas and what each served.\n"
+    "every dataset's share; prints the quotas and what each served.  --memory\n"
+    "reads every dataset in block order within that one budget.\n"
     "  --weights W1,W2,...  one weight per dataset (default: their utterance counts)\n"
     "  --temperature T   without --weights: shares ~ utterances^(1/T)\n"
     "  --epoch-size N    utterances per epoch (default: all the datasets')\n"
@@ -1056,9 +1057,11 @@ int main(int argc, char **argv) {
         if (bo.nweights && bo.nweights != (uint32_t)(argc - optind))
             return usage_error(usage, "--weights: %u weights for %d datasets (one each)",
                                bo.nweights, argc - optind);
-        if (bo.memory || bo.blocks || json)
-            return usage_error(usage, "%s", "--memory, --blocks and --json do not apply to a "
-                               "mixture");
+        if (json) return usage_error(usage, "%s", "--json does not apply to a mixture");
+        if (bo.blocks && !bo.memory)
+            return usage_error(usage, "%s", "--blocks applies with --memory (block mode) only");
+        bu.memory = bo.memory;
+        bu.blocks = bo.blocks;
         bu.threads = po.threads ? po.threads : cxs_default_threads();
         bu.seed = so.seed;
         bu.batches = bo.batches == 2000 && !batches_given ? 0 : bo.batches;

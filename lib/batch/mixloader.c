@@ -562,16 +562,83 @@ struct cxs_mix_utt_loader {
     uint64_t epoch, start, length; /* under ring.mu */
     uint64_t next_order;           /* under ring.mu: the epoch whose order to build */
     int want_next;                 /* ... when set */
+    /* block order (else sfd NULL), under ring.mu: the epoch's windows and
+     * groups, each group's state (0: not asked for, 1: asked for, 2: let
+     * go), the last window whose groups were asked for and the last whose
+     * predecessors' were let go (UINT64_MAX: none yet) */
+    cxs_shard_fds *sfd;
+    cxs_mix_ublocks bv;
+    uint8_t *gst;
+    uint64_t adv_w, drop_w;
     cxs_ring ring;
     uslot *slots;
     uworker *w;
 };
+
+/* Block order: group x of the epoch asked for (WILLNEED), or let go. */
+static void ugroup(cxs_mix_utt_loader *l, uint64_t x, int want) {
+    const cxs_mix_ugroup *g = &l->bv.grp[x];
+    cxs_shard_fds *f = &l->sfd[g->src];
+    for (uint64_t r = g->r0; r < g->r1; r++) {
+        const cxs_mix_urange *u = &l->bv.rng[r];
+        if (!want) {
+            cxs_range_drop(f, u->shard, u->off, u->len);
+            continue;
+        }
+        int fd = cxs_shard_fd(f, u->shard);
+        if (fd >= 0) posix_fadvise(fd, (off_t)u->off, (off_t)u->len, POSIX_FADV_WILLNEED);
+    }
+    l->gst[x] = want ? 1 : 2;
+}
+
+/* Under ring.mu: a new start or the end: every group asked for and not
+ * yet let go goes. */
+static void ugroups_let_go(cxs_mix_utt_loader *l) {
+    for (uint64_t x = 0; l->gst && x < l->bv.ngrp; x++)
+        if (l->gst[x] == 1) ugroup(l, x, 0);
+    l->adv_w = l->drop_w = UINT64_MAX;
+}
+
+/* Under ring.mu, as batch pos is claimed: the groups its window and the
+ * next read, asked for once. */
+static void ugroups_claimed(cxs_mix_utt_loader *l, uint64_t pos) {
+    uint64_t g;
+    int rep;
+    if (cxs_mix_ublocks_place(l->mix, &l->bv, pos, &g, &rep) || rep) return;
+    const uint64_t k = cxs_mix_ublocks_window(&l->bv, g);
+    if (l->adv_w != UINT64_MAX && k + 1 <= l->adv_w) return;
+    for (uint64_t x = 0; x < l->bv.ngrp; x++) {
+        const cxs_mix_ugroup *gr = &l->bv.grp[x];
+        if (!l->gst[x] && gr->first <= k + 1 && gr->last >= k) ugroup(l, x, 1);
+    }
+    l->adv_w = k + 1;
+}
+
+/* The consumer took batch pos: the groups no later window reads go; a
+ * repeat (the final round's padding) read the first window's again. */
+static void ugroups_taken(cxs_mix_utt_loader *l, uint64_t pos) {
+    uint64_t g;
+    int rep;
+    pthread_mutex_lock(&l->ring.mu);
+    if (!cxs_mix_ublocks_place(l->mix, &l->bv, pos, &g, &rep)) {
+        const uint64_t k = cxs_mix_ublocks_window(&l->bv, g);
+        const int later = l->drop_w == UINT64_MAX || k > l->drop_w;
+        for (uint64_t x = 0; (rep || later) && x < l->bv.ngrp; x++) {
+            const cxs_mix_ugroup *gr = &l->bv.grp[x];
+            if (rep ? gr->first == 0 && l->gst[x] != 1 : l->gst[x] == 1 && gr->last < k)
+                ugroup(l, x, 0);
+        }
+        if (!rep) l->drop_w = k;
+    }
+    pthread_mutex_unlock(&l->ring.mu);
+}
 
 static void uclaim(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
     cxs_mix_utt_loader *l = owner;
     (void)i, (void)gen;
     l->w[w].epoch = l->epoch;
     l->w[w].pos = l->start + b;
+    if (l->sfd) ugroups_claimed(l, l->start + b);
     /* a ring's worth of batches before the epoch's end: the next epoch's
      * order is to be built (uother_work) */
     if (l->start + b == (l->length > l->o.ring ? l->length - l->o.ring : 0))
@@ -667,6 +734,11 @@ static const cxs_ring_ops mix_utt_ring = {.claim = uclaim, .fill = ufill,
 void cxs_mix_utt_loader_free(cxs_mix_utt_loader *l) {
     if (!l) return;
     if (!cxs_ring_forked(&l->ring)) cxs_ring_stop(&l->ring);
+    if (l->sfd && !cxs_ring_forked(&l->ring)) ugroups_let_go(l); /* (the workers are gone) */
+    cxs_mix_utt_blocks_put(l->mix, &l->bv);
+    free(l->gst);
+    for (uint32_t i = 0; l->sfd && i < l->n; i++) cxs_shard_fds_free(&l->sfd[i]);
+    free(l->sfd);
     cxs_ring_destroy(&l->ring);
     for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
         uslot *s = &l->slots[i];
@@ -694,6 +766,21 @@ static int uposition(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start, uint
                          "utterance mixture loader: start %llu is past this rank's %llu batches "
                          "of epoch %llu", (unsigned long long)start, (unsigned long long)len,
                          (unsigned long long)epoch);
+    if (l->sfd) { /* the new epoch's windows: what the old one asked for goes */
+        cxs_mix_ublocks bv;
+        if ((rc = cxs_mix_utt_blocks_get(l->mix, epoch, &bv)))
+            return cxs_diagf(d, rc, "utterance mixture loader: epoch %llu's order: %s",
+                             (unsigned long long)epoch, cxs_strerror(rc));
+        uint8_t *gst = calloc(bv.ngrp + 1, 1);
+        if (!gst) {
+            cxs_mix_utt_blocks_put(l->mix, &bv);
+            return cxs_diagf(d, -ENOMEM, "utterance mixture loader: out of memory");
+        }
+        ugroups_let_go(l);
+        cxs_mix_utt_blocks_put(l->mix, &l->bv);
+        free(l->gst);
+        l->bv = bv, l->gst = gst;
+    }
     l->epoch = epoch;
     l->start = start;
     l->length = len;
@@ -776,6 +863,13 @@ int cxs_mix_utt_loader_create(const cxs_mix_utt *mix, const cxs_utt_loader_opts 
         if (rc) cxs_diagf(diag, rc, "utterance mixture loader: out of memory for %u batch "
                           "buffers", l->o.ring);
     }
+    if (!rc && cxs_mix_utt_block(mix)) { /* each source's blocks asked for and let go */
+        l->adv_w = l->drop_w = UINT64_MAX;
+        if (!(l->sfd = calloc(l->n, sizeof *l->sfd))) rc = -ENOMEM;
+        for (uint32_t i = 0; !rc && i < l->n; i++) rc = cxs_shard_fds_init(&l->sfd[i], dss[i]);
+        if (rc) cxs_diagf(diag, rc, "utterance mixture loader: out of memory");
+        for (uint32_t i = 0; !rc && i < l->n; i++) cxs_features_random(dss[i]);
+    }
     if (!rc) rc = uposition(l, epoch, start, &l->ring.nbatches, diag);
     if (!rc && (rc = cxs_ring_start(&l->ring)))
         cxs_diagf(diag, rc, "utterance mixture loader: no worker thread could be started");
@@ -795,15 +889,20 @@ int cxs_mix_utt_loader_next(cxs_mix_utt_loader *l, const cxs_mix_utts **batch, c
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture loader: no loader or batch "
                          "pointer");
+    if (l->sfd && cxs_ring_forked(&l->ring))
+        for (uint32_t s = 0; s < l->n; s++) cxs_shard_fds_after_fork(&l->sfd[s]);
     uint32_t i = 0;
     int rc = ring_take(&l->ring, "utterance mixture loader", &i, &l->ring.err);
     *batch = rc == 0 ? &l->slots[i].pub : NULL;
+    if (rc == 0 && l->sfd) ugroups_taken(l, (*batch)->batch->index);
     return cxs_ring_outcome(&l->ring, rc == 1 ? 0 : rc, d);
 }
 
 int cxs_mix_utt_loader_reset(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
     int frc;
+    if (l->sfd && cxs_ring_forked(&l->ring))
+        for (uint32_t s = 0; s < l->n; s++) cxs_shard_fds_after_fork(&l->sfd[s]);
     if (cxs_ring_forked(&l->ring) && (frc = ring_respawn(&l->ring, 1)))
         return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, frc,
                                     "utterance mixture loader: no worker thread could start in "

@@ -66,3 +66,12 @@ void cxs_range_drop(cxs_shard_fds *f, uint32_t s, uint64_t off, uint64_t len) {
     int fd = cxs_shard_fd(f, s);
     if (fd >= 0) posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 }
+
+void cxs_features_random(const cxs_dataset *ds) {
+    const uintptr_t P = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
+        const shard *sh = &ds->shards[i];
+        uintptr_t a = (uintptr_t)sh->features & ~(P - 1), e = (uintptr_t)(sh->map + sh->size);
+        if (sh->features) madvise((void *)a, e - a, MADV_RANDOM);
+    }
+}

@@ -35,4 +35,11 @@ int cxs_shard_fd(cxs_shard_fds *f, uint32_t s);
  * a failure changes nothing but the memory the cache holds. */
 void cxs_range_drop(cxs_shard_fds *f, uint32_t s, uint64_t off, uint64_t len);
 
+/* Mark ds's FEATURES mappings MADV_RANDOM, for a loader that reads its
+ * blocks ahead (WILLNEED) and lets them go behind: a fault on a page not
+ * there yet must read that page, not the device's read-around
+ * (megabytes), which would bring back blocks already let go and hold the
+ * cache above its budget.  Advice. */
+void cxs_features_random(const cxs_dataset *ds);
+
 #endif

@@ -664,16 +664,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
         if (rc) cxs_diagf(diag, rc, "utterance loader: %s", cxs_strerror(rc));
     }
     if (!rc && l->plan->ngroups && l->o.readahead != CXS_READAHEAD_OFF) {
-        /* Block mode reads each group ahead (MADV_WILLNEED); a fault on a
-         * page not there yet must read that page, not the device's
-         * read-around (megabytes), which would bring back blocks of groups
-         * already let go (let_go) and hold the cache above its budget. */
-        const uintptr_t P = (uintptr_t)sysconf(_SC_PAGESIZE);
-        for (uint32_t i = 0; i < ds->meta.num_shards; i++) {
-            const shard *sh = &ds->shards[i];
-            uintptr_t a = (uintptr_t)sh->features & ~(P - 1), e = (uintptr_t)(sh->map + sh->size);
-            if (sh->features) madvise((void *)a, e - a, MADV_RANDOM);
-        }
+        cxs_features_random(ds); /* block mode reads each group ahead (shardfd.h) */
     }
     if (!rc && (rc = cxs_ring_start(&l->ring)))
         cxs_diagf(diag, rc, "utterance loader: no worker thread could be started");

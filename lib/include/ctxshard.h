@@ -1504,6 +1504,9 @@ typedef struct cxs_mix_utt_opts {
     uint32_t drop_last;     /**< 1: cut the epoch to a multiple of world_size batches */
     uint64_t origin;        /**< global batch position where every epoch starts (resume) */
     uint32_t stratify;      /**< CXS_MIX_STRATIFY_SHARES (0) or CXS_MIX_STRATIFY_LENGTH */
+    uint64_t memory_bytes;  /**< block order (CXS_UTT_SHUFFLE only): the page cache all the
+                                 sources may use; 0: the whole epoch shuffled */
+    uint32_t blocks;        /**< block order: blocks of a source's group (1..1024; 0: 8) */
     uint64_t reserved[CXS_OPTS_RESERVED]; /**< zero (start from cxs_mix_utt_opts_init) */
 } cxs_mix_utt_opts;
 

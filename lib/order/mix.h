@@ -34,6 +34,44 @@ int cxs_mix_spans(const cxs_mix *m, uint64_t epoch, uint64_t pos, unsigned __int
  * (storage order, or a source the epoch never takes). */
 const cxs_sampler *cxs_mix_order(const cxs_mix *m, uint32_t i);
 
+/* An utterance mixture in block order (memory_bytes): an epoch is cut into
+ * windows that follow every source's groups of blocks (each source's
+ * items of window k are its items k*q/K .. (k+1)*q/K - 1, about half a
+ * group), batches never cross a window and the windows come in order.
+ * A group: the blocks of source src that windows first .. last read, its
+ * byte ranges (blocks of uncompressed shards only) rng[r0 .. r1). */
+typedef struct cxs_mix_urange {
+    uint32_t shard;
+    uint64_t off, len;
+} cxs_mix_urange;
+typedef struct cxs_mix_ugroup {
+    uint32_t src;
+    uint64_t first, last; /* windows */
+    uint64_t r0, r1;
+} cxs_mix_ugroup;
+typedef struct cxs_mix_ublocks {
+    uint64_t nw;         /* windows */
+    const uint64_t *wb;  /* [nw + 1]: window k's global batches are wb[k] .. wb[k+1]-1 */
+    const cxs_mix_ugroup *grp;
+    uint64_t ngrp;       /* in each source's order, sources one after the other */
+    const cxs_mix_urange *rng;
+    void *ref;           /* the epoch's plan, held */
+} cxs_mix_ublocks;
+
+/* Whether m reads in block order. */
+int cxs_mix_utt_block(const cxs_mix_utt *m);
+/* Epoch's windows and groups, its plan held (built when it is not kept)
+ * until cxs_mix_utt_blocks_put.  0, -ENOMEM, or CXS_E_INVALID (no block
+ * order). */
+int cxs_mix_utt_blocks_get(const cxs_mix_utt *m, uint64_t epoch, cxs_mix_ublocks *out);
+void cxs_mix_utt_blocks_put(const cxs_mix_utt *m, cxs_mix_ublocks *b);
+/* This rank's batch pos of b's epoch: its global batch and whether it is
+ * a repeat (the final round's padding).  0 or CXS_E_RANGE. */
+int cxs_mix_ublocks_place(const cxs_mix_utt *m, const cxs_mix_ublocks *b, uint64_t pos,
+                          uint64_t *global, int *repeat);
+/* The window of global batch g (< the epoch's batches). */
+uint64_t cxs_mix_ublocks_window(const cxs_mix_ublocks *b, uint64_t g);
+
 /* splitmix64's finaliser */
 static inline uint64_t cxs_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "abi.h"
+#include "blocks.h"
 #include "dataset_internal.h"
 #include "fault.h"
 #include "mix.h"
@@ -34,6 +35,12 @@ typedef struct uplan {
     /* world_size > 1: this rank's batches (length of them) */
     uint64_t *rg;  /* the global batch served */
     uint8_t *rrep; /* 1: a repeat (the final round's padding) */
+    /* block order: window k's batches are [wb[k], wb[k+1]); the groups of
+     * blocks the epoch reads, their byte ranges in rng (mix.h) */
+    uint64_t nw, *wb;
+    cxs_mix_ugroup *grp;
+    uint64_t ngrp;
+    cxs_mix_urange *rng;
 } uplan;
 
 struct cxs_mix_utt {
@@ -47,6 +54,9 @@ struct cxs_mix_utt {
     uint64_t bounds[1024];
     uint32_t max_batch;
     uint64_t max_frames;
+    cxs_block_sched *bs; /* block order: per source (ds NULL: a source never taken), or NULL */
+    uint32_t R;          /* block order: blocks a group */
+    uint64_t kest;       /* the windows an epoch is expected to have (1: no block order) */
     pthread_mutex_t mu; /* the plans' cache */
     uplan *cache[PLANS];
     uint32_t next_evict;
@@ -57,12 +67,15 @@ void cxs_mix_utt_opts_init(cxs_mix_utt_opts *o) { memset(o, 0, sizeof *o); }
 static void plan_free(uplan *p) {
     if (!p) return;
     free(p->start), free(p->utt), free(p->src), free(p->rg), free(p->rrep);
+    free(p->wb), free(p->grp), free(p->rng);
     free(p);
 }
 
 void cxs_mix_utt_free(cxs_mix_utt *m) {
     if (!m) return;
     for (int i = 0; i < PLANS; i++) plan_free(m->cache[i]);
+    for (uint32_t i = 0; m->bs && i < m->n; i++) cxs_block_sched_destroy(&m->bs[i]);
+    free(m->bs);
     for (uint32_t i = 0; m->len && i < m->n; i++) free(m->len[i]);
     free(m->len);
     free(m->ds), free(m->size), free(m->quota), free(m->share);
@@ -149,7 +162,7 @@ static int bucket_bounds(cxs_mix_utt *m, uint64_t longest, cxs_diag *d) {
     }
     if (m->o.kind != CXS_UTT_SHUFFLE) nb = 1;
     if (!nb) { /* as the utterance sampler: about two full batches a bucket */
-        double b = frames / 2 / (double)m->o.frame_budget;
+        double b = frames / (double)m->kest / 2 / (double)m->o.frame_budget;
         nb = b < 1 ? 1 : b > CXS_UTT_DEFAULT_BUCKETS ? CXS_UTT_DEFAULT_BUCKETS : (uint32_t)b;
     }
     m->nb = 1;
@@ -197,6 +210,56 @@ static uint32_t bucket_of(const cxs_mix_utt *m, uint64_t T) {
     return lo;
 }
 
+/* Block order: every source's schedule, the budget shared in proportion
+ * to the bytes its quota reads an epoch (so that its groups last about as
+ * long as the others'), blocks of its share / (R + 1); and the windows an
+ * epoch is expected to have (m->kest: two a group of the source reading
+ * the most groups, as plan_build cuts them). */
+static int block_scheds(cxs_mix_utt *m, cxs_diag *d) {
+    const uint32_t R = m->o.blocks ? m->o.blocks : 8;
+    const double M = (double)m->o.memory_bytes;
+    double rate[CXS_MIX_MAX_SOURCES], total = 0, groups = 1;
+    m->R = R;
+    for (uint32_t i = 0; i < m->n; i++) {
+        const cxs_dataset *ds = m->ds[i];
+        const uint64_t U = m->size[i];
+        rate[i] = 0;
+        if (!U || !m->quota[i]) continue;
+        const double rows = (double)ds->meta.num_frames + (double)U * ds->meta.guard;
+        rate[i] = (double)m->quota[i] * rows / (double)U * (double)ds->row_bytes;
+        total += rate[i];
+    }
+    if (!(m->bs = calloc(m->n, sizeof *m->bs)))
+        return cxs_diagf(d, -ENOMEM, "utterance mixture: out of memory");
+    for (uint32_t i = 0; i < m->n; i++) {
+        const cxs_dataset *ds = m->ds[i];
+        if (rate[i] <= 0) continue;
+        const double share = M * rate[i] / total, r = share / (R + 1.0) / (double)ds->row_bytes;
+        const uint64_t rows = r >= 9e18 ? (uint64_t)9e18 : (uint64_t)r;
+        cxs_diag bd;
+        int rc = cxs_block_sched_init(&m->bs[i], ds, cxs_mix64(m->o.seed ^ cxs_mix64(0x626c6bull + i)),
+                                      rows, ds->meta.guard, R, &bd);
+        if (rc == CXS_E_RANGE) { /* the least budget whose shares hold every longest */
+            double need = 0;
+            for (uint32_t j = 0; j < m->n; j++) {
+                if (rate[j] <= 0) continue;
+                const double v = (double)(m->ds[j]->max_len + m->ds[j]->meta.guard) *
+                                 (double)m->ds[j]->row_bytes * (R + 1.0) * total / rate[j];
+                if (v > need) need = v;
+            }
+            return cxs_diagf(d, rc, "utterance mixture: source %u (%s), with its share of the "
+                             "memory budget (%.0f bytes): %s; memory_bytes of at least %.0f "
+                             "would do", i, ds->manifest_path, share, bd.message, need + 1);
+        }
+        if (rc) return cxs_diagf(d, rc, "utterance mixture: source %u (%s): %s", i,
+                                 ds->manifest_path, bd.message);
+        const double g = rate[i] / ((double)rows * R * (double)ds->row_bytes);
+        if (g > groups) groups = g;
+    }
+    m->kest = 2 * (uint64_t)(groups + 0.999999);
+    return 0;
+}
+
 int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_utt_opts *opts,
                        cxs_mix_utt **out, cxs_diag *d) {
     if (!ds || !opts || !out)
@@ -226,6 +289,14 @@ int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_u
     if (opts->drop_last > 1 || opts->long_alone > 1)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: drop_last and long_alone are 0 "
                          "or 1");
+    if (opts->memory_bytes && opts->kind != CXS_UTT_SHUFFLE)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: block order (memory_bytes) needs "
+                         "the shuffled kind (CXS_UTT_SHUFFLE)");
+    if (opts->blocks > 1024 || (opts->blocks && !opts->memory_bytes))
+        return cxs_diagf(d, CXS_E_INVALID, opts->blocks > 1024
+                         ? "utterance mixture: blocks %u is above 1024"
+                         : "utterance mixture: blocks (%u) applies to block order (memory_bytes) "
+                           "only", opts->blocks);
     if (w > CXS_MIX_UTT_MAX_RANKS)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture: world_size %llu (at most 2^20)",
                          (unsigned long long)w);
@@ -235,6 +306,7 @@ int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_u
     if (!m) return cxs_diagf(d, -ENOMEM, "utterance mixture: out of memory");
     pthread_mutex_init(&m->mu, NULL);
     m->n = n;
+    m->kest = 1;
     m->o = *opts;
     m->w = w;
     m->ds = malloc(n * sizeof *m->ds);
@@ -266,6 +338,7 @@ int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n, const cxs_mix_u
                                      "utterances");
     uint64_t longest = 0, shortest = UINT64_MAX;
     for (uint32_t i = 0; !rc && i < n; i++) rc = lengths(m, i, &longest, &shortest, d);
+    if (!rc && opts->memory_bytes) rc = block_scheds(m, d);
     if (!rc) rc = bucket_bounds(m, longest, d);
     if (!rc) {
         const uint64_t B = opts->frame_budget;
@@ -355,7 +428,111 @@ static int cmp_lenpos(const void *a, const void *b) { /* by length, then stream 
     return (x->k > y->k) - (x->k < y->k);
 }
 
-/* The plan of `epoch`. */
+/* Block order: the groups an epoch reads, growing. */
+typedef struct glist {
+    cxs_mix_ugroup *g;
+    uint64_t n, cap;
+    cxs_mix_urange *r;
+    uint64_t nr, rcap;
+} glist;
+
+static int grow(void **a, uint64_t *cap, uint64_t need, size_t e) {
+    if (need <= *cap) return 0;
+    uint64_t c = *cap ? *cap * 2 : 64;
+    while (c < need) c *= 2;
+    void *b = realloc(*a, c * e);
+    if (!b) return -ENOMEM;
+    *a = b, *cap = c;
+    return 0;
+}
+
+/* Source i's items of an epoch in block order into it[0 .. q): its stream
+ * of passes, pass p the block schedule's plan of epoch p read group by
+ * group (R blocks of the plan's order each), a group's utterances in a
+ * seeded order; each group the items enter is appended to gl with the
+ * byte ranges of its blocks (first and last: the epoch items that read
+ * it, made windows by plan_build).  A source whose pass is one group
+ * reads the same blocks every pass: one group for the epoch. */
+static int block_items(const cxs_mix_utt *m, uint32_t i, uint64_t epoch, uint64_t *it, glist *gl) {
+    cxs_block_sched *bs = &m->bs[i];
+    const uint64_t U = m->size[i], q = m->quota[i], R = m->R;
+    const u128 s0 = (u128)epoch * q;
+    uint64_t pass = (uint64_t)(s0 / U), j = (uint64_t)(s0 % U), k = 0;
+    uint64_t *pc = NULL, *bc = malloc((R + 1) * sizeof *bc);
+    int rc = bc ? 0 : -ENOMEM, whole = 0;
+    while (!rc && k < q) {
+        cxs_block_plan *bp;
+        if ((rc = cxs_block_plan_get(bs, pass, &bp))) break;
+        const uint64_t G = (bp->nblocks + R - 1) / R;
+        uint64_t *npc = realloc(pc, (G + 1) * sizeof *pc);
+        if (!npc) {
+            cxs_block_plan_put(bs, bp);
+            rc = -ENOMEM;
+            break;
+        }
+        pc = npc;
+        pc[0] = 0;
+        for (uint64_t g = 0; g < G; g++) {
+            pc[g + 1] = pc[g];
+            for (uint64_t b = g * R; b < bp->nblocks && b < (g + 1) * R; b++)
+                pc[g + 1] += bp->blk[b].u1 - bp->blk[b].u0;
+        }
+        uint64_t g = 0;
+        while (g + 1 < G && pc[g + 1] <= j) g++;
+        for (; g < G && k < q && !rc; g++) {
+            const uint64_t b0 = g * R, nbk = (bp->nblocks - b0 < R ? bp->nblocks - b0 : R);
+            bc[0] = 0;
+            for (uint64_t b = 0; b < nbk; b++) bc[b + 1] = bc[b] + bp->blk[b0 + b].u1 - bp->blk[b0 + b].u0;
+            const uint64_t c = bc[nbk];
+            if (G == 1 && whole) {
+                gl->g[gl->n - 1].last = k + (c - (j - pc[g]) < q - k ? c - (j - pc[g]) : q - k) - 1;
+            } else {
+                if ((rc = grow((void **)&gl->g, &gl->cap, gl->n + 1, sizeof *gl->g)) ||
+                    (rc = grow((void **)&gl->r, &gl->rcap, gl->nr + nbk, sizeof *gl->r)))
+                    break;
+                cxs_mix_ugroup *ug = &gl->g[gl->n++];
+                ug->src = i, ug->first = k, ug->r0 = gl->nr;
+                ug->last = k + (c - (j - pc[g]) < q - k ? c - (j - pc[g]) : q - k) - 1;
+                for (uint64_t b = 0; b < nbk; b++) {
+                    const cxs_block *bk = &bp->blk[b0 + b];
+                    if (bk->len) gl->r[gl->nr++] = (cxs_mix_urange){bk->shard, bk->off, bk->len};
+                }
+                ug->r1 = gl->nr;
+                whole = G == 1;
+            }
+            cxs_perm pm;
+            cxs_perm_init(&pm, c, cxs_mix64(m->o.seed ^ cxs_mix64(0x67727075ull + i) ^
+                                            cxs_mix64(pass + 0x9e3779b97f4a7c15ull)), g);
+            for (uint64_t t = j - pc[g]; t < c && k < q; t++, j++) {
+                const uint64_t x = cxs_perm_at(&pm, t);
+                uint64_t lo = 0, hi = nbk; /* the block holding x: last with bc[lo] <= x */
+                while (hi - lo > 1) {
+                    const uint64_t mid = (lo + hi) / 2;
+                    if (bc[mid] <= x) lo = mid;
+                    else hi = mid;
+                }
+                it[k++] = bp->blk[b0 + lo].u0 + (x - bc[lo]);
+            }
+        }
+        cxs_block_plan_put(bs, bp);
+        if (j >= U) pass++, j = 0;
+    }
+    free(pc), free(bc);
+    return rc;
+}
+
+/* Window k (of K) of an epoch holds items floor(k q / K) .. of a source
+ * of quota q; item x is in window floor(((x + 1) K - 1) / q). */
+static uint64_t piece(uint64_t k, uint64_t q, uint64_t K) { return (uint64_t)((u128)k * q / K); }
+static uint64_t window_of(uint64_t x, uint64_t q, uint64_t K) {
+    return (uint64_t)(((u128)(x + 1) * K - 1) / q);
+}
+
+/* The plan of `epoch`: every source's items (its stream, or in block
+ * order its groups' items), then window by window (one window without
+ * block order) steps 1-4: each item's length bucket, the (bucket, source)
+ * runs, each bucket's sources interleaved and cut greedily, the window's
+ * batches shuffled. */
 static int plan_build(const cxs_mix_utt *m, uint64_t epoch, uplan **out) {
     const uint32_t S = m->n, NB = m->nb;
     const uint64_t E = m->E, B = m->o.frame_budget, maxb = m->o.max_batch;
@@ -368,107 +545,146 @@ static int plan_build(const cxs_mix_utt *m, uint64_t epoch, uplan **out) {
     uint32_t *ts = malloc(E * sizeof *ts);
     uint64_t *perm = malloc((E + 1) * sizeof *perm);
     uint16_t *bkt = malloc(E * sizeof *bkt);
+    uint64_t *it = malloc(E * sizeof *it); /* source i's items at off_i */
     lenpos *rank = NULL;
+    glist gl = {0};
     int rc = 0;
     if (p) {
         p->epoch = epoch;
         p->utt = malloc(E * sizeof *p->utt);
         p->src = malloc(E * sizeof *p->src);
     }
-    if (!p || !cnt || !at || !take || !tu || !bs || !ts || !perm || !bkt || !p->utt || !p->src) {
+    if (!p || !cnt || !at || !take || !tu || !bs || !ts || !perm || !bkt || !it || !p->utt ||
+        !p->src) {
         rc = -ENOMEM;
         goto out;
     }
-    /* 1. the epoch's items of every source and each one's bucket, counted;
-     * 2. each (bucket, source) run filled in stream order */
     const int by_rank = m->o.stratify == CXS_MIX_STRATIFY_SHARES && NB > 1;
-    uint64_t off = 0, qmax = 0;
+    uint64_t off = 0, qmax = 0, soff[CXS_MIX_MAX_SOURCES];
     for (uint32_t i = 0; i < S; i++) qmax = m->quota[i] > qmax ? m->quota[i] : qmax;
     if (by_rank && !(rank = malloc((qmax ? qmax : 1) * sizeof *rank))) {
         rc = -ENOMEM;
         goto out;
     }
-    for (uint32_t i = 0; i < S; i++) {
+    /* 0. every source's items of the epoch, in its stream's order */
+    uint64_t K = 1, ng[CXS_MIX_MAX_SOURCES] = {0};
+    for (uint32_t i = 0; i < S && !rc; i++) {
         const uint64_t q = m->quota[i];
-        item_gen ig = {m, i, epoch, shuffle, UINT64_MAX, {0, {0}, 0}};
-        for (uint64_t k = 0; k < q; k++) {
-            const uint64_t T = m->len[i][gen_item(&ig, k)];
-            if (by_rank) {
-                rank[k] = (lenpos){T, k};
-            } else {
-                const uint32_t b = bucket_of(m, T);
-                bkt[off + k] = (uint16_t)b;
-                cnt[(size_t)b * S + i]++;
-            }
-        }
-        if (by_rank) { /* bucket b: the items of rank b*q/NB .. (b+1)*q/NB - 1 in length */
-            qsort(rank, q, sizeof *rank, cmp_lenpos);
-            for (uint64_t r = 0; r < q; r++) {
-                const uint32_t b = (uint32_t)((u128)r * NB / q);
-                bkt[off + rank[r].k] = (uint16_t)b;
-                cnt[(size_t)b * S + i]++;
-            }
+        soff[i] = off;
+        if (m->bs && q) {
+            const uint64_t g0 = gl.n;
+            rc = block_items(m, i, epoch, it + off, &gl);
+            ng[i] = gl.n - g0;
+            if (2 * ng[i] > K) K = 2 * ng[i];
+        } else {
+            item_gen ig = {m, i, epoch, shuffle, UINT64_MAX, {0, {0}, 0}};
+            for (uint64_t k = 0; k < q; k++) it[off + k] = gen_item(&ig, k);
         }
         off += q;
     }
-    off = 0;
-    for (uint32_t b = 0; b < NB; b++)
-        for (uint32_t i = 0; i < S; i++)
-            at[(size_t)b * S + i] = off, off += cnt[(size_t)b * S + i];
-    off = 0;
-    for (uint32_t i = 0; i < S; i++) {
-        const uint64_t q = m->quota[i];
-        item_gen ig = {m, i, epoch, shuffle, UINT64_MAX, {0, {0}, 0}};
-        for (uint64_t k = 0; k < q; k++) {
-            uint64_t *a = &at[(size_t)bkt[off + k] * S + i];
-            tu[*a] = gen_item(&ig, k);
-            ts[(*a)++] = i;
+    if (rc) goto out;
+    if (K > E) K = E;
+    if (m->bs) { /* the windows that read each group */
+        for (uint64_t x = 0; x < gl.n; x++) {
+            const uint64_t q = m->quota[gl.g[x].src];
+            gl.g[x].first = window_of(gl.g[x].first, q, K);
+            gl.g[x].last = window_of(gl.g[x].last, q, K);
         }
-        off += q;
+        p->wb = malloc((K + 1) * sizeof *p->wb);
+        if (!p->wb) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        p->nw = K;
     }
-    /* 3. each bucket's sources interleaved (into p->utt/src), cut greedily */
     uint64_t nbat = 0, pos = 0;
-    for (uint32_t b = 0; b < NB; b++) {
-        const uint64_t *c = cnt + (size_t)b * S;
-        uint64_t nbk = 0, base = pos;
-        for (uint32_t i = 0; i < S; i++) take[i] = 0, nbk += c[i];
-        uint64_t first[CXS_MIX_MAX_SOURCES];
-        uint64_t f = base;
-        for (uint32_t i = 0; i < S; i++) first[i] = f, f += c[i];
-        uint64_t n = 0, tmax = 0;
-        for (uint64_t x = 0; x < nbk; x++) {
-            uint32_t best = UINT32_MAX;
-            for (uint32_t i = 0; i < S; i++)
-                if (take[i] < c[i] && (best == UINT32_MAX || before(c, i, take[i], best, take[best])))
-                    best = i;
-            const uint64_t e = first[best] + take[best]++;
-            const uint64_t T = m->len[best][tu[e]];
-            const uint64_t t2 = T > tmax ? T : tmax;
-            if (n && ((n + 1) * t2 > B || (maxb && n >= maxb))) {
-                n = 0, tmax = 0;
-            }
-            if (!n) bs[nbat++] = pos;
-            p->utt[pos] = tu[e];
-            p->src[pos] = best;
-            pos++, n++;
-            tmax = T > tmax ? T : tmax;
+    uint64_t st = cxs_mix64(cxs_mix64(m->o.seed ^ 0x6261746368ull) + cxs_mix64(epoch + 1));
+    for (uint64_t w = 0; w < K; w++) {
+        uint64_t lo[CXS_MIX_MAX_SOURCES], hi[CXS_MIX_MAX_SOURCES];
+        const uint64_t wbase = pos, b0 = nbat;
+        if (p->wb) p->wb[w] = nbat;
+        for (uint32_t i = 0; i < S; i++) {
+            lo[i] = piece(w, m->quota[i], K), hi[i] = piece(w + 1, m->quota[i], K);
         }
+        memset(cnt, 0, (size_t)NB * S * sizeof *cnt);
+        /* 1. each item's bucket, counted; 2. each (bucket, source) run
+         * filled in stream order */
+        for (uint32_t i = 0; i < S; i++) {
+            const uint64_t n = hi[i] - lo[i], *src = it + soff[i];
+            uint16_t *bk = bkt + soff[i];
+            for (uint64_t k = lo[i]; k < hi[i]; k++) {
+                const uint64_t T = m->len[i][src[k]];
+                if (by_rank) {
+                    rank[k - lo[i]] = (lenpos){T, k};
+                } else {
+                    const uint32_t b = bucket_of(m, T);
+                    bk[k] = (uint16_t)b;
+                    cnt[(size_t)b * S + i]++;
+                }
+            }
+            if (by_rank) { /* bucket b: the items of rank b*n/NB .. (b+1)*n/NB - 1 in length */
+                qsort(rank, n, sizeof *rank, cmp_lenpos);
+                for (uint64_t r = 0; r < n; r++) {
+                    const uint32_t b = (uint32_t)((u128)r * NB / n);
+                    bk[rank[r].k] = (uint16_t)b;
+                    cnt[(size_t)b * S + i]++;
+                }
+            }
+        }
+        uint64_t f = wbase;
+        for (uint32_t b = 0; b < NB; b++)
+            for (uint32_t i = 0; i < S; i++)
+                at[(size_t)b * S + i] = f, f += cnt[(size_t)b * S + i];
+        for (uint32_t i = 0; i < S; i++)
+            for (uint64_t k = lo[i]; k < hi[i]; k++) {
+                uint64_t *a = &at[(size_t)bkt[soff[i] + k] * S + i];
+                tu[*a] = it[soff[i] + k];
+                ts[(*a)++] = i;
+            }
+        /* 3. each bucket's sources interleaved (into p->utt/src), cut greedily */
+        for (uint32_t b = 0; b < NB; b++) {
+            const uint64_t *c = cnt + (size_t)b * S;
+            uint64_t nbk = 0, base = pos;
+            for (uint32_t i = 0; i < S; i++) take[i] = 0, nbk += c[i];
+            uint64_t first[CXS_MIX_MAX_SOURCES];
+            uint64_t fb = base;
+            for (uint32_t i = 0; i < S; i++) first[i] = fb, fb += c[i];
+            uint64_t n = 0, tmax = 0;
+            for (uint64_t x = 0; x < nbk; x++) {
+                uint32_t best = UINT32_MAX;
+                for (uint32_t i = 0; i < S; i++)
+                    if (take[i] < c[i] &&
+                        (best == UINT32_MAX || before(c, i, take[i], best, take[best])))
+                        best = i;
+                const uint64_t e = first[best] + take[best]++;
+                const uint64_t T = m->len[best][tu[e]];
+                const uint64_t t2 = T > tmax ? T : tmax;
+                if (n && ((n + 1) * t2 > B || (maxb && n >= maxb))) {
+                    n = 0, tmax = 0;
+                }
+                if (!n) bs[nbat++] = pos;
+                p->utt[pos] = tu[e];
+                p->src[pos] = best;
+                pos++, n++;
+                tmax = T > tmax ? T : tmax;
+            }
+        }
+        /* 4. the window's batches in a seeded order */
+        for (uint64_t g = b0; g < nbat; g++) perm[g] = g;
+        if (shuffle)
+            for (uint64_t g = nbat - b0; g > 1; g--) {
+                uint64_t j = rng_below(&st, g), t = perm[b0 + g - 1];
+                perm[b0 + g - 1] = perm[b0 + j], perm[b0 + j] = t;
+            }
     }
     bs[nbat] = pos;
-    /* 4. the batches' order (shuffled), each batch grouped by source */
-    for (uint64_t g = 0; g < nbat; g++) perm[g] = g;
-    if (shuffle) {
-        uint64_t st = cxs_mix64(cxs_mix64(m->o.seed ^ 0x6261746368ull) + cxs_mix64(epoch + 1));
-        for (uint64_t g = nbat; g > 1; g--) {
-            uint64_t j = rng_below(&st, g), t = perm[g - 1];
-            perm[g - 1] = perm[j], perm[j] = t;
-        }
-    }
+    if (p->wb) p->wb[K] = nbat;
     p->start = malloc((nbat + 1) * sizeof *p->start);
     if (!p->start) {
         rc = -ENOMEM;
         goto out;
     }
+    /* each batch grouped by source */
     uint64_t w = 0;
     for (uint64_t g = 0; g < nbat; g++) {
         const uint64_t a = bs[perm[g]], z = bs[perm[g] + 1];
@@ -497,10 +713,12 @@ static int plan_build(const cxs_mix_utt *m, uint64_t epoch, uplan **out) {
         p->utt = tu, p->src = ts;
         tu = u, ts = s;
     }
+    p->grp = gl.g, p->ngrp = gl.n, p->rng = gl.r;
+    gl.g = NULL, gl.r = NULL;
     if (m->w > 1) rc = ranks_build(m, p);
 out:
     free(cnt), free(at), free(take), free(tu), free(bs), free(ts), free(perm), free(bkt);
-    free(rank);
+    free(rank), free(it), free(gl.g), free(gl.r);
     if (rc) plan_free(p);
     else *out = p;
     return rc;
@@ -712,4 +930,43 @@ int cxs_mix_utt_batch(const cxs_mix_utt *m, uint64_t epoch, uint64_t pos, uint64
     }
     plan_put(m, p);
     return rc;
+}
+
+int cxs_mix_utt_block(const cxs_mix_utt *m) { return m && m->bs; }
+
+int cxs_mix_utt_blocks_get(const cxs_mix_utt *m, uint64_t epoch, cxs_mix_ublocks *out) {
+    memset(out, 0, sizeof *out);
+    if (!m || !m->bs) return CXS_E_INVALID;
+    uplan *p;
+    int rc = plan_get(m, epoch, &p);
+    if (rc) return rc;
+    *out = (cxs_mix_ublocks){p->nw, p->wb, p->grp, p->ngrp, p->rng, p};
+    return 0;
+}
+
+void cxs_mix_utt_blocks_put(const cxs_mix_utt *m, cxs_mix_ublocks *b) {
+    if (b->ref) plan_put(m, b->ref);
+    memset(b, 0, sizeof *b);
+}
+
+uint64_t cxs_mix_ublocks_window(const cxs_mix_ublocks *b, uint64_t g) {
+    uint64_t lo = 0, hi = b->nw; /* the last k with wb[k] <= g */
+    while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (b->wb[mid] <= g) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int cxs_mix_ublocks_place(const cxs_mix_utt *m, const cxs_mix_ublocks *b, uint64_t pos,
+                          uint64_t *global, int *repeat) {
+    const uplan *p = b->ref;
+    uint64_t len;
+    counts(m, p, NULL, &len);
+    if (pos >= len) return CXS_E_RANGE;
+    const uint64_t x = m->o.origin + m->o.rank + pos * m->w;
+    *global = p->rg ? p->rg[pos] : x % p->nb;
+    *repeat = p->rrep ? p->rrep[pos] : x >= p->nb;
+    return 0;
 }

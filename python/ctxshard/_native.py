@@ -192,6 +192,7 @@ class MixUttOpts(Structure):
                 ("weights", POINTER(c_double)), ("temperature", c_double),
                 ("epoch_size", c_uint64), ("rank", c_uint32), ("world_size", c_uint32),
                 ("drop_last", c_uint32), ("origin", c_uint64), ("stratify", c_uint32),
+                ("memory_bytes", c_uint64), ("blocks", c_uint32),
                 ("reserved", c_uint64 * OPTS_RESERVED)]
 
 

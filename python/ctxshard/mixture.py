@@ -218,7 +218,13 @@ class UtteranceMixture(_Handle):
     stratify="length": buckets by length over the whole mixture, which pads
     least, each batch holding its bucket's shares (more of the source with
     long utterances in the long buckets).  The same when the sources'
-    lengths are alike.  shuffle=False: one bucket, in order.  rank r of world_size takes global batches
+    lengths are alike.  shuffle=False: one bucket, in order.  memory= (bytes
+    or '2G', shuffle=True only) and blocks= (1..1024, default 8): block
+    order, for data larger than memory -- every source read in groups of
+    blocks of its block schedule within its share of the one budget (the
+    bytes its quota reads an epoch), the epoch cut into windows of about
+    half a group of every source, the steps above run inside each window
+    and the windows in order.  rank r of world_size takes global batches
     origin + r, + world_size, ...; every rank the same count (the last
     round completed with the epoch's first batches, repeat() says which,
     or with drop_last cut).  origin: the global batch where every epoch
@@ -229,7 +235,8 @@ class UtteranceMixture(_Handle):
 
     def __init__(self, datasets, frame_budget, weights=None, temperature=None, epoch_size=None,
                  shuffle=True, seed=0, rank=0, world_size=1, drop_last=False, origin=0,
-                 buckets=None, max_batch=None, long_utterances="refuse", stratify="shares"):
+                 buckets=None, max_batch=None, long_utterances="refuse", stratify="shares",
+                 memory=None, blocks=None):
         f = "UtteranceMixture"
         self.datasets = _sources(f, datasets)
         n = len(self.datasets)
@@ -242,6 +249,12 @@ class UtteranceMixture(_Handle):
         self.long_utterances = _a.choice(f, "long_utterances", long_utterances,
                                          ("refuse", "alone"))
         self.stratify = _a.choice(f, "stratify", stratify, ("shares", "length"))
+        self.memory = None if memory is None else _a.size(f, "memory", memory)
+        self.blocks = _a.optional_integer(f, "blocks", blocks, 1, 1024)
+        if self.memory is not None and not self.shuffle:
+            raise ValueError(f"{f}: memory= (block order) needs shuffle=True")
+        if self.blocks is not None and self.memory is None:
+            raise ValueError(f"{f}: blocks= applies with memory= (block order) only")
         esize = 0 if epoch_size is None else _a.integer(f, "epoch_size", epoch_size, 1, 2**40)
         o = _n.MixUttOpts()
         o.kind = _n.UTT_SHUFFLE if self.shuffle else _n.UTT_SEQUENTIAL
@@ -250,6 +263,7 @@ class UtteranceMixture(_Handle):
         o.long_alone = int(self.long_utterances == "alone")
         o.stratify = _n.MIX_STRATIFY_LENGTH if self.stratify == "length" else \
             _n.MIX_STRATIFY_SHARES
+        o.memory_bytes, o.blocks = self.memory or 0, self.blocks or 0
         self._create(f, _lib.cxs_mix_utt_create, o, "utterance mixture")
         ptr = self._ptr
         self.epoch_size = int(_lib.cxs_mix_utt_epoch_size(ptr))

@@ -1633,16 +1633,20 @@ class MixtureUtteranceLoader(_MixLoader):
     (seed, epoch, global_position) with global_position in global batches;
     load_state_dict() resumes there, also on another number of ranks,
     nothing repeated or lost.  batch_info after each batch as
-    UtteranceLoader's (utterances, sources, global, index, frames).  On the
-    CPU only: device= copies each batch (lengths stay on the CPU); block
-    order (memory=), streaming and the GPU path are not available for
+    UtteranceLoader's (utterances, sources, global, index, frames).
+    memory= (and blocks=): block order, for data larger than memory, within
+    that one page-cache budget for all the datasets (UtteranceMixture's);
+    the loader asks the kernel for each dataset's next group of blocks as
+    the batches reach it and lets a group go once the batches have passed
+    it.  On the CPU only: device= copies each batch (lengths stay on the
+    CPU); streaming a URL and the GPU path are not available for
     mixtures."""
 
     def __init__(self, paths, frame_budget, shuffle=True, seed=0, rank=None, world_size=None,
                  threads=None, drop_last=False, buckets=None, max_batch=None,
                  long_utterances="refuse", normalize=False, per_utterance=False, labels=None,
                  targets=None, weights=None, temperature=None, epoch_size=None,
-                 stratify="shares", device=None, **unsupported):
+                 stratify="shares", device=None, memory=None, blocks=None, **unsupported):
         f = "UtteranceLoader"
         _known(f, UtteranceLoader.__init__, unsupported)
         for k, v in unsupported.items():
@@ -1678,7 +1682,8 @@ class MixtureUtteranceLoader(_MixLoader):
                               seed=_a.integer(f, "seed", seed, 0, 2**64 - 1), rank=rank,
                               world_size=world_size, drop_last=_a.flag(f, "drop_last", drop_last),
                               buckets=buckets, max_batch=max_batch,
-                              long_utterances=long_utterances, stratify=stratify)
+                              long_utterances=long_utterances, stratify=stratify,
+                              memory=memory, blocks=blocks)
         self.sampler = UtteranceMixture(self.datasets, **self._mix_args)
         self._mixes = {0: self.sampler}
         self.seed, self.drop_last = self.sampler.seed, self.sampler.drop_last
@@ -1716,8 +1721,9 @@ class MixtureUtteranceLoader(_MixLoader):
         """seed, epoch and global_position (global batches served by all
         ranks together), with what fixes the order: the datasets (paths and
         identities), shares, quotas, epoch_size, frame_budget, buckets,
-        max_batch, long_utterances, shuffle, drop_last, the epoch's global
-        batches and the normalisation (none, per-source or given)."""
+        max_batch, long_utterances, shuffle, memory and blocks, drop_last,
+        the epoch's global batches and the normalisation (none, per-source
+        or given)."""
         g = self._origin + self._start * self.world_size
         epoch = self.epoch
         total = self.global_batches(epoch)
@@ -1733,13 +1739,13 @@ class MixtureUtteranceLoader(_MixLoader):
                 "epoch_size": m.epoch_size, "frame_budget": m.frame_budget,
                 "buckets": m.buckets, "max_batch": m.max_batch or 0,
                 "long_utterances": m.long_utterances, "stratify": m.stratify,
-                "shuffle": m.shuffle,
+                "shuffle": m.shuffle, "memory": m.memory, "blocks": m.blocks,
                 "drop_last": m.drop_last, "normalization": self.normalization,
                 "per_utterance": self.per_utterance}
 
     _FIXED = ("seed", "identities", "quotas", "epoch_size", "frame_budget", "buckets",
-              "max_batch", "long_utterances", "stratify", "shuffle", "drop_last",
-              "normalization", "per_utterance")
+              "max_batch", "long_utterances", "stratify", "shuffle", "memory", "blocks",
+              "drop_last", "normalization", "per_utterance")
 
     def load_state_dict(self, state):
         f = "UtteranceLoader.load_state_dict"

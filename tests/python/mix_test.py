@@ -38,6 +38,34 @@ LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 
 
+BIG = []
+
+
+def cold_big_sources():
+    """Three datasets of 12, 36 and 72 MB (made once), their shards out of
+    the page cache: (paths, shard files, their bytes)."""
+    if not BIG:
+        rng = np.random.default_rng(5)
+        for name, frames in (("big-a", 190000), ("big-b", 560000), ("big-c", 1100000)):
+            w = ctxshard.Writer(os.path.join(TMP, name), vocab=VOCAB)
+            at, u = 0, 0
+            while at < frames:
+                n = int(rng.integers(200, 1200))
+                w.add(f"{name}-{u:06d}", rng.standard_normal((n, 16)).astype(np.float32),
+                      labels=rng.integers(0, len(VOCAB), n))
+                at, u = at + n, u + 1
+            w.commit()
+            BIG.append(os.path.join(TMP, name))
+    shards = [os.path.join(p, f) for p in BIG for f in os.listdir(p) if f.startswith("shard-")]
+    for f in shards:
+        fd = os.open(f, os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    assert resident(shards) < 1 << 20
+    return list(BIG), shards, sum(os.path.getsize(f) for f in shards)
+
+
 def resident(files):
     """Bytes of the files in the page cache (mincore over a mapping of
     each, which reads nothing)."""
@@ -332,25 +360,7 @@ class MixTest(unittest.TestCase):
         need = int(str(cm.exception).rsplit("at least ", 1)[1].split()[0])
         ct.Loader(self.paths, K, 50, shuffle="block", memory=need)
         # residency: three datasets of 12, 36 and 72 MB, a budget of 24 MB
-        big, rng = [], np.random.default_rng(5)
-        for name, frames in (("big-a", 190000), ("big-b", 560000), ("big-c", 1100000)):
-            w = ctxshard.Writer(os.path.join(TMP, name), vocab=VOCAB)
-            at, u = 0, 0
-            while at < frames:
-                n = int(rng.integers(200, 1200))
-                w.add(f"{name}-{u:06d}", rng.standard_normal((n, 16)).astype(np.float32),
-                      labels=rng.integers(0, len(VOCAB), n))
-                at, u = at + n, u + 1
-            w.commit()
-            big.append(os.path.join(TMP, name))
-        shards = [os.path.join(p, f) for p in big for f in os.listdir(p) if f.startswith("shard-")]
-        total = sum(os.path.getsize(f) for f in shards)
-        for f in shards:  # cold: out of the page cache
-            fd = os.open(f, os.O_RDONLY)
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.close(fd)
-        self.assertLess(resident(shards), 1 << 20)
+        big, shards, total = cold_big_sources()
         L = ct.Loader(big, 3, 256, shuffle="block", memory="24M", blocks=2, seed=1, labels=False)
         peak, n = 0, 0
         for i, b in enumerate(L):
@@ -380,6 +390,48 @@ class MixTest(unittest.TestCase):
             L.set_epoch(e)
             self.assertEqual(sum(int(b.repeat) for b in L), 1)
         self.assertLess(resident(shards), bound)
+
+    def test_utterance_block_order_one_budget(self):
+        """UtteranceLoader([...], memory=): whole utterances of the three
+        datasets (131 MB) in block order under one 24 MB budget, from a
+        cold start: every utterance once an epoch (natural shares), and
+        the page cache they hold stays near the budget, also after epochs
+        cut short and a rank whose final round repeats (without the
+        loader's letting go, all 131 MB end up cached)."""
+        big, shards, total = cold_big_sources()
+        L = ct.UtteranceLoader(big, 12000, memory="24M", blocks=2, seed=1, labels=False)
+        self.assertGreater(len(L), 100)
+        sizes = [ctxshard.Dataset(p).num_utterances for p in big]
+        seen = [np.zeros(n, np.int64) for n in sizes]
+        peak = 0
+        for i, b in enumerate(L):
+            for s in range(3):
+                np.add.at(seen[s], b.utterances[b.source == s].numpy().astype(np.int64), 1)
+            if i % 20 == 0:
+                peak = max(peak, resident(shards))
+        for s in range(3):
+            self.assertTrue(bool((seen[s] == 1).all()), s)
+        # about two groups of blocks (2 * blocks / (blocks + 1) of the
+        # budget: 32 MB), and what the kernel reads around the faults
+        bound = (24 << 20) + (48 << 20)
+        self.assertLess(peak, bound, f"{peak} of {total} bytes cached")
+        self.assertGreater(total, 120 << 20)
+        for e in range(6):  # epochs cut short let go of what they asked for
+            L.set_epoch(e)
+            for i, b in enumerate(L):
+                if i == len(L) // 3:
+                    break
+        self.assertLess(resident(shards), bound)
+        L = ct.UtteranceLoader(big, 12000, memory="24M", blocks=2, seed=1, labels=False,
+                               rank=2, world_size=3)
+        reps = 0
+        for e in range(8):
+            L.set_epoch(e)
+            reps += sum(int(b.repeat) for b in L)
+        self.assertGreater(reps, 0)
+        self.assertLess(resident(shards), bound)
+        print(f"utterance mixture in block order: peak {peak / 2**20:.1f} MB cached of "
+              f"{total / 2**20:.1f} MB under a 24 MB budget", file=sys.stderr)
 
     def test_cli_bench_read_mixture(self):
         p = subprocess.run([EXE, "bench-read", *self.paths, "--weights", "3,1,1", "--context",

@@ -181,7 +181,9 @@ class MixUttTest(unittest.TestCase):
     def test_resume_2_to_3_to_1_ranks(self):
         """A run saved on 2 ranks continues on 3, then on 1: together they
         serve exactly the epoch one rank serves, nothing twice."""
-        args = dict(weights=[2, 1, 1], seed=9, epoch_size=300)
+        self.resume_2_3_1(dict(weights=[2, 1, 1], seed=9, epoch_size=300))
+
+    def resume_2_3_1(self, args):
         ref = collections.Counter()
         for b in ct.UtteranceLoader(self.paths, BUDGET, **args):
             ref.update(zip(b.source.tolist(), b.utterances.tolist()))
@@ -210,10 +212,64 @@ class MixUttTest(unittest.TestCase):
         st = run(1, st, None)
         self.assertEqual(st["epoch"], 1)
         self.assertEqual(got, ref)
-        other = ct.UtteranceLoader(self.paths, BUDGET, weights=[1, 1, 1], seed=9,
-                                   epoch_size=300)
+        other = ct.UtteranceLoader(self.paths, BUDGET, **dict(args, weights=[1, 1, 1]))
         with self.assertRaises(ValueError):
             other.load_state_dict(st)
+        return st
+
+    def test_block_order(self):
+        """memory= (block order): a budget too small says the least that
+        would do, and that does; twice it: every batch exact against the raw
+        arrays, each source its quota, no utterance twice within a pass,
+        every batch holding the shares, on 2 ranks as many batches each;
+        resume 2 -> 3 -> 1 ranks with nothing repeated or lost, and a
+        state of another budget refused."""
+        with self.assertRaises(ValueError) as cm:
+            ct.UtteranceLoader(self.paths, BUDGET, memory="10K")
+        msg = str(cm.exception)
+        self.assertIn("memory= of at least", msg)
+        self.assertIn(f"source 0 ({self.paths[0]}", msg)
+        need = int(msg.rsplit("at least ", 1)[1].split()[0])
+        ct.UtteranceLoader(self.paths, BUDGET, memory=need)
+        mem = 2 * need
+        with self.assertRaises(ValueError):
+            ct.UtteranceLoader(self.paths, BUDGET, memory=mem, shuffle=False)
+        with self.assertRaises(ValueError):
+            ctxshard.UtteranceMixture(self.paths, BUDGET, blocks=2)
+        seen = collections.Counter()
+        for epoch in range(2):
+            per, lens = collections.Counter(), []
+            for r in range(2):
+                L = ct.UtteranceLoader(self.paths, BUDGET, weights=[3, 1, 1], memory=mem,
+                                       blocks=2, rank=r, world_size=2, seed=6)
+                L.set_epoch(epoch)
+                self.assertEqual((L.state_dict()["memory"], L.state_dict()["blocks"]), (mem, 2))
+                q, E = L.quotas, L.sampler.epoch_size
+                k = 0
+                for b in L:
+                    k += 1
+                    self.check_batch(b)
+                    if b.repeat:
+                        continue
+                    c = collections.Counter(b.source.tolist())
+                    for s in range(3):
+                        self.assertLess(abs(c[s] - len(b[0]) * q[s] / E), 2.0)
+                    per.update(b.source.tolist())
+                    seen.update(zip(b.source.tolist(), b.utterances.tolist()))
+                lens.append(k)
+            self.assertEqual(lens[0], lens[1])
+            self.assertEqual([per[s] for s in range(3)], q)
+        for s in range(3):  # the passes: every utterance as often as any other, to one
+            n = len(self.refs[s].utts)
+            counts = [seen[(s, u)] for u in range(n)]
+            self.assertLessEqual(max(counts) - min(counts), 1, s)
+        st = self.resume_2_3_1(dict(weights=[2, 1, 1], seed=9, epoch_size=300, memory=mem,
+                                    blocks=2))
+        other = ct.UtteranceLoader(self.paths, BUDGET, weights=[2, 1, 1], seed=9,
+                                   epoch_size=300, memory=mem + 4096, blocks=2)
+        with self.assertRaises(ValueError) as cm:
+            other.load_state_dict(st)
+        self.assertIn("memory", str(cm.exception))
 
     def test_drop_last_resume_on_other_ranks_and_closed_datasets(self):
         """drop_last: a state saved on 3 ranks loads on 2 and on 4 (the
@@ -260,8 +316,6 @@ class MixUttTest(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             ct.UtteranceLoader(self.paths, 300)  # below the longest utterances
         self.assertIn('long_utterances="alone"', str(cm.exception))
-        with self.assertRaises(ValueError):
-            ct.UtteranceLoader(self.paths, BUDGET, memory="1G")
         with self.assertRaises(TypeError):  # a misspelt option is not ignored
             ct.UtteranceLoader(self.paths, BUDGET, drop_lst=False)
         with self.assertRaises(ValueError):
@@ -313,6 +367,14 @@ class MixUttTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("mixture of 3 datasets", p.stdout)
         self.assertIn("share 0.6000", p.stdout)
+        p = subprocess.run([EXE, "bench-utt", *self.paths, "--frame-budget", str(BUDGET),
+                            "--memory", "1M", "--blocks", "2"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("in block order within 1048576 bytes (2 blocks a group)", p.stdout)
+        p = subprocess.run([EXE, "bench-utt", *self.paths, "--frame-budget", str(BUDGET),
+                            "--memory", "10K"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("memory_bytes of at least", p.stderr)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ typedef struct cfg {
     double temp;
     uint64_t esize; /* 0: the sum */
     uint32_t buckets, w, kind, max_batch, stratify;
+    uint64_t memory; /* block order: the budget (0: none) */
+    uint32_t blocks;
 } cfg;
 static const double w311[NSRC] = {3, 1, 1}, w105[NSRC] = {1, 0, 5};
 static const cfg cfgs[] = {
@@ -47,6 +49,11 @@ static const cfg cfgs[] = {
     {NULL, 0, 97, 0, 3, CXS_UTT_SEQUENTIAL, 0, 0}, {w311, 0, 0, 1, 7, CXS_UTT_SEQUENTIAL, 5, 0},
     {w311, 0, 0, 4, 3, CXS_UTT_SHUFFLE, 0, CXS_MIX_STRATIFY_LENGTH},
     {NULL, 0, 500, 0, 2, CXS_UTT_SHUFFLE, 0, CXS_MIX_STRATIFY_LENGTH},
+    /* block order: the epoch in windows of about half a group */
+    {NULL, 0, 0, 0, 1, CXS_UTT_SHUFFLE, 0, 0, 2500000, 2},
+    {w311, 0, 700, 4, 3, CXS_UTT_SHUFFLE, 0, 0, 4u << 20, 0},
+    {NULL, 2, 0, 0, 5, CXS_UTT_SHUFFLE, 0, CXS_MIX_STRATIFY_LENGTH, 2000000, 3},
+    {w105, 0, 0, 0, 2, CXS_UTT_SHUFFLE, 0, 0, 1200000, 1},
 };
 
 static cxs_mix_utt *mk(const cfg *c, uint32_t rank, uint32_t drop, uint64_t origin,
@@ -66,6 +73,8 @@ static cxs_mix_utt *mk(const cfg *c, uint32_t rank, uint32_t drop, uint64_t orig
     o.drop_last = drop;
     o.origin = origin;
     o.stratify = c->stratify;
+    o.memory_bytes = c->memory;
+    o.blocks = c->blocks;
     cxs_mix_utt *m;
     cxs_diag d;
     int rc = cxs_mix_utt_create((const cxs_dataset *const *)ds, NSRC, &o, &m, &d);
@@ -210,9 +219,9 @@ TEST(quotas_passes_strata_ranks) {
 }
 END_TEST
 
-/* (seed, epoch) fix the order; another seed or epoch changes it. */
-TEST(deterministic_from_seed_and_epoch) {
-    const cfg *k = &cfgs[2];
+/* (seed, epoch) fix the order; another seed or epoch changes it; also in
+ * block order. */
+static void deterministic(const cfg *k) {
     cxs_mix_utt *a = mk(k, 1, 0, 0, 9), *b = mk(k, 1, 0, 0, 9), *c = mk(k, 1, 0, 0, 10);
     uint64_t la, lb;
     EXPECT_INT(cxs_mix_utt_length(a, 2, NULL, &la), 0);
@@ -229,13 +238,16 @@ TEST(deterministic_from_seed_and_epoch) {
     got_free(&ga), got_free(&gb), got_free(&g3), got_free(&gc);
     cxs_mix_utt_free(a), cxs_mix_utt_free(b), cxs_mix_utt_free(c);
 }
+TEST(deterministic_from_seed_and_epoch) {
+    deterministic(&cfgs[2]);
+    deterministic(&cfgs[11]); /* block order */
+}
 END_TEST
 
 /* An epoch run on 2 ranks to global position G1, then on 3 ranks from
  * origin G1 to G2, then on 1 from G2: the utterances served are exactly
  * the epoch's (one rank's whole run), nothing repeated or lost. */
-TEST(elastic_resume_2_to_3_and_3_to_1) {
-    cfg k = cfgs[2];
+static void elastic(cfg k) {
     k.w = 1;
     cxs_mix_utt *one = mk(&k, 0, 0, 0, 21);
     uint64_t N;
@@ -273,6 +285,10 @@ TEST(elastic_resume_2_to_3_and_3_to_1) {
     free(all);
     got_free(&ref);
     cxs_mix_utt_free(one);
+}
+TEST(elastic_resume_2_to_3_and_3_to_1) {
+    elastic(cfgs[2]);
+    elastic(cfgs[11]); /* block order */
 }
 END_TEST
 
@@ -347,6 +363,31 @@ TEST(refusals_name_the_source_and_option) {
     cxs_mix_utt_free(m);
     o.frame_budget = BUDGET;
     o.max_batch = 0;
+    /* block order: the shuffled kind only; blocks 1..1024, with a budget;
+     * a budget too small names the source and the least that would do,
+     * and that one works */
+    o.memory_bytes = 1u << 22;
+    o.kind = CXS_UTT_SEQUENTIAL;
+    EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "CXS_UTT_SHUFFLE");
+    o.kind = CXS_UTT_SHUFFLE;
+    o.blocks = 1025;
+    EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "1024");
+    o.memory_bytes = 0, o.blocks = 4;
+    EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), CXS_E_INVALID);
+    EXPECT_STR_HAS(d.message, "memory_bytes");
+    o.memory_bytes = 100000;
+    EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), CXS_E_RANGE);
+    EXPECT_STR_HAS(d.message, "longest utterance");
+    const char *at = strstr(d.message, "at least ");
+    ck_assert_ptr_nonnull(at);
+    o.memory_bytes = strtoull(at + 9, NULL, 10);
+    if (cxs_mix_utt_create(dd, NSRC, &o, &m, &d)) ck_abort_msg("%s", d.message);
+    cxs_mix_utt_free(m);
+    o.memory_bytes -= o.memory_bytes / 50; /* and 2% less does not */
+    EXPECT_INT(cxs_mix_utt_create(dd, NSRC, &o, &m, &d), CXS_E_RANGE);
+    o.memory_bytes = 0, o.blocks = 0;
     /* another width: refused by the loader, naming it */
     cxs_dataset *w;
     EXPECT_INT(cxs_dataset_open(wide, &w, NULL), 0);
@@ -446,6 +487,57 @@ TEST(loader_batches_match_each_source) {
 }
 END_TEST
 
+/* Block order through the loader: every batch as cxs_mix_utt_batch says,
+ * over two epochs, a reset mid-epoch, and on a rank whose final round
+ * repeats; the page cache advice and drops change no byte. */
+TEST(block_order_loader) {
+    cfg k = cfgs[11];
+    for (uint32_t r = 0; r < 3; r++) {
+        cxs_mix_utt *m = mk(&k, r, 0, 0, 8);
+        cxs_utt_loader_opts lo;
+        cxs_utt_loader_opts_init(&lo);
+        lo.threads = 2;
+        lo.labels = 1;
+        cxs_mix_utt_loader *l;
+        cxs_diag d;
+        if (cxs_mix_utt_loader_create(m, &lo, 0, 0, &l, &d)) ck_abort_msg("%s", d.message);
+        const uint32_t C = cxs_mix_utt_max_batch(m);
+        uint64_t *u = malloc(C * 8);
+        uint32_t *s = malloc(C * 4);
+        for (uint64_t e = 0; e < 2; e++) {
+            uint64_t L, nb = 0;
+            EXPECT_INT(cxs_mix_utt_length(m, e, NULL, &L), 0);
+            if (e) EXPECT_INT(cxs_mix_utt_loader_reset(l, e, 0), 0);
+            const cxs_mix_utts *b;
+            int again = 0;
+            while (!cxs_mix_utt_loader_next(l, &b, &d) && b) {
+                uint32_t n, rep;
+                uint64_t g;
+                EXPECT_LOOP(cxs_mix_utt_batch(m, e, nb, u, s, C, &n, &g, &rep) == 0);
+                EXPECT_LOOP(b->batch->n == n && b->batch->global == g && b->repeat == rep);
+                EXPECT_LOOP(!memcmp(b->batch->utts, u, n * 8) && !memcmp(b->source, s, n * 4));
+                for (uint32_t j = 0; j < n; j++) {
+                    uint64_t T = frames_of(s[j], u[j]);
+                    cxs_utterance ut;
+                    cxs_dataset_utterance(ds[s[j]], u[j], &ut);
+                    EXPECT_LOOP(b->batch->lengths[j] == (int64_t)T);
+                    EXPECT_LOOP(!memcmp(b->batch->x + (size_t)j * b->batch->tmax * 8,
+                                        ut.features, T * 8 * 4));
+                }
+                if (++nb == L / 2 && !again++) { /* from the middle again */
+                    EXPECT_INT(cxs_mix_utt_loader_reset(l, e, L / 2 - 1), 0);
+                    nb = L / 2 - 1;
+                }
+            }
+            EXPECT_UINT(nb, L);
+        }
+        free(u), free(s);
+        cxs_mix_utt_loader_free(l);
+        cxs_mix_utt_free(m);
+    }
+}
+END_TEST
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-mixutt-XXXXXX");
     if (!mkdtemp(dir)) return 3;
@@ -461,7 +553,7 @@ int main(void) {
     if (td_make(wide, &o)) return 3;
     const TTest *tests[] = {quotas_passes_strata_ranks, deterministic_from_seed_and_epoch,
                             elastic_resume_2_to_3_and_3_to_1, refusals_name_the_source_and_option,
-                            loader_batches_match_each_source};
+                            loader_batches_match_each_source, block_order_loader};
     const cxs_group g[] = {{"mixutt", 300, setup, teardown, tests, CXS_N(tests), NULL}};
     int failed = cxs_run_groups("mixutt", g, CXS_N(g), 0);
     char cmd[400];
