@@ -1466,6 +1466,22 @@ CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
  * in order.  Inside a batch the utterances are grouped by source, in
  * source order.
  *
+ * Block order (memory_bytes, CXS_UTT_SHUFFLE): source i gets the share of
+ * memory_bytes that its quota's rows (guard rows counted) take of the
+ * epoch's bytes, and its passes are its block schedule's (blocks of whole
+ * utterances of share / (blocks + 1) bytes, in a seeded order per pass)
+ * read in groups of `blocks` blocks, a group's utterances in a seeded
+ * order.  The epoch is cut into K windows, window k holding every
+ * source's items k*q_i/K .. (k+1)*q_i/K - 1, K twice the most groups any
+ * source's epoch reads; the batches are made (buckets, interleave, cut,
+ * shuffle) inside each window, and the windows come in order, so that a
+ * reader in batch order needs about half a group of every source at a
+ * time.  cxs_mix_utt_loader asks for (WILLNEED) the groups of the window
+ * a worker starts and of the next, and lets go of those no later window
+ * reads once the consumer is past them.  CXS_E_RANGE at create: a share
+ * whose blocks cannot hold its source's longest utterance (diag says the
+ * least memory_bytes that would do).
+ *
  * Ranks (world_size w): as the utterance sampler's: rank r takes global
  * batch origin + r + t*w; with drop_last 0 the final round is completed
  * by wrapping to the epoch's first batches (cxs_mix_utt_repeat says
