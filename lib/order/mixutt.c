@@ -802,42 +802,99 @@ static int cmp_gsize(const void *a, const void *b) { /* largest first, then by p
     return (x->g > y->g) - (x->g < y->g);
 }
 
+/* The least-cost assignment of rows 0..n-1 to distinct columns of an
+ * n x w cost matrix (n <= w; Kuhn-Munkres with potentials, O(n^2 w)):
+ * col[j] the column of row j.  Scratch: u[n+1], v[w+1], p[w+1], way[w+1],
+ * minv[w+1], used[w+1]. */
+static void assign(const double *cost, uint32_t n, uint32_t w, uint32_t *col, double *u,
+                   double *v, uint32_t *p, uint32_t *way, double *minv, uint8_t *used) {
+    for (uint32_t i = 0; i <= n; i++) u[i] = 0;
+    for (uint32_t j = 0; j <= w; j++) v[j] = 0, p[j] = 0, way[j] = 0;
+    for (uint32_t i = 1; i <= n; i++) {
+        p[0] = i;
+        uint32_t j0 = 0;
+        for (uint32_t j = 0; j <= w; j++) minv[j] = 1e300, used[j] = 0;
+        do {
+            used[j0] = 1;
+            const uint32_t i0 = p[j0];
+            double delta = 1e300;
+            uint32_t j1 = 0;
+            for (uint32_t j = 1; j <= w; j++) {
+                if (used[j]) continue;
+                const double cur = cost[(size_t)(i0 - 1) * w + (j - 1)] - u[i0] - v[j];
+                if (cur < minv[j]) minv[j] = cur, way[j] = j0;
+                if (minv[j] < delta) delta = minv[j], j1 = j;
+            }
+            for (uint32_t j = 0; j <= w; j++) {
+                if (used[j]) u[p[j]] += delta, v[j] -= delta;
+                else minv[j] -= delta;
+            }
+            j0 = j1;
+        } while (p[j0] != 0);
+        do {
+            const uint32_t j1 = way[j0];
+            p[j0] = p[j1];
+            j0 = j1;
+        } while (j0);
+    }
+    for (uint32_t j = 1; j <= w; j++)
+        if (p[j]) col[p[j] - 1] = j - 1;
+}
+
 /* Which rank serves which batch of each round (the w global batches from
- * origin + t*w), so that every rank's count of each source stays close to
- * its share of what the rounds so far dealt (the same on every rank:
- * computed whole on each).  Up to RANKS_EXACT ranks, the round's batches,
- * largest first, each go to the free rank whose counts fall furthest
- * behind where that batch's sources are concerned (least sum over
- * sources of batch count * (rank count - target)); above it, the largest
- * batch to the rank with the fewest utterances so far, and so on (every
- * batch holds the shares, so this balances each source too).  Ties to
- * the lower batch, the lower rank.  A final round of k < w batches goes
- * to k ranks chosen the same way; the others repeat the epoch's first
- * batches, in rank order.  O(batches * w * sources) up to RANKS_EXACT,
- * O(batches log w) above. */
+ * origin + t*w), so that every rank's count of each source stays at its
+ * share of the utterances it was served.  Rank r's error in source i is
+ * E[r][i] = its count - q_i / E * its utterances, and a batch's own error
+ * e[b][i] its count of i - q_i / E * its size.  Up to RANKS_EXACT ranks,
+ * each round's batches go to ranks by the least-cost assignment (assign)
+ * of cost(b, r) = sum over sources of E[r][i] * e[b][i] (what r's squared
+ * errors grow by, less what does not depend on r) + TOTALS_WEIGHT * d_r *
+ * n_b / nbar^2, d_r how far r's utterances are above the ranks' mean and
+ * nbar the epoch's mean batch size: the proportions first, the ranks'
+ * utterance counts kept near level.  Above RANKS_EXACT, the largest batch
+ * to the rank with the fewest utterances so far, and so on (ties to the
+ * lower batch, the lower rank).  A final round of k < w batches goes to k
+ * ranks chosen the same way; the others repeat the epoch's first batches,
+ * in rank order.  The batches themselves never depend on the ranks.
+ * O(batches * w * (w + sources)) up to RANKS_EXACT, O(batches log w)
+ * above. */
 #define RANKS_EXACT 64
+#define TOTALS_WEIGHT 0.3
 static int ranks_build(const cxs_mix_utt *m, uplan *p) {
     const uint64_t N = p->nb, W = m->w, org = m->o.origin;
     const uint32_t S = m->n;
     const int exact = W <= RANKS_EXACT;
+    const int held = m->o.stratify == CXS_MIX_STRATIFY_SHARES || m->nb == 1;
     uint64_t len;
     counts(m, p, NULL, &len);
     rank_tot *rt = malloc(W * sizeof *rt);
     gsize *gs = malloc(W * sizeof *gs);
     uint32_t *who = malloc(W * sizeof *who);
     uint8_t *taken = malloc(W);
-    /* exact: per rank and source its count; per batch of the round its
-     * sources' counts; per source what the rounds dealt */
-    int64_t *c = exact ? calloc(W * S, sizeof *c) : NULL;
-    int64_t *bc = exact ? malloc(W * S * sizeof *bc) : NULL;
-    double *cum = exact ? calloc(S, sizeof *cum) : NULL;
+    /* exact: per rank and source its count, per rank its utterances, per
+     * source what the rounds dealt; the round's costs and the assignment's
+     * scratch */
+    double *cnt = exact ? calloc(W * S, sizeof *cnt) : NULL, *cum = exact ? calloc(S, 8) : NULL;
+    double *tot = exact ? calloc(W, sizeof *tot) : NULL;
+    double *cost = exact ? malloc(W * W * sizeof *cost) : NULL;
+    double *scr = exact ? malloc(3 * (W + 1) * sizeof *scr) : NULL;
+    uint32_t *iscr = exact ? malloc(2 * (W + 1) * sizeof *iscr) : NULL;
+    uint8_t *used = exact ? malloc(W + 1) : NULL;
+    double *be = exact ? malloc(S * sizeof *be) : NULL; /* a batch's own errors */
+    double *sh = malloc(S * sizeof *sh);
     p->rg = malloc((len ? len : 1) * sizeof *p->rg);
     p->rrep = malloc(len ? len : 1);
     int rc = 0;
-    if (!rt || !gs || !who || !taken || (exact && (!c || !bc || !cum)) || !p->rg || !p->rrep) {
+    if (!rt || !gs || !who || !taken ||
+        (exact && (!cnt || !cum || !tot || !cost || !scr || !iscr || !used || !be)) || !sh ||
+        !p->rg ||
+        !p->rrep) {
         rc = -ENOMEM;
         goto out;
     }
+    for (uint32_t i = 0; i < S; i++) sh[i] = (double)m->quota[i] / (double)m->E;
+    const double nbar = N ? (double)m->E / (double)N : 1;
+    double served = 0; /* the utterances dealt before this round */
     for (uint32_t r = 0; r < W; r++) rt[r] = (rank_tot){0, r};
     for (uint64_t t = 0; t < len; t++) {
         const uint64_t g0 = org + t * W, k = g0 < N ? (N - g0 < W ? N - g0 : W) : 0;
@@ -846,27 +903,34 @@ static int ranks_build(const cxs_mix_utt *m, uplan *p) {
         qsort(gs, k, sizeof *gs, cmp_gsize);
         memset(taken, 0, W);
         if (exact) {
-            for (uint64_t j = 0; j < k; j++) {
-                int64_t *row = bc + j * S;
-                memset(row, 0, S * sizeof *row);
+            for (uint64_t j = 0; j < k && !held; j++)
                 for (uint64_t e = p->start[gs[j].g]; e < p->start[gs[j].g + 1]; e++)
-                    row[p->src[e]]++;
-                for (uint32_t i = 0; i < S; i++) cum[i] += (double)row[i];
-            }
+                    cum[p->src[e]] += 1;
             for (uint64_t j = 0; j < k; j++) {
-                const int64_t *row = bc + j * S;
-                uint32_t best = UINT32_MAX;
-                double bv = 0;
+                for (uint32_t i = 0; i < S; i++) be[i] = held ? -sh[i] * (double)gs[j].n : 0;
+                for (uint64_t e = p->start[gs[j].g]; e < p->start[gs[j].g + 1]; e++)
+                    be[p->src[e]] += 1;
                 for (uint32_t r = 0; r < W; r++) {
-                    if (taken[r]) continue;
+                    const double *c = cnt + r * S, d = tot[r] - served / (double)W;
                     double v = 0;
-                    for (uint32_t i = 0; i < S; i++)
-                        if (row[i]) v += (double)row[i] * ((double)c[r * S + i] - cum[i] / (double)W);
-                    if (best == UINT32_MAX || v < bv) best = r, bv = v;
+                    if (held) {
+                        for (uint32_t i = 0; i < S; i++) v += (c[i] - sh[i] * tot[r]) * be[i];
+                        v += TOTALS_WEIGHT * d / nbar * (double)gs[j].n / nbar;
+                    } else {
+                        for (uint32_t i = 0; i < S; i++) v += (c[i] - cum[i] / (double)W) * be[i];
+                    }
+                    cost[j * W + r] = v;
                 }
-                taken[best] = 1;
-                for (uint32_t i = 0; i < S; i++) c[best * S + i] += row[i];
-                who[j] = best;
+            }
+            if (k) assign(cost, (uint32_t)k, (uint32_t)W, who, scr, scr + W + 1, iscr,
+                          iscr + W + 1, scr + 2 * (W + 1), used);
+            for (uint64_t j = 0; j < k; j++) {
+                const uint32_t r = who[j];
+                taken[r] = 1;
+                for (uint64_t e = p->start[gs[j].g]; e < p->start[gs[j].g + 1]; e++)
+                    cnt[r * S + p->src[e]] += 1;
+                tot[r] += (double)gs[j].n;
+                served += (double)gs[j].n;
             }
         } else {
             qsort(rt, W, sizeof *rt, cmp_rank_tot);
@@ -888,7 +952,8 @@ static int ranks_build(const cxs_mix_utt *m, uplan *p) {
         }
     }
 out:
-    free(rt), free(gs), free(who), free(taken), free(c), free(bc), free(cum);
+    free(rt), free(gs), free(who), free(taken), free(cnt), free(cum), free(tot), free(cost), free(scr);
+    free(iscr), free(used), free(be), free(sh);
     return rc;
 }
 

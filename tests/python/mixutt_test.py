@@ -123,9 +123,10 @@ class MixUttTest(unittest.TestCase):
 
     def test_batches_sources_quotas_and_passes(self):
         """Two ranks, weights 3:1:1 over three epochs: every batch exact
-        against the raw arrays; each epoch gives each source its quota;
-        over the epochs every utterance of a source as often as any other
-        to within one; both ranks as many batches."""
+        against the raw arrays; each epoch gives each source its quota, and
+        each rank each source's share of what it was served to within one
+        utterance; over the epochs every utterance of a source as often as
+        any other to within one; both ranks as many batches."""
         W = 2
         seen = collections.Counter()
         quota_total = None
@@ -139,7 +140,7 @@ class MixUttTest(unittest.TestCase):
                 q, E = L.quotas, L.sampler.epoch_size
                 self.assertEqual(sum(q), E)
                 self.assertEqual(E, sum(len(ref.utts) for ref in self.refs))
-                k = 0
+                k, mine = 0, collections.Counter()
                 for i, b in enumerate(L):
                     k += 1
                     if epoch == 0 and (i < 3 or i % 5 == 0):
@@ -149,12 +150,16 @@ class MixUttTest(unittest.TestCase):
                         continue  # the last round's padding
                     for s, u in zip(b.source.tolist(), b.utterances.tolist()):
                         per[s] += 1
+                        mine[s] += 1
                         seen[(s, u)] += 1
                     # stratified by shares: the batch holds them to within 2
                     c = collections.Counter(b.source.tolist())
                     for s in range(3):
                         self.assertLess(abs(c[s] - len(b[0]) * q[s] / E), 2.0)
                 lens.append(k)
+                n = sum(mine.values())
+                for s in range(3):
+                    self.assertLessEqual(abs(mine[s] - n * q[s] / E), 1.0, (epoch, r, s))
             self.assertEqual(lens[0], lens[1])
             self.assertEqual([per[s] for s in range(3)], q)
             quota_total = [3 * x for x in q]
