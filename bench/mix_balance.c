@@ -116,7 +116,7 @@ static int utterances(int trials, int n, cxs_dataset **ds) {
         total += in.num_utterances;
     }
     double worst_batch = 0, worst_rank[2] = {0, 0}, worst_eq[2] = {0, 0}, worst_spread[2] = {0, 0};
-    int over[2] = {0, 0};
+    int over[2] = {0, 0}, nk[2] = {0, 0};
     for (int t = 0; t < trials; t++) {
         double wt[8];
         for (int i = 0; i < n; i++) wt[i] = 1 + (double)lcg(&st) / 4294967296.0 * 9;
@@ -161,6 +161,7 @@ static int utterances(int trials, int n, cxs_dataset **ds) {
             free(u), free(s);
             cxs_mix_utt_free(m);
         }
+        nk[strat]++;
         if (wr > worst_rank[strat]) worst_rank[strat] = wr;
         if (wr > 1) {
             over[strat]++;
@@ -173,10 +174,11 @@ static int utterances(int trials, int n, cxs_dataset **ds) {
     printf("%d utterance mixture configurations of %d datasets: worst deviation, in utterances, "
            "of a batch %.3f (stratified by shares)\n", trials, n, worst_batch);
     for (int k = 0; k < 2; k++)
-        printf("  stratify %s: of a rank over the epoch from its utterances times the share "
-               "%.3f (%d configurations over one), of a rank from the quota over the ranks %.3f; "
-               "widest spread of the ranks' utterance counts %.3f of their mean\n",
-               k ? "length" : "shares", worst_rank[k], over[k], worst_eq[k], worst_spread[k]);
+        printf("  stratify %s (%d configurations): of a rank over the epoch from its utterances "
+               "times the share %.3f (%d over one), of a rank from the quota over the ranks "
+               "%.3f; widest spread of the ranks' utterance counts %.3f of their mean\n",
+               k ? "length" : "shares", nk[k], worst_rank[k], over[k], worst_eq[k],
+               worst_spread[k]);
     for (int i = 0; i < n; i++) cxs_dataset_close(ds[i]);
     return 0;
 }

@@ -1482,20 +1482,28 @@ CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
  * whose blocks cannot hold its source's longest utterance (diag says the
  * least memory_bytes that would do).
  *
- * Ranks (world_size w): as the utterance sampler's: rank r takes global
- * batch origin + r + t*w; with drop_last 0 the final round is completed
- * by wrapping to the epoch's first batches (cxs_mix_utt_repeat says
- * which), with drop_last 1 it is cut.  The order never depends on w,
- * rank or origin: a run saved on N ranks at global position G continues
- * on M ranks with origin G, nothing repeated or lost.  The ranks' counts
- * of each source are what their batches hold (measured, not bounded: see
- * the guide).
+ * Ranks (world_size w): the global batches are taken in rounds of w
+ * from origin, one a rank; which rank takes which batch of a round is a
+ * least-cost assignment on every rank's running count of each source
+ * against its share of the utterances it was served (and, second, on its
+ * utterance count, kept near the ranks' mean), computed alike on every
+ * rank, up to 64 ranks; above, the largest batch to the rank with the
+ * fewest utterances.  With CXS_MIX_STRATIFY_LENGTH the counts are held
+ * against an equal split of what the rounds dealt instead (its batches
+ * hold their buckets' shares, not the mixture's).  With drop_last 0 the
+ * final round is completed by wrapping to the epoch's first batches
+ * (cxs_mix_utt_batch's repeat says which), with drop_last 1 it is cut.
+ * The batches never depend on w, rank or origin: a run saved on N ranks at
+ * global position G continues on M ranks with origin G, nothing repeated
+ * or lost.  How close the ranks keep to their shares is measured, not
+ * bounded (the guide: within one utterance in all but one of 250 random
+ * configurations, stratified by shares).
  *
  * Cost: an epoch's order is built at its first use: O(its utterances *
  * sources) time (with CXS_MIX_STRATIFY_SHARES and a sort of each source's
  * items by length), about 40 bytes an utterance while it is built and 12 kept (the
  * last two epochs asked are kept), and with w ranks O(batches * w *
- * sources) for the rounds' dealing up to 64 ranks, O(batches log w)
+ * (w + sources)) for the rounds' dealing up to 64 ranks, O(batches log w)
  * above; the sources' lengths are read once, at create (4 bytes an
  * utterance).
  */
@@ -1535,9 +1543,10 @@ CXS_API void cxs_mix_utt_opts_init(cxs_mix_utt_opts *o);
  * which must outlive it).  Reads every source's INDEX (checked).  Returns
  * 0, -ENOMEM, CXS_E_INVALID (as cxs_mix_create, and no frame_budget, an
  * unknown kind, buckets above 1024, an epoch above 2^40 utterances,
- * world_size above 2^20), CXS_E_RANGE (an utterance longer
+ * world_size above 2^20, memory_bytes without CXS_UTT_SHUFFLE, blocks
+ * above 1024 or without memory_bytes), CXS_E_RANGE (an utterance longer
  * than the budget without long_alone: diag names the source and the
- * utterance), CXS_E_CHECKSUM / CXS_E_CORRUPT / CXS_E_TRUNCATED (a damaged
+ * utterance; a block order budget too small: diag says what would do), CXS_E_CHECKSUM / CXS_E_CORRUPT / CXS_E_TRUNCATED (a damaged
  * INDEX); diag (may be NULL) says which and why.
  */
 CXS_API int cxs_mix_utt_create(const cxs_dataset *const *ds, uint32_t n,

@@ -224,11 +224,12 @@ class UtteranceMixture(_Handle):
     blocks of its block schedule within its share of the one budget (the
     bytes its quota reads an epoch), the epoch cut into windows of about
     half a group of every source, the steps above run inside each window
-    and the windows in order.  rank r of world_size takes global batches
-    origin + r, + world_size, ...; every rank the same count (the last
-    round completed with the epoch's first batches, repeat() says which,
-    or with drop_last cut).  origin: the global batch where every epoch
-    starts (resume)."""
+    and the windows in order.  The ranks take the global batches in rounds
+    of world_size from origin, which rank which chosen so that each keeps
+    to its shares of what it serves (ctxshard.h); every rank the same
+    count (the last round completed with the epoch's first batches, the
+    batch's repeat flag says which, or with drop_last cut).  origin: the
+    global batch where every epoch starts (resume)."""
 
     _FREE = "cxs_mix_utt_free"
     _MAX_RANKS = 2**20
