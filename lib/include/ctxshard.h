@@ -1496,7 +1496,7 @@ CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
  * The batches never depend on w, rank or origin: a run saved on N ranks at
  * global position G continues on M ranks with origin G, nothing repeated
  * or lost.  How close the ranks keep to their shares is measured, not
- * bounded (the guide: within one utterance in all but one of 250 random
+ * bounded (the guide: within one utterance in all but one of 448 random
  * configurations, stratified by shares).
  *
  * Cost: an epoch's order is built at its first use: O(its utterances *

