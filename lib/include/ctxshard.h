@@ -1501,7 +1501,7 @@ CXS_API void cxs_mix_loader_free(cxs_mix_loader *l);
  *
  * Cost: an epoch's order is built at its first use: O(its utterances *
  * sources) time (with CXS_MIX_STRATIFY_SHARES and a sort of each source's
- * items by length), about 40 bytes an utterance while it is built and 12 kept (the
+ * items by length), about 50 bytes an utterance while it is built and 12 kept (the
  * last two epochs asked are kept), and with w ranks O(batches * w *
  * (w + sources)) for the rounds' dealing up to 64 ranks, O(batches log w)
  * above; the sources' lengths are read once, at create (4 bytes an
