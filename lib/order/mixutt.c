@@ -5,8 +5,9 @@
  * An epoch's order (a plan) is built whole at its first use: the epoch's
  * items of every source (its stream of passes), put in length buckets,
  * each bucket's sources interleaved by the Sainte-Lague rule, cut
- * greedily under the frame budget, the batches shuffled.  The shares and
- * quotas are cxs_mix's (mix.h). */
+ * greedily under the frame budget, the batches shuffled -- in block order
+ * window by window (mix.h); then the rounds' batches dealt to the ranks
+ * (ranks_build).  The shares and quotas are cxs_mix's (mix.h). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -257,7 +258,7 @@ static int block_scheds(cxs_mix_utt *m, cxs_diag *d) {
         const double g = rate[i] / ((double)rows * R * (double)ds->row_bytes);
         if (g > groups) groups = g;
     }
-    m->kest = 2 * (uint64_t)(groups + 0.999999);
+    m->kest = 2 * (uint64_t)ceil(groups);
     return 0;
 }
 
@@ -484,16 +485,16 @@ static int block_items(const cxs_mix_utt *m, uint32_t i, uint64_t epoch, uint64_
             const uint64_t b0 = g * R, nbk = (bp->nblocks - b0 < R ? bp->nblocks - b0 : R);
             bc[0] = 0;
             for (uint64_t b = 0; b < nbk; b++) bc[b + 1] = bc[b] + bp->blk[b0 + b].u1 - bp->blk[b0 + b].u0;
-            const uint64_t c = bc[nbk];
+            const uint64_t c = bc[nbk], left = c - (j - pc[g]);
+            const uint64_t last = k + (left < q - k ? left : q - k) - 1; /* the item it ends at */
             if (G == 1 && whole) {
-                gl->g[gl->n - 1].last = k + (c - (j - pc[g]) < q - k ? c - (j - pc[g]) : q - k) - 1;
+                gl->g[gl->n - 1].last = last;
             } else {
                 if ((rc = grow((void **)&gl->g, &gl->cap, gl->n + 1, sizeof *gl->g)) ||
                     (rc = grow((void **)&gl->r, &gl->rcap, gl->nr + nbk, sizeof *gl->r)))
                     break;
                 cxs_mix_ugroup *ug = &gl->g[gl->n++];
-                ug->src = i, ug->first = k, ug->r0 = gl->nr;
-                ug->last = k + (c - (j - pc[g]) < q - k ? c - (j - pc[g]) : q - k) - 1;
+                ug->src = i, ug->first = k, ug->last = last, ug->r0 = gl->nr;
                 for (uint64_t b = 0; b < nbk; b++) {
                     const cxs_block *bk = &bp->blk[b0 + b];
                     if (bk->len) gl->r[gl->nr++] = (cxs_mix_urange){bk->shard, bk->off, bk->len};
