@@ -2,7 +2,7 @@
 snippet of README.md, docs/guide.md and docs/python.md is extracted and run
 against small datasets built here, and the README's C example is compiled
 against the built library and run on a labelled and a features-only
-dataset.
+dataset.  No file of the tree holds a merge's conflict markers.
 
 How the markdown says what a block is:
 - ```sh and ```python blocks are run; blocks without a language (usage
@@ -205,6 +205,38 @@ class Docs(unittest.TestCase):
                 if "-m venv" in line:
                     self.assertIn("/usr/bin/python3 -m venv", line, f"{doc}: {line.strip()}")
         self.assertIn("mpirun -n 8 /usr/bin/python3", open(os.path.join(SRC, DOCS[1])).read())
+
+    def test_no_conflict_markers(self):
+        """No file of the tree holds a merge's conflict markers: a line that
+        starts with seven '<', '=', '>' or '|' followed by a space or the
+        line's end (git's own rule, `git diff --check`).  The files are the
+        tracked ones (`git ls-files`), or every file under the source root
+        when it is not a git checkout (an sdist)."""
+        marker = re.compile(rb"^(<{7}|={7}|>{7}|\|{7})(?: |$)", re.M)
+        try:
+            out = subprocess.run(["git", "-C", SRC, "ls-files", "-z"], capture_output=True,
+                                 check=True).stdout
+            files = [f for f in out.decode("utf-8", "surrogateescape").split("\0") if f]
+        except (OSError, subprocess.CalledProcessError):
+            files = []
+            for d, dirs, fs in os.walk(SRC):
+                dirs[:] = [x for x in dirs if not x.startswith((".", "build"))]
+                files += [os.path.relpath(os.path.join(d, f), SRC) for f in fs]
+        self.assertGreater(len(files), 100)
+        found = []
+        for f in files:
+            p = os.path.join(SRC, f)
+            if not os.path.isfile(p) or os.path.islink(p):
+                continue
+            with open(p, "rb") as fh:
+                data = fh.read()
+            if b"\0" in data[:8192]:
+                continue  # binary: golden vectors, fuzz corpora
+            for m in marker.finditer(data):
+                line = data.count(b"\n", 0, m.start()) + 1
+                text = data[m.start():].split(b"\n", 1)[0].decode("utf-8", "replace")
+                found.append(f"{f}:{line}: {text}")
+        self.assertFalse(found, "conflict markers left by a merge:\n" + "\n".join(found))
 
     def test_readme_c_example(self):
         """The README's C program checks every return code: it compiles
