@@ -79,10 +79,12 @@ int info_run(const char *dir, int json) {
                "out at pack time: predictions over it have fewer rows than the raw split has "
                "frames; pack it again with --fill-nonfinite or with the files fixed",
                dir, (unsigned long long)in.num_skipped, in.num_skipped == 1 ? "" : "s");
-    /* The symbols of label sequences are stored at the width the vocabulary
-     * size gives (spec 5.1, checked at open), which cxs_info.label_width
-     * does not say when there are no frame labels (spec 5.6). */
-    unsigned seq_width = cxs_label_width(in.vocab_size);
+    /* The symbols of label sequences are stored at the stored label width
+     * (DATASET_META's, SHARD_META's for a shard opened alone), which
+     * cxs_info.label_width does not say when there are no frame labels
+     * (spec 5.6), and which a shard alone's vocabulary size (0) does not
+     * give either. */
+    unsigned seq_width = in.seq_width;
     if (json) {
         printf("{\n  \"path\": ");
         json_print_string(dir, strlen(dir));
@@ -260,6 +262,8 @@ typedef struct gctx {
     uint64_t bad_frame;   /* ... the first frame whose window fails */
     int grc;              /* the gather's error, and what it said */
     cxs_diag diag;
+    int label_failed;     /* a label could not be served: ... */
+    uint64_t bad_label;   /* ... the frame whose label it is */
 } gctx;
 
 static const uint64_t *frames_for(gctx *g, size_t first, size_t n) {
@@ -318,7 +322,12 @@ static int fill_labels(void *ctx, size_t first, size_t n, void *buf) {
     for (size_t i = 0; i < n; i++) {
         uint32_t l;
         int rc = cxs_dataset_label(g->ds, f[i], &l);
-        if (rc) return rc;
+        if (rc) {
+            /* the dataset's fault (a damaged label), not the output's */
+            g->label_failed = 1;
+            g->bad_label = f[i];
+            return rc;
+        }
         out[i] = l;
     }
     return 0;
@@ -436,6 +445,27 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         failed = labels_out;
     }
     free(g.scratch);
+    if (rc && g.label_failed) {
+        /* A label the dataset cannot serve: name the shard file, the frame
+         * and its utterance, not the labels' output file. */
+        uint64_t u = 0, off = 0;
+        cxs_utterance ut = {0};
+        cxs_dataset_locate(ds, g.bad_label, &u, &off);
+        cxs_dataset_utterance(ds, u, &ut);
+        char *sp = shard_file(dir, &in, ut.shard);
+        warnx_("%s: the label of frame %llu (utterance %llu, '%.*s', frame %llu of it) %s "
+               "(`ctxshard verify %s` lists the damage); %s not written",
+               sp ? sp : dir, (unsigned long long)g.bad_label, (unsigned long long)u,
+               (int)(ut.id_len > 64 ? 64 : ut.id_len), ut.id ? ut.id : "",
+               (unsigned long long)off,
+               rc == CXS_E_CORRUPT ? "is outside the vocabulary: the shard is damaged"
+                                   : cxs_strerror(rc),
+               dir, labels_out);
+        free(sp);
+        cxs_dataset_close(ds);
+        cxs_dataset_close(train);
+        return exit_code_for(rc);
+    }
     if (rc && g.failed && in.compression == CXS_COMPRESSION_NONE && g.diag.message[0]) {
         /* a damaged block of a table read at first use (format 1.3): the
          * library's message names the shard, the section and the block */

@@ -494,6 +494,12 @@ typedef struct cxs_info {
                                    format 1.3): all of them for a dataset
                                    written with them, 0 for one written
                                    with --block-sums off or before 1.3 */
+    uint32_t seq_width;       /**< label sequences: bytes per stored symbol (1 or
+                                   2, the width DATASET_META's label_width
+                                   gives, SHARD_META's for a shard opened
+                                   alone); 0 without label sequences.  In the
+                                   padding before reserved: the struct keeps
+                                   its size */
     uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_info;
 

@@ -1109,6 +1109,7 @@ void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
         info->seq_symbols = ds->seq_total;
         info->min_seq_length = ds->seq_min;
         info->max_seq_length = ds->seq_max;
+        info->seq_width = ds->seq_width;
     }
     for (uint32_t i = 0; i < (ds->single_shard ? 1u : ds->meta.num_shards); i++)
         info->block_sum_shards += ds->shards[i].bs.n > 0;

@@ -228,7 +228,8 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
     return 0;
 }
 
-/* ", which holds rows of utterance A .. utterance B" for chunk c. */
+/* ", which holds rows of utterance A to utterance B" for chunk c (both
+ * included). */
 static void chunk_utterances(const cxs_dataset *ds, const struct shard *sh, uint64_t c, char *out,
                              size_t cap) {
     const uint64_t r0 = c * sh->ch.chunk_rows, r1 = r0 + sh->ch.chunk_rows;
@@ -254,16 +255,52 @@ static void chunk_utterances(const cxs_dataset *ds, const struct shard *sh, uint
         return;
     }
     cxs_utt_name(ds, last, b, sizeof b);
-    snprintf(out, cap, ", which holds rows of %s .. %s", a, b);
+    snprintf(out, cap, ", which holds rows of %s to %s", a, b);
 }
 
-/* ZFEATURES (compressed): every chunk decoded (its own checksum and exact
- * size), checking guard rows and values on the decoded rows as
- * verify_features does, then the section hash. */
+/* After ZFEATURES's section checksum failed: the first chunk whose stored
+ * bytes fail their own checksum, with the utterances whose rows it holds,
+ * appended to msg; or, when every chunk matches its own, that the section's
+ * checksum is what disagrees. */
+static void locate_chunk(const cxs_dataset *ds, const struct shard *sh, const cxs_section *s,
+                         char *msg, size_t cap) {
+    size_t len = strlen(msg);
+    for (uint64_t c = 0, a = 0; c < sh->ch.num_chunks; c++) {
+        const uint8_t *e = sh->chunk_table + CXS_CHUNK_ENTRY * c;
+        const uint64_t b = cxs_ld64(e); /* checked at open: a < b <= length */
+        if (cxs_checksum_differs(cxs_hash(sh->map + s->offset + a, (size_t)(b - a)),
+                                 cxs_ld64(e + 8))) {
+            char held[700];
+            chunk_utterances(ds, sh, c, held, sizeof held);
+            snprintf(msg + len, cap - len, "; chunk %llu (bytes %llu..%llu) fails its checksum%s",
+                     (unsigned long long)c, (unsigned long long)(s->offset + a),
+                     (unsigned long long)(s->offset + b), held);
+            return;
+        }
+        a = b;
+    }
+    snprintf(msg + len, cap - len,
+             "; every chunk matches its own checksum in CHUNKS: the section's checksum in the "
+             "section table does not describe the chunks");
+}
+
+/* ZFEATURES (compressed), in spec 4.6's order: the section's checksum, then
+ * every chunk decoded (its own checksum and exact size), checking guard
+ * rows and values on the decoded rows as verify_features does. */
 static int verify_zfeatures(vctx *v, uint32_t si, const cxs_section *s, cxs_diag *d) {
     const cxs_dataset *ds = v->ds;
     const struct shard *sh = &ds->shards[si];
-    int rc = 0;
+    /* The section's checksum first: a file whose chunks were rewritten with
+     * their own checksums but not the section's is CXS_E_CHECKSUM, whatever
+     * its rows hold.  The chunk that fails its own names the damage. */
+    int rc = hash_plain(v, sh->map, s, sh->path, d);
+    if (rc == CXS_E_CHECKSUM && d) {
+        char msg[sizeof d->message];
+        snprintf(msg, sizeof msg, "%s", d->message);
+        locate_chunk(ds, sh, s, msg, sizeof msg);
+        snprintf(d->message, sizeof d->message, "%s", msg);
+    }
+    if (rc) return rc;
     const uint64_t rowb = ds->row_bytes, G = ds->meta.guard, U = sh->meta.num_utterances;
     uint8_t *buf = v->buf;
     /* Segments of the row stream: guard 0, utterance 0, guard 1, ... */
@@ -313,8 +350,6 @@ static int verify_zfeatures(vctx *v, uint32_t si, const cxs_section *s, cxs_diag
         }
     }
     if (!rc && seg % 2) sum_utterance(v); /* the last utterance, without a guard after it */
-    /* The section's own checksum last: the chunks' name the damage first. */
-    if (!rc) rc = hash_plain(v, sh->map, s, sh->path, d);
     return rc;
 }
 

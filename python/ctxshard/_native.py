@@ -62,7 +62,7 @@ class Info(Structure):
                 ("stored_feature_bytes", c_uint64), ("label_seqs", c_uint32),
                 ("seq_symbols", c_uint64), ("min_seq_length", c_uint64),
                 ("max_seq_length", c_uint64), ("block_sum_shards", c_uint32),
-                ("reserved", c_uint64 * INFO_RESERVED)]
+                ("seq_width", c_uint32), ("reserved", c_uint64 * INFO_RESERVED)]
 
 
 class OpenOpts(Structure):

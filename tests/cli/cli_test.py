@@ -622,6 +622,16 @@ class Usage(unittest.TestCase):
         j = json.loads(out)
         self.assertEqual(j["label_width"], 0)
         self.assertEqual(j["label_sequences"]["width"], 1)
+        # Its shard opened alone has no vocabulary; the width is SHARD_META's.
+        shard = os.path.join("tiny-seq-only", "shard-000000.cxs")
+        rc, out, err = run("info", shard, "--json", cwd=valid)
+        self.assertEqual(rc, 0, err)
+        j = json.loads(out)
+        self.assertEqual((j["vocab"], j["label_width"]), ([], 0))
+        self.assertEqual(j["label_sequences"]["width"], 1)
+        rc, out, err = run("info", shard, cwd=valid)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"(?m)^sequences .*stored as uint8")
 
     def test_info_json(self):
         import json
@@ -831,6 +841,21 @@ class Usage(unittest.TestCase):
             rc, _, err = run("gather", tiny, "--context", 1, "--frames", "5", "--out", x)
             self.assertEqual(rc, 2)
             self.assertIn("frame 5 is past the end (the dataset has 5 frames)", err)
+
+    def test_gather_labels_damaged_names_the_shard(self):
+        """A label outside the vocabulary (golden labels-vocab: frame 3's
+        label is 9 of 5 symbols) is the dataset's fault: the message names
+        the shard, the frame and its utterance, not the labels' output."""
+        bad = os.path.join(SRC, "tests", "golden", "invalid", "labels-vocab")
+        with tempfile.TemporaryDirectory() as tmp:
+            x, y = os.path.join(tmp, "tx.npy"), os.path.join(tmp, "ty.npy")
+            rc, _, err = run("gather", bad, "--context", 1, "--all", "--out", x, "--labels", y)
+            self.assertEqual(rc, 1, err)
+            self.assertIn(os.path.join(bad, "shard-000000.cxs") + ": the label of frame 3", err)
+            self.assertNotIn("ty.npy:", err)
+            self.assertIn("frame 3 (utterance 1, 'b', frame 0 of it)", err)
+            self.assertIn("outside the vocabulary", err)
+            self.assertFalse(os.path.exists(y))
 
 
 if __name__ == "__main__":

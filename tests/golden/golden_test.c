@@ -231,7 +231,23 @@ static void valid_seq(const char *dir, int only) {
     CHECK(in.seq_symbols == len_a + len_b);
     CHECK(in.min_seq_length == (len_a < len_b ? len_a : len_b));
     CHECK(in.max_seq_length == (len_a > len_b ? len_a : len_b));
+    CHECK(in.seq_width == 1); /* stored as uint8 (5 symbols) */
     CHECK(cxs_dataset_verify(ds, NULL, NULL, &dg) == 0);
+    {
+        /* Its shard opened alone: no vocabulary, the width SHARD_META's. */
+        char sp[4200];
+        cxs_dataset *one;
+        snprintf(sp, sizeof sp, "%s/shard-000000.cxs", dir);
+        if (cxs_dataset_open(sp, &one, NULL) == 0) {
+            cxs_info oi;
+            cxs_dataset_info(one, &oi);
+            CHECK(oi.single_shard == 1 && oi.vocab_size == 0 && oi.label_seqs == 1);
+            CHECK(oi.seq_width == 1);
+            cxs_dataset_close(one);
+        } else {
+            CHECK(!"the shard of a valid vector opens alone");
+        }
+    }
     int64_t out[8];
     uint32_t n = 99;
     CHECK(cxs_dataset_label_seq(ds, 0, out, 8, &n) == 0 && n == len_a);
@@ -360,6 +376,8 @@ int main(int argc, char **argv) {
     snprintf(p, sizeof p, "%s/valid/tiny-zstd-noshuffle", argv[1]);
     valid(p, 1, 5, 0, 0);
     snprintf(p, sizeof p, "%s/valid/tiny-sums", argv[1]);
+    valid(p, 0, 0, 0, 1);
+    snprintf(p, sizeof p, "%s/valid/tiny-sums-required", argv[1]);
     valid(p, 0, 0, 0, 1);
     snprintf(p, sizeof p, "%s/valid/sums-blocks", argv[1]);
     valid_blocks(p);

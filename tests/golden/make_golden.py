@@ -94,16 +94,18 @@ def raw_blocks(root):
         np.save(os.path.join(root, "transcript", f"u{u + 1}.npy"), np.array(tr))
 
 
-def rehash(d):
+def rehash(d, keep=()):
     """Recompute every checksum of a damaged dataset directory, as a faulty
-    writer would: each shard's sections and header, the manifest's
-    SHARD_TABLE header checksums, sections and header.  What refuses it is
-    then the rule the damage breaks, not a checksum."""
+    writer would: each shard's sections (but those of the types in `keep`,
+    left as they were) and header, the manifest's SHARD_TABLE header
+    checksums, sections and header.  What refuses it is then the rule the
+    damage breaks, not a checksum."""
     def fix(data):
         n = struct.unpack_from("<I", data, 24)[0]
         for i in range(n):
             t, fl, off, ln, ck = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
-            struct.pack_into("<Q", data, 64 + 32 * i + 24, xxh3(data[off:off + ln]))
+            if t not in keep:
+                struct.pack_into("<Q", data, 64 + 32 * i + 24, xxh3(data[off:off + ln]))
         struct.pack_into("<Q", data, 56, 0)
         struct.pack_into("<Q", data, 56, xxh3(data[:64 + 32 * n]))
         return struct.unpack_from("<Q", data, 56)[0]
@@ -133,6 +135,47 @@ def sections(path):
         t, fl, off, ln, ck = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
         out[t] = (off, ln, 64 + 32 * i)
     return data, out
+
+
+def raw_frame(content):
+    """A zstd frame (RFC 8878) holding `content` in one Raw_Block, with its
+    content size and nothing else: what any zstd decodes to exactly those
+    bytes, whatever its version."""
+    n = len(content)
+    assert n < 256  # a one-byte Frame_Content_Size (Single_Segment, FCS flag 0)
+    return (b"\x28\xb5\x2f\xfd" + bytes([0x20, n]) +
+            (1 | 0 << 1 | n << 3).to_bytes(3, "little") + bytes(content))
+
+
+def guard_in_chunk0(raw_rows):
+    """Chunk 0 of a compressed shard (filter 0) replaced by a raw zstd frame
+    of its rows with the leading guard row's first byte set to 1, the chunk
+    table's ends and chunk 0's checksum made to match (CHUNKS's section
+    checksum is made good by rehash); ZFEATURES's length follows, its section
+    checksum is not touched."""
+    def e(d):
+        data, secs = bytes(d), {}
+        n = struct.unpack_from("<I", data, 24)[0]
+        for i in range(n):
+            t, fl, off, ln, ck = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
+            secs[t] = (off, ln, 64 + 32 * i)
+        z0, zl, zt = secs[6]
+        c0 = secs[7][0]
+        nch = struct.unpack_from("<Q", data, c0 + 24)[0]
+        ends = [struct.unpack_from("<Q", data, c0 + 64 + 16 * c)[0] for c in range(nch)]
+        rows = bytearray(raw_rows)
+        rows[0] = 1
+        new0 = raw_frame(rows)
+        z = new0 + data[z0 + ends[0]:z0 + zl]
+        assert z0 + len(z) <= secs[7][0]  # the section stays in its pages
+        d[z0:z0 + max(zl, len(z))] = z + bytes(max(zl, len(z)) - len(z))
+        struct.pack_into("<Q", d, zt + 16, len(z))
+        delta = len(new0) - ends[0]
+        for c in range(nch):
+            struct.pack_into("<Q", d, c0 + 64 + 16 * c, ends[c] + delta)
+        struct.pack_into("<Q", d, c0 + 64 + 8, xxh3(new0))
+        return d
+    return e
 
 
 def damaged(name, src_dir, fname, edit):
@@ -243,6 +286,14 @@ def main():
         damaged("ids-order", tiny, shard, swap_ids)
         rehash(os.path.join(HERE, "invalid", "ids-order"))
         exp.write("ids-order open CXS_E_CORRUPT\n")
+        # Compressed (filter 0, 5 rows a chunk): chunk 0 holds a non-zero
+        # guard row under a checksum of its own that matches, but ZFEATURES's
+        # section checksum is stale.  verify's step 1 (spec 4.6) refuses it.
+        zns = os.path.join(HERE, "valid", "tiny-zstd-noshuffle")
+        feat = sd[ss[4][0]:ss[4][0] + ss[4][1]]
+        damaged("zfeatures-stale", zns, shard, guard_in_chunk0(feat[:40]))
+        rehash(os.path.join(HERE, "invalid", "zfeatures-stale"), keep=(6,))
+        exp.write("zfeatures-stale verify CXS_E_CHECKSUM ZFEATURES\n")
         # A shard the manifest lists is missing.
         shutil.copytree(tiny, os.path.join(HERE, "invalid", "missing-shard"))
         os.remove(os.path.join(HERE, "invalid", "missing-shard", shard))
@@ -257,6 +308,18 @@ def main():
                 subprocess.run([EXE, "pack", tmp, dst, "--guard", "1", "--vocab",
                                 os.path.join(tmp, "vocab.txt"), "--threads", "1", "--quiet"],
                                check=True)
+        # BLOCKSUMS with its required bit set (flags 1), rehashed: valid for a
+        # reader that knows type 9 (the bit speaks only to readers that do
+        # not, which must refuse it, spec 3.2).
+        treq = os.path.join(HERE, "valid", "tiny-sums-required")
+        shutil.rmtree(treq, ignore_errors=True)
+        shutil.copytree(tsum, treq)
+        _, ts = sections(os.path.join(treq, shard))
+        p = os.path.join(treq, shard)
+        data = bytearray(open(p, "rb").read())
+        struct.pack_into("<I", data, ts[9][2] + 4, 1)
+        open(p, "wb").write(bytes(data))
+        rehash(treq)
         _, bs = sections(os.path.join(blk, shard))
         b0, bl = bs[9][0], bs[9][1]  # BLOCKSUMS: head, 4 entries (INDEX, IDS, FEATURES, LABELS)
         ent = lambda i: b0 + 8 + 24 * i
@@ -281,7 +344,7 @@ def main():
             ("sums-order", setu32(ent(1), 2), "open", "CXS_E_CORRUPT", True, None),
             ("sums-absent-type", setu32(ent(0), 7), "open", "CXS_E_CORRUPT", True, None),
             ("sums-shift", setu32(ent(2) + 4, 11), "open", "CXS_E_CORRUPT", True, None),
-            ("sums-blocks", setu64(ent(2) + 8, 3), "open", "CXS_E_CORRUPT", True, None),
+            ("sums-num-blocks", setu64(ent(2) + 8, 3), "open", "CXS_E_CORRUPT", True, None),
             ("sums-first", setu64(ent(3) + 16, 5), "open", "CXS_E_CORRUPT", True, None),
             # the section 8 bytes longer (zero padding taken in)
             ("sums-length", setu64(bs[9][2] + 16, bl + 8), "open", "CXS_E_CORRUPT", True, None),
