@@ -94,7 +94,7 @@ int cxs_block_failed(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *e,
                  (unsigned long long)(e->type == CXS_SEC_LABELS ? sh->f_start + r1 : r1));
     if (some && e->type == CXS_SEC_IDS) {
         /* the ids are what is damaged: numbers only, nothing read from it */
-        snprintf(held, sizeof held, "; the block holds the ids of utterances %llu..%llu",
+        snprintf(held, sizeof held, "; the block holds the ids of utterances %llu to %llu",
                  (unsigned long long)(sh->u_start + lo), (unsigned long long)(sh->u_start + hi));
     } else if (some) {
         /* every one of a few (a block of features is one or two at 40
@@ -108,7 +108,7 @@ int cxs_block_failed(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *e,
             if (hi - lo + 1 > 4 && u > lo && u < hi) continue;
             cxs_utt_name(ds, sh->u_start + u, x, sizeof x);
             at += (size_t)snprintf(held + at, sizeof held - at, "%s%s",
-                                   u == lo ? "" : hi - lo + 1 > 4 ? " .. " : ", ", x);
+                                   u == lo ? "" : hi - lo + 1 > 4 ? " to " : ", ", x);
         }
     } else if (e->type == CXS_SEC_FEATURES) {
         snprintf(held, sizeof held, "; the block holds guard rows only");

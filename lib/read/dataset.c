@@ -160,7 +160,7 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     ds->max_len = cxs_ld64(ds->stats + 16);
     if (ds->min_len == 0 || ds->min_len > ds->max_len || ds->max_len > m->num_frames)
         return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
-                           "%s: STATS: utterance lengths %llu..%llu in a dataset of %llu frames",
+                           "%s: STATS: utterance lengths %llu to %llu in a dataset of %llu frames",
                            mp, (unsigned long long)ds->min_len, (unsigned long long)ds->max_len,
                            (unsigned long long)m->num_frames);
     if (cxs_ld64(ds->stats + 24) != 0)
@@ -1062,8 +1062,8 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
                         : ds->seq_scan_min != ds->seq_min || ds->seq_scan_max != ds->seq_max))) {
         rc =
             cxs_diag_at(d, CXS_E_CORRUPT, ds->manifest_path, CXS_NO_OFFSET,
-                        "%s: SEQ_META: %llu symbols, sequences of %llu..%llu, the shards hold "
-                        "%llu, of %llu..%llu",
+                        "%s: SEQ_META: %llu symbols, sequences of %llu to %llu, the shards hold "
+                        "%llu, of %llu to %llu",
                         ds->manifest_path, (unsigned long long)ds->seqm.num_symbols,
                         (unsigned long long)ds->seqm.min_length,
                         (unsigned long long)ds->seqm.max_length, (unsigned long long)ds->seq_total,

@@ -96,7 +96,7 @@ static int check_index_block(const cxs_dataset *ds, const shard *sh, const lazy_
         if (v - prev < ds->min_len || v - prev > ds->max_len)
             return cxs_diagf(d, CXS_E_CORRUPT,
                              "%s: INDEX: utterance %llu has %llu frames, outside STATS' range "
-                             "%llu..%llu",
+                             "%llu to %llu",
                              sh->path, (unsigned long long)(sh->u_start + e - 1),
                              (unsigned long long)(v - prev), (unsigned long long)ds->min_len,
                              (unsigned long long)ds->max_len);
@@ -115,7 +115,7 @@ static int check_ids_block(const cxs_dataset *ds, uint32_t s, const lazy_table *
         uint64_t a = cxs_ld64(t->p + 8 * i), b = cxs_ld64(t->p + 8 * e);
         if (b <= a || b - a > CXS_MAX_ID_LEN || b > bytes)
             return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: IDS: string %llu has offsets %llu..%llu (must be 1..%u bytes "
+                             "%s: IDS: string %llu has offsets %llu..%llu (must be 1 to %u bytes "
                              "within %llu)",
                              sh->path, (unsigned long long)i, (unsigned long long)a,
                              (unsigned long long)b, CXS_MAX_ID_LEN, (unsigned long long)bytes);
@@ -170,7 +170,7 @@ static int check_seqs_block(const cxs_dataset *ds, uint32_t s, const lazy_table 
         if (b - a < ds->seqm.min_length || b - a > ds->seqm.max_length)
             return cxs_diagf(d, CXS_E_CORRUPT,
                              "%s: SEQUENCES: utterance %llu has %llu symbols, outside SEQ_META's "
-                             "range %llu..%llu",
+                             "range %llu to %llu",
                              sh->path, (unsigned long long)i, (unsigned long long)(b - a),
                              (unsigned long long)ds->seqm.min_length,
                              (unsigned long long)ds->seqm.max_length);
@@ -465,14 +465,14 @@ int cxs_tables_check_all(const cxs_dataset *ds, cxs_diag *d) {
                          ds->shards[f.shard].path, (unsigned long long)f.offset);
     if (x.lo != ds->min_len || x.hi != ds->max_len)
         return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: STATS: length range %llu..%llu disagrees with the shards' "
-                         "%llu..%llu",
+                         "%s: STATS: length range %llu to %llu disagrees with the shards' "
+                         "%llu to %llu",
                          ds->manifest_path, (unsigned long long)ds->min_len,
                          (unsigned long long)ds->max_len, (unsigned long long)x.lo,
                          (unsigned long long)x.hi);
     if (ds->has_seqs && (x.slo != ds->seqm.min_length || x.shi != ds->seqm.max_length))
         return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: SEQ_META: sequences of %llu..%llu, the shards hold %llu..%llu",
+                         "%s: SEQ_META: sequences of %llu to %llu, the shards hold %llu to %llu",
                          ds->manifest_path, (unsigned long long)ds->seqm.min_length,
                          (unsigned long long)ds->seqm.max_length, (unsigned long long)x.slo,
                          (unsigned long long)x.shi);

@@ -19,8 +19,12 @@ format 1.0-1.2 writers (a 1.3 reader reads them unchanged).  Format 1.3's
 block sums have their own: valid/tiny-sums is tiny as the packer writes it
 by default (a BLOCKSUMS section, one block per section), valid/sums-blocks
 three longer utterances whose FEATURES and LABELS span two blocks each,
-and invalid/sums-* damaged copies of it.  EXPECTED's optional fourth
-column is a text the message must hold (underscores for spaces)."""
+and invalid/sums-* damaged copies of it; valid/tiny-sums-required is
+tiny-sums with BLOCKSUMS's required bit set.  invalid/zfeatures-stale is
+tiny-zstd-noshuffle with a non-zero guard row in chunk 0 under a good
+chunk checksum and a stale ZFEATURES section checksum.  EXPECTED's
+optional fourth column is a text the reference reader's message must hold
+(underscores for spaces); spec/format.md's Appendix A describes the file."""
 import os
 import shutil
 import struct
