@@ -842,6 +842,27 @@ class Usage(unittest.TestCase):
             self.assertEqual(rc, 2)
             self.assertIn("frame 5 is past the end (the dataset has 5 frames)", err)
 
+    def test_stats_from_needs_the_same_normalize(self):
+        """Spec 7.4: another dataset's statistics are refused when its
+        normalize (or dim) differs: statistics of per-utterance normalised
+        values do not describe values stored without it, nor the reverse
+        (a usage error, exit 2); the same setting is accepted."""
+        with tempfile.TemporaryDirectory() as tmp:
+            raw = os.path.join(tmp, "raw")
+            self.assertEqual(run("synth", raw, "--utts", 3, "--seed", 5, "--quiet")[0], 0)
+            plain, norm, x = (os.path.join(tmp, n) for n in ("plain", "norm", "x.npy"))
+            self.assertEqual(run("pack", raw, plain, "--quiet")[0], 0)
+            self.assertEqual(run("pack", raw, norm, "--normalize", "utterance", "--quiet")[0], 0)
+            for train, dev in ((norm, plain), (plain, norm)):
+                rc, _, err = run("gather", dev, "--context", 1, "--frames", "0",
+                                 "--out", x, "--stats-from", train)
+                self.assertEqual(rc, 2, err)
+                self.assertIn("pack both splits with the same --normalize", err)
+                self.assertFalse(os.path.exists(x))
+            rc, _, err = run("gather", plain, "--context", 1, "--frames", "0", "--out", x,
+                             "--stats-from", plain)
+            self.assertEqual(rc, 0, err)
+
     def test_gather_labels_damaged_names_the_shard(self):
         """A label outside the vocabulary (golden labels-vocab: frame 3's
         label is 9 of 5 symbols) is the dataset's fault: the message names
