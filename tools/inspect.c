@@ -165,8 +165,8 @@ int info_run(const char *dir, int json) {
         printf("storage       uncompressed (zero-copy)\n");
     const uint32_t nsh = in.single_shard ? 1 : in.num_shards;
     if (in.block_sum_shards == nsh)
-        printf("checksums     per section and per block (format 1.3): verify, warm and the "
-               "block sampler name the damaged block's utterances\n");
+        printf("checksums     per section and per block (format 1.3): every block checked at "
+               "its first use, a damaged one named with its utterances\n");
     else if (in.block_sum_shards)
         printf("checksums     per block in %u of %u shards, per section in the others\n",
                in.block_sum_shards, nsh);
