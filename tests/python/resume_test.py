@@ -19,8 +19,8 @@ batch says which frames it holds.
 
 usage: /usr/bin/python3 tests/python/resume_test.py BUILD_DIR SOURCE_ROOT"""
 import itertools
+import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -448,7 +448,6 @@ class DocsLoops(unittest.TestCase):
             self.assertEqual(p.returncode, 3, p.stderr[-3000:])
         else:
             self.assertEqual(p.returncode, 0, p.stderr[-3000:])
-        import json
         with open(log) as f:
             got = [tuple(json.loads(line)) for line in f]
         return {"log": got, "cwd": cwd}
