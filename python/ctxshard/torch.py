@@ -320,9 +320,11 @@ class Loader:
     (class_weights to choose them); rank/world_size: each rank gets an
     equal, disjoint share of every epoch (defaults from torch.distributed
     when initialised).  An epoch advances by itself after a complete pass;
-    set_epoch(e) chooses one.  state_dict() is (seed, epoch, global
-    position) with what fixes the order; load_state_dict() resumes exactly
-    there, also on another number of ranks (world_size) or threads: the
+    set_epoch(e) chooses one, and keeps the position when the loader is
+    already positioned in e (right after load_state_dict() of a state in
+    e: a resumed run's set_epoch continues it).  state_dict() is (seed,
+    epoch, global position) with what fixes the order; load_state_dict()
+    resumes exactly there, also on another number of ranks (world_size) or threads: the
     ranks together continue the same global order, nothing repeated or
     lost.
 
@@ -572,9 +574,13 @@ class Loader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def set_epoch(self, epoch):
-        """Start the next iteration at the beginning of `epoch`."""
-        epoch = _a.integer("Loader.set_epoch", "epoch", epoch, 0, _u.MAX_EPOCH)
-        self.epoch, self._start, self._origin = epoch, 0, 0
+        """Serve `epoch` next: kept where the loader stands when it is
+        positioned in that epoch (state_dict()'s epoch: right after
+        load_state_dict() of a state in it, or a pass stopped mid-way);
+        any other epoch from its start.  After a complete pass of e the
+        loader stands at the start of e + 1 (set_epoch(e) then serves e
+        again).  docs/python.md, "Epochs and resume"."""
+        _u._set_epoch("Loader", self, epoch)
 
     _KINDS = {SEQUENTIAL: "sequential", SHUFFLE: "shuffle", WEIGHTED: "weighted", BLOCK: "block"}
 
@@ -590,6 +596,9 @@ class Loader:
                 self.dataset, m.kind, m.seed, m.rank, m.world_size, m.drop_last, m.num_samples,
                 m._weights, m.memory, m.blocks if m.kind == BLOCK else None, self._origin)
         return s
+
+    def _position(self):
+        return self._global_position()
 
     def _global_position(self):
         """(epoch, global position) of the next sample: every rank has
@@ -981,7 +990,8 @@ class MixtureLoader(_MixLoader):
     when initialised): rank r takes global batches r, r + world_size, ...
     state_dict() is (seed, epoch, global_position) with global_position in
     global batches; load_state_dict() resumes there, also on another number
-    of ranks, nothing repeated or lost.  shuffle="block" with memory= (and
+    of ranks, nothing repeated or lost, and set_epoch(e) right after it
+    keeps that position (Loader's rule).  shuffle="block" with memory= (and
     blocks=): data larger than memory, each dataset's passes in block order
     within its share of the one budget, its blocks asked for ahead and let
     go once passed.  On the CPU only: device= copies each batch to the
@@ -1063,18 +1073,23 @@ class MixtureLoader(_MixLoader):
         return len(self._mix_now()) - self._start
 
     def set_epoch(self, epoch):
-        epoch = _a.integer("Loader.set_epoch", "epoch", epoch, 0, _u.MAX_EPOCH)
-        self.epoch, self._start, self._origin = epoch, 0, 0
+        """Serve `epoch` next, kept where the loader stands when it is
+        positioned in it (Loader.set_epoch's rule)."""
+        _u._set_epoch("Loader", self, epoch)
+
+    def _position(self):
+        """(epoch, global position) of the next batch, as state_dict()."""
+        g = self._origin + self._start * self.world_size
+        if self._epoch_done(g):
+            return self.epoch + 1, 0
+        return self.epoch, g
 
     def state_dict(self):
         """seed, epoch and global_position (global batches served by all
         ranks together), with what fixes the order: the datasets (paths and
         identities), shares, quotas, epoch_size, batch_size, shuffle and the
         normalisation (none, per-source or given)."""
-        g = self._origin + self._start * self.world_size
-        epoch = self.epoch
-        if self._epoch_done(g):
-            epoch, g = epoch + 1, 0
+        epoch, g = self._position()
         m = self.sampler
         return {"kind": "mixture", "seed": self.seed, "epoch": epoch, "global_position": g,
                 "unit": "batches", "batch_size": self.batch_size,
@@ -1332,7 +1347,8 @@ class UtteranceLoader:
     has run out.  threads: workers (default min(CPUs, 4)); the batches do
     not depend on it.  normalize / per_utterance: as UtteranceDataset.
     set_epoch(e), state_dict() / load_state_dict() (exact mid-epoch resume,
-    also on another number of ranks or threads).  After each batch,
+    also on another number of ranks or threads; set_epoch(e) right after
+    loading a state in e keeps its position, as Loader's).  After each batch,
     batch_info says which it was: utterances (their numbers: ds.ids[u] is
     the id), global (its place in the epoch's global batch order), index
     (this rank's position) and frames (real frames, without padding).
@@ -1444,7 +1460,9 @@ class UtteranceLoader:
         return self.sampler.epoch
 
     def set_epoch(self, epoch):
-        """Start the next iteration at the beginning of `epoch`."""
+        """Serve `epoch` next, kept where the loader stands when it is
+        positioned in it (Loader.set_epoch's rule; the sampler's state is
+        the loader's)."""
         self.sampler.set_epoch(epoch)
 
     def state_dict(self):
@@ -1632,7 +1650,8 @@ class MixtureUtteranceLoader(_MixLoader):
     world_size from torch.distributed when initialised.  state_dict() is
     (seed, epoch, global_position) with global_position in global batches;
     load_state_dict() resumes there, also on another number of ranks,
-    nothing repeated or lost.  batch_info after each batch as
+    nothing repeated or lost, and set_epoch(e) right after it keeps that
+    position (Loader's rule).  batch_info after each batch as
     UtteranceLoader's (utterances, sources, global, index, frames).
     memory= (and blocks=): block order, for data larger than memory, within
     that one page-cache budget for all the datasets (UtteranceMixture's);
@@ -1714,8 +1733,17 @@ class MixtureUtteranceLoader(_MixLoader):
         return self._mix_now().lengths(self.epoch)[1] - self._start
 
     def set_epoch(self, epoch):
-        epoch = _a.integer("UtteranceLoader.set_epoch", "epoch", epoch, 0, _u.MAX_EPOCH)
-        self.epoch, self._start, self._origin = epoch, 0, 0
+        """Serve `epoch` next, kept where the loader stands when it is
+        positioned in it (Loader.set_epoch's rule)."""
+        _u._set_epoch("UtteranceLoader", self, epoch)
+
+    def _position(self):
+        """(epoch, global position) of the next batch, as state_dict()."""
+        g = self._origin + self._start * self.world_size
+        total = self.global_batches(self.epoch)
+        if g >= total or (self.drop_last and total - g < self.world_size):
+            return self.epoch + 1, 0
+        return self.epoch, g
 
     def state_dict(self):
         """seed, epoch and global_position (global batches served by all
@@ -1724,11 +1752,7 @@ class MixtureUtteranceLoader(_MixLoader):
         max_batch, long_utterances, shuffle, memory and blocks, drop_last,
         the epoch's global batches and the normalisation (none, per-source
         or given)."""
-        g = self._origin + self._start * self.world_size
-        epoch = self.epoch
-        total = self.global_batches(epoch)
-        if g >= total or (self.drop_last and total - g < self.world_size):
-            epoch, g = epoch + 1, 0
+        epoch, g = self._position()
         m = self.sampler
         return {"kind": "utterance-mixture", "seed": self.seed, "epoch": epoch,
                 "global_position": g, "unit": "batches",

@@ -27,6 +27,34 @@ PAD_LABEL = _n.UTT_PAD_LABEL  # label of padded frames: torch's ignore_index
 MAX_EPOCH = 2**63 - 1
 
 
+def _set_epoch(func, loader, epoch):
+    """The one rule of set_epoch(e), for every loader and sampler that keeps
+    a position (Loader, MixtureLoader, UtteranceSampler and so
+    UtteranceBatchSampler and UtteranceLoader, MixtureUtteranceLoader):
+
+    set_epoch(e) on a loader positioned in epoch e keeps its position; any
+    other epoch starts at its beginning.
+
+    "Positioned in" is the epoch state_dict() reports: right after
+    load_state_dict() of a state in epoch e, the loaded position (so a
+    resumed run's `loader.set_epoch(epoch)` continues it); after a pass
+    stopped mid-way in e (a break), where it stopped; after a complete pass
+    of e (or one that stopped after the last batch, or before a dropped
+    tail), the start of e + 1 -- set_epoch(e + 1) starts it, set_epoch(e)
+    serves e again from its start.
+
+    loader: its epoch, _origin (global position where the epoch in
+    progress starts) and _start (this rank's position from there), and
+    _position() -> (epoch, global position) as state_dict() reports
+    them."""
+    epoch = _a.integer(f"{func}.set_epoch", "epoch", epoch, 0, MAX_EPOCH)
+    if loader.epoch == epoch and loader._position()[0] == epoch:
+        return
+    # (positioned in `epoch` while loader.epoch is the one before: that one
+    # was served to its end, and the start of `epoch` is where it stands)
+    loader.epoch, loader._origin, loader._start = epoch, 0, 0
+
+
 class _Order:
     """A C utterance sampler (freed with the object)."""
 
@@ -117,10 +145,12 @@ class UtteranceSampler:
     within `blocks` blocks of whole utterances at a time (of memory /
     (blocks + 1) bytes each), so an epoch reads each block once.
 
-    Usable as a DataLoader's batch_sampler.  set_epoch(e) chooses the
-    epoch; a complete pass advances it.  state_dict() is (seed, epoch,
-    global_position) with what fixes the order; load_state_dict() resumes
-    there, also on another number of ranks."""
+    Usable as a DataLoader's batch_sampler.  A complete pass advances the
+    epoch; set_epoch(e) chooses one, and keeps the position when the
+    sampler is already positioned in e (right after load_state_dict() of a
+    state in e: a resumed run's set_epoch continues it).  state_dict() is
+    (seed, epoch, global_position) with what fixes the order;
+    load_state_dict() resumes there, also on another number of ranks."""
 
     _FUNC = "UtteranceSampler"
 
@@ -187,9 +217,13 @@ class UtteranceSampler:
         return self._order(0).lengths(e)[0]
 
     def set_epoch(self, epoch):
-        """Start the next iteration at the beginning of `epoch`."""
-        self.epoch = _a.integer(f"{self._FUNC}.set_epoch", "epoch", epoch, 0, MAX_EPOCH)
-        self._origin, self._start = 0, 0
+        """Serve `epoch` next: kept where the sampler stands when it is
+        positioned in that epoch (right after load_state_dict() of a state
+        in it, or a pass stopped mid-way); any other epoch from its start.
+        After a complete pass of e the sampler stands at the start of e + 1
+        (set_epoch(e) then serves e again).  The rule of every loader:
+        docs/python.md, "Epochs and resume"."""
+        _set_epoch(self._FUNC, self, epoch)
 
     def batches(self):
         """(utterances, global index) of this rank's remaining batches."""
@@ -207,6 +241,10 @@ class UtteranceSampler:
     def __iter__(self):
         for utts, _ in self.batches():
             yield utts.tolist()
+
+    def _position(self):
+        """(epoch, global position) of the next batch, as state_dict()."""
+        return self._global_position(self._start)
 
     def _global_position(self, position):
         g = self._origin + position * self.world_size
