@@ -99,6 +99,10 @@ int kaldi_spec_parse(const char *in, const char *what, kaldi_spec *s, cxs_diag *
     memset(s, 0, sizeof *s);
     s->path = in;
     const char *colon = strchr(in, ':');
+    size_t n = strlen(in);
+    /* a command, with or without ark: before it (its own ':' and spaces
+     * are no options) */
+    if (n && (in[n - 1] == '|' || in[0] == '|')) colon = NULL;
     if (colon) {
         /* Is what stands before the ':' a specifier's options?  It is when
          * one of them is ark or scp; when none is and they are all options,
@@ -109,12 +113,12 @@ int kaldi_spec_parse(const char *in, const char *what, kaldi_spec *s, cxs_diag *
         for (const char *t = in; t <= colon;) {
             const char *e = t;
             while (e < colon && !is_opt_sep(*e)) e++;
-            size_t n = (size_t)(e - t);
-            if (tok_is(t, n, "ark") || tok_is(t, n, "scp")) kinds++;
-            else if (is_harmless(t, n) || tok_is(t, n, "s") || tok_is(t, n, "p")) any_opt = 1;
+            size_t tl = (size_t)(e - t);
+            if (tok_is(t, tl, "ark") || tok_is(t, tl, "scp")) kinds++;
+            else if (is_harmless(t, tl) || tok_is(t, tl, "s") || tok_is(t, tl, "p")) any_opt = 1;
             else if (!unknown++) {
                 first_unknown = t;
-                fu_len = n;
+                fu_len = tl;
             }
             t = e + 1;
         }
@@ -131,28 +135,28 @@ int kaldi_spec_parse(const char *in, const char *what, kaldi_spec *s, cxs_diag *
                                  "(ark, scp, b, t, s, ns, cs, ncs, o, no, p, np, bg, f, nf)", in,
                                  (int)(fu_len > 32 ? 32 : fu_len), first_unknown);
             }
-            if (kaldi_is_space((unsigned char)in[strlen(in) - 1]))
+            if (kaldi_is_space((unsigned char)in[n - 1]))
                 return cxs_diagf(d, CXS_E_INPUT, "'%s': ends in white space, which Kaldi "
                                  "refuses in a specifier", in);
             int kind = 0; /* 1 ark, 2 scp, 3 ark,scp */
             for (const char *t = in; t <= colon;) {
                 const char *e = t;
                 while (e < colon && !is_opt_sep(*e)) e++;
-                size_t n = (size_t)(e - t);
-                if (tok_is(t, n, "ark")) {
+                size_t tl = (size_t)(e - t);
+                if (tok_is(t, tl, "ark")) {
                     if (kind)
                         return cxs_diagf(d, CXS_E_INPUT, "'%s': %s then ark: Kaldi takes ark "
                                          "and scp together only as a wspecifier's "
                                          "ark,scp:ARCHIVE,SCRIPT", in,
                                          kind == 1 ? "ark" : "scp");
                     kind = 1;
-                } else if (tok_is(t, n, "scp")) {
+                } else if (tok_is(t, tl, "scp")) {
                     if (kind & 2)
                         return cxs_diagf(d, CXS_E_INPUT, "'%s': scp twice", in);
                     kind |= 2;
-                } else if (tok_is(t, n, "s")) {
+                } else if (tok_is(t, tl, "s")) {
                     s->sorted = 1;
-                } else if (tok_is(t, n, "p")) {
+                } else if (tok_is(t, tl, "p")) {
                     return cxs_diagf(d, CXS_E_INPUT, "'%s': option p (permissive: Kaldi skips "
                                      "objects it cannot read, or stops reading an archive "
                                      "there, without an error) is not taken: it would drop "
