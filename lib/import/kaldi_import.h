@@ -137,7 +137,8 @@ typedef struct vocab {
     char **sym;      /* by label */
     uint32_t n;
     vsym *by_name;   /* sorted by symbol */
-    int ids;         /* a symbol table: integer tokens are labels */
+    int ids;         /* integer tokens not spelt as a symbol are labels (not in a
+                        vocabulary built from symbol tokens) */
     char *text;
 } vocab;
 

@@ -217,6 +217,11 @@ int kaldi_vocab_read(vocab *v, const char *path, cxs_diag *d) {
             }
         free(sym);
     } else {
+        /* one symbol a line, label = line - 1: an integer token is a
+         * label here too (when no symbol is spelt so), so that the file
+         * `ctxshard vocab` prints of a dataset imported with phones.txt
+         * takes the next split's ali-to-phones integers alike */
+        v->ids = 1;
         v->sym = sym;
         v->n = (uint32_t)nl_count;
     }
@@ -228,10 +233,12 @@ oom:
     return cxs_diagf(d, -ENOMEM, "out of memory");
 }
 
-/* A vocabulary given as a list of symbols (label = position). */
+/* A vocabulary given as a list of symbols (label = position; an integer
+ * token not spelt as a symbol is a label). */
 int kaldi_vocab_list(vocab *v, const char *const *sym, uint32_t n, cxs_diag *d) {
     if (!(v->sym = calloc(n, sizeof *v->sym))) return cxs_diagf(d, -ENOMEM, "out of memory");
     v->n = n;
+    v->ids = 1; /* as for a file of one symbol a line */
     for (uint32_t i = 0; i < n; i++) {
         if (!sym[i] || !sym[i][0] || strpbrk(sym[i], " \t\n\r\v\f"))
             return cxs_diagf(d, CXS_E_INVALID, "vocabulary symbol %u is empty or holds white "

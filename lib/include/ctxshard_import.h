@@ -45,9 +45,10 @@ typedef struct cxs_kaldi_opts {
      *  are ids, as ali-to-phones writes them; a table whose ids leave a
      *  gap is refused, since renumbering would change what its integers
      *  mean) or one symbol per line (label = line number - 1; what
-     *  `ctxshard vocab DATASET` prints).  NULL: the writer options' vocab
-     *  list when it has symbols (label = position; a token must equal a
-     *  symbol), else CXS_KALDI_VOCAB_FROM_DATA must be set: labels without
+     *  `ctxshard vocab DATASET` prints; an integer token that is no
+     *  symbol is a label here too).  NULL: the writer options' vocab list
+     *  when it has symbols (label = position, integer tokens likewise),
+     *  else CXS_KALDI_VOCAB_FROM_DATA must be set: labels without
      *  any of the three are refused (CXS_E_INVALID), so that no split is
      *  numbered by its own symbols unasked. */
     const char *vocab;

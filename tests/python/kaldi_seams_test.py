@@ -199,6 +199,27 @@ class Vocabulary(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         r = run("vocab", out)
         self.assertEqual(r.stdout.splitlines(), phones)
+        # the printed vocabulary takes the next split's ali-to-phones
+        # integers as the table did (and as a Python list)
+        printed = write_lines(self.path("printed.txt"), r.stdout.splitlines())
+        ali2 = write_lines(self.path("ali2.txt"), [
+            k + " " + " ".join(str(1 + ((t + 2) % 6)) if t % 2 else phones[1 + ((t + 2) % 6)]
+                               for t in range(T)) for k, T in self.dev.items()])
+        with ctxshard.open(out) as ds:
+            n_train = len(ds.ids)
+        for name, voc in (("ali2.cxs", table), ("ali2-printed.cxs", printed)):
+            r = run("import", "kaldi", self.path("dev", "feats.scp"), self.out(name), "--ali",
+                    ali2, "--vocab", voc)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        ctxshard.import_kaldi(self.path("dev", "feats.scp"), self.out("ali2-list.cxs"),
+                              ali=ali2, vocab=phones)
+        for name in ("ali2-printed.cxs", "ali2-list.cxs"):
+            self.assertIsNone(same_dataset(self.path("ali2.cxs"), self.path(name)))
+        with ctxshard.open(self.path("ali2.cxs")) as ds:
+            self.assertEqual(len(ds.ids), n_train)
+            for u, (k, T) in enumerate(sorted(self.dev.items())):
+                self.assertEqual(list(np.asarray(ds.utterance(u)[2])),
+                                 [1 + ((t + 2) % 6) for t in range(T)])
         # a gap in the ids: refused naming the id without a line
         gap = write_lines(self.path("gap.txt"), [f"{s} {i + 1}" for i, s in enumerate(phones)])
         r = run("import", "kaldi", self.path("dev", "feats.scp"), self.out("gap.cxs"), "--ali",
