@@ -136,8 +136,10 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size=None, compr
     code behind `ctxshard pack RAW OUT`: the same rules, messages and
     bytes with the same options.
 
-    - vocab: None or "phonemes" (HW1P2's 42 symbols, PHONEMES), a file of
-      one symbol per line, or a list of symbols; sos, eos: the symbols
+    - vocab: None or "phonemes" (HW1P2's 42 symbols, PHONEMES: a fixed
+      list, the same for every split), a file of one symbol per line (as
+      write_vocab writes a dataset's), or a list of symbols (another
+      split's Dataset.vocab); sos, eos: the symbols
       that open and close every transcript (None: [SOS], [EOS]);
     - transcripts: what RAW/transcript holds, as `--transcripts`: "frames"
       (default; [SOS], one symbol per frame, [EOS]), "sequence" (a label
