@@ -133,6 +133,28 @@ class Vocabulary(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         with self.assertRaises(ValueError):
             ctxshard.import_kaldi(self.path("dev", "feats.scp"), out, vocab_from_data=True)
+        # the library's own rule, for C callers (the command and Python
+        # refuse before they call it)
+        from ctypes import byref
+        from ctxshard import _native as N
+        wo, ko, diag = N.WriterOpts(), N.KaldiOpts(), N.Diag()
+        N.lib.cxs_writer_opts_init(byref(wo))
+        N.lib.cxs_kaldi_opts_init(byref(ko))
+        no_progress = N.PROGRESS_FN(0)
+        ko.text = os.fsencode(self.path("dev", "text"))
+        rc = N.lib.cxs_import_kaldi(os.fsencode(self.path("dev", "feats.scp")),
+                                    os.fsencode(out), byref(wo), byref(ko), no_progress, None,
+                                    None, byref(diag))
+        self.assertEqual(rc, N.E_INVALID)
+        self.assertIn("labels need a vocabulary", diag.message.decode())
+        self.assertIn("CXS_KALDI_VOCAB_FROM_DATA", diag.message.decode())
+        self.assertFalse(os.path.exists(out))
+        ko.flags = 2  # CXS_KALDI_VOCAB_FROM_DATA
+        rc = N.lib.cxs_import_kaldi(os.fsencode(self.path("dev", "feats.scp")),
+                                    os.fsencode(out), byref(wo), byref(ko), no_progress, None,
+                                    None, byref(diag))
+        self.assertEqual(rc, 0, diag.message)
+        shutil.rmtree(out)
 
     def test_second_split_numbered_like_the_first(self):
         train = self.out("train.cxs")
