@@ -136,6 +136,14 @@ def main():
         ap.error("--weighted replaces the shuffle: leave --shuffle at full")
 
     train = ctxshard.open(a.train)
+    if a.dev:
+        # a label is an index into its split's vocabulary: dev numbered
+        # otherwise would be scored against other phonemes
+        with ctxshard.open(a.dev) as dev:
+            if dev.vocab != train.vocab:
+                ap.error(f"{a.dev}: its vocabulary is not {a.train}'s ({len(dev.vocab)} symbols, "
+                         f"{len(train.vocab)} in train): pack or import it again with "
+                         f"--vocab FILE, the file `ctxshard vocab {a.train}` prints")
     # every split normalised with train's statistics (normalize=train for
     # the training split itself says so explicitly)
     norm = train if a.normalize else False

@@ -12,6 +12,7 @@ typedef struct import_opts {
     const char *text; /* --text: a Kaldi text file (label sequences) */
     const char *ali;  /* --ali: per-frame alignments (frame labels) */
     int no_sort;      /* --no-sort: refuse an unsorted listing */
+    int vocab_from_data; /* --vocab-from-data: the labels' own symbols numbered */
 } import_opts;
 
 /* `ctxshard import kaldi IN OUT`; an exit code, messages printed. */

@@ -18,7 +18,8 @@ int import_kaldi_run(const char *in, const char *out, const pack_opts *o,
     ko.text = io->text;
     ko.ali = io->ali;
     ko.vocab = o->vocab_path;
-    ko.flags = io->no_sort ? CXS_KALDI_NO_SORT : 0;
+    ko.flags = (io->no_sort ? CXS_KALDI_NO_SORT : 0) |
+               (io->vocab_from_data ? CXS_KALDI_VOCAB_FROM_DATA : 0);
     ko.part = o->part;
     ko.parts = o->parts;
     ko.note = import_note;
@@ -38,10 +39,10 @@ int import_kaldi_run(const char *in, const char *out, const pack_opts *o,
         import_summary(&info, out, o, now_seconds() - t0);
         if (io->text)
             printf("  label sequences from %s, vocabulary of %u symbols%s\n", io->text,
-                   info.vocab_size, o->vocab_path ? "" : " (built from the data)");
+                   info.vocab_size, o->vocab_path ? "" : " (built from the data: --vocab-from-data)");
         else if (io->ali)
             printf("  frame labels from %s, vocabulary of %u symbols%s\n", io->ali,
-                   info.vocab_size, o->vocab_path ? "" : " (built from the data)");
+                   info.vocab_size, o->vocab_path ? "" : " (built from the data: --vocab-from-data)");
         else
             printf("  features only (no --text or --ali)\n");
     }

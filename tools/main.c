@@ -22,6 +22,7 @@
 #include "synth.h"
 #include "warm.h"
 #include "util.h"
+#include "vocab.h"
 
 static const char *const usage_top =
     "usage: ctxshard <command> [options]\n"
@@ -39,6 +40,8 @@ static const char *const usage_top =
     "  merge PART... OUT  join partial datasets packed with --part I/N\n"
     "  verify OUT     re-hash every byte of a packed dataset\n"
     "  info OUT       describe a packed dataset\n"
+    "  vocab OUT      print a dataset's vocabulary, one symbol a line (the file\n"
+    "                 --vocab takes: number another split like this one)\n"
     "  gather OUT     write context windows (and labels) as .npy files\n"
     "  bench-read OUT measure how fast the loader serves windows\n"
     "  bench-utt OUT  measure whole-utterance padded batches: bucketed vs random\n"
@@ -91,6 +94,7 @@ static const char *const usage_check =
     "\n"
     "  --vocab FILE   phoneme list, one symbol per line (default: the standard\n"
     "                 42-symbol list); a label is the symbol's line number - 1\n"
+    "                 (`ctxshard vocab DATASET` prints a dataset's in this form)\n"
     "  --sos SYM      the symbol every transcript starts with (default [SOS])\n"
     "  --eos SYM      the symbol every transcript ends with (default [EOS])\n"
     "  --transcripts L  what the transcripts hold, as for pack (default frames)\n"
@@ -129,7 +133,10 @@ static const char *const usage_pack =
     "                     it: for a test split, which needs every frame\n"
     "  --normalize M      none (default) or utterance: per-utterance mean and\n"
     "                     variance normalisation before storing\n"
-    "  --vocab FILE       phoneme list, one symbol per line\n"
+    "  --vocab FILE       phoneme list, one symbol per line (label = line - 1;\n"
+    "                     `ctxshard vocab DATASET` prints a dataset's); default:\n"
+    "                     the standard 42-symbol list of HW1P2, the same for\n"
+    "                     every split (an unknown symbol is refused)\n"
     "  --sos SYM, --eos SYM\n"
     "                     the symbols every transcript starts and ends with\n"
     "                     (default [SOS] and [EOS]); stripped, never labels\n"
@@ -174,7 +181,8 @@ static const char *const usage_convert =
     "block sums (or before format 1.3) in its own form adds them.\n";
 
 static const char *const usage_import =
-    "usage: ctxshard import kaldi SCP_OR_ARK OUT [--text FILE | --ali FILE] [--vocab FILE]\n"
+    "usage: ctxshard import kaldi SCP_OR_ARK OUT [--text FILE | --ali FILE]\n"
+    "                     [--vocab FILE | --vocab-from-data]\n"
     "                     [--no-sort] [--dtype f32|f16|bf16] [--guard G] [--shard-size SIZE]\n"
     "                     [--threads N] [--on-error fail|skip] [--normalize none|utterance]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
@@ -182,21 +190,28 @@ static const char *const usage_import =
     "\n"
     "Import Kaldi features into a packed dataset at OUT, written atomically like\n"
     "pack.  SCP_OR_ARK is a feats.scp (`utt path.ark:offset` lines, paths relative\n"
-    "to the current directory as in Kaldi) or a bare archive (.ark; an scp: or ark:\n"
-    "prefix says which).  Binary objects FM, DM, FV, DV (a vector is one column) and\n"
-    "the compressed CM, CM2, CM3, decoded exactly as Kaldi decodes them, and\n"
-    "text-form matrices (ark,t); scp entries may select rows and columns with\n"
-    "Kaldi's ranges (a.ark:123[0:99], [0:99,0:12]); pipes are refused.  Utterances\n"
-    "are taken in byte order of their ids: an unsorted listing is sorted (and\n"
-    "said so).\n"
+    "to the current directory as in Kaldi) or a bare archive (.ark), or Kaldi's\n"
+    "rspecifier of one (scp:FILE, ark:FILE, with options: ark,t:, scp,s,cs:, ark,o:\n"
+    "...; s is checked, p is refused, the others change nothing) or the wspecifier\n"
+    "that wrote it (ark,scp:A.ark,A.scp: the archive is read).  A pipe, standard\n"
+    "input and a directory are refused, saying what to give.  Binary objects FM,\n"
+    "DM, FV, DV (a vector is one column) and the compressed CM, CM2, CM3, decoded\n"
+    "exactly as Kaldi decodes them, and text-form matrices (ark,t); scp entries\n"
+    "may select rows and columns with Kaldi's ranges (a.ark:123[0:99],\n"
+    "[0:99,0:12]).  Utterances are taken in byte order of their ids: an unsorted\n"
+    "listing is sorted (and said so).\n"
     "\n"
     "  --text FILE      a Kaldi text file (utt w1 w2 ...): label sequences\n"
     "  --ali FILE       per-frame alignments (utt p1 .. pT, ali-to-phones\n"
     "                   --per-frame=true): frame labels, one per frame\n"
-    "  --vocab FILE     their vocabulary: a symbol table (`symbol id` lines, as\n"
-    "                   words.txt, phones.txt; integer tokens are ids) or one symbol\n"
-    "                   per line; default: built from the data and stored (the\n"
-    "                   distinct tokens in byte order, or 0..max for integers)\n"
+    "                   (both also as ark:FILE, ark,t:FILE)\n"
+    "  --vocab FILE     their vocabulary, required with --text or --ali: a symbol\n"
+    "                   table (`symbol id` lines with ids 0..n-1, as words.txt,\n"
+    "                   phones.txt) or one symbol per line (the training split's:\n"
+    "                   ctxshard vocab TRAIN.cxs > vocab.txt); integer tokens are ids\n"
+    "  --vocab-from-data  number the symbols of this split's own labels instead (the\n"
+    "                   distinct tokens in byte order, or 0..max for integers):\n"
+    "                   another split numbered so may give its labels other meanings\n"
     "  --no-sort        refuse an unsorted listing (with the command that sorts it)\n"
     "  --on-error P     fail (default): write nothing on a bad utterance; skip:\n"
     "                   leave it out and list it in the dataset\n"
@@ -229,6 +244,18 @@ static const char *const usage_merge =
     "from other inputs are refused.\n"
     "\n"
     "  --move    move the shard files instead (the parts are consumed)\n";
+
+static const char *const usage_vocab =
+    "usage: ctxshard vocab OUT\n"
+    "\n"
+    "Print the vocabulary of a packed dataset, one symbol a line in label order\n"
+    "(label l is line l + 1): the file --vocab takes, so that the next split is\n"
+    "numbered like this one:\n"
+    "\n"
+    "  ctxshard vocab train.cxs > vocab.txt\n"
+    "  ctxshard import kaldi data/dev/feats.scp dev.cxs --text data/dev/text --vocab vocab.txt\n"
+    "\n"
+    "Exit status 1 for a features-only dataset (it has no vocabulary).\n";
 
 static const char *const usage_verify =
     "usage: ctxshard verify OUT [--quiet]\n"
@@ -408,7 +435,7 @@ enum {
     O_BLOCKS, O_STATSFROM, O_SOS, O_EOS, O_FRAMEBUDGET, O_BUCKETS, O_TRANSCRIPTS, O_TEXT, O_ALI,
     O_NOSORT, O_FILL, O_BLOCKSUMS, O_HUGEPAGES, O_NOSTREAM, O_WEIGHTS, O_TEMPERATURE,
     O_EPOCHSIZE,
-    O_STRATIFY
+    O_STRATIFY, O_VOCABDATA
 };
 
 static const char *const usage_push =
@@ -521,6 +548,7 @@ static const struct option longopts[] = {
     {"transcripts", required_argument, 0, O_TRANSCRIPTS},
     {"text", required_argument, 0, O_TEXT},       {"ali", required_argument, 0, O_ALI},
     {"no-sort", no_argument, 0, O_NOSORT},
+    {"vocab-from-data", no_argument, 0, O_VOCABDATA},
     {"fill-nonfinite", no_argument, 0, O_FILL},
     {"block-sums", required_argument, 0, O_BLOCKSUMS},
     {0, 0, 0, 0}};
@@ -538,7 +566,7 @@ static int allowed(const char *cmd, int opt) {
                   O_BLOCKSUMS}},
         {"import", {O_DTYPE, O_GUARD, O_SHARD, O_THREADS, O_ONERR, O_NORM, O_VOCAB, O_QUIET,
                     O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT, O_PART,
-                    O_BLOCKSUMS}},
+                    O_BLOCKSUMS, O_VOCABDATA}},
         {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS,
                      O_BLOCKSUMS}},
         {"merge", {O_MOVE, O_QUIET}},
@@ -680,6 +708,7 @@ int main(int argc, char **argv) {
                         : !strcmp(cmd, "merge")  ? usage_merge
                         : !strcmp(cmd, "verify") ? usage_verify
                         : !strcmp(cmd, "info")   ? usage_info
+                        : !strcmp(cmd, "vocab")  ? usage_vocab
                         : !strcmp(cmd, "gather") ? usage_gather
                         : !strcmp(cmd, "bench-read") ? usage_bench
                         : !strcmp(cmd, "bench-utt")  ? usage_bench_utt
@@ -708,7 +737,7 @@ int main(int argc, char **argv) {
     uint64_t *frames = NULL;
     size_t nframes = 0;
     const char *out = NULL, *labels = NULL, *stats_from = NULL;
-    import_opts io = {NULL, NULL, 0};
+    import_opts io = {NULL, NULL, 0, 0};
     optind = 2;
     if (!strcmp(cmd, "import")) {
         /* `import FORMAT ...`: the format first */
@@ -976,6 +1005,7 @@ int main(int argc, char **argv) {
         case O_TEXT: io.text = optarg; break;
         case O_ALI: io.ali = optarg; break;
         case O_NOSORT: io.no_sort = 1; break;
+        case O_VOCABDATA: io.vocab_from_data = 1; break;
         default: break;
         }
     }
@@ -989,9 +1019,11 @@ int main(int argc, char **argv) {
         const int hdf5 = !strcmp(argv[2], "hdf5");
         if (argc - optind != 2)
             return usage_error(usage, "%s", hdf5 ? "expected FILE.h5 and OUT" : "expected SCP_OR_ARK and OUT");
-        if (hdf5 && (io.text || io.ali || po.vocab_path || io.no_sort || po.parts || part_env))
+        if (hdf5 && (io.text || io.ali || po.vocab_path || io.no_sort || po.parts || part_env ||
+                     io.vocab_from_data))
             return usage_error(usage, "%s", "import hdf5 takes features only, whole (--text, "
-                                            "--ali, --vocab, --no-sort and --part are kaldi's)");
+                                            "--ali, --vocab, --vocab-from-data, --no-sort and "
+                                            "--part are kaldi's)");
         if (part_env) {
             char from[256], err[512];
             if (part_from_env(&po.part, &po.parts, from, sizeof from, err, sizeof err)) {
@@ -1003,8 +1035,22 @@ int main(int argc, char **argv) {
         if (io.text && io.ali)
             return usage_error(usage, "%s", "give --text or --ali, not both (one vocabulary "
                                             "per dataset)");
-        if (po.vocab_path && !io.text && !io.ali)
-            return usage_error(usage, "%s", "--vocab applies with --text or --ali");
+        if ((po.vocab_path || io.vocab_from_data) && !io.text && !io.ali)
+            return usage_error(usage, "%s", po.vocab_path ? "--vocab applies with --text or --ali"
+                                            : "--vocab-from-data applies with --text or --ali");
+        if (po.vocab_path && io.vocab_from_data)
+            return usage_error(usage, "%s", "give --vocab FILE or --vocab-from-data, not both");
+        if (!hdf5 && (io.text || io.ali) && !po.vocab_path && !io.vocab_from_data) {
+            /* a split numbered by its own symbols would not agree with the
+             * others: the numbering is the user's to give */
+            warnx_("%s: labels need a vocabulary: give --vocab FILE, the training split's "
+                   "(ctxshard vocab TRAIN.cxs > vocab.txt) or a Kaldi symbol table (%s), or "
+                   "--vocab-from-data to number the symbols this file holds (another split "
+                   "numbered so may give its labels other meanings); nothing written",
+                   io.text ? io.text : io.ali,
+                   io.text ? "data/lang/words.txt" : "data/lang/phones.txt");
+            return EXIT_USAGE;
+        }
         if (!po.threads) po.threads = cxs_cpu_count();
         if (hdf5) return import_hdf5_run(argv[optind], argv[optind + 1], &po);
         return import_kaldi_run(argv[optind], argv[optind + 1], &po, &io);
@@ -1122,6 +1168,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "convert")) ec = convert_run(a, b, &po);
     else if (!strcmp(cmd, "verify")) ec = verify_run(a, po.quiet);
     else if (!strcmp(cmd, "info")) ec = info_run(a, json);
+    else if (!strcmp(cmd, "vocab")) ec = vocab_run(a);
     else if (!strcmp(cmd, "bench-read"))
         ec = bo.order_stats ? order_stats_run(a, &bo) : bench_read_run(a, &bo);
     else if (!strcmp(cmd, "bench-utt")) ec = bench_utt_run(a, &bu);

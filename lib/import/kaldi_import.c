@@ -422,37 +422,6 @@ static int plan_shards(listing *L, files *fs, const cxs_writer_opts *wo, uint32_
     return 0;
 }
 
-static int has_suffix(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
-/* scp (1) or archive (0), and the path without a Kaldi-style prefix. */
-static int input_kind(const char *in, const char **path, cxs_diag *d) {
-    if (!strncmp(in, "scp:", 4) || !strncmp(in, "ark:", 4)) {
-        *path = in + 4;
-        return in[0] == 's';
-    }
-    *path = in;
-    if (has_suffix(in, ".scp")) return 1;
-    if (has_suffix(in, ".ark")) return 0;
-    /* by the bytes: an archive has a NUL (the binary marker) after its first id */
-    int fd = open(in, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return cxs_diagf(d, errno == ENOENT ? CXS_E_INPUT : -errno, "%s: %s", in, strerror(errno));
-    uint8_t b[CXS_MAX_ID_LEN + 8];
-    size_t got = 0;
-    int rc = kaldi_pread_all(fd, b, sizeof b, 0, &got);
-    close(fd);
-    if (rc) return cxs_diagf(d, rc, "%s: %s", in, strerror(-rc));
-    if (memchr(b, 0, got)) return 0;
-    /* a text archive: `key [` (the first line's second token opens a matrix) */
-    size_t i = 0;
-    while (i < got && kaldi_is_space(b[i])) i++;
-    while (i < got && !kaldi_is_space(b[i])) i++;
-    while (i < got && (b[i] == ' ' || b[i] == '\t')) i++;
-    return i < got && b[i] == '[' ? 0 : 1;
-}
-
 int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_in,
                      const cxs_kaldi_opts *ko_in, cxs_progress_fn progress, void *user,
                      cxs_import_info *info, cxs_diag *d) {
@@ -470,6 +439,18 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     if (ko->vocab && !ko->text && !ko->ali)
         return cxs_diagf(d, CXS_E_INVALID, "import: a vocabulary without labels (give a text "
                          "file or alignments)");
+    const int vlist = wo_in->vocab && wo_in->vocab_size && (ko->text || ko->ali);
+    if ((ko->vocab != NULL) + vlist + !!(ko->flags & CXS_KALDI_VOCAB_FROM_DATA) > 1)
+        return cxs_diagf(d, CXS_E_INVALID, "import: %s and %s: give one vocabulary",
+                         ko->vocab ? "a vocabulary file" : "a vocabulary list",
+                         vlist && ko->vocab ? "a vocabulary list" : "CXS_KALDI_VOCAB_FROM_DATA");
+    if ((ko->text || ko->ali) && !ko->vocab && !vlist && !(ko->flags & CXS_KALDI_VOCAB_FROM_DATA))
+        return cxs_diagf(d, CXS_E_INVALID, "import: labels need a vocabulary: a vocabulary file "
+                         "(--vocab FILE: the training split's, written by `ctxshard vocab "
+                         "TRAIN_DATASET > vocab.txt`, or a Kaldi symbol table such as "
+                         "data/lang/phones.txt), or CXS_KALDI_VOCAB_FROM_DATA "
+                         "(--vocab-from-data) to number the symbols this %s file holds, which "
+                         "another split may number differently", ko->text ? "text" : "alignment");
     listing L = {0};
     files fs = {0};
     labels B = {0};
@@ -483,9 +464,11 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     size_t nslots = 0, *lab_of = NULL;
     uint32_t *member = NULL; /* a split import's plan */
     uint64_t *frames = NULL;
-    const char *path;
-    int rc = input_kind(in, &path, d);
-    if (rc < 0) return rc;
+    kaldi_spec spec, lspec = {0};
+    int rc = kaldi_spec_parse(in, "features", &spec, d);
+    if (rc) return rc;
+    const char *path = spec.path;
+    if ((rc = kaldi_input_kind(&spec, d)) < 0) goto out;
     L.is_scp = rc;
     L.name = path;
     rc = L.is_scp ? kaldi_read_scp(&L, &fs, path, d) : kaldi_read_ark(&L, &fs, path, d);
@@ -498,6 +481,22 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     /* Ids in byte order, as the writer and the reader need them. */
     for (size_t i = 1; i < L.n; i++)
         if (kaldi_key_cmp(L.e[i - 1].key, L.e[i].key) > 0) {
+            if (spec.sorted) {
+                /* Kaldi's s: a promise, which its sorted readers check */
+                if (L.is_scp)
+                    rc = cxs_diagf(d, CXS_E_INPUT, "%s: option s says the listing is sorted, "
+                                   "but line %llu (%s) comes after line %llu (%s); sort it: "
+                                   "LC_ALL=C sort -k1,1 %s -o %s (or drop the s)", in,
+                                   (unsigned long long)L.e[i].line, L.e[i].key,
+                                   (unsigned long long)L.e[i - 1].line, L.e[i - 1].key, path,
+                                   path);
+                else
+                    rc = cxs_diagf(d, CXS_E_INPUT, "%s: option s says the archive is sorted, "
+                                   "but %s (offset %llu) comes after %s (drop the s: the "
+                                   "import sorts it)", in, L.e[i].key,
+                                   (unsigned long long)L.e[i].off, L.e[i - 1].key);
+                goto out;
+            }
             if (ko->flags & CXS_KALDI_NO_SORT) {
                 if (L.is_scp)
                     rc = cxs_diagf(d, CXS_E_INPUT, "%s: not sorted: line %llu (%s) comes after "
@@ -537,7 +536,28 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     const char *lpath = ko->text ? ko->text : ko->ali;
     const char *lwhat = ko->text ? "text" : "alignment";
     if (lpath) {
+        /* `ark,t:ali.txt`, `ark:data/train/text`: Kaldi's names of a text
+         * archive; an scp of label files is not read */
+        if ((rc = kaldi_spec_parse(lpath, lwhat, &lspec, d))) goto out;
+        if (lspec.kind == KALDI_SPEC_SCP || lspec.both) {
+            rc = cxs_diagf(d, CXS_E_INPUT, "'%s': the %s is read from a text archive (`utt tok "
+                           "tok ...` lines: FILE or ark,t:FILE), not through an scp", lpath,
+                           lwhat);
+            goto out;
+        }
+        const char *lspecname = lpath;
+        lpath = lspec.path;
         if ((rc = kaldi_read_labels(&B, lpath, d))) goto out;
+        if (lspec.sorted)
+            for (size_t i = 0; i < B.n; i++)
+                if (B.l[i].order != i) {
+                    /* the first line out of order: the one sorted before its place */
+                    rc = cxs_diagf(d, CXS_E_INPUT, "%s: option s says the file is sorted, but "
+                                   "line %llu (%s) is not in byte order of ids; sort it: "
+                                   "LC_ALL=C sort -k1,1 %s -o %s (or drop the s)", lspecname,
+                                   (unsigned long long)B.l[i].line, B.l[i].key, lpath, lpath);
+                    goto out;
+                }
         size_t j = 0, missing = 0, extra = 0;
         const ent *first_missing = NULL;
         const lab *first_extra = NULL;
@@ -573,6 +593,8 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
         }
         if (ko->vocab) {
             if ((rc = kaldi_vocab_read(&V, ko->vocab, d))) goto out;
+        } else if (vlist) {
+            if ((rc = kaldi_vocab_list(&V, wo_in->vocab, wo_in->vocab_size, d))) goto out;
         } else {
             if ((rc = kaldi_vocab_build(&V, &B, d))) goto out;
             vocab_owned = 1;
@@ -742,5 +764,7 @@ out:
     free(B.l);
     free(B.text);
     kaldi_vocab_free(&V, vocab_owned);
+    kaldi_spec_free(&spec);
+    kaldi_spec_free(&lspec);
     return rc;
 }

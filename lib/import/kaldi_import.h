@@ -85,6 +85,32 @@ int kaldi_ent_cmp(const void *a, const void *b);
 int kaldi_read_scp(listing *L, files *fs, const char *path, cxs_diag *d);
 int kaldi_read_ark(listing *L, files *fs, const char *path, cxs_diag *d);
 
+/* ---- kaldi_spec.c ---- */
+
+#define KALDI_SPEC_ARK 1
+#define KALDI_SPEC_SCP 2
+
+/* The input as Kaldi would name it: `[OPTS,]ark|scp[,OPTS]:PATH` (an
+ * rspecifier), `ark,scp[,OPTS]:ARCHIVE,SCRIPT` (a wspecifier: the archive
+ * is read), or a plain path. */
+typedef struct kaldi_spec {
+    int kind;         /* KALDI_SPEC_*, or 0: a plain path */
+    int sorted;       /* the s option: the listing must be sorted */
+    int both;         /* an ark,scp wspecifier (its archive is path) */
+    const char *path; /* the file (into the argument, or own) */
+    char *own;
+} kaldi_spec;
+
+/* Parse in (what: "features", "text" or "alignment", for the messages):
+ * 0; CXS_E_INPUT naming an option Kaldi does not know or this importer
+ * does not take, a pipe, standard input, a directory (with the feats.scp
+ * or text file to give instead). */
+int kaldi_spec_parse(const char *in, const char *what, kaldi_spec *s, cxs_diag *d);
+void kaldi_spec_free(kaldi_spec *s);
+/* An scp (1) or an archive (0): the specifier's kind, else by the name's
+ * ending, else by the bytes; < 0 on failure (d). */
+int kaldi_input_kind(const kaldi_spec *s, cxs_diag *d);
+
 /* ---- kaldi_labels.c ---- */
 
 typedef struct lab {
@@ -111,7 +137,8 @@ typedef struct vocab {
     char **sym;      /* by label */
     uint32_t n;
     vsym *by_name;   /* sorted by symbol */
-    int ids;         /* a symbol table: integer tokens are labels */
+    int ids;         /* integer tokens not spelt as a symbol are labels (not in a
+                        vocabulary built from symbol tokens) */
     char *text;
 } vocab;
 
@@ -126,6 +153,8 @@ long kaldi_tok_int(const char *t, size_t n);
  * vocabulary of the labels themselves. */
 int kaldi_vocab_read(vocab *v, const char *path, cxs_diag *d);
 int kaldi_vocab_build(vocab *v, const labels *B, cxs_diag *d);
+/* The caller's symbols (not copied; label = position). */
+int kaldi_vocab_list(vocab *v, const char *const *sym, uint32_t n, cxs_diag *d);
 /* The label of token t (n bytes), or -1. */
 long kaldi_vocab_lookup(const vocab *v, const char *t, size_t n);
 void kaldi_vocab_free(vocab *v, int owned);

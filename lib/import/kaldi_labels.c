@@ -188,18 +188,40 @@ int kaldi_vocab_read(vocab *v, const char *path, cxs_diag *d) {
             char *sp = sym[i];
             while (*sp && !kaldi_is_space((unsigned char)*sp)) sp++;
             *sp = 0;
-            if (id[i] >= (long)nl_count || v->sym[id[i]]) {
+            if (id[i] < (long)nl_count && v->sym[id[i]]) {
                 free(sym);
                 free(id);
-                return cxs_diagf(d, CXS_E_INPUT, "%s: symbol table line %zu: id %ld %s (ids must "
-                                 "be 0..%zu, each once)", path, i + 1, id[i],
-                                 id[i] >= (long)nl_count ? "out of range" : "twice",
+                return cxs_diagf(d, CXS_E_INPUT, "%s: symbol table line %zu: id %ld twice (ids "
+                                 "must be 0..%zu, each once)", path, i + 1, id[i],
                                  nl_count - 1);
             }
-            v->sym[id[i]] = sym[i];
+            if (id[i] < (long)nl_count) v->sym[id[i]] = sym[i];
         }
+        /* Ids are labels (an alignment's integers are phone ids): a table
+         * whose ids leave a gap has no symbol for that label, and mapping
+         * its ids onto 0..n-1 would give the integers another meaning.
+         * Refused, naming the first id without a line. */
+        for (size_t k = 0; k < nl_count; k++)
+            if (!v->sym[k]) {
+                size_t line = 0;
+                for (size_t i = 0; i < nl_count && !line; i++)
+                    if (id[i] >= (long)nl_count) line = i + 1;
+                long big = line ? id[line - 1] : -1;
+                free(sym);
+                free(id);
+                return cxs_diagf(d, CXS_E_INPUT, "%s: symbol table of %zu lines without id %zu "
+                                 "(line %zu has id %ld): ids are the labels and must be "
+                                 "0..%zu, each once; give the whole table as Kaldi wrote it "
+                                 "(phones.txt and words.txt start with `<eps> 0`)", path,
+                                 nl_count, k, line, big, nl_count - 1);
+            }
         free(sym);
     } else {
+        /* one symbol a line, label = line - 1: an integer token is a
+         * label here too (when no symbol is spelt so), so that the file
+         * `ctxshard vocab` prints of a dataset imported with phones.txt
+         * takes the next split's ali-to-phones integers alike */
+        v->ids = 1;
         v->sym = sym;
         v->n = (uint32_t)nl_count;
     }
@@ -209,6 +231,21 @@ oom:
     free(sym);
     free(id);
     return cxs_diagf(d, -ENOMEM, "out of memory");
+}
+
+/* A vocabulary given as a list of symbols (label = position; an integer
+ * token not spelt as a symbol is a label). */
+int kaldi_vocab_list(vocab *v, const char *const *sym, uint32_t n, cxs_diag *d) {
+    if (!(v->sym = calloc(n, sizeof *v->sym))) return cxs_diagf(d, -ENOMEM, "out of memory");
+    v->n = n;
+    v->ids = 1; /* as for a file of one symbol a line */
+    for (uint32_t i = 0; i < n; i++) {
+        if (!sym[i] || !sym[i][0] || strpbrk(sym[i], " \t\n\r\v\f"))
+            return cxs_diagf(d, CXS_E_INVALID, "vocabulary symbol %u is empty or holds white "
+                             "space (a Kaldi token never does)", i);
+        v->sym[i] = (char *)sym[i];
+    }
+    return vocab_index(v, "the vocabulary list", d);
 }
 
 static int str_ptr_cmp(const void *a, const void *b) {

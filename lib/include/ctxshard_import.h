@@ -23,6 +23,12 @@ typedef void (*cxs_note_fn)(void *user, const char *message);
 /** cxs_kaldi_opts.flags: refuse a listing whose ids are not in byte order
  *  (with the command that sorts it) instead of sorting it. */
 #define CXS_KALDI_NO_SORT 1u
+/** cxs_kaldi_opts.flags: with text or ali and no vocabulary, build the
+ *  vocabulary from the labels themselves (the distinct tokens in byte
+ *  order, or "0".."max" when every token is an integer).  Another split
+ *  built this way may number its symbols differently: without this flag
+ *  labels need a vocabulary (earlier versions built it unasked). */
+#define CXS_KALDI_VOCAB_FROM_DATA 2u
 
 /** Options of cxs_import_kaldi(); start from cxs_kaldi_opts_init(). */
 typedef struct cxs_kaldi_opts {
@@ -34,11 +40,17 @@ typedef struct cxs_kaldi_opts {
      *  utterance.  NULL: none.  At most one of text and ali. */
     const char *ali;
     /** The vocabulary of text or ali: a Kaldi symbol table (`symbol id`
-     *  lines, ids 0..n-1: words.txt, phones.txt; integer tokens are ids,
-     *  as ali-to-phones writes them) or one symbol per line (label = line
-     *  number - 1).  NULL: built from the data and stored: the distinct
-     *  tokens in byte order, or "0".."max" when every token is an integer
-     *  (label = the integer). */
+     *  lines with ids 0..n-1, each once, as words.txt and phones.txt
+     *  (`<eps> 0` first) are written; the label is the id, integer tokens
+     *  are ids, as ali-to-phones writes them; a table whose ids leave a
+     *  gap is refused, since renumbering would change what its integers
+     *  mean) or one symbol per line (label = line number - 1; what
+     *  `ctxshard vocab DATASET` prints; an integer token that is no
+     *  symbol is a label here too).  NULL: the writer options' vocab list
+     *  when it has symbols (label = position, integer tokens likewise),
+     *  else CXS_KALDI_VOCAB_FROM_DATA must be set: labels without
+     *  any of the three are refused (CXS_E_INVALID), so that no split is
+     *  numbered by its own symbols unasked. */
     const char *vocab;
     uint32_t flags;     /**< CXS_KALDI_* */
     cxs_note_fn note;   /**< messages (may be NULL) */
@@ -82,8 +94,18 @@ CXS_API void cxs_kaldi_opts_init(cxs_kaldi_opts *o);
  *
  * in is a feats.scp (`utt path.ark:offset` or `utt path` lines; paths
  * relative to the current directory, as Kaldi reads them; pipes are
- * refused) or a bare archive (.ark): named by its ending, by a Kaldi-style
- * "scp:" or "ark:" prefix, or else recognised by its bytes.  An scp entry
+ * refused) or a bare archive (.ark): named by a Kaldi rspecifier
+ * (`scp:FILE`, `ark:FILE`, with Kaldi's options: `ark,t:`, `scp,s,cs:`,
+ * `ark,o:` ...), by a wspecifier `ark,scp:ARCHIVE,SCRIPT` (the archive is
+ * read), by its ending, or else recognised by its bytes.  Of the options,
+ * s (sorted) is checked: an unsorted listing is refused; p (permissive) is
+ * refused (with on_error_skip bad utterances are left out and listed);
+ * b, t, o, no, cs, ncs, ns, np, bg, f and nf change nothing (each object
+ * says whether it is binary; every object is read once, in id order); any
+ * other option is refused naming it.  A pipe (`ark:cmd |`), standard input
+ * (`ark:-`) and a directory (a Kaldi data directory: its feats.scp is
+ * named) are refused with what to give instead.  ko->text and ko->ali
+ * take the same `ark[,OPTS]:FILE` form (an scp is refused).  An scp entry
  * may end in Kaldi's range, `[R0:R1]` or `[R0:R1,C0:C1]` (":" for all):
  * the block of rows and columns Kaldi's ExtractObjectRange gives (a row
  * range may end at row rows + 2 at most and is cut at the last row, with
@@ -107,7 +129,8 @@ CXS_API void cxs_kaldi_opts_init(cxs_kaldi_opts *o);
  * wo gives the writer's options (start from cxs_writer_opts_init): dtype,
  * guard, shard size, normalisation, compression, threads (the reader
  * threads above, and the writer's compression threads), on_error_skip.
- * Its vocab, vocab_size, label_seqs and part are set here.  With
+ * Its vocab and vocab_size give the labels' vocabulary as a list (see
+ * cxs_kaldi_opts.vocab); its label_seqs and part are set here.  With
  * on_error_skip an utterance that cannot be read or labelled, or that the
  * writer refuses, is left out and listed in the dataset (and noted);
  * otherwise it fails the import and nothing is written.  Labels for
@@ -119,7 +142,8 @@ CXS_API void cxs_kaldi_opts_init(cxs_kaldi_opts *o);
  *
  * Returns 0 (info, may be NULL, filled); CXS_E_INPUT for input the rules
  * refuse (diag names the file, the line or offset, the utterance and the
- * reason); CXS_E_INVALID for bad arguments; -EEXIST when OUT is something
+ * reason); CXS_E_INVALID for bad arguments (labels without a vocabulary or
+ * CXS_KALDI_VOCAB_FROM_DATA, two vocabularies); -EEXIST when OUT is something
  * else than a dataset; -ECANCELED when progress stopped it; -errno for a
  * system failure.  On failure nothing is written and a previous dataset
  * at OUT is untouched.

@@ -1272,7 +1272,8 @@ class Sampler:
 
 
 from .writer import PHONEMES, RejectedUtterance, Writer  # noqa: E402 (uses _raise above)
-from .importers import check, import_hdf5, import_kaldi, pack  # noqa: E402
+from .importers import check, import_hdf5, import_kaldi, pack, write_vocab  # noqa: E402
+__all__ += ["write_vocab"]
 from .mixture import Mixture, UtteranceMixture  # noqa: E402 (uses Dataset above)
 
 __all__ += ["Mixture", "UtteranceMixture"]

@@ -21,9 +21,10 @@ from ._native import lib as _lib
 from .writer import RejectedUtterance, _info_dict, _progress_fn, _raise_write
 from .writer import _writer_opts as _common_opts
 
-__all__ = ["pack", "check", "import_kaldi", "import_hdf5"]
+__all__ = ["pack", "check", "import_kaldi", "import_hdf5", "write_vocab"]
 
 _KINDS = ("FM", "DM", "FV", "DV", "CM", "CM2", "CM3", "text")
+_KALDI_VOCAB_FROM_DATA = 2  # cxs_kaldi_opts.flags: CXS_KALDI_VOCAB_FROM_DATA
 
 
 def _optional_path(func, name, value):
@@ -135,8 +136,10 @@ def pack(raw, out, dtype="float32", vocab=None, guard=64, shard_size=None, compr
     code behind `ctxshard pack RAW OUT`: the same rules, messages and
     bytes with the same options.
 
-    - vocab: None or "phonemes" (HW1P2's 42 symbols, PHONEMES), a file of
-      one symbol per line, or a list of symbols; sos, eos: the symbols
+    - vocab: None or "phonemes" (HW1P2's 42 symbols, PHONEMES: a fixed
+      list, the same for every split), a file of one symbol per line (as
+      write_vocab writes a dataset's), or a list of symbols (another
+      split's Dataset.vocab); sos, eos: the symbols
       that open and close every transcript (None: [SOS], [EOS]);
     - transcripts: what RAW/transcript holds, as `--transcripts`: "frames"
       (default; [SOS], one symbol per frame, [EOS]), "sequence" (a label
@@ -255,18 +258,29 @@ def check(raw, vocab=None, sos=None, eos=None, transcripts="frames", fill_nonfin
 def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="float32", guard=64,
                  shard_size="1G", compress=None, chunk_size="64K", shuffle=True, normalize=None,
                  on_error="fail", threads=None, progress=None, notes=None, part=None,
-                 block_sums=True):
+                 block_sums=True, vocab_from_data=False):
     """Import Kaldi features into a packed dataset at out: the rules and
     the bytes of `ctxshard import kaldi SRC OUT` with the same options.
 
     - src: a feats.scp (`utt path.ark:offset` lines; relative paths from
       the current directory, as Kaldi reads them) or a bare archive
-      (.ark; an "scp:" or "ark:" prefix says which).  Binary FM, DM, FV,
-      DV and the compressed CM, CM2, CM3, decoded exactly as Kaldi does;
+      (.ark), or Kaldi's rspecifier of one ("scp:FILE", "ark:FILE", with
+      Kaldi's options: "ark,t:", "scp,s,cs:", "ark,o:" ...: s is checked,
+      p is refused, the others change nothing) or the wspecifier that
+      wrote it ("ark,scp:A.ark,A.scp": the archive is read); a pipe,
+      standard input and a directory are refused (CtxshardError, code
+      E_INPUT) saying what to give.  Binary FM, DM, FV, DV and the compressed CM, CM2, CM3,
+      decoded exactly as Kaldi does;
     - text: a Kaldi text file (label sequences), or ali: per-frame
       alignments (`utt p1 .. pT`, ali-to-phones --per-frame=true: frame
-      labels), at most one; vocab: their vocabulary file (a Kaldi symbol
-      table or one symbol per line), or None to build it from the data;
+      labels), at most one (also as "ark:FILE", "ark,t:FILE");
+    - vocab: their vocabulary, required with text or ali: a file (a Kaldi
+      symbol table, `symbol id` lines with ids 0..n-1 as phones.txt, or
+      one symbol per line, as write_vocab writes it), or a list of symbols
+      (label = position: another split's `Dataset.vocab`); or
+      vocab_from_data=True to number the symbols of these labels instead
+      (distinct tokens in byte order, or 0..max for integers), which
+      another split may number differently;
     - sort: sort an unsorted listing (True) or refuse it (False);
     - dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
       threads, block_sums: as for Writer; on_error: "fail" (nothing written on a bad
@@ -287,16 +301,39 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
     out = _a.path(f, "out", out)
     if text is not None and ali is not None:
         raise ValueError(f"{f}: give text= or ali=, not both (one vocabulary per dataset)")
+    from_data = _a.flag(f, "vocab_from_data", vocab_from_data)
     if vocab is not None and text is None and ali is None:
         raise ValueError(f"{f}: vocab= applies with text= or ali=")
+    if from_data and text is None and ali is None:
+        raise ValueError(f"{f}: vocab_from_data= applies with text= or ali=")
+    if vocab is not None and from_data:
+        raise ValueError(f"{f}: give vocab= or vocab_from_data=True, not both")
+    if (text is not None or ali is not None) and vocab is None and not from_data:
+        raise ValueError(
+            f"{f}: labels need a vocabulary: vocab= the training split's (a list, "
+            "ctxshard.open('train.cxs').vocab, or the file ctxshard.write_vocab('train.cxs', "
+            "'vocab.txt') writes) or a Kaldi symbol table ("
+            f"{'data/lang/words.txt' if text is not None else 'data/lang/phones.txt'}), or "
+            "vocab_from_data=True to number the symbols of these labels (another split "
+            "numbered so may give its labels other meanings); nothing written")
     o = _writer_opts(f, dtype, guard, shard_size, compress, chunk_size, shuffle, normalize,
                      on_error, threads, block_sums)
     ko = _n.KaldiOpts()
     _lib.cxs_kaldi_opts_init(byref(ko))
     ko.text = _optional_path(f, "text", text)
     ko.ali = _optional_path(f, "ali", ali)
-    ko.vocab = _optional_path(f, "vocab", vocab)
-    ko.flags = 0 if _a.flag(f, "sort", sort) else _n.KALDI_NO_SORT
+    keep = None
+    if isinstance(vocab, (str, bytes, os.PathLike)):
+        ko.vocab = _optional_path(f, "vocab", vocab)
+    elif vocab is not None:
+        syms = list(vocab)
+        if not syms or not all(isinstance(x, str) for x in syms):
+            raise TypeError(f"{f}: vocab must be a file, or a non-empty list of str")
+        enc = [x.encode() for x in syms]
+        keep = (c_char_p * len(enc))(*enc)
+        o.vocab, o.vocab_size = keep, len(enc)
+    ko.flags = (0 if _a.flag(f, "sort", sort) else _n.KALDI_NO_SORT) | \
+        (_KALDI_VOCAB_FROM_DATA if from_data else 0)
     ko.part, ko.parts = _part(f, part)
     cb = _Callbacks(progress, notes)
     ko.note = cb.note_fn
@@ -307,7 +344,32 @@ def import_kaldi(src, out, text=None, ali=None, vocab=None, sort=True, dtype="fl
                                    cb.prog_fn, None, byref(info), byref(diag))
     finally:
         cb.close()
+    del keep
     return cb.result(rc, info, diag)
+
+
+def write_vocab(dataset, path=None):
+    """The vocabulary of a dataset (a path, URL or open Dataset) as a list
+    of symbols in label order; with path, also written there one symbol a
+    line (label l on line l + 1): the file vocab= and `--vocab` take, what
+    `ctxshard vocab DATASET` prints.  Import or pack the next split with it
+    and its labels mean what the first split's mean.  ValueError for a
+    features-only dataset (no vocabulary)."""
+    f = "write_vocab"
+    from . import Dataset
+    from . import open as _open
+    if isinstance(dataset, Dataset):
+        syms = list(dataset.vocab)
+    else:
+        with _open(_a.path(f, "dataset", dataset)) as ds:
+            syms = list(ds.vocab)
+    if not syms:
+        raise ValueError(f"{f}: {dataset!r}: features only: no vocabulary (no labels were "
+                         "packed)")
+    if path is not None:
+        with open(_a.path(f, "path", path), "w", encoding="utf-8", newline="\n") as fh:
+            fh.write("".join(s + "\n" for s in syms))
+    return syms
 
 
 def import_hdf5(src, out, dtype="float32", guard=64, shard_size="1G", compress=None,

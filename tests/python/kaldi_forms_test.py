@@ -337,7 +337,7 @@ class Threads(unittest.TestCase):
         for n in (1, 2, 3, 8):
             out = os.path.join(d, f"t{n}")
             r = run("import", "kaldi", scp, out, "--ali", ali, "--on-error", "skip",
-                    "--threads", n, "--shard-size", "64K")
+                    "--threads", n, "--shard-size", "64K", "--vocab-from-data")
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("skipped: ", r.stderr)
             self.assertIn("not in byte order: sorted", r.stderr)
@@ -353,7 +353,7 @@ class Threads(unittest.TestCase):
             out = os.path.join(d, f"py{n}")
             notes = []
             ctxshard.import_kaldi(scp, out, ali=ali, on_error="skip", threads=n,
-                                  shard_size="64K", notes=notes.append)
+                                  vocab_from_data=True, shard_size="64K", notes=notes.append)
             self.assertIsNone(same_dataset(first[0], out), f"threads={n}")
             self.assertEqual(len([m for m in notes if m.startswith("skipped: ")]), 6)
 

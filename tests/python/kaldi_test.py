@@ -163,7 +163,7 @@ class Decode(unittest.TestCase):
         ali = os.path.join(d, "ali.txt")
         wr(ali, "".join(f"{k} " + " ".join(str((i + t) % 5) for t in range(len(K.decode(o)[1])))
                         + "\n" for i, (k, o) in enumerate(items)))
-        for extra in ([], ["--ali", ali]):
+        for extra in ([], ["--ali", ali, "--vocab-from-data"]):
             whole = os.path.join(d, "whole")
             r = run("import", "kaldi", ark, whole, "--shard-size", "20K", *extra)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -181,7 +181,8 @@ class Decode(unittest.TestCase):
             self.assertIsNone(same_dataset(whole, merged))
             # the Python binding writes the same part
             ctxshard.import_kaldi(ark, os.path.join(d, "py2"), shard_size="20K", part="2/3",
-                                  ali=extra[1] if extra else None)
+                                  ali=extra[1] if extra else None,
+                                  vocab_from_data=bool(extra))
             self.assertIsNone(same_dataset(parts[1], os.path.join(d, "py2")))
             for p in parts + [whole, merged, os.path.join(d, "py2")]:
                 shutil.rmtree(p)
@@ -318,7 +319,7 @@ class Labels(unittest.TestCase):
         ali = {k: self.rng.integers(1, 9, T) for k, T in self.T.items()}
         p = self.write("ali.txt", [k + " " + " ".join(map(str, v)) for k, v in reversed(ali.items())])
         out = os.path.join(self.d, "out")
-        r = run("import", "kaldi", self.ark, out, "--ali", p)
+        r = run("import", "kaldi", self.ark, out, "--ali", p, "--vocab-from-data")
         self.assertEqual(r.returncode, 0, r.stderr)
         with ctxshard.open(out) as ds:
             self.assertEqual(ds.vocab[:3], ["0", "1", "2"])
@@ -351,7 +352,7 @@ class Labels(unittest.TestCase):
         text = {k: [words[(i + j) % 6] for j in range(1 + i % 4)] for i, k in enumerate(self.T)}
         p = self.write("text", [k + " " + " ".join(v) for k, v in text.items()])
         out = os.path.join(self.d, "out")
-        info = ctxshard.import_kaldi(self.ark, out, text=p)
+        info = ctxshard.import_kaldi(self.ark, out, text=p, vocab_from_data=True)
         self.assertEqual(info["vocab_size"], 6)
         with ctxshard.open(out) as ds:
             self.assertEqual(ds.vocab, sorted(words))  # byte order: "A" first
@@ -373,11 +374,12 @@ class Labels(unittest.TestCase):
         out = os.path.join(self.d, "out")
         # missing
         p = self.write("missing.txt", lines[:2] + lines[3:])
-        r = run("import", "kaldi", self.ark, out, "--ali", p)
+        r = run("import", "kaldi", self.ark, out, "--ali", p, "--vocab-from-data")
         self.assertEqual(r.returncode, 1)
         self.assertIn("utterance u2 has no line in the alignment file", r.stderr)
         self.assertIn("1 of the 6 utterances", r.stderr)
-        r = run("import", "kaldi", self.ark, out, "--ali", p, "--on-error", "skip")
+        r = run("import", "kaldi", self.ark, out, "--ali", p, "--on-error", "skip",
+                "--vocab-from-data")
         self.assertEqual(r.returncode, 0, r.stderr)
         with ctxshard.open(out) as ds:
             self.assertEqual(len(ds.ids), 5)
@@ -386,12 +388,12 @@ class Labels(unittest.TestCase):
         shutil.rmtree(out)
         # extra
         p = self.write("extra.txt", lines + ["ghost 1 1 1"])
-        r = run("import", "kaldi", self.ark, out, "--ali", p)
+        r = run("import", "kaldi", self.ark, out, "--ali", p, "--vocab-from-data")
         self.assertEqual(r.returncode, 1)
         self.assertIn("extra.txt line 7: utterance ghost has no features", r.stderr)
         # wrong length
         p = self.write("short.txt", [lines[0] + " 1"] + lines[1:])
-        r = run("import", "kaldi", self.ark, out, "--ali", p)
+        r = run("import", "kaldi", self.ark, out, "--ali", p, "--vocab-from-data")
         self.assertEqual(r.returncode, 1)
         self.assertIn("short.txt line 1: utterance u0: 7 labels for 6 frames", r.stderr)
         # unknown token
@@ -403,7 +405,7 @@ class Labels(unittest.TestCase):
                       r.stderr)
         # twice
         p = self.write("twice.txt", lines + [lines[1]])
-        r = run("import", "kaldi", self.ark, out, "--ali", p)
+        r = run("import", "kaldi", self.ark, out, "--ali", p, "--vocab-from-data")
         self.assertEqual(r.returncode, 1)
         self.assertIn("utterance u1 twice, lines 2 and 7", r.stderr)
         self.assertFalse(os.path.exists(out))
