@@ -557,8 +557,23 @@ typedef struct cxs_utterance {
 
 /** Utterance u (0 <= u < num_utterances).  Returns 0, CXS_E_RANGE, or
  * CXS_E_TRUNCATED when its shard lost the bytes of the id table since open
- * (the pointers it gives are read by the caller: see cxs_dataset_window). */
+ * (the pointers it gives are read by the caller: see cxs_dataset_window).
+ * In a shard with block sums (format 1.3) the blocks of FEATURES and
+ * LABELS the pointers reach are checked against their sums first (once
+ * per open dataset): CXS_E_CHECKSUM when one is damaged, and nothing is
+ * handed out.  Without block sums they are served as stored (verify
+ * checks them). */
 CXS_API int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out);
+
+/** cxs_dataset_utterance_ex's flags: the id, first frame and length only
+ * (features and labels NULL, their blocks neither read nor checked). */
+#define CXS_UTTERANCE_NO_DATA 1u
+/** cxs_dataset_utterance with flags (0 or CXS_UTTERANCE_NO_DATA) and a
+ * diagnostic: on failure diag (may be NULL) says why -- for a damaged
+ * block the shard, the section, the block and the utterances it holds.
+ * The same return codes, and CXS_E_INVALID for unknown flags. */
+CXS_API int cxs_dataset_utterance_ex(const cxs_dataset *ds, uint64_t u, uint32_t flags,
+                                     cxs_utterance *out, cxs_diag *diag);
 
 /**
  * Copy frames first .. first+count-1 of utterance u, in the stored dtype

@@ -1223,7 +1223,17 @@ int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame, uint64_t *utteranc
 }
 
 int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out) {
-    if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
+    return cxs_dataset_utterance_ex(ds, u, 0, out, NULL);
+}
+
+int cxs_dataset_utterance_ex(const cxs_dataset *ds, uint64_t u, uint32_t flags,
+                             cxs_utterance *out, cxs_diag *d) {
+    if (!ds || !out || (flags & ~CXS_UTTERANCE_NO_DATA))
+        return cxs_diagf(d, CXS_E_INVALID, "utterance: no dataset, out is NULL or unknown flags");
+    if (u >= ds->meta.num_utterances)
+        return cxs_diagf(d, CXS_E_RANGE, "utterance %llu is past the dataset's %llu",
+                         (unsigned long long)u, (unsigned long long)ds->meta.num_utterances);
+    const int data = !(flags & CXS_UTTERANCE_NO_DATA);
     /* the INDEX and IDS blocks of u checked (lazily), the id's offsets
      * read from the mapping in a recovery region: a shard truncated since
      * open is CXS_E_TRUNCATED here, not a SIGBUS (the id's bytes, like the
@@ -1232,12 +1242,12 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     uint64_t id_len;
     int rc;
     cxs_uloc l;
-    if ((rc = cxs_utt_loc_safe(ds, u, &l, NULL)) || (rc = cxs_id_get(ds, u, &id, &id_len, NULL)))
+    if ((rc = cxs_utt_loc_safe(ds, u, &l, d)) || (rc = cxs_id_get(ds, u, &id, &id_len, d)))
         return rc;
     const shard *sh = &ds->shards[l.shard];
     /* the pointers handed out: their blocks checked first */
-    if ((rc = cxs_bsrc_rows(ds, l.shard, l.row, l.T, NULL)) ||
-        (sh->labels && (rc = cxs_bsrc_labels(ds, l.shard, l.f0 - sh->f_start, l.T, NULL))))
+    if (data && ((rc = cxs_bsrc_rows(ds, l.shard, l.row, l.T, d)) ||
+                 (sh->labels && (rc = cxs_bsrc_labels(ds, l.shard, l.f0 - sh->f_start, l.T, d)))))
         return rc;
     memset(out, 0, sizeof *out);
     out->id = (const char *)id;
@@ -1245,6 +1255,7 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     out->first_frame = l.f0;
     out->num_frames = l.T;
     out->shard = l.shard;
+    if (!data) return 0;
     out->features = cxs_compressed(ds) || ds->stream ? NULL : cxs_loc_row_ptr(ds, &l, 0);
     out->labels = sh->labels ? sh->serve_labels + (l.f0 - sh->f_start) * sh->meta.label_width : NULL;
     return 0;
