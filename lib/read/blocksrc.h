@@ -20,8 +20,9 @@
  * are checked by their chunks' checksums at every decode (spec section
  * 4.6).  A shard without BLOCKSUMS (older than 1.3) has no bitmaps: its
  * tables are checked whole at open, its FEATURES and LABELS only by
- * verify, warm's section checksum-free read does not check them, and a
- * label outside the vocabulary is still refused when served. */
+ * verify (warm reads them unchecked), and a label outside the vocabulary
+ * is still refused when served.  verify checks every block but does not
+ * feed the bitmaps (yet). */
 #ifndef CXS_BLOCKSRC_H
 #define CXS_BLOCKSRC_H
 
