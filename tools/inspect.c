@@ -165,14 +165,15 @@ int info_run(const char *dir, int json) {
         printf("storage       uncompressed (zero-copy)\n");
     const uint32_t nsh = in.single_shard ? 1 : in.num_shards;
     if (in.block_sum_shards == nsh)
-        printf("checksums     per section and per block (format 1.3): every block checked at "
-               "its first use, a damaged one named with its utterances\n");
+        printf("checksums     per section and per block (format 1.3): every block is checked "
+               "at its first use, a damaged one never served, named with its utterances\n");
     else if (in.block_sum_shards)
         printf("checksums     per block in %u of %u shards, per section in the others\n",
                in.block_sum_shards, nsh);
     else
-        printf("checksums     per section only (no block sums): damage is detected, not "
-               "located; convert the dataset to add them\n");
+        printf("checksums     per section only (no block sums): features and labels are served "
+               "unchecked, verify detects damage without locating it; convert the dataset to "
+               "add them\n");
     if (in.vocab_size && in.label_width)
         printf("labels        %u symbols, %s per frame\n", in.vocab_size,
                in.label_width == 1 ? "uint8" : "uint16");

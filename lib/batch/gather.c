@@ -100,7 +100,8 @@ typedef struct job {
     zreader *zr;
     volatile size_t at;
     cxs_where where;
-    /* a failed check of an INDEX block (utt_index.c): its message */
+    /* a failed check of an INDEX block (utt_index.c) or of a block of
+     * FEATURES or LABELS (blocksrc.h): its message */
     int index_failed;
     cxs_diag index_diag;
 } job;
@@ -166,6 +167,15 @@ static int gather_windows(void *arg) {
             p[i].shard = l.shard;
             p[i].label_index = f - ds->shards[p[i].shard].f_start;
             if (i < PREFETCH_AHEAD && p[i].src) __builtin_prefetch(p[i].src);
+            /* nothing of a block is served before it is checked (blocksrc.h):
+             * the window's real rows and its label */
+            int brc = cxs_bsrc_rows(ds, l.shard, p[i].row, (uint64_t)p[i].rows, &j->index_diag);
+            if (!brc && j->labels) brc = cxs_bsrc_labels(ds, l.shard, p[i].label_index, 1, &j->index_diag);
+            if (brc) {
+                j->at = c0 + i;
+                j->index_failed = 1;
+                return brc;
+            }
         }
         for (size_t i = 0; i < m; i++) {
             j->at = c0 + i;

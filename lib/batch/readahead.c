@@ -123,8 +123,10 @@ static int shard_fd(cxs_readahead *ra, uint32_t s) { return cxs_shard_fd(&ra->sf
  * flight.  Not the whole block at once: tens of megabytes queued ahead
  * would delay every other read (a first batch's pages) by as long.  In a
  * shard with block sums the read is widened to whole sum blocks and each
- * is checked as its last byte arrives: CXS_E_CHECKSUM, with d naming the
- * block, when one fails.  Read errors are left to the workers' own reads
+ * is checked as its last byte arrives, unless the block source has it
+ * checked already, and told it when it passes (blocksrc.h: a block is
+ * hashed once per process): CXS_E_CHECKSUM, with d naming the block, when
+ * one fails.  Read errors are left to the workers' own reads
  * to meet (0). */
 #define AHEAD_STEPS 4
 static void release_block(cxs_readahead *ra, const cxs_block *b);
@@ -135,7 +137,12 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
     if (fd < 0 || !b->len) return 0;
     const shard *sh = &ra->ds->shards[b->shard];
     const cxs_bsum_entry *e = cxs_blocksums_find(&sh->bs, CXS_SEC_FEATURES);
+    /* NULL: nothing to hash (every block checked, a streamed dataset's by
+     * its fetch, or the check off in a test build's benchmark) */
+    cxs_bcheck *bc = sh->bc_feat;
+    if (bc && __atomic_load_n(&bc->all, __ATOMIC_ACQUIRE)) bc = NULL;
     uint64_t lo = b->off, hi = b->off + b->len, j = 0, base = 0, bend = 0;
+    int known = 0; /* block j checked already: not hashed */
     if (e) { /* whole sum blocks: [lo, hi) from block j's start */
         const uint64_t B = 1ull << e->shift;
         base = e->sec->offset;
@@ -147,6 +154,7 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
         uint64_t s0;
         cxs_bsum_block(e, j, &s0, &bend);
         bend += base;
+        known = !bc || cxs_bsrc_has(bc, j);
     }
     /* a streamed dataset: what the cache lacks, fetched and checked first */
     int rc = ra->su ? cxs_stream_acquire(ra->su, b->shard, lo, hi, ra->stop, d) : 0;
@@ -171,17 +179,21 @@ static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
         if (got <= 0) return 0;
         for (uint64_t p = at, end = at + (uint64_t)got; e && p < end;) {
             uint64_t take = (bend < end ? bend : end) - p;
-            XXH3_64bits_update(ra->xs, ra->scratch + (p - at), (size_t)take);
+            if (!known) XXH3_64bits_update(ra->xs, ra->scratch + (p - at), (size_t)take);
             p += take;
             if (p < bend) break;
-            if (cxs_checksum_differs(XXH3_64bits_digest(ra->xs), cxs_bsum_of(&sh->bs, e, j))) {
-                rc = cxs_block_failed(ra->ds, b->shard, e, j, d);
-                release_block(ra, b); /* (a failure holds nothing) */
-                return rc;
+            if (!known) {
+                if (cxs_checksum_differs(XXH3_64bits_digest(ra->xs), cxs_bsum_of(&sh->bs, e, j))) {
+                    rc = cxs_block_failed(ra->ds, b->shard, e, j, d);
+                    release_block(ra, b); /* (a failure holds nothing) */
+                    return rc;
+                }
+                cxs_bsrc_mark(bc, j);
             }
             XXH3_64bits_reset(ra->xs);
             uint64_t s0;
-            if (++j < e->num_blocks) cxs_bsum_block(e, j, &s0, &bend), bend += base;
+            if (++j < e->num_blocks)
+                cxs_bsum_block(e, j, &s0, &bend), bend += base, known = !bc || cxs_bsrc_has(bc, j);
         }
         at += (uint64_t)got;
     }

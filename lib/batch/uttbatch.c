@@ -29,10 +29,11 @@ void cxs_pad_ctx_free(cxs_pad_ctx *c) {
 }
 
 /* Utterance u into x[tmax][D] (zero after its T rows), its labels into
- * y[tmax] (CXS_UTT_PAD_LABEL after them) when y is not NULL. */
+ * y[tmax] (CXS_UTT_PAD_LABEL after them) when y is not NULL.  A damaged
+ * block (blocksrc.h) sets *bfail and says which in bd. */
 static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const double *mean,
                    const double *scale, int cmvn, float *x, int64_t *y, cxs_pad_ctx *c,
-                   cxs_where *w) {
+                   cxs_where *w, cxs_diag *bd, int *bfail) {
     const uint32_t D = ds->meta.dim;
     int lrc = cxs_utt_check(ds, u, NULL);
     if (lrc) return lrc;
@@ -41,6 +42,11 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
     const uint32_t s = ul.shard;
     const shard *sh = &ds->shards[s];
     const size_t n = (size_t)T * D;
+    /* nothing of a block is served before it is checked: its rows, and
+     * its labels when asked for */
+    int brc = cxs_bsrc_rows(ds, s, ul.row, T, bd);
+    if (!brc && y) brc = cxs_bsrc_labels(ds, s, ul.f0 - sh->f_start, T, bd);
+    if (brc) return *bfail = 1, brc;
     const int f32 = ds->meta.dtype == CXS_DTYPE_F32 && cxs_host_is_le();
     const uint8_t *src;
     if (f32) { /* rows land in x as they are */
@@ -108,6 +114,8 @@ typedef struct pad_arg {
     cxs_pad_ctx *c;
     volatile size_t at; /* the utterance at work: read after a fault's jump */
     cxs_where w;
+    int bfail;          /* a damaged block: its message in bd */
+    cxs_diag bd;
 } pad_arg;
 
 /* In a recovery region (fault.h): it reads the mapping. */
@@ -118,7 +126,7 @@ static int pad_all(void *p) {
     for (size_t i = 0; i < a->n; i++) {
         a->at = i;
         int rc = pad_one(ds, a->utts[i], a->tmax, a->mean, a->scale, a->cmvn, a->x + i * row,
-                         a->y ? a->y + i * a->tmax : NULL, a->c, &a->w);
+                         a->y ? a->y + i * a->tmax : NULL, a->c, &a->w, &a->bd, &a->bfail);
         if (rc) return rc;
         a->lengths[i] = (int64_t)cxs_utt_frames(ds, a->utts[i]); /* checked by pad_one */
     }
@@ -135,7 +143,9 @@ int cxs_pad_impl(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t
                  .w = CXS_WHERE_NONE};
     cxs_fault f = {UINT32_MAX, 0};
     int rc = cxs_fault_run(ds, pad_all, &a, &f);
-    if (rc && rc != -ENOMEM) {
+    if (rc && a.bfail) {
+        cxs_diag_copy(d, rc, &a.bd);
+    } else if (rc && rc != -ENOMEM) {
         uint64_t u = utts[a.at];
         a.w.utt = u;
         a.w.shard = cxs_utt_shard(ds, u);

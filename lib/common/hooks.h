@@ -33,8 +33,16 @@ static inline int cxs_hook_thp_off(void) {
     const char *e = getenv("CXS_HUGEPAGE_FAULT");
     return e && strcmp(e, "off") == 0;
 }
+/* CXS_BLOCKCHECK=off at open: the FEATURES and LABELS blocks are served
+ * without their check at first use (blocksrc.c), so that bench/
+ * block_check.c can pair the check with its absence in one run. */
+static inline int cxs_hook_blockcheck_off(void) {
+    const char *e = getenv("CXS_BLOCKCHECK");
+    return e && strcmp(e, "off") == 0;
+}
 #else
 static inline int cxs_hook_thread_fails(void) { return 0; }
+static inline int cxs_hook_blockcheck_off(void) { return 0; }
 static inline int cxs_hook_speculation_fails(void) { return 0; }
 static inline int cxs_hook_thp_off(void) { return 0; }
 #endif

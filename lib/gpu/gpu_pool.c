@@ -98,8 +98,13 @@ static int pool_load(cxs_gpu_loader *l, uint32_t g, uint64_t j, zreader *zr) {
     if (sg->freed_once && (e = l->be->stream_wait(p->copy, sg->ev_freed)))
         return gpu_fail(l, CXS_E_DEVICE, "pool refresh: %s: stream_wait: %s", l->be->name,
                         l->be->error_string(e));
+    /* the block's rows and labels checked against their sums (blocksrc.h) */
+    cxs_diag bd;
+    const uint64_t u0 = ds->shards[b->shard].u_start;
+    int rc = cxs_bsrc_utts(ds, b->shard, b->u0 - u0, b->u1 - u0, l->o.labels, &bd);
+    if (rc) return gpu_fail_from(l, rc, "pool refresh: ", &bd);
     load_arg la = {l, b, p->d_pool + sg->row_base * ds->row_bytes, zr};
-    int rc = gpu_mapped(l, "pool refresh", load_rows, &la);
+    rc = gpu_mapped(l, "pool refresh", load_rows, &la);
     if (rc) return rc;
     if ((rc = gpu_up_flush(l, &p->up))) return rc;
     if ((e = l->be->event_record(sg->ev_loaded, p->copy)))

@@ -277,7 +277,8 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
         goto out;
     }
     cxs_diag id;
-    if ((rc = cxs_index_check_all(ds, &id))) {
+    /* every block about to be copied checked against its sum (blocksrc.h) */
+    if ((rc = cxs_index_check_all(ds, &id)) || (rc = cxs_bsrc_all(ds, l->o.labels, &id))) {
         rc = gpu_fail_from(l, rc, "", &id);
         goto out;
     }

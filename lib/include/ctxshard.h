@@ -86,6 +86,26 @@ CXS_API uint32_t cxs_label_width(uint64_t n);
  * entries it holds) by the first call that uses it, which returns
  * CXS_E_CHECKSUM or CXS_E_CORRUPT for a damaged block (spec/format.md
  * section 8, "Deferred tables"): open then costs nothing per utterance.
+ *
+ * Damaged blocks are never served.  In a shard with block sums (format
+ * 1.3) every block of FEATURES and LABELS is checked against its block
+ * sum at its first use in this open dataset, before any byte of it is
+ * served, by every reader: windows, gathers, labels, utterances, reads
+ * and pads, the frame loader in every order, the utterance loader, the
+ * mixtures and the GPU uploads, streamed or local.  A damaged block stops
+ * the call or the batch that needs it with CXS_E_CHECKSUM, diag (or the
+ * loader's error) naming the shard, the section, the block and the
+ * utterances it holds; nothing of it is served.  A block is hashed once
+ * per open dataset, whichever path checked it (warm, the block reader, a
+ * stream's download, the copy into huge pages): after that a window costs
+ * one bitmap test, or one load once a section is checked whole.  A
+ * compressed dataset's features are checked by their chunks' checksums at
+ * every decode instead (its block sums cover the tables and LABELS).  A
+ * shard without block sums (format 1.2 and older, or written with
+ * CXS_WRITER_NO_BLOCK_SUMS; cxs_info.block_sum_shards counts those with)
+ * serves FEATURES and LABELS as stored: only a label outside the
+ * vocabulary is refused, and cxs_dataset_verify finds the rest.
+ *
  * On success *out owns the mapping; free it with cxs_dataset_close().
  *
  * Returns 0, -errno (the directory or a shard cannot be opened or mapped),
@@ -563,8 +583,23 @@ typedef struct cxs_utterance {
 
 /** Utterance u (0 <= u < num_utterances).  Returns 0, CXS_E_RANGE, or
  * CXS_E_TRUNCATED when its shard lost the bytes of the id table since open
- * (the pointers it gives are read by the caller: see cxs_dataset_window). */
+ * (the pointers it gives are read by the caller: see cxs_dataset_window).
+ * In a shard with block sums (format 1.3) the blocks of FEATURES and
+ * LABELS the pointers reach are checked against their sums first (once
+ * per open dataset): CXS_E_CHECKSUM when one is damaged, and nothing is
+ * handed out.  Without block sums they are served as stored (verify
+ * checks them). */
 CXS_API int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out);
+
+/** cxs_dataset_utterance_ex's flags: the id, first frame and length only
+ * (features and labels NULL, their blocks neither read nor checked). */
+#define CXS_UTTERANCE_NO_DATA 1u
+/** cxs_dataset_utterance with flags (0 or CXS_UTTERANCE_NO_DATA) and a
+ * diagnostic: on failure diag (may be NULL) says why -- for a damaged
+ * block the shard, the section, the block and the utterances it holds.
+ * The same return codes, and CXS_E_INVALID for unknown flags. */
+CXS_API int cxs_dataset_utterance_ex(const cxs_dataset *ds, uint64_t u, uint32_t flags,
+                                     cxs_utterance *out, cxs_diag *diag);
 
 /**
  * Copy frames first .. first+count-1 of utterance u, in the stored dtype
@@ -599,7 +634,9 @@ CXS_API int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame,
  * guard rows: the call checks those the window spans (near the borders
  * only, at most 2k rows) and returns CXS_E_CORRUPT when one is not zero
  * (damaged: never served as padding), CXS_E_TRUNCATED when the shard lost
- * them since open.  The rows of the utterance itself are served as stored:
+ * them since open.  With block sums (format 1.3) the blocks the window
+ * spans are checked first (CXS_E_CHECKSUM when one is damaged; see
+ * cxs_dataset_open); without them the rows are served as stored, and
  * cxs_dataset_verify checks them.  Reading through the pointer is the
  * caller's own access: a shard truncated meanwhile faults there (SIGBUS);
  * datasets are replaced by rename, never rewritten in place.
@@ -609,10 +646,13 @@ CXS_API int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k
 
 /** Label (vocabulary index) of a frame.  CXS_E_RANGE, or CXS_E_NO_LABELS on
  * a dataset without labels; CXS_E_CORRUPT for a label outside the
- * vocabulary (a damaged LABELS section: never served).  The same holds for
- * cxs_dataset_labels and cxs_dataset_labels_of (nothing useful in out
- * then); the zero-copy label views (cxs_utterance.labels,
- * cxs_dataset_shard_labels) are the bytes as stored, which verify checks. */
+ * vocabulary (a damaged LABELS section: never served), CXS_E_CHECKSUM for
+ * a label in a block that fails its block sum (format 1.3).  The same
+ * holds for cxs_dataset_labels and cxs_dataset_labels_of (nothing useful
+ * in out then), and for the zero-copy label views: cxs_utterance.labels
+ * and cxs_dataset_shard_labels check every block they reach before they
+ * hand it out (without block sums they are the bytes as stored, which
+ * verify checks). */
 CXS_API int cxs_dataset_label(const cxs_dataset *ds, uint64_t frame, uint32_t *label);
 
 /**
@@ -692,9 +732,11 @@ typedef struct cxs_norm {
  *
  * Returns 0, CXS_E_RANGE (a frame past the end; nothing is written),
  * CXS_E_INVALID (k above 1,000,000, NULL buffers with n > 0, unknown flags),
- * CXS_E_NO_LABELS (labels asked of a features-only dataset), and on a compressed dataset
- * -ENOMEM, CXS_E_CHECKSUM or CXS_E_CORRUPT when a chunk cannot be decoded
- * (out then holds partial results and must not be used).
+ * CXS_E_NO_LABELS (labels asked of a features-only dataset), CXS_E_CHECKSUM
+ * when a block the windows or labels need fails its block sum (format
+ * 1.3), and on a compressed dataset -ENOMEM, CXS_E_CHECKSUM or
+ * CXS_E_CORRUPT when a chunk cannot be decoded (out then holds partial
+ * results and must not be used).
  */
 CXS_API int cxs_dataset_gather(const cxs_dataset *ds, const uint64_t *frames, size_t n,
                                uint32_t k, uint32_t flags, unsigned threads, float *out,
@@ -949,8 +991,11 @@ CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
  * CXS_E_TRUNCATED when a shard lost bytes since the dataset was opened
  * (truncated under the loader: the read is stopped, the process goes on),
  * CXS_E_CHECKSUM or CXS_E_CORRUPT for a damaged chunk or a label outside
- * the vocabulary (never served).  The same return codes.  A failed batch
- * is one batch: the next call goes on with the next one.
+ * the vocabulary (never served), CXS_E_CHECKSUM for a block of FEATURES or
+ * LABELS that fails its block sum (format 1.3: every order, every block
+ * checked at its first use; the message names the shard, the section,
+ * the block and the utterances it holds).  The same return codes.  A
+ * failed batch is one batch: the next call goes on with the next one.
  */
 CXS_API int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *diag);
 

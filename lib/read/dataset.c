@@ -61,10 +61,8 @@ void cxs_dataset_close(cxs_dataset *ds) {
             free(sh->path);
             free(sh->bucket);
             lazy_table *t[3] = {&sh->t_index, &sh->t_ids, &sh->t_seqs};
-            for (int k = 0; k < 3; k++) {
-                free(t[k]->done);
-                free(t[k]->hashed);
-            }
+            for (int k = 0; k < 3; k++) free(t[k]->done);
+            cxs_bsrc_free(sh);
         }
     }
     if (ds->map) munmap((void *)ds->map, ds->size);
@@ -274,8 +272,10 @@ static int lazy_setup(shard *sh, lazy_table *t, const cxs_section *sec, int may_
     if (t->all_done) return 0;
     size_t words = (size_t)((t->bs->num_blocks + 63) / 64);
     t->done = calloc(words ? words : 1, sizeof *t->done);
-    t->hashed = calloc(words ? words : 1, sizeof *t->hashed);
-    if (!t->done || !t->hashed)
+    /* its blocks' sums: the block source's bitmap, which every other
+     * checker of a block of this section feeds too */
+    t->hashed = sh->bc + (t->bs - sh->bs.e);
+    if (!t->done)
         return cxs_diag_at(d, -ENOMEM, sh->path, CXS_NO_OFFSET, "%s: out of memory", sh->path);
     t->per_block = (1ull << t->bs->shift) / 8;
     return 0;
@@ -349,7 +349,7 @@ static int shard_container(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e
      * per-utterance tables it covers are then checked a block at a time at
      * first use (utt_index.c) instead of whole here -- only for a shard of
      * a manifest, whose STATS and SEQ_META bound the lengths. */
-    if ((rc = cxs_shard_blocksums(ds, i, d))) return rc;
+    if ((rc = cxs_shard_blocksums(ds, i, d)) || (rc = cxs_bsrc_setup(ds, i, d))) return rc;
     if ((rc = lazy_setup(sh, &sh->t_index, x->index, e != NULL, d)) ||
         (rc = lazy_setup(sh, &sh->t_ids, x->ids, e != NULL, d)) ||
         (x->seqs && (rc = lazy_setup(sh, &sh->t_seqs, x->seqs, e != NULL, d))))
@@ -703,6 +703,11 @@ static int stream_attach(cxs_dataset *ds, const char *url, const cxs_fetch *f, c
             return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: shard %u has no block sums of its "
                              "FEATURES, so it cannot be streamed: open it without streaming",
                              url, i);
+        /* every block of FEATURES that reaches this process's readers came
+         * through the stream's fetch, which checks it against its sum
+         * (remote/stream.c): the block source counts FEATURES as checked
+         * (LABELS, fetched whole at open, are checked at first use) */
+        cxs_bsrc_mark_all(sh->bc_feat);
         const char *name = strrchr(sh->path, '/');
         rc = cxs_stream_shard(ds->stream, i, name ? name + 1 : sh->path, e->sec->offset,
                               e->sec->length, e->shift, sh->bs.sums + 8 * e->first,
@@ -1158,6 +1163,7 @@ int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t fir
                          (unsigned long long)first, (unsigned long long)(first + count),
                          (unsigned long long)u, (unsigned long long)T);
     if (!count) return 0;
+    if ((rc = cxs_bsrc_rows(ds, l.shard, l.row + first, count, d))) return rc;
     zreader zr = {0};
     read_arg a = {ds, &zr, l.shard, l.row + first, count, out};
     cxs_fault f;
@@ -1218,7 +1224,17 @@ int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame, uint64_t *utteranc
 }
 
 int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out) {
-    if (u >= ds->meta.num_utterances) return CXS_E_RANGE;
+    return cxs_dataset_utterance_ex(ds, u, 0, out, NULL);
+}
+
+int cxs_dataset_utterance_ex(const cxs_dataset *ds, uint64_t u, uint32_t flags,
+                             cxs_utterance *out, cxs_diag *d) {
+    if (!ds || !out || (flags & ~CXS_UTTERANCE_NO_DATA))
+        return cxs_diagf(d, CXS_E_INVALID, "utterance: no dataset, out is NULL or unknown flags");
+    if (u >= ds->meta.num_utterances)
+        return cxs_diagf(d, CXS_E_RANGE, "utterance %llu is past the dataset's %llu",
+                         (unsigned long long)u, (unsigned long long)ds->meta.num_utterances);
+    const int data = !(flags & CXS_UTTERANCE_NO_DATA);
     /* the INDEX and IDS blocks of u checked (lazily), the id's offsets
      * read from the mapping in a recovery region: a shard truncated since
      * open is CXS_E_TRUNCATED here, not a SIGBUS (the id's bytes, like the
@@ -1227,15 +1243,20 @@ int cxs_dataset_utterance(const cxs_dataset *ds, uint64_t u, cxs_utterance *out)
     uint64_t id_len;
     int rc;
     cxs_uloc l;
-    if ((rc = cxs_utt_loc_safe(ds, u, &l, NULL)) || (rc = cxs_id_get(ds, u, &id, &id_len, NULL)))
+    if ((rc = cxs_utt_loc_safe(ds, u, &l, d)) || (rc = cxs_id_get(ds, u, &id, &id_len, d)))
         return rc;
     const shard *sh = &ds->shards[l.shard];
+    /* the pointers handed out: their blocks checked first */
+    if (data && ((rc = cxs_bsrc_rows(ds, l.shard, l.row, l.T, d)) ||
+                 (sh->labels && (rc = cxs_bsrc_labels(ds, l.shard, l.f0 - sh->f_start, l.T, d)))))
+        return rc;
     memset(out, 0, sizeof *out);
     out->id = (const char *)id;
     out->id_len = (size_t)id_len;
     out->first_frame = l.f0;
     out->num_frames = l.T;
     out->shard = l.shard;
+    if (!data) return 0;
     out->features = cxs_compressed(ds) || ds->stream ? NULL : cxs_loc_row_ptr(ds, &l, 0);
     out->labels = sh->labels ? sh->serve_labels + (l.f0 - sh->f_start) * sh->meta.label_width : NULL;
     return 0;
@@ -1260,6 +1281,10 @@ int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const 
     int rc = cxs_find_utt_safe(ds, frame, &l, NULL);
     if (rc) return rc;
     const int64_t t = (int64_t)(frame - l.f0), T = (int64_t)l.T;
+    /* the view's rows, guard rows included: their blocks checked */
+    if ((rc = cxs_bsrc_rows(ds, l.shard, (uint64_t)((int64_t)l.row + t - (int64_t)k), 2 * (uint64_t)k + 1,
+                            NULL)))
+        return rc;
     /* The guard rows a view spans are served as they are stored: check
      * them (at most 2k rows, only near the borders), so that a damaged
      * guard row is refused rather than served as padding.  Open does not
@@ -1287,7 +1312,10 @@ int cxs_dataset_labels_of(const cxs_dataset *ds, const uint64_t *frames, size_t 
         if (frames[i] >= ds->meta.num_frames) return CXS_E_RANGE;
     const uint32_t V = ds->meta.vocab_size;
     for (size_t i = 0; i < n; i++) {
-        const shard *sh = &ds->shards[cxs_frame_shard(ds, frames[i])];
+        const uint32_t s = cxs_frame_shard(ds, frames[i]);
+        const shard *sh = &ds->shards[s];
+        int rc = cxs_bsrc_labels(ds, s, frames[i] - sh->f_start, 1, NULL);
+        if (rc) return rc;
         uint32_t l = cxs_served_label(sh, frames[i] - sh->f_start);
         if (V && l >= V) return CXS_E_CORRUPT; /* damaged: never served */
         out[i] = l;
@@ -1301,6 +1329,9 @@ int cxs_dataset_shard_labels(const cxs_dataset *ds, uint32_t s, const void **lab
     if (s >= ds->meta.num_shards) return CXS_E_RANGE;
     if (!ds->meta.label_width) return CXS_E_NO_LABELS;
     const shard *sh = &ds->shards[s];
+    /* the whole section is handed out: every block of it checked */
+    int rc = labels ? cxs_bsrc_labels(ds, s, 0, sh->meta.num_frames, NULL) : 0;
+    if (rc) return rc;
     if (labels) *labels = sh->serve_labels;
     if (first_frame) *first_frame = sh->f_start;
     if (num_frames) *num_frames = sh->meta.num_frames;
@@ -1314,8 +1345,10 @@ int cxs_dataset_labels(const cxs_dataset *ds, uint64_t first, uint64_t count, in
     uint32_t si = cxs_frame_shard(ds, first);
     uint64_t f = first, end = first + count;
     while (f < end) {
-        const shard *sh = &ds->shards[si++];
+        const shard *sh = &ds->shards[si];
         uint64_t stop = sh->f_start + sh->meta.num_frames < end ? sh->f_start + sh->meta.num_frames : end;
+        int rc = cxs_bsrc_labels(ds, si++, f - sh->f_start, stop - f, NULL);
+        if (rc) return rc;
         for (uint64_t i = 0; i < stop - f; i++) {
             uint32_t l = cxs_served_label(sh, f - sh->f_start + i);
             if (ds->meta.vocab_size && l >= ds->meta.vocab_size) return CXS_E_CORRUPT;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "blocksrc.h"
 #include "ctxshard.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
@@ -24,7 +25,7 @@ typedef struct lazy_table {
     int all_done;
     const cxs_bsum_entry *bs; /* its BLOCKSUMS entry (when !all_done) */
     uint64_t *done;         /* bitmap over bs->num_blocks (atomic bit sets) */
-    uint64_t *hashed;       /* blocks whose sum alone is checked (string bytes) */
+    cxs_bcheck *hashed;     /* blocks whose sum is checked: the block source's */
     uint64_t per_block;     /* u64 offsets per block: 2^shift / 8 */
 } lazy_table;
 
@@ -53,6 +54,9 @@ typedef struct shard {
     uint64_t nbuckets;
     lazy_table t_index, t_ids, t_seqs;
     cxs_blocksums bs;          /* BLOCKSUMS (format 1.3); bs.n == 0 without */
+    /* The block source's checked blocks (blocksrc.h): one per entry of
+     * bs, and those of FEATURES and LABELS (NULL when not covered). */
+    cxs_bcheck *bc, *bc_feat, *bc_lab;
     /* Where windows and the gather's labels are read: features and labels
      * (the mapping), or their checked copies in huge pages (hugecopy.c). */
     const uint8_t *serve_features, *serve_labels;
@@ -67,6 +71,15 @@ static inline uint32_t cxs_served_label(const shard *sh, uint64_t i) {
     const uint8_t *p = sh->serve_labels;
     return sh->meta.label_width == 1 ? p[i] : cxs_ld16(p + 2 * i);
 }
+
+/* FEATURES rows [r0, r0 + n) of shard s (its layout, guard rows
+ * counted) and LABELS of its local frames [f0, f0 + n) made safe to serve
+ * (blocksrc.h): 0, or CXS_E_CHECKSUM naming the block in d (may be NULL),
+ * CXS_E_TRUNCATED.  A window on checked blocks costs a load or two. */
+static inline int cxs_bsrc_rows(const cxs_dataset *ds, uint32_t s, uint64_t r0, uint64_t n,
+                                cxs_diag *d);
+static inline int cxs_bsrc_labels(const cxs_dataset *ds, uint32_t s, uint64_t f0, uint64_t n,
+                                  cxs_diag *d);
 
 struct zcache;
 
@@ -350,6 +363,20 @@ static inline uint64_t cxs_find_utt(const cxs_dataset *ds, uint64_t frame) {
 static inline const uint8_t *cxs_loc_row_ptr(const cxs_dataset *ds, const cxs_uloc *l, int64_t t) {
     const shard *sh = &ds->shards[l->shard];
     return sh->serve_features + (uint64_t)((int64_t)l->row + t) * ds->row_bytes;
+}
+
+static inline int cxs_bsrc_rows(const cxs_dataset *ds, uint32_t s, uint64_t r0, uint64_t n,
+                                cxs_diag *d) {
+    const shard *sh = &ds->shards[s];
+    if (!sh->bc_feat) return 0;
+    return cxs_bsrc_range(ds, s, sh->bc_feat, r0 * ds->row_bytes, (r0 + n) * ds->row_bytes, d);
+}
+static inline int cxs_bsrc_labels(const cxs_dataset *ds, uint32_t s, uint64_t f0, uint64_t n,
+                                  cxs_diag *d) {
+    const shard *sh = &ds->shards[s];
+    if (!sh->bc_lab) return 0;
+    const uint64_t w = sh->meta.label_width;
+    return cxs_bsrc_range(ds, s, sh->bc_lab, f0 * w, (f0 + n) * w, d);
 }
 
 #endif

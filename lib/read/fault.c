@@ -114,6 +114,12 @@ int cxs_fault_run(const cxs_dataset *ds, int (*fn)(void *), void *arg, cxs_fault
     return rc;
 }
 
+int cxs_fault_inside(const cxs_dataset *ds) {
+    for (const region *r = current; r; r = r->prev)
+        if (r->ds == ds) return 1;
+    return 0;
+}
+
 typedef struct id_arg {
     const cxs_dataset *ds;
     uint64_t u;

@@ -40,6 +40,10 @@ void cxs_fault_install(void);
  * shard and offset).  Regions nest. */
 int cxs_fault_run(const cxs_dataset *ds, int (*fn)(void *), void *arg, cxs_fault *where);
 
+/* Whether this thread runs inside a recovery region of ds (a fault there
+ * is that region's to report). */
+int cxs_fault_inside(const cxs_dataset *ds);
+
 /* What went wrong serving data, for the message that names it. */
 typedef struct cxs_where {
     uint32_t shard;

@@ -201,6 +201,10 @@ int cxs_hugecopy(cxs_dataset *ds, uint64_t budget, cxs_diag *d) {
         for (uint32_t s = 0; s < S; s++) {
             ds->shards[s].serve_features = feat[2 * s];
             if (feat[2 * s + 1]) ds->shards[s].serve_labels = feat[2 * s + 1];
+            /* served from a copy checked against the sections' checksums:
+             * every block of them is checked (blocksrc.h) */
+            cxs_bsrc_mark_all(cxs_bsrc_of(ds, s, CXS_SEC_FEATURES));
+            if (feat[2 * s + 1]) cxs_bsrc_mark_all(cxs_bsrc_of(ds, s, CXS_SEC_LABELS));
         }
         ds->hp_map = p;
         ds->hp_len = need;

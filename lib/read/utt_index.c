@@ -28,23 +28,13 @@ static void set_bit(uint64_t *map, uint64_t j) {
     __atomic_fetch_or(&map[j >> 6], 1ull << (j & 63), __ATOMIC_RELEASE);
 }
 
-static int bit(const uint64_t *map, uint64_t j) {
-    return __atomic_load_n(&map[j >> 6], __ATOMIC_ACQUIRE) >> (j & 63) & 1;
-}
-
 static const char *table_name(const lazy_table *t) { return cxs_section_name(t->type); }
 
-/* Block j's sum, once. */
+/* Block j's sum, once: the block source's check (blocksrc.h), in the
+ * caller's recovery region. */
 static int hash_block(const cxs_dataset *ds, uint32_t s, const lazy_table *t, uint64_t j,
                       cxs_diag *d) {
-    if (bit(t->hashed, j)) return 0;
-    const shard *sh = &ds->shards[s];
-    uint64_t a, b;
-    cxs_bsum_block(t->bs, j, &a, &b);
-    if (cxs_checksum_differs(cxs_hash(t->p + a, (size_t)(b - a)), cxs_bsum_of(&sh->bs, t->bs, j)))
-        return cxs_block_failed(ds, s, t->bs, j, d);
-    set_bit(t->hashed, j);
-    return 0;
+    return cxs_bsrc_block_in(ds, s, t->hashed, j, d);
 }
 
 /* The sums of every block holding bytes [a, b) of the section. */

@@ -268,6 +268,8 @@ static int sums_feed(warm_sums *w, const cxs_dataset *ds, uint32_t s, uint64_t o
                 if (w->whole[k] &&
                     cxs_checksum_differs(XXH3_64bits_digest(w->st[k]), cxs_bsum_of(&sh->bs, e, blk)))
                     return cxs_block_failed(ds, s, e, blk, d);
+                /* the block source need not hash it again (blocksrc.h) */
+                if (w->whole[k] && sh->bc) cxs_bsrc_mark(&sh->bc[k], blk);
                 w->j[k] = UINT64_MAX;
             }
         }

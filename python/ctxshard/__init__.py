@@ -746,10 +746,13 @@ class Dataset:
                 "bytes": i.total_bytes, "seconds": time.monotonic() - t0}
 
     # ---- frames and utterances ----------------------------------------------
-    def _utt(self, u, func="utterance"):
+    def _utt(self, u, func="utterance", data=True):
+        """data=False: the id, first frame and length only (the blocks of its
+        features and labels are neither read nor checked)."""
         u = _a.index(func, "u", u, self._info.num_utterances, "utterances")
         ut = _n.Utterance()
-        rc = _lib.cxs_dataset_utterance(self._ptr, u, byref(ut))
+        why = _n.Diag()
+        rc = _lib.cxs_dataset_utterance_ex(self._ptr, u, 0 if data else 1, byref(ut), byref(why))
         if rc == _n.E_TRUNCATED:
             # its first frame's read gives the message that names the shard
             diag = _n.Diag()
@@ -760,7 +763,7 @@ class Dataset:
                                 "dataset was opened").encode()
             _raise(rc, diag, what=func)
         if rc:
-            _raise(rc, what=func)
+            _raise(rc, why, what=func)
         return ut
 
     def utterance(self, u):
@@ -823,7 +826,7 @@ class Dataset:
 
     def utterance_frames(self, u):
         """(first global frame, number of frames) of utterance u."""
-        ut = self._utt(u, "utterance_frames")
+        ut = self._utt(u, "utterance_frames", data=False)
         return ut.first_frame, ut.num_frames
 
     @property
@@ -832,7 +835,7 @@ class Dataset:
         if self._ids is None:
             out = []
             for u in range(self._info.num_utterances):
-                ut = self._utt(u)
+                ut = self._utt(u, data=False)
                 out.append(ctypes.string_at(ut.id, ut.id_len).decode("utf-8", "replace"))
             self._ids = out
         return self._ids

@@ -428,6 +428,8 @@ def _load():
         "cxs_dataset_skipped": (None, [ds, POINTER(c_void_p), POINTER(c_size_t)]),
         "cxs_dataset_identity": (c_uint64, [ds]),
         "cxs_dataset_utterance": (c_int, [ds, c_uint64, POINTER(Utterance)]),
+        "cxs_dataset_utterance_ex": (c_int, [ds, c_uint64, c_uint32, POINTER(Utterance),
+                                             POINTER(Diag)]),
         "cxs_dataset_locate": (c_int, [ds, c_uint64, POINTER(c_uint64), POINTER(c_uint64)]),
         "cxs_dataset_window": (c_int, [ds, c_uint64, c_uint32, POINTER(c_void_p)]),
         "cxs_dataset_label": (c_int, [ds, c_uint64, POINTER(c_uint32)]),

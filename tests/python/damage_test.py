@@ -210,7 +210,23 @@ class Truncated(unittest.TestCase):
 
 class Damaged(unittest.TestCase):
     def test_label_outside_vocabulary_is_never_served(self):
-        d = copy("badlabel")
+        # with block sums (format 1.3) the block's check refuses it first
+        d = copy("badlabel-sums")
+        ds = ctxshard.open(d)
+        at = ds.utterance_frames(5)[0] + 3
+        ds.close()
+
+        def bad(data):
+            off, _, _ = sections(data)[SEC_LABELS]
+            data[off + at] = 200
+        edit(os.path.join(d, SHARD), bad)
+        with self.assertRaises(ctxshard.CtxshardError) as cm:
+            for _ in cxt.Loader(d, context=2, batch_size=512, shuffle=False, threads=2):
+                pass
+        self.assertIn("LABELS block ", str(cm.exception))
+        self.assertIn("not served", str(cm.exception))
+        # without them, the vocabulary
+        d = copy("badlabel", "nosums")
         shard = os.path.join(d, SHARD)
         ds = ctxshard.open(d)
         V = len(ds.vocab)
@@ -268,7 +284,26 @@ class Damaged(unittest.TestCase):
         self.assertIn("which holds rows of utterance", p.stderr)
 
     def test_window_refuses_damaged_guard_row(self):
-        d = copy("badguard")
+        # with block sums (format 1.3) the block's check refuses it, and
+        # everything else of the block
+        d = copy("badguard-sums")
+        ds = ctxshard.open(d)
+        G, D = ds.guard, ds.dim
+        ds.close()
+
+        def guard7(data):
+            off, _, _ = sections(data)[SEC_FEATURES]
+            struct.pack_into("<f", data, off + (G - 1) * D * 4, 7.0)
+        edit(os.path.join(d, SHARD), guard7)
+        ds = ctxshard.open(d)
+        for call in (lambda: ds.window(0, 2), lambda: ds.window(10, 2),
+                     lambda: ds.gather(np.array([0], dtype=np.uint64), 2)):
+            with self.assertRaises(ctxshard.CtxshardError) as cm:
+                call()
+            self.assertIn("checksum mismatch", str(cm.exception))
+        ds.close()
+        # without them, the guard rows' own check
+        d = copy("badguard", "nosums")
         shard = os.path.join(d, SHARD)
         ds = ctxshard.open(d)
         G, D = ds.guard, ds.dim
@@ -428,11 +463,69 @@ class BlockSums(unittest.TestCase):
         msg = str(cm.exception)
         self.assertIn(f"utterance {uid}", msg)
         self.assertIn("not served", msg)
-        self.assertGreater(served, 0)
+        # (the first batches of a start, which do not wait for the block
+        # reader, check the blocks they gather from themselves)
+        self.assertLess(served, 50)
         # the same through the command
         p = run("bench-read", d, "--sampler", "block", "--memory", "2M", "--batch", "64")
         self.assertEqual(p.returncode, 1)
         self.assertIn(f"utterance {uid}", p.stderr)
+
+    def test_damage_no_check_can_tell_is_served_by_no_loader(self):
+        """One LABELS byte changed to another valid symbol, or one low bit
+        of one feature value flipped: every loader and order stops at the
+        batch that needs the block (CXS_E_CHECKSUM, naming the block and the
+        utterances it holds); it served the damage for a whole epoch
+        before."""
+        u, t = 17, 5
+        kinds = {}
+        d, uid = self.damaged("anyvalue", u=u, t=t)
+        kinds["FEATURES"] = d
+        d = copy("anylabel")
+        ds = ctxshard.open(d)
+        first, V = ds.utterance_frames(u)[0], len(ds.vocab)
+        ds.close()
+
+        def relabel(data):
+            off, _, _ = sections(data)[SEC_LABELS]
+            data[off + first + t] = (data[off + first + t] + 1) % V  # another valid symbol
+        edit(os.path.join(d, SHARD), relabel)
+        kinds["LABELS"] = d
+        loaders = {
+            "shuffle": lambda p: cxt.Loader(p, 2, 64, threads=2),
+            "sequential": lambda p: cxt.Loader(p, 2, 64, shuffle=False, threads=2),
+            "block": lambda p: cxt.Loader(p, 2, 64, shuffle="block", memory="2M", threads=2),
+            "emulated GPU resident": lambda p: cxt.Loader(p, 2, 64, gpu_emulate=True,
+                                                          gpu_mode="resident"),
+            "emulated GPU stream": lambda p: cxt.Loader(p, 2, 64, gpu_emulate=True,
+                                                        gpu_mode="stream"),
+            "utterances": lambda p: cxt.UtteranceLoader(p, 4000, threads=2),
+            "utterances, block mode": lambda p: cxt.UtteranceLoader(p, 4000, memory="2M",
+                                                                    threads=2),
+            "emulated GPU utterances": lambda p: cxt.UtteranceLoader(p, 4000, gpu_emulate=True),
+            "mixture": lambda p: cxt.Loader([os.path.join(TMP, "plain"), p], 2, 64, threads=2),
+            "utterance mixture": lambda p: cxt.UtteranceLoader([os.path.join(TMP, "plain"), p],
+                                                               4000, threads=2),
+        }
+        for section, d in kinds.items():
+            for name, make in loaders.items():
+                with self.subTest(section=section, loader=name):
+                    with self.assertRaises(ctxshard.CtxshardError) as cm:
+                        for _ in make(d):
+                            pass
+                    msg = str(cm.exception)
+                    self.assertIn(f"{section} block ", msg)
+                    self.assertIn("checksum mismatch", msg)
+            # the dataset's own calls
+            ds = ctxshard.open(d)
+            with self.assertRaises(ctxshard.CtxshardError):
+                ds.gather(np.arange(ds.num_frames, dtype=np.uint64), 2, labels=True)
+            ds.close()
+            ds = ctxshard.open(d)
+            with self.assertRaises(ctxshard.CtxshardError):
+                for i in range(ds.num_utterances):
+                    ds.utterance(i)
+            ds.close()
 
     def test_writer_flag_and_same_features(self):
         ds = ctxshard.open(os.path.join(TMP, "plain"))

@@ -27,7 +27,7 @@ import torch  # noqa: E402
 import ctxshard  # noqa: E402
 from ctxshard.torch import Loader, UtteranceLoader  # noqa: E402
 
-FEATURES = 4  # the section type (spec/format.md, 3.2)
+FEATURES, LABELS = 4, 5  # the section types (spec/format.md, 3.2)
 PAGE = 4096
 KW = dict(shuffle="block", memory="3M", seed=7, threads=2)  # blocks of 349,525 bytes
 
@@ -43,16 +43,17 @@ def make(name, *pack_args):
     return out
 
 
-def features_of(path):
-    """(offset, length) of a shard file's FEATURES, from its section table."""
+def features_of(path, sec=FEATURES):
+    """(offset, length) of a shard file's FEATURES (or section sec), from
+    its section table."""
     with open(path, "rb") as f:
         head = f.read(PAGE)
     n = struct.unpack_from("<I", head, 24)[0]
     for i in range(n):
         t, _, off, length, _ = struct.unpack_from("<IIQQQ", head, 64 + 32 * i)
-        if t == FEATURES:
+        if t == sec:
             return off, length
-    raise AssertionError(path + ": no FEATURES")
+    raise AssertionError(f"{path}: no section {sec}")
 
 
 def once_bytes(ds_dir):
@@ -99,6 +100,20 @@ class Streaming(unittest.TestCase):
             b = f.read(1)
             f.seek(cls.damaged_at)
             f.write(bytes([b[0] ^ 0x40]))
+        # a copy with one LABELS byte changed to another valid symbol (its
+        # block sum no longer matches: nothing else can tell)
+        cls.dmglab = os.path.join(cls.www, "dmglab")
+        shutil.copytree(cls.a, cls.dmglab)
+        ds = ctxshard.open(cls.a)
+        V = len(ds.vocab)
+        ds.close()
+        victim = os.path.join(cls.dmglab, "shard-000003.cxs")
+        off, length = features_of(victim, LABELS)
+        with open(victim, "r+b") as f:
+            f.seek(off + length // 2)
+            b = f.read(1)
+            f.seek(off + length // 2)
+            f.write(bytes([(b[0] + 1) % V]))
         cls.ng = R.Nginx(cls.www)
 
     @classmethod
@@ -237,6 +252,26 @@ class Streaming(unittest.TestCase):
         have = open(os.path.join(rem.dataset.cached_at, "shard-000002.cxs.have"), "rb").read()
         off, _ = features_of(os.path.join(self.dmg, "shard-000002.cxs"))
         self.assertEqual(have[(self.damaged_at - off) >> 16], 0)
+
+    def test_a_damaged_label_is_never_served(self):
+        """A LABELS byte changed on the server to another valid symbol: the
+        streamed frame Loader and the block-mode UtteranceLoader stop at the
+        batch that needs its block (they served it for a whole epoch: the
+        stream checked FEATURES blocks only), naming the block."""
+        makers = (("frames", lambda url, c: Loader(url, 3, 100, cache=c, **KW)),
+                  ("utterances", lambda url, c: UtteranceLoader(url, frame_budget=5000, memory="3M",
+                                                                seed=5, threads=2, cache=c)))
+        for name, make in makers:
+            with self.subTest(loader=name):
+                rem = make(self.ng.url("dmglab"), self.cache("dmglab-" + name))
+                self.assertTrue(rem.dataset.streamed)
+                with self.assertRaises(ctxshard.CtxshardError) as cm:
+                    for _ in rem:
+                        pass
+                msg = str(cm.exception)
+                self.assertIn("shard-000003.cxs: LABELS block ", msg)
+                self.assertIn("checksum mismatch", msg)
+                self.assertIn("not served", msg)
 
     def test_server_gone_mid_epoch_names_the_url(self):
         ng = R.Nginx(self.www)
