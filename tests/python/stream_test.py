@@ -7,14 +7,20 @@ processes streaming at once; a cache smaller than the dataset stays under
 its limit; a damaged block is never served; a server gone mid-epoch ends
 in an error naming the URL; every other reader of a streamed dataset is
 refused; a dataset that cannot be streamed is fetched whole or refused.
+Ctrl-C stops a loader waiting for a block from a server that stalls it,
+and leaves the cache consistent.
 
 usage: /usr/bin/python3 tests/python/stream_test.py BUILD_DIR SOURCE_ROOT"""
 import errno
+import http.server
 import os
+import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -71,6 +77,64 @@ def once_bytes(ds_dir):
 def feature_bytes(ds_dir):
     return sum(features_of(os.path.join(ds_dir, f))[1] for f in os.listdir(ds_dir)
                if f.startswith("shard-"))
+
+
+class StallingServer:
+    """Python's http.server on 127.0.0.1 serving root with ranges, in a
+    thread of this process, whose answers to requests for bytes of a
+    shard's FEATURES wait until release(): a server that stalls the
+    blocks (the metadata a streamed open fetches comes at once)."""
+
+    def __init__(self, root):
+        self.stalled = threading.Event()  # a block was asked for
+        self.go = threading.Event()
+        srv = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                p = os.path.join(root, self.path.lstrip("/"))
+                if not os.path.isfile(p):
+                    self.send_error(404)
+                    return
+                n = os.path.getsize(p)
+                m = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
+                lo = int(m.group(1)) if m else 0
+                hi = min(int(m.group(2)), n - 1) if m and m.group(2) else n - 1
+                if os.path.basename(p).startswith("shard-"):
+                    off, length = features_of(p)
+                    if off <= lo < off + length:
+                        srv.stalled.set()
+                        srv.go.wait(300)
+                with open(p, "rb") as f:
+                    f.seek(lo)
+                    body = f.read(hi - lo + 1)
+                try:
+                    self.send_response(206 if m else 200)
+                    if m:
+                        self.send_header("Content-Range", f"bytes {lo}-{hi}/{n}")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:  # the client went (its transfer cancelled)
+                    pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.srv.server_address[1]}/{path}"
+
+    def release(self):
+        self.go.set()
+
+    def stop(self):
+        self.go.set()
+        self.srv.shutdown()
+        self.srv.server_close()
 
 
 def entry_bytes(cache):
@@ -294,6 +358,67 @@ class Streaming(unittest.TestCase):
         self.assertFalse(rem.dataset.streamed)  # fetched whole and verified instead
         for (xa, ya), (xb, yb) in zip(loc, rem):
             self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+
+    def test_ctrl_c_stops_a_loader_waiting_for_a_block(self):
+        """SIGINT to a process whose streamed Loader, or block-mode
+        UtteranceLoader, waits for a block the server stalls: it ends with
+        KeyboardInterrupt at once (the bound of 10 s only keeps the test
+        from hanging: before, it waited for the block, here until the
+        server is released), and the cache it leaves serves a whole epoch
+        exactly, to a new open of the same URL and cache."""
+        make_loader = {
+            "frames": ("ct.Loader(sys.argv[1], 3, 100, cache=sys.argv[2], shuffle='block', "
+                       "memory='3M', seed=7, threads=2)", lambda u, c: Loader(u, 3, 100, cache=c,
+                                                                               **KW),
+                       lambda: Loader(self.a, 3, 100, **KW)),
+            "utterances": ("ct.UtteranceLoader(sys.argv[1], cache=sys.argv[2], "
+                           "frame_budget=5000, memory='3M', seed=5, threads=2)",
+                           lambda u, c: UtteranceLoader(u, cache=c, frame_budget=5000,
+                                                        memory="3M", seed=5, threads=2),
+                           lambda: UtteranceLoader(self.a, frame_budget=5000, memory="3M",
+                                                   seed=5, threads=2))}
+        # (a transfer with no byte for 5 s would be retried, then fail)
+        env = dict(os.environ, PYTHONPATH=os.path.join(R.SRC, "python"),
+                   CTXSHARD_HTTP_TIMEOUT="300")
+        for kind, (make, remote, local) in make_loader.items():
+            srv = StallingServer(self.www)
+            try:
+                url, cache = srv.url("s"), self.cache("sigint-" + kind)
+                code = ("import sys, faulthandler, ctxshard.torch as ct\nfaulthandler.enable()\n"
+                        f"it = iter({make})\n"
+                        "try:\n"
+                        "    next(it)\n"
+                        "except KeyboardInterrupt:\n"
+                        "    print('interrupted', flush=True)\n"
+                        "    sys.exit(3)\n"
+                        "print('served', flush=True)\n")
+                p = subprocess.Popen([sys.executable, "-c", code, url, cache], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    self.assertTrue(srv.stalled.wait(120), kind)  # it waits for a block now
+                    p.send_signal(signal.SIGINT)
+                    t0 = time.monotonic()
+                    out, err = p.communicate(timeout=10)
+                    print(f"  {kind}: ended {time.monotonic() - t0:.2f} s after SIGINT",
+                          file=sys.stderr)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.communicate()
+                    self.fail(f"{kind}: still running 10 s after SIGINT")
+                self.assertEqual((p.returncode, out.strip()), (3, "interrupted"), err)
+                srv.release()
+                # the cache as it was left: a new open of the URL serves an
+                # exact epoch (no block marked there that is not, no lock
+                # left held)
+                n = 0
+                for a, b in zip(local(), remote(url, cache)):
+                    self.assertEqual(len(a), len(b))
+                    for ta, tb in zip(a, b):
+                        self.assertTrue(torch.equal(ta, tb), (kind, n))
+                    n += 1
+                self.assertEqual(n, len(local()), kind)
+            finally:
+                srv.stop()
 
 
 if __name__ == "__main__":
