@@ -8,7 +8,7 @@ its limit; a damaged block is never served; a server gone mid-epoch ends
 in an error naming the URL; every other reader of a streamed dataset is
 refused; a dataset that cannot be streamed is fetched whole or refused.
 Ctrl-C stops a loader waiting for a block from a server that stalls it,
-and leaves the cache consistent.
+and leaves the cache consistent; three processes hold one cache limit.
 
 usage: /usr/bin/python3 tests/python/stream_test.py BUILD_DIR SOURCE_ROOT"""
 import errno
@@ -419,6 +419,104 @@ class Streaming(unittest.TestCase):
                 self.assertEqual(n, len(local()), kind)
             finally:
                 srv.stop()
+
+    def test_three_processes_hold_one_cache_limit(self):
+        """Three processes streaming into one cache under cache_limit=6M
+        (each its own order, behind a server that sends 2 MB/s a request,
+        so that their fetches overlap): each fetch is reserved in every
+        process's count of the cache.  Before, each counted only its own
+        fetches in flight and together they held up to 6.66 MB.  Every
+        process samples the cache's bytes on disk as each piece of its
+        fetches lands (CXS_CACHE_AUDIT, a test hook): never above the
+        limit; every epoch exact."""
+        limit = 6 << 20
+        ng = R.Nginx(self.www, limit_rate="2m")
+        cache, audit = self.cache("three"), os.path.join(R.TMP, "three-audit")
+        code = ("import sys, hashlib, ctxshard.torch as ct\n"
+                "h = hashlib.sha256()\n"
+                "for x, y in ct.Loader(sys.argv[1], 3, 100, cache=sys.argv[2], "
+                f"cache_limit={limit}, shuffle='block', memory='1M', blocks=2, "
+                "seed=int(sys.argv[3]), threads=2):\n"
+                "    h.update(x.numpy().tobytes()); h.update(y.numpy().tobytes())\n"
+                "print(h.hexdigest())\n")
+        env = dict(os.environ, PYTHONPATH=os.path.join(R.SRC, "python"), CXS_CACHE_AUDIT=audit)
+        seeds = (7, 8, 9)
+        try:
+            ps = [subprocess.Popen([sys.executable, "-c", code, ng.url("s"), cache, str(seed)],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True) for seed in seeds]
+            outs = [p.communicate(timeout=240) for p in ps]
+        finally:
+            ng.stop()
+        for p, (out, err) in zip(ps, outs):
+            self.assertEqual(p.returncode, 0, err)
+        import hashlib
+        for seed, (out, _) in zip(seeds, outs):
+            h = hashlib.sha256()
+            for x, y in Loader(self.a, 3, 100, shuffle="block", memory="1M", blocks=2, seed=seed,
+                               threads=2):
+                h.update(x.numpy().tobytes())
+                h.update(y.numpy().tobytes())
+            self.assertEqual(out.strip(), h.hexdigest(), seed)
+        with open(audit) as f:
+            sizes = [int(v) for v in f.read().split()]
+        print(f"  {len(sizes)} samples, the largest {max(sizes)} bytes (limit {limit})",
+              file=sys.stderr)
+        self.assertGreater(len(sizes), 20)
+        self.assertLessEqual(max(sizes), limit)
+    def test_cxs_loader_cancel_ends_the_wait_and_the_epoch_goes_on(self):
+        """The C call: cxs_loader_cancel from another thread ends a
+        cxs_loader_next_ex waiting for a block the server stalls
+        (-ECANCELED; before, there was no way to end it); the transfers end,
+        and once the server answers again the next calls serve the whole
+        epoch, from the same batch, exactly."""
+        from ctxshard import _native as _n
+        from ctxshard._native import lib as _lib
+        import ctypes
+        srv = StallingServer(self.www)
+        try:
+            rem = Loader(srv.url("s"), 3, 100, cache=self.cache("cancel"), **KW)
+            loc = Loader(self.a, 3, 100, **KW)
+            opts = _n.LoaderOpts(3, 100, 2, 0, 0, 0, 1, 0)
+            ptr, diag = ctypes.c_void_p(), _n.Diag()
+            self.assertEqual(_lib.cxs_loader_create_ex(rem.dataset._ptr, rem.sampler._ptr,
+                                                       ctypes.byref(opts), 0, 0,
+                                                       ctypes.byref(ptr), ctypes.byref(diag)), 0)
+            try:
+                bp, got = ctypes.POINTER(_n.Batch)(), []
+
+                def wait():  # (ctypes lets go of the GIL while it waits)
+                    got.append(_lib.cxs_loader_next_ex(ptr, ctypes.byref(bp), None))
+
+                t = threading.Thread(target=wait)
+                t.start()
+                self.assertTrue(srv.stalled.wait(120))
+                self.assertEqual(_lib.cxs_loader_cancel(ptr), 0)
+                t.join(10)
+                self.assertFalse(t.is_alive(), "next() still waits 10 s after the cancel")
+                self.assertEqual(got, [-errno.ECANCELED])
+                srv.release()
+                W, n = 7 * rem.dataset.dim, 0
+                for xa, ya in loc:
+                    self.assertEqual(_lib.cxs_loader_next_ex(ptr, ctypes.byref(bp),
+                                                             ctypes.byref(diag)), 0,
+                                     diag.message)
+                    b = bp.contents
+                    self.assertEqual((b.index, b.n), (n, len(xa)))
+                    x = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
+                                              shape=(b.n, W))
+                    y = np.ctypeslib.as_array(ctypes.cast(b.y, ctypes.POINTER(ctypes.c_int64)),
+                                              shape=(b.n,))
+                    self.assertTrue(np.array_equal(x, xa.numpy()) and
+                                    np.array_equal(y, ya.numpy()), n)
+                    n += 1
+                self.assertEqual(_lib.cxs_loader_next_ex(ptr, ctypes.byref(bp), None), 0)
+                self.assertFalse(bp)  # the end
+                self.assertEqual(n, len(loc))
+            finally:
+                _lib.cxs_loader_free(ptr)
+        finally:
+            srv.stop()
 
 
 if __name__ == "__main__":
