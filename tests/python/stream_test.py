@@ -420,6 +420,37 @@ class Streaming(unittest.TestCase):
             finally:
                 srv.stop()
 
+    def test_ctrl_c_stops_the_streaming_commands(self):
+        """bench-read --sampler block and bench-utt --memory over a URL whose
+        server stalls the blocks: SIGINT ends them at once with
+        "URL: interrupted" (exit 3), their transfers ended; before, they
+        died of the signal mid-transfer (or, with a handler, waited)."""
+        exe = os.path.join(R.BUILD, "tools", "ctxshard")
+        env = dict(os.environ, CTXSHARD_HTTP_TIMEOUT="300")
+        for cmd in (["bench-read", "--sampler", "block", "--memory", "3M", "--batch", "100"],
+                    ["bench-utt", "--memory", "3M", "--frame-budget", "5000"]):
+            srv = StallingServer(self.www)
+            try:
+                url = srv.url("s")
+                env["CTXSHARD_CACHE"] = self.cache("cli-" + cmd[0])
+                p = subprocess.Popen([exe, cmd[0], url, *cmd[1:]], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    self.assertTrue(srv.stalled.wait(120), cmd[0])
+                    p.send_signal(signal.SIGINT)
+                    t0 = time.monotonic()
+                    out, err = p.communicate(timeout=10)
+                    print(f"  {cmd[0]}: ended {time.monotonic() - t0:.2f} s after SIGINT",
+                          file=sys.stderr)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.communicate()
+                    self.fail(f"{cmd[0]}: still running 10 s after SIGINT")
+                self.assertEqual(p.returncode, 3, err)
+                self.assertEqual(err.strip().splitlines()[-1], f"ctxshard: {url}: interrupted")
+            finally:
+                srv.stop()
+
     def test_three_processes_hold_one_cache_limit(self):
         """Three processes streaming into one cache under cache_limit=6M
         (each its own order, behind a server that sends 2 MB/s a request,
