@@ -1,6 +1,7 @@
 /* benchread.c - `ctxshard bench-read`: how fast the loader serves windows. */
 #include "benchread.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,10 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     if (o->sampler == CXS_SAMPLER_BLOCK && !o->no_stream) oo.flags = CXS_OPEN_STREAM;
     int rc = open_dataset(dir, &oo, &ds);
     if (rc) return rc;
+    /* a stream's batch may wait long for a slow server: Ctrl-C is looked
+     * at between 100 ms waits, and ends the transfers (the loader freed) */
+    const int streamed = g_was_fetched && g_fetched.streamed;
+    if (streamed) install_signal_flag();
     double t_open = now_seconds() - t0;
     cxs_info in;
     cxs_dataset_info(ds, &in);
@@ -69,7 +74,14 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     double first = 0;
     double start = now_seconds();
     while (batches < o->batches) {
-        if ((rc = cxs_loader_next_ex(l, &b, &d))) {
+        rc = streamed ? cxs_loader_next_timed(l, &b, 100, &d) : cxs_loader_next_ex(l, &b, &d);
+        if (streamed && g_interrupted) {
+            warnx_("%s: interrupted", dir);
+            ec = EXIT_SYSTEM;
+            goto out;
+        }
+        if (rc == -ETIMEDOUT && streamed) continue;
+        if (rc) {
             /* the message names the shard (and the utterance) itself */
             warnx_("%s", d.message[0] ? d.message : cxs_strerror(rc));
             ec = exit_code_for(rc);

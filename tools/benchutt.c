@@ -57,8 +57,19 @@ static int measure(const char *dir, cxs_dataset *ds, const bench_utt_opts *o, ui
     if ((rc = cxs_utt_loader_create(ds, s, &lo, 0, 0, &l))) goto fail;
     const cxs_utt_batch *b;
     uint64_t want = o->batches ? o->batches : n, epoch = 0, in_epoch = 0;
+    const int streamed = g_was_fetched && g_fetched.streamed;
     while (f->batches < want) {
-        if ((rc = cxs_utt_loader_next(l, &b))) goto fail;
+        /* a stream's batch may wait long for a slow server: Ctrl-C is
+         * looked at between 100 ms waits, and ends the transfers */
+        rc = streamed ? cxs_utt_loader_next_timed(l, &b, 100, NULL) : cxs_utt_loader_next(l, &b);
+        if (streamed && g_interrupted) {
+            warnx_("%s: interrupted", dir);
+            cxs_utt_loader_free(l);
+            cxs_utt_sampler_free(s);
+            return EXIT_SYSTEM;
+        }
+        if (rc == -ETIMEDOUT && streamed) continue;
+        if (rc) goto fail;
         if (!b) {
             if (!in_epoch) break; /* an epoch without batches: nothing to measure */
             in_epoch = 0;
@@ -94,6 +105,7 @@ int bench_utt_run(const char *dir, const bench_utt_opts *o) {
     if (o->memory) oo.flags = CXS_OPEN_STREAM;
     int rc = open_dataset(dir, &oo, &ds);
     if (rc) return rc;
+    if (g_was_fetched && g_fetched.streamed) install_signal_flag(); /* (measure looks at it) */
     cxs_info in;
     cxs_dataset_info(ds, &in);
     figures f[2] = {{0}};

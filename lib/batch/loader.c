@@ -281,10 +281,16 @@ static void wake(void *owner) {
     cxs_ra_wake(&l->ra);
 }
 
+/* A streamed dataset's fetch in flight ends at a cancel (readahead.h). */
+static void cancel(void *owner, int on) {
+    cxs_loader *l = owner;
+    cxs_stream_user_cancel(l->ra.su, on);
+}
+
 static const cxs_ring_ops loader_ring = {
     .claim = claim, .fill = fill, .can_claim = can_claim, .other_work = other_work,
     .discard = discard, .release = release, .stalled = stalled,
-    .worker_init = worker_init, .worker_exit = worker_exit, .wake = wake,
+    .worker_init = worker_init, .worker_exit = worker_exit, .wake = wake, .cancel = cancel,
 };
 
 /* ---- threads ------------------------------------------------------------ */
@@ -472,14 +478,27 @@ int cxs_loader_next(cxs_loader *l, const cxs_batch **batch) {
     return cxs_loader_next_ex(l, batch, NULL);
 }
 
-static int next_batch(cxs_loader *l, const cxs_batch **batch, cxs_diag *d);
+static int next_batch(cxs_loader *l, const cxs_batch **batch, uint32_t ms, cxs_diag *d);
 
 int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
     if (!l || !batch) return cxs_diagf(d, CXS_E_INVALID, "loader: no loader or batch pointer");
-    return cxs_ring_outcome(&l->ring, next_batch(l, batch, &l->ring.err), d);
+    return cxs_ring_outcome(&l->ring, next_batch(l, batch, CXS_RING_FOREVER, &l->ring.err), d);
 }
 
-static int next_batch(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
+int cxs_loader_next_timed(cxs_loader *l, const cxs_batch **batch, uint32_t timeout_ms,
+                          cxs_diag *d) {
+    if (!l || !batch) return cxs_diagf(d, CXS_E_INVALID, "loader: no loader or batch pointer");
+    if (timeout_ms == CXS_RING_FOREVER) timeout_ms--; /* (a limit, as asked) */
+    return cxs_ring_outcome(&l->ring, next_batch(l, batch, timeout_ms, &l->ring.err), d);
+}
+
+int cxs_loader_cancel(cxs_loader *l) {
+    if (!l) return CXS_E_INVALID;
+    cxs_ring_cancel(&l->ring);
+    return 0;
+}
+
+static int next_batch(cxs_loader *l, const cxs_batch **batch, uint32_t ms, cxs_diag *d) {
     if (cxs_ring_forked(&l->ring)) {
         int rc = respawn(l, 0);
         if (rc)
@@ -487,11 +506,15 @@ static int next_batch(cxs_loader *l, const cxs_batch **batch, cxs_diag *d) {
                              cxs_strerror(rc));
     }
     uint32_t i;
-    int rc = cxs_ring_next(&l->ring, &i);
+    int rc = cxs_ring_next_timed(&l->ring, &i, ms);
     if (rc == 1) {
         *batch = NULL;
         return 0;
     }
+    if (rc == -ETIMEDOUT)
+        return cxs_diagf(d, rc, "loader: batch %llu not ready within %u ms",
+                         (unsigned long long)l->ring.next_take, ms);
+    if (rc == -ECANCELED) return cxs_diagf(d, rc, "loader: cancelled (cxs_loader_cancel)");
     if (rc)
         return cxs_diagf(d, rc, "loader: no buffer provided for the next batch (cxs_loader_provide)");
     const cxs_ring_slot *s = &l->ring.slot[i];

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hooks.h"
@@ -11,7 +12,12 @@
 static void init_locks(cxs_ring *r) {
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv_work, NULL);
-    pthread_cond_init(&r->cv_ready, NULL);
+    /* the consumer's timed waits count on the monotonic clock */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv_ready, &ca);
+    pthread_condattr_destroy(&ca);
 }
 
 int cxs_ring_init(cxs_ring *r, const cxs_ring_ops *ops, void *owner, uint32_t nslots,
@@ -77,6 +83,7 @@ void cxs_ring_stop(cxs_ring *r) {
     __atomic_store_n(&r->stop, 1, __ATOMIC_RELAXED); /* also read by cxs_ring_abandoned */
     pthread_cond_broadcast(&r->cv_work);
     if (r->ops->wake) r->ops->wake(r->owner);
+    if (r->ops->cancel) r->ops->cancel(r->owner, 1); /* (a worker's transfer ends now) */
     pthread_mutex_unlock(&r->mu);
     for (uint32_t t = 0; t < r->nthreads; t++) pthread_join(r->threads[t], NULL);
     r->nthreads = 0;
@@ -106,25 +113,66 @@ static void release_held(cxs_ring *r) {
     r->held = -1;
 }
 
-int cxs_ring_next(cxs_ring *r, uint32_t *slot) {
+/* Under the lock, the consumer's call after a cancel: what was filled
+ * since is thrown away (fills cut short by the cancel, a stream's fetches
+ * ended), and the workers go on from the consumer's batch. */
+static void resume_locked(cxs_ring *r) {
+    r->resume = 0;
+    __atomic_add_fetch(&r->generation, 1, __ATOMIC_RELAXED); /* also read by cxs_ring_abandoned */
+    for (uint32_t i = 0; i < r->nslots; i++)
+        if (r->slot[i].state == CXS_SLOT_READY) discard(r, i);
+    r->next_claim = r->next_take;
+    if (r->ops->cancel) r->ops->cancel(r->owner, 0);
+    pthread_cond_broadcast(&r->cv_work);
+    if (r->ops->wake) r->ops->wake(r->owner);
+}
+
+void cxs_ring_cancel(cxs_ring *r) {
+    pthread_mutex_lock(&r->mu);
+    r->cancel = 1;
+    if (r->ops->cancel) r->ops->cancel(r->owner, 1);
+    pthread_cond_broadcast(&r->cv_ready);
+    pthread_mutex_unlock(&r->mu);
+}
+
+int cxs_ring_next_timed(cxs_ring *r, uint32_t *slot, uint32_t timeout_ms) {
+    struct timespec until = {0, 0};
+    if (timeout_ms != CXS_RING_FOREVER) {
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += (time_t)(timeout_ms / 1000);
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    }
     pthread_mutex_lock(&r->mu);
     if (r->held >= 0) {
         release_held(r);
         pthread_cond_broadcast(&r->cv_work);
     }
-    if (r->next_take >= r->nbatches) {
-        pthread_mutex_unlock(&r->mu);
-        return 1;
-    }
+    if (r->resume && !r->cancel) resume_locked(r);
     uint32_t i = (uint32_t)(r->next_take % r->nslots);
     cxs_ring_slot *s = &r->slot[i];
-    while (!(s->state == CXS_SLOT_READY && s->batch == r->next_take)) {
+    for (int timed_out = 0;;) {
+        if (r->cancel) { /* before anything else: the caller asked to stop */
+            r->cancel = 0;
+            r->resume = 1;
+            pthread_mutex_unlock(&r->mu);
+            return -ECANCELED;
+        }
+        if (r->next_take >= r->nbatches) {
+            pthread_mutex_unlock(&r->mu);
+            return 1;
+        }
+        if (s->state == CXS_SLOT_READY && s->batch == r->next_take) break;
         int rc = r->ops->stalled ? r->ops->stalled(r->owner, i) : 0;
+        if (!rc && timed_out) rc = -ETIMEDOUT;
         if (rc) {
             pthread_mutex_unlock(&r->mu);
             return rc;
         }
-        pthread_cond_wait(&r->cv_ready, &r->mu);
+        if (timeout_ms == CXS_RING_FOREVER)
+            pthread_cond_wait(&r->cv_ready, &r->mu);
+        else if (pthread_cond_timedwait(&r->cv_ready, &r->mu, &until) == ETIMEDOUT)
+            timed_out = 1; /* (looked at once more: it may have come as the time ran out) */
     }
     s->state = CXS_SLOT_HELD;
     r->held = (int)i;
@@ -136,6 +184,8 @@ int cxs_ring_next(cxs_ring *r, uint32_t *slot) {
 
 void cxs_ring_restart_locked(cxs_ring *r, uint64_t nbatches) {
     __atomic_add_fetch(&r->generation, 1, __ATOMIC_RELAXED); /* also read by cxs_ring_abandoned */
+    r->cancel = r->resume = 0; /* (a new start: nothing to go on from) */
+    if (r->ops->cancel) r->ops->cancel(r->owner, 0);
     release_held(r);
     for (uint32_t i = 0; i < r->nslots; i++)
         if (r->slot[i].state == CXS_SLOT_READY) discard(r, i);

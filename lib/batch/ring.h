@@ -80,6 +80,12 @@ typedef struct cxs_ring_ops {
     /* Under the lock: the workers were told to stop or to restart (the
      * owner's helper threads should look). */
     void (*wake)(void *owner);
+    /* Under the lock, from any thread: on 1, cxs_ring_cancel was called:
+     * end what the owner's threads wait on outside the ring (a streamed
+     * dataset's transfers) at once; on 0, the ring starts again (a restart,
+     * or the consumer's call after a cancel): allow it again.  Only
+     * atomic stores: it runs under the ring's lock. */
+    void (*cancel)(void *owner, int on);
 } cxs_ring_ops;
 
 typedef struct cxs_ring_worker {
@@ -95,6 +101,10 @@ typedef struct cxs_ring {
     uint64_t nbatches, next_claim, next_take, generation;
     int held; /* slot with the consumer, or -1 */
     int stop;
+    int cancel; /* cxs_ring_cancel was called: the consumer's next wait ends */
+    int resume; /* the consumer's: a cancel ended its call; its next call
+                   throws away what was filled meanwhile and goes on from
+                   its batch */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready;
     pthread_t *threads;
@@ -116,9 +126,23 @@ void cxs_ring_stop(cxs_ring *r);
 void cxs_ring_destroy(cxs_ring *r);
 
 /* The consumer's next batch: the slot it held goes back, then it waits
- * for the next batch.  Returns 0 with *slot set (the batch's own code is
- * slot's rc), 1 past the last batch, or what stalled answered. */
-int cxs_ring_next(cxs_ring *r, uint32_t *slot);
+ * for the next batch, at most timeout_ms milliseconds (CXS_RING_FOREVER:
+ * no limit).  Returns 0 with *slot set (the batch's own code is slot's
+ * rc), 1 past the last batch, what stalled answered, -ETIMEDOUT when the
+ * batch was not ready in time (the next call waits for the same batch),
+ * or -ECANCELED after cxs_ring_cancel (once: the next call throws away
+ * the batches filled since, their fills cut short, and goes on from the
+ * same batch). */
+#define CXS_RING_FOREVER UINT32_MAX
+int cxs_ring_next_timed(cxs_ring *r, uint32_t *slot, uint32_t timeout_ms);
+static inline int cxs_ring_next(cxs_ring *r, uint32_t *slot) {
+    return cxs_ring_next_timed(r, slot, CXS_RING_FOREVER);
+}
+
+/* From any thread: the consumer's wait ends (-ECANCELED), now or, when it
+ * is not waiting, at its next call; the owner's cancel op ends what its
+ * threads wait on.  A restart clears it. */
+void cxs_ring_cancel(cxs_ring *r);
 
 /* Under the lock: the owner's position changed (a start of nbatches
  * batches): a new generation, every ready or held slot FREE, claims from

@@ -484,7 +484,17 @@ static void uworker_init(void *owner, uint32_t w) {
     cxs_stream_user_after_fork(wk->su); /* (a forked child's: the parent's locks stay) */
 }
 
-static const cxs_ring_ops utt_ring = {.claim = uclaim, .fill = ufill, .worker_init = uworker_init};
+/* A streamed dataset's fetches in flight (the helper's and the workers')
+ * end at a cancel. */
+static void ucancel(void *owner, int on) {
+    cxs_utt_loader *l = owner;
+    if (!l->st) return;
+    cxs_stream_user_cancel(l->st->fetch, on);
+    for (uint32_t t = 0; l->w && t < l->o.threads; t++) cxs_stream_user_cancel(l->w[t].su, on);
+}
+
+static const cxs_ring_ops utt_ring = {.claim = uclaim, .fill = ufill, .worker_init = uworker_init,
+                                      .cancel = ucancel};
 
 void cxs_utt_loader_free(cxs_utt_loader *l) {
     if (!l) return;
@@ -708,15 +718,31 @@ int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch) {
     return cxs_utt_loader_next_ex(l, batch, NULL);
 }
 
-static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d);
+static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, uint32_t ms,
+                      cxs_diag *d);
 
 int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d) {
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "utterance loader: no loader or batch pointer");
-    return cxs_ring_outcome(&l->ring, next_batch(l, batch, &l->ring.err), d);
+    return cxs_ring_outcome(&l->ring, next_batch(l, batch, CXS_RING_FOREVER, &l->ring.err), d);
 }
 
-static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *d) {
+int cxs_utt_loader_next_timed(cxs_utt_loader *l, const cxs_utt_batch **batch,
+                              uint32_t timeout_ms, cxs_diag *d) {
+    if (!l || !batch)
+        return cxs_diagf(d, CXS_E_INVALID, "utterance loader: no loader or batch pointer");
+    if (timeout_ms == CXS_RING_FOREVER) timeout_ms--; /* (a limit, as asked) */
+    return cxs_ring_outcome(&l->ring, next_batch(l, batch, timeout_ms, &l->ring.err), d);
+}
+
+int cxs_utt_loader_cancel(cxs_utt_loader *l) {
+    if (!l) return CXS_E_INVALID;
+    cxs_ring_cancel(&l->ring);
+    return 0;
+}
+
+static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, uint32_t ms,
+                      cxs_diag *d) {
     if (cxs_ring_forked(&l->ring)) {
         int rc = respawn(l, 0);
         if (rc)
@@ -725,7 +751,13 @@ static int next_batch(cxs_utt_loader *l, const cxs_utt_batch **batch, cxs_diag *
                              cxs_strerror(rc));
     }
     uint32_t i;
-    if (cxs_ring_next(&l->ring, &i)) { /* (no stalled callback: 1, the end) */
+    int rc = cxs_ring_next_timed(&l->ring, &i, ms);
+    if (rc == -ETIMEDOUT)
+        return cxs_diagf(d, rc, "utterance loader: batch %llu not ready within %u ms",
+                         (unsigned long long)l->ring.next_take, ms);
+    if (rc == -ECANCELED)
+        return cxs_diagf(d, rc, "utterance loader: cancelled (cxs_utt_loader_cancel)");
+    if (rc) { /* (no stalled callback: 1, the end) */
         *batch = NULL;
         return 0;
     }

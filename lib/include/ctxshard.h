@@ -1000,6 +1000,35 @@ CXS_API int cxs_loader_next(cxs_loader *l, const cxs_batch **batch);
 CXS_API int cxs_loader_next_ex(cxs_loader *l, const cxs_batch **batch, cxs_diag *diag);
 
 /**
+ * cxs_loader_next_ex that waits at most timeout_ms milliseconds for the
+ * batch: -ETIMEDOUT when it is not ready by then, and nothing else changes
+ * (the batch handed out last is given back, as by any call; the next call
+ * waits for the same batch).  A batch that is ready costs what
+ * cxs_loader_next_ex costs.  For a consumer that must notice something
+ * else while a batch is slow to come, such as a streamed dataset's block
+ * behind a slow server: the Python binding waits in slices of 100 ms, so
+ * that Ctrl-C raises KeyboardInterrupt between them.
+ */
+CXS_API int cxs_loader_next_timed(cxs_loader *l, const cxs_batch **batch, uint32_t timeout_ms,
+                                  cxs_diag *diag);
+
+/**
+ * Cancel the consumer's wait, from any thread (not from a signal handler:
+ * it takes the loader's lock; a handler sets a flag that a thread acts on,
+ * or a thread waits for the signal with sigwait): the cxs_loader_next*
+ * call waiting now, or else the next one made, returns -ECANCELED at once
+ * without a batch.  A streamed dataset's transfers in flight end (within
+ * about 100 ms; what arrived of an unfinished block is not kept: the cache
+ * marks a block there only once it is whole and checked, and no lock
+ * stays held).  The loader remains usable: the call after the one that
+ * returned -ECANCELED throws away what the workers filled meanwhile and
+ * goes on from the same batch (the stream fetching again what it needs),
+ * and cxs_loader_reset or cxs_loader_free work as always.  Returns 0, or
+ * CXS_E_INVALID for NULL.
+ */
+CXS_API int cxs_loader_cancel(cxs_loader *l);
+
+/**
  * External mode: give the loader one buffer pair to fill, x of batch_size *
  * (2k+1)*dim floats and y of batch_size int64 (NULL when labels are off).
  * Buffers are filled in the order given; the batch handed out by
@@ -1292,6 +1321,16 @@ CXS_API int cxs_utt_loader_next(cxs_utt_loader *l, const cxs_utt_batch **batch);
  * chunk.  The same return codes. */
 CXS_API int cxs_utt_loader_next_ex(cxs_utt_loader *l, const cxs_utt_batch **batch,
                                    cxs_diag *diag);
+/** cxs_utt_loader_next_ex waiting at most timeout_ms milliseconds:
+ * -ETIMEDOUT when the batch is not ready by then, as cxs_loader_next_timed
+ * (the next call waits for the same batch). */
+CXS_API int cxs_utt_loader_next_timed(cxs_utt_loader *l, const cxs_utt_batch **batch,
+                                      uint32_t timeout_ms, cxs_diag *diag);
+/** Cancel the consumer's wait from any thread, as cxs_loader_cancel: the
+ * call waiting now, or else the next one, returns -ECANCELED at once; a
+ * streamed dataset's transfers end; the call after it goes on from the
+ * same batch.  0, or CXS_E_INVALID for NULL. */
+CXS_API int cxs_utt_loader_cancel(cxs_utt_loader *l);
 /** Restart at (epoch, start), discarding prefetched batches; the batch
  * handed out last becomes invalid.  The position to save for an exact
  * resume is the last batch's index + 1. */

@@ -318,7 +318,9 @@ int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint6
     return 0;
 }
 
-uint64_t cxs_cache_total(const char *root) {
+/* Bytes of every entry of root (entries being fetched whole at the size
+ * they will reach), without the streams' reservations. */
+static uint64_t entries_total(const char *root) {
     victim *v;
     size_t n;
     if (list_entries(root, NULL, &v, &n)) return 0;
@@ -326,6 +328,137 @@ uint64_t cxs_cache_total(const char *root) {
     for (size_t i = 0; i < n; i++) t += v[i].bytes;
     free(v);
     return t;
+}
+
+/* ---- reservations --------------------------------------------------------
+ *
+ * ROOT/.reservations holds the bytes that the streams' fetches in flight
+ * (stream.c) are about to write, so that every process of the node counts
+ * every other's before it starts one: slot i is the u64 LE at 8*i, and it
+ * is live while a description of the file holds an fcntl open-file-
+ * description lock on those 8 bytes (the reservation's own, taken with
+ * it).  A process that dies lets go of its locks, so its slots count no
+ * more; the next reservation zeroes them.  Reservations are made under
+ * ROOT/.evict's flock, after the entries and the live reservations are
+ * counted, so that two never both take the last room. */
+
+static int resv_open(const char *root) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.reservations", root);
+    return open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+}
+
+/* Whether slot i has a holder (any description but fd's). */
+static int resv_live(int fd, uint64_t i) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)(8 * i),
+                       .l_len = 8};
+    if (fcntl(fd, F_OFD_GETLK, &fl)) return 1; /* (unknown: counted) */
+    return fl.l_type != F_UNLCK;
+}
+
+#define RESV_SLOTS_MAX (1u << 16)
+
+/* The live reservations' bytes; reclaim (under .evict's lock): the slots
+ * of holders gone are zeroed. */
+static uint64_t resv_sum(int fd, int reclaim) {
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) || sb.st_size < 8) return 0;
+    uint64_t n = (uint64_t)sb.st_size / 8, sum = 0;
+    if (n > RESV_SLOTS_MAX) n = RESV_SLOTS_MAX;
+    uint8_t b[8 * 256];
+    for (uint64_t i0 = 0; i0 < n; i0 += 256) {
+        uint64_t k = n - i0 < 256 ? n - i0 : 256;
+        ssize_t r = pread(fd, b, (size_t)(8 * k), (off_t)(8 * i0));
+        if (r <= 0) break;
+        k = (uint64_t)r / 8;
+        for (uint64_t i = 0; i < k; i++) {
+            uint64_t v = cxs_ld64(b + 8 * i);
+            if (!v) continue;
+            if (resv_live(fd, i0 + i)) {
+                sum += v;
+            } else if (reclaim) {
+                static const uint8_t zero[8];
+                if (pwrite(fd, zero, 8, (off_t)(8 * (i0 + i))) != 8) {
+                    /* (a slot left as it was is reclaimed next time) */
+                }
+            }
+        }
+    }
+    return sum;
+}
+
+uint64_t cxs_cache_reserved(const char *root) {
+    int fd = resv_open(root);
+    uint64_t sum = resv_sum(fd, 0);
+    if (fd >= 0) close(fd);
+    return sum;
+}
+
+uint64_t cxs_cache_total(const char *root) {
+    return entries_total(root) + cxs_cache_reserved(root);
+}
+
+int cxs_cache_reserve(const char *root, uint64_t more, uint64_t limit, cxs_cache_resv *r,
+                      uint64_t *total, cxs_diag *d) {
+    r->fd = -1;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.evict", root);
+    int efd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (efd < 0) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
+    int rc = lock_wait(efd, LOCK_EX);
+    if (rc) {
+        close(efd);
+        return cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
+    }
+    int fd = resv_open(root);
+    if (fd < 0) {
+        rc = -errno;
+        close(efd);
+        return cxs_diagf(d, rc, "%s/.reservations: %s", root, strerror(-rc));
+    }
+    *total = entries_total(root) + resv_sum(fd, 1);
+    if (*total + more > limit) {
+        close(fd);
+        close(efd);
+        return 0;
+    }
+    uint64_t i = 0;
+    for (;; i++) { /* the first slot no one holds */
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)(8 * i),
+                           .l_len = 8};
+        if (!fcntl(fd, F_OFD_SETLK, &fl)) break;
+        if ((errno != EAGAIN && errno != EACCES) || i >= RESV_SLOTS_MAX) {
+            rc = errno == EAGAIN || errno == EACCES ? -EMFILE : -errno;
+            close(fd);
+            close(efd);
+            return cxs_diagf(d, rc, "%s/.reservations: %s", root, strerror(-rc));
+        }
+    }
+    uint8_t b[8];
+    cxs_st64(b, more);
+    if (pwrite(fd, b, 8, (off_t)(8 * i)) != 8) {
+        rc = -errno;
+        close(fd);
+        close(efd);
+        return cxs_diagf(d, rc ? rc : -EIO, "%s/.reservations: %s", root,
+                         strerror(rc ? -rc : EIO));
+    }
+    r->fd = fd, r->slot = i, r->bytes = more;
+    close(efd);
+    return 1;
+}
+
+void cxs_cache_unreserve(cxs_cache_resv *r) {
+    if (r->fd < 0) return;
+    /* (the bytes are on disk now, or were not written: counted there, or
+     * nowhere; a reader that sees a part of the zeroing sees less than the
+     * reservation, never more) */
+    static const uint8_t zero[8];
+    if (pwrite(r->fd, zero, 8, (off_t)(8 * r->slot)) != 8) {
+        /* (reclaimed once the lock goes with the descriptor) */
+    }
+    close(r->fd);
+    r->fd = -1;
 }
 
 /* ---- the fetch ----------------------------------------------------------- */

@@ -180,6 +180,44 @@ static int on_progress(void *user, curl_off_t dt, curl_off_t dn, curl_off_t ut, 
     return x->o->cancel && atomic_load_explicit(x->o->cancel, memory_order_relaxed);
 }
 
+/* curl_easy_perform, or, for a transfer that a cancel may end, the same
+ * through a multi handle whose wait this thread cuts into slices of 50 ms
+ * to look at the flag: the progress callback alone is called about once a
+ * second while no byte comes (a stalled server), and a cancel is to end
+ * the transfer at once. */
+static CURLcode perform(CURL *c, const cxs_origin *o) {
+    if (!o->cancel) return curl_easy_perform(c);
+    CURLM *m = curl_multi_init();
+    if (!m) return curl_easy_perform(c);
+    if (curl_multi_add_handle(m, c) != CURLM_OK) {
+        curl_multi_cleanup(m);
+        return curl_easy_perform(c);
+    }
+    CURLcode cc = CURLE_OK;
+    for (int running = 1; running;) {
+        if (atomic_load_explicit(o->cancel, memory_order_relaxed)) {
+            cc = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
+        CURLMcode mc = curl_multi_perform(m, &running);
+        if (mc == CURLM_OK && running) mc = curl_multi_poll(m, NULL, 0, 50, NULL);
+        if (mc != CURLM_OK) {
+            cc = CURLE_OUT_OF_MEMORY; /* (the multi interface's own failures are of that kind) */
+            break;
+        }
+    }
+    if (cc == CURLE_OK) {
+        int left;
+        CURLMsg *msg;
+        cc = CURLE_RECV_ERROR; /* (no word of its end: a failure worth another attempt) */
+        while ((msg = curl_multi_info_read(m, &left)))
+            if (msg->msg == CURLMSG_DONE && msg->easy_handle == c) cc = msg->data.result;
+    }
+    curl_multi_remove_handle(m, c);
+    curl_multi_cleanup(m);
+    return cc;
+}
+
 /* S3's <Code>...</Code> in an error body, or "". */
 static void s3_code(const char *body, char *out, size_t cap) {
     out[0] = 0;
@@ -302,7 +340,7 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
             snprintf(range, sizeof range, "%llu-", (unsigned long long)lo);
             curl_easy_setopt(c, CURLOPT_RANGE, range);
         }
-        CURLcode cc = curl_easy_perform(c);
+        CURLcode cc = perform(c, o);
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         if (s->fd < 0) s->len = at.len, s->buf = at.buf;
@@ -472,7 +510,7 @@ int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, c
             curl_easy_setopt(c, CURLOPT_XFERINFODATA, &x);
             curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         }
-        CURLcode cc = curl_easy_perform(c);
+        CURLcode cc = perform(c, o);
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         if (cc == CURLE_ABORTED_BY_CALLBACK) {

@@ -121,8 +121,26 @@ int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint6
                         uint64_t limit, uint64_t *freed, cxs_diag *d);
 /* Bytes on disk of the regular files of dir (holes not counted). */
 uint64_t cxs_cache_dir_bytes(const char *dir);
-/* Bytes of every entry of root (what is reserved for fetches counted). */
+/* Bytes of every entry of root (what is reserved for fetches counted:
+ * the streams' live reservations of every process too). */
 uint64_t cxs_cache_total(const char *root);
+/* The streams' reservations (cache.c, "reservations"): bytes a fetch in
+ * flight will write, counted by every process of the node until it lets
+ * go (its data on disk by then).  A process that dies lets go of its own. */
+typedef struct cxs_cache_resv {
+    int fd;                /* holds the slot's lock; -1: none */
+    uint64_t slot, bytes;
+} cxs_cache_resv;
+/* Under the cache's eviction lock: when the entries and every live
+ * reservation (*total) leave room for `more` bytes under limit, reserve
+ * them (1); else 0, nothing reserved.  -errno (d says why) when the
+ * reservations file cannot be used. */
+int cxs_cache_reserve(const char *root, uint64_t more, uint64_t limit, cxs_cache_resv *r,
+                      uint64_t *total, cxs_diag *d);
+/* Let go of r (no-op when it holds none). */
+void cxs_cache_unreserve(cxs_cache_resv *r);
+/* The live reservations' bytes, every process's. */
+uint64_t cxs_cache_reserved(const char *root);
 
 /* Upload a dataset's files to url: shards (n, their paths and sizes) four
  * at a time, then the manifest, only once every shard is there.  progress

@@ -26,6 +26,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -66,9 +67,6 @@ struct cxs_stream {
     uint32_t n;
     sshard *sh;
     _Atomic uint64_t fetched;
-    /* bytes this process's fetches are writing, counted against the limit
-     * until they are on disk (then counted twice a moment: never under) */
-    _Atomic uint64_t inflight;
 };
 
 struct cxs_stream_user {
@@ -93,7 +91,6 @@ int cxs_stream_new(const char *url, const cxs_fetch *f, uint32_t n, cxs_stream *
     st->limit = f->limit;
     st->n = n;
     atomic_init(&st->fetched, 0);
-    atomic_init(&st->inflight, 0);
     *out = st;
     return 0;
 }
@@ -207,7 +204,8 @@ static uint64_t lock_at(uint32_t s, unsigned kind, uint64_t j) {
  * another's download of a block or a moment's eviction, and valgrind
  * (3.19) holds its one running thread in a blocked F_OFD_SETLKW, so the
  * holder could never let go. */
-static int lk(int fd, short type, uint64_t at, uint64_t n, int wait) {
+static int lk_or_cancel(int fd, short type, uint64_t at, uint64_t n, int wait,
+                        _Atomic int *cancel) {
     if (fd < 0) return -EBADF;
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)at,
                        .l_len = (off_t)n};
@@ -216,10 +214,16 @@ static int lk(int fd, short type, uint64_t at, uint64_t n, int wait) {
         if (errno == EINTR) continue;
         if (errno != EACCES && errno != EAGAIN) return -errno;
         if (!wait) return -EAGAIN;
+        /* a wait for another process's download ends at a cancel too */
+        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed)) return -ECANCELED;
         struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
         if (ns < 10000000) ns *= 2;
     }
+}
+
+static int lk(int fd, short type, uint64_t at, uint64_t n, int wait) {
+    return lk_or_cancel(fd, type, at, n, wait, NULL);
 }
 
 /* Sum blocks [*j0, *j1) holding file bytes [lo, hi) of FEATURES. */
@@ -270,37 +274,27 @@ static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
     return done;
 }
 
-/* Room for `more` bytes under the limit: other entries evicted first (least
- * recently used, none open), then blocks of this one no reader holds.  The
- * files' disk use (st_blocks) counts the filesystem's own blocks too: a
- * sparse file in many pieces needs extent blocks (ext4: one per 340
+/* Room for `more` bytes under the limit, reserved (r) for the fetch in
+ * every process's count of the cache (cache.c, "reservations"): other
+ * entries evicted first (least recently used, none open), then blocks of
+ * this one no reader holds; while nothing can go but another fetch is in
+ * flight (its reservation), its end is waited for (its blocks may then
+ * go).  The files' disk use (st_blocks) counts the filesystem's own blocks
+ * too: a sparse file in many pieces needs extent blocks (ext4: one per 340
  * pieces beyond 4), so a page per shard file is kept free besides. */
-/* Reserve `more` bytes of this process's in flight when total (on disk)
- * leaves room for them: 1 reserved. */
-static int reserve(cxs_stream *st, uint64_t total, uint64_t more) {
-    uint64_t r = atomic_load(&st->inflight);
-    while (total + r + more <= st->limit)
-        if (atomic_compare_exchange_weak(&st->inflight, &r, r + more)) return 1;
-    return 0;
-}
-
-/* (*more, for make_room's caller to give back with unreserve) */
-static void unreserve(cxs_stream *st, uint64_t more) {
-    if (st->limit) atomic_fetch_sub(&st->inflight, more);
-}
-
-static int make_room(cxs_stream_user *u, uint64_t *morep, cxs_diag *d) {
+static int make_room(cxs_stream_user *u, uint64_t *morep, cxs_cache_resv *r, cxs_diag *d) {
     cxs_stream *st = u->st;
+    r->fd = -1;
     if (!st->limit) return 0;
     uint64_t more = *morep += (uint64_t)st->n * CXS_PAGE;
     uint64_t total = 0;
     cxs_diag ignored;
     for (int pass = 0;; pass++) {
-        total = cxs_cache_total(st->root);
-        if (reserve(st, total, more)) return 0;
-        uint64_t over = total + atomic_load(&st->inflight) + more - st->limit, freed = 0;
+        int rc = cxs_cache_reserve(st->root, more, st->limit, r, &total, d);
+        if (rc) return rc < 0 ? rc : 0;
+        uint64_t over = total + more - st->limit, freed = 0;
         if (pass == 0) { /* other datasets first, least recently used, none open */
-            uint64_t mine = cxs_cache_dir_bytes(st->dir) + atomic_load(&st->inflight);
+            uint64_t mine = cxs_cache_dir_bytes(st->dir) + cxs_cache_reserved(st->root);
             cxs_cache_make_room(st->root, st->key, mine, more, st->limit, &freed, &ignored);
             char p[4400];
             snprintf(p, sizeof p, "%s/reserved", st->dir);
@@ -314,17 +308,50 @@ static int make_room(cxs_stream_user *u, uint64_t *morep, cxs_diag *d) {
             for (uint64_t j = 0; j < h->nsum && freed < over; j++)
                 if (evict(u, s, j)) freed += block_disk(h, j);
         }
-        if (!freed) break; /* nothing more can go */
+        if (freed) continue;
+        if (!cxs_cache_reserved(st->root)) break; /* nothing more can go */
+        if (atomic_load(&u->cancel)) return cxs_diagf(d, -ECANCELED, "%s: download stopped",
+                                                      st->url);
+        struct timespec ts = {0, 5 * 1000000L}; /* (another's fetch: a download's time) */
+        nanosleep(&ts, NULL);
     }
     return cxs_diagf(d, -ENOSPC, "%s: the cache limit of %llu bytes cannot hold the blocks the "
                      "block sampler reads at once (%llu bytes of the cache cannot be evicted now: "
                      "metadata, and blocks held by readers or being fetched; %llu more needed): "
                      "give a larger --cache-limit / cache_limit= / CTXSHARD_CACHE_LIMIT, or a "
                      "smaller memory budget (memory_bytes) or batch", st->url,
-                     (unsigned long long)st->limit,
-                     (unsigned long long)(total + atomic_load(&st->inflight)),
+                     (unsigned long long)st->limit, (unsigned long long)total,
                      (unsigned long long)more);
 }
+
+#ifdef CXS_TEST_HOOKS
+/* CXS_CACHE_AUDIT=FILE: after each piece of a fetch is on disk, the bytes
+ * every entry of the cache holds on disk now (no reservation counted: what
+ * `du` would say) are appended to FILE, a line each, so that a test sees
+ * the cache's size where it peaks, in every process. */
+static void audit(const cxs_stream *st) {
+    const char *e = getenv("CXS_CACHE_AUDIT");
+    if (!e || !*e) return;
+    uint64_t disk = 0;
+    DIR *dp = opendir(st->root);
+    for (struct dirent *de; dp && (de = readdir(dp));) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", st->root, de->d_name);
+        if (de->d_name[0] != '.') disk += cxs_cache_dir_bytes(p); /* (a file: 0) */
+    }
+    if (dp) closedir(dp);
+    char line[32];
+    int n = snprintf(line, sizeof line, "%llu\n", (unsigned long long)disk);
+    int fd = open(e, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    if (write(fd, line, (size_t)n) != n) {
+        /* (a test that reads a line short fails on it) */
+    }
+    close(fd);
+}
+#else
+static void audit(const cxs_stream *st) { (void)st; }
+#endif
 
 /* One range request of a fetch: sum blocks [j0, j1) of a shard. */
 typedef struct piece {
@@ -388,6 +415,7 @@ static int fetch_piece(void *ctx, uint32_t i, cxs_diag *d) {
     }
     if (fdatasync(fj->fd))
         return cxs_diagf(d, -errno, "%s/%s: %s", u->st->dir, h->name, strerror(errno));
+    audit(u->st);
     for (uint64_t j = pc->j0; j < pc->j1; j++) atomic_store(&((sshard *)h)->have[j], 1);
     return 0;
 }
@@ -411,8 +439,10 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
     int rc = 0;
     for (uint64_t j = j0; j < j1 && !rc; j++) {
         if (atomic_load(&h->have[j])) continue;
-        if ((rc = lk(fd, F_WRLCK, lock_at(s, FETCH, j), 1, 1))) {
-            rc = cxs_diagf(d, rc, "%s/stream.locks: %s", st->dir, strerror(-rc));
+        if ((rc = lk_or_cancel(fd, F_WRLCK, lock_at(s, FETCH, j), 1, 1, &u->cancel))) {
+            rc = rc == -ECANCELED ? cxs_diagf(d, rc, "%s: download stopped", st->url)
+                                  : cxs_diagf(d, rc, "%s/stream.locks: %s", st->dir,
+                                              strerror(-rc));
             break;
         }
         if (j < locked_lo) locked_lo = j;
@@ -432,9 +462,10 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
         }
         more += block_disk(h, j);
     }
-    if (!rc && np && __atomic_load_n(stop, __ATOMIC_RELAXED)) rc = -ECANCELED;
-    int reserved = 0;
-    if (!rc && np) reserved = !(rc = make_room(u, &more, d));
+    if (!rc && np && (__atomic_load_n(stop, __ATOMIC_RELAXED) || atomic_load(&u->cancel)))
+        rc = cxs_diagf(d, -ECANCELED, "%s: download stopped", st->url);
+    cxs_cache_resv res = {.fd = -1};
+    if (!rc && np) rc = make_room(u, &more, &res, d);
     if (!rc && np) {
         char p[4200];
         snprintf(p, sizeof p, "%s/%s", st->dir, h->name);
@@ -446,7 +477,7 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
         if (!rc) rc = cxs_workq_run(&q, PIECES_AT_ONCE, what, d);
         if (fj.fd >= 0) close(fj.fd);
     }
-    if (reserved) unreserve(st, more); /* (on disk now, or not written) */
+    cxs_cache_unreserve(&res); /* (on disk now, or not written) */
     /* the fetch locks go (a block that failed stays missing) */
     if (locked_hi > locked_lo)
         lk(fd, F_UNLCK, lock_at(s, FETCH, locked_lo), locked_hi - locked_lo, 0);

@@ -16,6 +16,7 @@ device='cuda' the batches are delivered into GPU memory by the library
 without a host copy, ordered on the current torch stream."""
 import collections.abc
 import ctypes
+import errno
 import mmap
 import os
 import sys
@@ -290,13 +291,27 @@ def _streams(func, path, stream, block, needs, device, gpu_emulate):
                 _lib.cxs_is_url(os.fsencode(path)))
 
 
-def _batches(next_fn, ptr, batch_type, what):
+_WAIT_MS = 100  # the slices a slow batch is waited for in (see _batches)
+
+
+def _batches(next_fn, ptr, batch_type, what, timed=None):
     """A C loader's batches (next_fn: cxs_loader_next_ex or
     cxs_utt_loader_next_ex) until its epoch ends, a failure raised with
-    the diagnostic the library kept (file, utterance, reason)."""
+    the diagnostic the library kept (file, utterance, reason).  timed
+    (cxs_loader_next_timed, cxs_utt_loader_next_timed): a batch that is
+    slow to come (a streamed block behind a slow server) is waited for in
+    slices of _WAIT_MS, so that Ctrl-C raises KeyboardInterrupt between
+    them (Python runs its signal handlers only between the C calls); a
+    ready batch is one call, as with next_fn.  The caller's finally frees
+    the loader, which ends a stream's transfers."""
     bp, diag = ctypes.POINTER(batch_type)(), _n.Diag()
     while True:
-        rc = next_fn(ptr, ctypes.byref(bp), ctypes.byref(diag))
+        if timed is None:
+            rc = next_fn(ptr, ctypes.byref(bp), ctypes.byref(diag))
+        else:
+            rc = timed(ptr, ctypes.byref(bp), _WAIT_MS, ctypes.byref(diag))
+            while rc == -errno.ETIMEDOUT:
+                rc = timed(ptr, ctypes.byref(bp), _WAIT_MS, ctypes.byref(diag))
         if rc:
             _raise(rc, diag, what=what)
         if not bp:
@@ -864,7 +879,8 @@ class Loader:
         try:
             for _ in range(ring):
                 provide()
-            for b in _batches(_lib.cxs_loader_next_ex, ptr, _n.Batch, "loader"):
+            for b in _batches(_lib.cxs_loader_next_ex, ptr, _n.Batch, "loader",
+                              _lib.cxs_loader_next_timed):
                 pair = pending.pop(b.x)
                 n, pos = b.n, b.position
                 x = torch.from_numpy(pair[0])
@@ -1576,7 +1592,8 @@ class UtteranceLoader:
             _raise(rc, diag, what="utterance loader")
         D = self.dataset.dim
         try:
-            for b in _batches(_lib.cxs_utt_loader_next_ex, ptr, _n.UttBatch, "utterance loader"):
+            for b in _batches(_lib.cxs_utt_loader_next_ex, ptr, _n.UttBatch, "utterance loader",
+                              _lib.cxs_utt_loader_next_timed):
                 n, T = b.n, b.tmax
                 x = torch.empty((n, T, D), dtype=torch.float32)
                 ctypes.memmove(x.data_ptr(), b.x, n * T * D * 4)

@@ -90,7 +90,9 @@ def same(test, a, b):
 class Nginx:
     """nginx serving root on 127.0.0.1, its access log readable."""
 
-    def __init__(self, root):
+    def __init__(self, root, limit_rate=None):
+        """limit_rate (nginx's, e.g. "2m"): each response sent at most that
+        many bytes a second."""
         self.dir = tempfile.mkdtemp(prefix="nginx-", dir=TMP)
         os.chmod(self.dir, 0o755)  # its workers keep uploads' bodies below it
         self.port = free_port()
@@ -104,6 +106,7 @@ class Nginx:
                     "events { worker_connections 256; }\n"
                     f"http {{ access_log {self.log}; client_max_body_size 0; {temp}\n"
                     f"  server {{ listen 127.0.0.1:{self.port}; root {root};\n"
+                    + (f"    limit_rate {limit_rate};\n" if limit_rate else "") +
                     "    location /up/ { dav_methods PUT; create_full_put_path on; } } }\n")
         self.p = subprocess.Popen([shutil.which("nginx"), "-c", conf, "-p", self.dir],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

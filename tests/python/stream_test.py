@@ -7,14 +7,21 @@ processes streaming at once; a cache smaller than the dataset stays under
 its limit; a damaged block is never served; a server gone mid-epoch ends
 in an error naming the URL; every other reader of a streamed dataset is
 refused; a dataset that cannot be streamed is fetched whole or refused.
+Ctrl-C stops a loader waiting for a block from a server that stalls it,
+and leaves the cache consistent; three processes hold one cache limit.
 
 usage: /usr/bin/python3 tests/python/stream_test.py BUILD_DIR SOURCE_ROOT"""
 import errno
+import http.server
 import os
+import re
+import select
 import shutil
+import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -72,6 +79,64 @@ def once_bytes(ds_dir):
 def feature_bytes(ds_dir):
     return sum(features_of(os.path.join(ds_dir, f))[1] for f in os.listdir(ds_dir)
                if f.startswith("shard-"))
+
+
+class StallingServer:
+    """Python's http.server on 127.0.0.1 serving root with ranges, in a
+    thread of this process, whose answers to requests for bytes of a
+    shard's FEATURES wait until release(): a server that stalls the
+    blocks (the metadata a streamed open fetches comes at once)."""
+
+    def __init__(self, root):
+        self.stalled = threading.Event()  # a block was asked for
+        self.go = threading.Event()
+        srv = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                p = os.path.join(root, self.path.lstrip("/"))
+                if not os.path.isfile(p):
+                    self.send_error(404)
+                    return
+                n = os.path.getsize(p)
+                m = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
+                lo = int(m.group(1)) if m else 0
+                hi = min(int(m.group(2)), n - 1) if m and m.group(2) else n - 1
+                if os.path.basename(p).startswith("shard-"):
+                    off, length = features_of(p)
+                    if off <= lo < off + length:
+                        srv.stalled.set()
+                        srv.go.wait(300)
+                with open(p, "rb") as f:
+                    f.seek(lo)
+                    body = f.read(hi - lo + 1)
+                try:
+                    self.send_response(206 if m else 200)
+                    if m:
+                        self.send_header("Content-Range", f"bytes {lo}-{hi}/{n}")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:  # the client went (its transfer cancelled)
+                    pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.srv.server_address[1]}/{path}"
+
+    def release(self):
+        self.go.set()
+
+    def stop(self):
+        self.go.set()
+        self.srv.shutdown()
+        self.srv.server_close()
 
 
 def entry_bytes(cache):
@@ -329,6 +394,203 @@ class Streaming(unittest.TestCase):
         self.assertFalse(rem.dataset.streamed)  # fetched whole and verified instead
         for (xa, ya), (xb, yb) in zip(loc, rem):
             self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+
+    def test_ctrl_c_stops_a_loader_waiting_for_a_block(self):
+        """SIGINT to a process whose streamed Loader, or block-mode
+        UtteranceLoader, waits for a block the server stalls: it catches
+        KeyboardInterrupt, the loader freed, at once (the bound of 10 s
+        only keeps the test from hanging: before, it waited for the block,
+        here until the server is released), and the cache it leaves serves
+        a whole epoch exactly, to a new open of the same URL and cache."""
+        make_loader = {
+            "frames": ("ct.Loader(sys.argv[1], 3, 100, cache=sys.argv[2], shuffle='block', "
+                       "memory='3M', seed=7, threads=2)", lambda u, c: Loader(u, 3, 100, cache=c,
+                                                                               **KW),
+                       lambda: Loader(self.a, 3, 100, **KW)),
+            "utterances": ("ct.UtteranceLoader(sys.argv[1], cache=sys.argv[2], "
+                           "frame_budget=5000, memory='3M', seed=5, threads=2)",
+                           lambda u, c: UtteranceLoader(u, cache=c, frame_budget=5000,
+                                                        memory="3M", seed=5, threads=2),
+                           lambda: UtteranceLoader(self.a, frame_budget=5000, memory="3M",
+                                                   seed=5, threads=2))}
+        # (a transfer with no byte for 5 s would be retried, then fail)
+        env = dict(os.environ, PYTHONPATH=os.path.join(R.SRC, "python"),
+                   CTXSHARD_HTTP_TIMEOUT="300")
+        for kind, (make, remote, local) in make_loader.items():
+            srv = StallingServer(self.www)
+            try:
+                url, cache = srv.url("s"), self.cache("sigint-" + kind)
+                code = ("import sys, faulthandler, ctxshard.torch as ct\nfaulthandler.enable()\n"
+                        f"it = iter({make})\n"
+                        "try:\n"
+                        "    next(it)\n"
+                        "except KeyboardInterrupt:\n"
+                        "    print('interrupted', flush=True)\n"
+                        "    sys.exit(3)\n"
+                        "print('served', flush=True)\n")
+                p = subprocess.Popen([sys.executable, "-c", code, url, cache], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    self.assertTrue(srv.stalled.wait(120), kind)  # it waits for a block now
+                    p.send_signal(signal.SIGINT)
+                    t0 = time.monotonic()
+                    # KeyboardInterrupt caught, the loader freed: its line
+                    # (the interpreter's exit after it, which unloads torch,
+                    # is not the loader's and may take seconds on a busy
+                    # machine)
+                    said = select.select([p.stdout], [], [], 10)[0] and p.stdout.readline()
+                    dt = time.monotonic() - t0
+                    out, err = p.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.communicate()
+                    self.fail(f"{kind}: still running 120 s after SIGINT")
+                self.assertEqual(said, "interrupted\n", f"{kind}: nothing 10 s after SIGINT")
+                print(f"  {kind}: KeyboardInterrupt caught {dt:.2f} s after SIGINT",
+                      file=sys.stderr)
+                self.assertEqual(p.returncode, 3, err)
+                srv.release()
+                # the cache as it was left: a new open of the URL serves an
+                # exact epoch (no block marked there that is not, no lock
+                # left held)
+                n = 0
+                for a, b in zip(local(), remote(url, cache)):
+                    self.assertEqual(len(a), len(b))
+                    for ta, tb in zip(a, b):
+                        self.assertTrue(torch.equal(ta, tb), (kind, n))
+                    n += 1
+                self.assertEqual(n, len(local()), kind)
+            finally:
+                srv.stop()
+
+    def test_ctrl_c_stops_the_streaming_commands(self):
+        """bench-read --sampler block and bench-utt --memory over a URL whose
+        server stalls the blocks: SIGINT ends them at once with
+        "URL: interrupted" (exit 3), their transfers ended; before, they
+        died of the signal mid-transfer (or, with a handler, waited)."""
+        exe = os.path.join(R.BUILD, "tools", "ctxshard")
+        env = dict(os.environ, CTXSHARD_HTTP_TIMEOUT="300")
+        for cmd in (["bench-read", "--sampler", "block", "--memory", "3M", "--batch", "100"],
+                    ["bench-utt", "--memory", "3M", "--frame-budget", "5000"]):
+            srv = StallingServer(self.www)
+            try:
+                url = srv.url("s")
+                env["CTXSHARD_CACHE"] = self.cache("cli-" + cmd[0])
+                p = subprocess.Popen([exe, cmd[0], url, *cmd[1:]], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    self.assertTrue(srv.stalled.wait(120), cmd[0])
+                    p.send_signal(signal.SIGINT)
+                    t0 = time.monotonic()
+                    out, err = p.communicate(timeout=10)
+                    print(f"  {cmd[0]}: ended {time.monotonic() - t0:.2f} s after SIGINT",
+                          file=sys.stderr)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.communicate()
+                    self.fail(f"{cmd[0]}: still running 10 s after SIGINT")
+                self.assertEqual(p.returncode, 3, err)
+                self.assertEqual(err.strip().splitlines()[-1], f"ctxshard: {url}: interrupted")
+            finally:
+                srv.stop()
+
+    def test_three_processes_hold_one_cache_limit(self):
+        """Three processes streaming into one cache under cache_limit=6M
+        (each its own order, behind a server that sends 2 MB/s a request,
+        so that their fetches overlap): each fetch is reserved in every
+        process's count of the cache.  Before, each counted only its own
+        fetches in flight and together they held up to 6.66 MB.  Every
+        process samples the cache's bytes on disk as each piece of its
+        fetches lands (CXS_CACHE_AUDIT, a test hook): never above the
+        limit; every epoch exact."""
+        limit = 6 << 20
+        ng = R.Nginx(self.www, limit_rate="2m")
+        cache, audit = self.cache("three"), os.path.join(R.TMP, "three-audit")
+        code = ("import sys, hashlib, ctxshard.torch as ct\n"
+                "h = hashlib.sha256()\n"
+                "for x, y in ct.Loader(sys.argv[1], 3, 100, cache=sys.argv[2], "
+                f"cache_limit={limit}, shuffle='block', memory='1M', blocks=2, "
+                "seed=int(sys.argv[3]), threads=2):\n"
+                "    h.update(x.numpy().tobytes()); h.update(y.numpy().tobytes())\n"
+                "print(h.hexdigest())\n")
+        env = dict(os.environ, PYTHONPATH=os.path.join(R.SRC, "python"), CXS_CACHE_AUDIT=audit)
+        seeds = (7, 8, 9)
+        try:
+            ps = [subprocess.Popen([sys.executable, "-c", code, ng.url("s"), cache, str(seed)],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True) for seed in seeds]
+            outs = [p.communicate(timeout=240) for p in ps]
+        finally:
+            ng.stop()
+        for p, (out, err) in zip(ps, outs):
+            self.assertEqual(p.returncode, 0, err)
+        import hashlib
+        for seed, (out, _) in zip(seeds, outs):
+            h = hashlib.sha256()
+            for x, y in Loader(self.a, 3, 100, shuffle="block", memory="1M", blocks=2, seed=seed,
+                               threads=2):
+                h.update(x.numpy().tobytes())
+                h.update(y.numpy().tobytes())
+            self.assertEqual(out.strip(), h.hexdigest(), seed)
+        with open(audit) as f:
+            sizes = [int(v) for v in f.read().split()]
+        print(f"  {len(sizes)} samples, the largest {max(sizes)} bytes (limit {limit})",
+              file=sys.stderr)
+        self.assertGreater(len(sizes), 20)
+        self.assertLessEqual(max(sizes), limit)
+    def test_cxs_loader_cancel_ends_the_wait_and_the_epoch_goes_on(self):
+        """The C call: cxs_loader_cancel from another thread ends a
+        cxs_loader_next_ex waiting for a block the server stalls
+        (-ECANCELED; before, there was no way to end it); the transfers end,
+        and once the server answers again the next calls serve the whole
+        epoch, from the same batch, exactly."""
+        from ctxshard import _native as _n
+        from ctxshard._native import lib as _lib
+        import ctypes
+        srv = StallingServer(self.www)
+        try:
+            rem = Loader(srv.url("s"), 3, 100, cache=self.cache("cancel"), **KW)
+            loc = Loader(self.a, 3, 100, **KW)
+            opts = _n.LoaderOpts(3, 100, 2, 0, 0, 0, 1, 0)
+            ptr, diag = ctypes.c_void_p(), _n.Diag()
+            self.assertEqual(_lib.cxs_loader_create_ex(rem.dataset._ptr, rem.sampler._ptr,
+                                                       ctypes.byref(opts), 0, 0,
+                                                       ctypes.byref(ptr), ctypes.byref(diag)), 0)
+            try:
+                bp, got = ctypes.POINTER(_n.Batch)(), []
+
+                def wait():  # (ctypes lets go of the GIL while it waits)
+                    got.append(_lib.cxs_loader_next_ex(ptr, ctypes.byref(bp), None))
+
+                t = threading.Thread(target=wait)
+                t.start()
+                self.assertTrue(srv.stalled.wait(120))
+                self.assertEqual(_lib.cxs_loader_cancel(ptr), 0)
+                t.join(10)
+                self.assertFalse(t.is_alive(), "next() still waits 10 s after the cancel")
+                self.assertEqual(got, [-errno.ECANCELED])
+                srv.release()
+                W, n = 7 * rem.dataset.dim, 0
+                for xa, ya in loc:
+                    self.assertEqual(_lib.cxs_loader_next_ex(ptr, ctypes.byref(bp),
+                                                             ctypes.byref(diag)), 0,
+                                     diag.message)
+                    b = bp.contents
+                    self.assertEqual((b.index, b.n), (n, len(xa)))
+                    x = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
+                                              shape=(b.n, W))
+                    y = np.ctypeslib.as_array(ctypes.cast(b.y, ctypes.POINTER(ctypes.c_int64)),
+                                              shape=(b.n,))
+                    self.assertTrue(np.array_equal(x, xa.numpy()) and
+                                    np.array_equal(y, ya.numpy()), n)
+                    n += 1
+                self.assertEqual(_lib.cxs_loader_next_ex(ptr, ctypes.byref(bp), None), 0)
+                self.assertFalse(bp)  # the end
+                self.assertEqual(n, len(loc))
+            finally:
+                _lib.cxs_loader_free(ptr)
+        finally:
+            srv.stop()
 
 
 if __name__ == "__main__":
