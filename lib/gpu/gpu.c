@@ -297,27 +297,40 @@ static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
 
 /* ---- the batch ring (resident and pool) ----------------------------------- */
 
+/* One slot of resident/pool mode: x, y, the inputs on the device and
+ * their pinned staging (the frames served, or the pool's descriptors). */
+int gpu_ring_slot_new(cxs_gpu_loader *l, gslot *s) {
+    const size_t B = l->o.batch_size, in_size = l->in_size;
+    BE(l, l->be->dev_alloc(&s->d_x, B * l->W * l->xelem));
+    if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, B * 8));
+    BE(l, l->be->dev_alloc(&s->d_in, B * in_size));
+    BE(l, l->be->host_alloc(&s->h_in, B * in_size));
+    if (l->mode == CXS_GPU_POOL) {
+        if (!(s->frames = malloc(B * 8))) return gpu_fail(l, -ENOMEM, "out of memory");
+    } else {
+        s->frames = s->h_in;
+    }
+    BE(l, l->be->event_create(&s->ev_ready));
+    BE(l, l->be->event_create(&s->ev_consumed));
+    return 0;
+}
+
+uint64_t gpu_ring_slot_bytes(const cxs_gpu_loader *l) {
+    return gpu_ring_bytes(l, l->in_size) / NSLOT;
+}
+
 int gpu_ring_alloc(cxs_gpu_loader *l, size_t in_size) {
-    const size_t B = l->o.batch_size;
+    l->in_size = in_size;
     for (int i = 0; i < NSLOT; i++) {
-        gslot *s = &l->slot[i];
-        BE(l, l->be->dev_alloc(&s->d_x, B * l->W * l->xelem));
-        if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, B * 8));
-        BE(l, l->be->dev_alloc(&s->d_in, B * in_size));
-        BE(l, l->be->host_alloc(&s->h_in, B * in_size));
-        if (l->mode == CXS_GPU_POOL) {
-            if (!(s->frames = malloc(B * 8))) return gpu_fail(l, -ENOMEM, "out of memory");
-        } else {
-            s->frames = s->h_in;
-        }
-        BE(l, l->be->event_create(&s->ev_ready));
-        BE(l, l->be->event_create(&s->ev_consumed));
+        int rc = gpu_ring_slot_new(l, &l->slot[i]);
+        l->nslot = i + 1; /* made in part: freed with the rest */
+        if (rc) return rc;
     }
     return 0;
 }
 
 static void ring_free(cxs_gpu_loader *l) {
-    for (int i = 0; i < NSLOT; i++) {
+    for (int i = 0; i < NSLOT_MAX; i++) {
         gslot *s = &l->slot[i];
         if (s->d_x) l->be->dev_free(s->d_x);
         if (s->d_y) l->be->dev_free(s->d_y);
@@ -328,6 +341,7 @@ static void ring_free(cxs_gpu_loader *l) {
         if (s->ev_consumed) l->be->event_destroy(s->ev_consumed);
         memset(s, 0, sizeof *s);
     }
+    l->nslot = 0;
 }
 
 void gpu_expand_init(const cxs_gpu_loader *l, const gslot *s, gpu_expand_args *a) {
@@ -340,36 +354,109 @@ void gpu_expand_init(const cxs_gpu_loader *l, const gslot *s, gpu_expand_args *a
     a->y = s->d_y;
 }
 
+pthread_mutex_t *gpu_ring_lock(cxs_gpu_loader *l) {
+    return l->ops == &cxs_gpu_stream_mode ? &l->st.mu : &l->ring_mu;
+}
+
+int gpu_slot_give_back(cxs_gpu_loader *l, gslot *s, void *stream) {
+    /* on the stream the batch was handed to (or the one the caller names):
+     * the work queued there on the batch is what its reuse must follow */
+    int e = l->be->event_record(s->ev_consumed, stream);
+    if (e) return GPU_DEVICE_FAIL(l, "", e, "event_record");
+    s->held = 0;
+    s->hstream = NULL;
+    return 0;
+}
+
+static int slot_room(const cxs_gpu_loader *l) {
+    return l->nslot < NSLOT_MAX && l->info.device_bytes + l->ops->slot_bytes(l) <= l->budget;
+}
+
+int gpu_slot_grow(cxs_gpu_loader *l, gslot **out) {
+    const uint64_t sb = l->ops->slot_bytes(l);
+    const uint32_t n = l->nslot;
+    if (!slot_room(l))
+        return gpu_fail(l, -EBUSY,
+                        "the caller holds all %u batch buffers (%llu bytes each) and the budget "
+                        "of %llu bytes (%llu taken) has no room for another: give batches back "
+                        "(drop the tensors you no longer need, or clone() what you keep), or "
+                        "give a larger budget",
+                        n, (unsigned long long)sb, (unsigned long long)l->budget,
+                        (unsigned long long)l->info.device_bytes);
+    gslot *s = &l->slot[n];
+    int rc = l->ops->slot_new(l, s);
+    if (rc) return rc; /* a slot made in part is freed with the ring (ring_free) */
+    /* visible to the feeder (stream mode) once made */
+    pthread_mutex_t *mu = gpu_ring_lock(l);
+    pthread_mutex_lock(mu);
+    l->nslot = n + 1;
+    l->info.device_bytes += sb;
+    if (l->ops == &cxs_gpu_stream_mode) pthread_cond_broadcast(&l->st.cv);
+    pthread_mutex_unlock(mu);
+    *out = s;
+    return 0;
+}
+
+/* A slot neither held nor launched ahead, or a new one within the budget
+ * (grow 1: else -EBUSY; 2: else *out NULL); NULL when grow is 0 and none is
+ * free. */
+static int ring_free_slot(cxs_gpu_loader *l, int grow, gslot **out) {
+    gslot *f = NULL;
+    pthread_mutex_lock(&l->ring_mu);
+    for (uint32_t i = 0; i < l->nslot && !f; i++)
+        if (!l->slot[i].held && &l->slot[i] != l->ready) f = &l->slot[i];
+    pthread_mutex_unlock(&l->ring_mu);
+    *out = f;
+    if (f || !grow || (grow == 2 && !slot_room(l))) return 0;
+    return gpu_slot_grow(l, out);
+}
+
 /* Ring modes' next(): the slot launched one batch ago, and the batch after
- * it launched before it is handed out. */
+ * it launched before it is handed out, into a slot the caller does not
+ * hold. */
 int gpu_ring_next(cxs_gpu_loader *l, void *stream, gslot **out) {
     int rc;
-    if (l->handed) {
-        int e = l->be->event_record(l->handed->ev_consumed, stream);
-        if (e) return GPU_DEVICE_FAIL(l, "", e, "event_record");
+    if (!l->hold && l->handed) {
+        pthread_mutex_lock(&l->ring_mu);
+        rc = gpu_slot_give_back(l, l->handed, l->handed->hstream);
+        pthread_mutex_unlock(&l->ring_mu);
+        if (rc) return rc;
         l->handed = NULL;
     }
-    if (!l->primed) {
-        if ((rc = l->ops->launch(l, &l->slot[l->cur % NSLOT]))) return rc;
-        l->primed = 1;
+    if (!l->ready) { /* the first batch, or none was launched ahead */
+        gslot *f;
+        if ((rc = ring_free_slot(l, 1, &f))) return rc;
+        if ((rc = l->ops->launch(l, f))) return rc;
+        l->ready = f;
     }
-    gslot *c = &l->slot[l->cur % NSLOT];
-    if (c->n) {
+    gslot *c = l->ready;
+    if (c->n) { /* the end marker stays ready: later calls see it again */
+        pthread_mutex_lock(&l->ring_mu);
+        l->ready = NULL;
+        c->held = 1;
+        c->hstream = stream;
+        pthread_mutex_unlock(&l->ring_mu);
         /* the next batch is enqueued before this one is handed out, so
-         * its expansion overlaps the caller's work on this one */
-        l->cur++;
-        if ((rc = l->ops->launch(l, &l->slot[l->cur % NSLOT]))) return rc;
+         * its expansion overlaps the caller's work on this one; when the
+         * caller holds every slot and the budget has no room, it is
+         * launched at the next call instead */
+        gslot *f;
+        if ((rc = ring_free_slot(l, 2, &f))) return rc;
+        if (f) {
+            if ((rc = l->ops->launch(l, f))) return rc;
+            l->ready = f;
+        }
     }
     *out = c;
     return 0;
 }
 
 /* Ring modes' start(): nothing of the old epoch may still run when slots
- * are refilled. */
+ * are refilled.  Slots the caller holds stay held. */
 int gpu_ring_restart(cxs_gpu_loader *l) {
     int e = l->be->stream_sync(l->work);
     if (e) return GPU_DEVICE_FAIL(l, "", e, "stream_sync");
-    l->cur = 0, l->primed = 0;
+    l->ready = NULL;
     return 0;
 }
 
@@ -382,11 +469,12 @@ void cxs_gpu_loader_free(cxs_gpu_loader *l) {
      * it reads is freed. */
     if (l->ops && l->ops->stop) l->ops->stop(l);
     if (l->work) l->be->stream_sync(l->work);
-    /* and the consumer's work on the batches handed out: what it queued on
-     * its stream before this call still reads them */
-    if (l->handed && !l->be->event_record(l->handed->ev_consumed, l->last_stream))
-        l->handed = NULL;
-    for (int i = 0; i < NSLOT; i++)
+    /* and the consumer's work on the batches handed out and not given back:
+     * what it queued on their streams before this call still reads them */
+    for (uint32_t i = 0; i < l->nslot; i++)
+        if (l->slot[i].held && l->slot[i].ev_consumed)
+            gpu_slot_give_back(l, &l->slot[i], l->slot[i].hstream);
+    for (int i = 0; i < NSLOT_MAX; i++)
         if (l->slot[i].ev_consumed) l->be->event_sync(l->slot[i].ev_consumed);
     if (l->ops && l->ops->release) l->ops->release(l);
     ring_free(l);
@@ -395,6 +483,7 @@ void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     if (l->work) l->be->stream_destroy(l->work);
     if (l->copy) l->be->stream_destroy(l->copy);
     if (l->errs) pthread_mutex_destroy(&l->errs->mu);
+    pthread_mutex_destroy(&l->ring_mu);
     free(l->errs);
     free(l->norm_mv);
     free(l);
@@ -424,7 +513,7 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
     if (o->k > 1000000) return cxs_diagf(diag, CXS_E_INVALID, "context k=%u is above 1,000,000", o->k);
     if (o->out_dtype > CXS_GPU_OUT_BF16)
         return cxs_diagf(diag, CXS_E_INVALID, "unknown output type %u", o->out_dtype);
-    if (o->flags & ~CXS_GATHER_NORMALIZE)
+    if (o->flags & ~(CXS_GATHER_NORMALIZE | CXS_GPU_HOLD))
         return cxs_diagf(diag, CXS_E_INVALID, "unknown flags 0x%x", o->flags);
     int nrc = gpu_check_norm(ds, o->flags, o->norm, "GPU loader", diag);
     if (nrc) return nrc;
@@ -473,7 +562,9 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
         return cxs_diagf(diag, -ENOMEM, "out of memory");
     }
     pthread_mutex_init(&l->errs->mu, NULL);
+    pthread_mutex_init(&l->ring_mu, NULL);
     l->ds = ds, l->o = *opts;
+    l->hold = (opts->flags & CXS_GPU_HOLD) != 0;
     l->dev = opts->device == CXS_GPU_EMULATE ? 0 : opts->device;
     l->dtype = ds->meta.dtype, l->D = ds->meta.dim;
     l->W = (2 * (size_t)opts->k + 1) * ds->meta.dim;
@@ -491,6 +582,7 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
         l->o.norm = &l->norm;
     }
     *budget = opts->budget_bytes ? opts->budget_bytes : pi.free_bytes / 5 * 4;
+    l->budget = *budget;
     int e;
     if ((e = be->set_device(l->dev))) {
         rc = GPU_DEVICE_FAIL(l, "", e, "set_device");
@@ -565,8 +657,8 @@ int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **b
     l->be->set_device(l->dev);
     gslot *c = NULL;
     int rc = l->ops->next(l, stream, &c);
+    if (rc == -EBUSY) return rc; /* every slot held: the caller may give some back */
     if (rc) return l->rc = rc;
-    l->last_stream = stream;
     if (!c->n) {
         *batch = NULL;
         return 0;
@@ -592,11 +684,14 @@ int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
     l->be->set_device(l->dev);
     l->rc = 0;
     l->epoch = epoch, l->pos = start, l->index = 0;
-    if (l->handed) { /* the caller's work on it may still be queued */
-        int e = l->be->event_record(l->handed->ev_consumed, l->last_stream);
-        if (e) return l->rc = GPU_DEVICE_FAIL(l, "", e, "event_record");
-        l->handed = NULL;
+    if (!l->hold && l->handed) { /* the caller's work on it may still be queued */
+        pthread_mutex_t *mu = gpu_ring_lock(l);
+        pthread_mutex_lock(mu);
+        int rc = gpu_slot_give_back(l, l->handed, l->handed->hstream);
+        pthread_mutex_unlock(mu);
+        if (rc) return l->rc = rc;
     }
+    l->handed = NULL;
     if (l->ops->stop) l->ops->stop(l);
     cxs_diagf(&l->errs->err, 0, "%s", ""); /* the mode's thread is joined: nothing else writes it */
     int rc = l->ops->start(l);
@@ -615,6 +710,26 @@ int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, vo
     if (!l || (n && (!src || !dst))) return CXS_E_INVALID;
     int e = l->be->copy_d2h_sync(dst, src, n, stream);
     return e ? GPU_DEVICE_FAIL(l, "", e, "download") : 0;
+}
+
+int cxs_gpu_loader_release(cxs_gpu_loader *l, const void *x, void *stream) {
+    if (!l || !x) return CXS_E_INVALID;
+    if (!l->hold) return gpu_fail(l, CXS_E_INVALID, "release: the loader was made without CXS_GPU_HOLD");
+    pthread_mutex_t *mu = gpu_ring_lock(l);
+    int rc = CXS_E_INVALID;
+    pthread_mutex_lock(mu);
+    for (uint32_t i = 0; i < l->nslot; i++) {
+        gslot *s = &l->slot[i];
+        if (s->held && s->d_x == x) {
+            rc = gpu_slot_give_back(l, s, stream);
+            if (l->ops == &cxs_gpu_stream_mode) pthread_cond_broadcast(&l->st.cv);
+            break;
+        }
+    }
+    pthread_mutex_unlock(mu);
+    if (rc == CXS_E_INVALID)
+        return gpu_fail(l, rc, "release: %p is not the x of a batch held", x);
+    return rc;
 }
 
 const cxs_diag *cxs_gpu_loader_error(const cxs_gpu_loader *l) {

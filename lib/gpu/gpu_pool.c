@@ -410,6 +410,8 @@ static void pool_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info) {
 const gpu_mode cxs_gpu_pool_mode = {
     .setup = pool_setup,
     .next = gpu_ring_next,
+    .slot_new = gpu_ring_slot_new,
+    .slot_bytes = gpu_ring_slot_bytes,
     .launch = pool_launch,
     .check_start = pool_check_start,
     .stop = pool_stop,

@@ -369,6 +369,8 @@ void gpu_resident_release(cxs_gpu_loader *l) {
 const gpu_mode cxs_gpu_resident_mode = {
     .setup = resident_setup,
     .next = gpu_ring_next,
+    .slot_new = gpu_ring_slot_new,
+    .slot_bytes = gpu_ring_slot_bytes,
     .launch = resident_launch,
     .start = gpu_ring_restart,
     .release = gpu_resident_release,

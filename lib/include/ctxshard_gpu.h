@@ -34,7 +34,10 @@
  * resident data, batches padded on the device.
  *
  * Device pointers handed out are valid until the next cxs_gpu_loader_next()
- * (or reset/free) on the same loader: work the caller enqueues on its
+ * (or reset/free) on the same loader, or, with CXS_GPU_HOLD in
+ * cxs_gpu_opts.flags, until the caller gives the batch back with
+ * cxs_gpu_loader_release() (the way a tensor holds its memory: the
+ * Python package does this for every device batch): work the caller enqueues on its
  * stream before that call is ordered before the memory is reused or freed
  * (an event recorded on the caller's stream, waited for by the loader's
  * stream or, at free, by the host).  Between taking batch k and asking for
@@ -121,6 +124,17 @@ CXS_API int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info);
 #define CXS_GPU_OUT_F32 0u
 #define CXS_GPU_OUT_BF16 1u  /**< bfloat16, rounded to nearest even */
 
+/** cxs_gpu_opts.flags / cxs_gpu_utt_opts.flags (besides
+ * CXS_GATHER_NORMALIZE): every batch handed out is held by the caller
+ * until cxs_gpu_loader_release() (cxs_gpu_utt_loader_release()) gives it
+ * back, in any order, from any thread; its memory is never refilled
+ * before.  While the caller holds batches the loader makes more batch
+ * buffers (the ring starts with 3) within budget_bytes, so that it can
+ * still work one batch ahead; when none is free and the budget has no
+ * room for another, next() answers -EBUSY (the message gives the
+ * sizes) and may be called again once a batch is given back. */
+#define CXS_GPU_HOLD 0x100u
+
 /** cxs_gpu_opts.paths: fast paths of the resident/pool upload. */
 #define CXS_GPU_NO_REGISTER 1u /**< never cudaHostRegister the mapping */
 #define CXS_GPU_GDS 2u         /**< try GPUDirect Storage (libcufile) for whole sections */
@@ -132,7 +146,7 @@ typedef struct cxs_gpu_opts {
                                   0: 80% of the device's free memory */
     uint32_t k;              /**< context: windows of (2k+1)*dim elements */
     uint32_t batch_size;     /**< >= 1 */
-    uint32_t flags;          /**< CXS_GATHER_NORMALIZE */
+    uint32_t flags;          /**< CXS_GATHER_NORMALIZE, CXS_GPU_HOLD */
     uint32_t out_dtype;      /**< CXS_GPU_OUT_* */
     uint32_t labels;         /**< 1: y too (needs labels) */
     uint32_t drop_last;      /**< 1: no short final batch */
@@ -214,12 +228,25 @@ CXS_API int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *samp
  * The next batch, in device memory, ready for work enqueued on `stream` (a
  * cudaStream_t; NULL for the legacy default stream): the stream is made to
  * wait for the batch's upload/expansion, the host does not wait for the
- * device.  *batch is NULL at the end of the epoch.  The previous batch's
- * memory is reused after the work already enqueued on `stream`.  One
- * consumer, one stream per loader.  Returns 0 or the first error (then
- * cxs_gpu_loader_error() has the diagnostic).
+ * device.  *batch is NULL at the end of the epoch.  Without CXS_GPU_HOLD
+ * the previous batch's memory is reused after the work enqueued, before
+ * this call, on the stream that batch was handed to.  One consumer thread
+ * per loader.  Returns 0, -EBUSY (CXS_GPU_HOLD: every batch buffer is
+ * held and the budget has no room for another; not sticky: give one back
+ * and call again) or the first error (then cxs_gpu_loader_error() has
+ * the diagnostic).
  */
 CXS_API int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch);
+
+/**
+ * With CXS_GPU_HOLD: give back the batch whose x is `x` (a cxs_gpu_batch's
+ * x); its memory is refilled only after the work queued on `stream` (a
+ * cudaStream_t, NULL: the legacy default stream) before this call, so
+ * pass the stream the caller's work on the batch went to.  Any thread,
+ * any order; batches held across reset() stay valid.  Returns 0,
+ * CXS_E_INVALID (not a batch held, or no CXS_GPU_HOLD) or CXS_E_DEVICE.
+ */
+CXS_API int cxs_gpu_loader_release(cxs_gpu_loader *l, const void *x, void *stream);
 
 /** Restart at (epoch, start), as cxs_loader_reset (CXS_E_INVALID for a
  * start past the epoch's samples in pool mode).  Resident data stays on
@@ -257,7 +284,7 @@ typedef struct cxs_gpu_utt_opts {
     int32_t device;         /**< CUDA ordinal, or CXS_GPU_EMULATE */
     uint64_t budget_bytes;  /**< device memory the resident data and the batch
                                  buffers may take; 0: 80% of the device's free memory */
-    uint32_t flags;         /**< CXS_GATHER_NORMALIZE (CXS_PAD_PER_UTTERANCE is
+    uint32_t flags;         /**< CXS_GATHER_NORMALIZE, CXS_GPU_HOLD (CXS_PAD_PER_UTTERANCE is
                                  computed on the CPU only: CXS_E_INVALID) */
     uint32_t out_dtype;     /**< CXS_GPU_OUT_F32 or CXS_GPU_OUT_BF16 */
     uint32_t labels;        /**< 1: per-frame labels y too (needs labels) */
@@ -312,7 +339,8 @@ typedef struct cxs_gpu_utt_loader cxs_gpu_utt_loader;
  * cxs_utt_sampler_batch.  ds and sampler must outlive the loader.
  *
  * Device pointers handed out are valid until the next
- * cxs_gpu_utt_loader_next (or reset/free), host ones likewise; the work
+ * cxs_gpu_utt_loader_next (or reset/free), host ones likewise, or with
+ * CXS_GPU_HOLD until cxs_gpu_utt_loader_release(); the work
  * the caller enqueues on its stream before that call is ordered before
  * the memory is reused, as with cxs_gpu_loader.
  *
@@ -334,6 +362,10 @@ CXS_API int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampl
  * cxs_gpu_utt_loader_error has the message). */
 CXS_API int cxs_gpu_utt_loader_next(cxs_gpu_utt_loader *l, void *stream,
                                     const cxs_gpu_utt_batch **batch);
+
+/** With CXS_GPU_HOLD: give back the batch whose x is `x`, as
+ * cxs_gpu_loader_release (its host arrays go back with it). */
+CXS_API int cxs_gpu_utt_loader_release(cxs_gpu_utt_loader *l, const void *x, void *stream);
 
 /** Restart at this rank's position `start` of `epoch` (CXS_E_INVALID past
  * its batches).  The resident data stays on the device. */
