@@ -368,8 +368,11 @@ int gpu_slot_give_back(cxs_gpu_loader *l, gslot *s, void *stream) {
     return 0;
 }
 
+/* Room for one more slot: within the budget, or (a pool takes its whole
+ * budget by design) up to NSLOT_SOFT slots whatever the budget. */
 static int slot_room(const cxs_gpu_loader *l) {
-    return l->nslot < NSLOT_MAX && l->info.device_bytes + l->ops->slot_bytes(l) <= l->budget;
+    return l->nslot < NSLOT_MAX &&
+           (l->nslot < NSLOT_SOFT || l->info.device_bytes + l->ops->slot_bytes(l) <= l->budget);
 }
 
 int gpu_slot_grow(cxs_gpu_loader *l, gslot **out) {

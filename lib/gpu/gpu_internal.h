@@ -25,7 +25,9 @@
 #include "samplers.h"
 
 #define NSLOT 3              /* device batch slots made at create: filling, in use, being released */
-#define NSLOT_MAX 64         /* at most, while the caller holds batches (CXS_GPU_HOLD) */
+#define NSLOT_SOFT 16        /* while the caller holds batches (CXS_GPU_HOLD): this many
+                                whatever the budget, more within it */
+#define NSLOT_MAX 64         /* at most */
 #define UP_CHUNK (16u << 20) /* staged upload chunk */
 #define MAX_UP 16            /* staged upload chunks in flight, at most */
 

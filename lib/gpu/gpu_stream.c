@@ -122,7 +122,7 @@ static int stream_start(cxs_gpu_loader *l) {
     cxs_loader_opts lo;
     memset(&lo, 0, sizeof lo);
     lo.k = l->o.k, lo.batch_size = l->o.batch_size, lo.threads = l->o.threads;
-    lo.ring = l->st.nstage, lo.flags = l->o.flags, lo.drop_last = l->o.drop_last;
+    lo.ring = l->st.nstage, lo.flags = l->o.flags & ~CXS_GPU_HOLD, lo.drop_last = l->o.drop_last;
     lo.labels = l->o.labels, lo.external = 1;
     lo.norm = l->o.norm;
     cxs_diag diag = {0};

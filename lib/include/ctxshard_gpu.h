@@ -129,10 +129,11 @@ CXS_API int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info);
  * until cxs_gpu_loader_release() (cxs_gpu_utt_loader_release()) gives it
  * back, in any order, from any thread; its memory is never refilled
  * before.  While the caller holds batches the loader makes more batch
- * buffers (the ring starts with 3) within budget_bytes, so that it can
- * still work one batch ahead; when none is free and the budget has no
- * room for another, next() answers -EBUSY (the message gives the
- * sizes) and may be called again once a batch is given back. */
+ * buffers (the ring starts with 3), so that it can still work one batch
+ * ahead: up to 16 in all whatever budget_bytes says (a pool takes its
+ * whole budget), more up to 64 while the budget has room.  When none is
+ * free and none can be made, next() answers -EBUSY (the message gives
+ * the sizes) and may be called again once a batch is given back. */
 #define CXS_GPU_HOLD 0x100u
 
 /** cxs_gpu_opts.paths: fast paths of the resident/pool upload. */

@@ -7,6 +7,9 @@ it) and with a stand-in for a CUDA stream that runs copies late:
   own x.to(dev, non_blocking=True) with pin_memory=True);
 - a device batch outlives its loader object, and close() with batches
   outstanding leaves them valid; the memory goes with the last of them;
+- a device batch stays valid while anything refers to it (a list, an
+  autograd graph over several micro-batches), in every mode and for
+  utterance batches: never refilled under the caller;
 - the raw GpuLoader's batches read after emulated_sync();
 - the emulated device never faulted.
 
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import warnings
 import weakref
 
 BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -186,6 +190,101 @@ class DeviceBatchOwnership(unittest.TestCase):
                 x = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
                                           shape=(b.n, W)).copy()
                 self.assertTrue(np.array_equal(x, ds.gather(b.frames, 2)))
+
+
+def _pool_budget(batch, k):
+    info = ctxshard.open(PATH).info
+    return 4 * 2 * info["max_length"] * info["dim"] * 4 + \
+        3 * batch * ((2 * k + 1) * info["dim"] * 4 + 8 + 24)
+
+
+def _frame_loader(mode, **kw):
+    budget = _pool_budget(16, 1) if mode == "pool" else None
+    return cxt.Loader(PATH, 1, 16, seed=5, gpu_emulate=True, gpu_mode=mode, gpu_budget=budget,
+                      **kw)
+
+
+class DeviceBatchesWhileHeld(unittest.TestCase):
+    """What the caller holds is never rewritten: the batches of a gradient
+    accumulation (the graph holds them until backward) and batches kept in
+    a list equal the same batches cloned when taken."""
+
+    def tearDown(self):
+        gc.collect()
+        self.assertIsNone(g.emulated_fault())
+
+    @staticmethod
+    def _accumulate(batches, width, take):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(width, 3)
+        it = iter(batches)
+        loss = 0
+        for _ in range(4):  # gradient accumulation: 4 micro-batches, one backward
+            x = take(next(it))
+            loss = loss + (model(x) ** 2).sum()
+        loss.backward()
+        return model.weight.grad.clone(), model.bias.grad.clone()
+
+    def _check_grads(self, make, width, first, what):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = self._accumulate(make(), width, first)
+            want = self._accumulate(make(), width, lambda b: first(b).clone())
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b), f"{what}: gradients differ by "
+                            f"{(a - b).abs().max().item()} from the cloned batches'")
+
+    def _check_kept(self, make, what):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kept, clones = [], []
+            for b in make():
+                kept.append(b)
+                clones.append(tuple(t.clone() for t in b))
+                if len(kept) == 8:
+                    break
+        self.assertEqual(len(kept), 8)
+        bad = [i for i, (b, c) in enumerate(zip(kept, clones))
+               if not all(torch.equal(t, u) for t, u in zip(b, c))]
+        self.assertEqual(bad, [], f"{what}: batches {bad} of 8 kept no longer hold their data")
+
+    def test_gradient_accumulation(self):
+        width = ctxshard.open(PATH).input_size(1)
+        for mode in ("stream", "resident", "pool"):
+            self._check_grads(lambda: _frame_loader(mode), width, lambda b: b[0], mode)
+        self._check_grads(lambda: cxt.UtteranceLoader(SEQ, 3000, seed=1, gpu_emulate=True),
+                          ctxshard.open(SEQ).dim, lambda b: b[0], "utterances")
+
+    def test_batches_kept_in_a_list(self):
+        for mode in ("stream", "resident", "pool"):
+            self._check_kept(lambda: _frame_loader(mode), mode)
+        self._check_kept(lambda: cxt.UtteranceLoader(SEQ, 3000, seed=1, gpu_emulate=True,
+                                                     targets=True), "utterances")
+
+    def test_common_loop_keeps_three_buffers(self):
+        # take, train, drop: the ring never grows, no copy is made
+        for mode in ("stream", "resident", "pool"):
+            L = _frame_loader(mode)
+            n = 0
+            for x, y in L:
+                n += 1
+                (x.sum() + y.sum()).item()
+            held = L._gl.info()["device_bytes"]
+            self.assertGreater(n, 20)
+            M = _frame_loader(mode)
+            x, y = next(iter(M))
+            del x, y
+            self.assertEqual(held, M._gl.info()["device_bytes"], mode)
+
+    def test_holding_more_says_so_once(self):
+        L = _frame_loader("resident")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            kept = [b for _, b in zip(range(6), L)]
+        said = [str(x.message) for x in w if "held at once" in str(x.message)]
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("gpu_budget", said[0])
+        del kept
 
 
 def _schedule():
