@@ -330,8 +330,10 @@ class Loader:
 
     device='cuda' (or 'cuda:N'): batches are written into GPU memory by the
     library and yielded as CUDA tensors over its buffers, ready on the
-    current torch stream.  They are valid until the next batch is taken
-    (clone() what you keep).  gpu_mode: 'auto' (resident when the features
+    current torch stream.  Like any tensor, a batch is valid while anything
+    refers to it (a list, an autograd graph over several micro-batches):
+    its buffer is refilled only after that, and after the work queued on
+    the stream it was handed to.  gpu_mode: 'auto' (resident when the features
     fit gpu_budget bytes, default 80% of free device memory; else stream),
     'stream', 'resident' or 'pool' (see ctxshard.gpu; pool serves the block
     order of the shared block schedule, blocks of one pool segment, and
@@ -1338,10 +1340,9 @@ class UtteranceLoader:
     dataset has per-frame labels (labels=False: not), then targets int64
     [B, Lmax] padded with PAD_LABEL and target_lengths int64 [B] when it
     has label sequences (targets=False: not) -- the inputs of torch's
-    CTCLoss.  Fresh tensors, yours to keep -- except with device="cuda"
-    when the GPU path is used (gpu_mode "device"): x, y and targets are
-    then views of the loader's device buffers, valid until the next batch
-    (copy what you keep).
+    CTCLoss.  Yours to keep: fresh tensors, or with device="cuda" on the
+    GPU path (gpu_mode "device") views of the loader's device buffers, each
+    refilled only once no tensor refers to its batch.
 
     The batches are UtteranceSampler's (frame_budget, shuffle, seed,
     buckets, max_batch, long_utterances, drop_last, memory, blocks; rank
@@ -1358,8 +1359,8 @@ class UtteranceLoader:
     device='cuda' (or 'cuda:N'): the dataset's features (and per-frame
     labels) are uploaded to the GPU once, and each batch is assembled
     there by the library: x, y and targets are CUDA tensors over its
-    buffers, ready on the current torch stream and valid until the next
-    batch is taken (clone() what you keep); lengths and target_lengths stay
+    buffers, ready on the current torch stream and valid while you hold
+    them (the loader's Loader does the same); lengths and target_lengths stay
     on the CPU.  The batches are the CPU path's, byte for byte.  gpu_budget:
     the device bytes the resident data and the batch buffers may take
     (default 80% of free memory; a dataset that does not fit is refused,

@@ -11,6 +11,7 @@
  * differs.  The emulation runs the loader's whole logic (rings, events
  * order, pool rounds, uploads) and the kernel's arithmetic (gpu_expand.h)
  * on the host, so the CPU suites test everything but the CUDA calls. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +322,145 @@ TEST(queued_consumer_work_reads_its_batch) {
     cxs_dataset_close(sq);
     free(ux), free(uy), free(un);
     free(got), free(ref), free(ygot), free(yref), free(frames), free(ns);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A consumer that queues its work on batch k on the stream it passed for
+ * batch k, and switches streams between batches: each batch's reuse
+ * waits for the work on its own stream (its consumption fence is recorded
+ * there, not on the next call's stream). */
+TEST(consumer_switching_streams_reads_its_batches) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const uint32_t k = 2, B = 61, NB = 20;
+    const size_t W = (2 * (size_t)k + 1) * info.dim;
+    void *other = stream;
+    if (device == CXS_GPU_EMULATE) ck_assert_int_eq(cxs_gpu_emu_stream_create(&other), 0);
+#ifdef CXS_HAVE_CUDA
+    else ck_assert_int_eq(cudaStreamCreate((cudaStream_t *)&other), 0);
+#endif
+    void *const streams[2] = {stream, other};
+    float *got = malloc((size_t)NB * B * W * 4), *ref = malloc((size_t)B * W * 4);
+    uint64_t *frames = malloc((size_t)NB * B * 8);
+    size_t ns[20];
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], k, B);
+        o.labels = 0;
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 2, 0, &l, &d) == 0, "%s", d.message);
+        for (uint32_t nb = 0; nb < NB; nb++) {
+            void *st = streams[nb % 2];
+            const cxs_gpu_batch *b;
+            ck_assert_msg(cxs_gpu_loader_next(l, st, &b) == 0, "%s", cxs_gpu_loader_error(l)->message);
+            ck_assert_ptr_nonnull(b);
+            ns[nb] = b->n;
+            memcpy(frames + (size_t)nb * B, b->frames, b->n * 8);
+            if (device == CXS_GPU_EMULATE)
+                ck_assert_int_eq(cxs_gpu_emu_copy_async(got + (size_t)nb * B * W, b->x, b->n * W * 4, st), 0);
+#ifdef CXS_HAVE_CUDA
+            else
+                ck_assert_int_eq(cudaMemcpyAsync(got + (size_t)nb * B * W, b->x, b->n * W * 4,
+                                                 cudaMemcpyDeviceToHost, (cudaStream_t)st), 0);
+#endif
+        }
+        for (int i = 0; i < 2; i++) {
+            if (device == CXS_GPU_EMULATE)
+                ck_assert_msg(cxs_gpu_emu_stream_sync(streams[i]) == 0, "%s", cxs_gpu_emu_fault());
+#ifdef CXS_HAVE_CUDA
+            else
+                ck_assert_int_eq(cudaStreamSynchronize((cudaStream_t)streams[i]), 0);
+#endif
+        }
+        for (uint32_t i = 0; i < NB; i++) {
+            ck_assert_int_eq(cxs_dataset_gather(ds, frames + (size_t)i * B, ns[i], k, 0, 1, ref, NULL), 0);
+            ck_assert_msg(memcmp(got + (size_t)i * B * W, ref, ns[i] * W * 4) == 0,
+                          "mode %u: batch %u, read on the stream it was handed to, differs "
+                          "(refilled before that stream's work ran)", modes[m], i);
+        }
+        cxs_gpu_loader_free(l);
+    }
+    if (device == CXS_GPU_EMULATE) cxs_gpu_emu_stream_destroy(other);
+#ifdef CXS_HAVE_CUDA
+    else cudaStreamDestroy((cudaStream_t)other);
+#endif
+    free(got);
+    free(ref);
+    free(frames);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* CXS_GPU_HOLD: batches the caller holds are never refilled, however many
+ * (the ring grows), in any order of release; past what may be made, next()
+ * answers -EBUSY until one is given back. */
+TEST(held_batches_are_never_refilled) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const uint32_t k = 1, B = 53, NB = 24;
+    const size_t W = (2 * (size_t)k + 1) * info.dim;
+    float *got = malloc((size_t)B * W * 4), *ref = malloc((size_t)B * W * 4);
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], k, B);
+        o.labels = 0;
+        o.flags = CXS_GPU_HOLD;
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 4, 0, &l, &d) == 0, "%s", d.message);
+        const void *x[24];
+        uint64_t frames[24][53];
+        size_t ns[24];
+        uint32_t held = 0;
+        int rc = 0;
+        for (; held < NB; held++) { /* hold them all: the ring grows */
+            const cxs_gpu_batch *b;
+            rc = cxs_gpu_loader_next(l, stream, &b);
+            if (rc) break;
+            ck_assert_ptr_nonnull(b);
+            x[held] = b->x, ns[held] = b->n;
+            memcpy(frames[held], b->frames, b->n * 8);
+            for (uint32_t i = 0; i < held; i++) ck_assert_ptr_ne(x[i], b->x);
+        }
+        /* 16 buffers whatever the budget; more where it has room (resident,
+         * stream), none in the pool, which takes its whole budget */
+        if (modes[m] == CXS_GPU_POOL) {
+            ck_assert_int_eq(rc, -EBUSY);
+            ck_assert_uint_eq(held, 16); /* 16 buffers, all held */
+            ck_assert_ptr_nonnull(strstr(cxs_gpu_loader_error(l)->message, "holds all"));
+        } else {
+            ck_assert_msg(rc == 0, "%s", cxs_gpu_loader_error(l)->message);
+        }
+        for (uint32_t i = 0; i < held; i++) { /* every batch held still holds its data */
+            ck_assert_int_eq(cxs_dataset_gather(ds, frames[i], ns[i], k, 0, 1, ref, NULL), 0);
+            to_host(got, x[i], ns[i] * W * 4);
+            ck_assert_msg(memcmp(got, ref, ns[i] * W * 4) == 0,
+                          "mode %u: held batch %u was refilled", modes[m], i);
+        }
+        /* given back out of order, from the middle; then the loader goes on */
+        for (uint32_t i = held / 2; i < held; i++) ck_assert_int_eq(cxs_gpu_loader_release(l, x[i], stream), 0);
+        ck_assert_int_eq(cxs_gpu_loader_release(l, x[held - 1], stream), CXS_E_INVALID);
+        for (uint32_t i = 0; i < held / 2; i++) ck_assert_int_eq(cxs_gpu_loader_release(l, x[i], stream), 0);
+        const cxs_gpu_batch *b;
+        ck_assert_msg(cxs_gpu_loader_next(l, stream, &b) == 0, "%s", cxs_gpu_loader_error(l)->message);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_int_eq(cxs_dataset_gather(ds, b->frames, b->n, k, 0, 1, ref, NULL), 0);
+        to_host(got, b->x, b->n * W * 4);
+        ck_assert(memcmp(got, ref, b->n * W * 4) == 0);
+        cxs_gpu_loader_free(l); /* with a batch still held: free waits for it */
+    }
+    free(got);
+    free(ref);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
 }
@@ -1143,6 +1283,7 @@ int main(int argc, char **argv) {
     const TTest *tests[] = {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
         utt_batches_equal_the_cpu_loaders, queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
+        consumer_switching_streams_reads_its_batches, held_batches_are_never_refilled,
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
