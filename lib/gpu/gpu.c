@@ -48,6 +48,20 @@ double gpu_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* ---- the caller's current device ------------------------------------------ */
+
+int gpu_device_enter(const gpu_backend *be, int dev) {
+    int prev;
+    if (be->get_device(&prev)) prev = -1; /* no device yet: nothing to put back */
+    if (dev >= 0 && prev != dev) be->set_device(dev);
+    return prev;
+}
+
+void gpu_device_leave(const gpu_backend *be, int dev, int prev) {
+    int now;
+    if (prev >= 0 && (dev != prev || (!be->get_device(&now) && now != prev))) be->set_device(prev);
+}
+
 /* ---- probe ------------------------------------------------------------ */
 
 int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info) {
@@ -61,16 +75,24 @@ int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info) {
         snprintf(info->reason, sizeof info->reason, "the GPU path needs a little-endian host");
         return CXS_E_UNSUPPORTED;
     }
-    if (device == CXS_GPU_EMULATE) {
+    if (device < 0) {
+        if (device < CXS_GPU_EMULATE_DEVICE(CXS_GPU_EMU_DEVICES - 1)) {
+            snprintf(info->reason, sizeof info->reason, "no emulated device %d (there are %d)",
+                     (int)(-1 - device), CXS_GPU_EMU_DEVICES);
+            return CXS_E_UNSUPPORTED;
+        }
         snprintf(info->name, sizeof info->name, "%s", cxs_gpu_emu.name);
-        info->device_count = 1;
+        info->device_count = CXS_GPU_EMU_DEVICES;
         info->register_read_only = 1;
         cxs_gpu_emu.mem_info(&info->free_bytes, &info->total_bytes);
         info->usable = 1;
         return 0;
     }
 #ifdef CXS_HAVE_CUDA
+    /* the probe selects the device to ask it: the caller's is put back */
+    int prev = gpu_device_enter(&cxs_gpu_cuda, -1);
     int rc = cxs_gpu_cuda_probe(device, info);
+    gpu_device_leave(&cxs_gpu_cuda, -1, prev);
     info->usable = rc == 0;
     return rc;
 #else
@@ -467,7 +489,8 @@ int gpu_ring_restart(cxs_gpu_loader *l) {
 
 void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     if (!l) return;
-    l->be->set_device(l->dev);
+    const gpu_backend *be = l->be;
+    const int dev = l->dev, prev = gpu_device_enter(be, dev);
     /* Stop the threads and let the loader's own work finish before anything
      * it reads is freed. */
     if (l->ops && l->ops->stop) l->ops->stop(l);
@@ -490,6 +513,7 @@ void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     free(l->errs);
     free(l->norm_mv);
     free(l);
+    gpu_device_leave(be, dev, prev);
 }
 
 int gpu_check_norm(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, const char *what,
@@ -549,13 +573,13 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
 
 
 int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_loader **out,
-                   uint64_t *budget, cxs_diag *diag) {
+                   uint64_t *budget, int *prev, cxs_diag *diag) {
     cxs_gpu_probe_info pi;
     int rc;
     if ((rc = cxs_gpu_probe(opts->device, &pi))) return cxs_diagf(diag, rc, "%s", pi.reason);
     const gpu_backend *be = &cxs_gpu_emu;
 #ifdef CXS_HAVE_CUDA
-    if (opts->device != CXS_GPU_EMULATE) be = &cxs_gpu_cuda;
+    if (opts->device >= 0) be = &cxs_gpu_cuda;
 #endif
     cxs_gpu_loader *l = calloc(1, sizeof *l);
     if (!l) return cxs_diagf(diag, -ENOMEM, "out of memory");
@@ -568,7 +592,7 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
     pthread_mutex_init(&l->ring_mu, NULL);
     l->ds = ds, l->o = *opts;
     l->hold = (opts->flags & CXS_GPU_HOLD) != 0;
-    l->dev = opts->device == CXS_GPU_EMULATE ? 0 : opts->device;
+    l->dev = opts->device < 0 ? -1 - opts->device : opts->device;
     l->dtype = ds->meta.dtype, l->D = ds->meta.dim;
     l->W = (2 * (size_t)opts->k + 1) * ds->meta.dim;
     l->xelem = opts->out_dtype == CXS_GPU_OUT_BF16 ? 2 : 4;
@@ -587,10 +611,12 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
     *budget = opts->budget_bytes ? opts->budget_bytes : pi.free_bytes / 5 * 4;
     l->budget = *budget;
     int e;
+    if (be->get_device(prev)) *prev = -1; /* no device yet: nothing to put back */
     if ((e = be->set_device(l->dev))) {
         rc = GPU_DEVICE_FAIL(l, "", e, "set_device");
         gpu_error_copy(l, rc, diag);
         cxs_gpu_loader_free(l);
+        gpu_device_leave(be, -1, *prev);
         return rc;
     }
     *out = l;
@@ -633,7 +659,10 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     if (rc) return rc;
     cxs_gpu_loader *l;
     uint64_t budget;
-    if ((rc = gpu_loader_new(ds, opts, &l, &budget, diag))) return rc;
+    int prev;
+    if ((rc = gpu_loader_new(ds, opts, &l, &budget, &prev, diag))) return rc;
+    const gpu_backend *be = l->be;
+    const int dev = l->dev;
     l->sampler = sampler;
     l->epoch = epoch, l->pos = start;
     if ((rc = plan_mode(l, budget))) goto fail;
@@ -645,19 +674,17 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                                            : &cxs_gpu_pool_mode;
     if ((rc = l->ops->setup(l))) goto fail;
     *out = l;
+    gpu_device_leave(be, dev, prev);
     return 0;
 fail:
     gpu_error_copy(l, rc, diag);
     cxs_gpu_loader_free(l);
+    gpu_device_leave(be, dev, prev);
     return rc;
 }
 
-int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch) {
-    if (!l || !batch) return CXS_E_INVALID;
+static int loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch) {
     if (l->rc) return l->rc;
-    /* the CUDA runtime's current device is per thread: the caller's thread
-     * may not be the one that created the loader */
-    l->be->set_device(l->dev);
     gslot *c = NULL;
     int rc = l->ops->next(l, stream, &c);
     if (rc == -EBUSY) return rc; /* every slot held: the caller may give some back */
@@ -679,12 +706,18 @@ int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **b
     return 0;
 }
 
-int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
-    if (!l) return CXS_E_INVALID;
-    if (l->ops->check_start && l->ops->check_start(l, start))
-        return gpu_fail(l, CXS_E_INVALID, "reset: start %llu is past the end of the epoch",
-                        (unsigned long long)start);
-    l->be->set_device(l->dev);
+/* The public entry points run on the loader's device (the CUDA runtime's
+ * current device is per thread: the caller's thread may not be the one
+ * that created the loader) and give the caller's back. */
+int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch) {
+    if (!l || !batch) return CXS_E_INVALID;
+    const int prev = gpu_device_enter(l->be, l->dev);
+    int rc = loader_next(l, stream, batch);
+    gpu_device_leave(l->be, l->dev, prev);
+    return rc;
+}
+
+static int loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
     l->rc = 0;
     l->epoch = epoch, l->pos = start, l->index = 0;
     if (!l->hold && l->handed) { /* the caller's work on it may still be queued */
@@ -701,6 +734,17 @@ int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
     return rc ? (l->rc = rc) : 0;
 }
 
+int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
+    if (!l) return CXS_E_INVALID;
+    if (l->ops->check_start && l->ops->check_start(l, start))
+        return gpu_fail(l, CXS_E_INVALID, "reset: start %llu is past the end of the epoch",
+                        (unsigned long long)start);
+    const int prev = gpu_device_enter(l->be, l->dev);
+    int rc = loader_reset(l, epoch, start);
+    gpu_device_leave(l->be, l->dev, prev);
+    return rc;
+}
+
 void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info) {
     if (!l || !info) return;
     *info = l->info;
@@ -711,7 +755,9 @@ void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info)
 int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, void *dst,
                             size_t n) {
     if (!l || (n && (!src || !dst))) return CXS_E_INVALID;
+    const int prev = gpu_device_enter(l->be, l->dev);
     int e = l->be->copy_d2h_sync(dst, src, n, stream);
+    gpu_device_leave(l->be, l->dev, prev);
     return e ? GPU_DEVICE_FAIL(l, "", e, "download") : 0;
 }
 
@@ -720,6 +766,7 @@ int cxs_gpu_loader_release(cxs_gpu_loader *l, const void *x, void *stream) {
     if (!l->hold) return gpu_fail(l, CXS_E_INVALID, "release: the loader was made without CXS_GPU_HOLD");
     pthread_mutex_t *mu = gpu_ring_lock(l);
     int rc = CXS_E_INVALID;
+    const int prev = gpu_device_enter(l->be, l->dev);
     pthread_mutex_lock(mu);
     for (uint32_t i = 0; i < l->nslot; i++) {
         gslot *s = &l->slot[i];
@@ -730,6 +777,7 @@ int cxs_gpu_loader_release(cxs_gpu_loader *l, const void *x, void *stream) {
         }
     }
     pthread_mutex_unlock(mu);
+    gpu_device_leave(l->be, l->dev, prev);
     if (rc == CXS_E_INVALID)
         return gpu_fail(l, rc, "release: %p is not the x of a batch held", x);
     return rc;

@@ -58,6 +58,7 @@ typedef struct gpu_backend {
      * error_string() names. */
     const char *(*error_string)(int err);
     int (*set_device)(int dev);
+    int (*get_device)(int *dev); /* the calling thread's current device */
     int (*mem_info)(uint64_t *free_bytes, uint64_t *total_bytes);
     int (*register_supported)(int dev, int *yes);
     int (*dev_alloc)(void **p, size_t n);

@@ -12,6 +12,7 @@
 static const char *cu_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
 
 static int cu_set_device(int dev) { return (int)cudaSetDevice(dev); }
+static int cu_get_device(int *dev) { return (int)cudaGetDevice(dev); }
 
 static int cu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
     size_t f = 0, t = 0;
@@ -172,6 +173,7 @@ extern "C" const gpu_backend cxs_gpu_cuda = {
     "CUDA",
     cu_error_string,
     cu_set_device,
+    cu_get_device,
     cu_mem_info,
     cu_register_supported,
     cu_dev_alloc,

@@ -40,6 +40,7 @@
 #include "gpu_backend.h"
 
 #define EMU_FAULT 0x7e11     /* the backend error code of a fault */
+#define EMU_NO_DEVICE 0x7e12 /* set_device of a device that is not there */
 #define QUARANTINE_N 64      /* freed allocations kept poisoned ... */
 #define QUARANTINE_BYTES (256u << 20) /* ... up to this many bytes */
 
@@ -146,6 +147,7 @@ static void fault(const char *fmt, ...) {
 static const char *emu_error_string(int err) {
     if (err == ENOMEM) return "out of (emulated device) memory";
     if (err == EMU_FAULT) return fault_msg; /* sticky: never rewritten once set */
+    if (err == EMU_NO_DEVICE) return "invalid device ordinal (emulated)";
     return "emulation error";
 }
 
@@ -511,9 +513,21 @@ static int sticky(void) {
     return f ? EMU_FAULT : 0;
 }
 
+/* The calling thread's current device, as the CUDA runtime keeps it: a
+ * library call that changes it and does not put it back changes the
+ * caller's (tests check that none does). */
+static _Thread_local int cur_dev;
+
 static int emu_set_device(int dev) {
     pthread_once(&once, emu_init);
+    if (dev < 0 || dev >= CXS_GPU_EMU_DEVICES) return EMU_NO_DEVICE;
+    cur_dev = dev;
     return sticky();
+}
+
+static int emu_get_device(int *dev) {
+    *dev = cur_dev;
+    return 0;
 }
 
 static int emu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
@@ -716,6 +730,7 @@ const gpu_backend cxs_gpu_emu = {
     "host emulation",
     emu_error_string,
     emu_set_device,
+    emu_get_device,
     emu_mem_info,
     emu_register_supported,
     emu_dev_alloc,
@@ -765,6 +780,12 @@ int cxs_gpu_emu_stream_sync(void *stream) {
     pthread_once(&once, emu_init);
     return emu_stream_sync(stream) ? CXS_E_DEVICE : 0;
 }
+
+int cxs_gpu_emu_set_device(int32_t device) {
+    return emu_set_device(device) == EMU_NO_DEVICE ? CXS_E_INVALID : 0;
+}
+
+int32_t cxs_gpu_emu_device(void) { return cur_dev; }
 
 const char *cxs_gpu_emu_fault(void) {
     pthread_mutex_lock(&mu);

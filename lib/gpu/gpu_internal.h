@@ -249,7 +249,11 @@ int gpu_error_copy(cxs_gpu_loader *l, int rc, cxs_diag *d);
  * normalisation constants on the device.  On failure of the second the
  * caller frees l after gpu_error_copy(l, rc, diag). */
 int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_loader **out,
-                   uint64_t *budget, cxs_diag *diag);
+                   uint64_t *budget, int *prev, cxs_diag *diag);
+/* The calling thread's current device, made dev (when dev >= 0) for a
+ * public entry point; gpu_device_leave puts the one returned back. */
+int gpu_device_enter(const gpu_backend *be, int dev);
+void gpu_device_leave(const gpu_backend *be, int dev, int prev);
 int gpu_loader_streams(cxs_gpu_loader *l);
 /* Resident mode's upload of the features, tables and (o.labels) labels,
  * and the release of what it holds (gpu_resident.c). */

@@ -293,10 +293,13 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     go.norm = opts->norm;
     cxs_gpu_loader *l;
     uint64_t budget;
-    if ((rc = gpu_loader_new(ds, &go, &l, &budget, diag))) {
+    int prev;
+    if ((rc = gpu_loader_new(ds, &go, &l, &budget, &prev, diag))) {
         free(ul);
         return rc;
     }
+    const gpu_backend *be = l->be;
+    const int dev = l->dev;
     ul->g = l;
     l->mode = CXS_GPU_RESIDENT;
     l->info.mode = CXS_GPU_RESIDENT;
@@ -332,11 +335,13 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     l->ops = &cxs_gpu_utt_mode;
     if ((rc = utt_setup(l))) goto fail;
     *out = ul;
+    gpu_device_leave(be, dev, prev);
     return 0;
 fail:
     gpu_error_copy(l, rc, diag);
     cxs_gpu_loader_free(l);
     free(ul);
+    gpu_device_leave(be, dev, prev);
     return rc;
 }
 

@@ -89,6 +89,11 @@ extern "C" {
  * cxs_gpu_emu_stream_sync() of the stream it passed to next(), as a CUDA
  * consumer's kernels run after the stream's wait. */
 #define CXS_GPU_EMULATE (-1)
+/** Emulated device n (0 .. CXS_GPU_EMU_DEVICES-1; CXS_GPU_EMULATE is
+ * device 0): each thread has a current emulated device, as with the CUDA
+ * runtime, and the library leaves the caller's as it found it. */
+#define CXS_GPU_EMU_DEVICES 4
+#define CXS_GPU_EMULATE_DEVICE(n) (-1 - (n))
 
 typedef struct cxs_gpu_probe_info {
     int32_t usable;              /**< 1 when a loader can be created on this device */
@@ -405,6 +410,14 @@ CXS_API int cxs_gpu_emu_stream_sync(void *stream);
  * freed memory, host memory given as device memory, a pinned buffer
  * written while a queued copy still read it.  Valid for the process. */
 CXS_API const char *cxs_gpu_emu_fault(void);
+
+/** Make emulated device `device` (0 .. CXS_GPU_EMU_DEVICES-1) the calling
+ * thread's current one, as cudaSetDevice does.  Returns 0 or
+ * CXS_E_INVALID. */
+CXS_API int cxs_gpu_emu_set_device(int32_t device);
+
+/** The calling thread's current emulated device (0 until set). */
+CXS_API int32_t cxs_gpu_emu_device(void);
 
 /** The schedule in use: "late", "random" or "eager" (CXS_GPU_EMU). */
 CXS_API const char *cxs_gpu_emu_schedule(void);

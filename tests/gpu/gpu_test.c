@@ -398,6 +398,76 @@ TEST(consumer_switching_streams_reads_its_batches) {
 }
 END_TEST_
 
+/* A loader on emulated device 1 leaves the calling thread on the device
+ * it was on, through every entry point (as a CUDA loader must: the
+ * runtime's current device is the caller's). */
+TEST(caller_device_is_kept) {
+    if (device != CXS_GPU_EMULATE) return; /* one device: nothing to switch */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    ck_assert_int_eq(cxs_gpu_emu_set_device(0), 0);
+    cxs_gpu_probe_info pi;
+    ck_assert_int_eq(cxs_gpu_probe(CXS_GPU_EMULATE_DEVICE(1), &pi), 0);
+    ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+    ck_assert_int_eq(cxs_gpu_probe(CXS_GPU_EMULATE_DEVICE(CXS_GPU_EMU_DEVICES), &pi),
+                     CXS_E_UNSUPPORTED);
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 1, 64);
+        o.device = CXS_GPU_EMULATE_DEVICE(1);
+        o.flags = CXS_GPU_HOLD;
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+        ck_assert_msg(cxs_gpu_emu_device() == 0, "mode %u: create left the caller on device %d",
+                      modes[m], cxs_gpu_emu_device());
+        const cxs_gpu_batch *b;
+        ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+        ck_assert_msg(cxs_gpu_emu_device() == 0, "mode %u: next left the caller on device %d",
+                      modes[m], cxs_gpu_emu_device());
+        int64_t y;
+        ck_assert_int_eq(cxs_gpu_loader_download(l, stream, b->y, &y, 8), 0);
+        ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+        ck_assert_int_eq(cxs_gpu_loader_release(l, b->x, stream), 0);
+        ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+        ck_assert_int_eq(cxs_gpu_loader_reset(l, 1, 0), 0);
+        ck_assert_msg(cxs_gpu_emu_device() == 0, "mode %u: reset left the caller on device %d",
+                      modes[m], cxs_gpu_emu_device());
+        ck_assert_int_eq(cxs_gpu_emu_set_device(2), 0);
+        cxs_gpu_loader_free(l);
+        ck_assert_msg(cxs_gpu_emu_device() == 2, "mode %u: free left the caller on device %d",
+                      modes[m], cxs_gpu_emu_device());
+        ck_assert_int_eq(cxs_gpu_emu_set_device(0), 0);
+    }
+    /* the utterance loader */
+    cxs_utt_sampler_opts uo;
+    memset(&uo, 0, sizeof uo);
+    uo.kind = CXS_UTT_SHUFFLE, uo.seed = 3, uo.frame_budget = 4000;
+    cxs_dataset *sq = open_ds(path_seq32);
+    cxs_utt_sampler *us;
+    ck_assert_int_eq(cxs_utt_sampler_create(sq, &uo, &us, NULL), 0);
+    cxs_gpu_utt_opts go;
+    cxs_gpu_utt_opts_init(&go);
+    go.device = CXS_GPU_EMULATE_DEVICE(3);
+    cxs_gpu_utt_loader *gl;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_utt_loader_create(sq, us, &go, 0, 0, &gl, &d) == 0, "%s", d.message);
+    ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+    const cxs_gpu_utt_batch *ub;
+    ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &ub), 0);
+    ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+    cxs_gpu_utt_loader_free(gl);
+    ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+    cxs_utt_sampler_free(us);
+    cxs_dataset_close(sq);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
 /* CXS_GPU_HOLD: batches the caller holds are never refilled, however many
  * (the ring grows), in any order of release; past what may be made, next()
  * answers -EBUSY until one is given back. */
@@ -1284,6 +1354,7 @@ int main(int argc, char **argv) {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
         utt_batches_equal_the_cpu_loaders, queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
         consumer_switching_streams_reads_its_batches, held_batches_are_never_refilled,
+        caller_device_is_kept,
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
