@@ -120,7 +120,7 @@ int gpu_up_init(cxs_gpu_loader *l, uploader *u, void *stream, unsigned n, size_t
     u->bytes = UP_CHUNK < row_bytes ? row_bytes : UP_CHUNK - UP_CHUNK % row_bytes;
     for (unsigned i = 0; i < u->n; i++) {
         UBE(l, u, l->be->host_alloc((void **)&u->buf[i], u->bytes));
-        UBE(l, u, l->be->event_create(&u->ev[i]));
+        UBE(l, u, l->be->event_create(&u->ev[i], GPU_EVENT_BLOCKING));
     }
     return 0;
 }
@@ -332,8 +332,8 @@ int gpu_ring_slot_new(cxs_gpu_loader *l, gslot *s) {
     } else {
         s->frames = s->h_in;
     }
-    BE(l, l->be->event_create(&s->ev_ready));
-    BE(l, l->be->event_create(&s->ev_consumed));
+    BE(l, l->be->event_create(&s->ev_ready, GPU_EVENT_BLOCKING));
+    BE(l, l->be->event_create(&s->ev_consumed, GPU_EVENT_BLOCKING));
     return 0;
 }
 

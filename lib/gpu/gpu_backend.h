@@ -52,6 +52,8 @@ typedef struct gpu_pad_args {
     int64_t *y;
 } gpu_pad_args;
 
+#define GPU_EVENT_BLOCKING 1u
+
 typedef struct gpu_backend {
     const char *name;
     /* Every int function returns 0 or a backend error code (> 0) that
@@ -69,7 +71,9 @@ typedef struct gpu_backend {
     void (*host_unregister)(void *p);
     int (*stream_create)(void **s);
     void (*stream_destroy)(void *s);
-    int (*event_create)(void **e);
+    /* flags GPU_EVENT_BLOCKING: a host wait on it sleeps (cudaEventBlockingSync)
+     * rather than spin a core the CPU workers need */
+    int (*event_create)(void **e, unsigned flags);
     void (*event_destroy)(void *e);
     int (*event_record)(void *e, void *s);
     int (*stream_wait)(void *s, void *e);

@@ -89,7 +89,12 @@ typedef struct emu_stream {
 typedef struct emu_event {
     emu_stream *s;
     uint64_t ticket;
+    unsigned flags;
 } emu_event;
+
+/* Host waits on events made without GPU_EVENT_BLOCKING: on a device each
+ * spins a CPU core until the event completes (cxs_gpu_emu_spin_waits). */
+static uint64_t spin_waits;
 
 /* One lock for the registry, every stream's queue and counters, the fault. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -608,9 +613,12 @@ static void emu_stream_destroy(void *p) {
     pthread_mutex_unlock(&mu);
 }
 
-static int emu_event_create(void **e) {
-    *e = calloc(1, sizeof(emu_event));
-    return *e ? 0 : ENOMEM;
+static int emu_event_create(void **e, unsigned flags) {
+    emu_event *ev = calloc(1, sizeof(emu_event));
+    if (!ev) return ENOMEM;
+    ev->flags = flags;
+    *e = ev;
+    return 0;
 }
 
 static void emu_event_destroy(void *e) { free(e); }
@@ -644,6 +652,7 @@ static int emu_wait(void *sp, void *e) {
 static int emu_event_sync(void *e) {
     const emu_event *ev = e;
     pthread_mutex_lock(&mu);
+    if (!(ev->flags & GPU_EVENT_BLOCKING)) spin_waits++;
     if (ev->s) force(ev->s, ev->ticket);
     int f = faulted;
     pthread_mutex_unlock(&mu);
@@ -786,6 +795,13 @@ int cxs_gpu_emu_set_device(int32_t device) {
 }
 
 int32_t cxs_gpu_emu_device(void) { return cur_dev; }
+
+uint64_t cxs_gpu_emu_spin_waits(void) {
+    pthread_mutex_lock(&mu);
+    uint64_t n = spin_waits;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
 
 const char *cxs_gpu_emu_fault(void) {
     pthread_mutex_lock(&mu);

@@ -161,8 +161,8 @@ static int stream_slot_new(cxs_gpu_loader *l, gslot *s) {
     BE(l, l->be->dev_alloc(&s->d_x, B * l->W * 4));
     if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, B * 8));
     if (!(s->frames = malloc(B * 8))) return gpu_fail(l, -ENOMEM, "out of memory");
-    BE(l, l->be->event_create(&s->ev_ready));
-    BE(l, l->be->event_create(&s->ev_consumed));
+    BE(l, l->be->event_create(&s->ev_ready, GPU_EVENT_BLOCKING));
+    BE(l, l->be->event_create(&s->ev_consumed, GPU_EVENT_BLOCKING));
     return 0;
 }
 

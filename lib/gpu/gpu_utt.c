@@ -46,8 +46,8 @@ static int utt_slot_new(cxs_gpu_loader *l, gslot *s) {
     BE(l, l->be->dev_alloc(&s->d_in, ib));
     BE(l, l->be->host_alloc(&s->h_in, ib));
     s->frames = s->h_in; /* not a separate allocation: ring_free leaves it */
-    BE(l, l->be->event_create(&s->ev_ready));
-    BE(l, l->be->event_create(&s->ev_consumed));
+    BE(l, l->be->event_create(&s->ev_ready, GPU_EVENT_BLOCKING));
+    BE(l, l->be->event_create(&s->ev_consumed, GPU_EVENT_BLOCKING));
     return 0;
 }
 

@@ -419,6 +419,12 @@ CXS_API int cxs_gpu_emu_set_device(int32_t device);
 /** The calling thread's current emulated device (0 until set). */
 CXS_API int32_t cxs_gpu_emu_device(void);
 
+/** Host waits so far, in this process, on emulated events the library
+ * made without blocking synchronisation (on a device, each such wait
+ * spins a CPU core until the event completes; the library's own events
+ * are made with cudaEventBlockingSync, so this stays 0). */
+CXS_API uint64_t cxs_gpu_emu_spin_waits(void);
+
 /** The schedule in use: "late", "random" or "eager" (CXS_GPU_EMU). */
 CXS_API const char *cxs_gpu_emu_schedule(void);
 

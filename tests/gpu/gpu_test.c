@@ -398,6 +398,33 @@ TEST(consumer_switching_streams_reads_its_batches) {
 }
 END_TEST_
 
+/* Every host wait of the loaders is on an event that blocks (on a device:
+ * cudaEventBlockingSync), never one that spins a core the CPU workers
+ * need: the emulation counts waits on the others. */
+TEST(host_waits_block) {
+    if (device != CXS_GPU_EMULATE) return; /* the count is the emulation's */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const uint64_t before = cxs_gpu_emu_spin_waits();
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 3, 211);
+        o.paths = CXS_GPU_NO_REGISTER; /* the staged upload waits too */
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        uint64_t n;
+        free(run_epoch(ds, s, &o, 0, 0, &n, NULL));
+        ck_assert_uint_eq(n, info.num_frames);
+        ck_assert_msg(cxs_gpu_emu_spin_waits() == before,
+                      "mode %u: %llu host waits spun on a non-blocking event", modes[m],
+                      (unsigned long long)(cxs_gpu_emu_spin_waits() - before));
+    }
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
 /* A loader on emulated device 1 leaves the calling thread on the device
  * it was on, through every entry point (as a CUDA loader must: the
  * runtime's current device is the caller's). */
@@ -1354,7 +1381,7 @@ int main(int argc, char **argv) {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
         utt_batches_equal_the_cpu_loaders, queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
         consumer_switching_streams_reads_its_batches, held_batches_are_never_refilled,
-        caller_device_is_kept,
+        caller_device_is_kept, host_waits_block,
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
