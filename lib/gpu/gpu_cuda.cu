@@ -244,11 +244,16 @@ extern "C" int cxs_gpu_cuda_probe(int dev, cxs_gpu_probe_info *info) {
     }
     if (e == cudaErrorInsufficientDriver) {
         cudaGetLastError();
+        /* the oldest Linux driver of the runtime's major version (minor
+         * version compatibility: CUDA's release notes, table 3) */
+        const int major = info->runtime_version / 1000;
+        const char *need = major >= 13 ? "580.65.06" : major == 12 ? "525.60.13" : "450.80.02";
         snprintf(info->reason, sizeof info->reason,
                  "the NVIDIA driver (CUDA %d.%d) is older than the CUDA runtime this library "
-                 "was built with (%d.%d): update the driver, or build with an older CUDA",
+                 "was built with (%d.%d), which needs driver %s or newer on Linux: update the "
+                 "driver, or build with an older CUDA",
                  info->driver_version / 1000, info->driver_version % 1000 / 10,
-                 info->runtime_version / 1000, info->runtime_version % 1000 / 10);
+                 info->runtime_version / 1000, info->runtime_version % 1000 / 10, need);
         return CXS_E_UNSUPPORTED;
     }
     if (e != cudaSuccess) {
