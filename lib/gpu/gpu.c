@@ -285,17 +285,17 @@ static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
     size_t wn = sizeof l->info.reason;
     if (m == CXS_GPU_AUTO) {
         m = need <= budget ? CXS_GPU_RESIDENT : CXS_GPU_STREAM;
-        snprintf(why, wn, "auto: the resident features and tables take %llu bytes, %s the budget of %llu",
+        snprintf(why, wn, "auto: the resident features and tables take %llu bytes, %s the budget of %llu%s",
                  (unsigned long long)need, need <= budget ? "within" : "more than",
-                 (unsigned long long)budget);
+                 (unsigned long long)budget, l->budget_why);
     } else if (m == CXS_GPU_RESIDENT) {
         if (need > budget)
             return gpu_fail(l, CXS_E_RANGE,
-                            "resident mode needs %llu bytes of device memory; the budget is %llu "
+                            "resident mode needs %llu bytes of device memory; the budget is %llu%s "
                             "(use pool or stream mode, or a larger budget)",
-                            (unsigned long long)need, (unsigned long long)budget);
-        snprintf(why, wn, "resident: %llu bytes of %llu", (unsigned long long)need,
-                 (unsigned long long)budget);
+                            (unsigned long long)need, (unsigned long long)budget, l->budget_why);
+        snprintf(why, wn, "resident: %llu bytes of %llu%s", (unsigned long long)need,
+                 (unsigned long long)budget, l->budget_why);
     } else if (m == CXS_GPU_POOL) {
         uint32_t S = l->o.pool_segments ? l->o.pool_segments : 4;
         uint64_t ring = gpu_ring_bytes(l, sizeof(cxs_x_desc));
@@ -608,7 +608,19 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
         l->norm = (cxs_norm){(uint32_t)D, l->norm_mv, l->norm_mv + D};
         l->o.norm = &l->norm;
     }
-    *budget = opts->budget_bytes ? opts->budget_bytes : pi.free_bytes / 5 * 4;
+    if (opts->budget_bytes) {
+        *budget = opts->budget_bytes;
+    } else {
+        /* Taken when the loader is made, before the model's optimizer state
+         * and activations exist: never more than half the device, so that
+         * training keeps room, nor more than 80% of what is free now. */
+        const uint64_t half = pi.total_bytes / 2, room = pi.free_bytes / 5 * 4;
+        *budget = half < room ? half : room;
+        snprintf(l->budget_why, sizeof l->budget_why,
+                 " (the default: %s of %llu bytes)",
+                 half < room ? "half the device's total" : "80% of the free",
+                 (unsigned long long)(half < room ? pi.total_bytes : pi.free_bytes));
+    }
     l->budget = *budget;
     int e;
     if (be->get_device(prev)) *prev = -1; /* no device yet: nothing to put back */

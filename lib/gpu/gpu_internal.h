@@ -209,6 +209,7 @@ struct cxs_gpu_loader {
     uint32_t nslot;
     int hold;           /* CXS_GPU_HOLD */
     uint64_t budget;    /* device bytes the loader may take */
+    char budget_why[160]; /* how the default budget was chosen ("" when given) */
     size_t in_size;     /* resident/pool: per-sample input bytes of a slot */
     gslot *ready;
     gslot *handed;

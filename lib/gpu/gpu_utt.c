@@ -329,8 +329,9 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
         goto fail;
     }
     snprintf(l->info.reason, sizeof l->info.reason,
-             "utterances: resident data %llu bytes, batch buffers %llu, of %llu",
-             (unsigned long long)data, (unsigned long long)ring, (unsigned long long)budget);
+             "utterances: resident data %llu bytes, batch buffers %llu, of %llu%s",
+             (unsigned long long)data, (unsigned long long)ring, (unsigned long long)budget,
+             l->budget_why);
     if ((rc = gpu_loader_streams(l))) goto fail;
     l->ops = &cxs_gpu_utt_mode;
     if ((rc = utt_setup(l))) goto fail;

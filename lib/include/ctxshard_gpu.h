@@ -149,7 +149,9 @@ typedef struct cxs_gpu_opts {
     int32_t device;          /**< CUDA ordinal, or CXS_GPU_EMULATE */
     uint32_t mode;           /**< CXS_GPU_* */
     uint64_t budget_bytes;   /**< device memory the resident data/pool may take;
-                                  0: 80% of the device's free memory */
+                                  0: half the device's total memory, at most 80%
+                                  of its free memory (room left for training;
+                                  describe's reason says which) */
     uint32_t k;              /**< context: windows of (2k+1)*dim elements */
     uint32_t batch_size;     /**< >= 1 */
     uint32_t flags;          /**< CXS_GATHER_NORMALIZE, CXS_GPU_HOLD */
@@ -289,7 +291,8 @@ CXS_API void cxs_gpu_loader_free(cxs_gpu_loader *l);
 typedef struct cxs_gpu_utt_opts {
     int32_t device;         /**< CUDA ordinal, or CXS_GPU_EMULATE */
     uint64_t budget_bytes;  /**< device memory the resident data and the batch
-                                 buffers may take; 0: 80% of the device's free memory */
+                                 buffers may take; 0: half the device's total
+                                 memory, at most 80% of its free memory */
     uint32_t flags;         /**< CXS_GATHER_NORMALIZE, CXS_GPU_HOLD (CXS_PAD_PER_UTTERANCE is
                                  computed on the CPU only: CXS_E_INVALID) */
     uint32_t out_dtype;     /**< CXS_GPU_OUT_F32 or CXS_GPU_OUT_BF16 */

@@ -156,7 +156,7 @@ class GpuLoader:
 
     context/batch_size as everywhere; mode: 'auto', 'stream', 'resident' or
     'pool'; budget: device bytes the resident data or pool may take (None:
-    80% of free memory); out_dtype: 'float32' or 'bfloat16' (resident and
+    half the device's memory, at most 80% of what is free); out_dtype: 'float32' or 'bfloat16' (resident and
     pool); register=False: never pin the file mapping (always staged
     copies); gds=True: try GPUDirect Storage for the resident upload.
     hold=True: every batch stays valid until release(batch) gives it back

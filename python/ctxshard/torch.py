@@ -334,7 +334,8 @@ class Loader:
     refers to it (a list, an autograd graph over several micro-batches):
     its buffer is refilled only after that, and after the work queued on
     the stream it was handed to.  gpu_mode: 'auto' (resident when the features
-    fit gpu_budget bytes, default 80% of free device memory; else stream),
+    fit gpu_budget bytes, default half the device's memory, at most 80% of
+    what is free; else stream),
     'stream', 'resident' or 'pool' (see ctxshard.gpu; pool serves the block
     order of the shared block schedule, blocks of one pool segment, and
     resumes mid-epoch like the other modes).  gpu_dtype:
@@ -478,6 +479,7 @@ class Loader:
         # and kept across epochs (a resident upload happens once).
         self._gpu_opts, self._gl, self.gpu_info = None, None, None
         self._held, self._held_said = [0], False  # device batches the caller holds
+        self._budget_said = False
         self.gpu_mode, self.gpu_reason = None, ""
         cuda = self.device is not None and self.device.type == "cuda"
         if cuda and not torch.cuda.is_available():
@@ -785,6 +787,12 @@ class Loader:
                                       start=self._start, hold=True)
             self.gpu_info = self._gl.info()
             self.gpu_mode = self.gpu_info["mode"]
+            if o["budget"] is None and o["device"] != _gpu.EMULATE and not self._budget_said:
+                # the default budget was taken: say once which, and the mode
+                self._budget_said = True
+                warnings.warn(f"ctxshard: Loader(device={str(self.device)!r}): "
+                              f"{self.gpu_info['mode']} mode; {self.gpu_info['reason']} "
+                              "(gpu_budget= sets it)", UserWarning, stacklevel=3)
         else:
             self._gl.reset(self.epoch, self._start)
         want = getattr(self, "_want_pool", None)
@@ -1363,7 +1371,8 @@ class UtteranceLoader:
     them (the loader's Loader does the same); lengths and target_lengths stay
     on the CPU.  The batches are the CPU path's, byte for byte.  gpu_budget:
     the device bytes the resident data and the batch buffers may take
-    (default 80% of free memory; a dataset that does not fit is refused,
+    (default half the device's memory, at most 80% of what is free; a
+    dataset that does not fit is refused,
     naming both sizes); gpu_dtype: torch.float32 or torch.bfloat16 (x only).
     Without a usable GPU path (built without CUDA, no driver, torch without
     CUDA), or with per_utterance=True (computed on the CPU), batches are

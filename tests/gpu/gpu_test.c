@@ -398,6 +398,37 @@ TEST(consumer_switching_streams_reads_its_batches) {
 }
 END_TEST_
 
+/* The default budget leaves training room: half the device's total
+ * memory at most (and 80% of its free memory), and the reason says which
+ * budget was taken and why. */
+TEST(default_budget_leaves_room) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_probe_info pi;
+    ck_assert_int_eq(cxs_gpu_probe(device, &pi), 0);
+    cxs_gpu_opts o = base_opts(CXS_GPU_RESIDENT, 1, 64);
+    cxs_gpu_loader *l;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    cxs_gpu_loader_info li;
+    cxs_gpu_loader_describe(l, &li);
+    unsigned long long need = 0, budget = 0;
+    ck_assert_msg(sscanf(li.reason, "resident: %llu bytes of %llu", &need, &budget) == 2, "%s",
+                  li.reason);
+    ck_assert_msg(strstr(li.reason, "(the default: "), "%s", li.reason);
+    ck_assert_uint_le(budget, pi.total_bytes / 2);
+    ck_assert_uint_le(need, budget);
+    cxs_gpu_loader_free(l);
+    o.budget_bytes = 12345678;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    cxs_gpu_loader_describe(l, &li);
+    ck_assert_msg(strstr(li.reason, "of 12345678") && !strstr(li.reason, "default"), "%s", li.reason);
+    cxs_gpu_loader_free(l);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
 /* Every host wait of the loaders is on an event that blocks (on a device:
  * cudaEventBlockingSync), never one that spins a core the CPU workers
  * need: the emulation counts waits on the others. */
@@ -1381,7 +1412,7 @@ int main(int argc, char **argv) {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
         utt_batches_equal_the_cpu_loaders, queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
         consumer_switching_streams_reads_its_batches, held_batches_are_never_refilled,
-        caller_device_is_kept, host_waits_block,
+        caller_device_is_kept, host_waits_block, default_budget_leaves_room,
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,
