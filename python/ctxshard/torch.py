@@ -1368,7 +1368,7 @@ class UtteranceLoader:
     labels) are uploaded to the GPU once, and each batch is assembled
     there by the library: x, y and targets are CUDA tensors over its
     buffers, ready on the current torch stream and valid while you hold
-    them (the loader's Loader does the same); lengths and target_lengths stay
+    them, as Loader's device batches are; lengths and target_lengths stay
     on the CPU.  The batches are the CPU path's, byte for byte.  gpu_budget:
     the device bytes the resident data and the batch buffers may take
     (default half the device's memory, at most 80% of what is free; a
