@@ -115,7 +115,19 @@ static emu_stream *default_stream;
 static emu_stream *dead;
 static emu_stream *all_streams;
 
+/* CXS_GPU_EMU_MEMORY: the emulated device's memory size (0: the host's
+ * memory); allocations beyond it fail as cudaMalloc does. */
+static uint64_t mem_limit, dev_bytes;
+
 static void emu_config(void) {
+    const char *m = getenv("CXS_GPU_EMU_MEMORY");
+    if (m && *m) {
+        char *end;
+        mem_limit = strtoull(m, &end, 10);
+        if (*end == 'K' || *end == 'k') mem_limit <<= 10;
+        else if (*end == 'M' || *end == 'm') mem_limit <<= 20;
+        else if (*end == 'G' || *end == 'g') mem_limit <<= 30;
+    }
     const char *e = getenv("CXS_GPU_EMU");
     if (!e || !*e || !strcmp(e, "late")) sched = SCHED_LATE;
     else if (!strcmp(e, "eager")) sched = SCHED_EAGER;
@@ -233,6 +245,7 @@ static void release(void *p, int kind) {
                   r->base, r->size, q);
         r->freed = 1;
         r->serial = ++serial;
+        if (kind == R_DEV) dev_bytes -= r->size;
         memset(r->base, 0xff, r->size); /* NaN, -1 */
         q_n++, q_bytes += r->size;
         evict();
@@ -536,6 +549,14 @@ static int emu_get_device(int *dev) {
 }
 
 static int emu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
+    pthread_once(&once, emu_init);
+    if (mem_limit) {
+        pthread_mutex_lock(&mu);
+        *total_bytes = mem_limit;
+        *free_bytes = mem_limit - dev_bytes;
+        pthread_mutex_unlock(&mu);
+        return 0;
+    }
     long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES),
          avail = sysconf(_SC_AVPHYS_PAGES);
     if (page <= 0 || total <= 0) page = 4096, total = 1l << 20;
@@ -556,7 +577,10 @@ static int alloc_kind(void **p, size_t n, int kind) {
     if (!m) return ENOMEM;
     memset(m, kind == R_DEV ? 0xa5 : 0x5a, n); /* never zero: nothing may rely on it */
     pthread_mutex_lock(&mu);
-    int rc = faulted ? EMU_FAULT : add_region(m, n, kind);
+    int rc = faulted ? EMU_FAULT
+             : kind == R_DEV && mem_limit && dev_bytes + n > mem_limit ? ENOMEM
+                                                                       : add_region(m, n, kind);
+    if (!rc && kind == R_DEV) dev_bytes += n;
     pthread_mutex_unlock(&mu);
     if (rc) {
         free(m);

@@ -80,6 +80,9 @@ extern "C" {
  *
  * A fault is sticky, as on a device: every later call of every loader fails
  * with CXS_E_DEVICE and the fault's message; cxs_gpu_emu_fault() returns it.
+ * CXS_GPU_EMU_MEMORY=SIZE (bytes, or with K, M or G) gives the emulated
+ * device that much memory (default: the host's): mem_info reports it, and
+ * an allocation beyond it fails, as cudaMalloc does.
  * The environment variable CXS_GPU_EMU chooses the schedule, read once:
  * "late" (the default: every operation as late as the API allows),
  * "random:SEED" (as soon as queued, after delays drawn from SEED) or

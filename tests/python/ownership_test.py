@@ -287,6 +287,50 @@ class DeviceBatchesWhileHeld(unittest.TestCase):
         del kept
 
 
+class EmulatedDeviceMemory(unittest.TestCase):
+    """The emulated device with a memory size (CXS_GPU_EMU_MEMORY): the
+    default budget is half of it, auto takes the mode that fits, and an
+    allocation beyond the device fails as cudaMalloc does."""
+
+    def run_with(self, memory, code):
+        env = dict(os.environ, CXS_GPU_EMU_MEMORY=str(memory))
+        out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env,
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout.strip()
+
+    def test_default_budget_is_half_the_device(self):
+        code = f"""
+import sys; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+import ctxshard.torch as cxt
+L = cxt.Loader({PATH!r}, 1, 16, seed=5, gpu_emulate=True)
+x, y = next(iter(L))
+print(L.gpu_info["mode"], "|", L.gpu_info["reason"])
+"""
+        feat = ctxshard.open(PATH).info["feature_bytes"]
+        big = self.run_with(8 * feat, code)  # half of it holds the features: resident
+        self.assertTrue(big.startswith("resident |"), big)
+        self.assertIn(f"budget of {4 * feat} (the default: half the device's total of "
+                      f"{8 * feat} bytes)", big)
+        small = self.run_with(feat, code)  # half of it does not: stream
+        self.assertTrue(small.startswith("stream |"), small)
+        self.assertIn(f"budget of {feat // 2} (the default", small)
+
+    def test_allocation_beyond_the_device_fails(self):
+        code = f"""
+import sys; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+import ctxshard.torch as cxt
+L = cxt.Loader({PATH!r}, 1, 16, seed=5, gpu_emulate=True, gpu_mode="resident",
+               gpu_budget=1 << 30)
+try:
+    next(iter(L))
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+        out = self.run_with(ctxshard.open(PATH).info["feature_bytes"] // 2, code)
+        self.assertIn("out of (emulated device) memory", out)
+
+
 def _schedule():
     return ctxshard._native.lib.cxs_gpu_emu_schedule().decode()
 
