@@ -125,9 +125,29 @@ static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
 #endif
 }
 
-/* Pin every shard's FEATURES section in place (read-only) and copy from
- * the mapping itself: no staging copy on the CPU.  -1 when the device or
- * the mapping does not allow it (nothing left registered). */
+/* Copy every shard's FEATURES section from the mapping itself, pinned in
+ * place (read-only): no staging copy on the CPU.  Registered in pieces of
+ * REG_SPAN, at most REG_LIVE at a time: registering a piece faults its
+ * pages in from the disk while the copy engine sends the piece before,
+ * and the whole dataset is never locked in memory at once.  A piece is
+ * unregistered once its copies are done (its event).  -1 when the device
+ * or the mapping does not allow it, before anything was copied (nothing
+ * left registered). */
+#define REG_SPAN (1ull << 30)
+#define REG_LIVE 2
+
+typedef struct reg_piece {
+    void *base;
+    void *ev;
+} reg_piece;
+
+static int reg_retire(cxs_gpu_loader *l, reg_piece *p) {
+    int e = p->base ? l->be->event_sync(p->ev) : 0;
+    if (p->base) l->be->host_unregister(p->base);
+    p->base = NULL;
+    return e ? GPU_DEVICE_FAIL(l, "", e, "event_sync") : 0;
+}
+
 static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
     const cxs_dataset *ds = l->ds;
     int yes = 0;
@@ -136,39 +156,58 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
         return -1;
     const uint32_t S = ds->meta.num_shards;
     const uint64_t rb = ds->row_bytes, page = (uint64_t)sysconf(_SC_PAGESIZE);
-    void **reg = calloc(S ? S : 1, sizeof *reg);
-    if (!reg) return -1;
-    int rc = 0;
-    uint32_t s;
-    for (s = 0; s < S; s++) {
+    reg_piece live[REG_LIVE];
+    memset(live, 0, sizeof live);
+    int rc = 0, copied = 0;
+    for (int i = 0; i < REG_LIVE && !rc; i++)
+        if (l->be->event_create(&live[i].ev, GPU_EVENT_BLOCKING)) rc = -1;
+    unsigned next = 0;
+    for (uint32_t s = 0; s < S && !rc; s++) {
         const shard *sh = &ds->shards[s];
-        uint64_t a = (uint64_t)(sh->features - sh->map), b = a + gpu_shard_rows(sh) * rb;
-        uint64_t a0 = a - a % page, b0 = (b + page - 1) / page * page;
-        if (l->be->host_register((void *)(sh->map + a0), (size_t)(b0 - a0))) break;
-        reg[s] = (void *)(sh->map + a0);
-    }
-    if (s < S) {
-        rc = -1;
-    } else {
-        for (s = 0; s < S && !rc; s++) {
-            const shard *sh = &ds->shards[s];
-            uint64_t len = gpu_shard_rows(sh) * rb;
-            for (uint64_t done = 0; done < len && !rc; done += REG_PIECE) {
-                size_t m = len - done < REG_PIECE ? (size_t)(len - done) : (size_t)REG_PIECE;
-                int e = l->be->copy_h2d(l->rs.d_feat + srow[s] * rb + done, sh->features + done, m,
+        const uint64_t a = (uint64_t)(sh->features - sh->map), len = gpu_shard_rows(sh) * rb;
+        for (uint64_t off = 0; off < len && !rc;) {
+            /* the piece [off, end) of the section, its pages [p0, p1) */
+            uint64_t end = a + off + REG_SPAN;
+            end = end - end % page;
+            if (end <= a + off || end > a + len) end = a + len;
+            const uint64_t p0 = (a + off) - (a + off) % page, p1 = (end + page - 1) / page * page;
+            reg_piece *p = &live[next];
+            if ((rc = reg_retire(l, p))) break; /* its copies are done: pages free again */
+            if (l->be->host_register((void *)(sh->map + p0), (size_t)(p1 - p0))) {
+                /* refused: nothing copied yet falls back; else the staged
+                 * path cannot resume halfway, so it is an error */
+                rc = copied ? gpu_fail(l, CXS_E_DEVICE, "registration of %s's mapping failed "
+                                       "after part of it was uploaded", sh->path) : -1;
+                break;
+            }
+            p->base = (void *)(sh->map + p0);
+            for (uint64_t d = off; d < end - a && !rc; d += REG_PIECE) {
+                size_t m = end - a - d < REG_PIECE ? (size_t)(end - a - d) : (size_t)REG_PIECE;
+                int e = l->be->copy_h2d(l->rs.d_feat + srow[s] * rb + d, sh->features + d, m,
                                         l->copy);
                 if (e) rc = GPU_DEVICE_FAIL(l, "", e, "copy from the registered mapping");
                 else __atomic_add_fetch(&l->uploaded, m, __ATOMIC_RELAXED);
+                copied = 1;
             }
-        }
-        if (!rc) {
-            int e = l->be->stream_sync(l->copy);
-            if (e) rc = GPU_DEVICE_FAIL(l, "", e, "stream_sync");
+            int e = rc ? 0 : l->be->event_record(p->ev, l->copy);
+            if (e) rc = GPU_DEVICE_FAIL(l, "", e, "event_record");
+            off = end - a;
+            next = (next + 1) % REG_LIVE;
         }
     }
-    for (s = 0; s < S; s++)
-        if (reg[s]) l->be->host_unregister(reg[s]);
-    free(reg);
+    if (!rc) {
+        int e = l->be->stream_sync(l->copy);
+        if (e) rc = GPU_DEVICE_FAIL(l, "", e, "stream_sync");
+    } else {
+        l->be->stream_sync(l->copy); /* nothing queued may read a piece unregistered below */
+    }
+    for (int i = 0; i < REG_LIVE; i++) {
+        if (live[i].base && live[i].ev) {
+            int e = reg_retire(l, &live[i]);
+            if (e && !rc) rc = e;
+        }
+        if (live[i].ev) l->be->event_destroy(live[i].ev);
+    }
     return rc;
 }
 

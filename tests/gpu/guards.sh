@@ -33,7 +33,8 @@ lib/gpu/gpu_stream.c|s/int rc = gpu_slot_give_back(l, l->handed, l->handed->hstr
 lib/gpu/gpu.c|s/if (!l->slot\[i\].held \&\& \&l->slot\[i\] != l->ready)/if (\&l->slot[i] != l->ready)/|ring modes: a batch the caller holds (CXS_GPU_HOLD) is never refilled
 lib/gpu/gpu_stream.c|s/if (!l->slot\[i\].held \&\& !l->slot\[i\].queued)/if (!l->slot[i].queued)/|stream: a batch the caller holds is never refilled
 lib/gpu/gpu.c|/int rc = loader_next(l, stream, batch);/{n;d}|next gives the caller'"'"'s current device back
-lib/gpu/gpu.c|s/event_create(\&s->ev_ready, GPU_EVENT_BLOCKING)/event_create(\&s->ev_ready, 0)/|host waits on a slot'"'"'s ready event block, never spin (cudaEventBlockingSync)'
+lib/gpu/gpu.c|s/event_create(\&s->ev_ready, GPU_EVENT_BLOCKING)/event_create(\&s->ev_ready, 0)/|host waits on a slot'"'"'s ready event block, never spin (cudaEventBlockingSync)
+lib/gpu/gpu_resident.c|s/int e = p->base ? l->be->event_sync(p->ev) : 0;/int e = 0;/|resident: a registered piece of the mapping is unregistered only after its copies ran'
 
 status=0
 echo "$guards" | while IFS='|' read -r file expr what; do
