@@ -38,6 +38,8 @@ typedef struct gds_lib {
     gds_error (*handle_register)(void **fh, gds_descr *d);
     void (*handle_deregister)(void *fh);
     ssize_t (*read)(void *fh, void *base, size_t size, off_t file_off, off_t buf_off);
+    gds_error (*buf_register)(const void *base, size_t size, int flags); /* optional */
+    gds_error (*buf_deregister)(const void *base);
 } gds_lib;
 
 /* CXS_CUFILE names the library file when it is not on the loader's path
@@ -54,6 +56,8 @@ static int gds_load(gds_lib *g) {
     *(void **)&g->handle_register = dlsym(g->so, "cuFileHandleRegister");
     *(void **)&g->handle_deregister = dlsym(g->so, "cuFileHandleDeregister");
     *(void **)&g->read = dlsym(g->so, "cuFileRead");
+    *(void **)&g->buf_register = dlsym(g->so, "cuFileBufRegister");
+    *(void **)&g->buf_deregister = dlsym(g->so, "cuFileBufDeregister");
     if (!g->driver_open || !g->driver_close || !g->handle_register || !g->handle_deregister ||
         !g->read) {
         dlclose(g->so);
@@ -63,26 +67,44 @@ static int gds_load(gds_lib *g) {
     return 0;
 }
 
+/* The library is loaded and its driver opened once per process, and
+ * neither is ever closed: cuFileDriverClose and dlclose would pull them
+ * from under every other user in the process (another loader, the
+ * application's own cuFile use). */
+static gds_lib gds;
+static int gds_loaded, gds_opened;
+static pthread_once_t gds_once = PTHREAD_ONCE_INIT, gds_open_once = PTHREAD_ONCE_INIT;
+
+static void gds_load_once(void) { gds_loaded = gds_load(&gds) == 0; }
+
+#ifdef CXS_HAVE_CUDA
+static void gds_open_driver(void) { gds_opened = gds.driver_open().err == 0; }
+#endif
+
 int gpu_gds_present(void) {
-    gds_lib g;
-    if (gds_load(&g)) return 0;
-    dlclose(g.so);
-    return 1;
+    pthread_once(&gds_once, gds_load_once);
+    return gds_loaded;
 }
 
 /* Whole FEATURES sections straight from the files into device memory
- * through GPUDirect Storage.  0 when every shard went this way; -1 to fall
- * back silently (the path is optional and often absent). */
-static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
+ * through cuFile (GPUDirect Storage, or its compatibility mode where the
+ * platform lacks it: cuFile decides).  Returns the number of shards
+ * uploaded whole, in order (all of them: done); the other paths upload
+ * the rest, never again what this one did. */
+static uint32_t gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
 #ifdef CXS_HAVE_CUDA
     const cxs_dataset *ds = l->ds;
-    gds_lib g;
-    if (cxs_compressed(ds) || l->be != &cxs_gpu_cuda || gds_load(&g)) return -1;
-    gds_error e = g.driver_open();
-    if (e.err) {
-        dlclose(g.so);
-        return -1;
-    }
+    if (cxs_compressed(ds) || l->be != &cxs_gpu_cuda || !gpu_gds_present()) return 0;
+    pthread_once(&gds_open_once, gds_open_driver);
+    if (!gds_opened) return 0;
+    const gds_lib *gp = &gds, g = *gp;
+    const uint64_t total = srow[ds->meta.num_shards] * ds->row_bytes;
+    /* the device buffer registered: cuFile reads into it directly rather
+     * than through its own bounce buffers */
+    int breg = g.buf_register && g.buf_deregister &&
+               g.buf_register(l->rs.d_feat, (size_t)(total ? total : 1), 0).err == 0;
+    gds_error e;
+    uint32_t whole = 0;
     int ok = 1;
     const uint64_t rb = ds->row_bytes;
     for (uint32_t s = 0; s < ds->meta.num_shards && ok; s++) {
@@ -116,12 +138,13 @@ static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
         __atomic_add_fetch(&l->uploaded, done, __ATOMIC_RELAXED);
         g.handle_deregister(fh);
         close(fd);
+        if (ok) whole = s + 1;
     }
-    g.driver_close();
-    dlclose(g.so);
-    return ok ? 0 : -1;
+    if (breg) g.buf_deregister(l->rs.d_feat);
+    return whole;
 #else
-    return -1;
+    (void)l, (void)srow;
+    return 0;
 #endif
 }
 
@@ -148,7 +171,7 @@ static int reg_retire(cxs_gpu_loader *l, reg_piece *p) {
     return e ? GPU_DEVICE_FAIL(l, "", e, "event_sync") : 0;
 }
 
-static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
+static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s0) {
     const cxs_dataset *ds = l->ds;
     int yes = 0;
     if (cxs_compressed(ds) || (l->o.paths & CXS_GPU_NO_REGISTER) ||
@@ -162,7 +185,7 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
     for (int i = 0; i < REG_LIVE && !rc; i++)
         if (l->be->event_create(&live[i].ev, GPU_EVENT_BLOCKING)) rc = -1;
     unsigned next = 0;
-    for (uint32_t s = 0; s < S && !rc; s++) {
+    for (uint32_t s = s0; s < S && !rc; s++) {
         const shard *sh = &ds->shards[s];
         const uint64_t a = (uint64_t)(sh->features - sh->map), len = gpu_shard_rows(sh) * rb;
         for (uint64_t off = 0; off < len && !rc;) {
@@ -337,16 +360,18 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
      * INDEX at its end, before any copy from its mapping */
     tables_arg ta = {l, &up, srow};
     if ((rc = gpu_mapped(l, "resident upload", upload_tables, &ta))) goto out;
-    if ((l->o.paths & CXS_GPU_GDS) && gds_upload(l, srow) == 0) {
+    /* cuFile first when asked; what it did not upload whole, the other paths */
+    const uint32_t s0 = (l->o.paths & CXS_GPU_GDS) ? gds_upload(l, srow) : 0;
+    if (s0 == S && S) {
         l->info.upload_path = 2;
-    } else if ((rc = registered_upload(l, srow)) == 0) {
+    } else if ((rc = registered_upload(l, srow, s0)) == 0) {
         l->info.upload_path = 1;
     } else if (rc != -1) {
         goto out;
     } else {
         rc = 0;
         l->info.upload_path = 0;
-        for (uint32_t s = 0; s < S && !rc; s++)
+        for (uint32_t s = s0; s < S && !rc; s++)
             rc = gpu_up_rows(l, &up, &zr, s, 0, gpu_shard_rows(&ds->shards[s]), l->rs.d_feat + srow[s] * rb);
         if (rc) goto out;
     }

@@ -192,7 +192,9 @@ CXS_API void cxs_gpu_opts_init(cxs_gpu_opts *o);
 typedef struct cxs_gpu_loader_info {
     uint32_t mode;             /**< the mode in use (never AUTO) */
     uint32_t upload_path;      /**< resident/pool: 0 pinned staging, 1 registered
-                                    mapping, 2 GPUDirect Storage */
+                                    mapping, 2 cuFile (GPUDirect Storage, or
+                                    cuFile's compatibility mode, which reads
+                                    through host memory: cuFile chooses) */
     uint64_t device_bytes;     /**< device memory held */
     uint64_t uploaded_bytes;   /**< bytes sent host -> device so far */
     double upload_seconds;     /**< resident: wall time of the initial upload */

@@ -46,7 +46,8 @@ EMULATE = _n.GPU_EMULATE
 MODES = {"auto": _n.GPU_AUTO, "stream": _n.GPU_STREAM, "resident": _n.GPU_RESIDENT,
          "pool": _n.GPU_POOL}
 MODE_NAMES = {v: k for k, v in MODES.items()}
-UPLOAD_PATHS = {0: "pinned staging", 1: "registered mapping", 2: "GPUDirect Storage"}
+UPLOAD_PATHS = {0: "pinned staging", 1: "registered mapping",
+                2: "cuFile (GPUDirect Storage, or its compatibility mode)"}
 
 
 def _device(func, device):
