@@ -162,7 +162,8 @@ int gpu_cmd_run(const char *dir, const gpu_cmd_opts *o) {
     }
     double dt = now_seconds() - start;
     cxs_gpu_loader_describe(l, &li);
-    static const char *paths[] = {"pinned staging", "registered mapping", "GPUDirect Storage"};
+    static const char *paths[] = {"pinned staging", "registered mapping",
+                                  "cuFile (GPUDirect Storage, or its compatibility mode)"};
     if (o->json) {
         printf("{\"dataset\": ");
         json_print_string(dir, strlen(dir));

@@ -48,6 +48,20 @@ double gpu_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* ---- the caller's current device ------------------------------------------ */
+
+int gpu_device_enter(const gpu_backend *be, int dev) {
+    int prev;
+    if (be->get_device(&prev)) prev = -1; /* no device yet: nothing to put back */
+    if (dev >= 0 && prev != dev) be->set_device(dev);
+    return prev;
+}
+
+void gpu_device_leave(const gpu_backend *be, int dev, int prev) {
+    int now;
+    if (prev >= 0 && (dev != prev || (!be->get_device(&now) && now != prev))) be->set_device(prev);
+}
+
 /* ---- probe ------------------------------------------------------------ */
 
 int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info) {
@@ -61,16 +75,24 @@ int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info) {
         snprintf(info->reason, sizeof info->reason, "the GPU path needs a little-endian host");
         return CXS_E_UNSUPPORTED;
     }
-    if (device == CXS_GPU_EMULATE) {
+    if (device < 0) {
+        if (device < CXS_GPU_EMULATE_DEVICE(CXS_GPU_EMU_DEVICES - 1)) {
+            snprintf(info->reason, sizeof info->reason, "no emulated device %d (there are %d)",
+                     (int)(-1 - device), CXS_GPU_EMU_DEVICES);
+            return CXS_E_UNSUPPORTED;
+        }
         snprintf(info->name, sizeof info->name, "%s", cxs_gpu_emu.name);
-        info->device_count = 1;
+        info->device_count = CXS_GPU_EMU_DEVICES;
         info->register_read_only = 1;
         cxs_gpu_emu.mem_info(&info->free_bytes, &info->total_bytes);
         info->usable = 1;
         return 0;
     }
 #ifdef CXS_HAVE_CUDA
+    /* the probe selects the device to ask it: the caller's is put back */
+    int prev = gpu_device_enter(&cxs_gpu_cuda, -1);
     int rc = cxs_gpu_cuda_probe(device, info);
+    gpu_device_leave(&cxs_gpu_cuda, -1, prev);
     info->usable = rc == 0;
     return rc;
 #else
@@ -98,7 +120,7 @@ int gpu_up_init(cxs_gpu_loader *l, uploader *u, void *stream, unsigned n, size_t
     u->bytes = UP_CHUNK < row_bytes ? row_bytes : UP_CHUNK - UP_CHUNK % row_bytes;
     for (unsigned i = 0; i < u->n; i++) {
         UBE(l, u, l->be->host_alloc((void **)&u->buf[i], u->bytes));
-        UBE(l, u, l->be->event_create(&u->ev[i]));
+        UBE(l, u, l->be->event_create(&u->ev[i], GPU_EVENT_BLOCKING));
     }
     return 0;
 }
@@ -263,17 +285,17 @@ static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
     size_t wn = sizeof l->info.reason;
     if (m == CXS_GPU_AUTO) {
         m = need <= budget ? CXS_GPU_RESIDENT : CXS_GPU_STREAM;
-        snprintf(why, wn, "auto: the resident features and tables take %llu bytes, %s the budget of %llu",
+        snprintf(why, wn, "auto: the resident features and tables take %llu bytes, %s the budget of %llu%s",
                  (unsigned long long)need, need <= budget ? "within" : "more than",
-                 (unsigned long long)budget);
+                 (unsigned long long)budget, l->budget_why);
     } else if (m == CXS_GPU_RESIDENT) {
         if (need > budget)
             return gpu_fail(l, CXS_E_RANGE,
-                            "resident mode needs %llu bytes of device memory; the budget is %llu "
+                            "resident mode needs %llu bytes of device memory; the budget is %llu%s "
                             "(use pool or stream mode, or a larger budget)",
-                            (unsigned long long)need, (unsigned long long)budget);
-        snprintf(why, wn, "resident: %llu bytes of %llu", (unsigned long long)need,
-                 (unsigned long long)budget);
+                            (unsigned long long)need, (unsigned long long)budget, l->budget_why);
+        snprintf(why, wn, "resident: %llu bytes of %llu%s", (unsigned long long)need,
+                 (unsigned long long)budget, l->budget_why);
     } else if (m == CXS_GPU_POOL) {
         uint32_t S = l->o.pool_segments ? l->o.pool_segments : 4;
         uint64_t ring = gpu_ring_bytes(l, sizeof(cxs_x_desc));
@@ -297,27 +319,40 @@ static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
 
 /* ---- the batch ring (resident and pool) ----------------------------------- */
 
+/* One slot of resident/pool mode: x, y, the inputs on the device and
+ * their pinned staging (the frames served, or the pool's descriptors). */
+int gpu_ring_slot_new(cxs_gpu_loader *l, gslot *s) {
+    const size_t B = l->o.batch_size, in_size = l->in_size;
+    BE(l, l->be->dev_alloc(&s->d_x, B * l->W * l->xelem));
+    if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, B * 8));
+    BE(l, l->be->dev_alloc(&s->d_in, B * in_size));
+    BE(l, l->be->host_alloc(&s->h_in, B * in_size));
+    if (l->mode == CXS_GPU_POOL) {
+        if (!(s->frames = malloc(B * 8))) return gpu_fail(l, -ENOMEM, "out of memory");
+    } else {
+        s->frames = s->h_in;
+    }
+    BE(l, l->be->event_create(&s->ev_ready, GPU_EVENT_BLOCKING));
+    BE(l, l->be->event_create(&s->ev_consumed, GPU_EVENT_BLOCKING));
+    return 0;
+}
+
+uint64_t gpu_ring_slot_bytes(const cxs_gpu_loader *l) {
+    return gpu_ring_bytes(l, l->in_size) / NSLOT;
+}
+
 int gpu_ring_alloc(cxs_gpu_loader *l, size_t in_size) {
-    const size_t B = l->o.batch_size;
+    l->in_size = in_size;
     for (int i = 0; i < NSLOT; i++) {
-        gslot *s = &l->slot[i];
-        BE(l, l->be->dev_alloc(&s->d_x, B * l->W * l->xelem));
-        if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, B * 8));
-        BE(l, l->be->dev_alloc(&s->d_in, B * in_size));
-        BE(l, l->be->host_alloc(&s->h_in, B * in_size));
-        if (l->mode == CXS_GPU_POOL) {
-            if (!(s->frames = malloc(B * 8))) return gpu_fail(l, -ENOMEM, "out of memory");
-        } else {
-            s->frames = s->h_in;
-        }
-        BE(l, l->be->event_create(&s->ev_ready));
-        BE(l, l->be->event_create(&s->ev_consumed));
+        int rc = gpu_ring_slot_new(l, &l->slot[i]);
+        l->nslot = i + 1; /* made in part: freed with the rest */
+        if (rc) return rc;
     }
     return 0;
 }
 
 static void ring_free(cxs_gpu_loader *l) {
-    for (int i = 0; i < NSLOT; i++) {
+    for (int i = 0; i < NSLOT_MAX; i++) {
         gslot *s = &l->slot[i];
         if (s->d_x) l->be->dev_free(s->d_x);
         if (s->d_y) l->be->dev_free(s->d_y);
@@ -328,6 +363,7 @@ static void ring_free(cxs_gpu_loader *l) {
         if (s->ev_consumed) l->be->event_destroy(s->ev_consumed);
         memset(s, 0, sizeof *s);
     }
+    l->nslot = 0;
 }
 
 void gpu_expand_init(const cxs_gpu_loader *l, const gslot *s, gpu_expand_args *a) {
@@ -340,36 +376,112 @@ void gpu_expand_init(const cxs_gpu_loader *l, const gslot *s, gpu_expand_args *a
     a->y = s->d_y;
 }
 
+pthread_mutex_t *gpu_ring_lock(cxs_gpu_loader *l) {
+    return l->ops == &cxs_gpu_stream_mode ? &l->st.mu : &l->ring_mu;
+}
+
+int gpu_slot_give_back(cxs_gpu_loader *l, gslot *s, void *stream) {
+    /* on the stream the batch was handed to (or the one the caller names):
+     * the work queued there on the batch is what its reuse must follow */
+    int e = l->be->event_record(s->ev_consumed, stream);
+    if (e) return GPU_DEVICE_FAIL(l, "", e, "event_record");
+    s->held = 0;
+    s->hstream = NULL;
+    return 0;
+}
+
+/* Room for one more slot: within the budget, or (a pool takes its whole
+ * budget by design) up to NSLOT_SOFT slots whatever the budget. */
+static int slot_room(const cxs_gpu_loader *l) {
+    return l->nslot < NSLOT_MAX &&
+           (l->nslot < NSLOT_SOFT || l->info.device_bytes + l->ops->slot_bytes(l) <= l->budget);
+}
+
+int gpu_slot_grow(cxs_gpu_loader *l, gslot **out) {
+    const uint64_t sb = l->ops->slot_bytes(l);
+    const uint32_t n = l->nslot;
+    if (!slot_room(l))
+        return gpu_fail(l, -EBUSY,
+                        "the caller holds all %u batch buffers (%llu bytes each) and the budget "
+                        "of %llu bytes (%llu taken) has no room for another: give batches back "
+                        "(drop the tensors you no longer need, or clone() what you keep), or "
+                        "give a larger budget",
+                        n, (unsigned long long)sb, (unsigned long long)l->budget,
+                        (unsigned long long)l->info.device_bytes);
+    gslot *s = &l->slot[n];
+    int rc = l->ops->slot_new(l, s);
+    if (rc) return rc; /* a slot made in part is freed with the ring (ring_free) */
+    /* visible to the feeder (stream mode) once made */
+    pthread_mutex_t *mu = gpu_ring_lock(l);
+    pthread_mutex_lock(mu);
+    l->nslot = n + 1;
+    l->info.device_bytes += sb;
+    if (l->ops == &cxs_gpu_stream_mode) pthread_cond_broadcast(&l->st.cv);
+    pthread_mutex_unlock(mu);
+    *out = s;
+    return 0;
+}
+
+/* A slot neither held nor launched ahead, or a new one within the budget
+ * (grow 1: else -EBUSY; 2: else *out NULL); NULL when grow is 0 and none is
+ * free. */
+static int ring_free_slot(cxs_gpu_loader *l, int grow, gslot **out) {
+    gslot *f = NULL;
+    pthread_mutex_lock(&l->ring_mu);
+    for (uint32_t i = 0; i < l->nslot && !f; i++)
+        if (!l->slot[i].held && &l->slot[i] != l->ready) f = &l->slot[i];
+    pthread_mutex_unlock(&l->ring_mu);
+    *out = f;
+    if (f || !grow || (grow == 2 && !slot_room(l))) return 0;
+    return gpu_slot_grow(l, out);
+}
+
 /* Ring modes' next(): the slot launched one batch ago, and the batch after
- * it launched before it is handed out. */
+ * it launched before it is handed out, into a slot the caller does not
+ * hold. */
 int gpu_ring_next(cxs_gpu_loader *l, void *stream, gslot **out) {
     int rc;
-    if (l->handed) {
-        int e = l->be->event_record(l->handed->ev_consumed, stream);
-        if (e) return GPU_DEVICE_FAIL(l, "", e, "event_record");
+    if (!l->hold && l->handed) {
+        pthread_mutex_lock(&l->ring_mu);
+        rc = gpu_slot_give_back(l, l->handed, l->handed->hstream);
+        pthread_mutex_unlock(&l->ring_mu);
+        if (rc) return rc;
         l->handed = NULL;
     }
-    if (!l->primed) {
-        if ((rc = l->ops->launch(l, &l->slot[l->cur % NSLOT]))) return rc;
-        l->primed = 1;
+    if (!l->ready) { /* the first batch, or none was launched ahead */
+        gslot *f;
+        if ((rc = ring_free_slot(l, 1, &f))) return rc;
+        if ((rc = l->ops->launch(l, f))) return rc;
+        l->ready = f;
     }
-    gslot *c = &l->slot[l->cur % NSLOT];
-    if (c->n) {
+    gslot *c = l->ready;
+    if (c->n) { /* the end marker stays ready: later calls see it again */
+        pthread_mutex_lock(&l->ring_mu);
+        l->ready = NULL;
+        c->held = 1;
+        c->hstream = stream;
+        pthread_mutex_unlock(&l->ring_mu);
         /* the next batch is enqueued before this one is handed out, so
-         * its expansion overlaps the caller's work on this one */
-        l->cur++;
-        if ((rc = l->ops->launch(l, &l->slot[l->cur % NSLOT]))) return rc;
+         * its expansion overlaps the caller's work on this one; when the
+         * caller holds every slot and the budget has no room, it is
+         * launched at the next call instead */
+        gslot *f;
+        if ((rc = ring_free_slot(l, 2, &f))) return rc;
+        if (f) {
+            if ((rc = l->ops->launch(l, f))) return rc;
+            l->ready = f;
+        }
     }
     *out = c;
     return 0;
 }
 
 /* Ring modes' start(): nothing of the old epoch may still run when slots
- * are refilled. */
+ * are refilled.  Slots the caller holds stay held. */
 int gpu_ring_restart(cxs_gpu_loader *l) {
     int e = l->be->stream_sync(l->work);
     if (e) return GPU_DEVICE_FAIL(l, "", e, "stream_sync");
-    l->cur = 0, l->primed = 0;
+    l->ready = NULL;
     return 0;
 }
 
@@ -377,16 +489,18 @@ int gpu_ring_restart(cxs_gpu_loader *l) {
 
 void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     if (!l) return;
-    l->be->set_device(l->dev);
+    const gpu_backend *be = l->be;
+    const int dev = l->dev, prev = gpu_device_enter(be, dev);
     /* Stop the threads and let the loader's own work finish before anything
      * it reads is freed. */
     if (l->ops && l->ops->stop) l->ops->stop(l);
     if (l->work) l->be->stream_sync(l->work);
-    /* and the consumer's work on the batches handed out: what it queued on
-     * its stream before this call still reads them */
-    if (l->handed && !l->be->event_record(l->handed->ev_consumed, l->last_stream))
-        l->handed = NULL;
-    for (int i = 0; i < NSLOT; i++)
+    /* and the consumer's work on the batches handed out and not given back:
+     * what it queued on their streams before this call still reads them */
+    for (uint32_t i = 0; i < l->nslot; i++)
+        if (l->slot[i].held && l->slot[i].ev_consumed)
+            gpu_slot_give_back(l, &l->slot[i], l->slot[i].hstream);
+    for (int i = 0; i < NSLOT_MAX; i++)
         if (l->slot[i].ev_consumed) l->be->event_sync(l->slot[i].ev_consumed);
     if (l->ops && l->ops->release) l->ops->release(l);
     ring_free(l);
@@ -395,9 +509,11 @@ void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     if (l->work) l->be->stream_destroy(l->work);
     if (l->copy) l->be->stream_destroy(l->copy);
     if (l->errs) pthread_mutex_destroy(&l->errs->mu);
+    pthread_mutex_destroy(&l->ring_mu);
     free(l->errs);
     free(l->norm_mv);
     free(l);
+    gpu_device_leave(be, dev, prev);
 }
 
 int gpu_check_norm(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, const char *what,
@@ -424,7 +540,7 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
     if (o->k > 1000000) return cxs_diagf(diag, CXS_E_INVALID, "context k=%u is above 1,000,000", o->k);
     if (o->out_dtype > CXS_GPU_OUT_BF16)
         return cxs_diagf(diag, CXS_E_INVALID, "unknown output type %u", o->out_dtype);
-    if (o->flags & ~CXS_GATHER_NORMALIZE)
+    if (o->flags & ~(CXS_GATHER_NORMALIZE | CXS_GPU_HOLD))
         return cxs_diagf(diag, CXS_E_INVALID, "unknown flags 0x%x", o->flags);
     int nrc = gpu_check_norm(ds, o->flags, o->norm, "GPU loader", diag);
     if (nrc) return nrc;
@@ -457,13 +573,13 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
 
 
 int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_loader **out,
-                   uint64_t *budget, cxs_diag *diag) {
+                   uint64_t *budget, int *prev, cxs_diag *diag) {
     cxs_gpu_probe_info pi;
     int rc;
     if ((rc = cxs_gpu_probe(opts->device, &pi))) return cxs_diagf(diag, rc, "%s", pi.reason);
     const gpu_backend *be = &cxs_gpu_emu;
 #ifdef CXS_HAVE_CUDA
-    if (opts->device != CXS_GPU_EMULATE) be = &cxs_gpu_cuda;
+    if (opts->device >= 0) be = &cxs_gpu_cuda;
 #endif
     cxs_gpu_loader *l = calloc(1, sizeof *l);
     if (!l) return cxs_diagf(diag, -ENOMEM, "out of memory");
@@ -473,8 +589,10 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
         return cxs_diagf(diag, -ENOMEM, "out of memory");
     }
     pthread_mutex_init(&l->errs->mu, NULL);
+    pthread_mutex_init(&l->ring_mu, NULL);
     l->ds = ds, l->o = *opts;
-    l->dev = opts->device == CXS_GPU_EMULATE ? 0 : opts->device;
+    l->hold = (opts->flags & CXS_GPU_HOLD) != 0;
+    l->dev = opts->device < 0 ? -1 - opts->device : opts->device;
     l->dtype = ds->meta.dtype, l->D = ds->meta.dim;
     l->W = (2 * (size_t)opts->k + 1) * ds->meta.dim;
     l->xelem = opts->out_dtype == CXS_GPU_OUT_BF16 ? 2 : 4;
@@ -490,12 +608,27 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
         l->norm = (cxs_norm){(uint32_t)D, l->norm_mv, l->norm_mv + D};
         l->o.norm = &l->norm;
     }
-    *budget = opts->budget_bytes ? opts->budget_bytes : pi.free_bytes / 5 * 4;
+    if (opts->budget_bytes) {
+        *budget = opts->budget_bytes;
+    } else {
+        /* Taken when the loader is made, before the model's optimizer state
+         * and activations exist: never more than half the device, so that
+         * training keeps room, nor more than 80% of what is free now. */
+        const uint64_t half = pi.total_bytes / 2, room = pi.free_bytes / 5 * 4;
+        *budget = half < room ? half : room;
+        snprintf(l->budget_why, sizeof l->budget_why,
+                 " (the default: %s of %llu bytes)",
+                 half < room ? "half the device's total" : "80% of the free",
+                 (unsigned long long)(half < room ? pi.total_bytes : pi.free_bytes));
+    }
+    l->budget = *budget;
     int e;
+    if (be->get_device(prev)) *prev = -1; /* no device yet: nothing to put back */
     if ((e = be->set_device(l->dev))) {
         rc = GPU_DEVICE_FAIL(l, "", e, "set_device");
         gpu_error_copy(l, rc, diag);
         cxs_gpu_loader_free(l);
+        gpu_device_leave(be, -1, *prev);
         return rc;
     }
     *out = l;
@@ -538,7 +671,10 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     if (rc) return rc;
     cxs_gpu_loader *l;
     uint64_t budget;
-    if ((rc = gpu_loader_new(ds, opts, &l, &budget, diag))) return rc;
+    int prev;
+    if ((rc = gpu_loader_new(ds, opts, &l, &budget, &prev, diag))) return rc;
+    const gpu_backend *be = l->be;
+    const int dev = l->dev;
     l->sampler = sampler;
     l->epoch = epoch, l->pos = start;
     if ((rc = plan_mode(l, budget))) goto fail;
@@ -550,23 +686,21 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                                            : &cxs_gpu_pool_mode;
     if ((rc = l->ops->setup(l))) goto fail;
     *out = l;
+    gpu_device_leave(be, dev, prev);
     return 0;
 fail:
     gpu_error_copy(l, rc, diag);
     cxs_gpu_loader_free(l);
+    gpu_device_leave(be, dev, prev);
     return rc;
 }
 
-int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch) {
-    if (!l || !batch) return CXS_E_INVALID;
+static int loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch) {
     if (l->rc) return l->rc;
-    /* the CUDA runtime's current device is per thread: the caller's thread
-     * may not be the one that created the loader */
-    l->be->set_device(l->dev);
     gslot *c = NULL;
     int rc = l->ops->next(l, stream, &c);
+    if (rc == -EBUSY) return rc; /* every slot held: the caller may give some back */
     if (rc) return l->rc = rc;
-    l->last_stream = stream;
     if (!c->n) {
         *batch = NULL;
         return 0;
@@ -584,23 +718,43 @@ int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **b
     return 0;
 }
 
+/* The public entry points run on the loader's device (the CUDA runtime's
+ * current device is per thread: the caller's thread may not be the one
+ * that created the loader) and give the caller's back. */
+int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch) {
+    if (!l || !batch) return CXS_E_INVALID;
+    const int prev = gpu_device_enter(l->be, l->dev);
+    int rc = loader_next(l, stream, batch);
+    gpu_device_leave(l->be, l->dev, prev);
+    return rc;
+}
+
+static int loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
+    l->rc = 0;
+    l->epoch = epoch, l->pos = start, l->index = 0;
+    if (!l->hold && l->handed) { /* the caller's work on it may still be queued */
+        pthread_mutex_t *mu = gpu_ring_lock(l);
+        pthread_mutex_lock(mu);
+        int rc = gpu_slot_give_back(l, l->handed, l->handed->hstream);
+        pthread_mutex_unlock(mu);
+        if (rc) return l->rc = rc;
+    }
+    l->handed = NULL;
+    if (l->ops->stop) l->ops->stop(l);
+    cxs_diagf(&l->errs->err, 0, "%s", ""); /* the mode's thread is joined: nothing else writes it */
+    int rc = l->ops->start(l);
+    return rc ? (l->rc = rc) : 0;
+}
+
 int cxs_gpu_loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
     if (l->ops->check_start && l->ops->check_start(l, start))
         return gpu_fail(l, CXS_E_INVALID, "reset: start %llu is past the end of the epoch",
                         (unsigned long long)start);
-    l->be->set_device(l->dev);
-    l->rc = 0;
-    l->epoch = epoch, l->pos = start, l->index = 0;
-    if (l->handed) { /* the caller's work on it may still be queued */
-        int e = l->be->event_record(l->handed->ev_consumed, l->last_stream);
-        if (e) return l->rc = GPU_DEVICE_FAIL(l, "", e, "event_record");
-        l->handed = NULL;
-    }
-    if (l->ops->stop) l->ops->stop(l);
-    cxs_diagf(&l->errs->err, 0, "%s", ""); /* the mode's thread is joined: nothing else writes it */
-    int rc = l->ops->start(l);
-    return rc ? (l->rc = rc) : 0;
+    const int prev = gpu_device_enter(l->be, l->dev);
+    int rc = loader_reset(l, epoch, start);
+    gpu_device_leave(l->be, l->dev, prev);
+    return rc;
 }
 
 void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info) {
@@ -613,8 +767,32 @@ void cxs_gpu_loader_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info)
 int cxs_gpu_loader_download(cxs_gpu_loader *l, void *stream, const void *src, void *dst,
                             size_t n) {
     if (!l || (n && (!src || !dst))) return CXS_E_INVALID;
+    const int prev = gpu_device_enter(l->be, l->dev);
     int e = l->be->copy_d2h_sync(dst, src, n, stream);
+    gpu_device_leave(l->be, l->dev, prev);
     return e ? GPU_DEVICE_FAIL(l, "", e, "download") : 0;
+}
+
+int cxs_gpu_loader_release(cxs_gpu_loader *l, const void *x, void *stream) {
+    if (!l || !x) return CXS_E_INVALID;
+    if (!l->hold) return gpu_fail(l, CXS_E_INVALID, "release: the loader was made without CXS_GPU_HOLD");
+    pthread_mutex_t *mu = gpu_ring_lock(l);
+    int rc = CXS_E_INVALID;
+    const int prev = gpu_device_enter(l->be, l->dev);
+    pthread_mutex_lock(mu);
+    for (uint32_t i = 0; i < l->nslot; i++) {
+        gslot *s = &l->slot[i];
+        if (s->held && s->d_x == x) {
+            rc = gpu_slot_give_back(l, s, stream);
+            if (l->ops == &cxs_gpu_stream_mode) pthread_cond_broadcast(&l->st.cv);
+            break;
+        }
+    }
+    pthread_mutex_unlock(mu);
+    gpu_device_leave(l->be, l->dev, prev);
+    if (rc == CXS_E_INVALID)
+        return gpu_fail(l, rc, "release: %p is not the x of a batch held", x);
+    return rc;
 }
 
 const cxs_diag *cxs_gpu_loader_error(const cxs_gpu_loader *l) {

@@ -52,12 +52,15 @@ typedef struct gpu_pad_args {
     int64_t *y;
 } gpu_pad_args;
 
+#define GPU_EVENT_BLOCKING 1u
+
 typedef struct gpu_backend {
     const char *name;
     /* Every int function returns 0 or a backend error code (> 0) that
      * error_string() names. */
     const char *(*error_string)(int err);
     int (*set_device)(int dev);
+    int (*get_device)(int *dev); /* the calling thread's current device */
     int (*mem_info)(uint64_t *free_bytes, uint64_t *total_bytes);
     int (*register_supported)(int dev, int *yes);
     int (*dev_alloc)(void **p, size_t n);
@@ -68,7 +71,9 @@ typedef struct gpu_backend {
     void (*host_unregister)(void *p);
     int (*stream_create)(void **s);
     void (*stream_destroy)(void *s);
-    int (*event_create)(void **e);
+    /* flags GPU_EVENT_BLOCKING: a host wait on it sleeps (cudaEventBlockingSync)
+     * rather than spin a core the CPU workers need */
+    int (*event_create)(void **e, unsigned flags);
     void (*event_destroy)(void *e);
     int (*event_record)(void *e, void *s);
     int (*stream_wait)(void *s, void *e);

@@ -12,6 +12,7 @@
 static const char *cu_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
 
 static int cu_set_device(int dev) { return (int)cudaSetDevice(dev); }
+static int cu_get_device(int *dev) { return (int)cudaGetDevice(dev); }
 
 static int cu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
     size_t f = 0, t = 0;
@@ -23,23 +24,32 @@ static int cu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
 static int cu_register_supported(int dev, int *yes) {
     int v = 0;
     cudaError_t e = cudaDeviceGetAttribute(&v, cudaDevAttrHostRegisterReadOnlySupported, dev);
+    if (e != cudaSuccess) cudaGetLastError(); /* answered "no"; not a later launch's error */
     *yes = e == cudaSuccess && v;
     return (int)e;
 }
 
 static int cu_dev_alloc(void **p, size_t n) { return (int)cudaMalloc(p, n ? n : 1); }
-static void cu_dev_free(void *p) { cudaFree(p); }
+/* A failure the caller ignores is cleared here, so that the error state a
+ * later launch reads (cudaGetLastError) is that launch's own. */
+static void cu_dev_free(void *p) {
+    if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+}
 static int cu_host_alloc(void **p, size_t n) {
     return (int)cudaHostAlloc(p, n ? n : 1, cudaHostAllocPortable);
 }
-static void cu_host_free(void *p) { cudaFreeHost(p); }
+static void cu_host_free(void *p) {
+    if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+}
 
 static int cu_host_register(void *p, size_t n) {
     cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterReadOnly | cudaHostRegisterPortable);
     if (e != cudaSuccess) cudaGetLastError(); /* not sticky: clear it, the caller falls back */
     return (int)e;
 }
-static void cu_host_unregister(void *p) { cudaHostUnregister(p); }
+static void cu_host_unregister(void *p) {
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
 
 static int cu_stream_create(void **s) {
     cudaStream_t st;
@@ -47,15 +57,20 @@ static int cu_stream_create(void **s) {
     if (e == cudaSuccess) *s = (void *)st;
     return (int)e;
 }
-static void cu_stream_destroy(void *s) { cudaStreamDestroy((cudaStream_t)s); }
+static void cu_stream_destroy(void *s) {
+    if (cudaStreamDestroy((cudaStream_t)s) != cudaSuccess) cudaGetLastError();
+}
 
-static int cu_event_create(void **ev) {
+static int cu_event_create(void **ev, unsigned flags) {
     cudaEvent_t e;
-    cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    cudaError_t r = cudaEventCreateWithFlags(
+        &e, cudaEventDisableTiming | (flags & GPU_EVENT_BLOCKING ? cudaEventBlockingSync : 0));
     if (r == cudaSuccess) *ev = (void *)e;
     return (int)r;
 }
-static void cu_event_destroy(void *e) { cudaEventDestroy((cudaEvent_t)e); }
+static void cu_event_destroy(void *e) {
+    if (cudaEventDestroy((cudaEvent_t)e) != cudaSuccess) cudaGetLastError();
+}
 static int cu_event_record(void *e, void *s) {
     return (int)cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s);
 }
@@ -63,15 +78,24 @@ static int cu_stream_wait(void *s, void *e) {
     return (int)cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0);
 }
 static int cu_event_sync(void *e) { return (int)cudaEventSynchronize((cudaEvent_t)e); }
-static int cu_stream_sync(void *s) { return (int)cudaStreamSynchronize((cudaStream_t)s); }
+/* cudaStreamSynchronize spins or yields as the device's schedule flags
+ * say, which are the application's to set: wait on a blocking event
+ * recorded on the stream instead. */
+static int cu_stream_sync(void *s) {
+    cudaEvent_t e;
+    cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync);
+    if (r != cudaSuccess) return (int)r;
+    if ((r = cudaEventRecord(e, (cudaStream_t)s)) == cudaSuccess) r = cudaEventSynchronize(e);
+    cu_event_destroy(e);
+    return (int)r;
+}
 static int cu_copy_h2d(void *dst, const void *src, size_t n, void *s) {
     return (int)cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, (cudaStream_t)s);
 }
 
 static int cu_copy_d2h_sync(void *dst, const void *src, size_t n, void *s) {
     cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, (cudaStream_t)s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)s);
-    return (int)e;
+    return e == cudaSuccess ? cu_stream_sync(s) : (int)e;
 }
 
 /* One block per sample (grid-stride), threads laid out (element d of a row,
@@ -132,6 +156,8 @@ static int cu_expand(const gpu_expand_args *a, void *s) {
         if (a->out_bf16) expand_kernel<false, true><<<grid, block, 0, st>>>(*a);
         else expand_kernel<false, false><<<grid, block, 0, st>>>(*a);
     }
+    /* the launch's own error: every call of this file whose failure is
+     * ignored clears it where it happens (cu_dev_free ...) */
     return (int)cudaGetLastError();
 }
 
@@ -172,6 +198,7 @@ extern "C" const gpu_backend cxs_gpu_cuda = {
     "CUDA",
     cu_error_string,
     cu_set_device,
+    cu_get_device,
     cu_mem_info,
     cu_register_supported,
     cu_dev_alloc,
@@ -217,11 +244,16 @@ extern "C" int cxs_gpu_cuda_probe(int dev, cxs_gpu_probe_info *info) {
     }
     if (e == cudaErrorInsufficientDriver) {
         cudaGetLastError();
+        /* the oldest Linux driver of the runtime's major version (minor
+         * version compatibility: CUDA's release notes, table 3) */
+        const int major = info->runtime_version / 1000;
+        const char *need = major >= 13 ? "580.65.06" : major == 12 ? "525.60.13" : "450.80.02";
         snprintf(info->reason, sizeof info->reason,
                  "the NVIDIA driver (CUDA %d.%d) is older than the CUDA runtime this library "
-                 "was built with (%d.%d): update the driver, or build with an older CUDA",
+                 "was built with (%d.%d), which needs driver %s or newer on Linux: update the "
+                 "driver, or build with an older CUDA",
                  info->driver_version / 1000, info->driver_version % 1000 / 10,
-                 info->runtime_version / 1000, info->runtime_version % 1000 / 10);
+                 info->runtime_version / 1000, info->runtime_version % 1000 / 10, need);
         return CXS_E_UNSUPPORTED;
     }
     if (e != cudaSuccess) {

@@ -40,6 +40,7 @@
 #include "gpu_backend.h"
 
 #define EMU_FAULT 0x7e11     /* the backend error code of a fault */
+#define EMU_NO_DEVICE 0x7e12 /* set_device of a device that is not there */
 #define QUARANTINE_N 64      /* freed allocations kept poisoned ... */
 #define QUARANTINE_BYTES (256u << 20) /* ... up to this many bytes */
 
@@ -88,7 +89,12 @@ typedef struct emu_stream {
 typedef struct emu_event {
     emu_stream *s;
     uint64_t ticket;
+    unsigned flags;
 } emu_event;
+
+/* Host waits on events made without GPU_EVENT_BLOCKING: on a device each
+ * spins a CPU core until the event completes (cxs_gpu_emu_spin_waits). */
+static uint64_t spin_waits;
 
 /* One lock for the registry, every stream's queue and counters, the fault. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -109,7 +115,19 @@ static emu_stream *default_stream;
 static emu_stream *dead;
 static emu_stream *all_streams;
 
+/* CXS_GPU_EMU_MEMORY: the emulated device's memory size (0: the host's
+ * memory); allocations beyond it fail as cudaMalloc does. */
+static uint64_t mem_limit, dev_bytes;
+
 static void emu_config(void) {
+    const char *m = getenv("CXS_GPU_EMU_MEMORY");
+    if (m && *m) {
+        char *end;
+        mem_limit = strtoull(m, &end, 10);
+        if (*end == 'K' || *end == 'k') mem_limit <<= 10;
+        else if (*end == 'M' || *end == 'm') mem_limit <<= 20;
+        else if (*end == 'G' || *end == 'g') mem_limit <<= 30;
+    }
     const char *e = getenv("CXS_GPU_EMU");
     if (!e || !*e || !strcmp(e, "late")) sched = SCHED_LATE;
     else if (!strcmp(e, "eager")) sched = SCHED_EAGER;
@@ -146,6 +164,7 @@ static void fault(const char *fmt, ...) {
 static const char *emu_error_string(int err) {
     if (err == ENOMEM) return "out of (emulated device) memory";
     if (err == EMU_FAULT) return fault_msg; /* sticky: never rewritten once set */
+    if (err == EMU_NO_DEVICE) return "invalid device ordinal (emulated)";
     return "emulation error";
 }
 
@@ -226,6 +245,7 @@ static void release(void *p, int kind) {
                   r->base, r->size, q);
         r->freed = 1;
         r->serial = ++serial;
+        if (kind == R_DEV) dev_bytes -= r->size;
         memset(r->base, 0xff, r->size); /* NaN, -1 */
         q_n++, q_bytes += r->size;
         evict();
@@ -511,12 +531,32 @@ static int sticky(void) {
     return f ? EMU_FAULT : 0;
 }
 
+/* The calling thread's current device, as the CUDA runtime keeps it: a
+ * library call that changes it and does not put it back changes the
+ * caller's (tests check that none does). */
+static _Thread_local int cur_dev;
+
 static int emu_set_device(int dev) {
     pthread_once(&once, emu_init);
+    if (dev < 0 || dev >= CXS_GPU_EMU_DEVICES) return EMU_NO_DEVICE;
+    cur_dev = dev;
     return sticky();
 }
 
+static int emu_get_device(int *dev) {
+    *dev = cur_dev;
+    return 0;
+}
+
 static int emu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
+    pthread_once(&once, emu_init);
+    if (mem_limit) {
+        pthread_mutex_lock(&mu);
+        *total_bytes = mem_limit;
+        *free_bytes = mem_limit - dev_bytes;
+        pthread_mutex_unlock(&mu);
+        return 0;
+    }
     long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES),
          avail = sysconf(_SC_AVPHYS_PAGES);
     if (page <= 0 || total <= 0) page = 4096, total = 1l << 20;
@@ -537,7 +577,10 @@ static int alloc_kind(void **p, size_t n, int kind) {
     if (!m) return ENOMEM;
     memset(m, kind == R_DEV ? 0xa5 : 0x5a, n); /* never zero: nothing may rely on it */
     pthread_mutex_lock(&mu);
-    int rc = faulted ? EMU_FAULT : add_region(m, n, kind);
+    int rc = faulted ? EMU_FAULT
+             : kind == R_DEV && mem_limit && dev_bytes + n > mem_limit ? ENOMEM
+                                                                       : add_region(m, n, kind);
+    if (!rc && kind == R_DEV) dev_bytes += n;
     pthread_mutex_unlock(&mu);
     if (rc) {
         free(m);
@@ -594,9 +637,12 @@ static void emu_stream_destroy(void *p) {
     pthread_mutex_unlock(&mu);
 }
 
-static int emu_event_create(void **e) {
-    *e = calloc(1, sizeof(emu_event));
-    return *e ? 0 : ENOMEM;
+static int emu_event_create(void **e, unsigned flags) {
+    emu_event *ev = calloc(1, sizeof(emu_event));
+    if (!ev) return ENOMEM;
+    ev->flags = flags;
+    *e = ev;
+    return 0;
 }
 
 static void emu_event_destroy(void *e) { free(e); }
@@ -630,6 +676,7 @@ static int emu_wait(void *sp, void *e) {
 static int emu_event_sync(void *e) {
     const emu_event *ev = e;
     pthread_mutex_lock(&mu);
+    if (!(ev->flags & GPU_EVENT_BLOCKING)) spin_waits++;
     if (ev->s) force(ev->s, ev->ticket);
     int f = faulted;
     pthread_mutex_unlock(&mu);
@@ -716,6 +763,7 @@ const gpu_backend cxs_gpu_emu = {
     "host emulation",
     emu_error_string,
     emu_set_device,
+    emu_get_device,
     emu_mem_info,
     emu_register_supported,
     emu_dev_alloc,
@@ -764,6 +812,19 @@ int cxs_gpu_emu_copy_async(void *dst, const void *src, size_t n, void *stream) {
 int cxs_gpu_emu_stream_sync(void *stream) {
     pthread_once(&once, emu_init);
     return emu_stream_sync(stream) ? CXS_E_DEVICE : 0;
+}
+
+int cxs_gpu_emu_set_device(int32_t device) {
+    return emu_set_device(device) == EMU_NO_DEVICE ? CXS_E_INVALID : 0;
+}
+
+int32_t cxs_gpu_emu_device(void) { return cur_dev; }
+
+uint64_t cxs_gpu_emu_spin_waits(void) {
+    pthread_mutex_lock(&mu);
+    uint64_t n = spin_waits;
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 const char *cxs_gpu_emu_fault(void) {

@@ -24,7 +24,10 @@
 #include "gpu_backend.h"
 #include "samplers.h"
 
-#define NSLOT 3              /* device batch slots: filling, in use, being released */
+#define NSLOT 3              /* device batch slots made at create: filling, in use, being released */
+#define NSLOT_SOFT 16        /* while the caller holds batches (CXS_GPU_HOLD): this many
+                                whatever the budget, more within it */
+#define NSLOT_MAX 64         /* at most */
 #define UP_CHUNK (16u << 20) /* staged upload chunk */
 #define MAX_UP 16            /* staged upload chunks in flight, at most */
 
@@ -39,6 +42,13 @@ typedef struct gslot {
     uint64_t index, position;
     void *ev_ready, *ev_consumed;
     int used;
+    /* Handed out and not given back: never refilled.  hstream is the stream
+     * it was handed to, where its consumption fence goes when it is given
+     * back without one (the next call without CXS_GPU_HOLD, reset, free).
+     * queued: stream mode, filled (or being filled) and not yet taken.
+     * held and queued are written under gpu_ring_lock. */
+    int held, queued;
+    void *hstream;
 } gslot;
 
 /* Chunked, overlapped upload through pinned staging buffers: the host fills
@@ -66,7 +76,8 @@ typedef struct gpu_stream {
     int feeding;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t filled, taken, released;
+    /* the filled slots in the order the consumer takes them */
+    uint32_t fifo[NSLOT_MAX], fq_head, fq_len;
     int fstop, frc, fdone;
 } gpu_stream;
 
@@ -121,6 +132,10 @@ typedef struct gpu_mode {
     int (*next)(cxs_gpu_loader *l, void *stream, gslot **out);
     /* Ring modes: fill slot s with the batch at l->pos (gpu_ring_next). */
     int (*launch)(cxs_gpu_loader *l, gslot *s);
+    /* Allocate one more slot of the ring (its buffers and events), and the
+     * device bytes one takes. */
+    int (*slot_new)(cxs_gpu_loader *l, gslot *s);
+    uint64_t (*slot_bytes)(const cxs_gpu_loader *l);
     /* 0 when the epoch can start at `start`, else CXS_E_INVALID. */
     int (*check_start)(const cxs_gpu_loader *l, uint64_t start);
     /* Join the mode's thread: no background work or message after this. */
@@ -146,7 +161,7 @@ typedef struct gpu_utt {
     uint32_t cap, targets;
     uint64_t max_frames, len;
     uint64_t *urow; /* host: device row of every utterance's frame 0 */
-    utt_meta meta[NSLOT];
+    utt_meta meta[NSLOT_MAX];
 } gpu_utt;
 
 extern const gpu_mode cxs_gpu_stream_mode, cxs_gpu_resident_mode, cxs_gpu_pool_mode,
@@ -185,12 +200,20 @@ struct cxs_gpu_loader {
      * the stream mode's CPU loader can be restarted after create. */
     double *norm_mv;
     cxs_norm norm;
-    /* the batch ring */
-    gslot slot[NSLOT];
-    uint64_t cur;
-    int primed;
+    /* the batch ring: nslot slots made (NSLOT at create, more while the
+     * caller holds batches, within budget), the one launched ahead and not
+     * yet handed out (ready), the last handed out.  ring_mu guards the
+     * slots' held flags in ring modes (stream mode: st.mu), which
+     * cxs_gpu_loader_release changes from any thread. */
+    gslot slot[NSLOT_MAX];
+    uint32_t nslot;
+    int hold;           /* CXS_GPU_HOLD */
+    uint64_t budget;    /* device bytes the loader may take */
+    char budget_why[160]; /* how the default budget was chosen ("" when given) */
+    size_t in_size;     /* resident/pool: per-sample input bytes of a slot */
+    gslot *ready;
     gslot *handed;
-    void *last_stream; /* the consumer's stream of the last next() */
+    pthread_mutex_t ring_mu;
     /* the state of each mode (only the one in use is set up) */
     gpu_stream st;
     gpu_resident rs;
@@ -227,7 +250,11 @@ int gpu_error_copy(cxs_gpu_loader *l, int rc, cxs_diag *d);
  * normalisation constants on the device.  On failure of the second the
  * caller frees l after gpu_error_copy(l, rc, diag). */
 int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_loader **out,
-                   uint64_t *budget, cxs_diag *diag);
+                   uint64_t *budget, int *prev, cxs_diag *diag);
+/* The calling thread's current device, made dev (when dev >= 0) for a
+ * public entry point; gpu_device_leave puts the one returned back. */
+int gpu_device_enter(const gpu_backend *be, int dev);
+void gpu_device_leave(const gpu_backend *be, int dev, int prev);
 int gpu_loader_streams(cxs_gpu_loader *l);
 /* Resident mode's upload of the features, tables and (o.labels) labels,
  * and the release of what it holds (gpu_resident.c). */
@@ -243,7 +270,19 @@ uint64_t gpu_ring_bytes(const cxs_gpu_loader *l, size_t in_size);
 int gpu_check_norm(const cxs_dataset *ds, uint32_t flags, const cxs_norm *norm, const char *what,
                    cxs_diag *d);
 int gpu_ring_alloc(cxs_gpu_loader *l, size_t in_size);
+/* Resident/pool mode's slot_new and slot_bytes. */
+int gpu_ring_slot_new(cxs_gpu_loader *l, gslot *s);
+uint64_t gpu_ring_slot_bytes(const cxs_gpu_loader *l);
 int gpu_ring_next(cxs_gpu_loader *l, void *stream, gslot **out);
+/* The lock of the slots' held/queued flags (st.mu in stream mode). */
+pthread_mutex_t *gpu_ring_lock(cxs_gpu_loader *l);
+/* Give a held slot back, its reuse ordered after the work queued on
+ * `stream` so far (under gpu_ring_lock). */
+int gpu_slot_give_back(cxs_gpu_loader *l, gslot *s, void *stream);
+/* Make one more slot when the budget has room for it (and NSLOT_MAX is
+ * not reached): 0 and *out, or -EBUSY with the loader's message saying
+ * that the caller holds every slot.  Not under gpu_ring_lock. */
+int gpu_slot_grow(cxs_gpu_loader *l, gslot **out);
 int gpu_ring_restart(cxs_gpu_loader *l);
 void gpu_expand_init(const cxs_gpu_loader *l, const gslot *s, gpu_expand_args *a);
 

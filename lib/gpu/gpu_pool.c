@@ -206,8 +206,8 @@ static int pool_open(cxs_gpu_loader *l) {
     for (uint32_t g = 0; g < p->S; g++) {
         pseg *sg = &p->seg[g];
         sg->row_base = g * p->seg_rows;
-        BE(l, l->be->event_create(&sg->ev_loaded));
-        BE(l, l->be->event_create(&sg->ev_freed));
+        BE(l, l->be->event_create(&sg->ev_loaded, GPU_EVENT_BLOCKING));
+        BE(l, l->be->event_create(&sg->ev_freed, GPU_EVENT_BLOCKING));
     }
     if ((rc = gpu_up_init(l, &p->up, l->copy, l->o.slots, rb))) return rc;
     p->up.ctx = "pool refresh: "; /* from now on the refresher's */
@@ -415,6 +415,8 @@ static void pool_describe(const cxs_gpu_loader *l, cxs_gpu_loader_info *info) {
 const gpu_mode cxs_gpu_pool_mode = {
     .setup = pool_setup,
     .next = gpu_ring_next,
+    .slot_new = gpu_ring_slot_new,
+    .slot_bytes = gpu_ring_slot_bytes,
     .launch = pool_launch,
     .check_start = pool_check_start,
     .stop = pool_stop,

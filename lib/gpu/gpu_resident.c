@@ -38,6 +38,8 @@ typedef struct gds_lib {
     gds_error (*handle_register)(void **fh, gds_descr *d);
     void (*handle_deregister)(void *fh);
     ssize_t (*read)(void *fh, void *base, size_t size, off_t file_off, off_t buf_off);
+    gds_error (*buf_register)(const void *base, size_t size, int flags); /* optional */
+    gds_error (*buf_deregister)(const void *base);
 } gds_lib;
 
 /* CXS_CUFILE names the library file when it is not on the loader's path
@@ -54,6 +56,8 @@ static int gds_load(gds_lib *g) {
     *(void **)&g->handle_register = dlsym(g->so, "cuFileHandleRegister");
     *(void **)&g->handle_deregister = dlsym(g->so, "cuFileHandleDeregister");
     *(void **)&g->read = dlsym(g->so, "cuFileRead");
+    *(void **)&g->buf_register = dlsym(g->so, "cuFileBufRegister");
+    *(void **)&g->buf_deregister = dlsym(g->so, "cuFileBufDeregister");
     if (!g->driver_open || !g->driver_close || !g->handle_register || !g->handle_deregister ||
         !g->read) {
         dlclose(g->so);
@@ -63,26 +67,44 @@ static int gds_load(gds_lib *g) {
     return 0;
 }
 
+/* The library is loaded and its driver opened once per process, and
+ * neither is ever closed: cuFileDriverClose and dlclose would pull them
+ * from under every other user in the process (another loader, the
+ * application's own cuFile use). */
+static gds_lib gds;
+static int gds_loaded, gds_opened;
+static pthread_once_t gds_once = PTHREAD_ONCE_INIT, gds_open_once = PTHREAD_ONCE_INIT;
+
+static void gds_load_once(void) { gds_loaded = gds_load(&gds) == 0; }
+
+#ifdef CXS_HAVE_CUDA
+static void gds_open_driver(void) { gds_opened = gds.driver_open().err == 0; }
+#endif
+
 int gpu_gds_present(void) {
-    gds_lib g;
-    if (gds_load(&g)) return 0;
-    dlclose(g.so);
-    return 1;
+    pthread_once(&gds_once, gds_load_once);
+    return gds_loaded;
 }
 
 /* Whole FEATURES sections straight from the files into device memory
- * through GPUDirect Storage.  0 when every shard went this way; -1 to fall
- * back silently (the path is optional and often absent). */
-static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
+ * through cuFile (GPUDirect Storage, or its compatibility mode where the
+ * platform lacks it: cuFile decides).  Returns the number of shards
+ * uploaded whole, in order (all of them: done); the other paths upload
+ * the rest, never again what this one did. */
+static uint32_t gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
 #ifdef CXS_HAVE_CUDA
     const cxs_dataset *ds = l->ds;
-    gds_lib g;
-    if (cxs_compressed(ds) || l->be != &cxs_gpu_cuda || gds_load(&g)) return -1;
-    gds_error e = g.driver_open();
-    if (e.err) {
-        dlclose(g.so);
-        return -1;
-    }
+    if (cxs_compressed(ds) || l->be != &cxs_gpu_cuda || !gpu_gds_present()) return 0;
+    pthread_once(&gds_open_once, gds_open_driver);
+    if (!gds_opened) return 0;
+    const gds_lib *gp = &gds, g = *gp;
+    const uint64_t total = srow[ds->meta.num_shards] * ds->row_bytes;
+    /* the device buffer registered: cuFile reads into it directly rather
+     * than through its own bounce buffers */
+    int breg = g.buf_register && g.buf_deregister &&
+               g.buf_register(l->rs.d_feat, (size_t)(total ? total : 1), 0).err == 0;
+    gds_error e;
+    uint32_t whole = 0;
     int ok = 1;
     const uint64_t rb = ds->row_bytes;
     for (uint32_t s = 0; s < ds->meta.num_shards && ok; s++) {
@@ -116,19 +138,40 @@ static int gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
         __atomic_add_fetch(&l->uploaded, done, __ATOMIC_RELAXED);
         g.handle_deregister(fh);
         close(fd);
+        if (ok) whole = s + 1;
     }
-    g.driver_close();
-    dlclose(g.so);
-    return ok ? 0 : -1;
+    if (breg) g.buf_deregister(l->rs.d_feat);
+    return whole;
 #else
-    return -1;
+    (void)l, (void)srow;
+    return 0;
 #endif
 }
 
-/* Pin every shard's FEATURES section in place (read-only) and copy from
- * the mapping itself: no staging copy on the CPU.  -1 when the device or
- * the mapping does not allow it (nothing left registered). */
-static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
+/* Copy every shard's FEATURES section from the mapping itself, pinned in
+ * place (read-only): no staging copy on the CPU.  Registered in pieces of
+ * REG_SPAN, at most REG_LIVE at a time: registering a piece faults its
+ * pages in from the disk while the copy engine sends the piece before,
+ * and the whole dataset is never locked in memory at once.  A piece is
+ * unregistered once its copies are done (its event).  -1 when the device
+ * or the mapping does not allow it, before anything was copied (nothing
+ * left registered). */
+#define REG_SPAN (1ull << 30)
+#define REG_LIVE 2
+
+typedef struct reg_piece {
+    void *base;
+    void *ev;
+} reg_piece;
+
+static int reg_retire(cxs_gpu_loader *l, reg_piece *p) {
+    int e = p->base ? l->be->event_sync(p->ev) : 0;
+    if (p->base) l->be->host_unregister(p->base);
+    p->base = NULL;
+    return e ? GPU_DEVICE_FAIL(l, "", e, "event_sync") : 0;
+}
+
+static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s0) {
     const cxs_dataset *ds = l->ds;
     int yes = 0;
     if (cxs_compressed(ds) || (l->o.paths & CXS_GPU_NO_REGISTER) ||
@@ -136,39 +179,58 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow) {
         return -1;
     const uint32_t S = ds->meta.num_shards;
     const uint64_t rb = ds->row_bytes, page = (uint64_t)sysconf(_SC_PAGESIZE);
-    void **reg = calloc(S ? S : 1, sizeof *reg);
-    if (!reg) return -1;
-    int rc = 0;
-    uint32_t s;
-    for (s = 0; s < S; s++) {
+    reg_piece live[REG_LIVE];
+    memset(live, 0, sizeof live);
+    int rc = 0, copied = 0;
+    for (int i = 0; i < REG_LIVE && !rc; i++)
+        if (l->be->event_create(&live[i].ev, GPU_EVENT_BLOCKING)) rc = -1;
+    unsigned next = 0;
+    for (uint32_t s = s0; s < S && !rc; s++) {
         const shard *sh = &ds->shards[s];
-        uint64_t a = (uint64_t)(sh->features - sh->map), b = a + gpu_shard_rows(sh) * rb;
-        uint64_t a0 = a - a % page, b0 = (b + page - 1) / page * page;
-        if (l->be->host_register((void *)(sh->map + a0), (size_t)(b0 - a0))) break;
-        reg[s] = (void *)(sh->map + a0);
-    }
-    if (s < S) {
-        rc = -1;
-    } else {
-        for (s = 0; s < S && !rc; s++) {
-            const shard *sh = &ds->shards[s];
-            uint64_t len = gpu_shard_rows(sh) * rb;
-            for (uint64_t done = 0; done < len && !rc; done += REG_PIECE) {
-                size_t m = len - done < REG_PIECE ? (size_t)(len - done) : (size_t)REG_PIECE;
-                int e = l->be->copy_h2d(l->rs.d_feat + srow[s] * rb + done, sh->features + done, m,
+        const uint64_t a = (uint64_t)(sh->features - sh->map), len = gpu_shard_rows(sh) * rb;
+        for (uint64_t off = 0; off < len && !rc;) {
+            /* the piece [off, end) of the section, its pages [p0, p1) */
+            uint64_t end = a + off + REG_SPAN;
+            end = end - end % page;
+            if (end <= a + off || end > a + len) end = a + len;
+            const uint64_t p0 = (a + off) - (a + off) % page, p1 = (end + page - 1) / page * page;
+            reg_piece *p = &live[next];
+            if ((rc = reg_retire(l, p))) break; /* its copies are done: pages free again */
+            if (l->be->host_register((void *)(sh->map + p0), (size_t)(p1 - p0))) {
+                /* refused: nothing copied yet falls back; else the staged
+                 * path cannot resume halfway, so it is an error */
+                rc = copied ? gpu_fail(l, CXS_E_DEVICE, "registration of %s's mapping failed "
+                                       "after part of it was uploaded", sh->path) : -1;
+                break;
+            }
+            p->base = (void *)(sh->map + p0);
+            for (uint64_t d = off; d < end - a && !rc; d += REG_PIECE) {
+                size_t m = end - a - d < REG_PIECE ? (size_t)(end - a - d) : (size_t)REG_PIECE;
+                int e = l->be->copy_h2d(l->rs.d_feat + srow[s] * rb + d, sh->features + d, m,
                                         l->copy);
                 if (e) rc = GPU_DEVICE_FAIL(l, "", e, "copy from the registered mapping");
                 else __atomic_add_fetch(&l->uploaded, m, __ATOMIC_RELAXED);
+                copied = 1;
             }
-        }
-        if (!rc) {
-            int e = l->be->stream_sync(l->copy);
-            if (e) rc = GPU_DEVICE_FAIL(l, "", e, "stream_sync");
+            int e = rc ? 0 : l->be->event_record(p->ev, l->copy);
+            if (e) rc = GPU_DEVICE_FAIL(l, "", e, "event_record");
+            off = end - a;
+            next = (next + 1) % REG_LIVE;
         }
     }
-    for (s = 0; s < S; s++)
-        if (reg[s]) l->be->host_unregister(reg[s]);
-    free(reg);
+    if (!rc) {
+        int e = l->be->stream_sync(l->copy);
+        if (e) rc = GPU_DEVICE_FAIL(l, "", e, "stream_sync");
+    } else {
+        l->be->stream_sync(l->copy); /* nothing queued may read a piece unregistered below */
+    }
+    for (int i = 0; i < REG_LIVE; i++) {
+        if (live[i].base && live[i].ev) {
+            int e = reg_retire(l, &live[i]);
+            if (e && !rc) rc = e;
+        }
+        if (live[i].ev) l->be->event_destroy(live[i].ev);
+    }
     return rc;
 }
 
@@ -299,16 +361,18 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
      * INDEX at its end, before any copy from its mapping */
     tables_arg ta = {l, &up, srow};
     if ((rc = gpu_mapped(l, "resident upload", upload_tables, &ta))) goto out;
-    if ((l->o.paths & CXS_GPU_GDS) && gds_upload(l, srow) == 0) {
+    /* cuFile first when asked; what it did not upload whole, the other paths */
+    const uint32_t s0 = (l->o.paths & CXS_GPU_GDS) ? gds_upload(l, srow) : 0;
+    if (s0 == S && S) {
         l->info.upload_path = 2;
-    } else if ((rc = registered_upload(l, srow)) == 0) {
+    } else if ((rc = registered_upload(l, srow, s0)) == 0) {
         l->info.upload_path = 1;
     } else if (rc != -1) {
         goto out;
     } else {
         rc = 0;
         l->info.upload_path = 0;
-        for (uint32_t s = 0; s < S && !rc; s++)
+        for (uint32_t s = s0; s < S && !rc; s++)
             rc = gpu_up_rows(l, &up, &zr, s, 0, gpu_shard_rows(&ds->shards[s]), l->rs.d_feat + srow[s] * rb);
         if (rc) goto out;
     }
@@ -370,6 +434,8 @@ void gpu_resident_release(cxs_gpu_loader *l) {
 const gpu_mode cxs_gpu_resident_mode = {
     .setup = resident_setup,
     .next = gpu_ring_next,
+    .slot_new = gpu_ring_slot_new,
+    .slot_bytes = gpu_ring_slot_bytes,
     .launch = resident_launch,
     .start = gpu_ring_restart,
     .release = gpu_resident_release,

@@ -26,10 +26,29 @@ static size_t in_bytes(const cxs_gpu_loader *l) {
     return off_tgt(u) + (u->targets ? (size_t)u->cap * l->ds->seq_max * 8 : 0);
 }
 
-static uint64_t ring_bytes(const cxs_gpu_loader *l) {
+static uint64_t utt_slot_bytes(const cxs_gpu_loader *l) {
     const gpu_utt *u = &l->ut;
-    return NSLOT * (u->max_frames * l->D * l->xelem + (l->o.labels ? u->max_frames * 8 : 0) +
-                    in_bytes(l));
+    return u->max_frames * l->D * l->xelem + (l->o.labels ? u->max_frames * 8 : 0) +
+           in_bytes(l);
+}
+
+static uint64_t ring_bytes(const cxs_gpu_loader *l) { return NSLOT * utt_slot_bytes(l); }
+
+/* One slot: the batch's x and y, its inputs on the device and pinned, and
+ * the utterance list the host keeps (meta, at the slot's place). */
+static int utt_slot_new(cxs_gpu_loader *l, gslot *s) {
+    gpu_utt *u = &l->ut;
+    const size_t ib = in_bytes(l);
+    if (!(u->meta[s - l->slot].utts = malloc((size_t)u->cap * 8)))
+        return gpu_fail(l, -ENOMEM, "out of memory");
+    BE(l, l->be->dev_alloc(&s->d_x, (size_t)u->max_frames * l->D * l->xelem));
+    if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, (size_t)u->max_frames * 8));
+    BE(l, l->be->dev_alloc(&s->d_in, ib));
+    BE(l, l->be->host_alloc(&s->h_in, ib));
+    s->frames = s->h_in; /* not a separate allocation: ring_free leaves it */
+    BE(l, l->be->event_create(&s->ev_ready, GPU_EVENT_BLOCKING));
+    BE(l, l->be->event_create(&s->ev_consumed, GPU_EVENT_BLOCKING));
+    return 0;
 }
 
 /* The resident features, tables and labels, as gpu_resident_upload lays
@@ -149,7 +168,7 @@ static int utt_start(cxs_gpu_loader *l) {
 
 static void utt_release(cxs_gpu_loader *l) {
     gpu_resident_release(l);
-    for (int i = 0; i < NSLOT; i++) free(l->ut.meta[i].utts);
+    for (int i = 0; i < NSLOT_MAX; i++) free(l->ut.meta[i].utts);
     free(l->ut.urow);
     memset(&l->ut, 0, sizeof l->ut);
 }
@@ -157,6 +176,8 @@ static void utt_release(cxs_gpu_loader *l) {
 const gpu_mode cxs_gpu_utt_mode = {
     .next = gpu_ring_next,
     .launch = utt_launch,
+    .slot_new = utt_slot_new,
+    .slot_bytes = utt_slot_bytes,
     .start = utt_start,
     .release = utt_release,
 };
@@ -198,18 +219,10 @@ static int utt_setup(cxs_gpu_loader *l) {
     rc = gpu_mapped(l, "utterance loader", utt_rows, &ra); /* INDEX, in place */
     free(srow);
     if (rc) return rc;
-    const size_t ib = in_bytes(l);
     for (int i = 0; i < NSLOT; i++) {
-        gslot *s = &l->slot[i];
-        if (!(u->meta[i].utts = malloc((size_t)u->cap * 8)))
-            return gpu_fail(l, -ENOMEM, "out of memory");
-        BE(l, l->be->dev_alloc(&s->d_x, (size_t)u->max_frames * l->D * l->xelem));
-        if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, (size_t)u->max_frames * 8));
-        BE(l, l->be->dev_alloc(&s->d_in, ib));
-        BE(l, l->be->host_alloc(&s->h_in, ib));
-        s->frames = s->h_in; /* not a separate allocation: ring_free leaves it */
-        BE(l, l->be->event_create(&s->ev_ready));
-        BE(l, l->be->event_create(&s->ev_consumed));
+        rc = utt_slot_new(l, &l->slot[i]);
+        l->nslot = i + 1; /* made in part: freed with the rest */
+        if (rc) return rc;
     }
     rc = gpu_resident_upload(l);
     if (!rc) l->info.device_bytes += ring_bytes(l);
@@ -221,9 +234,9 @@ static int check_utt_opts(const cxs_dataset *ds, const cxs_gpu_utt_opts *o, cxs_
         return cxs_diagf(diag, CXS_E_INVALID,
                          "GPU utterance loader: flags CXS_PAD_PER_UTTERANCE (per-utterance "
                          "normalisation) is computed on the CPU only: use cxs_utt_loader");
-    if (o->flags & ~CXS_GATHER_NORMALIZE)
+    if (o->flags & ~(CXS_GATHER_NORMALIZE | CXS_GPU_HOLD))
         return cxs_diagf(diag, CXS_E_INVALID, "GPU utterance loader: unknown flags 0x%x",
-                         o->flags & ~CXS_GATHER_NORMALIZE);
+                         o->flags & ~(CXS_GATHER_NORMALIZE | CXS_GPU_HOLD));
     int nrc = gpu_check_norm(ds, o->flags, o->norm, "GPU utterance loader", diag);
     if (nrc) return nrc;
     if (o->out_dtype > CXS_GPU_OUT_BF16)
@@ -272,7 +285,7 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     go.mode = CXS_GPU_RESIDENT;
     go.budget_bytes = opts->budget_bytes;
     go.batch_size = 1;
-    go.flags = opts->flags;
+    go.flags = opts->flags; /* CXS_GPU_HOLD too */
     go.out_dtype = opts->out_dtype;
     go.labels = opts->labels;
     go.slots = opts->slots ? opts->slots : 4;
@@ -280,10 +293,13 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     go.norm = opts->norm;
     cxs_gpu_loader *l;
     uint64_t budget;
-    if ((rc = gpu_loader_new(ds, &go, &l, &budget, diag))) {
+    int prev;
+    if ((rc = gpu_loader_new(ds, &go, &l, &budget, &prev, diag))) {
         free(ul);
         return rc;
     }
+    const gpu_backend *be = l->be;
+    const int dev = l->dev;
     ul->g = l;
     l->mode = CXS_GPU_RESIDENT;
     l->info.mode = CXS_GPU_RESIDENT;
@@ -293,7 +309,7 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     l->ut.max_frames = cxs_utt_sampler_max_frames(sampler);
     l->ut.targets = opts->targets;
     /* every buffer size below fits in size_t, with room for the ring */
-    const uint64_t lim = SIZE_MAX / 16 / NSLOT;
+    const uint64_t lim = SIZE_MAX / 16 / NSLOT_MAX;
     if (l->ut.max_frames > lim / ((uint64_t)l->D * l->xelem) ||
         (l->ut.targets && l->ds->seq_max > lim / 8 / (l->ut.cap ? l->ut.cap : 1))) {
         rc = gpu_fail(l, CXS_E_RANGE,
@@ -313,17 +329,20 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
         goto fail;
     }
     snprintf(l->info.reason, sizeof l->info.reason,
-             "utterances: resident data %llu bytes, batch buffers %llu, of %llu",
-             (unsigned long long)data, (unsigned long long)ring, (unsigned long long)budget);
+             "utterances: resident data %llu bytes, batch buffers %llu, of %llu%s",
+             (unsigned long long)data, (unsigned long long)ring, (unsigned long long)budget,
+             l->budget_why);
     if ((rc = gpu_loader_streams(l))) goto fail;
     l->ops = &cxs_gpu_utt_mode;
     if ((rc = utt_setup(l))) goto fail;
     *out = ul;
+    gpu_device_leave(be, dev, prev);
     return 0;
 fail:
     gpu_error_copy(l, rc, diag);
     cxs_gpu_loader_free(l);
     free(ul);
+    gpu_device_leave(be, dev, prev);
     return rc;
 }
 
@@ -369,6 +388,10 @@ int cxs_gpu_utt_loader_reset(cxs_gpu_utt_loader *ul, uint64_t epoch, uint64_t st
                         (unsigned long long)start, (unsigned long long)len,
                         (unsigned long long)epoch);
     return cxs_gpu_loader_reset(ul->g, epoch, start);
+}
+
+int cxs_gpu_utt_loader_release(cxs_gpu_utt_loader *ul, const void *x, void *stream) {
+    return ul ? cxs_gpu_loader_release(ul->g, x, stream) : CXS_E_INVALID;
 }
 
 void cxs_gpu_utt_loader_describe(const cxs_gpu_utt_loader *ul, cxs_gpu_loader_info *info) {

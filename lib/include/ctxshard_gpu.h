@@ -34,7 +34,10 @@
  * resident data, batches padded on the device.
  *
  * Device pointers handed out are valid until the next cxs_gpu_loader_next()
- * (or reset/free) on the same loader: work the caller enqueues on its
+ * (or reset/free) on the same loader, or, with CXS_GPU_HOLD in
+ * cxs_gpu_opts.flags, until the caller gives the batch back with
+ * cxs_gpu_loader_release() (the way a tensor holds its memory: the
+ * Python package does this for every device batch): work the caller enqueues on its
  * stream before that call is ordered before the memory is reused or freed
  * (an event recorded on the caller's stream, waited for by the loader's
  * stream or, at free, by the host).  Between taking batch k and asking for
@@ -77,6 +80,9 @@ extern "C" {
  *
  * A fault is sticky, as on a device: every later call of every loader fails
  * with CXS_E_DEVICE and the fault's message; cxs_gpu_emu_fault() returns it.
+ * CXS_GPU_EMU_MEMORY=SIZE (bytes, or with K, M or G) gives the emulated
+ * device that much memory (default: the host's): mem_info reports it, and
+ * an allocation beyond it fails, as cudaMalloc does.
  * The environment variable CXS_GPU_EMU chooses the schedule, read once:
  * "late" (the default: every operation as late as the API allows),
  * "random:SEED" (as soon as queued, after delays drawn from SEED) or
@@ -86,6 +92,11 @@ extern "C" {
  * cxs_gpu_emu_stream_sync() of the stream it passed to next(), as a CUDA
  * consumer's kernels run after the stream's wait. */
 #define CXS_GPU_EMULATE (-1)
+/** Emulated device n (0 .. CXS_GPU_EMU_DEVICES-1; CXS_GPU_EMULATE is
+ * device 0): each thread has a current emulated device, as with the CUDA
+ * runtime, and the library leaves the caller's as it found it. */
+#define CXS_GPU_EMU_DEVICES 4
+#define CXS_GPU_EMULATE_DEVICE(n) (-1 - (n))
 
 typedef struct cxs_gpu_probe_info {
     int32_t usable;              /**< 1 when a loader can be created on this device */
@@ -121,6 +132,18 @@ CXS_API int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info);
 #define CXS_GPU_OUT_F32 0u
 #define CXS_GPU_OUT_BF16 1u  /**< bfloat16, rounded to nearest even */
 
+/** cxs_gpu_opts.flags / cxs_gpu_utt_opts.flags (besides
+ * CXS_GATHER_NORMALIZE): every batch handed out is held by the caller
+ * until cxs_gpu_loader_release() (cxs_gpu_utt_loader_release()) gives it
+ * back, in any order, from any thread; its memory is never refilled
+ * before.  While the caller holds batches the loader makes more batch
+ * buffers (the ring starts with 3), so that it can still work one batch
+ * ahead: up to 16 in all whatever budget_bytes says (a pool takes its
+ * whole budget), more up to 64 while the budget has room.  When none is
+ * free and none can be made, next() answers -EBUSY (the message gives
+ * the sizes) and may be called again once a batch is given back. */
+#define CXS_GPU_HOLD 0x100u
+
 /** cxs_gpu_opts.paths: fast paths of the resident/pool upload. */
 #define CXS_GPU_NO_REGISTER 1u /**< never cudaHostRegister the mapping */
 #define CXS_GPU_GDS 2u         /**< try GPUDirect Storage (libcufile) for whole sections */
@@ -129,10 +152,12 @@ typedef struct cxs_gpu_opts {
     int32_t device;          /**< CUDA ordinal, or CXS_GPU_EMULATE */
     uint32_t mode;           /**< CXS_GPU_* */
     uint64_t budget_bytes;   /**< device memory the resident data/pool may take;
-                                  0: 80% of the device's free memory */
+                                  0: half the device's total memory, at most 80%
+                                  of its free memory (room left for training;
+                                  describe's reason says which) */
     uint32_t k;              /**< context: windows of (2k+1)*dim elements */
     uint32_t batch_size;     /**< >= 1 */
-    uint32_t flags;          /**< CXS_GATHER_NORMALIZE */
+    uint32_t flags;          /**< CXS_GATHER_NORMALIZE, CXS_GPU_HOLD */
     uint32_t out_dtype;      /**< CXS_GPU_OUT_* */
     uint32_t labels;         /**< 1: y too (needs labels) */
     uint32_t drop_last;      /**< 1: no short final batch */
@@ -167,7 +192,9 @@ CXS_API void cxs_gpu_opts_init(cxs_gpu_opts *o);
 typedef struct cxs_gpu_loader_info {
     uint32_t mode;             /**< the mode in use (never AUTO) */
     uint32_t upload_path;      /**< resident/pool: 0 pinned staging, 1 registered
-                                    mapping, 2 GPUDirect Storage */
+                                    mapping, 2 cuFile (GPUDirect Storage, or
+                                    cuFile's compatibility mode, which reads
+                                    through host memory: cuFile chooses) */
     uint64_t device_bytes;     /**< device memory held */
     uint64_t uploaded_bytes;   /**< bytes sent host -> device so far */
     double upload_seconds;     /**< resident: wall time of the initial upload */
@@ -214,12 +241,25 @@ CXS_API int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *samp
  * The next batch, in device memory, ready for work enqueued on `stream` (a
  * cudaStream_t; NULL for the legacy default stream): the stream is made to
  * wait for the batch's upload/expansion, the host does not wait for the
- * device.  *batch is NULL at the end of the epoch.  The previous batch's
- * memory is reused after the work already enqueued on `stream`.  One
- * consumer, one stream per loader.  Returns 0 or the first error (then
- * cxs_gpu_loader_error() has the diagnostic).
+ * device.  *batch is NULL at the end of the epoch.  Without CXS_GPU_HOLD
+ * the previous batch's memory is reused after the work enqueued, before
+ * this call, on the stream that batch was handed to.  One consumer thread
+ * per loader.  Returns 0, -EBUSY (CXS_GPU_HOLD: every batch buffer is
+ * held and the budget has no room for another; not sticky: give one back
+ * and call again) or the first error (then cxs_gpu_loader_error() has
+ * the diagnostic).
  */
 CXS_API int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch);
+
+/**
+ * With CXS_GPU_HOLD: give back the batch whose x is `x` (a cxs_gpu_batch's
+ * x); its memory is refilled only after the work queued on `stream` (a
+ * cudaStream_t, NULL: the legacy default stream) before this call, so
+ * pass the stream the caller's work on the batch went to.  Any thread,
+ * any order; batches held across reset() stay valid.  Returns 0,
+ * CXS_E_INVALID (not a batch held, or no CXS_GPU_HOLD) or CXS_E_DEVICE.
+ */
+CXS_API int cxs_gpu_loader_release(cxs_gpu_loader *l, const void *x, void *stream);
 
 /** Restart at (epoch, start), as cxs_loader_reset (CXS_E_INVALID for a
  * start past the epoch's samples in pool mode).  Resident data stays on
@@ -256,8 +296,9 @@ CXS_API void cxs_gpu_loader_free(cxs_gpu_loader *l);
 typedef struct cxs_gpu_utt_opts {
     int32_t device;         /**< CUDA ordinal, or CXS_GPU_EMULATE */
     uint64_t budget_bytes;  /**< device memory the resident data and the batch
-                                 buffers may take; 0: 80% of the device's free memory */
-    uint32_t flags;         /**< CXS_GATHER_NORMALIZE (CXS_PAD_PER_UTTERANCE is
+                                 buffers may take; 0: half the device's total
+                                 memory, at most 80% of its free memory */
+    uint32_t flags;         /**< CXS_GATHER_NORMALIZE, CXS_GPU_HOLD (CXS_PAD_PER_UTTERANCE is
                                  computed on the CPU only: CXS_E_INVALID) */
     uint32_t out_dtype;     /**< CXS_GPU_OUT_F32 or CXS_GPU_OUT_BF16 */
     uint32_t labels;        /**< 1: per-frame labels y too (needs labels) */
@@ -312,7 +353,8 @@ typedef struct cxs_gpu_utt_loader cxs_gpu_utt_loader;
  * cxs_utt_sampler_batch.  ds and sampler must outlive the loader.
  *
  * Device pointers handed out are valid until the next
- * cxs_gpu_utt_loader_next (or reset/free), host ones likewise; the work
+ * cxs_gpu_utt_loader_next (or reset/free), host ones likewise, or with
+ * CXS_GPU_HOLD until cxs_gpu_utt_loader_release(); the work
  * the caller enqueues on its stream before that call is ordered before
  * the memory is reused, as with cxs_gpu_loader.
  *
@@ -334,6 +376,10 @@ CXS_API int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampl
  * cxs_gpu_utt_loader_error has the message). */
 CXS_API int cxs_gpu_utt_loader_next(cxs_gpu_utt_loader *l, void *stream,
                                     const cxs_gpu_utt_batch **batch);
+
+/** With CXS_GPU_HOLD: give back the batch whose x is `x`, as
+ * cxs_gpu_loader_release (its host arrays go back with it). */
+CXS_API int cxs_gpu_utt_loader_release(cxs_gpu_utt_loader *l, const void *x, void *stream);
 
 /** Restart at this rank's position `start` of `epoch` (CXS_E_INVALID past
  * its batches).  The resident data stays on the device. */
@@ -372,6 +418,20 @@ CXS_API int cxs_gpu_emu_stream_sync(void *stream);
  * freed memory, host memory given as device memory, a pinned buffer
  * written while a queued copy still read it.  Valid for the process. */
 CXS_API const char *cxs_gpu_emu_fault(void);
+
+/** Make emulated device `device` (0 .. CXS_GPU_EMU_DEVICES-1) the calling
+ * thread's current one, as cudaSetDevice does.  Returns 0 or
+ * CXS_E_INVALID. */
+CXS_API int cxs_gpu_emu_set_device(int32_t device);
+
+/** The calling thread's current emulated device (0 until set). */
+CXS_API int32_t cxs_gpu_emu_device(void);
+
+/** Host waits so far, in this process, on emulated events the library
+ * made without blocking synchronisation (on a device, each such wait
+ * spins a CPU core until the event completes; the library's own events
+ * are made with cudaEventBlockingSync, so this stays 0). */
+CXS_API uint64_t cxs_gpu_emu_spin_waits(void);
 
 /** The schedule in use: "late", "random" or "eager" (CXS_GPU_EMU). */
 CXS_API const char *cxs_gpu_emu_schedule(void);

@@ -213,6 +213,7 @@ GPU_EMULATE = -1
 GPU_AUTO, GPU_STREAM, GPU_RESIDENT, GPU_POOL = 0, 1, 2, 3
 GPU_OUT_F32, GPU_OUT_BF16 = 0, 1
 GPU_NO_REGISTER, GPU_GDS = 1, 2
+GPU_HOLD = 0x100
 
 
 class GpuProbeInfo(Structure):
@@ -535,6 +536,7 @@ def _load():
                                           POINTER(c_void_p), POINTER(Diag)]),
         "cxs_gpu_loader_next": (c_int, [c_void_p, c_void_p, POINTER(POINTER(GpuBatch))]),
         "cxs_gpu_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
+        "cxs_gpu_loader_release": (c_int, [c_void_p, c_void_p, c_void_p]),
         "cxs_gpu_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
         "cxs_gpu_loader_error": (POINTER(Diag), [c_void_p]),
         "cxs_gpu_loader_free": (None, [c_void_p]),
@@ -542,6 +544,7 @@ def _load():
                                               c_uint64, POINTER(c_void_p), POINTER(Diag)]),
         "cxs_gpu_utt_loader_next": (c_int, [c_void_p, c_void_p, POINTER(POINTER(GpuUttBatch))]),
         "cxs_gpu_utt_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
+        "cxs_gpu_utt_loader_release": (c_int, [c_void_p, c_void_p, c_void_p]),
         "cxs_gpu_utt_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
         "cxs_gpu_utt_loader_error": (POINTER(Diag), [c_void_p]),
         "cxs_gpu_utt_loader_free": (None, [c_void_p]),

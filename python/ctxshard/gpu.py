@@ -22,11 +22,15 @@ emulated_fault() says what went wrong.  For tests and debugging without a
 GPU.
 
 Ownership: GpuBatch holds raw addresses, valid until the loader's next
-next(), reset() or close().  What the loader points into is freed when the
-GpuLoader is closed or collected and no _Owner reference remains (the
-torch adapters' tensors hold one each, so a tensor never outlives its
-memory)."""
+next(), reset() or close(); with hold=True until release(batch) instead
+(the torch adapters hold every batch this way, through a Lease each of
+their tensors keeps, so that a batch stays valid while anything refers to
+it).  What the loader points into is freed when the GpuLoader is closed
+or collected and no _Owner reference remains (every Lease holds one, so a
+tensor never outlives its memory)."""
 import ctypes
+import errno
+import gc
 from ctypes import byref, c_void_p
 
 import numpy as np
@@ -42,7 +46,8 @@ EMULATE = _n.GPU_EMULATE
 MODES = {"auto": _n.GPU_AUTO, "stream": _n.GPU_STREAM, "resident": _n.GPU_RESIDENT,
          "pool": _n.GPU_POOL}
 MODE_NAMES = {v: k for k, v in MODES.items()}
-UPLOAD_PATHS = {0: "pinned staging", 1: "registered mapping", 2: "GPUDirect Storage"}
+UPLOAD_PATHS = {0: "pinned staging", 1: "registered mapping",
+                2: "cuFile (GPUDirect Storage, or its compatibility mode)"}
 
 
 def _device(func, device):
@@ -65,6 +70,32 @@ class _Owner:
         if self.ptr is not None:
             self._free(self.ptr)
             self.ptr = None
+
+
+class Lease:
+    """A device batch held by the caller (a loader made with hold=True):
+    given back to the loader -- its reuse ordered after the work queued on
+    `stream`, the stream it was handed to -- when the last reference to
+    this object goes.  Every tensor over the batch's memory refers to it
+    (through its buffer), so the batch stays valid as long as any tensor,
+    view or autograd saved tensor over it exists.  It holds the loader's
+    owner: the loader's memory outlives it."""
+
+    __slots__ = ("owner", "_release", "x", "stream", "_count")
+
+    def __init__(self, owner, release, x, stream, count=None):
+        self.owner, self._release, self.x, self.stream = owner, release, x, stream
+        self._count = count  # a one-element list: batches held, or None
+        if count is not None:
+            count[0] += 1
+
+    def __del__(self):
+        owner, self.owner = self.owner, None
+        if owner is not None and owner.ptr is not None:
+            # a failure is the loader's error, reported at its next call
+            self._release(owner.ptr, self.x, self.stream)
+        if self._count is not None:
+            self._count[0] -= 1
 
 
 def emulated_fault():
@@ -126,14 +157,17 @@ class GpuLoader:
 
     context/batch_size as everywhere; mode: 'auto', 'stream', 'resident' or
     'pool'; budget: device bytes the resident data or pool may take (None:
-    80% of free memory); out_dtype: 'float32' or 'bfloat16' (resident and
+    half the device's memory, at most 80% of what is free); out_dtype: 'float32' or 'bfloat16' (resident and
     pool); register=False: never pin the file mapping (always staged
-    copies); gds=True: try GPUDirect Storage for the resident upload."""
+    copies); gds=True: try GPUDirect Storage for the resident upload.
+    hold=True: every batch stays valid until release(batch) gives it back
+    (any order); the loader makes more batch buffers within its budget
+    while batches are held."""
 
     def __init__(self, dataset, sampler, context, batch_size, device=0, mode="auto", budget=None,
                  normalize=False, labels=None, drop_last=False, threads=None, slots=0,
                  pool_segments=0, out_dtype="float32", register=True, gds=False, epoch=0,
-                 start=0):
+                 start=0, hold=False):
         f = "GpuLoader"
         if not isinstance(dataset, Dataset):
             raise TypeError(f"{f}: dataset={_a._show(dataset)} is a {type(dataset).__name__}, "
@@ -173,6 +207,7 @@ class GpuLoader:
         _a.choice(f, "out_dtype", out_dtype, ("float32", "bfloat16"))
         register = _a.flag(f, "register", register)
         gds = _a.flag(f, "gds", gds)
+        hold = _a.flag(f, "hold", hold)
         epoch = _a.integer(f, "epoch", epoch, 0, 2**64 - 1)
         start = _a.integer(f, "start", start, 0, len(sampler),
                            f"0..{len(sampler)} (a position in the sampler's epoch)")
@@ -186,7 +221,8 @@ class GpuLoader:
         opts.mode = MODES[mode]
         opts.budget_bytes = budget
         opts.k, opts.batch_size = self.context, self.batch_size
-        opts.flags = _n.GATHER_NORMALIZE if nmode else 0
+        opts.flags = (_n.GATHER_NORMALIZE if nmode else 0) | (_n.GPU_HOLD if hold else 0)
+        self.hold = hold
         if nst is not None:  # train's statistics, copied at create
             dp = ctypes.POINTER(ctypes.c_double)
             nrm = _n.Norm(dataset.dim, nst[0].ctypes.data_as(dp), nst[1].ctypes.data_as(dp))
@@ -227,9 +263,20 @@ class GpuLoader:
                                 "None or a cudaStream_t as an int "
                                 "(torch.cuda.current_stream().cuda_stream)")
         rc = _lib.cxs_gpu_loader_next(self._live(), stream or None, byref(self._bp))
+        if rc == -errno.EBUSY:  # hold: every buffer held; batches unreachable may go now
+            gc.collect()
+            rc = _lib.cxs_gpu_loader_next(self._live(), stream or None, byref(self._bp))
         if rc:
             _fail(rc, _lib.cxs_gpu_loader_error(self._ptr))
         return GpuBatch(self._bp.contents) if self._bp else None
+
+    def release(self, batch, stream=None):
+        """hold=True: give `batch` (a GpuBatch of this loader) back; its
+        memory is refilled only after the work queued on `stream` (the
+        stream the work on it went to; None: the default stream)."""
+        rc = _lib.cxs_gpu_loader_release(self._live(), batch.x, stream or None)
+        if rc:
+            _fail(rc, _lib.cxs_gpu_loader_error(self._ptr))
 
     def reset(self, epoch, start=0):
         """Start over at position `start` of `epoch`."""

@@ -17,6 +17,7 @@ without a host copy, ordered on the current torch stream."""
 import collections.abc
 import ctypes
 import errno
+import gc
 import mmap
 import os
 import sys
@@ -345,9 +346,12 @@ class Loader:
 
     device='cuda' (or 'cuda:N'): batches are written into GPU memory by the
     library and yielded as CUDA tensors over its buffers, ready on the
-    current torch stream.  They are valid until the next batch is taken
-    (clone() what you keep).  gpu_mode: 'auto' (resident when the features
-    fit gpu_budget bytes, default 80% of free device memory; else stream),
+    current torch stream.  Like any tensor, a batch is valid while anything
+    refers to it (a list, an autograd graph over several micro-batches):
+    its buffer is refilled only after that, and after the work queued on
+    the stream it was handed to.  gpu_mode: 'auto' (resident when the features
+    fit gpu_budget bytes, default half the device's memory, at most 80% of
+    what is free; else stream),
     'stream', 'resident' or 'pool' (see ctxshard.gpu; pool serves the block
     order of the shared block schedule, blocks of one pool segment, and
     resumes mid-epoch like the other modes).  gpu_dtype:
@@ -489,7 +493,9 @@ class Loader:
         self._pool, self._busy = [], set()
         # The GPU path: chosen here, the device loader created on first use
         # and kept across epochs (a resident upload happens once).
-        self._gpu_opts, self._gl, self.gpu_info, self._views = None, None, None, {}
+        self._gpu_opts, self._gl, self.gpu_info = None, None, None
+        self._held, self._held_said = [0], False  # device batches the caller holds
+        self._budget_said = False
         self.gpu_mode, self.gpu_reason = None, ""
         cuda = self.device is not None and self.device.type == "cuda"
         if cuda and not torch.cuda.is_available():
@@ -523,7 +529,7 @@ class Loader:
         self.pin_memory = pin_memory or (cuda and self._gpu_opts is None)
         # Pinned buffers are reused only after the copies that read them
         # (see _buffers): the fence is an event on the current stream.
-        self._fence, self._fences = None, {}
+        self._fence, self._fences, self._copied = None, {}, {}
         if self.pin_memory:
             fdev = self.device if cuda else None
             self._fence = lambda: torch.cuda.current_stream(fdev).record_event()
@@ -721,19 +727,24 @@ class Loader:
         are read by copies the host does not wait for: x.to(dev,
         non_blocking=True) returns at once and drops the last reference
         while the copy is still queued.  Such a pair goes back to the
-        workers only after a fence -- an event recorded on the current CUDA
-        stream when the pair is found unreferenced, so after every copy
-        queued on that stream before, the last of which read it -- has
-        completed."""
+        workers only after a fence has completed: an event recorded on the
+        stream the loader's copies of it went to, right after them (the
+        caller may have made another stream current since), or, for a
+        pair the caller copied itself, on the current CUDA stream when the
+        pair is found unreferenced."""
         free = [p for p in self._pool if p not in self._busy and sys.getrefcount(p[0]) <= 2
                 and (p[1] is None or sys.getrefcount(p[1]) <= 2)]  # (the pair's, the call's)
         pair = None
         if self._fence is None:
             pair = free[0] if free else None
         else:
-            for p in free:  # newly unreferenced: fenced now, after the copies that read it
+            for p in free:  # newly unreferenced: fenced after the copies that read it
                 if id(p) not in self._fences:
-                    self._fences[id(p)] = (p, self._fence())
+                    # recorded on their stream when they were queued (the
+                    # current stream may be another by now); a pair the
+                    # caller copied itself, on the current stream now
+                    ev = self._copied.pop(id(p), None)
+                    self._fences[id(p)] = (p, ev if ev is not None else self._fence())
             for key, (p, ev) in self._fences.items():  # oldest first
                 if ev.query():
                     pair = p
@@ -760,22 +771,23 @@ class Loader:
         self._busy.add(pair)
         return pair
 
-    def _wrap(self, ptr, shape, dtype):
-        """A tensor over device (or, emulated, host) memory, no copy.  The
-        loader's buffers are a fixed ring, so the tensor of each (buffer,
-        length) is made once and handed out again for later batches in it."""
-        key = (ptr, shape, dtype)
-        t = self._views.get(key)
-        if t is None:
-            if len(self._views) > 64:  # a few short batches: never many
-                self._views.clear()
-            t = self._views[key] = self._make_view(ptr, shape, dtype)
-        return t
-
-    def _make_view(self, ptr, shape, dtype):
-        # the tensor keeps the C loader's memory alive (its owner)
-        return _tensor(ptr, shape, dtype, self._gl.owner,
+    def _make_view(self, ptr, shape, dtype, lease):
+        # a fresh tensor for every batch: it holds the batch (its lease),
+        # and the lease the C loader's memory (its owner)
+        return _tensor(ptr, shape, dtype, lease,
                        None if self._gpu_opts["device"] == _gpu.EMULATE else self.device)
+
+    def _held_note(self, held):
+        """Say once that batches the caller holds take device memory."""
+        if held > 2 and not self._held_said:
+            self._held_said = True
+            info = self._gl.info()
+            warnings.warn(f"ctxshard: Loader: {held} device batches are held at once (kept "
+                          "in a list, gradient accumulation, a graph not yet backward()ed): "
+                          "the loader makes another batch buffer for each one held rather "
+                          "than rewrite it, within its device budget (gpu_budget; "
+                          f"{info['device_bytes']} bytes held now; {info['reason']})",
+                          UserWarning, stacklevel=3)
 
     def _iter_gpu(self):
         o = self._gpu_opts
@@ -786,7 +798,6 @@ class Loader:
             # uploads again, once per resume)
             self._gl.close()
             self._gl = None
-            self._views.clear()  # views of its buffers hold it, not the next one
         if self._gl is None:
             self._gl = _gpu.GpuLoader(self.dataset, sampler, self.context, self.batch_size,
                                       device=o["device"], mode=o["mode"], budget=o["budget"],
@@ -796,9 +807,15 @@ class Loader:
                                       labels=self.labels,
                                       drop_last=self.drop_last, threads=self.threads,
                                       out_dtype=o["out_dtype"], epoch=self.epoch,
-                                      start=self._start)
+                                      start=self._start, hold=True)
             self.gpu_info = self._gl.info()
             self.gpu_mode = self.gpu_info["mode"]
+            if o["budget"] is None and o["device"] != _gpu.EMULATE and not self._budget_said:
+                # the default budget was taken: say once which, and the mode
+                self._budget_said = True
+                warnings.warn(f"ctxshard: Loader(device={str(self.device)!r}): "
+                              f"{self.gpu_info['mode']} mode; {self.gpu_info['reason']} "
+                              "(gpu_budget= sets it)", UserWarning, stacklevel=3)
         else:
             self._gl.reset(self.epoch, self._start)
         want = getattr(self, "_want_pool", None)
@@ -811,6 +828,7 @@ class Loader:
         xdtype = torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32
         emulated = o["device"] == _gpu.EMULATE
         first = True
+        held = self._held
         while True:
             stream = None if emulated else torch.cuda.current_stream(self.device).cuda_stream
             if not first:
@@ -822,11 +840,17 @@ class Loader:
             if emulated:  # the host reads the batch: after the device's work on it
                 _gpu.emulated_sync(None)
             self._start = b.position + b.n
-            x = self._wrap(b.x, (b.n, self.input_size), xdtype)
-            if b.y is None:
+            # the batch is the caller's while any tensor over it exists
+            lease = _gpu.Lease(self._gl.owner, _lib.cxs_gpu_loader_release, b.x, stream, held)
+            self._held_note(held[0])
+            x = self._make_view(b.x, (b.n, self.input_size), xdtype, lease)
+            y = None if b.y is None else self._make_view(b.y, (b.n,), torch.int64, lease)
+            del lease, b
+            if y is None:
                 yield x
             else:
-                yield x, self._wrap(b.y, (b.n,), torch.int64)
+                yield x, y
+            del x, y  # the generator keeps no batch the caller dropped
         self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
 
     def close(self):
@@ -834,7 +858,6 @@ class Loader:
         is freed now, or, while tensors of batches handed out remain, when
         the last of them goes (they stay valid: close() never frees memory
         a tensor points into).  Also done when the Loader is collected."""
-        self._views.clear()
         self._prefetch = False
         if self._warming is not None:
             self._warming.stop()
@@ -894,6 +917,8 @@ class Loader:
                 if self.device is not None:
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
+                    if self._fence is not None:  # the copies' stream: the pair's fence
+                        self._copied[id(pair)] = self._fence()
                 yield (x, y) if y is not None else x
                 # once the first batch is out: starting a thread waits for
                 # it to run, and its residency check competes with the
@@ -1181,6 +1206,8 @@ class MixtureLoader(_MixLoader):
                 if self.device is not None:
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
+                    if self._fence is not None:  # the copies' stream: the pair's fence
+                        self._copied[id(pair)] = self._fence()
                     src = src.to(self.device, non_blocking=True)
                 yield MixedBatch((x, y) if y is not None else (x,), src, frames, bool(b.repeat))
             self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
@@ -1351,10 +1378,9 @@ class UtteranceLoader:
     dataset has per-frame labels (labels=False: not), then targets int64
     [B, Lmax] padded with PAD_LABEL and target_lengths int64 [B] when it
     has label sequences (targets=False: not) -- the inputs of torch's
-    CTCLoss.  Fresh tensors, yours to keep -- except with device="cuda"
-    when the GPU path is used (gpu_mode "device"): x, y and targets are
-    then views of the loader's device buffers, valid until the next batch
-    (copy what you keep).
+    CTCLoss.  Yours to keep: fresh tensors, or with device="cuda" on the
+    GPU path (gpu_mode "device") views of the loader's device buffers, each
+    refilled only once no tensor refers to its batch.
 
     The batches are UtteranceSampler's (frame_budget, shuffle, seed,
     buckets, max_batch, long_utterances, drop_last, memory, blocks; rank
@@ -1372,11 +1398,12 @@ class UtteranceLoader:
     device='cuda' (or 'cuda:N'): the dataset's features (and per-frame
     labels) are uploaded to the GPU once, and each batch is assembled
     there by the library: x, y and targets are CUDA tensors over its
-    buffers, ready on the current torch stream and valid until the next
-    batch is taken (clone() what you keep); lengths and target_lengths stay
+    buffers, ready on the current torch stream and valid while you hold
+    them, as Loader's device batches are; lengths and target_lengths stay
     on the CPU.  The batches are the CPU path's, byte for byte.  gpu_budget:
     the device bytes the resident data and the batch buffers may take
-    (default 80% of free memory; a dataset that does not fit is refused,
+    (default half the device's memory, at most 80% of what is free; a
+    dataset that does not fit is refused,
     naming both sizes); gpu_dtype: torch.float32 or torch.bfloat16 (x only).
     Without a usable GPU path (built without CUDA, no driver, torch without
     CUDA), or with per_utterance=True (computed on the CPU), batches are
@@ -1494,11 +1521,11 @@ class UtteranceLoader:
             return self._iter_gpu()
         return self._iter_host()
 
-    def _view(self, ptr, shape, dtype):
-        """A tensor over the device loader's buffer (emulated: host memory);
-        it holds the loader's handle, so the memory outlives the loader
-        object (not close())."""
-        return _tensor(ptr, shape, dtype, self._gl,
+    def _view(self, ptr, shape, dtype, lease):
+        """A tensor over a device batch's buffer (emulated: host memory); it
+        holds the batch (its lease), and so the loader's handle: the
+        memory outlives the loader object (not close())."""
+        return _tensor(ptr, shape, dtype, lease,
                        None if self._gpu["device"] == _gpu.EMULATE else self.device)
 
     @staticmethod
@@ -1516,7 +1543,7 @@ class UtteranceLoader:
             # order: the device loader is made again (uploading again)
             self.close()
         if self._gl is None:
-            opts = _n.GpuUttOpts(o["device"], o["budget"], self._flags,
+            opts = _n.GpuUttOpts(o["device"], o["budget"], self._flags | _n.GPU_HOLD,
                                  _n.GPU_OUT_BF16 if o["out_dtype"] == torch.bfloat16
                                  else _n.GPU_OUT_F32, int(self.labels), int(self.targets), 0, 0,
                                  ctypes.pointer(self._norm) if self._norm is not None else None)
@@ -1544,6 +1571,9 @@ class UtteranceLoader:
         while True:
             stream = None if emulated else torch.cuda.current_stream(self.device).cuda_stream
             rc = _lib.cxs_gpu_utt_loader_next(self._gl.ptr, stream, ctypes.byref(bp))
+            if rc == -errno.EBUSY:  # every buffer held; batches unreachable may go now
+                gc.collect()
+                rc = _lib.cxs_gpu_utt_loader_next(self._gl.ptr, stream, ctypes.byref(bp))
             if rc:
                 self._gpu_fail(rc)
             if not bp:
@@ -1552,17 +1582,22 @@ class UtteranceLoader:
                 _gpu.emulated_sync(None)
             b = bp.contents
             n, T = b.n, b.tmax
-            out = [self._view(b.x, (n, T, D), o["out_dtype"]), self._host_copy(b.host_lengths, n)]
+            # the batch is the caller's while any tensor over it exists
+            lease = _gpu.Lease(self._gl, _lib.cxs_gpu_utt_loader_release, b.x, stream)
+            out = [self._view(b.x, (n, T, D), o["out_dtype"], lease),
+                   self._host_copy(b.host_lengths, n)]
             if b.y:
-                out.append(self._view(b.y, (n, T), torch.int64))
+                out.append(self._view(b.y, (n, T), torch.int64, lease))
             if b.targets:
-                out += [self._view(b.targets, (n, b.lmax), torch.int64),
+                out += [self._view(b.targets, (n, b.lmax), torch.int64, lease),
                         self._host_copy(b.host_target_lengths, n)]
+            del lease
             s._start = b.index + 1
             self.batch_info = {"utterances": np.ctypeslib.as_array(
                 ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)), shape=(n,)).copy(),
                 "global": getattr(b, "global"), "index": b.index, "frames": b.frames}
             yield tuple(out)
+            del out  # the generator keeps no batch the caller dropped
         s.epoch, s._origin, s._start = epoch + 1, 0, 0
 
     def _gpu_fail(self, rc):

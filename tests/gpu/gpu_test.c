@@ -11,6 +11,7 @@
  * differs.  The emulation runs the loader's whole logic (rings, events
  * order, pool rounds, uploads) and the kernel's arithmetic (gpu_expand.h)
  * on the host, so the CPU suites test everything but the CUDA calls. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +322,273 @@ TEST(queued_consumer_work_reads_its_batch) {
     cxs_dataset_close(sq);
     free(ux), free(uy), free(un);
     free(got), free(ref), free(ygot), free(yref), free(frames), free(ns);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A consumer that queues its work on batch k on the stream it passed for
+ * batch k, and switches streams between batches: each batch's reuse
+ * waits for the work on its own stream (its consumption fence is recorded
+ * there, not on the next call's stream). */
+TEST(consumer_switching_streams_reads_its_batches) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const uint32_t k = 2, B = 61, NB = 20;
+    const size_t W = (2 * (size_t)k + 1) * info.dim;
+    void *other = stream;
+    if (device == CXS_GPU_EMULATE) ck_assert_int_eq(cxs_gpu_emu_stream_create(&other), 0);
+#ifdef CXS_HAVE_CUDA
+    else ck_assert_int_eq(cudaStreamCreate((cudaStream_t *)&other), 0);
+#endif
+    void *const streams[2] = {stream, other};
+    float *got = malloc((size_t)NB * B * W * 4), *ref = malloc((size_t)B * W * 4);
+    uint64_t *frames = malloc((size_t)NB * B * 8);
+    size_t ns[20];
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], k, B);
+        o.labels = 0;
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 2, 0, &l, &d) == 0, "%s", d.message);
+        for (uint32_t nb = 0; nb < NB; nb++) {
+            void *st = streams[nb % 2];
+            const cxs_gpu_batch *b;
+            ck_assert_msg(cxs_gpu_loader_next(l, st, &b) == 0, "%s", cxs_gpu_loader_error(l)->message);
+            ck_assert_ptr_nonnull(b);
+            ns[nb] = b->n;
+            memcpy(frames + (size_t)nb * B, b->frames, b->n * 8);
+            if (device == CXS_GPU_EMULATE)
+                ck_assert_int_eq(cxs_gpu_emu_copy_async(got + (size_t)nb * B * W, b->x, b->n * W * 4, st), 0);
+#ifdef CXS_HAVE_CUDA
+            else
+                ck_assert_int_eq(cudaMemcpyAsync(got + (size_t)nb * B * W, b->x, b->n * W * 4,
+                                                 cudaMemcpyDeviceToHost, (cudaStream_t)st), 0);
+#endif
+        }
+        for (int i = 0; i < 2; i++) {
+            if (device == CXS_GPU_EMULATE)
+                ck_assert_msg(cxs_gpu_emu_stream_sync(streams[i]) == 0, "%s", cxs_gpu_emu_fault());
+#ifdef CXS_HAVE_CUDA
+            else
+                ck_assert_int_eq(cudaStreamSynchronize((cudaStream_t)streams[i]), 0);
+#endif
+        }
+        for (uint32_t i = 0; i < NB; i++) {
+            ck_assert_int_eq(cxs_dataset_gather(ds, frames + (size_t)i * B, ns[i], k, 0, 1, ref, NULL), 0);
+            ck_assert_msg(memcmp(got + (size_t)i * B * W, ref, ns[i] * W * 4) == 0,
+                          "mode %u: batch %u, read on the stream it was handed to, differs "
+                          "(refilled before that stream's work ran)", modes[m], i);
+        }
+        cxs_gpu_loader_free(l);
+    }
+    if (device == CXS_GPU_EMULATE) cxs_gpu_emu_stream_destroy(other);
+#ifdef CXS_HAVE_CUDA
+    else cudaStreamDestroy((cudaStream_t)other);
+#endif
+    free(got);
+    free(ref);
+    free(frames);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* The default budget leaves training room: half the device's total
+ * memory at most (and 80% of its free memory), and the reason says which
+ * budget was taken and why. */
+TEST(default_budget_leaves_room) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_probe_info pi;
+    ck_assert_int_eq(cxs_gpu_probe(device, &pi), 0);
+    cxs_gpu_opts o = base_opts(CXS_GPU_RESIDENT, 1, 64);
+    cxs_gpu_loader *l;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    cxs_gpu_loader_info li;
+    cxs_gpu_loader_describe(l, &li);
+    unsigned long long need = 0, budget = 0;
+    ck_assert_msg(sscanf(li.reason, "resident: %llu bytes of %llu", &need, &budget) == 2, "%s",
+                  li.reason);
+    ck_assert_msg(strstr(li.reason, "(the default: "), "%s", li.reason);
+    ck_assert_uint_le(budget, pi.total_bytes / 2);
+    ck_assert_uint_le(need, budget);
+    cxs_gpu_loader_free(l);
+    o.budget_bytes = 12345678;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    cxs_gpu_loader_describe(l, &li);
+    ck_assert_msg(strstr(li.reason, "of 12345678") && !strstr(li.reason, "default"), "%s", li.reason);
+    cxs_gpu_loader_free(l);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* Every host wait of the loaders is on an event that blocks (on a device:
+ * cudaEventBlockingSync), never one that spins a core the CPU workers
+ * need: the emulation counts waits on the others. */
+TEST(host_waits_block) {
+    if (device != CXS_GPU_EMULATE) return; /* the count is the emulation's */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const uint64_t before = cxs_gpu_emu_spin_waits();
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 3, 211);
+        o.paths = CXS_GPU_NO_REGISTER; /* the staged upload waits too */
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        uint64_t n;
+        free(run_epoch(ds, s, &o, 0, 0, &n, NULL));
+        ck_assert_uint_eq(n, info.num_frames);
+        ck_assert_msg(cxs_gpu_emu_spin_waits() == before,
+                      "mode %u: %llu host waits spun on a non-blocking event", modes[m],
+                      (unsigned long long)(cxs_gpu_emu_spin_waits() - before));
+    }
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A loader on emulated device 1 leaves the calling thread on the device
+ * it was on, through every entry point (as a CUDA loader must: the
+ * runtime's current device is the caller's). */
+TEST(caller_device_is_kept) {
+    if (device != CXS_GPU_EMULATE) return; /* one device: nothing to switch */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    ck_assert_int_eq(cxs_gpu_emu_set_device(0), 0);
+    cxs_gpu_probe_info pi;
+    ck_assert_int_eq(cxs_gpu_probe(CXS_GPU_EMULATE_DEVICE(1), &pi), 0);
+    ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+    ck_assert_int_eq(cxs_gpu_probe(CXS_GPU_EMULATE_DEVICE(CXS_GPU_EMU_DEVICES), &pi),
+                     CXS_E_UNSUPPORTED);
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 1, 64);
+        o.device = CXS_GPU_EMULATE_DEVICE(1);
+        o.flags = CXS_GPU_HOLD;
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+        ck_assert_msg(cxs_gpu_emu_device() == 0, "mode %u: create left the caller on device %d",
+                      modes[m], cxs_gpu_emu_device());
+        const cxs_gpu_batch *b;
+        ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+        ck_assert_msg(cxs_gpu_emu_device() == 0, "mode %u: next left the caller on device %d",
+                      modes[m], cxs_gpu_emu_device());
+        int64_t y;
+        ck_assert_int_eq(cxs_gpu_loader_download(l, stream, b->y, &y, 8), 0);
+        ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+        ck_assert_int_eq(cxs_gpu_loader_release(l, b->x, stream), 0);
+        ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+        ck_assert_int_eq(cxs_gpu_loader_reset(l, 1, 0), 0);
+        ck_assert_msg(cxs_gpu_emu_device() == 0, "mode %u: reset left the caller on device %d",
+                      modes[m], cxs_gpu_emu_device());
+        ck_assert_int_eq(cxs_gpu_emu_set_device(2), 0);
+        cxs_gpu_loader_free(l);
+        ck_assert_msg(cxs_gpu_emu_device() == 2, "mode %u: free left the caller on device %d",
+                      modes[m], cxs_gpu_emu_device());
+        ck_assert_int_eq(cxs_gpu_emu_set_device(0), 0);
+    }
+    /* the utterance loader */
+    cxs_utt_sampler_opts uo;
+    memset(&uo, 0, sizeof uo);
+    uo.kind = CXS_UTT_SHUFFLE, uo.seed = 3, uo.frame_budget = 4000;
+    cxs_dataset *sq = open_ds(path_seq32);
+    cxs_utt_sampler *us;
+    ck_assert_int_eq(cxs_utt_sampler_create(sq, &uo, &us, NULL), 0);
+    cxs_gpu_utt_opts go;
+    cxs_gpu_utt_opts_init(&go);
+    go.device = CXS_GPU_EMULATE_DEVICE(3);
+    cxs_gpu_utt_loader *gl;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_utt_loader_create(sq, us, &go, 0, 0, &gl, &d) == 0, "%s", d.message);
+    ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+    const cxs_gpu_utt_batch *ub;
+    ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &ub), 0);
+    ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+    cxs_gpu_utt_loader_free(gl);
+    ck_assert_int_eq(cxs_gpu_emu_device(), 0);
+    cxs_utt_sampler_free(us);
+    cxs_dataset_close(sq);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* CXS_GPU_HOLD: batches the caller holds are never refilled, however many
+ * (the ring grows), in any order of release; past what may be made, next()
+ * answers -EBUSY until one is given back. */
+TEST(held_batches_are_never_refilled) {
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const uint32_t k = 1, B = 53, NB = 24;
+    const size_t W = (2 * (size_t)k + 1) * info.dim;
+    float *got = malloc((size_t)B * W * 4), *ref = malloc((size_t)B * W * 4);
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], k, B);
+        o.labels = 0;
+        o.flags = CXS_GPU_HOLD;
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 4, 0, &l, &d) == 0, "%s", d.message);
+        const void *x[24];
+        uint64_t frames[24][53];
+        size_t ns[24];
+        uint32_t held = 0;
+        int rc = 0;
+        for (; held < NB; held++) { /* hold them all: the ring grows */
+            const cxs_gpu_batch *b;
+            rc = cxs_gpu_loader_next(l, stream, &b);
+            if (rc) break;
+            ck_assert_ptr_nonnull(b);
+            x[held] = b->x, ns[held] = b->n;
+            memcpy(frames[held], b->frames, b->n * 8);
+            for (uint32_t i = 0; i < held; i++) ck_assert_ptr_ne(x[i], b->x);
+        }
+        /* 16 buffers whatever the budget; more where it has room (resident,
+         * stream), none in the pool, which takes its whole budget */
+        if (modes[m] == CXS_GPU_POOL) {
+            ck_assert_int_eq(rc, -EBUSY);
+            ck_assert_uint_eq(held, 16); /* 16 buffers, all held */
+            ck_assert_ptr_nonnull(strstr(cxs_gpu_loader_error(l)->message, "holds all"));
+        } else {
+            ck_assert_msg(rc == 0, "%s", cxs_gpu_loader_error(l)->message);
+        }
+        for (uint32_t i = 0; i < held; i++) { /* every batch held still holds its data */
+            ck_assert_int_eq(cxs_dataset_gather(ds, frames[i], ns[i], k, 0, 1, ref, NULL), 0);
+            to_host(got, x[i], ns[i] * W * 4);
+            ck_assert_msg(memcmp(got, ref, ns[i] * W * 4) == 0,
+                          "mode %u: held batch %u was refilled", modes[m], i);
+        }
+        /* given back out of order, from the middle; then the loader goes on */
+        for (uint32_t i = held / 2; i < held; i++) ck_assert_int_eq(cxs_gpu_loader_release(l, x[i], stream), 0);
+        ck_assert_int_eq(cxs_gpu_loader_release(l, x[held - 1], stream), CXS_E_INVALID);
+        for (uint32_t i = 0; i < held / 2; i++) ck_assert_int_eq(cxs_gpu_loader_release(l, x[i], stream), 0);
+        const cxs_gpu_batch *b;
+        ck_assert_msg(cxs_gpu_loader_next(l, stream, &b) == 0, "%s", cxs_gpu_loader_error(l)->message);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_int_eq(cxs_dataset_gather(ds, b->frames, b->n, k, 0, 1, ref, NULL), 0);
+        to_host(got, b->x, b->n * W * 4);
+        ck_assert(memcmp(got, ref, b->n * W * 4) == 0);
+        cxs_gpu_loader_free(l); /* with a batch still held: free waits for it */
+    }
+    free(got);
+    free(ref);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
 }
@@ -1143,6 +1411,8 @@ int main(int argc, char **argv) {
     const TTest *tests[] = {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
         utt_batches_equal_the_cpu_loaders, queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
+        consumer_switching_streams_reads_its_batches, held_batches_are_never_refilled,
+        caller_device_is_kept, host_waits_block, default_budget_leaves_room,
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,

@@ -27,7 +27,14 @@ lib/gpu/gpu_resident.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_con
 lib/gpu/gpu.c|/if (l->slot\[i\].ev_consumed) l->be->event_sync(l->slot\[i\].ev_consumed);/d|free waits for the consumer work queued on its batches (read after free)
 lib/gpu/gpu.c|/if (l->work) l->be->stream_sync(l->work);$/d|free waits for the loader'"'"'s own queued work (read after free)
 lib/gpu/gpu_pool.c|/if (sg->freed_once \&\& (e = l->be->stream_wait(p->copy, sg->ev_freed)))/,+2d|pool: a segment is reloaded after the kernels reading it (missing stream wait on ev_freed)
-lib/gpu/gpu_utt.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));/d|utterances: a slot is refilled after the consumer is done with it'
+lib/gpu/gpu_utt.c|/if (s->used) BE(l, l->be->stream_wait(l->work, s->ev_consumed));/d|utterances: a slot is refilled after the consumer is done with it
+lib/gpu/gpu.c|s/        rc = gpu_slot_give_back(l, l->handed, l->handed->hstream);/        rc = gpu_slot_give_back(l, l->handed, stream);/|ring modes: a batch'"'"'s consumption fence goes on the stream it was handed to, not the next call'"'"'s
+lib/gpu/gpu_stream.c|s/int rc = gpu_slot_give_back(l, l->handed, l->handed->hstream);/int rc = gpu_slot_give_back(l, l->handed, stream);/|stream: a batch'"'"'s consumption fence goes on the stream it was handed to
+lib/gpu/gpu.c|s/if (!l->slot\[i\].held \&\& \&l->slot\[i\] != l->ready)/if (\&l->slot[i] != l->ready)/|ring modes: a batch the caller holds (CXS_GPU_HOLD) is never refilled
+lib/gpu/gpu_stream.c|s/if (!l->slot\[i\].held \&\& !l->slot\[i\].queued)/if (!l->slot[i].queued)/|stream: a batch the caller holds is never refilled
+lib/gpu/gpu.c|/int rc = loader_next(l, stream, batch);/{n;d}|next gives the caller'"'"'s current device back
+lib/gpu/gpu.c|s/event_create(\&s->ev_ready, GPU_EVENT_BLOCKING)/event_create(\&s->ev_ready, 0)/|host waits on a slot'"'"'s ready event block, never spin (cudaEventBlockingSync)
+lib/gpu/gpu_resident.c|s/int e = p->base ? l->be->event_sync(p->ev) : 0;/int e = 0;/|resident: a registered piece of the mapping is unregistered only after its copies ran'
 
 status=0
 echo "$guards" | while IFS='|' read -r file expr what; do

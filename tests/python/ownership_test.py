@@ -7,6 +7,9 @@ it) and with a stand-in for a CUDA stream that runs copies late:
   own x.to(dev, non_blocking=True) with pin_memory=True);
 - a device batch outlives its loader object, and close() with batches
   outstanding leaves them valid; the memory goes with the last of them;
+- a device batch stays valid while anything refers to it (a list, an
+  autograd graph over several micro-batches), in every mode and for
+  utterance batches: never refilled under the caller;
 - the raw GpuLoader's batches read after emulated_sync();
 - the emulated device never faulted.
 
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import warnings
 import weakref
 
 BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -186,6 +190,145 @@ class DeviceBatchOwnership(unittest.TestCase):
                 x = np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
                                           shape=(b.n, W)).copy()
                 self.assertTrue(np.array_equal(x, ds.gather(b.frames, 2)))
+
+
+def _pool_budget(batch, k):
+    info = ctxshard.open(PATH).info
+    return 4 * 2 * info["max_length"] * info["dim"] * 4 + \
+        3 * batch * ((2 * k + 1) * info["dim"] * 4 + 8 + 24)
+
+
+def _frame_loader(mode, **kw):
+    budget = _pool_budget(16, 1) if mode == "pool" else None
+    return cxt.Loader(PATH, 1, 16, seed=5, gpu_emulate=True, gpu_mode=mode, gpu_budget=budget,
+                      **kw)
+
+
+class DeviceBatchesWhileHeld(unittest.TestCase):
+    """What the caller holds is never rewritten: the batches of a gradient
+    accumulation (the graph holds them until backward) and batches kept in
+    a list equal the same batches cloned when taken."""
+
+    def tearDown(self):
+        gc.collect()
+        self.assertIsNone(g.emulated_fault())
+
+    @staticmethod
+    def _accumulate(batches, width, take):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(width, 3)
+        it = iter(batches)
+        loss = 0
+        for _ in range(4):  # gradient accumulation: 4 micro-batches, one backward
+            x = take(next(it))
+            loss = loss + (model(x) ** 2).sum()
+        loss.backward()
+        return model.weight.grad.clone(), model.bias.grad.clone()
+
+    def _check_grads(self, make, width, first, what):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = self._accumulate(make(), width, first)
+            want = self._accumulate(make(), width, lambda b: first(b).clone())
+        for a, b in zip(got, want):
+            self.assertTrue(torch.equal(a, b), f"{what}: gradients differ by "
+                            f"{(a - b).abs().max().item()} from the cloned batches'")
+
+    def _check_kept(self, make, what):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kept, clones = [], []
+            for b in make():
+                kept.append(b)
+                clones.append(tuple(t.clone() for t in b))
+                if len(kept) == 8:
+                    break
+        self.assertEqual(len(kept), 8)
+        bad = [i for i, (b, c) in enumerate(zip(kept, clones))
+               if not all(torch.equal(t, u) for t, u in zip(b, c))]
+        self.assertEqual(bad, [], f"{what}: batches {bad} of 8 kept no longer hold their data")
+
+    def test_gradient_accumulation(self):
+        width = ctxshard.open(PATH).input_size(1)
+        for mode in ("stream", "resident", "pool"):
+            self._check_grads(lambda: _frame_loader(mode), width, lambda b: b[0], mode)
+        self._check_grads(lambda: cxt.UtteranceLoader(SEQ, 3000, seed=1, gpu_emulate=True),
+                          ctxshard.open(SEQ).dim, lambda b: b[0], "utterances")
+
+    def test_batches_kept_in_a_list(self):
+        for mode in ("stream", "resident", "pool"):
+            self._check_kept(lambda: _frame_loader(mode), mode)
+        self._check_kept(lambda: cxt.UtteranceLoader(SEQ, 3000, seed=1, gpu_emulate=True,
+                                                     targets=True), "utterances")
+
+    def test_common_loop_keeps_three_buffers(self):
+        # take, train, drop: the ring never grows, no copy is made
+        for mode in ("stream", "resident", "pool"):
+            L = _frame_loader(mode)
+            n = 0
+            for x, y in L:
+                n += 1
+                (x.sum() + y.sum()).item()
+            held = L._gl.info()["device_bytes"]
+            self.assertGreater(n, 20)
+            M = _frame_loader(mode)
+            x, y = next(iter(M))
+            del x, y
+            self.assertEqual(held, M._gl.info()["device_bytes"], mode)
+
+    def test_holding_more_says_so_once(self):
+        L = _frame_loader("resident")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            kept = [b for _, b in zip(range(6), L)]
+        said = [str(x.message) for x in w if "held at once" in str(x.message)]
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("gpu_budget", said[0])
+        del kept
+
+
+class EmulatedDeviceMemory(unittest.TestCase):
+    """The emulated device with a memory size (CXS_GPU_EMU_MEMORY): the
+    default budget is half of it, auto takes the mode that fits, and an
+    allocation beyond the device fails as cudaMalloc does."""
+
+    def run_with(self, memory, code):
+        env = dict(os.environ, CXS_GPU_EMU_MEMORY=str(memory))
+        out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env,
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout.strip()
+
+    def test_default_budget_is_half_the_device(self):
+        code = f"""
+import sys; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+import ctxshard.torch as cxt
+L = cxt.Loader({PATH!r}, 1, 16, seed=5, gpu_emulate=True)
+x, y = next(iter(L))
+print(L.gpu_info["mode"], "|", L.gpu_info["reason"])
+"""
+        feat = ctxshard.open(PATH).info["feature_bytes"]
+        big = self.run_with(8 * feat, code)  # half of it holds the features: resident
+        self.assertTrue(big.startswith("resident |"), big)
+        self.assertIn(f"budget of {4 * feat} (the default: half the device's total of "
+                      f"{8 * feat} bytes)", big)
+        small = self.run_with(feat, code)  # half of it does not: stream
+        self.assertTrue(small.startswith("stream |"), small)
+        self.assertIn(f"budget of {feat // 2} (the default", small)
+
+    def test_allocation_beyond_the_device_fails(self):
+        code = f"""
+import sys; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+import ctxshard.torch as cxt
+L = cxt.Loader({PATH!r}, 1, 16, seed=5, gpu_emulate=True, gpu_mode="resident",
+               gpu_budget=1 << 30)
+try:
+    next(iter(L))
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+        out = self.run_with(ctxshard.open(PATH).info["feature_bytes"] // 2, code)
+        self.assertIn("out of (emulated device) memory", out)
 
 
 def _schedule():
