@@ -170,7 +170,7 @@ int cxs_container_parse(const uint8_t *p, uint64_t size, uint32_t kind,
     c.header_checksum = cxs_ld64(p + 56);
     if (c.nsections == 0 || c.nsections > CXS_MAX_SECTIONS)
         return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: header offset 24: section count %u, expected 1..%u", path,
+                         "%s: header offset 24: section count %u, expected 1 to %u", path,
                          c.nsections, CXS_MAX_SECTIONS);
     if (cxs_checksum_differs(header_hash(p, c.nsections), c.header_checksum))
         return cxs_diagf(d, CXS_E_CHECKSUM,
@@ -569,7 +569,7 @@ int cxs_strtab_check(const uint8_t *p, uint64_t len, uint64_t n, uint32_t maxlen
         uint64_t a = cxs_ld64(p + 8 * i), b = cxs_ld64(p + 8 * (i + 1));
         if (b <= a || b - a > maxlen || b > bytes)
             return cxs_diagf(d, CXS_E_CORRUPT,
-                             "%s: %s: string %llu has offsets %llu..%llu (must be 1..%u bytes "
+                             "%s: %s: string %llu has offsets %llu..%llu (must be 1 to %u bytes "
                              "within %llu)",
                              path, what, (unsigned long long)i, (unsigned long long)a,
                              (unsigned long long)b, maxlen, (unsigned long long)bytes);
@@ -654,7 +654,7 @@ int cxs_chunks_load(const uint8_t *p, uint64_t len, uint64_t raw_length, uint64_
     uint64_t rows = raw_length / row_bytes;
     if (h->chunk_rows == 0 || (uint64_t)h->chunk_rows * row_bytes > CXS_MAX_CHUNK_BYTES)
         return cxs_diagf(d, CXS_E_CORRUPT,
-                         "%s: CHUNKS: %u rows per chunk (1 .. %llu for rows of %llu bytes)", path,
+                         "%s: CHUNKS: %u rows per chunk (1 to %llu for rows of %llu bytes)", path,
                          h->chunk_rows, (unsigned long long)(CXS_MAX_CHUNK_BYTES / row_bytes),
                          (unsigned long long)row_bytes);
     uint64_t want = (rows + h->chunk_rows - 1) / h->chunk_rows;

@@ -57,6 +57,9 @@ static int block_utterances(const cxs_dataset *ds, const shard *sh, const cxs_bs
             if (g * (m + 1) + CUM(m) < x1) l = m + 1;
             else h = m;
         }
+        /* the rows or frames are named even when no utterance holds them
+         * (a block of guard rows only) */
+        *r0 = x0, *r1 = x1;
         if (!l) return 0;
         *hi = l - 1;
         break;

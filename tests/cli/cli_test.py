@@ -462,6 +462,38 @@ class Output(Base):
         rc, _, err = run("pack", self.raw, out, "--quiet", *extra)
         self.assertEqual(rc, 0, err)
 
+    def test_guard_only_block_names_its_rows(self):
+        # A FEATURES block wholly inside the leading guard rows (80 dims,
+        # guard 300: block 0 of 64 KiB is rows 0 to 204) is named by its
+        # own rows, not "rows 0..0" (spec 1.3 text revision).
+        raw = os.path.join(self.tmp, "raw80")
+        rc, _, err = run("synth", raw, "--utts", 3, "--dim", 80, "--quiet")
+        self.assertEqual(rc, 0, err)
+        out = os.path.join(self.tmp, "g300")
+        rc, _, err = run("pack", raw, out, "--guard", 300, "--quiet")
+        self.assertEqual(rc, 0, err)
+        shard = os.path.join(out, "shard-000000.cxs")
+        off, _ = sections(shard)[4]
+        with open(shard, "r+b") as f:
+            f.seek(off + 100)
+            b = f.read(1)
+            f.seek(off + 100)
+            f.write(bytes([b[0] ^ 1]))
+        rc, _, err = run("verify", out)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("FEATURES block 0 of", err)
+        self.assertIn("rows 0..205): checksum mismatch; the block holds guard rows only", err)
+
+    def test_shards_without_manifest_is_a_usage_error(self):
+        # spec 1.1: a path that exists but is not a dataset exits 2, naming
+        # what it most likely is; a path that does not exist exits 3
+        out = os.path.join(self.tmp, "ds")
+        self.pack(out)
+        os.unlink(os.path.join(out, "manifest.cxs"))
+        rc, _, err = run("verify", out)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("shard files but no manifest.cxs", err)
+
     def test_progress_bar_only_on_a_terminal(self):
         out = os.path.join(self.tmp, "out")
         rc, _, err = run("pack", self.raw, out)
