@@ -82,7 +82,13 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
             goto out;
         }
         cxs_utterance ut;
-        cxs_dataset_utterance(ds, u, &ut);
+        cxs_diag ud = {0};
+        if ((rc = cxs_dataset_utterance_ex(ds, u, 0, &ut, &ud))) {
+            /* a damaged block (format 1.3): the library names it */
+            warnx_("%s; nothing written", ud.message[0] ? ud.message : cxs_strerror(rc));
+            ec = exit_code_for(rc);
+            goto out;
+        }
         if (ut.shard != cur && (rc = cxs_writer_cut(w, &d))) goto addfail;
         cur = ut.shard;
         if ((rc = cxs_dataset_read_features(ds, u, 0, ut.num_frames, feat))) {

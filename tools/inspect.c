@@ -452,7 +452,7 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         uint64_t u = 0, off = 0;
         cxs_utterance ut = {0};
         cxs_dataset_locate(ds, g.bad_label, &u, &off);
-        cxs_dataset_utterance(ds, u, &ut);
+        cxs_dataset_utterance_ex(ds, u, CXS_UTTERANCE_NO_DATA, &ut, NULL);
         char *sp = shard_file(dir, &in, ut.shard);
         warnx_("%s: the label of frame %llu (utterance %llu, '%.*s', frame %llu of it) %s "
                "(`ctxshard verify %s` lists the damage); %s not written",
@@ -480,7 +480,7 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
         uint64_t u = 0, off = 0;
         cxs_utterance ut = {0};
         cxs_dataset_locate(ds, g.bad_frame, &u, &off);
-        cxs_dataset_utterance(ds, u, &ut);
+        cxs_dataset_utterance_ex(ds, u, CXS_UTTERANCE_NO_DATA, &ut, NULL);
         char *sp = shard_file(dir, &in, ut.shard);
         warnx_("%s: the window of frame %llu (utterance %llu, '%.*s') touches a damaged "
                "compressed chunk: %s (`ctxshard verify %s` lists the damage); %s not written",

@@ -95,7 +95,13 @@ int order_stats_run(const char *dir, const bench_read_opts *o) {
     }
     for (uint64_t u = 0; u < U; u++) {
         cxs_utterance ut;
-        cxs_dataset_utterance(ds, u, &ut);
+        cxs_diag ud = {0};
+        rc = cxs_dataset_utterance_ex(ds, u, CXS_UTTERANCE_NO_DATA, &ut, &ud);
+        if (rc) { /* a damaged INDEX or IDS block (format 1.3) */
+            warnx_("%s", ud.message[0] ? ud.message : cxs_strerror(rc));
+            ec = exit_code_for(rc);
+            goto out;
+        }
         start[u] = ut.first_frame;
     }
     start[U] = n;

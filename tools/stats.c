@@ -366,7 +366,7 @@ static void chart_dims(sbuf *b, rep *const *r, int nr) {
 
 static void chart_heatmap(sbuf *b, const rep *r, uint64_t u) {
     cxs_utterance ut;
-    cxs_dataset_utterance(r->ds, u, &ut);
+    if (cxs_dataset_utterance(r->ds, u, &ut)) return; /* refused by the checks before */
     uint64_t T = ut.num_frames < HEAT_FRAMES ? ut.num_frames : HEAT_FRAMES;
     uint32_t D = r->in.dim;
     float *x = malloc(T * D * sizeof *x + 1);

@@ -484,6 +484,25 @@ class Output(Base):
         self.assertIn("FEATURES block 0 of", err)
         self.assertIn("rows 0..205): checksum mismatch; the block holds guard rows only", err)
 
+    def test_convert_refuses_a_damaged_block(self):
+        # One label changed on disk: convert must not write it into a new
+        # dataset under fresh checksums (which would then verify OK).
+        out = os.path.join(self.tmp, "ds")
+        self.pack(out)
+        shard = os.path.join(out, "shard-000000.cxs")
+        off, _ = sections(shard)[5]
+        with open(shard, "r+b") as f:
+            f.seek(off + 10)
+            b = f.read(1)
+            f.seek(off + 10)
+            f.write(bytes([b[0] ^ 1]))
+        z = os.path.join(self.tmp, "z")
+        rc, _, err = run("convert", out, z, "--compress", "zstd", "--quiet")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("LABELS block 0 of", err)
+        self.assertIn("nothing written", err)
+        self.assertFalse(os.path.exists(z))
+
     def test_shards_without_manifest_is_a_usage_error(self):
         # spec 1.1: a path that exists but is not a dataset exits 2, naming
         # what it most likely is; a path that does not exist exits 3
