@@ -392,7 +392,7 @@ END_TEST
  * it now reads (the block was checked once, by verify), while a fresh
  * open of the same files refuses it. */
 TEST(a_block_verified_is_not_hashed_again) {
-    char path[400], cmd[1000];
+    char path[400], cmd[1400];
     snprintf(path, sizeof path, "%s/verified", dir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", path, sound, path);
     EXPECT_INT(system(cmd), 0);
