@@ -84,7 +84,7 @@ static int ring_respawn(cxs_ring *r, int drop_held) {
 
 /* The consumer's next slot, waiting at most ms (CXS_RING_FOREVER: no
  * limit): 0 with *slot, 1 past the end, or the failure (in d): -ETIMEDOUT,
- * -ECANCELED after `cancel` (what, with "_cancel", names the call). */
+ * -ECANCELED after a cancel (`cancel` names the call that makes one). */
 static int ring_take(cxs_ring *r, const char *what, const char *cancel, uint32_t *slot,
                      uint32_t ms, cxs_diag *d) {
     int rc;
