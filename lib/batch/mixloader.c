@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <fcntl.h>
 
@@ -13,6 +14,7 @@
 #include "blocks.h"
 #include "dataset_internal.h"
 #include "gather.h"
+#include "hooks.h"
 #include "mix.h"
 #include "ring.h"
 #include "samplers.h"
@@ -49,6 +51,7 @@ typedef struct mblocks {
 struct cxs_mix_loader {
     const cxs_mix *mix;
     uint32_t n;
+    int stalled;           /* the test hook's stall happened (hooks.h) */
     mblocks *blk;          /* per source, block order only (else NULL) */
     cxs_loader_opts o;
     size_t window;        /* floats per sample */
@@ -79,12 +82,21 @@ static int ring_respawn(cxs_ring *r, int drop_held) {
     return rc;
 }
 
-static int ring_take(cxs_ring *r, const char *what, uint32_t *slot, cxs_diag *d) {
+/* The consumer's next slot, waiting at most ms (CXS_RING_FOREVER: no
+ * limit): 0 with *slot, 1 past the end, or the failure (in d): -ETIMEDOUT,
+ * -ECANCELED after a cancel (`cancel` names the call that makes one). */
+static int ring_take(cxs_ring *r, const char *what, const char *cancel, uint32_t *slot,
+                     uint32_t ms, cxs_diag *d) {
     int rc;
     if (cxs_ring_forked(r) && (rc = ring_respawn(r, 0)))
         return cxs_diagf(d, rc, "%s: no worker thread could start in this process: %s", what,
                          cxs_strerror(rc));
-    if (cxs_ring_next(r, slot)) return 1;
+    rc = cxs_ring_next_timed(r, slot, ms);
+    if (rc == -ETIMEDOUT)
+        return cxs_diagf(d, rc, "%s: batch %llu not ready within %u ms", what,
+                         (unsigned long long)r->next_take, ms);
+    if (rc == -ECANCELED) return cxs_diagf(d, rc, "%s: cancelled (%s)", what, cancel);
+    if (rc) return 1; /* (no stalled callback: the end) */
     const cxs_ring_slot *s = &r->slot[*slot];
     if (s->rc) {
         if (s->diag.message[0]) return cxs_diag_copy(d, s->rc, &s->diag);
@@ -93,6 +105,22 @@ static int ring_take(cxs_ring *r, const char *what, uint32_t *slot, cxs_diag *d)
     }
     return 0;
 }
+
+#ifdef CXS_TEST_HOOKS
+/* CXS_LOADER_FAULT=stall:N (hooks.h): the loader's first fill of batch
+ * N waits until it is abandoned, as a fill waiting on a slow source
+ * would; the fill after it goes on (*once: the loader's). */
+static void stall_hook(const cxs_ring *r, int *once, uint64_t b, uint64_t gen) {
+    const long long n = cxs_hook_stall_batch();
+    if (n < 0 || (uint64_t)n != b || __atomic_exchange_n(once, 1, __ATOMIC_RELAXED)) return;
+    const struct timespec ms = {0, 1000000L};
+    while (!cxs_ring_abandoned(r, gen)) nanosleep(&ms, NULL);
+}
+#else
+static void stall_hook(const cxs_ring *r, int *once, uint64_t b, uint64_t gen) {
+    (void)r, (void)once, (void)b, (void)gen;
+}
+#endif
 
 static int abandoned(void *arg) {
     const mworker *wk = arg;
@@ -229,7 +257,7 @@ static int mfill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
     cxs_diag *diag = &l->ring.slot[i].diag;
     uint32_t cnt = 0;
     uint64_t g = 0;
-    (void)b;
+    stall_hook(&l->ring, &l->stalled, b, gen);
     wk->gen = gen;
     int rc = cxs_mix_batch(l->mix, wk->epoch, wk->pos, s->frames, s->source, l->o.batch_size,
                            &cnt, &g);
@@ -507,11 +535,13 @@ static int respawn(cxs_mix_loader *l, int drop_held) {
     return ring_respawn(&l->ring, drop_held);
 }
 
-static int next_batch(cxs_mix_loader *l, const cxs_mix_frames **batch, cxs_diag *d) {
+static int next_batch(cxs_mix_loader *l, const cxs_mix_frames **batch, uint32_t ms,
+                      cxs_diag *d) {
     if (l->blk && cxs_ring_forked(&l->ring))
         for (uint32_t i = 0; i < l->n; i++) cxs_shard_fds_after_fork(&l->blk[i].sfd);
     uint32_t i = 0;
-    int rc = ring_take(&l->ring, "mixture loader", &i, d);
+    *batch = NULL;
+    int rc = ring_take(&l->ring, "mixture loader", "cxs_mix_loader_cancel", &i, ms, d);
     *batch = rc == 0 ? &l->slots[i].pub : NULL;
     if (rc == 0 && l->blk) blocks_taken(l, l->epoch, (*batch)->index);
     return rc == 1 ? 0 : rc;
@@ -520,7 +550,21 @@ static int next_batch(cxs_mix_loader *l, const cxs_mix_frames **batch, cxs_diag 
 int cxs_mix_loader_next(cxs_mix_loader *l, const cxs_mix_frames **batch, cxs_diag *d) {
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "mixture loader: no loader or batch pointer");
-    return cxs_ring_outcome(&l->ring, next_batch(l, batch, &l->ring.err), d);
+    return cxs_ring_outcome(&l->ring, next_batch(l, batch, CXS_RING_FOREVER, &l->ring.err), d);
+}
+
+int cxs_mix_loader_next_timed(cxs_mix_loader *l, const cxs_mix_frames **batch,
+                              uint32_t timeout_ms, cxs_diag *d) {
+    if (!l || !batch)
+        return cxs_diagf(d, CXS_E_INVALID, "mixture loader: no loader or batch pointer");
+    if (timeout_ms == CXS_RING_FOREVER) timeout_ms--; /* (a limit, as asked) */
+    return cxs_ring_outcome(&l->ring, next_batch(l, batch, timeout_ms, &l->ring.err), d);
+}
+
+int cxs_mix_loader_cancel(cxs_mix_loader *l) {
+    if (!l) return CXS_E_INVALID;
+    cxs_ring_cancel(&l->ring);
+    return 0;
 }
 
 int cxs_mix_loader_reset(cxs_mix_loader *l, uint64_t epoch, uint64_t start) {
@@ -561,6 +605,7 @@ typedef struct uworker {
 struct cxs_mix_utt_loader {
     const cxs_mix_utt *mix;
     uint32_t n;
+    int stalled;       /* the test hook's stall happened (hooks.h) */
     cxs_utt_loader_opts o;
     uint32_t cap;      /* utterances a batch may hold */
     uint64_t lcap;     /* the longest label sequence of any source */
@@ -683,7 +728,7 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
     const uint32_t D = cxs_mix_utt_dataset(l->mix, 0)->meta.dim;
     uint32_t cnt = 0, rep = 0;
     uint64_t g = 0, tmax = 0, lmax = 0, frames = 0;
-    (void)b, (void)gen;
+    stall_hook(&l->ring, &l->stalled, b, gen);
     int rc = cxs_mix_utt_batch(l->mix, wk->epoch, wk->pos, s->utts, s->source, l->cap, &cnt, &g,
                                &rep);
     if (rc) cxs_diagf(diag, rc, "utterance mixture loader: batch %llu: %s",
@@ -892,17 +937,34 @@ const cxs_diag *cxs_mix_utt_loader_error(const cxs_mix_utt_loader *l) {
     return l ? &l->ring.err : NULL;
 }
 
-int cxs_mix_utt_loader_next(cxs_mix_utt_loader *l, const cxs_mix_utts **batch, cxs_diag *d) {
+static int unext(cxs_mix_utt_loader *l, const cxs_mix_utts **batch, uint32_t ms, cxs_diag *d) {
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture loader: no loader or batch "
                          "pointer");
     if (l->sfd && cxs_ring_forked(&l->ring))
         for (uint32_t s = 0; s < l->n; s++) cxs_shard_fds_after_fork(&l->sfd[s]);
     uint32_t i = 0;
-    int rc = ring_take(&l->ring, "utterance mixture loader", &i, &l->ring.err);
+    int rc = ring_take(&l->ring, "utterance mixture loader", "cxs_mix_utt_loader_cancel", &i,
+                       ms, &l->ring.err);
     *batch = rc == 0 ? &l->slots[i].pub : NULL;
     if (rc == 0 && l->sfd) ugroups_taken(l, (*batch)->batch->index);
     return cxs_ring_outcome(&l->ring, rc == 1 ? 0 : rc, d);
+}
+
+int cxs_mix_utt_loader_next(cxs_mix_utt_loader *l, const cxs_mix_utts **batch, cxs_diag *d) {
+    return unext(l, batch, CXS_RING_FOREVER, d);
+}
+
+int cxs_mix_utt_loader_next_timed(cxs_mix_utt_loader *l, const cxs_mix_utts **batch,
+                                  uint32_t timeout_ms, cxs_diag *d) {
+    if (timeout_ms == CXS_RING_FOREVER) timeout_ms--; /* (a limit, as asked) */
+    return unext(l, batch, timeout_ms, d);
+}
+
+int cxs_mix_utt_loader_cancel(cxs_mix_utt_loader *l) {
+    if (!l) return CXS_E_INVALID;
+    cxs_ring_cancel(&l->ring);
+    return 0;
 }
 
 int cxs_mix_utt_loader_reset(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start) {

@@ -26,6 +26,16 @@ static inline int cxs_hook_speculation_fails(void) {
     const char *e = getenv("CXS_LOADER_FAULT");
     return e && strcmp(e, "speculation") == 0;
 }
+/* CXS_LOADER_FAULT=stall:N: the first fill of batch N of a mixture
+ * loader (frame or utterance mixture) in the process waits until it is
+ * abandoned (a restart, the call after a cancel, the loader's stop), as a
+ * fill waiting on a slow source would, so that a test can make a
+ * mixture's next() wait; the fill after it goes on.  -1 without it. */
+static inline long long cxs_hook_stall_batch(void) {
+    const char *e = getenv("CXS_LOADER_FAULT");
+    if (!e || strncmp(e, "stall:", 6) != 0) return -1;
+    return strtoll(e + 6, NULL, 10);
+}
 /* CXS_HUGEPAGE_FAULT=off: open's copy into huge pages finds transparent
  * huge pages off, as /sys/kernel/mm/transparent_hugepage/enabled
  * "never" would say (hugecopy.c). */
@@ -45,6 +55,7 @@ static inline int cxs_hook_thread_fails(void) { return 0; }
 static inline int cxs_hook_blockcheck_off(void) { return 0; }
 static inline int cxs_hook_speculation_fails(void) { return 0; }
 static inline int cxs_hook_thp_off(void) { return 0; }
+static inline long long cxs_hook_stall_batch(void) { return -1; }
 #endif
 
 #endif

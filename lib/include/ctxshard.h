@@ -1508,6 +1508,21 @@ CXS_API int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opt
  * the epoch.  Returns 0 or the first error (diag may be NULL: as
  * cxs_loader_next_ex, a failure in the data names the shard file). */
 CXS_API int cxs_mix_loader_next(cxs_mix_loader *l, const cxs_mix_frames **batch, cxs_diag *diag);
+/** cxs_mix_loader_next waiting at most timeout_ms milliseconds for the
+ * batch: -ETIMEDOUT (*batch NULL) when it is not ready by then, and
+ * nothing else changes (the batch handed out last is given back, as by any
+ * call; the next call waits for the same batch), as cxs_loader_next_timed.
+ * The Python MixtureLoader waits in slices of 100 ms, so that Ctrl-C
+ * raises KeyboardInterrupt between them. */
+CXS_API int cxs_mix_loader_next_timed(cxs_mix_loader *l, const cxs_mix_frames **batch,
+                                      uint32_t timeout_ms, cxs_diag *diag);
+/** Cancel the consumer's wait from any thread (not from a signal handler),
+ * as cxs_loader_cancel: the cxs_mix_loader_next* call waiting now, or else
+ * the next one made, returns -ECANCELED at once (*batch NULL); the call
+ * after it throws away what the workers filled meanwhile and goes on from
+ * the same batch; cxs_mix_loader_reset and _free work as always.  0, or
+ * CXS_E_INVALID for NULL. */
+CXS_API int cxs_mix_loader_cancel(cxs_mix_loader *l);
 /** Restart at (epoch, start), discarding prefetched batches. */
 CXS_API int cxs_mix_loader_reset(cxs_mix_loader *l, uint64_t epoch, uint64_t start);
 /** The last call's failure. */
@@ -1707,6 +1722,16 @@ CXS_API int cxs_mix_utt_loader_create(const cxs_mix_utt *mix, const cxs_utt_load
  * the data names the shard file and the utterance). */
 CXS_API int cxs_mix_utt_loader_next(cxs_mix_utt_loader *l, const cxs_mix_utts **batch,
                                     cxs_diag *diag);
+/** cxs_mix_utt_loader_next waiting at most timeout_ms milliseconds:
+ * -ETIMEDOUT (*batch NULL) when the batch is not ready by then, as
+ * cxs_mix_loader_next_timed (the next call waits for the same batch). */
+CXS_API int cxs_mix_utt_loader_next_timed(cxs_mix_utt_loader *l, const cxs_mix_utts **batch,
+                                          uint32_t timeout_ms, cxs_diag *diag);
+/** Cancel the consumer's wait from any thread, as cxs_mix_loader_cancel:
+ * the call waiting now, or else the next one, returns -ECANCELED at once;
+ * the call after it goes on from the same batch.  0, or CXS_E_INVALID for
+ * NULL. */
+CXS_API int cxs_mix_utt_loader_cancel(cxs_mix_utt_loader *l);
 /** Restart at (epoch, start), discarding prefetched batches. */
 CXS_API int cxs_mix_utt_loader_reset(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start);
 /** The last call's failure. */

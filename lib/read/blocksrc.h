@@ -11,7 +11,8 @@
  * warm (warm.c), the block reader (batch/readahead.c), the copy into huge
  * pages (hugecopy.c, a section checksum: the whole section at once) and a
  * streamed dataset's fetch (remote/stream.c checks every FEATURES block it
- * downloads, so a streamed FEATURES counts as checked).  Once a section's
+ * downloads, so a streamed FEATURES counts as checked) and verify
+ * (cxs_dataset_verify: each block that passed its sum).  Once a section's
  * blocks are all checked its `all` flag is set, and a window on it costs
  * one load.
  *
@@ -21,8 +22,7 @@
  * 4.6).  A shard without BLOCKSUMS (older than 1.3) has no bitmaps: its
  * tables are checked whole at open, its FEATURES and LABELS only by
  * verify (warm reads them unchecked), and a label outside the vocabulary
- * is still refused when served.  verify checks every block but does not
- * feed the bitmaps (yet). */
+ * is still refused when served. */
 #ifndef CXS_BLOCKSRC_H
 #define CXS_BLOCKSRC_H
 

@@ -120,6 +120,19 @@ static void locate_features(const vctx *v, const struct shard *sh, const uint8_t
                  IMPLAUSIBLE_SD);
 }
 
+/* The blocks of section be's up to byte `upto` checked against their
+ * sums (cxs_blocks_check_upto), and each that passed told to the block
+ * source (blocksrc.h): a dataset verified in the process is not hashed
+ * again when it is served. */
+static int check_upto(const cxs_dataset *ds, uint32_t s, const cxs_bsum_entry *be,
+                      uint64_t *next, uint64_t upto, cxs_diag *d) {
+    const uint64_t from = *next;
+    const int rc = cxs_blocks_check_upto(ds, s, be, next, upto, d);
+    cxs_bcheck *c = cxs_bsrc_of(ds, s, be->type);
+    for (uint64_t j = from; c && j < *next; j++) cxs_bsrc_mark(c, j); /* (a failed one: not) */
+    return rc;
+}
+
 static int tick(vctx *v, uint64_t n) {
     v->done += n;
     if (v->progress && v->progress(v->user, v->done, v->total)) return -ECANCELED;
@@ -194,7 +207,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
     for (uint64_t u = 0; u <= sh->meta.num_utterances; u++) {
         /* Format 1.3: the blocks holding the bytes about to be looked at
          * first, so that damage is named by its block and utterances. */
-        if (be && (rc = cxs_blocks_check_upto(ds, si, be, &nextb, pos + gbytes, d))) return rc;
+        if (be && (rc = check_upto(ds, si, be, &nextb, pos + gbytes, d))) return rc;
         if (!zero_range(f, pos, pos + gbytes, &bad))
             return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, s->offset + bad,
                              "%s: FEATURES: guard row byte at offset %llu is not zero", sh->path,
@@ -204,7 +217,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
         if (u == sh->meta.num_utterances) break;
         uint64_t T = cxs_ld64(sh->index + 8 * (u + 1)) - cxs_ld64(sh->index + 8 * u);
         uint64_t n = T * rowb;
-        if (be && (rc = cxs_blocks_check_upto(ds, si, be, &nextb, pos + n, d))) return rc;
+        if (be && (rc = check_upto(ds, si, be, &nextb, pos + n, d))) return rc;
         if (!finite_rows(f + pos, T * ds->meta.dim, ds->meta.dtype, &bad))
             return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, s->offset + pos + bad * ds->esize,
                              "%s: FEATURES: utterance %llu holds a NaN or infinity at offset %llu",
@@ -216,7 +229,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
         pos += n;
         if ((rc = tick(v, gbytes + n))) return rc;
     }
-    if (be && (rc = cxs_blocks_check_upto(ds, si, be, &nextb, s->length, d))) return rc;
+    if (be && (rc = check_upto(ds, si, be, &nextb, s->length, d))) return rc;
     if (cxs_checksum_differs(XXH3_64bits_digest(v->st), s->checksum)) {
         char msg[sizeof d->message];
         snprintf(msg, sizeof msg, "%s: section FEATURES (bytes %llu..%llu): checksum mismatch",
@@ -366,7 +379,7 @@ static int verify_labels(vctx *v, const struct shard *sh, const cxs_section *s, 
     uint64_t nextb = 0, checked = 0; /* bytes of LABELS checked against block sums */
     for (uint64_t i = 0; i < sh->meta.num_frames; i++) {
         if (be && (i + 1) * w > checked) {
-            int rc = cxs_blocks_check_upto(ds, si, be, &nextb, (i + 1) * w, d);
+            int rc = check_upto(ds, si, be, &nextb, (i + 1) * w, d);
             if (rc) return rc;
             checked = nextb << be->shift;
         }
@@ -431,7 +444,7 @@ static int verify_shard(void *p) {
         const cxs_bsum_entry *be = cxs_blocksums_find(&sh->bs, s->type);
         uint64_t nextb = 0;
         if (be && s->type != CXS_SEC_FEATURES && s->type != CXS_SEC_LABELS &&
-            (rc = cxs_blocks_check_upto(ds, a->i, be, &nextb, s->length, d)))
+            (rc = check_upto(ds, a->i, be, &nextb, s->length, d)))
             break;
         if (s->type == CXS_SEC_FEATURES) rc = verify_features(v, sh, s, d);
         else if (s->type == CXS_SEC_ZFEATURES && cxs_compressed(ds))

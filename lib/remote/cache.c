@@ -252,11 +252,20 @@ static int list_entries(const char *root, const char *keep, victim **out, size_t
     return 0;
 }
 
+static int resv_open(const char *root);
+static uint64_t resv_sum(int fd, int reclaim);
+
 /* Evict least recently used entries (not `keep`, none open or being
- * fetched) until `more` bytes fit under limit.  *freed: bytes removed. */
-int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint64_t more,
-                        uint64_t limit, uint64_t *freed, cxs_diag *d) {
+ * fetched) until `more` bytes fit under limit, counting every entry (one
+ * being fetched whole at the size it will reach) and every process's live
+ * reservations (the streams' fetches in flight), the rule
+ * cxs_cache_reserve applies.  *freed: bytes removed; *inflight (may be
+ * NULL): the live reservations, when they alone keep `more` out (the
+ * room is there once they land, unless they take it), else 0. */
+static int make_room(const char *root, const char *keep, uint64_t have, uint64_t more,
+                     uint64_t limit, uint64_t *freed, uint64_t *inflight, cxs_diag *d) {
     *freed = 0;
+    if (inflight) *inflight = 0;
     char p[4200];
     snprintf(p, sizeof p, "%s/.evict", root);
     int efd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -275,6 +284,12 @@ int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint6
     }
     uint64_t total = have;
     for (size_t i = 0; i < n; i++) total += v[i].bytes;
+    /* the streams' fetches in flight, every process's: what they are about
+     * to write counts as if it were on disk (ROOT/.reservations) */
+    const int rfd = resv_open(root);
+    const uint64_t resv = resv_sum(rfd, 1);
+    if (rfd >= 0) close(rfd);
+    total += resv;
     uint64_t busy = 0;
     for (size_t i = 0; i < n && total + more > limit; i++) {
         int lfd = open_lock(root, v[i].key);
@@ -292,6 +307,7 @@ int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint6
         close(lfd);
     }
     free(v);
+    if (inflight && total + more > limit && total - resv + more <= limit) *inflight = resv;
     if (keep && total + more <= limit) {
         /* reserve what the fetch will hold, before another fetch counts */
         snprintf(p, sizeof p, "%s/%s", root, keep);
@@ -314,8 +330,32 @@ int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint6
                          "%llu are held by datasets open now (or being fetched) that cannot be "
                          "evicted: give a larger --cache-limit / cache_limit= / "
                          "CTXSHARD_CACHE_LIMIT, or close them", root, (unsigned long long)limit,
-                         (unsigned long long)more, (unsigned long long)(busy + have));
+                         (unsigned long long)more, (unsigned long long)(busy + have + resv));
     return 0;
+}
+
+int cxs_cache_make_room(const char *root, const char *keep, uint64_t have, uint64_t more,
+                        uint64_t limit, uint64_t *freed, cxs_diag *d) {
+    return make_room(root, keep, have, more, limit, freed, NULL, d);
+}
+
+/* make_room for a fetch (keep: its entry), which waits while what keeps
+ * it out is only other fetches in flight (the streams' reservations: they
+ * land within a download's time, and the room is counted again then), as
+ * a stream's fetch does (stream.c); progress, every 100 ms of the wait
+ * with (have, have + more), may stop it (-ECANCELED). */
+static int make_room_wait(const char *root, const char *keep, uint64_t have, uint64_t more,
+                          uint64_t limit, cxs_progress_fn progress, void *user, const char *url,
+                          cxs_diag *d) {
+    for (unsigned k = 1;; k++) {
+        uint64_t freed, inflight;
+        int rc = make_room(root, keep, have, more, limit, &freed, &inflight, d);
+        if (rc != -ENOSPC || !inflight) return rc;
+        if (progress && k % 20 == 0 && progress(user, have, have + more))
+            return cxs_diagf(d, -ECANCELED, "%s: download stopped", url);
+        struct timespec ts = {0, 5 * 1000000L}; /* (another's fetch: a download's time) */
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Bytes of every entry of root (entries being fetched whole at the size
@@ -461,11 +501,36 @@ void cxs_cache_unreserve(cxs_cache_resv *r) {
     r->fd = -1;
 }
 
+#ifdef CXS_TEST_HOOKS
+void cxs_cache_audit(const char *root) {
+    const char *e = getenv("CXS_CACHE_AUDIT");
+    if (!e || !*e) return;
+    uint64_t disk = 0;
+    DIR *dp = opendir(root);
+    for (struct dirent *de; dp && (de = readdir(dp));) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+        if (de->d_name[0] != '.') disk += cxs_cache_dir_bytes(p); /* (a file: 0) */
+    }
+    if (dp) closedir(dp);
+    char line[32];
+    int n = snprintf(line, sizeof line, "%llu\n", (unsigned long long)disk);
+    int fd = open(e, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    if (write(fd, line, (size_t)n) != n) {
+        /* (a test that reads a line short fails on it) */
+    }
+    close(fd);
+}
+#else
+void cxs_cache_audit(const char *root) { (void)root; }
+#endif
+
 /* ---- the fetch ----------------------------------------------------------- */
 
 typedef struct job {
     const cxs_origin *o;
-    const char *dir;
+    const char *root, *dir;
     const uint64_t *sizes;
     _Atomic uint64_t fetched;
 } job;
@@ -495,6 +560,7 @@ static int fetch_shard(void *ctx, uint32_t i, cxs_diag *d) {
     close(fd);
     if (rc == CXS_E_CORRUPT) unlink(part); /* bytes of doubt are not resumed from */
     if (!rc && rename(part, path)) rc = cxs_diagf(d, -errno, "%s: %s", path, strerror(errno));
+    cxs_cache_audit(j->root);
     return rc;
 }
 
@@ -658,11 +724,12 @@ static int stream_setup(const cxs_origin *o, const char *url, const char *root, 
                        (unsigned long long)limit);
         goto out;
     }
-    uint64_t freed;
-    if (limit && (rc = cxs_cache_make_room(root, key, 0, meta, limit, &freed, d))) goto out;
+    if (limit && (rc = make_room_wait(root, key, 0, meta, limit, progress, user, url, d)))
+        goto out;
     if ((rc = start_entry(dir, url, d))) goto out;
-    snprintf(p, sizeof p, "%s/reserved", dir);
-    unlink(p); /* (what it holds is counted as it arrives) */
+    /* (`reserved`, the metadata's size, stays: the entry counts at least
+     * that while its metadata arrives, and never less once it is there,
+     * for the metadata is never evicted) */
     snprintf(p, sizeof p, "%s/stream", dir); /* before any shard file: see fetch_impl */
     touch(p);
     j.phase = 1;
@@ -828,11 +895,12 @@ static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_giv
         rc = cxs_diagf(d, rc, "%s: %s", dir, strerror(-rc));
         goto out;
     }
-    uint64_t have = cxs_cache_dir_bytes(dir), freed = 0;
-    if (limit && (rc = cxs_cache_make_room(root, key, have, need > have ? need - have : 0, limit, &freed, d)))
+    uint64_t have = cxs_cache_dir_bytes(dir);
+    if (limit && (rc = make_room_wait(root, key, have, need > have ? need - have : 0, limit,
+                                      progress, user, url, d)))
         goto out;
     if ((rc = start_entry(dir, url, d))) goto out;
-    job j = {.o = o, .dir = dir, .sizes = sizes};
+    job j = {.o = o, .root = root, .dir = dir, .sizes = sizes};
     atomic_init(&j.fetched, 0);
     _Atomic uint64_t received;
     _Atomic int cancel;

@@ -137,6 +137,12 @@ typedef struct cxs_cache_resv {
  * reservations file cannot be used. */
 int cxs_cache_reserve(const char *root, uint64_t more, uint64_t limit, cxs_cache_resv *r,
                       uint64_t *total, cxs_diag *d);
+/* In a test build, CXS_CACHE_AUDIT=FILE: the bytes every entry of root
+ * holds on disk now (no reservation counted: what `du` would say) are
+ * appended to FILE, a line each; called as each piece of a fetch lands
+ * (a stream's range request, a whole fetch's shard), so that a test sees
+ * the cache's size where it peaks, in every process.  Elsewhere nothing. */
+void cxs_cache_audit(const char *root);
 /* Let go of r (no-op when it holds none). */
 void cxs_cache_unreserve(cxs_cache_resv *r);
 /* The live reservations' bytes, every process's. */

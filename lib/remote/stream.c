@@ -294,8 +294,9 @@ static int make_room(cxs_stream_user *u, uint64_t *morep, cxs_cache_resv *r, cxs
         if (rc) return rc < 0 ? rc : 0;
         uint64_t over = total + more - st->limit, freed = 0;
         if (pass == 0) { /* other datasets first, least recently used, none open */
-            uint64_t mine = cxs_cache_dir_bytes(st->dir) + cxs_cache_reserved(st->root);
-            cxs_cache_make_room(st->root, st->key, mine, more, st->limit, &freed, &ignored);
+            /* (make_room counts every live reservation itself) */
+            cxs_cache_make_room(st->root, st->key, cxs_cache_dir_bytes(st->dir), more,
+                                st->limit, &freed, &ignored);
             char p[4400];
             snprintf(p, sizeof p, "%s/reserved", st->dir);
             unlink(p); /* (make_room reserves for a whole fetch; this one counts as it goes) */
@@ -324,34 +325,9 @@ static int make_room(cxs_stream_user *u, uint64_t *morep, cxs_cache_resv *r, cxs
                      (unsigned long long)more);
 }
 
-#ifdef CXS_TEST_HOOKS
-/* CXS_CACHE_AUDIT=FILE: after each piece of a fetch is on disk, the bytes
- * every entry of the cache holds on disk now (no reservation counted: what
- * `du` would say) are appended to FILE, a line each, so that a test sees
- * the cache's size where it peaks, in every process. */
-static void audit(const cxs_stream *st) {
-    const char *e = getenv("CXS_CACHE_AUDIT");
-    if (!e || !*e) return;
-    uint64_t disk = 0;
-    DIR *dp = opendir(st->root);
-    for (struct dirent *de; dp && (de = readdir(dp));) {
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", st->root, de->d_name);
-        if (de->d_name[0] != '.') disk += cxs_cache_dir_bytes(p); /* (a file: 0) */
-    }
-    if (dp) closedir(dp);
-    char line[32];
-    int n = snprintf(line, sizeof line, "%llu\n", (unsigned long long)disk);
-    int fd = open(e, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) return;
-    if (write(fd, line, (size_t)n) != n) {
-        /* (a test that reads a line short fails on it) */
-    }
-    close(fd);
-}
-#else
-static void audit(const cxs_stream *st) { (void)st; }
-#endif
+/* After each piece of a fetch is on disk: the test hook CXS_CACHE_AUDIT
+ * (cache.c). */
+static void audit(const cxs_stream *st) { cxs_cache_audit(st->root); }
 
 /* One range request of a fetch: sum blocks [j0, j1) of a shard. */
 typedef struct piece {

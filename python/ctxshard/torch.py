@@ -296,10 +296,12 @@ _WAIT_MS = 100  # the slices a slow batch is waited for in (see _batches)
 
 
 def _batches(next_fn, ptr, batch_type, what, timed=None):
-    """A C loader's batches (next_fn: cxs_loader_next_ex or
-    cxs_utt_loader_next_ex) until its epoch ends, a failure raised with
-    the diagnostic the library kept (file, utterance, reason).  timed
-    (cxs_loader_next_timed, cxs_utt_loader_next_timed): a batch that is
+    """A C loader's batches (next_fn: cxs_loader_next_ex,
+    cxs_utt_loader_next_ex, or a mixture loader's next) until its epoch
+    ends, a failure raised with the diagnostic the library kept (file,
+    utterance, reason).  timed (cxs_loader_next_timed,
+    cxs_utt_loader_next_timed, cxs_mix_loader_next_timed,
+    cxs_mix_utt_loader_next_timed): a batch that is
     slow to come (a streamed block behind a slow server) is waited for in
     slices of _WAIT_MS, so that Ctrl-C raises KeyboardInterrupt between
     them (Python runs its signal handlers only between the C calls); a
@@ -1190,7 +1192,8 @@ class MixtureLoader(_MixLoader):
         ptr = self._create(mix, self.epoch, self._start)
         W = self.input_size
         try:
-            for b in _batches(_lib.cxs_mix_loader_next, ptr, _n.MixFrames, "mixture loader"):
+            for b in _batches(_lib.cxs_mix_loader_next, ptr, _n.MixFrames, "mixture loader",
+                              _lib.cxs_mix_loader_next_timed):
                 n = b.n
                 x = torch.empty((n, W), dtype=torch.float32, pin_memory=self.pin_memory)
                 ctypes.memmove(x.data_ptr(), b.x, n * W * 4)
@@ -1869,7 +1872,7 @@ class MixtureUtteranceLoader(_MixLoader):
         D = self.input_size
         try:
             for mb in _batches(_lib.cxs_mix_utt_loader_next, ptr, _n.MixUtts,
-                               "utterance mixture loader"):
+                               "utterance mixture loader", _lib.cxs_mix_utt_loader_next_timed):
                 b = mb.batch.contents
                 n, T = b.n, b.tmax
                 x = torch.empty((n, T, D), dtype=torch.float32)

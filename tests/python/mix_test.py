@@ -5,17 +5,23 @@ gives exactly its quota and each rank its share to within one sample; no
 frame twice within a pass; resume 2 -> 3 -> 1 ranks mid-epoch through
 state_dict with nothing repeated or lost; vocabularies mapped by symbol or
 refused naming the symbols; per-source or one given normalisation;
-temperature and epoch size; `ctxshard bench-read A B C --weights`.
+temperature and epoch size; `ctxshard bench-read A B C --weights`; a
+cancel from another thread or Ctrl-C ends a mixture's wait for a batch.
 
 usage: /usr/bin/python3 tests/python/mix_test.py BUILD_DIR SOURCE_ROOT"""
 import collections
 import ctypes
+import errno
 import mmap
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -30,6 +36,9 @@ import ctxshard  # noqa: E402
 import ctxshard.torch as ct  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-mix-")
+# the test hooks (CXS_LOADER_FAULT=stall:N) exist only in builds configured
+# with -Dtest_hooks=true; meson says which
+HOOKS = os.environ.get("CXS_TEST_HOOKS", "1") == "1"
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.mmap.restype = ctypes.c_void_p
 LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
@@ -433,6 +442,139 @@ class MixTest(unittest.TestCase):
         print(f"utterance mixture in block order: peak {peak / 2**20:.1f} MB cached of "
               f"{total / 2**20:.1f} MB under a 24 MB budget", file=sys.stderr)
 
+    def mixtures(self):
+        """Both kinds of mixture loader over the three sources: (name, a
+        fresh Python loader, its C next_timed and cancel, and a batch's
+        (x, source, frames or utterances) from the C struct)."""
+        def frames(b):
+            n, W = b.n, (2 * K + 1) * D
+            return (np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
+                                          (n, W)).copy(),
+                    np.ctypeslib.as_array(ctypes.cast(b.source, ctypes.POINTER(ctypes.c_uint32)),
+                                          (n,)).astype(np.int64),
+                    np.ctypeslib.as_array(ctypes.cast(b.frames, ctypes.POINTER(ctypes.c_uint64)),
+                                          (n,)).astype(np.int64))
+
+        def utts(mb):
+            b = mb.batch.contents
+            n, T = b.n, b.tmax
+            return (np.ctypeslib.as_array(ctypes.cast(b.x, ctypes.POINTER(ctypes.c_float)),
+                                          (n, T, D)).copy(),
+                    np.ctypeslib.as_array(ctypes.cast(mb.source, ctypes.POINTER(ctypes.c_uint32)),
+                                          (n,)).astype(np.int64),
+                    np.ctypeslib.as_array(ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)),
+                                          (n,)).astype(np.int64))
+        from ctxshard._native import lib as L
+        return [("frames", lambda: ct.Loader(self.paths, K, 50, weights=[3, 1, 1], seed=4),
+                 ct._n.MixFrames, L.cxs_mix_loader_next_timed, L.cxs_mix_loader_cancel,
+                 L.cxs_mix_loader_free, frames, lambda b: (b[0].numpy(), b.source.numpy(),
+                                                           b.frames.numpy())),
+                ("utterances", lambda: ct.UtteranceLoader(self.paths, 1000, seed=4),
+                 ct._n.MixUtts, L.cxs_mix_utt_loader_next_timed, L.cxs_mix_utt_loader_cancel,
+                 L.cxs_mix_utt_loader_free, utts, lambda b: (b[0].numpy(), b.source.numpy(),
+                                                             b.utterances.numpy()))]
+
+    def test_cancel_ends_a_waiting_next_and_the_epoch_goes_on(self):
+        """cxs_mix_loader_cancel / cxs_mix_utt_loader_cancel from another
+        thread end a next() that waits for a batch (the test hook
+        CXS_LOADER_FAULT=stall:3 holds batch 3's fill until it is thrown
+        away) with -ECANCELED; the next calls serve batch 3 and the rest of
+        the epoch exactly; a timed next that expires changes nothing.
+        Before, the mixtures had neither call."""
+        if not HOOKS:
+            self.skipTest("built without the test hooks (-Dtest_hooks=true): no stall")
+        for name, make_l, btype, timed, cancel, free, of_c, of_py in self.mixtures():
+            ref = [of_py(b) for b in make_l()]  # (before the hook is set)
+            self.assertGreater(len(ref), 6, name)
+            py = make_l()
+            os.environ["CXS_LOADER_FAULT"] = "stall:3"
+            ptr = py._create(py._mix_now(), py.epoch, 0)
+            try:
+                bp, diag = ctypes.POINTER(btype)(), ct._n.Diag()
+                got = []
+                for i in range(3):
+                    self.assertEqual(timed(ptr, ctypes.byref(bp), 60000, ctypes.byref(diag)), 0,
+                                     diag.message)
+                    got.append(of_c(bp.contents))
+                self.assertEqual(timed(ptr, ctypes.byref(bp), 1, ctypes.byref(diag)),
+                                 -errno.ETIMEDOUT, name)  # batch 3 held back
+                self.assertFalse(bp)
+                waited = []
+
+                def wait():  # (ctypes lets go of the GIL while it waits)
+                    waited.append(timed(ptr, ctypes.byref(bp), 600000, None))
+
+                t = threading.Thread(target=wait)
+                t.start()
+                self.assertEqual(cancel(ptr), 0)
+                t.join(60)
+                self.assertFalse(t.is_alive(), f"{name}: next() still waits after the cancel")
+                self.assertEqual(waited, [-errno.ECANCELED], name)
+                while True:
+                    rc = timed(ptr, ctypes.byref(bp), 60000, ctypes.byref(diag))
+                    self.assertEqual(rc, 0, f"{name}: {diag.message}")
+                    if not bp:
+                        break
+                    got.append(of_c(bp.contents))
+            finally:
+                free(ptr)
+                del os.environ["CXS_LOADER_FAULT"]
+            self.assertEqual(len(got), len(ref), name)
+            for i, (a, b) in enumerate(zip(got, ref)):
+                for u, v in zip(a, b):
+                    np.testing.assert_array_equal(u, v, f"{name} batch {i}")
+
+    def test_ctrl_c_ends_a_waiting_mixture_next(self):
+        """SIGINT to a process whose MixtureLoader, or utterance mixture
+        loader, waits for a batch (held back by the test hook
+        CXS_LOADER_FAULT=stall:3): KeyboardInterrupt is raised (the loaders
+        wait in slices of 100 ms; the bound of 10 s only keeps the test from
+        hanging: before, the wait lasted for ever)."""
+        if not HOOKS:
+            self.skipTest("built without the test hooks (-Dtest_hooks=true): no stall")
+        code = {"frames": "ct.Loader(sys.argv[1:], 3, 50, weights=[3, 1, 1], seed=4)",
+                "utterances": "ct.UtteranceLoader(sys.argv[1:], 1000, seed=4)"}
+        env = dict(os.environ, CXS_LOADER_FAULT="stall:3",
+                   PYTHONPATH=os.path.join(SRC, "python"))
+        for name, make_l in code.items():
+            prog = ("import sys, ctxshard.torch as ct\n"
+                    f"it = iter({make_l})\n"
+                    "for _ in range(3):\n"
+                    "    next(it)\n"
+                    "print('waiting', flush=True)\n"
+                    "try:\n"
+                    "    next(it)\n"
+                    "except KeyboardInterrupt:\n"
+                    "    print('interrupted', flush=True)\n"
+                    "    sys.exit(3)\n"
+                    "print('served', flush=True)\n")
+            p = subprocess.Popen([sys.executable, "-c", prog, *self.paths], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(p.stdout.readline(), "waiting\n", name)
+                # its main thread in the loader's wait (a futex): the signal
+                # comes while the C call waits, not before it
+                sysc = f"/proc/{p.pid}/task/{p.pid}/syscall"
+                for _ in range(2000):
+                    try:
+                        with open(sysc) as f:
+                            if f.read().split()[0] == "202":
+                                break
+                    except OSError:
+                        break  # (not readable here: the signal may come a little early)
+                    time.sleep(0.005)
+                p.send_signal(signal.SIGINT)
+                said = select.select([p.stdout], [], [], 10)[0] and p.stdout.readline()
+                if not said:
+                    p.kill()
+                out, err = p.communicate(timeout=120)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+            self.assertEqual(said, "interrupted\n", f"{name}: nothing 10 s after SIGINT {err}")
+            self.assertEqual(p.returncode, 3, err)
+
     def test_cli_bench_read_mixture(self):
         p = subprocess.run([EXE, "bench-read", *self.paths, "--weights", "3,1,1", "--context",
                             "2", "--batch", "100", "--batches", "50"], capture_output=True,
@@ -452,4 +594,4 @@ class MixTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=2)

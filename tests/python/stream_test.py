@@ -8,7 +8,8 @@ its limit; a damaged block is never served; a server gone mid-epoch ends
 in an error naming the URL; every other reader of a streamed dataset is
 refused; a dataset that cannot be streamed is fetched whole or refused.
 Ctrl-C stops a loader waiting for a block from a server that stalls it,
-and leaves the cache consistent; three processes hold one cache limit.
+and leaves the cache consistent; three processes hold one cache limit,
+and so do a stream and a whole fetch into one cache.
 
 usage: /usr/bin/python3 tests/python/stream_test.py BUILD_DIR SOURCE_ROOT"""
 import errno
@@ -538,6 +539,118 @@ class Streaming(unittest.TestCase):
               file=sys.stderr)
         self.assertGreater(len(sizes), 20)
         self.assertLessEqual(max(sizes), limit)
+    def test_a_whole_fetch_beside_a_stream_holds_the_cache_limit(self):
+        """A process streaming into a cache under cache_limit=6M, its first
+        fetch reserved and in flight (the server stalls it), and a process
+        fetching another dataset whole into the same cache under the same
+        limit, sized to fit only when that fetch in flight is not counted:
+        the whole fetch counts it (ROOT/.reservations) and waits for it
+        (its progress is called meanwhile, before its entry exists; then,
+        the stream's bytes landed, it is refused with ENOSPC or fetched).
+        Before, it counted only the entries on disk and fetched at once,
+        and the stream's bytes landed on top of it: the cache's bytes on
+        disk (CXS_CACHE_AUDIT, sampled in both processes as each piece
+        lands) above the limit.  The stream's epoch is exact either way."""
+        if os.environ.get("CXS_TEST_HOOKS", "1") != "1":
+            self.skipTest("built without the test hooks (-Dtest_hooks=true): no audit")
+        limit = 6 << 20
+        cache, audit = self.cache("mixed"), os.path.join(R.TMP, "mixed-audit")
+        env = dict(os.environ, PYTHONPATH=os.path.join(R.SRC, "python"), CXS_CACHE_AUDIT=audit,
+                   CTXSHARD_HTTP_TIMEOUT="300")
+        stream_code = ("import sys, hashlib, ctxshard.torch as ct\n"
+                       "h = hashlib.sha256()\n"
+                       "for x, y in ct.Loader(sys.argv[1], 3, 100, cache=sys.argv[2], "
+                       f"cache_limit={limit}, shuffle='block', memory='3M', seed=7, "
+                       "threads=2):\n"
+                       "    h.update(x.numpy().tobytes()); h.update(y.numpy().tobytes())\n"
+                       "print(h.hexdigest())\n")
+        # the whole fetch: "waiting" when its progress is called before its
+        # entry (the `source` naming its URL) exists, i.e. while it waits
+        # for room; then "fetched" or the errno it was refused with
+        whole_code = ("import sys, os, errno, ctxshard\n"
+                      "url, cache = sys.argv[1], sys.argv[2]\n"
+                      "said = []\n"
+                      "def entry():\n"
+                      "    for e in os.listdir(cache):\n"
+                      "        try:\n"
+                      "            with open(os.path.join(cache, e, 'source')) as f:\n"
+                      "                if f.read().strip() == url: return True\n"
+                      "        except OSError: pass\n"
+                      "    return False\n"
+                      "def progress(done, total):\n"
+                      "    if not said and not entry():\n"
+                      "        said.append(1); print('waiting', flush=True)\n"
+                      "try:\n"
+                      f"    ctxshard.fetch(url, cache=cache, cache_limit={limit}, "
+                      "progress=progress)\n"
+                      "    print('fetched', flush=True)\n"
+                      "except OSError as e:\n"
+                      "    print(errno.errorcode[e.errno], e, flush=True)\n")
+        srv, ps, pw = StallingServer(self.www), None, None
+        try:
+            ps = subprocess.Popen([sys.executable, "-c", stream_code, srv.url("s"), cache],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+            try:
+                self.assertTrue(srv.stalled.wait(120))  # its first fetch reserved, in flight
+                # what the cache holds on disk and what is reserved now
+                disk = sum(os.stat(os.path.join(dp, f)).st_blocks * 512
+                           for dp, _, fs in os.walk(cache) for f in fs
+                           if not os.path.relpath(dp, cache).startswith("."))
+                with open(os.path.join(cache, ".reservations"), "rb") as f:
+                    b = f.read()
+                resv = sum(struct.unpack_from("<Q", b, i)[0] for i in range(0, len(b) - 7, 8))
+                # a dataset that fits beside what is on disk (its entry's
+                # small files, pages of 4 KiB, counted too), not beside the
+                # fetch in flight as well
+                room = limit - disk - (64 << 10)
+                utts, whole = max(1, room // (160 << 10)) + 2, None
+                while utts > 0:
+                    name = f"whole{utts}"
+                    out = os.path.join(self.www, name)
+                    if not os.path.isdir(out):
+                        shutil.copytree(R.make(name, utts, 3, shard_size="1M"), out)
+                    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+                    if size <= room:
+                        whole = (name, size)
+                        break
+                    utts -= 1
+                self.assertIsNotNone(whole)
+                self.assertGreater(disk + resv + whole[1], limit,
+                                   (disk, resv, whole))  # the test's premise
+                pw = subprocess.Popen([sys.executable, "-c", whole_code, srv.url(whole[0]),
+                                       cache], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+                first = pw.stdout.readline()  # "fetched" before, "waiting" now
+                srv.release()
+                wout, werr = pw.communicate(timeout=240)
+                sout, serr = ps.communicate(timeout=240)
+            finally:
+                for p in (ps, pw):
+                    if p is not None and p.poll() is None:
+                        p.kill()
+                        p.communicate()
+        finally:
+            srv.stop()
+        print(f"  stream beside a whole fetch of {whole[1]} bytes ({disk} on disk, {resv} "
+              f"reserved): the whole fetch said {first.strip()!r}, then {wout.strip()!r}",
+              file=sys.stderr)
+        self.assertEqual(ps.returncode, 0, serr)
+        self.assertEqual(pw.returncode, 0, werr)
+        import hashlib
+        h = hashlib.sha256()
+        for x, y in Loader(self.a, 3, 100, **KW):
+            h.update(x.numpy().tobytes())
+            h.update(y.numpy().tobytes())
+        self.assertEqual(sout.strip(), h.hexdigest())
+        with open(audit) as f:
+            sizes = [int(v) for v in f.read().split()]
+        print(f"  {len(sizes)} samples, the largest {max(sizes)} bytes (limit {limit})",
+              file=sys.stderr)
+        self.assertLessEqual(max(sizes), limit)
+        self.assertEqual(first, "waiting\n", wout)
+        self.assertTrue(wout.startswith("fetched") or wout.startswith("ENOSPC"), wout)
+
     def test_cxs_loader_cancel_ends_the_wait_and_the_epoch_goes_on(self):
         """The C call: cxs_loader_cancel from another thread ends a
         cxs_loader_next_ex waiting for a block the server stalls

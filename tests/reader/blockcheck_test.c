@@ -61,10 +61,18 @@ static uint64_t section_at(const char *path, uint32_t type) {
 /* A copy of the sound dataset at out, with frame DAMAGED_T of utterance
  * DAMAGED_UTT damaged: its label (label = 1) or its dimension 1's lowest
  * mantissa bit.  0 or -1. */
+static int damage(const char *out, int label);
 static int make_damaged(const char *out, int label) {
-    char cmd[1000], shard[512];
+    char cmd[1000];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", out, sound, out);
     if (system(cmd)) return -1;
+    return damage(out, label);
+}
+
+/* The dataset at out (a copy of the sound one) damaged in place, as
+ * make_damaged does.  0 or -1. */
+static int damage(const char *out, int label) {
+    char shard[512];
     snprintf(shard, sizeof shard, "%s/shard-000000.cxs", out);
     cxs_dataset *ds;
     cxs_diag d;
@@ -378,6 +386,43 @@ TEST(gpu_loaders_refuse) {
 }
 END_TEST
 
+/* cxs_dataset_verify feeds the block source: a block it checked is not
+ * hashed again when served by the same open dataset.  Shown by damage
+ * made on disk after the verify, through the shard's mapping: served as
+ * it now reads (the block was checked once, by verify), while a fresh
+ * open of the same files refuses it. */
+TEST(a_block_verified_is_not_hashed_again) {
+    char path[400], cmd[1400];
+    snprintf(path, sizeof path, "%s/verified", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", path, sound, path);
+    EXPECT_INT(system(cmd), 0);
+    cxs_dataset *ds = open_ds(path), *ref = open_ds(sound);
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    cxs_diag d;
+    int rc = cxs_dataset_verify(ds, NULL, NULL, &d);
+    ck_assert_msg(rc == 0, "verify: %d %s", rc, d.message);
+    cxs_utterance ut;
+    EXPECT_INT(cxs_dataset_utterance(ref, DAMAGED_UTT, &ut), 0);
+    EXPECT_INT(damage(path, 1), 0); /* a label byte, after the verify */
+    /* (old code: every call that needs the block hashes it again and
+     * refuses it, CXS_E_CHECKSUM) */
+    cxs_utterance ut2;
+    EXPECT_INT(cxs_dataset_utterance(ds, DAMAGED_UTT, &ut2), 0);
+    const uint64_t f = ut.first_frame + DAMAGED_T;
+    int64_t y[1], y0[1];
+    EXPECT_INT(cxs_dataset_labels(ref, f, 1, y0), 0);
+    rc = cxs_dataset_labels(ds, f, 1, y);
+    ck_assert_msg(rc == 0, "labels after verify: %d (the block was hashed again)", rc);
+    EXPECT_INT(y[0], (y0[0] + 1) % TD_PHONES); /* the bytes the mapping now holds */
+    cxs_dataset_close(ds);
+    cxs_dataset_close(ref);
+    ds = open_ds(path); /* a fresh open checks the block at its first use */
+    expect(bad_label, cxs_dataset_labels(ds, f, 1, y), NULL, "labels after reopening");
+    cxs_dataset_close(ds);
+}
+END_TEST
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/cxs-blockcheck-XXXXXX");
     if (!mkdtemp(dir)) return 3;
@@ -388,7 +433,8 @@ int main(void) {
     if (td_make(sound, &o) || make_damaged(bad_label, 1) || make_damaged(bad_value, 0)) return 3;
     const TTest *const t[] = {gather_refuses_a_damaged_block, window_labels_utterance_read_pad_refuse,
                               frame_loader_every_order_refuses, utterance_loader_refuses,
-                              mixtures_refuse, gpu_loaders_refuse};
+                              mixtures_refuse, gpu_loaders_refuse,
+                              a_block_verified_is_not_hashed_again};
     const cxs_group g[] = {{"blockcheck", 120, NULL, NULL, t, CXS_N(t), NULL}};
     int rc = cxs_run_groups("blockcheck", g, CXS_N(g), 0) ? EXIT_FAILURE : EXIT_SUCCESS;
     char cmd[300];

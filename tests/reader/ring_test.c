@@ -7,7 +7,10 @@
  * fills that end early when abandoned (restart, stop); a start whose
  * threads all fail (test hooks) and then succeeds; a consumer that would
  * wait for ever told so (stalled); batches the owner publishes later; a
- * forked child that goes on from the consumer's position or restarts. */
+ * forked child that goes on from the consumer's position or restarts;
+ * a cancel that ends the consumer's wait (or its next call, when it came
+ * before it) with -ECANCELED, after which the consumer gets the same batch;
+ * a timed wait that expires with nothing changed. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -36,6 +39,7 @@ typedef struct owner {
     int later;               /* fill returns CXS_RING_LATER; the publisher publishes */
     /* counts, under r.mu or atomic */
     int fills[2], discards, releases, inits, exits, abandoned;
+    int waits; /* the consumer's waits begun (stalled asked), under r.mu */
     /* the publisher's queue (later), under r.mu */
     struct {
         uint32_t i;
@@ -61,9 +65,14 @@ static int fill(void *p, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) {
     uint64_t epoch = o->claimed[w];
     __atomic_add_fetch(&o->fills[epoch ? 1 : 0], 1, __ATOMIC_RELAXED);
     if ((int)gen == __atomic_load_n(&o->slow_gen, __ATOMIC_RELAXED)) {
-        while (!cxs_ring_abandoned(&o->r, gen)) sched_yield();
-        __atomic_add_fetch(&o->abandoned, 1, __ATOMIC_RELAXED);
-        return -ECANCELED;
+        /* until abandoned, or until the test lets its generation go on */
+        while (!cxs_ring_abandoned(&o->r, gen) &&
+               (int)gen == __atomic_load_n(&o->slow_gen, __ATOMIC_RELAXED))
+            sched_yield();
+        if (cxs_ring_abandoned(&o->r, gen)) {
+            __atomic_add_fetch(&o->abandoned, 1, __ATOMIC_RELAXED);
+            return -ECANCELED;
+        }
     }
     jitter(b);
     if (o->later) {
@@ -100,6 +109,7 @@ static void release(void *p, uint32_t i) {
 
 static int stalled(void *p, uint32_t i) {
     owner *o = p;
+    o->waits++; /* the consumer is about to wait (it holds the lock) */
     if (!o->deny) return 0;
     for (uint32_t j = 0; j < NSLOT; j++)
         if (o->r.slot[j].state == CXS_SLOT_FILLING) return 0;
@@ -350,6 +360,118 @@ TEST(a_forked_child_goes_on) {
 }
 END_TEST_
 
+/* Slot fills of the current generation spin (until abandoned or let go):
+ * nothing becomes ready. */
+static void hold_fills(owner *o) {
+    pthread_mutex_lock(&o->r.mu);
+    __atomic_store_n(&o->slow_gen, (int)o->r.generation, __ATOMIC_RELAXED);
+    o->waits = 0;
+    pthread_mutex_unlock(&o->r.mu);
+}
+
+/* Once the consumer waits in cxs_ring_next (it asked stalled under the
+ * lock, and the lock is free again: it is in its wait), cancel. */
+static void *canceller(void *p) {
+    owner *o = p;
+    pthread_mutex_lock(&o->r.mu);
+    while (!o->waits) {
+        pthread_mutex_unlock(&o->r.mu);
+        sched_yield();
+        pthread_mutex_lock(&o->r.mu);
+    }
+    pthread_mutex_unlock(&o->r.mu);
+    cxs_ring_cancel(&o->r);
+    return NULL;
+}
+
+TEST(a_cancel_ends_the_wait_and_the_same_batch_follows) {
+    for (int round = 0; round < 10; round++) {
+        static owner o;
+        setup(&o, 40);
+        EXPECT_INT(cxs_ring_start(&o.r), 0);
+        take(&o, 0, 0, 5 + (uint64_t)round);
+        uint64_t next = 5 + (uint64_t)round;
+        hold_fills(&o);
+        uint32_t i;
+        int rc;
+        /* take what was ready before the hold; then the wait the cancel ends */
+        pthread_t t;
+        EXPECT_INT(pthread_create(&t, NULL, canceller, &o), 0);
+        while ((rc = cxs_ring_next(&o.r, &i)) == 0) {
+            EXPECT_UINT(o.r.slot[i].batch, next);
+            EXPECT(o.val[i] == VAL(0, next));
+            next++;
+        }
+        pthread_join(t, NULL);
+        EXPECT_INT(rc, -ECANCELED);
+        EXPECT_INT(o.r.held, -1); /* what it held went back */
+        /* the next call throws the spinning fills away and serves the
+         * batch the cancelled call waited for, then the rest in order */
+        take(&o, 0, next, 40 - next);
+        EXPECT_INT(cxs_ring_next(&o.r, &i), 1);
+        teardown(&o);
+    }
+}
+END_TEST_
+
+TEST(a_cancel_before_the_wait_ends_the_next_call) {
+    static owner o;
+    setup(&o, 30);
+    EXPECT_INT(cxs_ring_start(&o.r), 0);
+    take(&o, 0, 0, 4);
+    /* batch 4 ready (or not): the call after a cancel ends at once */
+    pthread_mutex_lock(&o.r.mu);
+    while (o.r.slot[4 % NSLOT].state != CXS_SLOT_READY) {
+        pthread_mutex_unlock(&o.r.mu);
+        sched_yield();
+        pthread_mutex_lock(&o.r.mu);
+    }
+    pthread_mutex_unlock(&o.r.mu);
+    cxs_ring_cancel(&o.r);
+    uint32_t i;
+    EXPECT_INT(cxs_ring_next(&o.r, &i), -ECANCELED); /* although batch 4 is ready */
+    EXPECT_INT(o.r.held, -1);
+    EXPECT_INT(o.discards, 0);
+    /* the next call throws away what was filled meanwhile (batch 4 at
+     * least) and fills it again: the same batch, then the rest */
+    take(&o, 0, 4, 26);
+    EXPECT(o.discards >= 1);
+    EXPECT_INT(cxs_ring_next(&o.r, &i), 1);
+    /* a cancel is once: the end stays the end */
+    EXPECT_INT(cxs_ring_next(&o.r, &i), 1);
+    teardown(&o);
+}
+END_TEST_
+
+TEST(a_timed_wait_expires_with_nothing_changed) {
+    static owner o;
+    setup(&o, 20);
+    EXPECT_INT(cxs_ring_start(&o.r), 0);
+    take(&o, 0, 0, 3);
+    hold_fills(&o);
+    uint32_t i;
+    int rc;
+    uint64_t next = 3;
+    while ((rc = cxs_ring_next_timed(&o.r, &i, 20)) == 0) { /* those ready before the hold */
+        EXPECT_UINT(o.r.slot[i].batch, next);
+        next++;
+    }
+    EXPECT_INT(rc, -ETIMEDOUT);
+    EXPECT_INT(cxs_ring_next_timed(&o.r, &i, 0), -ETIMEDOUT); /* and again: still nothing */
+    pthread_mutex_lock(&o.r.mu);
+    EXPECT_UINT(o.r.next_take, next); /* the position kept */
+    EXPECT_INT(o.r.held, -1);
+    int discards = o.discards;
+    pthread_mutex_unlock(&o.r.mu);
+    __atomic_store_n(&o.slow_gen, -1, __ATOMIC_RELAXED); /* the fills go on */
+    take(&o, 0, next, 20 - next); /* the same batch, then the rest */
+    EXPECT_INT(cxs_ring_next(&o.r, &i), 1);
+    EXPECT_INT(o.discards, discards); /* nothing was thrown away */
+    EXPECT_INT(o.abandoned, 0);
+    teardown(&o);
+}
+END_TEST_
+
 static int fork_kind(const TTest *t) {
     return t == a_forked_child_goes_on ? CXS_FORK_THREADS : CXS_FORK_NONE;
 }
@@ -359,6 +481,9 @@ int main(void) {
                             a_restart_serves_only_the_new_position, abandoned_fills_end_early,
                             a_wait_for_ever_is_refused, batches_published_later,
                             a_forked_child_goes_on,
+                            a_cancel_ends_the_wait_and_the_same_batch_follows,
+                            a_cancel_before_the_wait_ends_the_next_call,
+                            a_timed_wait_expires_with_nothing_changed,
 #ifdef CXS_TEST_HOOKS
                             threads_that_fail_to_start
 #endif
