@@ -505,6 +505,10 @@ int gpu_ring_restart(cxs_gpu_loader *l) {
 
 void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     if (!l) return;
+    /* A forked child's copy: its threads, streams and device memory are the
+     * parent's (joining or freeing them here would wait forever or fail);
+     * the child's copy of the host memory goes with the process. */
+    if ((long)getpid() != l->pid) return;
     const gpu_backend *be = l->be;
     const int dev = l->dev, prev = gpu_device_enter(be, dev);
     /* Stop the threads and let the loader's own work finish before anything

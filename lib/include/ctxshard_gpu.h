@@ -287,7 +287,10 @@ CXS_API const cxs_diag *cxs_gpu_loader_error(const cxs_gpu_loader *l);
 /** Wait for the loader's own work and for the work the consumer queued on
  * its stream before this call (it may still read the batches handed out),
  * then free the device and pinned memory, the streams and events.  NULL is
- * a no-op. */
+ * a no-op.  In a child forked after the loader was created, next() fails
+ * saying so (a CUDA device cannot be used across fork()) and free()
+ * releases nothing: the threads, streams and device memory are the
+ * parent's. */
 CXS_API void cxs_gpu_loader_free(cxs_gpu_loader *l);
 
 /* ---- whole-utterance batches assembled on the device -------------------- */
