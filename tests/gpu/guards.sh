@@ -40,8 +40,7 @@ lib/gpu/gpu_resident.c|s/int e = p->base ? l->be->event_sync(p->ev) : 0;/int e =
 lib/gpu/gpu_internal.h|/^    l->be->last_error();$/d|a launch clears the last error first: an earlier failure the library ignored is not the launch'"'"'s
 lib/gpu/gpu_resident.c|s/\*rs = s, \*rrow = off \/ rb;/*rs = s0, *rrow = 0;/|resident: after a refused registration the staged upload goes on where the registered one stopped (nothing uploaded twice)
 lib/gpu/gpu.c|s/^    return gpu_fail(l, CXS_E_DEVICE,$/    return GPU_DEVICE_FAIL(l, "", e, "host_alloc"); (void)gpu_fail(l, CXS_E_DEVICE,/|a refused pinned allocation names what it was for and the limit on page-locked memory
-lib/gpu/gpu.c|s/if ((long)getpid() != l->pid)/if (0)/|next in a child forked after the device was used says so
-lib/gpu/gpu.c|s/if ((long)getpid() != l->pid) return;/if (0) return;/|free in a forked child leaves the parent'"'"'s threads and device memory alone'
+lib/gpu/gpu.c|s/if ((long)getpid() != l->pid)/if (0)/|next in a child forked after the device was used says so'
 
 status=0
 echo "$guards" | while IFS='|' read -r file expr what; do
