@@ -111,6 +111,20 @@ int cxs_gpu_probe(int32_t device, cxs_gpu_probe_info *info) {
         if (be_err_) return GPU_DEVICE_FAIL((l), (u)->ctx, be_err_, #call); \
     } while (0)
 
+int gpu_pinned(cxs_gpu_loader *l, void **p, size_t n, const char *what) {
+    int e = l->be->host_alloc(p, n);
+    if (!e) {
+        l->pinned += n;
+        return 0;
+    }
+    return gpu_fail(l, CXS_E_DEVICE,
+                    "%s: pinned host memory for %s (%zu bytes, after %llu bytes pinned by this "
+                    "loader so far) could not be allocated: %s; the limit on page-locked host memory "
+                    "is reached (ulimit -l, a container's memlock limit, or the system's "
+                    "memory): lower batch_size or slots, or raise the limit",
+                    l->be->name, what, n, (unsigned long long)l->pinned, l->be->error_string(e));
+}
+
 int gpu_up_init(cxs_gpu_loader *l, uploader *u, void *stream, unsigned n, size_t row_bytes) {
     memset(u, 0, sizeof *u);
     u->stream = stream;
@@ -119,7 +133,8 @@ int gpu_up_init(cxs_gpu_loader *l, uploader *u, void *stream, unsigned n, size_t
     /* whole rows per buffer, at least one */
     u->bytes = UP_CHUNK < row_bytes ? row_bytes : UP_CHUNK - UP_CHUNK % row_bytes;
     for (unsigned i = 0; i < u->n; i++) {
-        UBE(l, u, l->be->host_alloc((void **)&u->buf[i], u->bytes));
+        int rc = gpu_pinned(l, (void **)&u->buf[i], u->bytes, "an upload's staging buffer");
+        if (rc) return rc;
         UBE(l, u, l->be->event_create(&u->ev[i], GPU_EVENT_BLOCKING));
     }
     return 0;
@@ -326,7 +341,8 @@ int gpu_ring_slot_new(cxs_gpu_loader *l, gslot *s) {
     BE(l, l->be->dev_alloc(&s->d_x, B * l->W * l->xelem));
     if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, B * 8));
     BE(l, l->be->dev_alloc(&s->d_in, B * in_size));
-    BE(l, l->be->host_alloc(&s->h_in, B * in_size));
+    int rc = gpu_pinned(l, &s->h_in, B * in_size, "a batch's inputs");
+    if (rc) return rc;
     if (l->mode == CXS_GPU_POOL) {
         if (!(s->frames = malloc(B * 8))) return gpu_fail(l, -ENOMEM, "out of memory");
     } else {
@@ -489,6 +505,10 @@ int gpu_ring_restart(cxs_gpu_loader *l) {
 
 void cxs_gpu_loader_free(cxs_gpu_loader *l) {
     if (!l) return;
+    /* A forked child's copy: its threads, streams and device memory are the
+     * parent's (joining or freeing them here would wait forever or fail);
+     * the child's copy of the host memory goes with the process. */
+    if ((long)getpid() != l->pid) return;
     const gpu_backend *be = l->be;
     const int dev = l->dev, prev = gpu_device_enter(be, dev);
     /* Stop the threads and let the loader's own work finish before anything
@@ -584,6 +604,7 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
     cxs_gpu_loader *l = calloc(1, sizeof *l);
     if (!l) return cxs_diagf(diag, -ENOMEM, "out of memory");
     l->be = be;
+    l->pid = (long)getpid();
     if (!(l->errs = calloc(1, sizeof *l->errs))) {
         free(l);
         return cxs_diagf(diag, -ENOMEM, "out of memory");
@@ -723,6 +744,17 @@ static int loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **ba
  * that created the loader) and give the caller's back. */
 int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch) {
     if (!l || !batch) return CXS_E_INVALID;
+    /* A CUDA context does not survive fork(): in the child every call of
+     * the runtime fails (cudaErrorInitializationError) and the loader's
+     * threads are gone.  Said plainly rather than as the first failed call. */
+    if ((long)getpid() != l->pid)
+        return l->rc = gpu_fail(l, CXS_E_DEVICE,
+                                "the GPU loader was created in process %ld and used in process "
+                                "%ld, a child forked after the device was used: a CUDA device "
+                                "cannot be used across fork(); create the loader in the child "
+                                "(DataLoader workers: the 'spawn' start method, or load on the "
+                                "CPU there)",
+                                l->pid, (long)getpid());
     const int prev = gpu_device_enter(l->be, l->dev);
     int rc = loader_next(l, stream, batch);
     gpu_device_leave(l->be, l->dev, prev);

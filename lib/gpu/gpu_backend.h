@@ -59,6 +59,12 @@ typedef struct gpu_backend {
     /* Every int function returns 0 or a backend error code (> 0) that
      * error_string() names. */
     const char *(*error_string)(int err);
+    /* Read and clear the calling thread's last error (cudaGetLastError):
+     * every failed call sets it, and a launch reports its error only
+     * through it, so the library clears it before each launch
+     * (gpu_launch_expand): an earlier failure it ignored is not the
+     * launch's. */
+    int (*last_error)(void);
     int (*set_device)(int dev);
     int (*get_device)(int *dev); /* the calling thread's current device */
     int (*mem_info)(uint64_t *free_bytes, uint64_t *total_bytes);

@@ -11,6 +11,7 @@
 
 static const char *cu_error_string(int err) { return cudaGetErrorString((cudaError_t)err); }
 
+static int cu_last_error(void) { return (int)cudaGetLastError(); }
 static int cu_set_device(int dev) { return (int)cudaSetDevice(dev); }
 static int cu_get_device(int *dev) { return (int)cudaGetDevice(dev); }
 
@@ -197,6 +198,7 @@ static int cu_pad(const gpu_pad_args *a, void *s) {
 extern "C" const gpu_backend cxs_gpu_cuda = {
     "CUDA",
     cu_error_string,
+    cu_last_error,
     cu_set_device,
     cu_get_device,
     cu_mem_info,

@@ -41,6 +41,11 @@
 
 #define EMU_FAULT 0x7e11     /* the backend error code of a fault */
 #define EMU_NO_DEVICE 0x7e12 /* set_device of a device that is not there */
+#define EMU_INJECTED 0x7e13  /* a failure a test asked for (cxs_gpu_emu_fail) */
+#define EMU_REGISTERED 0x7e14 /* cudaErrorHostMemoryAlreadyRegistered */
+#define EMU_LAUNCH 0x7e15    /* a launch refused (cxs_gpu_emu_fail) */
+#define EMU_FORKED 0x7e16    /* cudaErrorInitializationError: used in a forked child */
+#define EMU_NO_PINNED 0x7e17 /* cudaHostAlloc beyond CXS_GPU_EMU_PINNED */
 #define QUARANTINE_N 64      /* freed allocations kept poisoned ... */
 #define QUARANTINE_BYTES (256u << 20) /* ... up to this many bytes */
 
@@ -115,19 +120,68 @@ static emu_stream *default_stream;
 static emu_stream *dead;
 static emu_stream *all_streams;
 
+/* Failures a test asked for (cxs_gpu_emu_fail): the fail_at[w]-th call of
+ * kind w from then fails, once (under mu). */
+static uint64_t fail_at[CXS_GPU_EMU_FAIL_KINDS], fail_calls[CXS_GPU_EMU_FAIL_KINDS];
+
+static int injected(int w) {
+    pthread_mutex_lock(&mu);
+    int hit = fail_at[w] && ++fail_calls[w] == fail_at[w];
+    if (hit) fail_at[w] = 0;
+    pthread_mutex_unlock(&mu);
+    return hit;
+}
+
+/* The runtime's last error, per thread, as cudaGetLastError() reads it:
+ * every failed call sets it and it stays until read, so a caller that
+ * ignores a failure leaves it for the next reader (a launch's error is
+ * read from it: gpu_launch_expand). */
+static _Thread_local int last_error;
+
+static int set_error(int e) {
+    if (e) last_error = e;
+    return e;
+}
+
+static int emu_last_error(void) {
+    int e = last_error;
+    last_error = 0;
+    return e;
+}
+
+/* The device was used (a stream, an allocation, a registration) in this
+ * process; a child forked after that gets EMU_FORKED from every call, as
+ * a CUDA context does not survive fork(). */
+static int used, forked;
+
+static int gone(void) { return forked ? set_error(EMU_FORKED) : 0; }
+
+/* CXS_GPU_EMU_PINNED: the most pinned host memory (host_alloc) live at a
+ * time (0: no limit), as a system's limit on page-locked memory refuses
+ * cudaHostAlloc beyond it.  Read at each pinned allocation, so that a
+ * test sets it and clears it again. */
+static uint64_t pinned_limit, pinned_bytes;
+static char pinned_msg[160];
+
 /* CXS_GPU_EMU_MEMORY: the emulated device's memory size (0: the host's
  * memory); allocations beyond it fail as cudaMalloc does. */
 static uint64_t mem_limit, dev_bytes;
 
-static void emu_config(void) {
-    const char *m = getenv("CXS_GPU_EMU_MEMORY");
+static uint64_t env_size(const char *name) {
+    const char *m = getenv(name);
+    uint64_t v = 0;
     if (m && *m) {
         char *end;
-        mem_limit = strtoull(m, &end, 10);
-        if (*end == 'K' || *end == 'k') mem_limit <<= 10;
-        else if (*end == 'M' || *end == 'm') mem_limit <<= 20;
-        else if (*end == 'G' || *end == 'g') mem_limit <<= 30;
+        v = strtoull(m, &end, 10);
+        if (*end == 'K' || *end == 'k') v <<= 10;
+        else if (*end == 'M' || *end == 'm') v <<= 20;
+        else if (*end == 'G' || *end == 'g') v <<= 30;
     }
+    return v;
+}
+
+static void emu_config(void) {
+    mem_limit = env_size("CXS_GPU_EMU_MEMORY");
     const char *e = getenv("CXS_GPU_EMU");
     if (!e || !*e || !strcmp(e, "late")) sched = SCHED_LATE;
     else if (!strcmp(e, "eager")) sched = SCHED_EAGER;
@@ -143,6 +197,7 @@ static void emu_atfork_child(void) {
     pthread_mutex_init(&mu, NULL);
     pthread_cond_init(&cv, NULL);
     default_stream = NULL;
+    if (used) forked = 1;
 }
 
 static void emu_init(void) {
@@ -165,6 +220,15 @@ static const char *emu_error_string(int err) {
     if (err == ENOMEM) return "out of (emulated device) memory";
     if (err == EMU_FAULT) return fault_msg; /* sticky: never rewritten once set */
     if (err == EMU_NO_DEVICE) return "invalid device ordinal (emulated)";
+    if (err == EMU_NO_PINNED) return pinned_msg;
+    if (err == EMU_INJECTED) return "operation failed (injected by cxs_gpu_emu_fail)";
+    if (err == EMU_REGISTERED)
+        return "part of the host memory range is already registered "
+               "(cudaErrorHostMemoryAlreadyRegistered, emulated)";
+    if (err == EMU_LAUNCH) return "kernel launch refused (injected by cxs_gpu_emu_fail)";
+    if (err == EMU_FORKED)
+        return "initialization error (cudaErrorInitializationError, emulated: the device was "
+               "used before this process forked)";
     return "emulation error";
 }
 
@@ -226,6 +290,11 @@ static const char *queued_reader(const uint8_t *a, size_t n) {
  * registry at once, after a check that no queued copy still reads it. */
 static void release(void *p, int kind) {
     if (!p) return;
+    if (gone()) return;
+    /* an injected failure still frees, as cudaFree reporting an earlier
+     * asynchronous error does; only the error is left behind */
+    if (injected(kind == R_REGISTERED ? CXS_GPU_EMU_FAIL_UNREGISTER : CXS_GPU_EMU_FAIL_FREE))
+        set_error(EMU_INJECTED);
     pthread_mutex_lock(&mu);
     region *r = NULL;
     for (size_t i = 0; i < nreg && !r; i++)
@@ -246,6 +315,7 @@ static void release(void *p, int kind) {
         r->freed = 1;
         r->serial = ++serial;
         if (kind == R_DEV) dev_bytes -= r->size;
+        if (kind == R_PINNED) pinned_bytes -= r->size;
         memset(r->base, 0xff, r->size); /* NaN, -1 */
         q_n++, q_bytes += r->size;
         evict();
@@ -450,7 +520,9 @@ static void *stream_main(void *arg) {
 
 static int stream_new(emu_stream **out, const char *name) {
     pthread_once(&once, emu_init);
+    if (gone()) return EMU_FORKED;
     pthread_mutex_lock(&mu);
+    used = 1;
     emu_stream *s = dead;
     if (s) dead = s->next_dead, s->next_dead = NULL, s->stop = 0;
     uint64_t id = ++nstreams;
@@ -525,10 +597,11 @@ static emu_op *op_new(int kind, const char *what) {
 /* ---- the backend ---------------------------------------------------------- */
 
 static int sticky(void) {
+    if (gone()) return EMU_FORKED;
     pthread_mutex_lock(&mu);
     int f = faulted;
     pthread_mutex_unlock(&mu);
-    return f ? EMU_FAULT : 0;
+    return set_error(f ? EMU_FAULT : 0);
 }
 
 /* The calling thread's current device, as the CUDA runtime keeps it: a
@@ -538,7 +611,8 @@ static _Thread_local int cur_dev;
 
 static int emu_set_device(int dev) {
     pthread_once(&once, emu_init);
-    if (dev < 0 || dev >= CXS_GPU_EMU_DEVICES) return EMU_NO_DEVICE;
+    if (gone()) return EMU_FORKED;
+    if (dev < 0 || dev >= CXS_GPU_EMU_DEVICES) return set_error(EMU_NO_DEVICE);
     cur_dev = dev;
     return sticky();
 }
@@ -550,6 +624,7 @@ static int emu_get_device(int *dev) {
 
 static int emu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes) {
     pthread_once(&once, emu_init);
+    if (gone()) return EMU_FORKED;
     if (mem_limit) {
         pthread_mutex_lock(&mu);
         *total_bytes = mem_limit;
@@ -573,18 +648,33 @@ static int emu_register_supported(int dev, int *yes) {
 
 static int alloc_kind(void **p, size_t n, int kind) {
     pthread_once(&once, emu_init);
+    if (gone()) return EMU_FORKED;
+    if (kind == R_PINNED) {
+        uint64_t lim = env_size("CXS_GPU_EMU_PINNED");
+        pthread_mutex_lock(&mu);
+        if (lim != pinned_limit)
+            snprintf(pinned_msg, sizeof pinned_msg,
+                     "out of memory (cudaErrorMemoryAllocation, emulated: the pinned host memory "
+                     "limit of %llu bytes, CXS_GPU_EMU_PINNED)", (unsigned long long)lim);
+        pinned_limit = lim;
+        pthread_mutex_unlock(&mu);
+    }
     uint8_t *m = malloc(n ? n : 1);
     if (!m) return ENOMEM;
     memset(m, kind == R_DEV ? 0xa5 : 0x5a, n); /* never zero: nothing may rely on it */
     pthread_mutex_lock(&mu);
+    used = 1;
     int rc = faulted ? EMU_FAULT
              : kind == R_DEV && mem_limit && dev_bytes + n > mem_limit ? ENOMEM
-                                                                       : add_region(m, n, kind);
+             : kind == R_PINNED && pinned_limit && pinned_bytes + n > pinned_limit
+                 ? EMU_NO_PINNED
+                 : add_region(m, n, kind);
     if (!rc && kind == R_DEV) dev_bytes += n;
+    if (!rc && kind == R_PINNED) pinned_bytes += n;
     pthread_mutex_unlock(&mu);
     if (rc) {
         free(m);
-        return rc;
+        return set_error(rc);
     }
     *p = m;
     return 0;
@@ -595,12 +685,23 @@ static void emu_dev_free(void *p) { release(p, R_DEV); }
 static int emu_host_alloc(void **p, size_t n) { return alloc_kind(p, n, R_PINNED); }
 static void emu_host_free(void *p) { release(p, R_PINNED); }
 
+/* As cudaHostRegister: a range that overlaps one already registered is
+ * refused (cudaErrorHostMemoryAlreadyRegistered), whoever registered it. */
 static int emu_register(void *p, size_t n) {
     pthread_once(&once, emu_init);
+    if (gone()) return EMU_FORKED;
+    if (injected(CXS_GPU_EMU_FAIL_REGISTER)) return set_error(EMU_INJECTED);
+    const uint8_t *a = p;
     pthread_mutex_lock(&mu);
-    int rc = faulted ? EMU_FAULT : add_region(p, n, R_REGISTERED);
+    used = 1;
+    int rc = faulted ? EMU_FAULT : 0;
+    for (size_t i = 0; i < nreg && !rc; i++)
+        if (reg[i].kind == R_REGISTERED && !reg[i].freed && a < reg[i].base + reg[i].size &&
+            reg[i].base < a + n)
+            rc = EMU_REGISTERED;
+    if (!rc) rc = add_region(p, n, R_REGISTERED);
     pthread_mutex_unlock(&mu);
-    return rc;
+    return set_error(rc);
 }
 
 static void emu_unregister(void *p) { release(p, R_REGISTERED); }
@@ -648,17 +749,19 @@ static int emu_event_create(void **e, unsigned flags) {
 static void emu_event_destroy(void *e) { free(e); }
 
 static int emu_record(void *e, void *sp) {
+    if (gone()) return EMU_FORKED;
     emu_stream *s = stream_of(sp);
-    if (!s) return ENOMEM;
+    if (!s) return set_error(ENOMEM);
     emu_event *ev = e;
     pthread_mutex_lock(&mu);
     ev->s = s, ev->ticket = s->queued;
     int f = faulted;
     pthread_mutex_unlock(&mu);
-    return f ? EMU_FAULT : 0;
+    return set_error(f ? EMU_FAULT : 0);
 }
 
 static int emu_wait(void *sp, void *e) {
+    if (gone()) return EMU_FORKED;
     emu_stream *s = stream_of(sp);
     const emu_event *ev = e;
     if (!s) return ENOMEM;
@@ -670,30 +773,33 @@ static int emu_wait(void *sp, void *e) {
     emu_op *op = op_new(OP_WAIT, "stream_wait");
     if (!op) return ENOMEM;
     op->other = o, op->other_ticket = t;
-    return enqueue(s, op);
+    return set_error(enqueue(s, op));
 }
 
 static int emu_event_sync(void *e) {
     const emu_event *ev = e;
+    if (gone()) return EMU_FORKED;
     pthread_mutex_lock(&mu);
     if (!(ev->flags & GPU_EVENT_BLOCKING)) spin_waits++;
     if (ev->s) force(ev->s, ev->ticket);
     int f = faulted;
     pthread_mutex_unlock(&mu);
-    return f ? EMU_FAULT : 0;
+    return set_error(f ? EMU_FAULT : 0);
 }
 
 static int emu_stream_sync(void *sp) {
+    if (gone()) return EMU_FORKED;
     emu_stream *s = stream_of(sp);
-    if (!s) return ENOMEM;
+    if (!s) return set_error(ENOMEM);
     pthread_mutex_lock(&mu);
     force(s, s->queued);
     int f = faulted;
     pthread_mutex_unlock(&mu);
-    return f ? EMU_FAULT : 0;
+    return set_error(f ? EMU_FAULT : 0);
 }
 
 static int emu_copy(void *dst, const void *src, size_t n, void *sp) {
+    if (gone()) return EMU_FORKED;
     emu_stream *s = stream_of(sp);
     emu_op *op = op_new(OP_H2D, "host-to-device copy");
     if (!s || !op) {
@@ -720,12 +826,13 @@ static int emu_copy(void *dst, const void *src, size_t n, void *sp) {
     }
     if (bad) {
         free(op);
-        return bad;
+        return set_error(bad);
     }
-    return enqueue(s, op);
+    return set_error(enqueue(s, op));
 }
 
 static int emu_copy_back(void *dst, const void *src, size_t n, void *sp) {
+    if (gone()) return EMU_FORKED;
     emu_stream *s = stream_of(sp);
     emu_op *op = op_new(OP_COPY, "device-to-host copy");
     if (!s || !op) {
@@ -733,35 +840,47 @@ static int emu_copy_back(void *dst, const void *src, size_t n, void *sp) {
         return ENOMEM;
     }
     op->dst = dst, op->src = src, op->n = n;
-    int rc = enqueue(s, op);
+    int rc = set_error(enqueue(s, op));
     return rc ? rc : emu_stream_sync(s);
 }
 
-static int emu_expand(const gpu_expand_args *a, void *sp) {
+/* A launch returns nothing: its error is the thread's last error, read
+ * (and cleared) after it as cu_expand does with cudaGetLastError(). */
+static void launch(emu_op *op, void *sp) {
+    if (gone()) {
+        free(op);
+        return;
+    }
     emu_stream *s = stream_of(sp);
-    emu_op *op = op_new(OP_EXPAND, "expand");
     if (!s || !op) {
         free(op);
-        return ENOMEM;
+        set_error(ENOMEM);
+    } else if (injected(CXS_GPU_EMU_FAIL_LAUNCH)) {
+        free(op);
+        set_error(EMU_LAUNCH);
+    } else {
+        set_error(enqueue(s, op));
     }
-    op->ex = *a; /* launch arguments are taken by value, as a kernel's */
-    return enqueue(s, op);
+}
+
+static int emu_expand(const gpu_expand_args *a, void *sp) {
+    emu_op *op = op_new(OP_EXPAND, "expand");
+    if (op) op->ex = *a; /* launch arguments are taken by value, as a kernel's */
+    launch(op, sp);
+    return emu_last_error();
 }
 
 static int emu_pad(const gpu_pad_args *a, void *sp) {
-    emu_stream *s = stream_of(sp);
     emu_op *op = op_new(OP_PAD, "pad");
-    if (!s || !op) {
-        free(op);
-        return ENOMEM;
-    }
-    op->pad = *a;
-    return enqueue(s, op);
+    if (op) op->pad = *a;
+    launch(op, sp);
+    return emu_last_error();
 }
 
 const gpu_backend cxs_gpu_emu = {
     "host emulation",
     emu_error_string,
+    emu_last_error,
     emu_set_device,
     emu_get_device,
     emu_mem_info,
@@ -819,6 +938,26 @@ int cxs_gpu_emu_set_device(int32_t device) {
 }
 
 int32_t cxs_gpu_emu_device(void) { return cur_dev; }
+
+int cxs_gpu_emu_fail(int what, uint64_t nth) {
+    if (what < 0 || what >= CXS_GPU_EMU_FAIL_KINDS) return CXS_E_INVALID;
+    pthread_mutex_lock(&mu);
+    fail_at[what] = nth, fail_calls[what] = 0;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+int cxs_gpu_emu_host_register(void *p, size_t n) {
+    if (!p || !n) return CXS_E_INVALID;
+    int e = emu_register(p, n);
+    emu_last_error(); /* answered here */
+    return e == EMU_REGISTERED ? -EEXIST : e ? CXS_E_DEVICE : 0;
+}
+
+void cxs_gpu_emu_host_unregister(void *p) {
+    emu_unregister(p);
+    emu_last_error();
+}
 
 uint64_t cxs_gpu_emu_spin_waits(void) {
     pthread_mutex_lock(&mu);

@@ -193,6 +193,8 @@ struct cxs_gpu_loader {
     gpu_err *errs;
     cxs_gpu_loader_info info;
     uint64_t uploaded; /* atomic: the feeder and refresher add to it */
+    uint64_t pinned;   /* pinned host bytes allocated (gpu_pinned), at create */
+    long pid;          /* the process that created it (a forked child may not use it) */
     cxs_gpu_batch batch;
     void *work, *copy; /* the loader's streams */
     double *d_mean, *d_scale;
@@ -230,6 +232,10 @@ int gpu_fail(cxs_gpu_loader *l, int rc, const char *fmt, ...)
 #endif
     ;
 int gpu_fail_from(cxs_gpu_loader *l, int rc, const char *prefix, const cxs_diag *src);
+/* Pinned host memory (host_alloc) for `what`; a refusal is an error that
+ * says how much was asked and pinned before, and that the system's limit
+ * on page-locked memory is the likely cause. */
+int gpu_pinned(cxs_gpu_loader *l, void **p, size_t n, const char *what);
 /* The loader's error into d (NULL allowed), with code rc; returns rc. */
 int gpu_error_copy(cxs_gpu_loader *l, int rc, cxs_diag *d);
 
@@ -243,6 +249,20 @@ int gpu_error_copy(cxs_gpu_loader *l, int rc, cxs_diag *d);
         int be_err_ = (call);                                               \
         if (be_err_) return GPU_DEVICE_FAIL((l), "", be_err_, #call);       \
     } while (0)
+
+/* A launch reports its error only through the runtime's last error, which
+ * every failed call sets and which stays until read: cleared first, so
+ * that a failure met and ignored before (a free, an unregister, a probe's
+ * query) is not reported as this launch's. */
+static inline int gpu_launch_expand(cxs_gpu_loader *l, const gpu_expand_args *a, void *s) {
+    l->be->last_error();
+    return l->be->expand(a, s);
+}
+
+static inline int gpu_launch_pad(cxs_gpu_loader *l, const gpu_pad_args *a, void *s) {
+    l->be->last_error();
+    return l->be->pad(a, s);
+}
 
 /* cxs_gpu_loader_create's parts that the utterance loader shares: the
  * probe, the loader with its backend and copied statistics (budget: the

@@ -304,7 +304,7 @@ static int pool_expand(cxs_gpu_loader *l, gslot *s, size_t a, size_t b) {
     x.feat = l->p.d_pool;
     x.out = (uint8_t *)s->d_x + a * l->W * l->xelem;
     x.y = s->d_y ? s->d_y + a : NULL;
-    BE(l, l->be->expand(&x, l->work));
+    BE(l, gpu_launch_expand(l, &x, l->work));
     return 0;
 }
 

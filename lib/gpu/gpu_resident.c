@@ -154,8 +154,13 @@ static uint32_t gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
  * pages in from the disk while the copy engine sends the piece before,
  * and the whole dataset is never locked in memory at once.  A piece is
  * unregistered once its copies are done (its event).  -1 when the device
- * or the mapping does not allow it, before anything was copied (nothing
- * left registered). */
+ * or the mapping does not allow it (nothing left registered): the staged
+ * path uploads the rest, from row *rrow of shard *rs on (what was copied
+ * before the refusal is not sent again, but for the part of one row a
+ * piece's page-aligned end may cut).  A registration is refused when
+ * another holds part of the range (cudaErrorHostMemoryAlreadyRegistered:
+ * the program pinned a view of the mapping itself), or for lack of
+ * lockable memory, at any piece. */
 #define REG_SPAN (1ull << 30)
 #define REG_LIVE 2
 
@@ -171,7 +176,8 @@ static int reg_retire(cxs_gpu_loader *l, reg_piece *p) {
     return e ? GPU_DEVICE_FAIL(l, "", e, "event_sync") : 0;
 }
 
-static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s0) {
+static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s0,
+                             uint32_t *rs, uint64_t *rrow) {
     const cxs_dataset *ds = l->ds;
     int yes = 0;
     if (cxs_compressed(ds) || (l->o.paths & CXS_GPU_NO_REGISTER) ||
@@ -179,9 +185,10 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s
         return -1;
     const uint32_t S = ds->meta.num_shards;
     const uint64_t rb = ds->row_bytes, page = (uint64_t)sysconf(_SC_PAGESIZE);
+    *rs = s0, *rrow = 0;
     reg_piece live[REG_LIVE];
     memset(live, 0, sizeof live);
-    int rc = 0, copied = 0;
+    int rc = 0;
     for (int i = 0; i < REG_LIVE && !rc; i++)
         if (l->be->event_create(&live[i].ev, GPU_EVENT_BLOCKING)) rc = -1;
     unsigned next = 0;
@@ -197,10 +204,9 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s
             reg_piece *p = &live[next];
             if ((rc = reg_retire(l, p))) break; /* its copies are done: pages free again */
             if (l->be->host_register((void *)(sh->map + p0), (size_t)(p1 - p0))) {
-                /* refused: nothing copied yet falls back; else the staged
-                 * path cannot resume halfway, so it is an error */
-                rc = copied ? gpu_fail(l, CXS_E_DEVICE, "registration of %s's mapping failed "
-                                       "after part of it was uploaded", sh->path) : -1;
+                /* refused: the staged path goes on from here */
+                *rs = s, *rrow = off / rb;
+                rc = -1;
                 break;
             }
             p->base = (void *)(sh->map + p0);
@@ -210,7 +216,6 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s
                                         l->copy);
                 if (e) rc = GPU_DEVICE_FAIL(l, "", e, "copy from the registered mapping");
                 else __atomic_add_fetch(&l->uploaded, m, __ATOMIC_RELAXED);
-                copied = 1;
             }
             int e = rc ? 0 : l->be->event_record(p->ev, l->copy);
             if (e) rc = GPU_DEVICE_FAIL(l, "", e, "event_record");
@@ -218,7 +223,9 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s
             next = (next + 1) % REG_LIVE;
         }
     }
-    if (!rc) {
+    if (!rc || rc == -1) {
+        /* (a refusal: what was copied must have run before its pieces
+         * are unregistered below) */
         int e = l->be->stream_sync(l->copy);
         if (e) rc = GPU_DEVICE_FAIL(l, "", e, "stream_sync");
     } else {
@@ -363,17 +370,23 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
     if ((rc = gpu_mapped(l, "resident upload", upload_tables, &ta))) goto out;
     /* cuFile first when asked; what it did not upload whole, the other paths */
     const uint32_t s0 = (l->o.paths & CXS_GPU_GDS) ? gds_upload(l, srow) : 0;
+    uint32_t rs = s0;
+    uint64_t rrow = 0;
     if (s0 == S && S) {
         l->info.upload_path = 2;
-    } else if ((rc = registered_upload(l, srow, s0)) == 0) {
+    } else if ((rc = registered_upload(l, srow, s0, &rs, &rrow)) == 0) {
         l->info.upload_path = 1;
     } else if (rc != -1) {
         goto out;
     } else {
+        /* the staged path, for what the registered one did not upload */
         rc = 0;
         l->info.upload_path = 0;
-        for (uint32_t s = s0; s < S && !rc; s++)
-            rc = gpu_up_rows(l, &up, &zr, s, 0, gpu_shard_rows(&ds->shards[s]), l->rs.d_feat + srow[s] * rb);
+        for (uint32_t s = rs; s < S && !rc; s++) {
+            const uint64_t r0 = s == rs ? rrow : 0;
+            rc = gpu_up_rows(l, &up, &zr, s, r0, gpu_shard_rows(&ds->shards[s]) - r0,
+                             l->rs.d_feat + (srow[s] + r0) * rb);
+        }
         if (rc) goto out;
     }
     if (l->o.labels) {
@@ -409,7 +422,7 @@ static int resident_launch(cxs_gpu_loader *l, gslot *s) {
     a.feat = l->rs.d_feat;
     a.cum = l->rs.d_cum, a.urow = l->rs.d_urow, a.num_utts = l->ds->meta.num_utterances;
     a.lab = l->rs.d_lab;
-    BE(l, l->be->expand(&a, l->work));
+    BE(l, gpu_launch_expand(l, &a, l->work));
     BE(l, l->be->event_record(s->ev_ready, l->work));
     s->used = 1;
     l->pos += n;

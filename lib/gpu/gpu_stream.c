@@ -184,8 +184,11 @@ static int stream_setup(cxs_gpu_loader *l) {
         (l->o.labels && !(l->st.h_y = calloc(l->st.nstage, sizeof *l->st.h_y))))
         return gpu_fail(l, -ENOMEM, "out of memory");
     for (uint32_t i = 0; i < l->st.nstage; i++) {
-        BE(l, l->be->host_alloc((void **)&l->st.h_x[i], B * l->W * 4));
-        if (l->st.h_y) BE(l, l->be->host_alloc((void **)&l->st.h_y[i], B * 8));
+        int rc = gpu_pinned(l, (void **)&l->st.h_x[i], B * l->W * 4,
+                            "the stream mode's staging ring (windows)");
+        if (!rc && l->st.h_y)
+            rc = gpu_pinned(l, (void **)&l->st.h_y[i], B * 8, "the stream mode's staging ring (labels)");
+        if (rc) return rc;
     }
     for (int i = 0; i < NSLOT; i++) {
         int rc = stream_slot_new(l, &l->slot[i]);

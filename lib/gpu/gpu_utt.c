@@ -44,7 +44,8 @@ static int utt_slot_new(cxs_gpu_loader *l, gslot *s) {
     BE(l, l->be->dev_alloc(&s->d_x, (size_t)u->max_frames * l->D * l->xelem));
     if (l->o.labels) BE(l, l->be->dev_alloc((void **)&s->d_y, (size_t)u->max_frames * 8));
     BE(l, l->be->dev_alloc(&s->d_in, ib));
-    BE(l, l->be->host_alloc(&s->h_in, ib));
+    int rc = gpu_pinned(l, &s->h_in, ib, "a batch's utterance list");
+    if (rc) return rc;
     s->frames = s->h_in; /* not a separate allocation: ring_free leaves it */
     BE(l, l->be->event_create(&s->ev_ready, GPU_EVENT_BLOCKING));
     BE(l, l->be->event_create(&s->ev_consumed, GPU_EVENT_BLOCKING));
@@ -138,7 +139,7 @@ static int utt_launch(cxs_gpu_loader *l, gslot *s) {
     a.lab = l->o.labels ? l->rs.d_lab : NULL;
     a.out = s->d_x;
     a.y = l->o.labels ? s->d_y : NULL;
-    BE(l, l->be->pad(&a, l->work));
+    BE(l, gpu_launch_pad(l, &a, l->work));
     BE(l, l->be->event_record(s->ev_ready, l->work));
     s->n = n;
     s->used = 1;

@@ -287,7 +287,10 @@ CXS_API const cxs_diag *cxs_gpu_loader_error(const cxs_gpu_loader *l);
 /** Wait for the loader's own work and for the work the consumer queued on
  * its stream before this call (it may still read the batches handed out),
  * then free the device and pinned memory, the streams and events.  NULL is
- * a no-op. */
+ * a no-op.  In a child forked after the loader was created, next() fails
+ * saying so (a CUDA device cannot be used across fork()) and free()
+ * releases nothing: the threads, streams and device memory are the
+ * parent's. */
 CXS_API void cxs_gpu_loader_free(cxs_gpu_loader *l);
 
 /* ---- whole-utterance batches assembled on the device -------------------- */
@@ -435,6 +438,36 @@ CXS_API uint64_t cxs_gpu_emu_spin_waits(void);
 
 /** The schedule in use: "late", "random" or "eager" (CXS_GPU_EMU). */
 CXS_API const char *cxs_gpu_emu_schedule(void);
+
+/** Kinds of emulated calls cxs_gpu_emu_fail() can make fail. */
+#define CXS_GPU_EMU_FAIL_REGISTER 0   /**< host registration (cudaHostRegister) */
+#define CXS_GPU_EMU_FAIL_UNREGISTER 1 /**< cudaHostUnregister (it still unregisters) */
+#define CXS_GPU_EMU_FAIL_FREE 2       /**< cudaFree, cudaFreeHost (they still free) */
+#define CXS_GPU_EMU_FAIL_LAUNCH 3     /**< a kernel launch (nothing queued) */
+#define CXS_GPU_EMU_FAIL_KINDS 4
+
+/** Make the nth call (1: the next) of kind `what` from now on fail once,
+ * in this process; nth 0 cancels.  Each failure sets the calling thread's
+ * last error, which stays until read as the CUDA runtime's does
+ * (cudaGetLastError): a launch reports its own error, never one its
+ * caller ignored before.  Returns 0 or CXS_E_INVALID.
+ *
+ * Besides, as on a device: a registration that overlaps one still live
+ * is refused (cudaErrorHostMemoryAlreadyRegistered); the environment
+ * variable CXS_GPU_EMU_PINNED=SIZE (read once, as CXS_GPU_EMU_MEMORY)
+ * limits the pinned host memory live at once, and cudaHostAlloc beyond
+ * it fails; a process forked after the device was used gets
+ * cudaErrorInitializationError from every call in the child. */
+CXS_API int cxs_gpu_emu_fail(int what, uint64_t nth);
+
+/** Register host memory with the emulated device, as a program that
+ * pins its own buffers (cudaHostRegister) does.  Returns 0, -EEXIST when
+ * part of the range is registered already, CXS_E_INVALID or
+ * CXS_E_DEVICE. */
+CXS_API int cxs_gpu_emu_host_register(void *p, size_t n);
+
+/** Unregister what cxs_gpu_emu_host_register() registered. */
+CXS_API void cxs_gpu_emu_host_unregister(void *p);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctxshard.h"
@@ -451,6 +452,176 @@ TEST(host_waits_block) {
                       "mode %u: %llu host waits spun on a non-blocking event", modes[m],
                       (unsigned long long)(cxs_gpu_emu_spin_waits() - before));
     }
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A launch reports its own error, read from the runtime's last error
+ * (cudaGetLastError), never a failure the library met and ignored before
+ * (a free or an unregister whose error it cannot act on); and a launch
+ * that fails is reported. */
+TEST(launch_errors_are_the_launchs_own) {
+    if (device != CXS_GPU_EMULATE) return; /* injected failures are the emulation's */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_RESIDENT, 2, 64);
+    cxs_gpu_loader_info li;
+    uint64_t n;
+    /* the registered upload's first unregister, then the staged one's
+     * first free (its staging buffers), fail: both ignored by the library */
+    const int kinds[] = {CXS_GPU_EMU_FAIL_UNREGISTER, CXS_GPU_EMU_FAIL_FREE};
+    for (size_t i = 0; i < 2; i++) {
+        o.paths = i ? CXS_GPU_NO_REGISTER : 0;
+        ck_assert_int_eq(cxs_gpu_emu_fail(kinds[i], 1), 0);
+        free(run_epoch(ds, s, &o, 0, 0, &n, &li));
+        ck_assert_uint_eq(n, info.num_frames);
+        ck_assert_uint_eq(li.upload_path, i ? 0 : 1);
+    }
+    /* a free that fails between two loaders' launches */
+    cxs_gpu_loader *a, *b;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &a, &d) == 0, "%s", d.message);
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &b, &d) == 0, "%s", d.message);
+    const cxs_gpu_batch *x;
+    ck_assert_int_eq(cxs_gpu_loader_next(a, stream, &x), 0);
+    ck_assert_int_eq(cxs_gpu_emu_fail(CXS_GPU_EMU_FAIL_FREE, 1), 0);
+    cxs_gpu_loader_free(a);
+    int rc = cxs_gpu_loader_next(b, stream, &x);
+    ck_assert_msg(rc == 0 && x, "a good launch failed: %s", cxs_gpu_loader_error(b)->message);
+    /* a launch that fails is reported, naming the launch */
+    ck_assert_int_eq(cxs_gpu_emu_fail(CXS_GPU_EMU_FAIL_LAUNCH, 1), 0);
+    rc = cxs_gpu_loader_next(b, stream, &x);
+    if (rc == 0) rc = cxs_gpu_loader_next(b, stream, &x); /* (one batch ahead) */
+    ck_assert_int_eq(rc, CXS_E_DEVICE);
+    ck_assert_msg(strstr(cxs_gpu_loader_error(b)->message, "kernel launch refused") &&
+                  strstr(cxs_gpu_loader_error(b)->message, "expand"),
+                  "%s", cxs_gpu_loader_error(b)->message);
+    cxs_gpu_loader_free(b);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A registration of the mapping that is refused (the system's limit on
+ * locked memory, or a range the program registered itself: CUDA refuses
+ * overlaps) at the first piece or after some were copied: the rest is
+ * uploaded through pinned staging, nothing twice, and the data is exact. */
+TEST(refused_registration_falls_back) {
+    if (device != CXS_GPU_EMULATE) return; /* injected failures are the emulation's */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    ck_assert_uint_ge(info.num_shards, 3);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_RESIDENT, 2, 64);
+    cxs_gpu_loader_info whole, li;
+    uint64_t n;
+    free(run_epoch(ds, s, &o, 0, 0, &n, &whole));
+    ck_assert_uint_eq(whole.upload_path, 1);
+    for (uint64_t nth = 1; nth <= 3; nth++) {
+        ck_assert_int_eq(cxs_gpu_emu_fail(CXS_GPU_EMU_FAIL_REGISTER, nth), 0);
+        free(run_epoch(ds, s, &o, 0, 0, &n, &li));
+        ck_assert_uint_eq(n, info.num_frames);
+        ck_assert_uint_eq(li.upload_path, 0);
+        ck_assert_msg(li.uploaded_bytes == whole.uploaded_bytes,
+                      "registration refused at piece %llu: %llu bytes uploaded, %llu without",
+                      (unsigned long long)nth, (unsigned long long)li.uploaded_bytes,
+                      (unsigned long long)whole.uploaded_bytes);
+    }
+    ck_assert_int_eq(cxs_gpu_emu_fail(CXS_GPU_EMU_FAIL_REGISTER, 0), 0);
+    /* the program registered a page of the last shard's features itself */
+    const void *w;
+    ck_assert_int_eq(cxs_dataset_window(ds, info.num_frames - 1, 0, &w), 0);
+    const long page = sysconf(_SC_PAGESIZE);
+    void *pg = (void *)((uintptr_t)w - (uintptr_t)w % (uintptr_t)page);
+    ck_assert_int_eq(cxs_gpu_emu_host_register(pg, (size_t)page), 0);
+    ck_assert_int_eq(cxs_gpu_emu_host_register(pg, 1), -EEXIST); /* overlaps: refused */
+    free(run_epoch(ds, s, &o, 0, 0, &n, &li));
+    ck_assert_uint_eq(n, info.num_frames);
+    ck_assert_uint_eq(li.upload_path, 0);
+    ck_assert_uint_eq(li.uploaded_bytes, whole.uploaded_bytes);
+    cxs_gpu_emu_host_unregister(pg);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* Under a limit on pinned host memory (a container's memlock limit), the
+ * loaders that need pinned buffers fail at create with a message that
+ * says what was asked and that the limit is the cause. */
+TEST(pinned_memory_limit_is_named) {
+    if (device != CXS_GPU_EMULATE) return; /* the limit is the emulation's */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    ck_assert_int_eq(setenv("CXS_GPU_EMU_PINNED", "64K", 1), 0);
+    cxs_gpu_opts o = base_opts(CXS_GPU_STREAM, 3, 1024); /* a staging buffer > 64K */
+    cxs_gpu_loader *l = NULL;
+    cxs_diag d;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_DEVICE);
+    ck_assert_msg(strstr(d.message, "pinned host memory for the stream mode's staging ring") &&
+                  strstr(d.message, "limit of 65536 bytes") &&
+                  strstr(d.message, "limit on page-locked host memory"), "%s", d.message);
+    ck_assert_ptr_null(l);
+    /* the utterance loader: its upload's staging, or its batches' lists */
+    cxs_utt_sampler *us;
+    cxs_utt_sampler_opts uo;
+    memset(&uo, 0, sizeof uo);
+    uo.kind = CXS_UTT_SHUFFLE, uo.seed = 3, uo.frame_budget = 4000;
+    ck_assert_int_eq(cxs_utt_sampler_create(ds, &uo, &us, &d), 0);
+    ck_assert_int_eq(setenv("CXS_GPU_EMU_PINNED", "1K", 1), 0);
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = CXS_GPU_EMULATE;
+    go.paths = CXS_GPU_NO_REGISTER;
+    cxs_gpu_utt_loader *gl = NULL;
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &gl, &d), CXS_E_DEVICE);
+    ck_assert_msg(strstr(d.message, "pinned host memory for ") &&
+                  strstr(d.message, "limit of 1024 bytes"), "%s", d.message);
+    ck_assert_ptr_null(gl);
+    ck_assert_int_eq(unsetenv("CXS_GPU_EMU_PINNED"), 0);
+    cxs_utt_sampler_free(us);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* A child forked after the device was used cannot use it (a CUDA context
+ * does not survive fork: every call fails with cudaErrorInitializationError);
+ * the loader says so, and the parent goes on unharmed. */
+TEST(forked_child_is_refused) {
+    if (device != CXS_GPU_EMULATE) return; /* a device's child would hang or crash */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_RESIDENT, 1, 64);
+    cxs_gpu_loader *l;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    const cxs_gpu_batch *b;
+    ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        alarm(60); /* a bound for a child that waits on threads it does not have */
+        int rc = cxs_gpu_loader_next(l, stream, &b);
+        const char *m = cxs_gpu_loader_error(l)->message;
+        const int ok = rc == CXS_E_DEVICE && strstr(m, "forked") && strstr(m, "fork()");
+        cxs_gpu_loader_free(l); /* (the parent's: the child lets it be) */
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's next(): status %d", st);
+    uint64_t got = 0;
+    do {
+        ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+        got += b ? b->n : 0;
+    } while (b);
+    ck_assert_uint_gt(got, 0);
+    cxs_gpu_loader_free(l);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
 }
@@ -1413,6 +1584,8 @@ int main(int argc, char **argv) {
         utt_batches_equal_the_cpu_loaders, queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
         consumer_switching_streams_reads_its_batches, held_batches_are_never_refilled,
         caller_device_is_kept, host_waits_block, default_budget_leaves_room,
+        launch_errors_are_the_launchs_own, refused_registration_falls_back,
+        pinned_memory_limit_is_named, forked_child_is_refused,
         bf16_output_and_drop_last, resume_and_reset, pool_resume_mid_epoch, pool_ranks,
         pool_elastic_resume, pool_order_is_deterministic_and_mixed,
         pool_segments_smaller_than_a_batch,

@@ -6,6 +6,8 @@
 #
 #     sh tests/gpu/guards.sh [SCRATCH_DIR]
 #
+# GUARDS_MATCH=REGEX (grep -E) runs only the guards whose description matches.
+#
 # Prints one line per guard: the guard, then FAILED (caught, with the
 # failing tests) or PASSED (not caught: a hole in the emulation or in the
 # tests).  Exits 1 when any guard was not caught.
@@ -34,10 +36,15 @@ lib/gpu/gpu.c|s/if (!l->slot\[i\].held \&\& \&l->slot\[i\] != l->ready)/if (\&l-
 lib/gpu/gpu_stream.c|s/if (!l->slot\[i\].held \&\& !l->slot\[i\].queued)/if (!l->slot[i].queued)/|stream: a batch the caller holds is never refilled
 lib/gpu/gpu.c|/int rc = loader_next(l, stream, batch);/{n;d}|next gives the caller'"'"'s current device back
 lib/gpu/gpu.c|s/event_create(\&s->ev_ready, GPU_EVENT_BLOCKING)/event_create(\&s->ev_ready, 0)/|host waits on a slot'"'"'s ready event block, never spin (cudaEventBlockingSync)
-lib/gpu/gpu_resident.c|s/int e = p->base ? l->be->event_sync(p->ev) : 0;/int e = 0;/|resident: a registered piece of the mapping is unregistered only after its copies ran'
+lib/gpu/gpu_resident.c|s/int e = p->base ? l->be->event_sync(p->ev) : 0;/int e = 0;/|resident: a registered piece of the mapping is unregistered only after its copies ran
+lib/gpu/gpu_internal.h|/^    l->be->last_error();$/d|a launch clears the last error first: an earlier failure the library ignored is not the launch'"'"'s
+lib/gpu/gpu_resident.c|s/\*rs = s, \*rrow = off \/ rb;/*rs = s0, *rrow = 0;/|resident: after a refused registration the staged upload goes on where the registered one stopped (nothing uploaded twice)
+lib/gpu/gpu.c|s/^    return gpu_fail(l, CXS_E_DEVICE,$/    return GPU_DEVICE_FAIL(l, "", e, "host_alloc"); (void)gpu_fail(l, CXS_E_DEVICE,/|a refused pinned allocation names what it was for and the limit on page-locked memory
+lib/gpu/gpu.c|s/if ((long)getpid() != l->pid)/if (0)/|next in a child forked after the device was used says so'
 
 status=0
 echo "$guards" | while IFS='|' read -r file expr what; do
+    if [ -n "${GUARDS_MATCH:-}" ] && ! echo "$what" | grep -qE "$GUARDS_MATCH"; then continue; fi
     git checkout -q -- lib
     cp "$file" "$work/orig"
     sed -i "$expr" "$file"
