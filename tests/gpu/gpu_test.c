@@ -627,6 +627,12 @@ TEST(forked_child_is_refused) {
 }
 END_TEST_
 
+/* (a fork of a process with the loader's threads: left out where
+ * ThreadSanitizer runs the suite, CXS_TEST_NO_FORK=all) */
+static int gpu_forks(const TTest *t) {
+    return t == forked_child_is_refused ? CXS_FORK_ANY : CXS_FORK_NONE;
+}
+
 /* A loader on emulated device 1 leaves the calling thread on the device
  * it was on, through every entry point (as a CUDA loader must: the
  * runtime's current device is the caller's). */
@@ -1607,7 +1613,7 @@ int main(int argc, char **argv) {
     if (quick && *quick == '1') n = 7;
     const int emu = device == CXS_GPU_EMULATE;
     const cxs_group g[] = {{"all", 300, emu ? emu_setup : NULL, emu ? emu_teardown : NULL, tests,
-                            n, NULL}};
+                            n, gpu_forks}};
     /* (a CUDA context does not survive fork) */
     int rc = cxs_run_groups(emu ? "gpu-emulated" : "cuda", g, CXS_N(g), !emu) ? 1 : 0;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
