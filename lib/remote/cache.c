@@ -255,6 +255,21 @@ static int list_entries(const char *root, const char *keep, victim **out, size_t
 static int resv_open(const char *root);
 static uint64_t resv_sum(int fd, int reclaim);
 
+/* The cache's eviction lock (ROOT/.evict), taken exclusively: its
+ * descriptor, or a negative code with the path in d. */
+static int evict_lock(const char *root, cxs_diag *d) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.evict", root);
+    int efd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (efd < 0) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
+    int rc = lock_wait(efd, LOCK_EX);
+    if (rc) {
+        close(efd);
+        return cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
+    }
+    return efd;
+}
+
 /* Evict least recently used entries (not `keep`, none open or being
  * fetched) until `more` bytes fit under limit, counting every entry (one
  * being fetched whole at the size it will reach) and every process's live
@@ -266,15 +281,9 @@ static int make_room(const char *root, const char *keep, uint64_t have, uint64_t
                      uint64_t limit, uint64_t *freed, uint64_t *inflight, cxs_diag *d) {
     *freed = 0;
     if (inflight) *inflight = 0;
+    int efd = evict_lock(root, d);
+    if (efd < 0) return efd;
     char p[4200];
-    snprintf(p, sizeof p, "%s/.evict", root);
-    int efd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (efd < 0) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
-    int rc0 = lock_wait(efd, LOCK_EX);
-    if (rc0) {
-        close(efd);
-        return cxs_diagf(d, rc0, "%s: %s", p, strerror(-rc0));
-    }
     victim *v;
     size_t n;
     int rc = list_entries(root, keep, &v, &n);
@@ -441,15 +450,9 @@ uint64_t cxs_cache_total(const char *root) {
 int cxs_cache_reserve(const char *root, uint64_t more, uint64_t limit, cxs_cache_resv *r,
                       uint64_t *total, cxs_diag *d) {
     r->fd = -1;
-    char p[4200];
-    snprintf(p, sizeof p, "%s/.evict", root);
-    int efd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (efd < 0) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
-    int rc = lock_wait(efd, LOCK_EX);
-    if (rc) {
-        close(efd);
-        return cxs_diagf(d, rc, "%s: %s", p, strerror(-rc));
-    }
+    int efd = evict_lock(root, d);
+    if (efd < 0) return efd;
+    int rc;
     int fd = resv_open(root);
     if (fd < 0) {
         rc = -errno;
