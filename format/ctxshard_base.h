@@ -30,6 +30,24 @@
  * newer header, asking for something this library does not know), and
  * zeroes the reserved words of what it fills.  Start options from their
  * *_opts_init() function (or zero them: `= {0}`, designated initialisers).
+ *
+ * What the library fills comes in two kinds:
+ * - sized structs, cxs_info, cxs_stats and cxs_hugepage_info: the call
+ *   with the suffix _ex takes the caller's size (`cxs_dataset_info_ex(ds,
+ *   &info, sizeof info)`) and writes that many bytes, no more: a program
+ *   built against an older header, whose struct is smaller, has nothing
+ *   written past it; one built against a newer header gets 0 in the fields
+ *   this library does not know.  These may also grow at the end, after
+ *   their reserved words.  The call without _ex fills the struct as first
+ *   published, through its reserved words.
+ * - fixed structs, every other one the library fills: those held inside
+ *   another struct (cxs_writer_info in the import and merge infos,
+ *   cxs_memory in cxs_warm_result), the results of an action (warm, fetch,
+ *   commit, import, merge, the GPU probe and loader infos, cxs_utterance),
+ *   what a callback is handed (cxs_cache_entry), and cxs_diag.  Their size
+ *   never changes (tests/reader/abi_test.c pins it): a new field comes out
+ *   of the reserved words, so a size argument would buy nothing and would
+ *   double every such call.
  */
 #define CXS_OPTS_RESERVED 4
 #define CXS_INFO_RESERVED 8

@@ -1,10 +1,13 @@
 /* abi.h - the checks behind the ABI's room to grow (ctxshard_base.h,
  * CXS_OPTS_RESERVED): options whose reserved words are not zero are
- * refused, naming the struct (internal). */
+ * refused, naming the struct; the sized structs the library fills are
+ * copied out at the caller's size (internal). */
 #ifndef CXS_ABI_H
 #define CXS_ABI_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ctxshard.h"
 #include "cxs_format.h"
@@ -26,5 +29,19 @@ static inline int cxs_reserved_check(const uint64_t *reserved, unsigned n, const
 #define CXS_OPTS_CHECK(o, what, d)                                                                \
     cxs_reserved_check((o)->reserved, (unsigned)(sizeof (o)->reserved / sizeof (o)->reserved[0]), \
                        what, d)
+
+/* The bytes of type up to the end of member: a sized struct's size as
+ * first published is CXS_SIZE_THROUGH(type, reserved), whether later
+ * fields came out of its reserved words or were added after them. */
+#define CXS_SIZE_THROUGH(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+
+/* Hand the struct the library filled (full, full_size bytes) to a caller
+ * whose struct has size bytes: an older header's smaller struct gets its
+ * own fields and nothing written past them; a newer header's larger one
+ * gets zero in the fields this library does not know, their default. */
+static inline void cxs_fill_sized(void *dst, size_t size, const void *full, size_t full_size) {
+    memcpy(dst, full, size < full_size ? size : full_size);
+    if (size > full_size) memset((char *)dst + full_size, 0, size - full_size);
+}
 
 #endif

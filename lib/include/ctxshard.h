@@ -240,8 +240,15 @@ typedef struct cxs_hugepage_info {
  * Whether ds serves its features and labels from a copy in huge pages
  * (cxs_open_opts.hugepage_budget), its size, and why not when it was asked
  * for and is not made.  out is always written; ds NULL gives zeros.
+ * A sized struct (ctxshard_base.h): this call fills it as first published,
+ * through its reserved words; cxs_dataset_hugepages_ex fills the caller's.
  */
 CXS_API void cxs_dataset_hugepages(const cxs_dataset *ds, cxs_hugepage_info *out);
+
+/** cxs_dataset_hugepages at the caller's size: pass sizeof *out
+ *  (ctxshard_base.h, "the ABI's room to grow").  Returns 0, or
+ *  CXS_E_INVALID when out is NULL or size is 0. */
+CXS_API int cxs_dataset_hugepages_ex(const cxs_dataset *ds, cxs_hugepage_info *out, size_t size);
 
 /** Unmap and free.  NULL is a no-op.  Every pointer handed out dies here. */
 CXS_API void cxs_dataset_close(cxs_dataset *ds);
@@ -523,8 +530,22 @@ typedef struct cxs_info {
     uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_info;
 
-/** Fill *info.  Cannot fail for an open dataset. */
+/**
+ * Fill *info as the struct was first published: through its reserved
+ * words, never further (ctxshard_base.h, "the ABI's room to grow"); fields
+ * added after them come only through cxs_dataset_info_ex.  Cannot fail
+ * for an open dataset.
+ */
 CXS_API void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info);
+
+/**
+ * Fill the caller's cxs_info of size bytes: pass sizeof *info.  A program
+ * built against an older header (a smaller struct) gets its fields and
+ * nothing is written past them; one built against a newer header gets 0,
+ * the default, in the fields this library does not know.  Returns 0, or
+ * CXS_E_INVALID when ds or info is NULL or size is 0.
+ */
+CXS_API int cxs_dataset_info_ex(const cxs_dataset *ds, cxs_info *info, size_t size);
 
 /**
  * Dataset statistics, computed at pack time over the stored feature values
@@ -541,7 +562,12 @@ typedef struct cxs_stats {
     const uint64_t *label_counts;
     uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_stats;
+/** Fill *stats as first published, through its reserved words (a sized
+ *  struct, as cxs_dataset_info). */
 CXS_API void cxs_dataset_stats(const cxs_dataset *ds, cxs_stats *stats);
+/** cxs_dataset_stats at the caller's size (pass sizeof *stats), as
+ *  cxs_dataset_info_ex: 0, or CXS_E_INVALID for NULL or size 0. */
+CXS_API int cxs_dataset_stats_ex(const cxs_dataset *ds, cxs_stats *stats, size_t size);
 
 /**
  * Vocabulary symbol i (0 <= i < vocab_size): *sym points into the mapping,

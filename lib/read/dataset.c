@@ -1085,7 +1085,7 @@ fail:
     return rc;
 }
 
-void cxs_dataset_info(const cxs_dataset *ds, cxs_info *info) {
+void cxs_info_fill(const cxs_dataset *ds, cxs_info *info) {
     memset(info, 0, sizeof *info);
     const cxs_dataset_meta *m = &ds->meta;
     info->num_frames = m->num_frames;
@@ -1182,7 +1182,7 @@ int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t fir
     return rc;
 }
 
-void cxs_dataset_stats(const cxs_dataset *ds, cxs_stats *s) {
+void cxs_stats_fill(const cxs_dataset *ds, cxs_stats *s) {
     memset(s, 0, sizeof *s);
     if (!ds->stats) return;
     s->count = cxs_ld64(ds->stats);

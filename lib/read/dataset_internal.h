@@ -148,6 +148,13 @@ struct cxs_dataset {
  * CXS_E_TRUNCATED, -ENOMEM, with d. */
 int cxs_hugecopy(cxs_dataset *ds, uint64_t budget, cxs_diag *d);
 
+/* The library's whole struct, every field of this version, for the sized
+ * calls to copy out (info.c): cxs_dataset_info, _stats and _hugepages
+ * (ds NULL: zeros) as documented in ctxshard.h. */
+void cxs_info_fill(const cxs_dataset *ds, cxs_info *info);
+void cxs_stats_fill(const cxs_dataset *ds, cxs_stats *s);
+void cxs_hugepages_fill(const cxs_dataset *ds, cxs_hugepage_info *out);
+
 /* Whether the shards hold ZFEATURES (format 1.1) rather than FEATURES. */
 /* A streamed dataset (CXS_OPEN_STREAM) serves its features to the block
  * loader alone: any other reader of them answers CXS_E_UNSUPPORTED, saying

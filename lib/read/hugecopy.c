@@ -217,7 +217,7 @@ int cxs_hugecopy(cxs_dataset *ds, uint64_t budget, cxs_diag *d) {
     return rc;
 }
 
-void cxs_dataset_hugepages(const cxs_dataset *ds, cxs_hugepage_info *out) {
+void cxs_hugepages_fill(const cxs_dataset *ds, cxs_hugepage_info *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (!ds) return;

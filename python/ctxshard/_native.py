@@ -363,6 +363,14 @@ def _installed_copy(name):
     return None
 
 
+def _sized(ex, name, size):
+    def call(handle, out):
+        rc = ex(handle, out, size)
+        if rc:
+            raise ValueError(f"{name}: no dataset or no struct to fill (code {rc})")
+    return call
+
+
 def _load():
     path = _find()
     try:
@@ -405,8 +413,8 @@ def _load():
                                                  POINTER(Diag)]),
         "cxs_dataset_close": (None, [ds]),
         "cxs_dataset_verify": (c_int, [ds, c_void_p, c_void_p, POINTER(Diag)]),
-        "cxs_dataset_info": (None, [ds, POINTER(Info)]),
-        "cxs_dataset_hugepages": (None, [ds, POINTER(HugepageInfo)]),
+        "cxs_dataset_info_ex": (c_int, [ds, POINTER(Info), c_size_t]),
+        "cxs_dataset_hugepages_ex": (c_int, [ds, POINTER(HugepageInfo), c_size_t]),
         "cxs_memory_probe": (c_int, [POINTER(Memory), POINTER(Diag)]),
         "cxs_dataset_warm": (c_int, [ds, c_uint32, PROGRESS_FN, c_void_p, POINTER(WarmResult),
                                      POINTER(Diag)]),
@@ -424,7 +432,7 @@ def _load():
         "cxs_warm_start": (c_int, [ds, c_uint32, POINTER(c_void_p), POINTER(Diag)]),
         "cxs_warm_poll": (c_int, [c_void_p, POINTER(c_uint64), POINTER(c_uint64)]),
         "cxs_warm_finish": (c_int, [c_void_p, c_int, POINTER(WarmResult), POINTER(Diag)]),
-        "cxs_dataset_stats": (None, [ds, POINTER(Stats)]),
+        "cxs_dataset_stats_ex": (c_int, [ds, POINTER(Stats), c_size_t]),
         "cxs_dataset_vocab": (c_int, [ds, c_uint32, POINTER(c_void_p), POINTER(c_size_t)]),
         "cxs_dataset_skipped": (None, [ds, POINTER(c_void_p), POINTER(c_size_t)]),
         "cxs_dataset_identity": (c_uint64, [ds]),
@@ -583,6 +591,12 @@ def _load():
         f = getattr(lib, name)
         f.restype = res
         f.argtypes = args
+    # The sized structs (ctxshard_base.h) are filled at the size of this
+    # package's declaration of them: the package calls them by the names
+    # without _ex, which stand for the sized calls.
+    for name, struct in (("cxs_dataset_info", Info), ("cxs_dataset_stats", Stats),
+                         ("cxs_dataset_hugepages", HugepageInfo)):
+        setattr(lib, name, _sized(getattr(lib, name + "_ex"), name, ctypes.sizeof(struct)))
     found = lib.cxs_version().decode()
     if found != __version__:
         raise ImportError(

@@ -7,6 +7,7 @@
  * reserved words zero, whatever the caller's memory held; cache_bytes 0
  * is the default chunk cache and CXS_CACHE_OFF none, both serving the
  * same values.  Data made with the library's writer (testdata.h). */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,94 @@ TEST(filled_structs_come_back_with_zero_tails) {
 }
 END_TEST_
 
+/* The sized calls (ctxshard_base.h) as a program built against another
+ * header calls them: each fills a struct of size bytes in buf, followed by
+ * a canary.  ex writes at the size it is given, old as first published. */
+typedef int (*sized_ex)(const cxs_dataset *ds, void *out, size_t size);
+typedef void (*sized_old)(const cxs_dataset *ds, void *out);
+static int info_ex(const cxs_dataset *ds, void *o, size_t n) { return cxs_dataset_info_ex(ds, o, n); }
+static void info_old(const cxs_dataset *ds, void *o) { cxs_dataset_info(ds, o); }
+static int stats_ex(const cxs_dataset *ds, void *o, size_t n) { return cxs_dataset_stats_ex(ds, o, n); }
+static void stats_old(const cxs_dataset *ds, void *o) { cxs_dataset_stats(ds, o); }
+static int hp_ex(const cxs_dataset *ds, void *o, size_t n) { return cxs_dataset_hugepages_ex(ds, o, n); }
+static void hp_old(const cxs_dataset *ds, void *o) { cxs_dataset_hugepages(ds, o); }
+
+/* The size a sized struct was first published with: through its reserved
+ * words, wherever later fields go. */
+#define THROUGH_RESERVED(type) (offsetof(type, reserved) + sizeof(((type *)0)->reserved))
+#define CANARY 0xa5
+#define SLACK 64
+
+static int canary_from(const unsigned char *b, size_t from, size_t to) {
+    for (size_t i = from; i < to; i++)
+        if (b[i] != CANARY) return 0;
+    return 1;
+}
+
+/* full: the struct's size in this header; older: the size of an older
+ * header's struct (its fields up to some member); published: the size the
+ * call without _ex fills. */
+static void expect_sized(const cxs_dataset *ds, sized_ex ex, sized_old old, size_t full,
+                         size_t older, size_t published) {
+    _Alignas(16) unsigned char want[1024], buf[1024 + SLACK];
+    EXPECT(full + SLACK <= sizeof buf);
+    EXPECT_INT(ex(ds, want, full), 0);
+    /* an older program's smaller struct: its fields, nothing past them */
+    memset(buf, CANARY, sizeof buf);
+    EXPECT_INT(ex(ds, buf, older), 0);
+    EXPECT(memcmp(buf, want, older) == 0);
+    EXPECT(canary_from(buf, older, sizeof buf));
+    /* a newer program's larger one: the fields this library lacks read 0 */
+    memset(buf, CANARY, sizeof buf);
+    EXPECT_INT(ex(ds, buf, full + SLACK), 0);
+    EXPECT(memcmp(buf, want, full) == 0);
+    for (size_t i = full; i < full + SLACK; i++) EXPECT(buf[i] == 0);
+    EXPECT(canary_from(buf, full + SLACK, sizeof buf));
+    /* the call without _ex: the struct as first published, no further */
+    memset(buf, CANARY, sizeof buf);
+    old(ds, buf);
+    EXPECT(memcmp(buf, want, published) == 0);
+    EXPECT(canary_from(buf, published, sizeof buf));
+    EXPECT_INT(ex(ds, NULL, full), CXS_E_INVALID);
+    EXPECT_INT(ex(ds, buf, 0), CXS_E_INVALID);
+}
+
+TEST(sized_calls_write_no_further_than_asked) {
+    cxs_dataset *ds;
+    cxs_diag d;
+    EXPECT_INT(cxs_dataset_open_ex(plain, NULL, &ds, &d), 0);
+    expect_sized(ds, info_ex, info_old, sizeof(cxs_info), offsetof(cxs_info, label_seqs),
+                 THROUGH_RESERVED(cxs_info));
+    expect_sized(ds, stats_ex, stats_old, sizeof(cxs_stats), offsetof(cxs_stats, label_counts),
+                 THROUGH_RESERVED(cxs_stats));
+    expect_sized(ds, hp_ex, hp_old, sizeof(cxs_hugepage_info),
+                 offsetof(cxs_hugepage_info, reason), THROUGH_RESERVED(cxs_hugepage_info));
+    cxs_info in;
+    EXPECT_INT(cxs_dataset_info_ex(NULL, &in, sizeof in), CXS_E_INVALID);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* The fixed structs (ctxshard_base.h) keep their size for good: a field
+ * added at their end instead of out of their reserved words fails here.
+ * The sizes of an LP64 host, where pointers and size_t have 8 bytes. */
+TEST(fixed_structs_keep_their_size) {
+#if UINTPTR_MAX == UINT64_MAX
+    EXPECT_INT((int)sizeof(cxs_diag), 2128);
+    EXPECT_INT((int)sizeof(cxs_memory), 104);
+    EXPECT_INT((int)sizeof(cxs_warm_result), 208);
+    EXPECT_INT((int)sizeof(cxs_fetch_info), 96);
+    EXPECT_INT((int)sizeof(cxs_cache_entry), 104);
+    EXPECT_INT((int)sizeof(cxs_utterance), 120);
+    EXPECT_INT((int)sizeof(cxs_writer_info), 120);
+    EXPECT_INT((int)sizeof(cxs_merge_info), 192);
+    EXPECT_INT((int)sizeof(cxs_import_info), 216);
+    EXPECT_INT((int)sizeof(cxs_gpu_probe_info), 888);
+    EXPECT_INT((int)sizeof(cxs_gpu_loader_info), 360);
+#endif
+}
+END_TEST_
+
 /* Every window of the compressed dataset, with the chunk cache of 0 (the
  * default), none (CXS_CACHE_OFF) and a small one: the same floats. */
 TEST(cache_bytes_zero_is_the_default) {
@@ -254,6 +343,8 @@ int main(void) {
     if (td_make(zpath, &o)) return 3;
     const TTest *tests[] = {init_gives_the_defaults, reserved_words_are_refused,
                             filled_structs_come_back_with_zero_tails,
+                            sized_calls_write_no_further_than_asked,
+                            fixed_structs_keep_their_size,
                             cache_bytes_zero_is_the_default};
     const cxs_group g[] = {{"abi", 120, NULL, NULL, tests, CXS_N(tests), NULL}};
     int failed = cxs_run_groups("abi", g, CXS_N(g), 0);
