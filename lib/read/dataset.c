@@ -594,7 +594,7 @@ static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e, cxs
     if ((rc = shard_container(ds, i, e, &x, d)) || (rc = shard_meta(ds, i, e, &x, d)) ||
         (rc = shard_index(ds, i, &x, d)) || (rc = shard_ids(ds, i, &x, d)) ||
         (rc = shard_features(ds, i, &x, d)) || (rc = shard_labels(ds, i, e, &x, d)))
-        return rc;
+        return cxs_diag_name_file(d, rc, ds->shards[i].path);
     return 0;
 }
 
@@ -961,6 +961,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
     }
     snprintf(ds->manifest_path, ml, "%s/%s", dir, CXS_MANIFEST_NAME);
     if ((rc = open_manifest(ds, d))) {
+        cxs_diag_name_file(d, rc, ds->manifest_path);
         /* A partial dataset (pack --part I/N) has part.cxs instead. */
         size_t pl = strlen(dir) + 16;
         char *pp = rc == -ENOENT ? malloc(pl) : NULL;

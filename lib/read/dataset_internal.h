@@ -4,6 +4,7 @@
 #define CXS_DATASET_INTERNAL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "blocksrc.h"
@@ -147,6 +148,14 @@ struct cxs_dataset {
  * CXS_E_CHECKSUM (a section's bytes do not match their checksum),
  * CXS_E_TRUNCATED, -ENOMEM, with d. */
 int cxs_hugecopy(cxs_dataset *ds, uint64_t budget, cxs_diag *d);
+
+/* Name path in d->file for a failure rc whose diagnostic names no file:
+ * open's checks of one file (the manifest's, a shard's) say in the message
+ * which file, and a program reads it from diag.file.  Returns rc. */
+static inline int cxs_diag_name_file(cxs_diag *d, int rc, const char *path) {
+    if (rc && d && !d->file[0]) snprintf(d->file, sizeof d->file, "%s", path);
+    return rc;
+}
 
 /* The library's whole struct, every field of this version, for the sized
  * calls to copy out (info.c): cxs_dataset_info, _stats and _hugepages

@@ -5,8 +5,9 @@ the file (and the section, for section bytes); open never crashes and
 refuses everything it reads (all but FEATURES and LABELS payload bytes and
 padding, which spec/format.md §8 leaves to verify, and the INDEX and IDS
 of a format 1.3 shard, which it defers to the first use of each block: a
-damaged INDEX is then refused by the gather of every window); gather on
-whatever opens never crashes.
+damaged INDEX is then refused by the gather of every window), its message
+leading with the damaged file (diag.file); gather on whatever opens never
+crashes.
 
 usage: /usr/bin/python3 tests/cli/corruption_test.py BUILD/tools/ctxshard"""
 import os
@@ -95,6 +96,9 @@ def main():
                 failures.append(f"{desc}: verify message does not name {NAMES[section]}: {msg.strip()}")
             if r_open.returncode < 0 or r_open.returncode > 1:
                 failures.append(f"{desc}: open crashed or failed oddly ({r_open.returncode})")
+            elif r_open.returncode == 1 and not r_open.stderr.startswith(f"ctxshard: {path}: "):
+                failures.append(f"{desc}: open's refusal does not lead with {path}: "
+                                f"{r_open.stderr.strip()}")
             must_refuse = section is not None and section not in PAYLOAD | DEFERRED
             if must_refuse and r_open.returncode != 1:
                 failures.append(f"{desc}: open accepted a damaged {NAMES[section]}")
