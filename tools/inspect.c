@@ -316,6 +316,25 @@ static char *shard_file(const char *dir, const cxs_info *in, uint32_t shard) {
     return p;
 }
 
+/* The data, not the output, is at fault for frame `frame`: name the shard
+ * file, the frame and its utterance (with the frame's place in it when
+ * at), what of it failed and how, and the output left unwritten. */
+static void frame_damage(const cxs_dataset *ds, const char *dir, const cxs_info *in,
+                         uint64_t frame, const char *what, int at, const char *problem,
+                         const char *out) {
+    uint64_t u = 0, off = 0;
+    cxs_utterance ut = {0};
+    cxs_dataset_locate(ds, frame, &u, &off);
+    cxs_dataset_utterance_ex(ds, u, CXS_UTTERANCE_NO_DATA, &ut, NULL);
+    char *sp = shard_file(dir, in, ut.shard), place[48] = "";
+    if (at) snprintf(place, sizeof place, ", frame %llu of it", (unsigned long long)off);
+    warnx_("%s: the %s of frame %llu (utterance %llu, '%.*s'%s) %s (`ctxshard verify %s` lists "
+           "the damage); %s not written",
+           sp ? sp : dir, what, (unsigned long long)frame, (unsigned long long)u,
+           (int)(ut.id_len > 64 ? 64 : ut.id_len), ut.id ? ut.id : "", place, problem, dir, out);
+    free(sp);
+}
+
 static int fill_labels(void *ctx, size_t first, size_t n, void *buf) {
     gctx *g = ctx;
     const uint64_t *f = frames_for(g, first, n);
@@ -449,20 +468,10 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
     if (rc && g.label_failed) {
         /* A label the dataset cannot serve: name the shard file, the frame
          * and its utterance, not the labels' output file. */
-        uint64_t u = 0, off = 0;
-        cxs_utterance ut = {0};
-        cxs_dataset_locate(ds, g.bad_label, &u, &off);
-        cxs_dataset_utterance_ex(ds, u, CXS_UTTERANCE_NO_DATA, &ut, NULL);
-        char *sp = shard_file(dir, &in, ut.shard);
-        warnx_("%s: the label of frame %llu (utterance %llu, '%.*s', frame %llu of it) %s "
-               "(`ctxshard verify %s` lists the damage); %s not written",
-               sp ? sp : dir, (unsigned long long)g.bad_label, (unsigned long long)u,
-               (int)(ut.id_len > 64 ? 64 : ut.id_len), ut.id ? ut.id : "",
-               (unsigned long long)off,
-               rc == CXS_E_CORRUPT ? "is outside the vocabulary: the shard is damaged"
-                                   : cxs_strerror(rc),
-               dir, labels_out);
-        free(sp);
+        frame_damage(ds, dir, &in, g.bad_label, "label", 1,
+                     rc == CXS_E_CORRUPT ? "is outside the vocabulary: the shard is damaged"
+                                         : cxs_strerror(rc),
+                     labels_out);
         cxs_dataset_close(ds);
         cxs_dataset_close(train);
         return exit_code_for(rc);
@@ -477,17 +486,10 @@ int gather_run(const char *dir, uint32_t k, const uint64_t *frames, size_t n, in
     }
     if (rc && g.failed) {
         /* The data is at fault, not the output: name the shard file. */
-        uint64_t u = 0, off = 0;
-        cxs_utterance ut = {0};
-        cxs_dataset_locate(ds, g.bad_frame, &u, &off);
-        cxs_dataset_utterance_ex(ds, u, CXS_UTTERANCE_NO_DATA, &ut, NULL);
-        char *sp = shard_file(dir, &in, ut.shard);
-        warnx_("%s: the window of frame %llu (utterance %llu, '%.*s') touches a damaged "
-               "compressed chunk: %s (`ctxshard verify %s` lists the damage); %s not written",
-               sp ? sp : dir, (unsigned long long)g.bad_frame, (unsigned long long)u,
-               (int)(ut.id_len > 64 ? 64 : ut.id_len), ut.id ? ut.id : "", cxs_strerror(rc), dir,
-               out);
-        free(sp);
+        char problem[128];
+        snprintf(problem, sizeof problem, "touches a damaged compressed chunk: %s",
+                 cxs_strerror(rc));
+        frame_damage(ds, dir, &in, g.bad_frame, "window", 0, problem, out);
         cxs_dataset_close(ds);
         return exit_code_for(rc);
     }

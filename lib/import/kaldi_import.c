@@ -422,6 +422,35 @@ static int plan_shards(listing *L, files *fs, const cxs_writer_opts *wo, uint32_
     return 0;
 }
 
+/* The listing is out of byte order at entry i and may not be sorted here:
+ * Kaldi's option s promised it was (spec: the rspecifier, which the
+ * message names) or --no-sort forbids sorting (spec NULL).  The two
+ * entries are named by line in an scp and by offset in an archive, and
+ * the remedy is the command that sorts it or dropping the option. */
+static int unsorted(const listing *L, size_t i, const char *spec, const char *path, cxs_diag *d) {
+    const ent *a = &L->e[i], *b = &L->e[i - 1];
+    char where[2048];
+    if (L->is_scp)
+        snprintf(where, sizeof where, "line %llu (%s) comes after line %llu (%s)",
+                 (unsigned long long)a->line, a->key, (unsigned long long)b->line, b->key);
+    else
+        snprintf(where, sizeof where, "%s (offset %llu) comes after %s", a->key,
+                 (unsigned long long)a->off, b->key);
+    if (spec && L->is_scp)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: option s says the listing is sorted, but %s; sort "
+                         "it: LC_ALL=C sort -k1,1 %s -o %s (or drop the s)", spec, where, path, path);
+    if (spec)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: option s says the archive is sorted, but %s (drop "
+                         "the s: the import sorts it)", spec, where);
+    if (L->is_scp)
+        return cxs_diagf(d, CXS_E_INPUT, "%s: not sorted: %s; sort it as Kaldi wants it: LC_ALL=C "
+                         "sort -k1,1 %s -o %s (or import without --no-sort)", path, where, path,
+                         path);
+    return cxs_diagf(d, CXS_E_INPUT, "%s: not sorted: %s; import without --no-sort, or write a "
+                     "sorted copy: copy-feats ark:%s ark,scp:sorted.ark,sorted.scp, then LC_ALL=C "
+                     "sort -k1,1 sorted.scp", path, where, path);
+}
+
 int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_in,
                      const cxs_kaldi_opts *ko_in, cxs_progress_fn progress, void *user,
                      cxs_import_info *info, cxs_diag *d) {
@@ -481,36 +510,8 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     /* Ids in byte order, as the writer and the reader need them. */
     for (size_t i = 1; i < L.n; i++)
         if (kaldi_key_cmp(L.e[i - 1].key, L.e[i].key) > 0) {
-            if (spec.sorted) {
-                /* Kaldi's s: a promise, which its sorted readers check */
-                if (L.is_scp)
-                    rc = cxs_diagf(d, CXS_E_INPUT, "%s: option s says the listing is sorted, "
-                                   "but line %llu (%s) comes after line %llu (%s); sort it: "
-                                   "LC_ALL=C sort -k1,1 %s -o %s (or drop the s)", in,
-                                   (unsigned long long)L.e[i].line, L.e[i].key,
-                                   (unsigned long long)L.e[i - 1].line, L.e[i - 1].key, path,
-                                   path);
-                else
-                    rc = cxs_diagf(d, CXS_E_INPUT, "%s: option s says the archive is sorted, "
-                                   "but %s (offset %llu) comes after %s (drop the s: the "
-                                   "import sorts it)", in, L.e[i].key,
-                                   (unsigned long long)L.e[i].off, L.e[i - 1].key);
-                goto out;
-            }
-            if (ko->flags & CXS_KALDI_NO_SORT) {
-                if (L.is_scp)
-                    rc = cxs_diagf(d, CXS_E_INPUT, "%s: not sorted: line %llu (%s) comes after "
-                                   "line %llu (%s); sort it as Kaldi wants it: LC_ALL=C sort -k1,1 "
-                                   "%s -o %s (or import without --no-sort)", path,
-                                   (unsigned long long)L.e[i].line, L.e[i].key,
-                                   (unsigned long long)L.e[i - 1].line, L.e[i - 1].key, path,
-                                   path);
-                else
-                    rc = cxs_diagf(d, CXS_E_INPUT, "%s: not sorted: %s (offset %llu) comes after "
-                                   "%s; import without --no-sort, or write a sorted copy: "
-                                   "copy-feats ark:%s ark,scp:sorted.ark,sorted.scp, then "
-                                   "LC_ALL=C sort -k1,1 sorted.scp", path, L.e[i].key,
-                                   (unsigned long long)L.e[i].off, L.e[i - 1].key, path);
+            if (spec.sorted || (ko->flags & CXS_KALDI_NO_SORT)) {
+                rc = unsorted(&L, i, spec.sorted ? in : NULL, path, d);
                 goto out;
             }
             res.sorted = 1;
@@ -522,14 +523,10 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
     }
     for (size_t i = 1; i < L.n; i++)
         if (!kaldi_key_cmp(L.e[i - 1].key, L.e[i].key)) {
-            if (L.is_scp)
-                rc = cxs_diagf(d, CXS_E_INPUT, "%s: utterance %s twice, lines %llu and %llu",
-                               path, L.e[i].key, (unsigned long long)L.e[i - 1].line,
-                               (unsigned long long)L.e[i].line);
-            else
-                rc = cxs_diagf(d, CXS_E_INPUT, "%s: utterance %s twice, offsets %llu and %llu",
-                               path, L.e[i].key, (unsigned long long)L.e[i - 1].off,
-                               (unsigned long long)L.e[i].off);
+            rc = cxs_diagf(d, CXS_E_INPUT, "%s: utterance %s twice, %s %llu and %llu", path,
+                           L.e[i].key, L.is_scp ? "lines" : "offsets",
+                           (unsigned long long)(L.is_scp ? L.e[i - 1].line : L.e[i - 1].off),
+                           (unsigned long long)(L.is_scp ? L.e[i].line : L.e[i].off));
             goto out;
         }
     /* Labels, matched against the listing before anything is written. */
