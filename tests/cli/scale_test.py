@@ -12,7 +12,6 @@
 
 usage: /usr/bin/python3 tests/cli/scale_test.py BUILD/tools/ctxshard BUILD/lib/libctxshard.so SOURCE_ROOT"""
 import ctypes
-import filecmp
 import os
 import re
 import shutil
@@ -27,7 +26,9 @@ import numpy as np
 EXE = os.path.abspath(sys.argv[1])
 os.environ["CTXSHARD_LIB"] = os.path.abspath(sys.argv[2])
 sys.path.insert(0, os.path.join(os.path.abspath(sys.argv[3]), "python"))
+sys.path.insert(0, os.path.join(os.path.abspath(sys.argv[3]), "tests", "python"))
 import ctxshard  # noqa: E402
+from testenv import same_dataset  # noqa: E402
 
 SEC_ZFEATURES, SEC_CHUNKS = 6, 7
 
@@ -42,17 +43,6 @@ def ok(*args):
     if rc:
         raise AssertionError(f"ctxshard {' '.join(map(str, args))}: exit {rc}\n{err}")
     return out
-
-
-def same_tree(a, b):
-    """Same file names and bytes."""
-    na, nb = sorted(os.listdir(a)), sorted(os.listdir(b))
-    if na != nb:
-        return f"names differ: {na} vs {nb}"
-    for n in na:
-        if not filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False):
-            return f"{n} differs"
-    return None
 
 
 def sections(path):
@@ -146,10 +136,10 @@ class Scale(unittest.TestCase):
                    "--quiet")
                 conv = self.path("conv")
                 ok("convert", self.plain, conv, *opts, "--quiet")
-                self.assertIsNone(same_tree(direct, conv))
+                self.assertIsNone(same_dataset(direct, conv))
                 back = self.path("back")
                 ok("convert", conv, back, "--no-compress", "--quiet")
-                self.assertIsNone(same_tree(self.plain, back))
+                self.assertIsNone(same_dataset(self.plain, back))
 
     def test_convert_usage(self):
         rc, _, err = run("convert", self.plain, self.path("x"))
@@ -225,7 +215,7 @@ class Scale(unittest.TestCase):
                     out = self.path("merged")
                     # any order on the command line
                     ok("merge", *reversed(dirs), out, "--quiet")
-                    self.assertIsNone(same_tree(single, out))
+                    self.assertIsNone(same_dataset(single, out))
                     ok("verify", out)
                     for d in dirs:  # the parts stay valid (linked, not moved)
                         self.assertTrue(os.path.exists(os.path.join(d, "part.cxs")))
@@ -256,7 +246,7 @@ class Scale(unittest.TestCase):
                 self.assertEqual(len([x for x in os.listdir(single) if x.startswith("shard-")]), n)
                 out = self.path("merged2")
                 ok("merge", *dirs, out, "--quiet")
-                self.assertIsNone(same_tree(single, out))
+                self.assertIsNone(same_dataset(single, out))
 
     def test_parts_refuse_a_shard_size_that_idles_them(self):
         out = self.path("idle")
@@ -308,7 +298,7 @@ class Scale(unittest.TestCase):
                 out = self.path("merged3")
                 msg = ok("merge", *dirs, out, "--move")
                 self.assertIn("copied", msg)
-                self.assertIsNone(same_tree(single, out))
+                self.assertIsNone(same_dataset(single, out))
                 self.assertEqual(len(ctxshard.open(out).skipped), 12)
                 for d in dirs:
                     self.assertFalse(os.path.exists(d), "--move leaves the parts")

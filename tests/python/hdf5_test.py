@@ -6,18 +6,15 @@ arrays, byte for byte; other files are refused naming the dataset.
 Skipped without h5py or with a library built without HDF5.
 
 usage: /usr/bin/python3 tests/python/hdf5_test.py BUILD_DIR SOURCE_ROOT"""
-import filecmp
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
 
-BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-EXE = os.path.join(BUILD, "tools", "ctxshard")
-os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
-sys.path.insert(0, os.path.join(SRC, "python"))
+from testenv import from_build, run, same_dataset
+
+BUILD, SRC, EXE = from_build()
 
 import numpy as np  # noqa: E402
 
@@ -30,20 +27,6 @@ except ImportError:
     h5py = None
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-hdf5-")
-
-
-def run(*args):
-    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True)
-
-
-def same_dataset(a, b):
-    fa, fb = sorted(os.listdir(a)), sorted(os.listdir(b))
-    if fa != fb:
-        return f"files differ: {fa} vs {fb}"
-    for f in fa:
-        if not filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False):
-            return f"{f} differs"
-    return None
 
 
 def built_with_hdf5():

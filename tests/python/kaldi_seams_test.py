@@ -16,19 +16,15 @@ ctxshard.import_kaldi alike:
   Kaldi data directory gets a message naming its feats.scp and text.
 
 usage: /usr/bin/python3 tests/python/kaldi_seams_test.py BUILD_DIR SOURCE_ROOT"""
-import filecmp
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
 
-BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-EXE = os.path.join(BUILD, "tools", "ctxshard")
-os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
-sys.path.insert(0, os.path.join(SRC, "python"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testenv import from_build, run, same_dataset
+
+BUILD, SRC, EXE = from_build()
 
 import numpy as np  # noqa: E402
 
@@ -36,20 +32,6 @@ import ctxshard  # noqa: E402
 import kaldi_ref as K  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-kseams-")
-
-
-def run(*args, cwd=None):
-    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, cwd=cwd)
-
-
-def same_dataset(a, b):
-    fa, fb = sorted(os.listdir(a)), sorted(os.listdir(b))
-    if fa != fb:
-        return f"files differ: {fa} vs {fb}"
-    for f in fa:
-        if not filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False):
-            return f"{f} differs"
-    return None
 
 
 def write_lines(path, lines):

@@ -9,20 +9,16 @@ from text files and alignments with vocabularies built or given; every
 refusal names the file, the place and the reason.
 
 usage: /usr/bin/python3 tests/python/kaldi_test.py BUILD_DIR SOURCE_ROOT"""
-import filecmp
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import unittest
 
-BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-EXE = os.path.join(BUILD, "tools", "ctxshard")
-os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
-sys.path.insert(0, os.path.join(SRC, "python"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testenv import from_build, run, same_dataset
+
+BUILD, SRC, EXE = from_build()
 
 import numpy as np  # noqa: E402
 
@@ -31,20 +27,6 @@ import kaldi_ref as K  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-kaldi-")
 F = np.float32
-
-
-def run(*args, cwd=None):
-    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, cwd=cwd)
-
-
-def same_dataset(a, b):
-    fa, fb = sorted(os.listdir(a)), sorted(os.listdir(b))
-    if fa != fb:
-        return f"files differ: {fa} vs {fb}"
-    for f in fa:
-        if not filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False):
-            return f"{f} differs"
-    return None
 
 
 def rd(path):

@@ -32,6 +32,7 @@ else:
 import numpy as np  # noqa: E402
 
 import ctxshard  # noqa: E402
+from testenv import same_dataset  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-seq-")
 SOS, EOS = 40, 41  # in the standard phoneme list
@@ -46,16 +47,6 @@ def run(*args, check=True):
 
 def at(*names):
     return os.path.join(TMP, *names)
-
-
-def same_dataset(a, b):
-    fa, fb = sorted(os.listdir(a)), sorted(os.listdir(b))
-    if fa != fb:
-        return f"files differ: {fa} vs {fb}"
-    for f in fa:
-        if not filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False):
-            return f"{f} differs"
-    return None
 
 
 def runs(labels):

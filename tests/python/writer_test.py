@@ -6,7 +6,6 @@ reason, the writer usable after it; abort, exceptions and kill -9 during a
 commit leave nothing; progress; the from_audio example end to end.
 
 usage: /usr/bin/python3 tests/python/writer_test.py BUILD_DIR SOURCE_ROOT"""
-import filecmp
 import glob
 import os
 import shutil
@@ -26,6 +25,7 @@ sys.path.insert(0, os.path.join(SRC, "python"))
 import numpy as np  # noqa: E402
 
 import ctxshard  # noqa: E402
+from testenv import same_dataset  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-writer-")
 # the fault-injection hooks (CXS_PACK_FAULT) exist only in builds
@@ -35,17 +35,6 @@ HOOKS = os.environ.get("CXS_TEST_HOOKS") == "1"
 
 def run(*args, check=True):
     return subprocess.run([EXE, *map(str, args)], check=check, capture_output=True, text=True)
-
-
-def same_dataset(a, b):
-    """The two directories hold the same files, byte for byte."""
-    fa, fb = sorted(os.listdir(a)), sorted(os.listdir(b))
-    if fa != fb:
-        return f"files differ: {fa} vs {fb}"
-    for f in fa:
-        if not filecmp.cmp(os.path.join(a, f), os.path.join(b, f), shallow=False):
-            return f"{f} differs"
-    return None
 
 
 def raw_utterances(raw):
