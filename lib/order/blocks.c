@@ -185,7 +185,8 @@ int cxs_block_sched_init(cxs_block_sched *bs, const cxs_dataset *ds, uint64_t se
     return 0;
 }
 
-static void plan_free(cxs_block_plan *p) {
+static void plan_free(void *plan) {
+    cxs_block_plan *p = plan;
     if (!p) return;
     free(p->blk);
     free(p->rstart);
@@ -199,7 +200,7 @@ void cxs_block_sched_destroy(cxs_block_sched *bs) {
     else all_scheds = bs->next;
     if (bs->next) bs->next->prev = bs->prev;
     pthread_mutex_unlock(&all_mu);
-    for (int i = 0; i < CXS_BLOCK_PLANS; i++) plan_free(bs->cache[i]);
+    cxs_plan_cache_clear(&bs->cache, plan_free);
     pthread_mutex_destroy(&bs->mu);
     bs->ds = NULL;
 }
@@ -285,49 +286,26 @@ static int plan_build(const cxs_block_sched *bs, uint64_t epoch, cxs_block_plan 
 
 int cxs_block_plan_get(cxs_block_sched *bs, uint64_t epoch, cxs_block_plan **out) {
     pthread_mutex_lock(&bs->mu);
-    for (int i = 0; i < CXS_BLOCK_PLANS; i++) {
-        cxs_block_plan *p = bs->cache[i];
-        if (p && p->epoch == epoch) {
-            p->refs++;
-            pthread_mutex_unlock(&bs->mu);
-            *out = p;
-            return 0;
-        }
-    }
+    int rc = 0;
+    cxs_block_plan *p = cxs_plan_find(&bs->cache, epoch);
     /* Built under the lock: O(#utterances) time, O(#blocks) memory, once
      * an epoch, and the threads that asked for the same epoch wait for it
      * rather than build it again. */
-    cxs_block_plan *p;
-    int rc = plan_build(bs, epoch, &p);
-    if (!rc) {
-        cxs_block_plan *old = bs->cache[bs->next_evict];
-        if (old && old->refs == 0) plan_free(old);
-        else if (old) old->refs = -old->refs; /* freed by its last user */
-        bs->cache[bs->next_evict] = p;
-        bs->next_evict = (bs->next_evict + 1) % CXS_BLOCK_PLANS;
-        p->refs = 1;
-        *out = p;
-    }
+    if (!p && !(rc = plan_build(bs, epoch, &p)))
+        p = cxs_plan_keep(&bs->cache, p, epoch, &p->refs, plan_free);
     pthread_mutex_unlock(&bs->mu);
+    if (!rc) *out = p;
     return rc;
 }
 
-/* refs < 0: evicted from the cache, -refs users left. */
 void cxs_block_plan_put(cxs_block_sched *bs, cxs_block_plan *p) {
     pthread_mutex_lock(&bs->mu);
-    if (p->refs > 0) p->refs--;
-    else if (++p->refs == 0) plan_free(p);
+    cxs_plan_put(p, &p->refs, plan_free);
     pthread_mutex_unlock(&bs->mu);
 }
 
 uint64_t cxs_block_plan_round(const cxs_block_plan *p, uint64_t g) {
-    uint64_t lo = 0, hi = p->nblocks; /* last t with rstart[t] <= g */
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (p->rstart[mid] <= g) lo = mid;
-        else hi = mid;
-    }
-    return lo;
+    return cxs_plan_segment(p->rstart, p->nblocks, g);
 }
 
 uint64_t cxs_block_plan_frame(const cxs_block_plan *p, uint64_t g, uint64_t *block) {

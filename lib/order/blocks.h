@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "dataset_internal.h"
+#include "plancache.h"
 
 typedef struct cxs_block {
     uint64_t u0, u1;   /* utterances [u0, u1) */
@@ -36,18 +37,15 @@ typedef struct cxs_block_plan {
     cxs_block *blk;  /* in the epoch's order */
     uint64_t *rstart; /* first position of each round, nblocks + 1 */
     uint64_t key;     /* the epoch's key */
-    int refs;         /* under the schedule's lock */
+    int refs;         /* under the schedule's lock (plancache.h) */
 } cxs_block_plan;
-
-#define CXS_BLOCK_PLANS 2
 
 typedef struct cxs_block_sched {
     const cxs_dataset *ds;
     uint64_t seed, block_rows;
     uint32_t R, guard_rows;
     pthread_mutex_t mu;
-    cxs_block_plan *cache[CXS_BLOCK_PLANS]; /* the last epochs asked */
-    uint32_t next_evict;
+    cxs_plan_cache cache; /* the last epochs asked */
     struct cxs_block_sched *next, *prev; /* every schedule, for fork */
 } cxs_block_sched;
 

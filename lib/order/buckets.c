@@ -14,8 +14,8 @@
 #include "dataset_internal.h"
 #include "fault.h"
 #include "hooks.h"
+#include "plancache.h"
 
-#define PLANS 2
 #define CXS_UTT_MAX_AUTO_BUCKETS CXS_UTT_DEFAULT_BUCKETS
 
 struct cxs_utt_sampler {
@@ -33,8 +33,7 @@ struct cxs_utt_sampler {
     uint32_t esize, shift; /* the plans' entries: bytes, and the length's shift */
     int block;
     cxs_block_sched bs;
-    cxs_utt_plan *cache[PLANS]; /* the last epochs asked, under plans_mu */
-    uint32_t next_evict;
+    cxs_plan_cache cache; /* the last epochs asked, under plans_mu */
 };
 
 /* One lock for every sampler's cache: held only to look up, insert or
@@ -98,7 +97,8 @@ static void *entries_alloc(uint64_t n, uint32_t esize) {
     return m;
 }
 
-static void plan_free(cxs_utt_plan *p) {
+static void plan_free(void *plan) {
+    cxs_utt_plan *p = plan;
     if (!p) return;
     free(p->bstart);
     free(p->blen);
@@ -111,7 +111,7 @@ static void plan_free(cxs_utt_plan *p) {
 
 void cxs_utt_sampler_free(cxs_utt_sampler *s) {
     if (!s) return;
-    for (int i = 0; i < PLANS; i++) plan_free(s->cache[i]);
+    cxs_plan_cache_clear(&s->cache, plan_free);
     if (s->block) cxs_block_sched_destroy(&s->bs);
     free(s->lut);
     free(s);
@@ -752,48 +752,27 @@ out:
 int cxs_utt_plan_get(const cxs_utt_sampler *cs, uint64_t epoch, cxs_utt_plan **out) {
     cxs_utt_sampler *s = (cxs_utt_sampler *)cs; /* the cache is shared; the order is not */
     pthread_mutex_lock(&plans_mu);
-    for (int i = 0; i < PLANS; i++) {
-        cxs_utt_plan *p = s->cache[i];
-        if (p && p->epoch == epoch) {
-            p->refs++;
-            pthread_mutex_unlock(&plans_mu);
-            *out = p;
-            return 0;
-        }
-    }
+    cxs_utt_plan *p = cxs_plan_find(&s->cache, epoch);
     pthread_mutex_unlock(&plans_mu);
+    if (p) {
+        *out = p;
+        return 0;
+    }
     /* Built without the lock (O(utterances)); two threads asking for the
      * same new epoch at once may both build it: the first one kept wins. */
-    cxs_utt_plan *p;
     int rc = plan_build(s, epoch, &p);
     if (rc) return rc;
     pthread_mutex_lock(&plans_mu);
-    for (int i = 0; i < PLANS; i++) {
-        cxs_utt_plan *q = s->cache[i];
-        if (q && q->epoch == epoch) {
-            q->refs++;
-            pthread_mutex_unlock(&plans_mu);
-            plan_free(p);
-            *out = q;
-            return 0;
-        }
-    }
-    cxs_utt_plan *old = s->cache[s->next_evict];
-    if (old && old->refs == 0) plan_free(old);
-    else if (old) old->refs = -old->refs; /* freed by its last user */
-    s->cache[s->next_evict] = p;
-    s->next_evict = (s->next_evict + 1) % PLANS;
-    p->refs = 1;
+    *out = cxs_plan_keep(&s->cache, p, epoch, &p->refs, plan_free);
     pthread_mutex_unlock(&plans_mu);
-    *out = p;
+    if (*out != p) plan_free(p);
     return 0;
 }
 
 void cxs_utt_plan_put(const cxs_utt_sampler *s, cxs_utt_plan *p) {
     (void)s;
     pthread_mutex_lock(&plans_mu);
-    if (p->refs > 0) p->refs--;
-    else if (++p->refs == 0) plan_free(p);
+    cxs_plan_put(p, &p->refs, plan_free);
     pthread_mutex_unlock(&plans_mu);
 }
 
@@ -805,13 +784,7 @@ uint64_t cxs_utt_plan_length(const cxs_utt_sampler *s, const cxs_utt_plan *p) {
 }
 
 uint64_t cxs_utt_plan_group(const cxs_utt_plan *p, uint64_t g) {
-    uint64_t lo = 0, hi = p->ngroups; /* last k with gstart[k] <= g */
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (p->gstart[mid] <= g) lo = mid;
-        else hi = mid;
-    }
-    return lo;
+    return cxs_plan_segment(p->gstart, p->ngroups, g);
 }
 
 uint64_t cxs_utt_plan_global(const cxs_utt_sampler *s, const cxs_utt_plan *p, uint64_t pos) {

@@ -32,7 +32,7 @@ typedef struct cxs_utt_plan {
     uint64_t ngroups;
     uint64_t *gstart, *rstart;
     cxs_utt_range *rng;
-    int refs;         /* under the samplers' lock; < 0: evicted, -refs users left */
+    int refs;         /* under the samplers' lock (plancache.h) */
 } cxs_utt_plan;
 
 /* The plan of `epoch` with a reference (give it back with

@@ -19,9 +19,9 @@
 #include "dataset_internal.h"
 #include "fault.h"
 #include "mix.h"
+#include "plancache.h"
 #include "samplers.h"
 
-#define PLANS 2
 #define CXS_MIX_UTT_MAX_RANKS (1u << 20) /* ranks_build: O(w) a round */
 #define HIST_MAX (1u << 22) /* lengths above it share the histogram's last bin */
 
@@ -29,7 +29,7 @@ typedef unsigned __int128 u128;
 
 typedef struct uplan {
     uint64_t epoch;
-    int refs;        /* users; negative: evicted, freed by its last user */
+    int refs;        /* users, under the mixture's lock (plancache.h) */
     uint64_t nb;     /* global batches (all of them: drop_last cuts per rank) */
     uint64_t *start; /* [nb + 1] into utt/src */
     uint64_t *utt;   /* [E] in batch order, grouped by source inside a batch */
@@ -60,13 +60,13 @@ struct cxs_mix_utt {
     uint32_t R;          /* block order: blocks a group */
     uint64_t kest;       /* the windows an epoch is expected to have (1: no block order) */
     pthread_mutex_t mu; /* the plans' cache */
-    uplan *cache[PLANS];
-    uint32_t next_evict;
+    cxs_plan_cache cache;
 };
 
 void cxs_mix_utt_opts_init(cxs_mix_utt_opts *o) { memset(o, 0, sizeof *o); }
 
-static void plan_free(uplan *p) {
+static void plan_free(void *plan) {
+    uplan *p = plan;
     if (!p) return;
     free(p->start), free(p->utt), free(p->src), free(p->rg), free(p->rrep);
     free(p->wb), free(p->grp), free(p->rng);
@@ -75,7 +75,7 @@ static void plan_free(uplan *p) {
 
 void cxs_mix_utt_free(cxs_mix_utt *m) {
     if (!m) return;
-    for (int i = 0; i < PLANS; i++) plan_free(m->cache[i]);
+    cxs_plan_cache_clear(&m->cache, plan_free);
     for (uint32_t i = 0; m->bs && i < m->n; i++) cxs_block_sched_destroy(&m->bs[i]);
     free(m->bs);
     for (uint32_t i = 0; m->len && i < m->n; i++) free(m->len[i]);
@@ -507,13 +507,8 @@ static int block_items(const cxs_mix_utt *m, uint32_t i, uint64_t epoch, uint64_
                                             cxs_mix64(pass + 0x9e3779b97f4a7c15ull)), g);
             for (uint64_t t = j - pc[g]; t < c && k < q; t++, j++) {
                 const uint64_t x = cxs_perm_at(&pm, t);
-                uint64_t lo = 0, hi = nbk; /* the block holding x: last with bc[lo] <= x */
-                while (hi - lo > 1) {
-                    const uint64_t mid = (lo + hi) / 2;
-                    if (bc[mid] <= x) lo = mid;
-                    else hi = mid;
-                }
-                it[k++] = bp->blk[b0 + lo].u0 + (x - bc[lo]);
+                const uint64_t in = cxs_plan_segment(bc, nbk, x); /* the block holding x */
+                it[k++] = bp->blk[b0 + in].u0 + (x - bc[in]);
             }
         }
         cxs_block_plan_put(bs, bp);
@@ -729,48 +724,27 @@ out:
 static int plan_get(const cxs_mix_utt *cm, uint64_t epoch, uplan **out) {
     cxs_mix_utt *m = (cxs_mix_utt *)cm; /* the cache is shared; the order is not */
     pthread_mutex_lock(&m->mu);
-    for (int i = 0; i < PLANS; i++) {
-        uplan *p = m->cache[i];
-        if (p && p->epoch == epoch) {
-            p->refs++;
-            pthread_mutex_unlock(&m->mu);
-            *out = p;
-            return 0;
-        }
-    }
+    uplan *p = cxs_plan_find(&m->cache, epoch);
     pthread_mutex_unlock(&m->mu);
+    if (p) {
+        *out = p;
+        return 0;
+    }
     /* built without the lock; two threads asking for the same new epoch at
      * once may both build it: the first one kept wins */
-    uplan *p;
     int rc = plan_build(m, epoch, &p);
     if (rc) return rc;
     pthread_mutex_lock(&m->mu);
-    for (int i = 0; i < PLANS; i++) {
-        uplan *q = m->cache[i];
-        if (q && q->epoch == epoch) {
-            q->refs++;
-            pthread_mutex_unlock(&m->mu);
-            plan_free(p);
-            *out = q;
-            return 0;
-        }
-    }
-    uplan *old = m->cache[m->next_evict];
-    if (old && old->refs == 0) plan_free(old);
-    else if (old) old->refs = -old->refs; /* freed by its last user */
-    m->cache[m->next_evict] = p;
-    m->next_evict = (m->next_evict + 1) % PLANS;
-    p->refs = 1;
+    *out = cxs_plan_keep(&m->cache, p, epoch, &p->refs, plan_free);
     pthread_mutex_unlock(&m->mu);
-    *out = p;
+    if (*out != p) plan_free(p);
     return 0;
 }
 
 static void plan_put(const cxs_mix_utt *cm, uplan *p) {
     cxs_mix_utt *m = (cxs_mix_utt *)cm;
     pthread_mutex_lock(&m->mu);
-    if (p->refs > 0) p->refs--;
-    else if (++p->refs == 0) plan_free(p);
+    cxs_plan_put(p, &p->refs, plan_free);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -1028,13 +1002,7 @@ void cxs_mix_utt_blocks_put(const cxs_mix_utt *m, cxs_mix_ublocks *b) {
 }
 
 uint64_t cxs_mix_ublocks_window(const cxs_mix_ublocks *b, uint64_t g) {
-    uint64_t lo = 0, hi = b->nw; /* the last k with wb[k] <= g */
-    while (hi - lo > 1) {
-        const uint64_t mid = lo + (hi - lo) / 2;
-        if (b->wb[mid] <= g) lo = mid;
-        else hi = mid;
-    }
-    return lo;
+    return cxs_plan_segment(b->wb, b->nw, g);
 }
 
 int cxs_mix_ublocks_place(const cxs_mix_utt *m, const cxs_mix_ublocks *b, uint64_t pos,
