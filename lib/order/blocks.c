@@ -305,7 +305,7 @@ void cxs_block_plan_put(cxs_block_sched *bs, cxs_block_plan *p) {
 }
 
 uint64_t cxs_block_plan_round(const cxs_block_plan *p, uint64_t g) {
-    return cxs_plan_segment(p->rstart, p->nblocks, g);
+    return cxs_last_le(p->rstart, p->nblocks, g);
 }
 
 uint64_t cxs_block_plan_frame(const cxs_block_plan *p, uint64_t g, uint64_t *block) {

@@ -784,7 +784,7 @@ uint64_t cxs_utt_plan_length(const cxs_utt_sampler *s, const cxs_utt_plan *p) {
 }
 
 uint64_t cxs_utt_plan_group(const cxs_utt_plan *p, uint64_t g) {
-    return cxs_plan_segment(p->gstart, p->ngroups, g);
+    return cxs_last_le(p->gstart, p->ngroups, g);
 }
 
 uint64_t cxs_utt_plan_global(const cxs_utt_sampler *s, const cxs_utt_plan *p, uint64_t pos) {

@@ -507,7 +507,7 @@ static int block_items(const cxs_mix_utt *m, uint32_t i, uint64_t epoch, uint64_
                                             cxs_mix64(pass + 0x9e3779b97f4a7c15ull)), g);
             for (uint64_t t = j - pc[g]; t < c && k < q; t++, j++) {
                 const uint64_t x = cxs_perm_at(&pm, t);
-                const uint64_t in = cxs_plan_segment(bc, nbk, x); /* the block holding x */
+                const uint64_t in = cxs_last_le(bc, nbk, x); /* the block holding x */
                 it[k++] = bp->blk[b0 + in].u0 + (x - bc[in]);
             }
         }
@@ -1002,7 +1002,7 @@ void cxs_mix_utt_blocks_put(const cxs_mix_utt *m, cxs_mix_ublocks *b) {
 }
 
 uint64_t cxs_mix_ublocks_window(const cxs_mix_ublocks *b, uint64_t g) {
-    return cxs_plan_segment(b->wb, b->nw, g);
+    return cxs_last_le(b->wb, b->nw, g);
 }
 
 int cxs_mix_ublocks_place(const cxs_mix_utt *m, const cxs_mix_ublocks *b, uint64_t pos,

@@ -1,6 +1,6 @@
 /* plancache.h - the epoch plans an order keeps: the last CXS_PLAN_CACHE
  * epochs asked, shared by the threads that serve it, each plan held by
- * reference; and the segment of a plan a position falls in (internal).  The block schedule (blocks.c), the utterance
+ * reference (internal).  The block schedule (blocks.c), the utterance
  * sampler (buckets.c) and the utterance mixture (mixutt.c) keep theirs
  * here.  Every call is made under the owner's lock; a plan's refs count
  * its users, and once the plan is evicted, -refs of them are left and the
@@ -60,20 +60,6 @@ static inline void cxs_plan_put(void *plan, int *refs, cxs_plan_free_fn plan_fre
 static inline void cxs_plan_cache_clear(cxs_plan_cache *c, cxs_plan_free_fn plan_free) {
     for (int i = 0; i < CXS_PLAN_CACHE; i++)
         if (c->plan[i]) plan_free(c->plan[i]);
-}
-
-/* The segment of a plan that position g falls in (a block schedule's
- * round, an utterance plan's group, a mixture's window or the block of a
- * pass): the last k < n with start[k] <= g, start ascending from
- * start[0] <= g. */
-static inline uint64_t cxs_plan_segment(const uint64_t *start, uint64_t n, uint64_t g) {
-    uint64_t lo = 0, hi = n;
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (start[mid] <= g) lo = mid;
-        else hi = mid;
-    }
-    return lo;
 }
 
 #endif

@@ -228,11 +228,13 @@ int cxs_warm_impl(const cxs_dataset *ds, uint32_t flags, int sums, cxs_progress_
  * dataset and holds no manifest.cxs, saying what it most likely is. */
 int cxs_explain_not_dataset(const char *path, int path_is_dir, cxs_diag *d);
 
-/* The last i < n with first[i] <= x (first[0] = 0, non-decreasing). */
-static inline uint32_t cxs_shard_holding(const uint64_t *first, uint32_t n, uint64_t x) {
-    uint32_t lo = 0, hi = n;
+/* The last i < n with first[i] <= x (first[0] <= x, non-decreasing): the
+ * shard holding an utterance or a frame, and the segment of an epoch's
+ * plan holding a position (lib/order: a round, a group, a window). */
+static inline uint64_t cxs_last_le(const uint64_t *first, uint64_t n, uint64_t x) {
+    uint64_t lo = 0, hi = n;
     while (hi - lo > 1) {
-        uint32_t mid = lo + (hi - lo) / 2;
+        uint64_t mid = lo + (hi - lo) / 2;
         if (first[mid] <= x) lo = mid;
         else hi = mid;
     }
@@ -240,10 +242,10 @@ static inline uint32_t cxs_shard_holding(const uint64_t *first, uint32_t n, uint
 }
 /* Shard of utterance u (< U) and of frame f (< F). */
 static inline uint32_t cxs_utt_shard(const cxs_dataset *ds, uint64_t u) {
-    return cxs_shard_holding(ds->shard_u0, ds->meta.num_shards, u);
+    return (uint32_t)cxs_last_le(ds->shard_u0, ds->meta.num_shards, u);
 }
 static inline uint32_t cxs_frame_shard(const cxs_dataset *ds, uint64_t f) {
-    return cxs_shard_holding(ds->shard_f0, ds->meta.num_shards, f);
+    return (uint32_t)cxs_last_le(ds->shard_f0, ds->meta.num_shards, f);
 }
 
 /* INDEX entry lu (<= the shard's U) of a shard, read from the mapping.
