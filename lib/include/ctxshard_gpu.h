@@ -194,7 +194,10 @@ typedef struct cxs_gpu_loader_info {
     uint32_t upload_path;      /**< resident/pool: 0 pinned staging, 1 registered
                                     mapping, 2 cuFile (GPUDirect Storage, or
                                     cuFile's compatibility mode, which reads
-                                    through host memory: cuFile chooses) */
+                                    through host memory: cuFile chooses; the
+                                    reason says which: "GPUDirect Storage" or
+                                    "cuFile compatibility mode (POSIX reads
+                                    through the CUDA driver)") */
     uint64_t device_bytes;     /**< device memory held */
     uint64_t uploaded_bytes;   /**< bytes sent host -> device so far */
     double upload_seconds;     /**< resident: wall time of the initial upload */
