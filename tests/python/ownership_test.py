@@ -316,6 +316,68 @@ print(L.gpu_info["mode"], "|", L.gpu_info["reason"])
         self.assertTrue(small.startswith("stream |"), small)
         self.assertIn(f"budget of {feat // 2} (the default", small)
 
+    def test_pool_default_budget_follows_the_device_not_the_free(self):
+        """Pool mode's default budget is a function of the device's total
+        memory and the dataset: a second pool made while the first holds
+        its memory is laid out alike, and a resume made then is accepted
+        and serves the rest of the epoch exactly (was: 80% of the free,
+        another layout, the resume refused)."""
+        code = f"""
+import sys, warnings; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+import numpy as np, ctxshard, ctxshard.torch as cxt
+def pool():
+    return cxt.Loader({PATH!r}, 0, 16, seed=5, gpu_emulate=True, gpu_mode="pool", labels=False)
+ds = ctxshard.open({PATH!r})
+idx = {{r.tobytes(): i for i, r in enumerate(ds.gather(np.arange(len(ds)), 0))}}
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    A = pool()
+    it = iter(A)
+    first = [idx[r.tobytes()] for _ in range(5) for r in next(it).numpy()]
+    state = A.state_dict()
+    B = pool()  # made while A holds its pool
+    B.load_state_dict(state)
+    rest = [idx[r.tobytes()] for x in B for r in x.numpy()]
+said = [str(x.message) for x in w if "pool mode;" in str(x.message)]
+print(sorted(first + rest) == list(range(len(ds))), len(said))
+print(A.gpu_info["reason"])
+print(B.gpu_info["reason"])
+"""
+        info = ctxshard.open(PATH).info
+        memory = 8 * info["feature_bytes"]
+        exact_said, a, b = self.run_with(memory, code).split("\n")
+        self.assertEqual(a, b)
+        self.assertEqual(exact_said, "True 2", a)  # every frame once; said by each loader
+        rows = -(-info["num_frames"] // 3)  # 3 segments of 4 hold every frame
+        self.assertTrue(a.startswith(f"pool: 4 segments of {max(rows, info['max_length'])} "
+                                     "rows; budget "), a)
+        self.assertIn(f"less than half the device's total of {memory} bytes", a)
+
+    def test_utterance_loader_says_its_default_budget_once(self):
+        code = f"""
+import sys, warnings; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+import ctxshard.torch as cxt
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    U = cxt.UtteranceLoader({SEQ!r}, 3000, seed=1, gpu_emulate=True)
+    for _ in range(2):
+        n = sum(1 for _ in U)
+    G = cxt.UtteranceLoader({SEQ!r}, 3000, seed=1, gpu_emulate=True, gpu_budget=1 << 30)
+    n += sum(1 for _ in G)
+said = [str(x.message) for x in w if "budget" in str(x.message)]
+print(len(said), n > 0)
+print(said[0] if said else "")
+print(U.gpu_info["reason"])
+"""
+        memory = 64 * ctxshard.open(SEQ).info["feature_bytes"]
+        count, warned, reason = self.run_with(memory, code).split("\n")
+        self.assertEqual(count, "1 True")  # once, and only for the default
+        self.assertIn("UtteranceLoader(gpu_emulate=True): resident mode; utterances: resident "
+                      "data ", warned)
+        self.assertIn(f"(the default: half the device's total of {memory} bytes)", warned)
+        self.assertIn("(gpu_budget= sets it)", warned)
+        self.assertIn(reason, warned)
+
     def test_allocation_beyond_the_device_fails(self):
         code = f"""
 import sys; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
