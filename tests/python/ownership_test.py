@@ -11,6 +11,11 @@ it) and with a stand-in for a CUDA stream that runs copies late:
   autograd graph over several micro-batches), in every mode and for
   utterance batches: never refilled under the caller;
 - the raw GpuLoader's batches read after emulated_sync();
+- the default budgets: pool mode's follows the device's total memory and
+  the dataset (a resume made while other memory is taken lays the pool
+  out alike), and the utterance loader says once which it took and why;
+- on a CUDA device only: the copying fallback's fences are on the stream
+  each batch was taken on (a consumer switching streams);
 - the emulated device never faulted.
 
 usage: /usr/bin/python3 tests/python/ownership_test.py BUILD_DIR SOURCE_ROOT"""
@@ -117,6 +122,46 @@ class PinnedBuffersWaitForTheirCopies(unittest.TestCase):
             self.assertGreater(len(want), 20)
             # pinned memory stays bounded: a few buffers in flight, not one a batch
             self.assertLessEqual(len(L._pool), L.threads + 2 + 6)
+
+
+class CopyingFallbackOnTwoStreams(unittest.TestCase):
+    """The copying fallback of device='cuda' (the C GPU loader not used):
+    a pinned pair's fence is recorded on the stream its copies went to (the
+    one current when the batch was taken), so that a consumer switching
+    streams between batches, one of them running far behind, gets every
+    batch exact.  A fence recorded on the stream current when the pair is
+    found unreferenced (the other, idle one) lets the workers refill the
+    pair before the late copy reads it."""
+
+    @unittest.skipUnless(torch.cuda.is_available(),
+                         "needs a CUDA device: the fallback's copies are torch's non_blocking "
+                         ".to() on CUDA streams, which the emulated device does not model")
+    def test_switching_streams_between_batches(self):
+        want = [(x.clone(), y.clone()) for x, y in cxt.Loader(PATH, 3, 64, seed=2, threads=2)]
+        real = cxt._gpu.probe
+        cxt._gpu.probe = lambda device=0: {"usable": False,
+                                           "reason": "the copying fallback, for this test"}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                L = cxt.Loader(PATH, 3, 64, seed=2, threads=2, device="cuda")
+        finally:
+            cxt._gpu.probe = real
+        self.assertEqual(L.gpu_mode, "host")
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        got, it = [], iter(L)
+        for i in range(len(want)):
+            with torch.cuda.stream(streams[i % 2]):
+                if i % 2 == 0:
+                    torch.cuda._sleep(20_000_000)  # this stream's copies run late
+                x, y = next(it)
+                got.append((x, y))
+        torch.cuda.synchronize()
+        bad = [i for i, ((x, y), (wx, wy)) in enumerate(zip(got, want))
+               if not (torch.equal(x.cpu(), wx) and torch.equal(y.cpu(), wy))]
+        self.assertEqual(bad, [], f"batches {bad} of {len(want)} were refilled before their "
+                         "copy ran")
+        self.assertGreater(len(want), 20)
 
 
 class DeviceBatchOwnership(unittest.TestCase):
