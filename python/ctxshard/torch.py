@@ -1222,11 +1222,9 @@ class MixtureLoader(_MixLoader):
                     y = torch.empty(n, dtype=torch.int64, pin_memory=self.pin_memory)
                     ctypes.memmove(y.data_ptr(), b.y, n * 8)
                 self._start = b.index + 1
-                if self.device is not None:
+                if self.device is not None:  # fresh tensors: torch's pinned blocks, no pair
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
-                    if self._fence is not None:  # the copies' stream: the pair's fence
-                        self._copied[id(pair)] = self._fence()
                     src = src.to(self.device, non_blocking=True)
                 yield MixedBatch((x, y) if y is not None else (x,), src, frames, bool(b.repeat))
             self.epoch, self._start, self._origin = self.epoch + 1, 0, 0

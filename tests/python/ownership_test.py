@@ -164,6 +164,19 @@ class CopyingFallbackOnTwoStreams(unittest.TestCase):
         self.assertGreater(len(want), 20)
 
 
+class MixtureCopiesItsBatches(unittest.TestCase):
+    def test_mixture_batches_sent_to_a_device(self):
+        # Each mixture batch is a fresh (pinned) tensor, copied as it is:
+        # no pair of the loader's to fence (it raised AttributeError at
+        # the first batch, on any device).
+        want = list(cxt.Loader([PATH, SEQ], 1, 32, seed=4))
+        got = list(cxt.Loader([PATH, SEQ], 1, 32, seed=4, device="cpu:0"))
+        self.assertEqual(len(got), len(want))
+        for g_, w in zip(got, want):
+            self.assertTrue(all(torch.equal(a, b) for a, b in zip(g_, w)))
+            self.assertTrue(torch.equal(g_.source, w.source))
+
+
 class DeviceBatchOwnership(unittest.TestCase):
     def tearDown(self):
         gc.collect()
