@@ -283,18 +283,17 @@ uint64_t gpu_ring_bytes(const cxs_gpu_loader *l, size_t in_size) {
     return NSLOT * (B * l->xelem * l->W + B * 8 + B * in_size);
 }
 
-static uint64_t resident_bytes(const cxs_gpu_loader *l) {
+uint64_t gpu_resident_bytes(const cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     uint64_t rows = 0, U = ds->meta.num_utterances;
     for (uint32_t s = 0; s < ds->meta.num_shards; s++) rows += gpu_shard_rows(&ds->shards[s]);
-    return rows * ds->row_bytes + (2 * U + 1) * 8 +
-           (l->o.labels ? ds->meta.num_frames * 2 : 0) + gpu_ring_bytes(l, 8);
+    return rows * ds->row_bytes + (2 * U + 1) * 8 + (l->o.labels ? ds->meta.num_frames * 2 : 0);
 }
 
 /* Choose the mode: what AUTO becomes, and whether the one asked fits. */
 static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
     const cxs_dataset *ds = l->ds;
-    uint64_t need = resident_bytes(l);
+    uint64_t need = gpu_resident_bytes(l) + gpu_ring_bytes(l, 8);
     uint32_t m = l->o.mode;
     char *why = l->info.reason;
     size_t wn = sizeof l->info.reason;
@@ -315,6 +314,30 @@ static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
         uint32_t S = l->o.pool_segments ? l->o.pool_segments : 4;
         uint64_t ring = gpu_ring_bytes(l, sizeof(cxs_x_desc));
         uint64_t seg_rows = budget > ring ? (budget - ring) / S / ds->row_bytes : 0;
+        if (!l->o.budget_bytes) {
+            /* The pool takes its whole budget, and its layout fixes the
+             * block order a resume must find again: the default follows the
+             * device's total memory and the dataset, never what happens to
+             * be free.  Segments larger than S - 1 of them holding every
+             * frame would only take memory from training. */
+            uint64_t whole = (ds->meta.num_frames + S - 2) / (S - 1);
+            if (whole < ds->max_len) whole = ds->max_len;
+            if (whole < seg_rows) {
+                seg_rows = whole;
+                budget = ring + S * seg_rows * ds->row_bytes;
+                snprintf(l->budget_why, sizeof l->budget_why,
+                         " (the default: what %u segments need to hold the dataset, less than "
+                         "half the device's total of %llu bytes)",
+                         S - 1, (unsigned long long)l->dev_total);
+            }
+            if (budget > l->dev_free)
+                return gpu_fail(l, CXS_E_RANGE,
+                                "pool mode: the default budget of %llu bytes%s is more than the "
+                                "%llu bytes free on the device: give a budget",
+                                (unsigned long long)budget, l->budget_why,
+                                (unsigned long long)l->dev_free);
+            l->budget = budget;
+        }
         if (seg_rows > UINT32_MAX) seg_rows = UINT32_MAX; /* local rows are 32-bit */
         if (seg_rows < ds->max_len || !seg_rows)
             return gpu_fail(l, CXS_E_RANGE,
@@ -324,7 +347,9 @@ static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
                             (unsigned long long)ds->max_len);
         l->p.S = S;
         l->p.seg_rows = seg_rows;
-        snprintf(why, wn, "pool: %u segments of %llu rows", S, (unsigned long long)seg_rows);
+        /* the layout before ';' is what a resume compares (ctxshard.torch) */
+        snprintf(why, wn, "pool: %u segments of %llu rows; budget %llu%s", S,
+                 (unsigned long long)seg_rows, (unsigned long long)budget, l->budget_why);
     } else {
         snprintf(why, wn, "stream: asked for");
     }
@@ -629,8 +654,15 @@ int gpu_loader_new(const cxs_dataset *ds, const cxs_gpu_opts *opts, cxs_gpu_load
         l->norm = (cxs_norm){(uint32_t)D, l->norm_mv, l->norm_mv + D};
         l->o.norm = &l->norm;
     }
+    l->dev_total = pi.total_bytes, l->dev_free = pi.free_bytes;
     if (opts->budget_bytes) {
         *budget = opts->budget_bytes;
+    } else if (opts->mode == CXS_GPU_POOL) {
+        /* half the device: plan_mode bounds it by the dataset */
+        *budget = pi.total_bytes / 2;
+        snprintf(l->budget_why, sizeof l->budget_why,
+                 " (the default: half the device's total of %llu bytes)",
+                 (unsigned long long)pi.total_bytes);
     } else {
         /* Taken when the loader is made, before the model's optimizer state
          * and activations exist: never more than half the device, so that
@@ -759,6 +791,14 @@ int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **b
     int rc = loader_next(l, stream, batch);
     gpu_device_leave(l->be, l->dev, prev);
     return rc;
+}
+
+int cxs_gpu_loader_next_ex(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch,
+                           cxs_diag *diag) {
+    if (!l || !batch)
+        return cxs_diagf(diag, CXS_E_INVALID, "cxs_gpu_loader_next_ex: NULL loader or batch");
+    int rc = cxs_gpu_loader_next(l, stream, batch);
+    return rc ? gpu_error_copy(l, rc, diag) : 0;
 }
 
 static int loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {

@@ -212,6 +212,7 @@ struct cxs_gpu_loader {
     int hold;           /* CXS_GPU_HOLD */
     uint64_t budget;    /* device bytes the loader may take */
     char budget_why[160]; /* how the default budget was chosen ("" when given) */
+    uint64_t dev_total, dev_free; /* the device's memory when the loader was made */
     size_t in_size;     /* resident/pool: per-sample input bytes of a slot */
     gslot *ready;
     gslot *handed;
@@ -283,6 +284,9 @@ void gpu_resident_release(cxs_gpu_loader *l);
 
 double gpu_now(void);
 uint64_t gpu_shard_rows(const shard *sh);
+/* Device bytes of the resident features, tables and labels, as
+ * gpu_resident_upload lays them out. */
+uint64_t gpu_resident_bytes(const cxs_gpu_loader *l);
 /* Device bytes of the batch ring (x, y, inputs) of resident/pool mode. */
 uint64_t gpu_ring_bytes(const cxs_gpu_loader *l, size_t in_size);
 /* Whether normalisation as flags and norm ask for it can be done on ds:

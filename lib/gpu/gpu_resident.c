@@ -5,8 +5,10 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -31,6 +33,20 @@ typedef struct gds_descr {
     const void *fs_ops;
 } gds_descr;
 
+/* CUfileDrvProps_t: its first members (nvfs), then what the loader
+ * leaves unread; the library writes the whole of it. */
+typedef struct gds_props {
+    struct {
+        unsigned major_version, minor_version;
+        size_t poll_thresh_size, max_direct_io_size;
+        unsigned dstatusflags, dcontrolflags;
+    } nvfs;
+    unsigned fflags, max_device_cache_size, per_buffer_cache_size, max_device_pinned_mem_size,
+        max_batch_io_size, max_batch_io_timeout_msecs;
+} gds_props;
+#define GDS_ALLOW_COMPAT_MODE 1u /* CU_FILE_ALLOW_COMPAT_MODE, a bit of dcontrolflags */
+#define GDS_PARAM_FORCE_COMPAT_MODE 2 /* CUFILE_PARAM_FORCE_COMPAT_MODE (CUFileBoolConfigParameter_t) */
+
 typedef struct gds_lib {
     void *so;
     gds_error (*driver_open)(void);
@@ -40,6 +56,8 @@ typedef struct gds_lib {
     ssize_t (*read)(void *fh, void *base, size_t size, off_t file_off, off_t buf_off);
     gds_error (*buf_register)(const void *base, size_t size, int flags); /* optional */
     gds_error (*buf_deregister)(const void *base);
+    gds_error (*get_properties)(gds_props *p);          /* optional */
+    gds_error (*get_param_bool)(int param, _Bool *value); /* optional (cuFile 1.14, CUDA 12.8) */
 } gds_lib;
 
 /* CXS_CUFILE names the library file when it is not on the loader's path
@@ -58,6 +76,8 @@ static int gds_load(gds_lib *g) {
     *(void **)&g->read = dlsym(g->so, "cuFileRead");
     *(void **)&g->buf_register = dlsym(g->so, "cuFileBufRegister");
     *(void **)&g->buf_deregister = dlsym(g->so, "cuFileBufDeregister");
+    *(void **)&g->get_properties = dlsym(g->so, "cuFileDriverGetProperties");
+    *(void **)&g->get_param_bool = dlsym(g->so, "cuFileGetParameterBool");
     if (!g->driver_open || !g->driver_close || !g->handle_register || !g->handle_deregister ||
         !g->read) {
         dlclose(g->so);
@@ -72,13 +92,38 @@ static int gds_load(gds_lib *g) {
  * from under every other user in the process (another loader, the
  * application's own cuFile use). */
 static gds_lib gds;
-static int gds_loaded, gds_opened;
+static int gds_loaded, gds_opened, gds_compat;
 static pthread_once_t gds_once = PTHREAD_ONCE_INIT, gds_open_once = PTHREAD_ONCE_INIT;
 
 static void gds_load_once(void) { gds_loaded = gds_load(&gds) == 0; }
 
 #ifdef CXS_HAVE_CUDA
-static void gds_open_driver(void) { gds_opened = gds.driver_open().err == 0; }
+/* cuFile reads through host memory (its compatibility mode: POSIX reads,
+ * then copies by the CUDA driver) when told to (force_compat_mode, or
+ * CUFILE_FORCE_COMPAT_MODE for a library without cuFileGetParameterBool),
+ * or when the nvidia-fs kernel driver is not loaded (its version reads 0)
+ * and cufile.json (CUFILE_ENV_PATH_JSON, else /etc/cufile.json) allows the
+ * mode, as it does by default.  cuFile may still fall back file by file
+ * (a file system it does not support): what it reports is the most this
+ * process can know without its statistics. */
+static int gds_compat_mode(void) {
+    _Bool force = 0;
+    if (gds.get_param_bool) {
+        if (gds.get_param_bool(GDS_PARAM_FORCE_COMPAT_MODE, &force).err == 0 && force) return 1;
+    } else {
+        const char *e = getenv("CUFILE_FORCE_COMPAT_MODE");
+        if (e && !strcasecmp(e, "true")) return 1;
+    }
+    gds_props p;
+    memset(&p, 0, sizeof p);
+    if (!gds.get_properties || gds.get_properties(&p).err) return 0;
+    return p.nvfs.major_version == 0 && (p.nvfs.dcontrolflags & (1u << GDS_ALLOW_COMPAT_MODE));
+}
+
+static void gds_open_driver(void) {
+    gds_opened = gds.driver_open().err == 0;
+    if (gds_opened) gds_compat = gds_compat_mode();
+}
 #endif
 
 int gpu_gds_present(void) {
@@ -86,14 +131,28 @@ int gpu_gds_present(void) {
     return gds_loaded;
 }
 
+/* What cuFile uploaded and how, after the mode's reason: GPUDirect
+ * Storage, or its compatibility mode, which is a host read and a copy
+ * (no faster than the other paths) and must not pass for the other. */
+static void gds_describe(cxs_gpu_loader *l, uint32_t shards, uint64_t rows) {
+    char *r = l->info.reason;
+    size_t n = strlen(r);
+    snprintf(r + n, sizeof l->info.reason - n, "; %u shards%s through %s", shards,
+             rows ? " and part of the next" : "",
+             gds_compat ? "cuFile compatibility mode (POSIX reads through the CUDA driver)"
+                        : "GPUDirect Storage");
+}
+
 /* Whole FEATURES sections straight from the files into device memory
  * through cuFile (GPUDirect Storage, or its compatibility mode where the
- * platform lacks it: cuFile decides).  Returns the number of shards
- * uploaded whole, in order (all of them: done); the other paths upload
- * the rest, never again what this one did. */
-static uint32_t gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
+ * platform lacks it: cuFile decides).  Returns the shard it stopped in
+ * (all of them: done) and in *row the rows of that shard it uploaded
+ * before a read failed; the other paths upload the rest from there,
+ * never again what this one did. */
+static uint32_t gds_upload(cxs_gpu_loader *l, const uint64_t *srow, uint64_t *row) {
 #ifdef CXS_HAVE_CUDA
     const cxs_dataset *ds = l->ds;
+    *row = 0;
     if (cxs_compressed(ds) || l->be != &cxs_gpu_cuda || !gpu_gds_present()) return 0;
     pthread_once(&gds_open_once, gds_open_driver);
     if (!gds_opened) return 0;
@@ -139,11 +198,13 @@ static uint32_t gds_upload(cxs_gpu_loader *l, const uint64_t *srow) {
         g.handle_deregister(fh);
         close(fd);
         if (ok) whole = s + 1;
+        else *row = done / rb; /* whole rows arrived: the rest goes on from the next */
     }
     if (breg) g.buf_deregister(l->rs.d_feat);
     return whole;
 #else
     (void)l, (void)srow;
+    *row = 0;
     return 0;
 #endif
 }
@@ -176,7 +237,7 @@ static int reg_retire(cxs_gpu_loader *l, reg_piece *p) {
     return e ? GPU_DEVICE_FAIL(l, "", e, "event_sync") : 0;
 }
 
-static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s0,
+static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s0, uint64_t r0,
                              uint32_t *rs, uint64_t *rrow) {
     const cxs_dataset *ds = l->ds;
     int yes = 0;
@@ -185,7 +246,7 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s
         return -1;
     const uint32_t S = ds->meta.num_shards;
     const uint64_t rb = ds->row_bytes, page = (uint64_t)sysconf(_SC_PAGESIZE);
-    *rs = s0, *rrow = 0;
+    *rs = s0, *rrow = r0;
     reg_piece live[REG_LIVE];
     memset(live, 0, sizeof live);
     int rc = 0;
@@ -195,7 +256,7 @@ static int registered_upload(cxs_gpu_loader *l, const uint64_t *srow, uint32_t s
     for (uint32_t s = s0; s < S && !rc; s++) {
         const shard *sh = &ds->shards[s];
         const uint64_t a = (uint64_t)(sh->features - sh->map), len = gpu_shard_rows(sh) * rb;
-        for (uint64_t off = 0; off < len && !rc;) {
+        for (uint64_t off = s == s0 ? r0 * rb : 0; off < len && !rc;) {
             /* the piece [off, end) of the section, its pages [p0, p1) */
             uint64_t end = a + off + REG_SPAN;
             end = end - end % page;
@@ -369,12 +430,14 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
     tables_arg ta = {l, &up, srow};
     if ((rc = gpu_mapped(l, "resident upload", upload_tables, &ta))) goto out;
     /* cuFile first when asked; what it did not upload whole, the other paths */
-    const uint32_t s0 = (l->o.paths & CXS_GPU_GDS) ? gds_upload(l, srow) : 0;
+    uint64_t g0 = 0;
+    const uint32_t s0 = (l->o.paths & CXS_GPU_GDS) ? gds_upload(l, srow, &g0) : 0;
     uint32_t rs = s0;
-    uint64_t rrow = 0;
+    uint64_t rrow = g0;
+    if (s0 || g0) gds_describe(l, s0, g0);
     if (s0 == S && S) {
         l->info.upload_path = 2;
-    } else if ((rc = registered_upload(l, srow, s0, &rs, &rrow)) == 0) {
+    } else if ((rc = registered_upload(l, srow, s0, g0, &rs, &rrow)) == 0) {
         l->info.upload_path = 1;
     } else if (rc != -1) {
         goto out;

@@ -52,15 +52,6 @@ static int utt_slot_new(cxs_gpu_loader *l, gslot *s) {
     return 0;
 }
 
-/* The resident features, tables and labels, as gpu_resident_upload lays
- * them out. */
-static uint64_t data_bytes(const cxs_gpu_loader *l) {
-    const cxs_dataset *ds = l->ds;
-    uint64_t rows = 0, U = ds->meta.num_utterances;
-    for (uint32_t s = 0; s < ds->meta.num_shards; s++) rows += gpu_shard_rows(&ds->shards[s]);
-    return rows * ds->row_bytes + (2 * U + 1) * 8 + (l->o.labels ? ds->meta.num_frames * 2 : 0);
-}
-
 typedef struct describe_arg {
     const cxs_dataset *ds;
     const gpu_utt *u;
@@ -319,7 +310,7 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
                       (unsigned long long)l->ut.max_frames, l->ut.cap);
         goto fail;
     }
-    uint64_t data = data_bytes(l), ring = ring_bytes(l);
+    uint64_t data = gpu_resident_bytes(l), ring = ring_bytes(l);
     if (data + ring > budget) {
         rc = gpu_fail(l, CXS_E_RANGE,
                       "GPU utterance loader: the resident data takes %llu bytes of device memory "
@@ -375,6 +366,14 @@ int cxs_gpu_utt_loader_next(cxs_gpu_utt_loader *ul, void *stream, const cxs_gpu_
     b->index = s->position, b->global = m->global;
     *batch = b;
     return 0;
+}
+
+int cxs_gpu_utt_loader_next_ex(cxs_gpu_utt_loader *ul, void *stream,
+                               const cxs_gpu_utt_batch **batch, cxs_diag *diag) {
+    if (!ul || !batch)
+        return cxs_diagf(diag, CXS_E_INVALID, "cxs_gpu_utt_loader_next_ex: NULL loader or batch");
+    int rc = cxs_gpu_utt_loader_next(ul, stream, batch);
+    return rc ? gpu_error_copy(ul->g, rc, diag) : 0;
 }
 
 int cxs_gpu_utt_loader_reset(cxs_gpu_utt_loader *ul, uint64_t epoch, uint64_t start) {

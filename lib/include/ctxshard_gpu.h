@@ -154,7 +154,12 @@ typedef struct cxs_gpu_opts {
     uint64_t budget_bytes;   /**< device memory the resident data/pool may take;
                                   0: half the device's total memory, at most 80%
                                   of its free memory (room left for training;
-                                  describe's reason says which) */
+                                  describe's reason says which).  Pool mode:
+                                  half the total, less when S - 1 segments
+                                  hold every frame with less, never a share
+                                  of the free (its layout fixes its order:
+                                  the same on a resume); CXS_E_RANGE when
+                                  the device has less free */
     uint32_t k;              /**< context: windows of (2k+1)*dim elements */
     uint32_t batch_size;     /**< >= 1 */
     uint32_t flags;          /**< CXS_GATHER_NORMALIZE, CXS_GPU_HOLD */
@@ -194,7 +199,10 @@ typedef struct cxs_gpu_loader_info {
     uint32_t upload_path;      /**< resident/pool: 0 pinned staging, 1 registered
                                     mapping, 2 cuFile (GPUDirect Storage, or
                                     cuFile's compatibility mode, which reads
-                                    through host memory: cuFile chooses) */
+                                    through host memory: cuFile chooses; the
+                                    reason says which: "GPUDirect Storage" or
+                                    "cuFile compatibility mode (POSIX reads
+                                    through the CUDA driver)") */
     uint64_t device_bytes;     /**< device memory held */
     uint64_t uploaded_bytes;   /**< bytes sent host -> device so far */
     double upload_seconds;     /**< resident: wall time of the initial upload */
@@ -250,6 +258,16 @@ CXS_API int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *samp
  * the diagnostic).
  */
 CXS_API int cxs_gpu_loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch);
+
+/**
+ * cxs_gpu_loader_next with a diagnostic, as cxs_loader_next_ex: on
+ * failure diag (NULL allowed) gets what cxs_gpu_loader_error() would
+ * hand back (the code, the message, and the file and offset where the
+ * failure has a place), in the caller's own memory, so that no later call
+ * or thread changes it.  The same return codes.
+ */
+CXS_API int cxs_gpu_loader_next_ex(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **batch,
+                                   cxs_diag *diag);
 
 /**
  * With CXS_GPU_HOLD: give back the batch whose x is `x` (a cxs_gpu_batch's
@@ -379,6 +397,10 @@ CXS_API int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampl
  * cxs_gpu_utt_loader_error has the message). */
 CXS_API int cxs_gpu_utt_loader_next(cxs_gpu_utt_loader *l, void *stream,
                                     const cxs_gpu_utt_batch **batch);
+
+/** cxs_gpu_utt_loader_next with a diagnostic, as cxs_gpu_loader_next_ex. */
+CXS_API int cxs_gpu_utt_loader_next_ex(cxs_gpu_utt_loader *l, void *stream,
+                                       const cxs_gpu_utt_batch **batch, cxs_diag *diag);
 
 /** With CXS_GPU_HOLD: give back the batch whose x is `x`, as
  * cxs_gpu_loader_release (its host arrays go back with it). */

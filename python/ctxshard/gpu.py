@@ -157,7 +157,8 @@ class GpuLoader:
 
     context/batch_size as everywhere; mode: 'auto', 'stream', 'resident' or
     'pool'; budget: device bytes the resident data or pool may take (None:
-    half the device's memory, at most 80% of what is free); out_dtype: 'float32' or 'bfloat16' (resident and
+    half the device's memory, at most 80% of what is free; pool: half the
+    device's memory, less when the dataset needs less); out_dtype: 'float32' or 'bfloat16' (resident and
     pool); register=False: never pin the file mapping (always staged
     copies); gds=True: try GPUDirect Storage for the resident upload.
     hold=True: every batch stays valid until release(batch) gives it back
@@ -262,12 +263,7 @@ class GpuLoader:
             stream = _a.integer("GpuLoader.next", "stream", stream, 0, 2**64 - 1,
                                 "None or a cudaStream_t as an int "
                                 "(torch.cuda.current_stream().cuda_stream)")
-        rc = _lib.cxs_gpu_loader_next(self._live(), stream or None, byref(self._bp))
-        if rc == -errno.EBUSY:  # hold: every buffer held; batches unreachable may go now
-            gc.collect()
-            rc = _lib.cxs_gpu_loader_next(self._live(), stream or None, byref(self._bp))
-        if rc:
-            _fail(rc, _lib.cxs_gpu_loader_error(self._ptr))
+        next_batch(_lib.cxs_gpu_loader_next_ex, self._live(), stream, self._bp, "GPU loader")
         return GpuBatch(self._bp.contents) if self._bp else None
 
     def release(self, batch, stream=None):
@@ -289,12 +285,7 @@ class GpuLoader:
 
     def info(self):
         """The mode in use and why, the upload path, bytes held and moved."""
-        li = _n.GpuLoaderInfo()
-        _lib.cxs_gpu_loader_describe(self._live(), byref(li))
-        return {"mode": MODE_NAMES[li.mode], "upload_path": UPLOAD_PATHS.get(li.upload_path),
-                "device_bytes": li.device_bytes, "uploaded_bytes": li.uploaded_bytes,
-                "upload_seconds": li.upload_seconds, "pool_utterances": li.pool_utterances,
-                "reason": li.reason.decode("utf-8", "replace")}
+        return describe(_lib.cxs_gpu_loader_describe, self._live())
 
     def _live(self):
         if not self._ptr:
@@ -316,6 +307,32 @@ class GpuLoader:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def next_batch(fn, ptr, stream, bp, what):
+    """fn(ptr, stream, &bp, &diag): a C GPU loader's next_ex, its failure
+    raised with its diagnostic, as the CPU loaders' are.  -EBUSY (hold:
+    every batch buffer held) is tried once more after a collection, which
+    gives back the batches nothing refers to any more."""
+    diag = _n.Diag()
+    rc = fn(ptr, stream or None, byref(bp), byref(diag))
+    if rc == -errno.EBUSY:
+        gc.collect()
+        rc = fn(ptr, stream or None, byref(bp), byref(diag))
+    if rc:
+        _raise(rc, diag, what=what)
+
+
+def describe(fn, ptr):
+    """What a C GPU loader (fn: its describe function) chose and did, as a
+    dict: mode, upload_path, device_bytes, uploaded_bytes, upload_seconds,
+    pool_utterances and reason (why this mode, path and budget)."""
+    li = _n.GpuLoaderInfo()
+    fn(ptr, byref(li))
+    return {"mode": MODE_NAMES[li.mode], "upload_path": UPLOAD_PATHS.get(li.upload_path),
+            "device_bytes": li.device_bytes, "uploaded_bytes": li.uploaded_bytes,
+            "upload_seconds": li.upload_seconds, "pool_utterances": li.pool_utterances,
+            "reason": li.reason.decode("utf-8", "replace")}
 
 
 def _fail(rc, diag, what="GPU loader"):

@@ -17,7 +17,6 @@ without a host copy, ordered on the current torch stream."""
 import collections.abc
 import ctypes
 import errno
-import gc
 import mmap
 import os
 import sys
@@ -232,6 +231,20 @@ def _gpu_device(device, emulate):
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+def _budget_note(who, device, info):
+    """Say once (the caller keeps the flag) which default budget and mode a
+    device loader took, and why: the memory it takes is the model's less."""
+    where = "gpu_emulate=True" if device is None else f"device={str(device)!r}"
+    warnings.warn(f"ctxshard: {who}({where}): {info['mode']} mode; {info['reason']} "
+                  "(gpu_budget= sets it)", UserWarning, stacklevel=4)
+
+
+def _pool_layout(reason):
+    """The GPU pool's layout in its reason (what comes before ';': segments
+    and rows), which fixes its block order: a resume must find it again."""
+    return reason.split(";")[0]
+
+
 def _device(func, device):
     """None (CPU tensors), or a torch.device / 'cpu' / 'cuda' / 'cuda:N' / N."""
     if device is None:
@@ -356,7 +369,11 @@ class Loader:
     what is free; else stream),
     'stream', 'resident' or 'pool' (see ctxshard.gpu; pool serves the block
     order of the shared block schedule, blocks of one pool segment, and
-    resumes mid-epoch like the other modes).  gpu_dtype:
+    resumes mid-epoch like the other modes; its default budget is half the
+    device's total memory, less when the dataset needs less, never a share
+    of what is free, so that a resume lays the pool out again alike).  A
+    default budget is said once in a warning naming the mode and why
+    (gpu_info holds it).  gpu_dtype:
     torch.float32 or torch.bfloat16 (resident and pool).  When the library
     has no usable GPU path (built without CUDA, no driver), the loader falls
     back to pinned host batches copied with non_blocking=True; gpu_mode then
@@ -652,7 +669,7 @@ class Loader:
             st["memory"], st["blocks"] = m.memory, m.blocks
             st["block_order"] = self.BLOCK_ORDER
         if self.gpu_mode == "pool" and self.gpu_info:  # its blocks are its segments
-            st["gpu_pool"] = self.gpu_info["reason"]
+            st["gpu_pool"] = _pool_layout(self.gpu_info["reason"])
         return st
 
     def load_state_dict(self, state):
@@ -812,21 +829,20 @@ class Loader:
                                       start=self._start, hold=True)
             self.gpu_info = self._gl.info()
             self.gpu_mode = self.gpu_info["mode"]
-            if o["budget"] is None and o["device"] != _gpu.EMULATE and not self._budget_said:
+            if o["budget"] is None and not self._budget_said:
                 # the default budget was taken: say once which, and the mode
                 self._budget_said = True
-                warnings.warn(f"ctxshard: Loader(device={str(self.device)!r}): "
-                              f"{self.gpu_info['mode']} mode; {self.gpu_info['reason']} "
-                              "(gpu_budget= sets it)", UserWarning, stacklevel=3)
+                _budget_note("Loader", None if o["device"] == _gpu.EMULATE else self.device,
+                             self.gpu_info)
         else:
             self._gl.reset(self.epoch, self._start)
         want = getattr(self, "_want_pool", None)
-        if want and self.gpu_mode == "pool" and self.gpu_info["reason"] != want:
+        have = _pool_layout(self.gpu_info["reason"])
+        if want and self.gpu_mode == "pool" and have != want:
             raise ValueError(f"load_state_dict: the saved run's GPU pool was laid out as "
-                             f"'{want}', this one as '{self.gpu_info['reason']}': its block "
-                             "order would differ.  Resume with the same gpu_budget (give it; "
-                             "the default follows free device memory), batch_size and pool "
-                             "segments")
+                             f"'{want}', this one as '{have}': its block order would differ.  "
+                             "Resume with the same gpu_budget (or the default on a device of "
+                             "the same size), batch_size and pool segments")
         xdtype = torch.bfloat16 if o["out_dtype"] == "bfloat16" else torch.float32
         emulated = o["device"] == _gpu.EMULATE
         first = True
@@ -1206,11 +1222,9 @@ class MixtureLoader(_MixLoader):
                     y = torch.empty(n, dtype=torch.int64, pin_memory=self.pin_memory)
                     ctypes.memmove(y.data_ptr(), b.y, n * 8)
                 self._start = b.index + 1
-                if self.device is not None:
+                if self.device is not None:  # fresh tensors: torch's pinned blocks, no pair
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
-                    if self._fence is not None:  # the copies' stream: the pair's fence
-                        self._copied[id(pair)] = self._fence()
                     src = src.to(self.device, non_blocking=True)
                 yield MixedBatch((x, y) if y is not None else (x,), src, frames, bool(b.repeat))
             self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
@@ -1405,9 +1419,10 @@ class UtteranceLoader:
     them, as Loader's device batches are; lengths and target_lengths stay
     on the CPU.  The batches are the CPU path's, byte for byte.  gpu_budget:
     the device bytes the resident data and the batch buffers may take
-    (default half the device's memory, at most 80% of what is free; a
-    dataset that does not fit is refused,
-    naming both sizes); gpu_dtype: torch.float32 or torch.bfloat16 (x only).
+    (default half the device's memory, at most 80% of what is free, said
+    once in a warning; a dataset that does not fit is refused, naming both
+    sizes; gpu_info, after the first iter(), holds the mode and that
+    reason, as Loader's); gpu_dtype: torch.float32 or torch.bfloat16 (x only).
     Without a usable GPU path (built without CUDA, no driver, torch without
     CUDA), or with per_utterance=True (computed on the CPU), batches are
     assembled on the CPU and copied (a warning says why; gpu_mode reads
@@ -1465,7 +1480,8 @@ class UtteranceLoader:
         path; the device loader is made at the first iteration and kept
         (its upload happens once)."""
         self._gpu, self._gl, self._gl_order = None, None, None
-        self.gpu_mode, self.gpu_reason = None, ""
+        self.gpu_mode, self.gpu_reason, self.gpu_info = None, "", None
+        self._budget_said = False
         cuda = self.device is not None and self.device.type == "cuda"
         if not (cuda or emulate):
             return
@@ -1564,6 +1580,12 @@ class UtteranceLoader:
                 _raise(rc, diag, what="GPU utterance loader")
             self._gl = _gpu._Owner(ptr, _lib.cxs_gpu_utt_loader_free, (self.dataset._h, order))
             self._gl_order = order
+            self.gpu_info = _gpu.describe(_lib.cxs_gpu_utt_loader_describe, ptr)
+            if not o["budget"] and not self._budget_said:
+                # the default budget was taken: say once which, and why
+                self._budget_said = True
+                _budget_note("UtteranceLoader",
+                             None if o["device"] == _gpu.EMULATE else self.device, self.gpu_info)
         else:
             rc = _lib.cxs_gpu_utt_loader_reset(self._gl.ptr, epoch, s._start)
             if rc:
@@ -1573,12 +1595,8 @@ class UtteranceLoader:
         D = self.dataset.dim
         while True:
             stream = None if emulated else torch.cuda.current_stream(self.device).cuda_stream
-            rc = _lib.cxs_gpu_utt_loader_next(self._gl.ptr, stream, ctypes.byref(bp))
-            if rc == -errno.EBUSY:  # every buffer held; batches unreachable may go now
-                gc.collect()
-                rc = _lib.cxs_gpu_utt_loader_next(self._gl.ptr, stream, ctypes.byref(bp))
-            if rc:
-                self._gpu_fail(rc)
+            _gpu.next_batch(_lib.cxs_gpu_utt_loader_next_ex, self._gl.ptr, stream, bp,
+                            "GPU utterance loader")
             if not bp:
                 break
             if emulated:  # the host reads the batch: after the device's work on it

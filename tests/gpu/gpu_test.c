@@ -1233,11 +1233,17 @@ TEST(pool_meets_a_truncated_shard) {
     ck_assert_ptr_nonnull(b);
     ck_assert_int_eq(truncate(shard, 8192), 0); /* header and section table only */
     int rc = 0;
+    memset(&d, 0, sizeof d);
     for (uint64_t i = 0; i <= info.num_frames / 32 + 1 && !rc; i++) {
-        rc = cxs_gpu_loader_next(l, stream, &b);
+        rc = cxs_gpu_loader_next_ex(l, stream, &b, &d);
         if (!rc && !b) break;
     }
     ck_assert_int_eq(rc, CXS_E_TRUNCATED);
+    /* the common error model: the _ex call's diagnostic, and the same kept */
+    ck_assert_int_eq(d.code, CXS_E_TRUNCATED);
+    EXPECT_STR_HAS(d.file, "shard-000000.cxs");
+    ck_assert_str_eq(d.message, cxs_gpu_loader_error(l)->message);
+    ck_assert_uint_eq(d.offset, cxs_gpu_loader_error(l)->offset);
     EXPECT_STR_HAS(cxs_gpu_loader_error(l)->message, "shard-000000.cxs");
     EXPECT_STR_HAS(cxs_gpu_loader_error(l)->message, "truncated");
     /* the place, for a program: the shard's path and the byte */
@@ -1276,11 +1282,15 @@ TEST(utterance_loader_meets_a_truncated_shard) {
     ck_assert_ptr_nonnull(b);
     ck_assert_int_eq(truncate(shard, 8192), 0); /* header and section table only */
     int rc = 0;
+    memset(&d, 0, sizeof d);
     for (uint64_t i = 0; i <= batches && !rc; i++) {
-        rc = cxs_gpu_utt_loader_next(gl, stream, &b);
+        rc = cxs_gpu_utt_loader_next_ex(gl, stream, &b, &d);
         if (!rc && !b) break;
     }
     ck_assert_int_eq(rc, CXS_E_TRUNCATED);
+    ck_assert_int_eq(d.code, CXS_E_TRUNCATED);
+    EXPECT_STR_HAS(d.file, "shard-000000.cxs");
+    ck_assert_str_eq(d.message, cxs_gpu_utt_loader_error(gl)->message);
     EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl)->message, "shard-000000.cxs");
     EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl)->message, "truncated");
     EXPECT_STR_HAS(cxs_gpu_utt_loader_error(gl)->file, "shard-000000.cxs");

@@ -11,6 +11,11 @@ it) and with a stand-in for a CUDA stream that runs copies late:
   autograd graph over several micro-batches), in every mode and for
   utterance batches: never refilled under the caller;
 - the raw GpuLoader's batches read after emulated_sync();
+- the default budgets: pool mode's follows the device's total memory and
+  the dataset (a resume made while other memory is taken lays the pool
+  out alike), and the utterance loader says once which it took and why;
+- on a CUDA device only: the copying fallback's fences are on the stream
+  each batch was taken on (a consumer switching streams);
 - the emulated device never faulted.
 
 usage: /usr/bin/python3 tests/python/ownership_test.py BUILD_DIR SOURCE_ROOT"""
@@ -117,6 +122,59 @@ class PinnedBuffersWaitForTheirCopies(unittest.TestCase):
             self.assertGreater(len(want), 20)
             # pinned memory stays bounded: a few buffers in flight, not one a batch
             self.assertLessEqual(len(L._pool), L.threads + 2 + 6)
+
+
+class CopyingFallbackOnTwoStreams(unittest.TestCase):
+    """The copying fallback of device='cuda' (the C GPU loader not used):
+    a pinned pair's fence is recorded on the stream its copies went to (the
+    one current when the batch was taken), so that a consumer switching
+    streams between batches, one of them running far behind, gets every
+    batch exact.  A fence recorded on the stream current when the pair is
+    found unreferenced (the other, idle one) lets the workers refill the
+    pair before the late copy reads it."""
+
+    @unittest.skipUnless(torch.cuda.is_available(),
+                         "needs a CUDA device: the fallback's copies are torch's non_blocking "
+                         ".to() on CUDA streams, which the emulated device does not model")
+    def test_switching_streams_between_batches(self):
+        want = [(x.clone(), y.clone()) for x, y in cxt.Loader(PATH, 3, 64, seed=2, threads=2)]
+        real = cxt._gpu.probe
+        cxt._gpu.probe = lambda device=0: {"usable": False,
+                                           "reason": "the copying fallback, for this test"}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                L = cxt.Loader(PATH, 3, 64, seed=2, threads=2, device="cuda")
+        finally:
+            cxt._gpu.probe = real
+        self.assertEqual(L.gpu_mode, "host")
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        got, it = [], iter(L)
+        for i in range(len(want)):
+            with torch.cuda.stream(streams[i % 2]):
+                if i % 2 == 0:
+                    torch.cuda._sleep(20_000_000)  # this stream's copies run late
+                x, y = next(it)
+                got.append((x, y))
+        torch.cuda.synchronize()
+        bad = [i for i, ((x, y), (wx, wy)) in enumerate(zip(got, want))
+               if not (torch.equal(x.cpu(), wx) and torch.equal(y.cpu(), wy))]
+        self.assertEqual(bad, [], f"batches {bad} of {len(want)} were refilled before their "
+                         "copy ran")
+        self.assertGreater(len(want), 20)
+
+
+class MixtureCopiesItsBatches(unittest.TestCase):
+    def test_mixture_batches_sent_to_a_device(self):
+        # Each mixture batch is a fresh (pinned) tensor, copied as it is:
+        # no pair of the loader's to fence (it raised AttributeError at
+        # the first batch, on any device).
+        want = list(cxt.Loader([PATH, SEQ], 1, 32, seed=4))
+        got = list(cxt.Loader([PATH, SEQ], 1, 32, seed=4, device="cpu:0"))
+        self.assertEqual(len(got), len(want))
+        for g_, w in zip(got, want):
+            self.assertTrue(all(torch.equal(a, b) for a, b in zip(g_, w)))
+            self.assertTrue(torch.equal(g_.source, w.source))
 
 
 class DeviceBatchOwnership(unittest.TestCase):
@@ -315,6 +373,68 @@ print(L.gpu_info["mode"], "|", L.gpu_info["reason"])
         small = self.run_with(feat, code)  # half of it does not: stream
         self.assertTrue(small.startswith("stream |"), small)
         self.assertIn(f"budget of {feat // 2} (the default", small)
+
+    def test_pool_default_budget_follows_the_device_not_the_free(self):
+        """Pool mode's default budget is a function of the device's total
+        memory and the dataset: a second pool made while the first holds
+        its memory is laid out alike, and a resume made then is accepted
+        and serves the rest of the epoch exactly (was: 80% of the free,
+        another layout, the resume refused)."""
+        code = f"""
+import sys, warnings; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+import numpy as np, ctxshard, ctxshard.torch as cxt
+def pool():
+    return cxt.Loader({PATH!r}, 0, 16, seed=5, gpu_emulate=True, gpu_mode="pool", labels=False)
+ds = ctxshard.open({PATH!r})
+idx = {{r.tobytes(): i for i, r in enumerate(ds.gather(np.arange(len(ds)), 0))}}
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    A = pool()
+    it = iter(A)
+    first = [idx[r.tobytes()] for _ in range(5) for r in next(it).numpy()]
+    state = A.state_dict()
+    B = pool()  # made while A holds its pool
+    B.load_state_dict(state)
+    rest = [idx[r.tobytes()] for x in B for r in x.numpy()]
+said = [str(x.message) for x in w if "pool mode;" in str(x.message)]
+print(sorted(first + rest) == list(range(len(ds))), len(said))
+print(A.gpu_info["reason"])
+print(B.gpu_info["reason"])
+"""
+        info = ctxshard.open(PATH).info
+        memory = 8 * info["feature_bytes"]
+        exact_said, a, b = self.run_with(memory, code).split("\n")
+        self.assertEqual(a, b)
+        self.assertEqual(exact_said, "True 2", a)  # every frame once; said by each loader
+        rows = -(-info["num_frames"] // 3)  # 3 segments of 4 hold every frame
+        self.assertTrue(a.startswith(f"pool: 4 segments of {max(rows, info['max_length'])} "
+                                     "rows; budget "), a)
+        self.assertIn(f"less than half the device's total of {memory} bytes", a)
+
+    def test_utterance_loader_says_its_default_budget_once(self):
+        code = f"""
+import sys, warnings; sys.path.insert(0, {os.path.join(SRC, 'python')!r})
+import ctxshard.torch as cxt
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    U = cxt.UtteranceLoader({SEQ!r}, 3000, seed=1, gpu_emulate=True)
+    for _ in range(2):
+        n = sum(1 for _ in U)
+    G = cxt.UtteranceLoader({SEQ!r}, 3000, seed=1, gpu_emulate=True, gpu_budget=1 << 30)
+    n += sum(1 for _ in G)
+said = [str(x.message) for x in w if "budget" in str(x.message)]
+print(len(said), n > 0)
+print(said[0] if said else "")
+print(U.gpu_info["reason"])
+"""
+        memory = 64 * ctxshard.open(SEQ).info["feature_bytes"]
+        count, warned, reason = self.run_with(memory, code).split("\n")
+        self.assertEqual(count, "1 True")  # once, and only for the default
+        self.assertIn("UtteranceLoader(gpu_emulate=True): resident mode; utterances: resident "
+                      "data ", warned)
+        self.assertIn(f"(the default: half the device's total of {memory} bytes)", warned)
+        self.assertIn("(gpu_budget= sets it)", warned)
+        self.assertIn(reason, warned)
 
     def test_allocation_beyond_the_device_fails(self):
         code = f"""
