@@ -284,7 +284,7 @@ static void wake(void *owner) {
 /* A streamed dataset's fetch in flight ends at a cancel (readahead.h). */
 static void cancel(void *owner, int on) {
     cxs_loader *l = owner;
-    cxs_stream_user_cancel(l->ra.su, on);
+    cxs_src_cancel(&l->ra.src, on);
 }
 
 static const cxs_ring_ops loader_ring = {
