@@ -388,7 +388,7 @@ static int check_sources(const cxs_dataset *const *dss, uint32_t n, int labels, 
     for (uint32_t i = 0; i < n; i++) {
         const cxs_dataset *ds = dss[i];
         int rc;
-        if (ds->stream) return cxs_streamed_refuse(ds, what, d);
+        if (cxs_src_streamed(ds)) return cxs_streamed_refuse(ds, what, d);
         if (ds->meta.dim != d0->meta.dim)
             return cxs_diagf(d, CXS_E_INVALID,
                              "%s: source %u (%s) has %u features a frame, source 0 (%s) %u: the "

@@ -176,7 +176,7 @@ int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t
                              int64_t *y, cxs_diag *d) {
     if (!ds || (n && (!utts || !x || !lengths)) || (flags & ~PAD_FLAGS))
         return cxs_diagf(d, CXS_E_INVALID, "pad_batch: a NULL argument or unknown flags");
-    if (ds->stream) return cxs_streamed_refuse(ds, "pad_batch", d);
+    if (cxs_src_streamed(ds)) return cxs_streamed_refuse(ds, "pad_batch", d);
     if (y && !ds->meta.label_width)
         return cxs_diagf(d, CXS_E_NO_LABELS, "pad_batch: labels asked of a dataset that has none");
     uint64_t longest = 0;

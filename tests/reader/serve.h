@@ -8,12 +8,16 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
+
+#include "ctxshard.h"
+#include "testdata.h"
 
 /* A port free on 127.0.0.1 now, or -1. */
 static int serve_free_port(void) {
@@ -76,6 +80,51 @@ static void serve_stop(pid_t *pid) {
         waitpid(*pid, NULL, 0);
         *pid = -1;
     }
+}
+
+/* What every such test starts with: a fresh directory /tmp/cxs-NAME-XXXXXX
+ * (dir, 256 bytes), the writer-made dataset dir/ds (packed, 300) served at
+ * url (300) by a server on *port (*pid), and an empty cache dir/cache
+ * (cache, 300; CTXSHARD_CACHE: never the user's).  0; 77 without
+ * /usr/bin/python3 or libcurl (said on stdout); 3 when the setup fails. */
+static int serve_setup(const char *name, char *dir, char *packed, char *cache, char *url,
+                       int *port, pid_t *pid) {
+    if (access("/usr/bin/python3", X_OK)) {
+        puts("SKIP: no /usr/bin/python3 to serve the dataset over HTTP");
+        return 77;
+    }
+    snprintf(dir, 256, "/tmp/cxs-%s-XXXXXX", name);
+    if (!mkdtemp(dir)) return 3;
+    snprintf(packed, 300, "%s/ds", dir);
+    snprintf(cache, 300, "%s/cache", dir);
+    setenv("CTXSHARD_CACHE", cache, 1);
+    td_opts o = {.utts = 40, .dim = 8, .seed = 3, .shard_size = 256u << 10};
+    if (td_make(packed, &o)) return 3;
+    if ((*port = serve_free_port()) < 0) return 3;
+    snprintf(url, 300, "http://127.0.0.1:%d/ds", *port);
+    cxs_diag d;
+    cxs_dataset *probe = NULL;
+    *pid = serve_start(*port, dir);
+    int rc = cxs_dataset_open_ex(url, NULL, &probe, &d);
+    cxs_dataset_close(probe);
+    if (rc == CXS_E_UNSUPPORTED) {
+        serve_stop(pid);
+        printf("SKIP: %s\n", d.message);
+        return 77;
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    if (system(cmd)) return 3;
+    setenv("CTXSHARD_HTTP_TIMEOUT", "5", 1);
+    return 0;
+}
+
+/* The server stopped and dir removed: 0 or 3. */
+static int serve_teardown(const char *dir, pid_t *pid) {
+    serve_stop(pid);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) ? 3 : 0;
 }
 
 #endif

@@ -23,7 +23,6 @@
 #include "cxs_test.h"
 #include "serve.h"
 #include "source.h"
-#include "testdata.h"
 
 static char dir[256], packed[300], url[300], scache[300];
 static pid_t server = -1;
@@ -186,38 +185,15 @@ TEST(a_failed_hold_holds_nothing) {
 END_TEST
 
 int main(void) {
-    if (access("/usr/bin/python3", X_OK)) {
-        puts("SKIP: no /usr/bin/python3 to serve the dataset over HTTP");
-        return 77;
-    }
-    snprintf(dir, sizeof dir, "/tmp/cxs-src-XXXXXX");
-    if (!mkdtemp(dir)) return 3;
-    snprintf(packed, sizeof packed, "%s/ds", dir);
-    snprintf(scache, sizeof scache, "%s/cache", dir);
-    setenv("CTXSHARD_CACHE", scache, 1); /* never the user's cache */
-    td_opts o = {.utts = 40, .dim = 8, .seed = 3, .shard_size = 256u << 10};
-    if (td_make(packed, &o)) return 3;
-    if ((port = serve_free_port()) < 0) return 3;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/ds", port);
-    cxs_diag d;
-    cxs_dataset *probe = NULL;
-    server = serve_start(port, dir);
-    int rc = cxs_dataset_open_ex(url, NULL, &probe, &d);
-    cxs_dataset_close(probe);
-    if (rc == CXS_E_UNSUPPORTED) {
-        serve_stop(&server);
-        printf("SKIP: %s\n", d.message);
-        return 77;
-    }
-    setenv("CTXSHARD_HTTP_TIMEOUT", "5", 1);
-    setenv("CTXSHARD_HTTP_RETRIES", "0", 1);
+    char cache[300];
+    int rc = serve_setup("source", dir, packed, cache, url, &port, &server);
+    if (rc) return rc;
+    snprintf(scache, sizeof scache, "%s/stream-cache", dir);
+    setenv("CTXSHARD_HTTP_RETRIES", "0", 1); /* (the failed hold: at once) */
     const TTest *t[] = {evicted_between_readahead_and_use, a_release_leaves_the_other_holds,
                         a_failed_hold_holds_nothing};
     const cxs_group g[] = {{"source", 120, NULL, NULL, t, CXS_N(t), NULL}};
     int failed = cxs_run_groups("source", g, CXS_N(g), 0);
-    serve_stop(&server);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) return 3;
+    if ((rc = serve_teardown(dir, &server))) return rc;
     return failed ? 1 : 0;
 }

@@ -314,38 +314,11 @@ TEST(refusals_name_the_url) {
 END_TEST
 
 int main(void) {
-    if (access("/usr/bin/python3", X_OK)) {
-        puts("SKIP: no /usr/bin/python3 to serve the dataset over HTTP");
-        return 77;
-    }
-    snprintf(dir, sizeof dir, "/tmp/cxs-url-XXXXXX");
-    if (!mkdtemp(dir)) return 3;
-    snprintf(packed, sizeof packed, "%s/ds", dir);
-    snprintf(cache, sizeof cache, "%s/cache", dir);
-    setenv("CTXSHARD_CACHE", cache, 1); /* never the user's cache */
-    td_opts o = {.utts = 40, .dim = 8, .seed = 3, .shard_size = 256u << 10};
-    if (td_make(packed, &o)) return 3;
-    if ((port = serve_free_port()) < 0) return 3;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/ds", port);
-    cxs_diag d;
-    cxs_dataset *probe = NULL;
-    server = serve_start(port, dir);
-    int rc = cxs_dataset_open_ex(url, NULL, &probe, &d);
-    cxs_dataset_close(probe);
-    if (rc == CXS_E_UNSUPPORTED) {
-        serve_stop(&server);
-        printf("SKIP: %s\n", d.message);
-        return 77;
-    }
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
-    if (system(cmd)) return 3;
-    setenv("CTXSHARD_HTTP_TIMEOUT", "5", 1);
+    int rc = serve_setup("url", dir, packed, cache, url, &port, &server);
+    if (rc) return rc;
     const TTest *t[] = {open_through_the_cache, streamed_in_block_order, refusals_name_the_url};
     const cxs_group g[] = {{"url", 120, NULL, NULL, t, CXS_N(t), NULL}};
     int failed = cxs_run_groups("url", g, CXS_N(g), 0);
-    serve_stop(&server);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) return 3;
+    if ((rc = serve_teardown(dir, &server))) return rc;
     return failed ? 1 : 0;
 }

@@ -9,7 +9,9 @@
 # Where a block's bytes come from is the block source's alone (lib/source/,
 # docs/CONTRIBUTING.md): the loaders and the GPU uploads (lib/batch/,
 # lib/gpu/) reach a streamed dataset's cache only through it, never by a
-# call of lib/remote/ (a stream's or the cache's function, or its header).
+# call of lib/remote/ (a stream's or the cache's function, or its header),
+# and ask it whether a dataset is streamed (cxs_src_streamed) rather than
+# look at the dataset's stream themselves.
 # batch/ is built without remote/'s include directory, so the header
 # fails there already; the calls are checked here by name, since a
 # declaration written out by hand would get round the build.
@@ -24,7 +26,8 @@ if [ -n "$bad" ]; then
     echo "$bad"
     exit 1
 fi
-bad=$(grep -rnE '"remote\.h"|\bcxs_(stream|cache|fetch|push)_[a-z_]+[[:space:]]*\(' lib/batch lib/gpu || true)
+bad=$(grep -rnE '"remote\.h"|\bcxs_(stream|cache|fetch|push)_[a-z_]+[[:space:]]*\(|\bds->stream\b' \
+    lib/batch lib/gpu || true)
 if [ -n "$bad" ]; then
     echo "lib/batch and lib/gpu reach lib/remote only through the block source (source.h):"
     echo "$bad"
