@@ -502,7 +502,7 @@ int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opts, uint6
     if (!rc && block) {
         if (!(l->blk = calloc(l->n, sizeof *l->blk))) rc = -ENOMEM;
         for (uint32_t i = 0; !rc && i < l->n; i++)
-            rc = cxs_src_init(&l->blk[i].src, cxs_mix_dataset(mix, i), 0);
+            rc = cxs_src_init(&l->blk[i].src, cxs_mix_dataset(mix, i), CXS_SRC_FDS);
         if (rc) cxs_diagf(diag, rc, "mixture loader: out of memory");
         /* each block is asked for ahead (WILLNEED): a fault needs no
          * read-around, and the check of a sum block at its first use
@@ -909,7 +909,8 @@ int cxs_mix_utt_loader_create(const cxs_mix_utt *mix, const cxs_utt_loader_opts 
     if (!rc && cxs_mix_utt_block(mix)) { /* each source's blocks asked for and let go */
         l->adv_w = l->drop_w = UINT64_MAX;
         if (!(l->srcs = calloc(l->n, sizeof *l->srcs))) rc = -ENOMEM;
-        for (uint32_t i = 0; !rc && i < l->n; i++) rc = cxs_src_init(&l->srcs[i], dss[i], 0);
+        for (uint32_t i = 0; !rc && i < l->n; i++)
+            rc = cxs_src_init(&l->srcs[i], dss[i], CXS_SRC_FDS);
         if (rc) cxs_diagf(diag, rc, "utterance mixture loader: out of memory");
         for (uint32_t i = 0; !rc && i < l->n; i++) cxs_features_random(dss[i]);
     }

@@ -607,7 +607,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     l->slots = calloc(l->o.ring, sizeof *l->slots);
     l->w = calloc(l->o.threads, sizeof *l->w);
     if (!rc && !(l->slots && l->w)) rc = -ENOMEM;
-    if (!rc) rc = cxs_src_init(&l->src, ds, 0);
+    if (!rc) rc = cxs_src_init(&l->src, ds, CXS_SRC_FDS);
     for (uint32_t t = 0; !rc && t < l->o.threads; t++) rc = cxs_src_init(&l->w[t].src, ds, 0);
     if (!rc && l->max_frames > SIZE_MAX / sizeof(float) / (ds->meta.dim ? ds->meta.dim : 1))
         rc = -ENOMEM;

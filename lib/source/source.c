@@ -17,9 +17,9 @@
 int cxs_src_init(cxs_src *src, const cxs_dataset *ds, unsigned flags) {
     memset(src, 0, sizeof *src);
     src->ds = ds;
-    if (cxs_shard_fds_init(&src->fds, ds)) return -ENOMEM;
+    if ((flags & CXS_SRC_FDS) && cxs_shard_fds_init(&src->fds, ds)) return -ENOMEM;
     if (ds->stream && cxs_stream_user_new(ds->stream, &src->su)) return -ENOMEM;
-    if (flags & CXS_SRC_READ) {
+    if ((flags & CXS_SRC_READ) == CXS_SRC_READ) {
         src->scratch = malloc(STEP);
         src->xs = XXH3_createState();
         if (!src->scratch || !src->xs) return -ENOMEM;
@@ -58,12 +58,12 @@ void cxs_src_release(cxs_src *src, uint32_t s, uint64_t lo, uint64_t hi, int dro
 }
 
 void cxs_src_want(cxs_src *src, uint32_t s, uint64_t off, uint64_t len) {
-    int fd = len ? cxs_shard_fd(&src->fds, s) : -1;
+    int fd = len && src->fds.fds ? cxs_shard_fd(&src->fds, s) : -1;
     if (fd >= 0) posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
 }
 
 void cxs_src_evict(cxs_src *src, uint32_t s, uint64_t off, uint64_t len) {
-    cxs_range_drop(&src->fds, s, off, len);
+    if (src->fds.fds) cxs_range_drop(&src->fds, s, off, len);
     if (src->su && len) cxs_stream_drop(src->su, s, off, off + len);
 }
 

@@ -38,16 +38,23 @@ struct cxs_stream_user;
 
 typedef struct cxs_src {
     const cxs_dataset *ds;
-    cxs_shard_fds fds;          /* the shards' descriptors, opened at first use */
+    cxs_shard_fds fds;          /* CXS_SRC_FDS: the shards' descriptors, opened at
+                                   first use */
     struct cxs_stream_user *su; /* a streamed dataset: this user's holds, else NULL */
     uint8_t *scratch;           /* CXS_SRC_READ: cxs_src_read's pread target */
     void *xs;                   /* CXS_SRC_READ: an XXH3 state for the block sums */
 } cxs_src;
 
-/* A user that reads blocks ahead (cxs_src_read): its buffer and hash. */
-#define CXS_SRC_READ 1u
+/* A user that asks for ranges and lets them go (cxs_src_want,
+ * cxs_src_evict): a descriptor per shard.  Without it a user only holds
+ * (a worker thread: no table of the shards' descriptors each). */
+#define CXS_SRC_FDS 1u
+/* A user that reads blocks ahead (cxs_src_read): its buffer and hash, and
+ * the descriptors. */
+#define CXS_SRC_READ (2u | CXS_SRC_FDS)
 
-/* src for ds (flags: CXS_SRC_READ or 0).  0 or -ENOMEM (then destroy it). */
+/* src for ds (flags: CXS_SRC_FDS, CXS_SRC_READ or 0).  0 or -ENOMEM (then
+ * destroy it). */
 int cxs_src_init(cxs_src *src, const cxs_dataset *ds, unsigned flags);
 /* Its memory, descriptors and holds; forked: in a child that inherited
  * it, whose holds and locks are the parent's (only the memory goes, and

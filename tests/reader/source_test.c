@@ -78,7 +78,7 @@ static void setup(fixture *f) {
     ck_assert_msg(cxs_dataset_open(packed, &f->l, &d) == 0, "%s", d.message);
     EXPECT_INT(cxs_src_init(&f->a, f->r, CXS_SRC_READ), 0);
     EXPECT_INT(cxs_src_init(&f->b, f->r, 0), 0);
-    EXPECT_INT(cxs_src_init(&f->evict, f->ev, 0), 0);
+    EXPECT_INT(cxs_src_init(&f->evict, f->ev, CXS_SRC_FDS), 0);
     for (uint64_t u = 0; u < f->r->meta.num_utterances && f->n < 64; u++) {
         uint64_t lo, hi;
         if (range_of(f->r, u, &lo, &hi) != 0) break;
