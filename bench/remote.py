@@ -40,6 +40,23 @@ def free_port():
         return s.getsockname()[1]
 
 
+def nginx(www, ng):
+    """nginx serving directory www on a free port of 127.0.0.1 (its files
+    in ng): the process and the port."""
+    port = free_port()
+    os.makedirs(ng, exist_ok=True)
+    with open(os.path.join(ng, "nginx.conf"), "w") as f:
+        temp = " ".join(f"{k}_temp_path {ng}/{k};" for k in
+                        ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        f.write(f"daemon off; worker_processes 2; pid {ng}/nginx.pid; error_log {ng}/error.log;\n"
+                "events { worker_connections 256; }\n"
+                f"http {{ access_log off; sendfile on; {temp}\n"
+                f"  server {{ listen 127.0.0.1:{port}; root {www}; }} }}\n")
+    srv = subprocess.Popen(["nginx", "-c", os.path.join(ng, "nginx.conf"), "-p", ng])
+    time.sleep(0.5)
+    return srv, port
+
+
 def drop_caches():
     subprocess.run(["sync"], check=True)
     with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -87,18 +104,7 @@ def main():
                           check=True).stdout
     frames = int(re.search(r'"frames":\s*(\d+)', info).group(1))
     batches = -(-frames // 1024)  # one epoch of 1024-sample batches
-    port = free_port()
-    ng = os.path.join(a.dir, "nginx")
-    os.makedirs(ng, exist_ok=True)
-    with open(os.path.join(ng, "nginx.conf"), "w") as f:
-        temp = " ".join(f"{k}_temp_path {ng}/{k};" for k in
-                        ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        f.write(f"daemon off; worker_processes 2; pid {ng}/nginx.pid; error_log {ng}/error.log;\n"
-                "events { worker_connections 256; }\n"
-                f"http {{ access_log off; sendfile on; {temp}\n"
-                f"  server {{ listen 127.0.0.1:{port}; root {www}; }} }}\n")
-    srv = subprocess.Popen(["nginx", "-c", os.path.join(ng, "nginx.conf"), "-p", ng])
-    time.sleep(0.5)
+    srv, port = nginx(www, os.path.join(a.dir, "nginx"))
     url = f"http://127.0.0.1:{port}/ds"
     cache, small = os.path.join(a.dir, "cache"), os.path.join(a.dir, "cache-small")
     mem = int(a.memory[:-1]) << {"K": 10, "M": 20, "G": 30}[a.memory[-1]] \

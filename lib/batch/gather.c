@@ -10,6 +10,7 @@
 #include "dataset_internal.h"
 #include "fault.h"
 #include "gather.h"
+#include "source.h"
 
 void cxs_normalize_rows(uint32_t D, float *dst, size_t rows, const double *mean,
                         const double *scale) {
@@ -305,7 +306,7 @@ int cxs_dataset_gather_ex(const cxs_dataset *ds, const uint64_t *frames, size_t 
                           uint32_t flags, const cxs_norm *norm, unsigned threads, float *out,
                           int64_t *labels, cxs_diag *d) {
     if (!ds) return cxs_diagf(d, CXS_E_INVALID, "gather: no dataset");
-    if (ds->stream) return cxs_streamed_refuse(ds, "gather", d);
+    if (cxs_src_streamed(ds)) return cxs_streamed_refuse(ds, "gather", d);
     if (flags & ~CXS_GATHER_NORMALIZE)
         return cxs_diagf(d, CXS_E_INVALID, "gather: unknown flags 0x%x", flags);
     const int normalize = (flags & CXS_GATHER_NORMALIZE) != 0;

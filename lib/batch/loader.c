@@ -284,7 +284,7 @@ static void wake(void *owner) {
 /* A streamed dataset's fetch in flight ends at a cancel (readahead.h). */
 static void cancel(void *owner, int on) {
     cxs_loader *l = owner;
-    cxs_stream_user_cancel(l->ra.su, on);
+    cxs_src_cancel(&l->ra.src, on);
 }
 
 static const cxs_ring_ops loader_ring = {
@@ -356,12 +356,12 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler,
         return cxs_diagf(d, CXS_E_INVALID,
                          "loader: normalisation asked of a dataset without statistics (give "
                          "the training split's, norm)");
-    if (ds->stream && (cxs_sampler_options(sampler)->kind != CXS_SAMPLER_BLOCK ||
+    if (cxs_src_streamed(ds) && (cxs_sampler_options(sampler)->kind != CXS_SAMPLER_BLOCK ||
                        o->readahead == CXS_READAHEAD_OFF))
         return cxs_streamed_refuse(ds, "a frame loader without the block sampler (or with "
                                    "readahead off)", d);
     /* a batch that straddles two rounds draws on one block more than a round */
-    if (ds->stream && cxs_sampler_options(sampler)->blocks >= CXS_RA_MAX_BLOCKS)
+    if (cxs_src_streamed(ds) && cxs_sampler_options(sampler)->blocks >= CXS_RA_MAX_BLOCKS)
         return cxs_diagf(d, CXS_E_INVALID, "%s: streaming waits for the blocks a batch draws on, "
                          "at most %u (a batch across two rounds draws on blocks + 1): the block "
                          "sampler's blocks is %u (at most %u)", ds->url, CXS_RA_MAX_BLOCKS,

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <fcntl.h>
 
 #include "abi.h"
 #include "blocks.h"
@@ -18,7 +17,7 @@
 #include "mix.h"
 #include "ring.h"
 #include "samplers.h"
-#include "shardfd.h"
+#include "source.h"
 
 typedef struct mslot {
     float *x;
@@ -37,12 +36,12 @@ typedef struct mworker {
 } mworker;
 
 /* Block order: a source's blocks, asked for (WILLNEED) as the claims
- * reach them and let go (shardfd.h) once the consumer has passed them,
+ * reach them and let go (source.h) once the consumer has passed them,
  * so that the page cache the sources hold stays near their shares of the
  * mixture's memory budget.  A place is (pass, block index of that pass's
  * plan). */
 typedef struct mblocks {
-    cxs_shard_fds sfd;
+    cxs_src src;
     uint64_t adv_pass, adv_blk;   /* the next block to ask for (under ring.mu) */
     uint64_t drop_pass, drop_blk; /* the next block to let go (the consumer's) */
     int fresh;                    /* a new start: both from its position */
@@ -165,12 +164,8 @@ static void walk_blocks(cxs_mix_loader *l, uint32_t src, uint64_t *at_pass, uint
         for (; *at_blk < end; (*at_blk)++) {
             const cxs_block *b = &p->blk[*at_blk];
             if (!b->len) continue; /* compressed: read through the decoder */
-            if (!want) {
-                cxs_range_drop(&mb->sfd, b->shard, b->off, b->len);
-                continue;
-            }
-            int fd = cxs_shard_fd(&mb->sfd, b->shard);
-            if (fd >= 0) posix_fadvise(fd, (off_t)b->off, (off_t)b->len, POSIX_FADV_WILLNEED);
+            if (want) cxs_src_want(&mb->src, b->shard, b->off, b->len);
+            else cxs_src_evict(&mb->src, b->shard, b->off, b->len);
         }
         plan_back(l, src, p);
         if (*at_pass == pass) break;
@@ -308,7 +303,7 @@ void cxs_mix_loader_free(cxs_mix_loader *l) {
     }
     free(l->w);
     sources_free(l->n, l->norm, l->map);
-    for (uint32_t i = 0; l->blk && i < l->n; i++) cxs_shard_fds_free(&l->blk[i].sfd);
+    for (uint32_t i = 0; l->blk && i < l->n; i++) cxs_src_destroy(&l->blk[i].src, 0);
     free(l->blk);
     free(l);
 }
@@ -393,7 +388,7 @@ static int check_sources(const cxs_dataset *const *dss, uint32_t n, int labels, 
     for (uint32_t i = 0; i < n; i++) {
         const cxs_dataset *ds = dss[i];
         int rc;
-        if (ds->stream) return cxs_streamed_refuse(ds, what, d);
+        if (cxs_src_streamed(ds)) return cxs_streamed_refuse(ds, what, d);
         if (ds->meta.dim != d0->meta.dim)
             return cxs_diagf(d, CXS_E_INVALID,
                              "%s: source %u (%s) has %u features a frame, source 0 (%s) %u: the "
@@ -507,7 +502,7 @@ int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opts, uint6
     if (!rc && block) {
         if (!(l->blk = calloc(l->n, sizeof *l->blk))) rc = -ENOMEM;
         for (uint32_t i = 0; !rc && i < l->n; i++)
-            rc = cxs_shard_fds_init(&l->blk[i].sfd, cxs_mix_dataset(mix, i));
+            rc = cxs_src_init(&l->blk[i].src, cxs_mix_dataset(mix, i), CXS_SRC_FDS);
         if (rc) cxs_diagf(diag, rc, "mixture loader: out of memory");
         /* each block is asked for ahead (WILLNEED): a fault needs no
          * read-around, and the check of a sum block at its first use
@@ -531,14 +526,14 @@ int cxs_mix_loader_create(const cxs_mix *mix, const cxs_loader_opts *opts, uint6
 const cxs_diag *cxs_mix_loader_error(const cxs_mix_loader *l) { return l ? &l->ring.err : NULL; }
 
 static int respawn(cxs_mix_loader *l, int drop_held) {
-    for (uint32_t i = 0; l->blk && i < l->n; i++) cxs_shard_fds_after_fork(&l->blk[i].sfd);
+    for (uint32_t i = 0; l->blk && i < l->n; i++) cxs_src_after_fork(&l->blk[i].src);
     return ring_respawn(&l->ring, drop_held);
 }
 
 static int next_batch(cxs_mix_loader *l, const cxs_mix_frames **batch, uint32_t ms,
                       cxs_diag *d) {
     if (l->blk && cxs_ring_forked(&l->ring))
-        for (uint32_t i = 0; i < l->n; i++) cxs_shard_fds_after_fork(&l->blk[i].sfd);
+        for (uint32_t i = 0; i < l->n; i++) cxs_src_after_fork(&l->blk[i].src);
     uint32_t i = 0;
     *batch = NULL;
     int rc = ring_take(&l->ring, "mixture loader", "cxs_mix_loader_cancel", &i, ms, d);
@@ -614,11 +609,11 @@ struct cxs_mix_utt_loader {
     uint64_t epoch, start, length; /* under ring.mu */
     uint64_t next_order;           /* under ring.mu: the epoch whose order to build */
     int want_next;                 /* ... when set */
-    /* block order (else sfd NULL), under ring.mu: the epoch's windows and
+    /* block order (else srcs NULL), under ring.mu: the epoch's windows and
      * groups, each group's state (0: not asked for, 1: asked for, 2: let
      * go), the last window whose groups were asked for and the last whose
      * predecessors' were let go (UINT64_MAX: none yet) */
-    cxs_shard_fds *sfd;
+    cxs_src *srcs;
     cxs_mix_ublocks bv;
     uint8_t *gst;
     uint64_t adv_w, drop_w;
@@ -630,15 +625,11 @@ struct cxs_mix_utt_loader {
 /* Block order: group x of the epoch asked for (WILLNEED), or let go. */
 static void ugroup(cxs_mix_utt_loader *l, uint64_t x, int want) {
     const cxs_mix_ugroup *g = &l->bv.grp[x];
-    cxs_shard_fds *f = &l->sfd[g->src];
+    cxs_src *f = &l->srcs[g->src];
     for (uint64_t r = g->r0; r < g->r1; r++) {
         const cxs_mix_urange *u = &l->bv.rng[r];
-        if (!want) {
-            cxs_range_drop(f, u->shard, u->off, u->len);
-            continue;
-        }
-        int fd = cxs_shard_fd(f, u->shard);
-        if (fd >= 0) posix_fadvise(fd, (off_t)u->off, (off_t)u->len, POSIX_FADV_WILLNEED);
+        if (want) cxs_src_want(f, u->shard, u->off, u->len);
+        else cxs_src_evict(f, u->shard, u->off, u->len);
     }
     l->gst[x] = want ? 1 : 2;
 }
@@ -690,7 +681,7 @@ static void uclaim(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen
     (void)i, (void)gen;
     l->w[w].epoch = l->epoch;
     l->w[w].pos = l->start + b;
-    if (l->sfd) ugroups_claimed(l, l->start + b);
+    if (l->srcs) ugroups_claimed(l, l->start + b);
     /* a ring's worth of batches before the epoch's end: the next epoch's
      * order is to be built (uother_work) */
     if (l->start + b == (l->length > l->o.ring ? l->length - l->o.ring : 0))
@@ -786,11 +777,11 @@ static const cxs_ring_ops mix_utt_ring = {.claim = uclaim, .fill = ufill,
 void cxs_mix_utt_loader_free(cxs_mix_utt_loader *l) {
     if (!l) return;
     if (!cxs_ring_forked(&l->ring)) cxs_ring_stop(&l->ring);
-    if (l->sfd && !cxs_ring_forked(&l->ring)) ugroups_let_go(l); /* (the workers are gone) */
+    if (l->srcs && !cxs_ring_forked(&l->ring)) ugroups_let_go(l); /* (the workers are gone) */
     cxs_mix_utt_blocks_put(l->mix, &l->bv);
     free(l->gst);
-    for (uint32_t i = 0; l->sfd && i < l->n; i++) cxs_shard_fds_free(&l->sfd[i]);
-    free(l->sfd);
+    for (uint32_t i = 0; l->srcs && i < l->n; i++) cxs_src_destroy(&l->srcs[i], 0);
+    free(l->srcs);
     cxs_ring_destroy(&l->ring);
     for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
         uslot *s = &l->slots[i];
@@ -818,7 +809,7 @@ static int uposition(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start, uint
                          "utterance mixture loader: start %llu is past this rank's %llu batches "
                          "of epoch %llu", (unsigned long long)start, (unsigned long long)len,
                          (unsigned long long)epoch);
-    if (l->sfd) { /* the new epoch's windows: what the old one asked for goes */
+    if (l->srcs) { /* the new epoch's windows: what the old one asked for goes */
         cxs_mix_ublocks bv;
         if ((rc = cxs_mix_utt_blocks_get(l->mix, epoch, &bv)))
             return cxs_diagf(d, rc, "utterance mixture loader: epoch %llu's order: %s",
@@ -917,8 +908,9 @@ int cxs_mix_utt_loader_create(const cxs_mix_utt *mix, const cxs_utt_loader_opts 
     }
     if (!rc && cxs_mix_utt_block(mix)) { /* each source's blocks asked for and let go */
         l->adv_w = l->drop_w = UINT64_MAX;
-        if (!(l->sfd = calloc(l->n, sizeof *l->sfd))) rc = -ENOMEM;
-        for (uint32_t i = 0; !rc && i < l->n; i++) rc = cxs_shard_fds_init(&l->sfd[i], dss[i]);
+        if (!(l->srcs = calloc(l->n, sizeof *l->srcs))) rc = -ENOMEM;
+        for (uint32_t i = 0; !rc && i < l->n; i++)
+            rc = cxs_src_init(&l->srcs[i], dss[i], CXS_SRC_FDS);
         if (rc) cxs_diagf(diag, rc, "utterance mixture loader: out of memory");
         for (uint32_t i = 0; !rc && i < l->n; i++) cxs_features_random(dss[i]);
     }
@@ -941,13 +933,13 @@ static int unext(cxs_mix_utt_loader *l, const cxs_mix_utts **batch, uint32_t ms,
     if (!l || !batch)
         return cxs_diagf(d, CXS_E_INVALID, "utterance mixture loader: no loader or batch "
                          "pointer");
-    if (l->sfd && cxs_ring_forked(&l->ring))
-        for (uint32_t s = 0; s < l->n; s++) cxs_shard_fds_after_fork(&l->sfd[s]);
+    if (l->srcs && cxs_ring_forked(&l->ring))
+        for (uint32_t s = 0; s < l->n; s++) cxs_src_after_fork(&l->srcs[s]);
     uint32_t i = 0;
     int rc = ring_take(&l->ring, "utterance mixture loader", "cxs_mix_utt_loader_cancel", &i,
                        ms, &l->ring.err);
     *batch = rc == 0 ? &l->slots[i].pub : NULL;
-    if (rc == 0 && l->sfd) ugroups_taken(l, (*batch)->batch->index);
+    if (rc == 0 && l->srcs) ugroups_taken(l, (*batch)->batch->index);
     return cxs_ring_outcome(&l->ring, rc == 1 ? 0 : rc, d);
 }
 
@@ -970,8 +962,8 @@ int cxs_mix_utt_loader_cancel(cxs_mix_utt_loader *l) {
 int cxs_mix_utt_loader_reset(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t start) {
     if (!l) return CXS_E_INVALID;
     int frc;
-    if (l->sfd && cxs_ring_forked(&l->ring))
-        for (uint32_t s = 0; s < l->n; s++) cxs_shard_fds_after_fork(&l->sfd[s]);
+    if (l->srcs && cxs_ring_forked(&l->ring))
+        for (uint32_t s = 0; s < l->n; s++) cxs_src_after_fork(&l->srcs[s]);
     if (cxs_ring_forked(&l->ring) && (frc = ring_respawn(&l->ring, 1)))
         return cxs_ring_outcome(&l->ring, cxs_diagf(&l->ring.err, frc,
                                     "utterance mixture loader: no worker thread could start in "

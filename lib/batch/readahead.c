@@ -12,11 +12,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 enum { ABSENT, READING, READ, BAD };
-
-#define STEP (4u << 20) /* pread size: large enough to run at the disk's sequential rate */
 
 static uintptr_t page_size(void) {
     long p = sysconf(_SC_PAGESIZE);
@@ -41,10 +38,8 @@ int cxs_ra_init(cxs_readahead *ra, const cxs_dataset *ds, const cxs_sampler *s, 
     ra->kind = kind == CXS_SAMPLER_BLOCK ? CXS_RA_BLOCKS : CXS_RA_PAGES;
     pthread_cond_init(&ra->cv, NULL);
     if (ra->kind == CXS_RA_BLOCKS) {
-        if (ds->stream && cxs_stream_user_new(ds->stream, &ra->su)) return -ENOMEM;
-        ra->scratch = malloc(STEP);
-        ra->xs = XXH3_createState();
-        if (cxs_shard_fds_init(&ra->sfd, ds) || !ra->scratch || !ra->xs) return -ENOMEM;
+        ra->held = cxs_src_streamed(ds);
+        if (cxs_src_init(&ra->src, ds, CXS_SRC_READ)) return -ENOMEM;
     } else {
         if (!(ra->frames = malloc(batch * sizeof *ra->frames))) return -ENOMEM;
         /* A fault reads the page it needs, not the kernel's read-around of
@@ -65,19 +60,13 @@ static void release_pending(cxs_readahead *ra);
 void cxs_ra_destroy(cxs_readahead *ra, int forked) {
     if (ra->kind == CXS_RA_NONE) return;
     /* In a forked child the blocks read are the parent's, still in use
-     * there: only the memory goes; and of the descriptors, only those that
-     * still name their shard are ours to close (shardfd.h). */
-    if (forked) cxs_shard_fds_after_fork(&ra->sfd);
+     * there: only the memory goes (and the descriptors still ours). */
+    if (forked) cxs_src_after_fork(&ra->src);
     drop_plan(ra, !forked);
-    cxs_shard_fds_free(&ra->sfd);
     if (!forked && ra->npend) release_pending(ra);
     free(ra->pend);
     ra->pend = NULL, ra->npend = ra->cpend = 0;
-    if (forked) cxs_stream_user_after_fork(ra->su); /* (the parent's locks stay) */
-    cxs_stream_user_free(ra->su);
-    ra->su = NULL;
-    free(ra->scratch);
-    if (ra->xs) XXH3_freeState(ra->xs);
+    cxs_src_destroy(&ra->src, 0); /* (after_fork above: what is left is ours) */
     free(ra->frames);
     pthread_cond_destroy(&ra->cv);
     ra->kind = CXS_RA_NONE;
@@ -85,9 +74,8 @@ void cxs_ra_destroy(cxs_readahead *ra, int forked) {
 
 void cxs_ra_after_fork(cxs_readahead *ra) {
     if (ra->kind != CXS_RA_NONE) pthread_cond_init(&ra->cv, NULL);
-    /* the descriptors the parent's helper opened (shardfd.h) */
-    cxs_shard_fds_after_fork(&ra->sfd);
-    cxs_stream_user_after_fork(ra->su);
+    /* the descriptors the parent's helper opened, and its holds */
+    cxs_src_after_fork(&ra->src);
     /* the blocks the parent read (or was reading) are the parent's: the
      * child reads them again if it needs them (from the cache) and never
      * lets them go from under the parent */
@@ -115,89 +103,22 @@ void cxs_ra_claimed(cxs_readahead *ra) {
     pthread_mutex_unlock(ra->mu);
 }
 
-static int shard_fd(cxs_readahead *ra, uint32_t s) { return cxs_shard_fd(&ra->sfd, s); }
+/* While the first batches of a start are filled without waiting for
+ * their blocks, their page reads have the disk to themselves: the helper
+ * pauses between the pieces of a block it reads. */
+static void pace(void *arg) {
+    cxs_readahead *ra = arg;
+    if (!__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(ra->mu);
+    while (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE) && !*ra->stop)
+        pthread_cond_wait(&ra->cv, ra->mu);
+    pthread_mutex_unlock(ra->mu);
+}
 
-/* Read block b into the page cache: pread in STEP pieces, which returns
- * when each is there, with the next AHEAD_STEPS pieces asked for
- * (POSIX_FADV_WILLNEED) so that the disk always has a few requests in
- * flight.  Not the whole block at once: tens of megabytes queued ahead
- * would delay every other read (a first batch's pages) by as long.  In a
- * shard with block sums the read is widened to whole sum blocks and each
- * is checked as its last byte arrives, unless the block source has it
- * checked already, and told it when it passes (blocksrc.h: a block is
- * hashed once per process): CXS_E_CHECKSUM, with d naming the block, when
- * one fails.  Read errors are left to the workers' own reads
- * to meet (0). */
-#define AHEAD_STEPS 4
-static void release_block(cxs_readahead *ra, const cxs_block *b);
+/* Read block b into the page cache, checked and (streamed) held: the
+ * block source's (cxs_src_read). */
 static int read_block(cxs_readahead *ra, const cxs_block *b, cxs_diag *d) {
-    int fd = shard_fd(ra, b->shard);
-    if (fd < 0 && ra->su) /* nothing may be read unfetched */
-        return cxs_diagf(d, fd, "%s: %s", ra->ds->shards[b->shard].path, strerror(-fd));
-    if (fd < 0 || !b->len) return 0;
-    const shard *sh = &ra->ds->shards[b->shard];
-    const cxs_bsum_entry *e = cxs_blocksums_find(&sh->bs, CXS_SEC_FEATURES);
-    /* NULL: nothing to hash (every block checked, a streamed dataset's by
-     * its fetch, or the check off in a test build's benchmark) */
-    cxs_bcheck *bc = sh->bc_feat;
-    if (bc && __atomic_load_n(&bc->all, __ATOMIC_ACQUIRE)) bc = NULL;
-    uint64_t lo = b->off, hi = b->off + b->len, j = 0, base = 0, bend = 0;
-    int known = 0; /* block j checked already: not hashed */
-    if (e) { /* whole sum blocks: [lo, hi) from block j's start */
-        const uint64_t B = 1ull << e->shift;
-        base = e->sec->offset;
-        j = (lo - base) >> e->shift;
-        lo = base + (j << e->shift);
-        uint64_t rel = (hi - base + B - 1) & ~(B - 1);
-        hi = base + (rel < e->sec->length ? rel : e->sec->length);
-        XXH3_64bits_reset(ra->xs);
-        uint64_t s0;
-        cxs_bsum_block(e, j, &s0, &bend);
-        bend += base;
-        known = !bc || cxs_bsrc_has(bc, j);
-    }
-    /* a streamed dataset: what the cache lacks, fetched and checked first */
-    int rc = ra->su ? cxs_stream_acquire(ra->su, b->shard, lo, hi, ra->stop, d) : 0;
-    if (rc) return rc;
-    uint64_t asked = lo; /* asked for up to here */
-    for (uint64_t at = lo; at < hi;) {
-        if (__atomic_load_n(ra->stop, __ATOMIC_RELAXED)) return 0; /* the loader is going */
-        uint64_t want = at + (uint64_t)(AHEAD_STEPS + 1) * STEP;
-        if (want > hi) want = hi;
-        if (asked < want) {
-            posix_fadvise(fd, (off_t)asked, (off_t)(want - asked), POSIX_FADV_WILLNEED);
-            asked = want;
-        }
-        if (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE)) { /* first batches: pause */
-            pthread_mutex_lock(ra->mu);
-            while (__atomic_load_n(&ra->direct, __ATOMIC_ACQUIRE) && !*ra->stop)
-                pthread_cond_wait(&ra->cv, ra->mu);
-            pthread_mutex_unlock(ra->mu);
-        }
-        size_t n = hi - at < STEP ? (size_t)(hi - at) : STEP;
-        ssize_t got = pread(fd, ra->scratch, n, (off_t)at);
-        if (got <= 0) return 0;
-        for (uint64_t p = at, end = at + (uint64_t)got; e && p < end;) {
-            uint64_t take = (bend < end ? bend : end) - p;
-            if (!known) XXH3_64bits_update(ra->xs, ra->scratch + (p - at), (size_t)take);
-            p += take;
-            if (p < bend) break;
-            if (!known) {
-                if (cxs_checksum_differs(XXH3_64bits_digest(ra->xs), cxs_bsum_of(&sh->bs, e, j))) {
-                    rc = cxs_block_failed(ra->ds, b->shard, e, j, d);
-                    release_block(ra, b); /* (a failure holds nothing) */
-                    return rc;
-                }
-                cxs_bsrc_mark(bc, j);
-            }
-            XXH3_64bits_reset(ra->xs);
-            uint64_t s0;
-            if (++j < e->num_blocks)
-                cxs_bsum_block(e, j, &s0, &bend), bend += base, known = !bc || cxs_bsrc_has(bc, j);
-        }
-        at += (uint64_t)got;
-    }
-    return 0;
+    return cxs_src_read(&ra->src, b->shard, b->off, b->len, ra->stop, pace, ra, d);
 }
 
 /* The helper thread's own readahead (NULL in every other thread). */
@@ -209,9 +130,9 @@ static _Thread_local const cxs_readahead *helper_of;
  * new epoch, met first by a worker) queues the release for the helper,
  * which makes it at the top of its loop. */
 static void release_block(cxs_readahead *ra, const cxs_block *b) {
-    if (!ra->su || !b->len) return;
+    if (!ra->held || !b->len) return;
     if (helper_of == ra || !__atomic_load_n(&ra->running, __ATOMIC_ACQUIRE)) {
-        cxs_stream_release(ra->su, b->shard, b->off, b->off + b->len, 1);
+        cxs_src_release(&ra->src, b->shard, b->off, b->off + b->len, 1);
         return;
     }
     if (ra->npend == ra->cpend) { /* (under mu: drop_plan's callers hold it) */
@@ -228,15 +149,15 @@ static void release_block(cxs_readahead *ra, const cxs_block *b) {
 /* The helper, under mu: the releases the workers left it. */
 static void release_pending(cxs_readahead *ra) {
     for (size_t i = 0; i < ra->npend; i++)
-        cxs_stream_release(ra->su, ra->pend[i].shard, ra->pend[i].off,
-                           ra->pend[i].off + ra->pend[i].len, 1);
+        cxs_src_release(&ra->src, ra->pend[i].shard, ra->pend[i].off,
+                        ra->pend[i].off + ra->pend[i].len, 1);
     ra->npend = 0;
 }
 
 /* Let block b go: out of this process's page tables and out of the page
- * cache (shardfd.h). */
+ * cache (cxs_range_drop, shardfd.h), and let go of its hold. */
 static void drop_block(cxs_readahead *ra, const cxs_block *b) {
-    cxs_range_drop(&ra->sfd, b->shard, b->off, b->len);
+    cxs_range_drop(&ra->src.fds, b->shard, b->off, b->len);
     release_block(ra, b);
 }
 
@@ -269,7 +190,7 @@ static int sync_gen(cxs_readahead *ra) {
         memset(ra->need, 0, ra->plan->nblocks * sizeof *ra->need);
         for (uint64_t j = 0; j < ra->plan->nblocks; j++) {
             if (ra->state[j] == READING) ra->state[j] = ABSENT;
-            if (ra->state[j] == BAD && ra->su &&
+            if (ra->state[j] == BAD && ra->held &&
                 (!ra->bad[j] || ra->bad[j]->code != CXS_E_CHECKSUM)) {
                 free(ra->bad[j]);
                 ra->bad[j] = NULL;
@@ -318,7 +239,7 @@ static void blocks_loop(cxs_readahead *ra) {
         uint64_t pick = n, drop = n;
         /* A streamed dataset lets go first: what it holds counts against
          * the cache's limit, which the next block must fit under. */
-        for (uint64_t j = 0; ra->su && j < n && drop == n; j++)
+        for (uint64_t j = 0; ra->held && j < n && drop == n; j++)
             if (ra->state[j] == READ && !ra->need[j] && (j < lo || j > hi)) drop = j;
         for (uint64_t j = 0; j < n && pick == n && drop == n; j++)
             if (ra->need[j] && ra->state[j] == ABSENT) pick = j;
@@ -341,7 +262,7 @@ static void blocks_loop(cxs_readahead *ra) {
                 if (bad && why.message[0] && (ra->bad[pick] = malloc(sizeof why)))
                     *ra->bad[pick] = why;
             }
-            if (!kept && ra->su) { /* what read_block held, unless it is READ now */
+            if (!kept && ra->held) { /* what read_block held, unless it is READ now */
                 pthread_mutex_unlock(ra->mu);
                 if (!bad) release_block(ra, &b);
                 pthread_mutex_lock(ra->mu);
@@ -515,7 +436,7 @@ static void *ra_main(void *arg) {
 
 int cxs_ra_start(cxs_readahead *ra) {
     if (ra->kind == CXS_RA_NONE || ra->running) return 0;
-    cxs_stream_user_cancel(ra->su, 0);
+    cxs_src_cancel(&ra->src, 0);
     if (pthread_create(&ra->th, NULL, ra_main, ra)) return -EAGAIN;
     ra->running = 1;
     return 0;
@@ -523,7 +444,7 @@ int cxs_ra_start(cxs_readahead *ra) {
 
 void cxs_ra_stop(cxs_readahead *ra) {
     if (!ra->running) return;
-    cxs_stream_user_cancel(ra->su, 1); /* a transfer in flight ends now */
+    cxs_src_cancel(&ra->src, 1); /* a transfer in flight ends now */
     pthread_join(ra->th, NULL);
     __atomic_store_n(&ra->running, 0, __ATOMIC_RELEASE);
     if (ra->npend) release_pending(ra); /* (what it left: the workers are stopped) */
@@ -542,7 +463,7 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
         uint32_t q = 0;
         while (q < rb->nj && rb->j[q] != j) q++;
         if (q == rb->nj && rb->nj < CXS_RA_MAX_BLOCKS) rb->j[rb->nj++] = j;
-        else if (q == rb->nj && ra->su) { /* the rest would be read unfetched */
+        else if (q == rb->nj && ra->held) { /* the rest would be read unfetched */
             cxs_block_plan_put(bs, rb->plan);
             rb->plan = NULL;
             return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: a batch of %zu windows draws on more "
@@ -562,7 +483,7 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
          * reads before anything is served.  They ask for their windows'
          * pages instead, a few thousand reads in flight; the blocks are
          * read all the same (finding those pages cached). */
-        direct = !ra->su && pos - *ra->start < CXS_RA_FIRST_BATCHES * (uint64_t)ra->batch;
+        direct = !ra->held && pos - *ra->start < CXS_RA_FIRST_BATCHES * (uint64_t)ra->batch;
         rb->direct = direct;
         if (direct) __atomic_add_fetch(&ra->direct, 1, __ATOMIC_RELEASE);
         for (uint32_t q = 0; q < rb->nj && !direct;) {
@@ -590,7 +511,7 @@ int cxs_ra_batch_frames(cxs_readahead *ra, const cxs_sampler *s, uint64_t epoch,
     if (bad) return bad;
     /* a streamed dataset's batch that did not wait for its blocks (the
      * loader moved on, or stops: nobody takes it) reads nothing */
-    if (ra->su && !waited) return -ECANCELED;
+    if (ra->held && !waited) return -ECANCELED;
     if (direct) advise_frames(ra, frames, n);
     return 0;
 }

@@ -15,10 +15,12 @@
  * BAD, never READ, and a batch waiting for it ends in CXS_E_CHECKSUM naming
  * the damaged block's utterances.
  *
- * A streamed dataset (CXS_OPEN_STREAM): before it reads a block the helper
- * fetches what the cache lacks of it (cxs_stream_acquire: the sum blocks,
- * several requests at once, each checked against its sum) and holds it
- * until it drops the block; a failure (the server gone after the retries,
+ * The reading, checking and holding of a block is the block source's
+ * (source.h, cxs_src_read); the helper decides which blocks and when.
+ * A streamed dataset (CXS_OPEN_STREAM): before it reads a block the block
+ * source fetches what the cache lacks of it (the sum blocks, several
+ * requests at once, each checked against its sum) and holds it until the
+ * helper drops the block; a failure (the server gone after the retries,
  * the cache limit) makes the block BAD with its reason.  Every batch waits
  * for all its blocks, the first ones too: no byte is read from a hole.
  *
@@ -43,8 +45,7 @@
 
 #include "blocks.h"
 #include "dataset_internal.h"
-#include "remote.h"
-#include "shardfd.h"
+#include "source.h"
 
 enum { CXS_RA_NONE, CXS_RA_BLOCKS, CXS_RA_PAGES };
 
@@ -65,25 +66,23 @@ typedef struct cxs_readahead {
     pthread_cond_t cv; /* the helper waits for work, workers for blocks */
     pthread_t th;
     int running;
-    cxs_shard_fds sfd; /* blocks: the shards' descriptors (the helper and the
-                          workers' drop_plan open them) */
-    uint8_t *scratch;  /* pread target */
+    cxs_src src;       /* blocks: the helper's view of the block source (its
+                          descriptors, which the workers' drop_plan uses too,
+                          and a streamed dataset's holds: only the helper
+                          takes and lets go of them; a worker that drops a
+                          plan leaves the releases in pend) */
     uint64_t *frames;  /* pages: one batch's frames */
     uint64_t gen;      /* generation the state below belongs to */
     uint64_t advised;  /* pages: batches below this were asked for */
     cxs_block_plan *plan; /* blocks: the epoch's plan, or NULL */
     uint8_t *state;       /* per block: ABSENT, READING, READ, BAD */
     cxs_diag **bad;       /* per block: why it is BAD (malloc'd), or NULL */
-    void *xs;             /* blocks: an XXH3 state for the block sums */
     uint32_t *need;       /* per block: batches being filled that draw on it */
     uint32_t direct;      /* first batches being filled (blocks: without waiting
                              for them; atomic: read_block looks without the lock) */
     uint32_t first_filled; /* pages: first batches filled */
     int warming;          /* pages: the helper is warming the dataset (atomic) */
-    cxs_stream_user *su;  /* blocks, a streamed dataset: the helper's hold on the
-                             blocks it fetches (remote.h), else NULL; only the
-                             helper takes and lets go of its holds (a worker
-                             that drops a plan leaves the releases in pend) */
+    int held;             /* blocks of a streamed dataset: read blocks are held */
     cxs_block *pend;      /* under *mu: blocks whose holds the helper is to let go */
     size_t npend, cpend;
 } cxs_readahead;

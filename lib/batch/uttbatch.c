@@ -7,8 +7,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "abi.h"
 #include "buckets.h"
@@ -17,9 +15,8 @@
 #include "dataset_internal.h"
 #include "fault.h"
 #include "gather.h"
-#include "remote.h"
 #include "ring.h"
-#include "shardfd.h"
+#include "source.h"
 
 void cxs_pad_ctx_free(cxs_pad_ctx *c) {
     cxs_zreader_free(&c->zr);
@@ -179,7 +176,7 @@ int cxs_dataset_pad_batch_ex(const cxs_dataset *ds, const uint64_t *utts, size_t
                              int64_t *y, cxs_diag *d) {
     if (!ds || (n && (!utts || !x || !lengths)) || (flags & ~PAD_FLAGS))
         return cxs_diagf(d, CXS_E_INVALID, "pad_batch: a NULL argument or unknown flags");
-    if (ds->stream) return cxs_streamed_refuse(ds, "pad_batch", d);
+    if (cxs_src_streamed(ds)) return cxs_streamed_refuse(ds, "pad_batch", d);
     if (y && !ds->meta.label_width)
         return cxs_diagf(d, CXS_E_NO_LABELS, "pad_batch: labels asked of a dataset that has none");
     uint64_t longest = 0;
@@ -264,14 +261,15 @@ typedef struct uworker {
     uint64_t pos, g, n;  /* the batch's position, global position, utterances */
     cxs_utt_range *adv;  /* block mode: ranges to advise, or NULL */
     uint64_t nadv;
-    cxs_stream_user *su; /* a streamed dataset: this worker's holds, while it copies */
+    cxs_src src;         /* this worker's holds (a streamed dataset), while it copies */
+    cxs_src_batch held;  /* the batch's ranges it holds */
 } uworker;
 
 /* A streamed dataset (CXS_OPEN_STREAM), block mode: a helper thread
  * fetches the groups' ranges as the first batch of each group asks for
  * the next group (where a local dataset's pages are advised), so that the
- * workers, who hold each utterance's bytes while they copy them
- * (cxs_stream_acquire fetches what is still missing), mostly find them
+ * workers, who hold their batch's bytes while they copy them
+ * (cxs_src_batch_hold fetches what is still missing), mostly find them
  * there; the consumer evicts a group's blocks once it is past it (when
  * the cache is over its limit). */
 typedef struct ustream {
@@ -281,8 +279,7 @@ typedef struct ustream {
     pthread_cond_t cv;
     cxs_utt_range *q;        /* ranges to fetch, q[head .. n) */
     uint64_t head, n, cap;
-    cxs_stream_user *fetch;  /* the helper's */
-    cxs_stream_user *drop;   /* the consumer's (let_go) */
+    cxs_src fetch;           /* the helper's */
 } ustream;
 
 struct cxs_utt_loader {
@@ -296,7 +293,7 @@ struct cxs_utt_loader {
     cxs_utt_plan *plan; /* the epoch's, under ring.mu */
     uint64_t advised;   /* block mode: the last group asked for, UINT64_MAX: none */
     uint64_t dropped;   /* block mode, the consumer's: groups below this were let go */
-    cxs_shard_fds fds;  /* block mode: to let a group's blocks go (shardfd.h) */
+    cxs_src src;        /* block mode, the consumer's: to let a group's blocks go */
     cxs_ring ring;
     uslot *slots; /* o.ring of them, beside ring.slot */
     uworker *w;   /* in the loader so that a forked child frees what they held */
@@ -319,8 +316,8 @@ static void *ustream_main(void *arg) {
         cxs_diag d;
         /* fetched, not held: a failure here is met again, and said, by the
          * worker that needs the bytes */
-        if (!cxs_stream_acquire(st->fetch, r.shard, r.off, r.off + r.len, &st->stop, &d))
-            cxs_stream_release(st->fetch, r.shard, r.off, r.off + r.len, 0);
+        if (!cxs_src_hold(&st->fetch, r.shard, r.off, r.off + r.len, &st->stop, &d))
+            cxs_src_release(&st->fetch, r.shard, r.off, r.off + r.len, 0);
         pthread_mutex_lock(&st->mu);
     }
     pthread_mutex_unlock(&st->mu);
@@ -332,7 +329,7 @@ static int ustream_start(cxs_utt_loader *l) {
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     st->stop = 0, st->head = st->n = 0;
-    cxs_stream_user_cancel(st->fetch, 0);
+    cxs_src_cancel(&st->fetch, 0);
     if (pthread_create(&st->th, NULL, ustream_main, l)) return -EAGAIN;
     st->running = 1;
     return 0;
@@ -345,7 +342,7 @@ static void ustream_stop(cxs_utt_loader *l) {
     __atomic_store_n(&st->stop, 1, __ATOMIC_RELAXED); /* (acquire reads it unlocked) */
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
-    cxs_stream_user_cancel(st->fetch, 1); /* a transfer in flight ends now */
+    cxs_src_cancel(&st->fetch, 1); /* a transfer in flight ends now */
     pthread_join(st->th, NULL);
     st->running = 0;
 }
@@ -365,33 +362,6 @@ static void ustream_ask(cxs_utt_loader *l, const cxs_utt_range *r, uint64_t n) {
     st->n += n;
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
-}
-
-/* A worker: hold (fetching what is missing) the bytes of the batch's
- * utterances, or release them (held: how many are). */
-static int ustream_hold(cxs_utt_loader *l, uworker *wk, const uint64_t *utts, uint64_t n,
-                        uint64_t *held, cxs_diag *d) {
-    const cxs_dataset *ds = l->ds;
-    for (*held = 0; *held < n; ++*held) {
-        cxs_uloc ul;
-        int rc = cxs_utt_loc_safe(ds, utts[*held], &ul, d);
-        if (rc) return rc;
-        const uint64_t off = (uint64_t)(cxs_loc_row_ptr(ds, &ul, 0) - ds->shards[ul.shard].map);
-        if ((rc = cxs_stream_acquire(wk->su, ul.shard, off, off + ul.T * ds->row_bytes,
-                                     &l->ring.stop, d)))
-            return rc;
-    }
-    return 0;
-}
-
-static void ustream_unhold(cxs_utt_loader *l, uworker *wk, const uint64_t *utts, uint64_t n) {
-    const cxs_dataset *ds = l->ds;
-    for (uint64_t j = 0; j < n; j++) {
-        cxs_uloc ul;
-        if (cxs_utt_loc_safe(ds, utts[j], &ul, NULL)) continue; /* (held: it was found) */
-        const uint64_t off = (uint64_t)(cxs_loc_row_ptr(ds, &ul, 0) - ds->shards[ul.shard].map);
-        cxs_stream_release(wk->su, ul.shard, off, off + ul.T * ds->row_bytes, 0);
-    }
 }
 
 /* Under the lock: the batch's utterances are copied now, since a reset
@@ -438,12 +408,8 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
         wk->adv = NULL;
     }
     if (wk->adv) {
-        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-        for (uint64_t j = 0; j < wk->nadv; j++) {
-            const uint8_t *at = ds->shards[wk->adv[j].shard].map + wk->adv[j].off;
-            uintptr_t a0 = (uintptr_t)at & ~(pg - 1);
-            madvise((void *)a0, (size_t)((uintptr_t)at + wk->adv[j].len - a0), MADV_WILLNEED);
-        }
+        for (uint64_t j = 0; j < wk->nadv; j++)
+            cxs_src_want(&l->src, wk->adv[j].shard, wk->adv[j].off, wk->adv[j].len);
         free(wk->adv);
         wk->adv = NULL;
     }
@@ -456,14 +422,13 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
         if (ul.T > tmax) tmax = ul.T;
     }
     if (!lrc) diag->message[0] = 0;
-    uint64_t held = 0;
-    if (!lrc && l->st) lrc = ustream_hold(l, wk, s->utts, n, &held, diag);
+    if (!lrc) lrc = cxs_src_batch_hold(&wk->src, &wk->held, s->utts, n, &l->ring.stop, diag);
     int rc = lrc ? lrc : n > l->cap || n * tmax > l->max_frames
                  ? CXS_E_CORRUPT /* not reached: the sampler sized them */
                  : cxs_pad_impl(ds, s->utts, n, tmax, l->norm, l->norm ? l->norm + ds->meta.dim : NULL,
                              !!(l->o.flags & CXS_PAD_PER_UTTERANCE), s->x, s->lengths,
                              l->o.labels ? s->y : NULL, &wk->c, diag);
-    if (l->st) ustream_unhold(l, wk, s->utts, held);
+    cxs_src_batch_release(&wk->src, &wk->held);
     uint64_t lmax = 0;
     if (!rc && l->o.targets) {
         lmax = cxs_longest_seq(ds, s->utts, n);
@@ -481,7 +446,8 @@ static void uworker_init(void *owner, uint32_t w) {
     cxs_pad_ctx_free(&wk->c); /* in a forked child: what a parent thread held */
     free(wk->adv);
     wk->adv = NULL;
-    cxs_stream_user_after_fork(wk->su); /* (a forked child's: the parent's locks stay) */
+    cxs_src_after_fork(&wk->src); /* (a forked child's: the parent's locks stay) */
+    wk->held.n = 0;
 }
 
 /* A streamed dataset's fetches in flight (the helper's and the workers')
@@ -489,8 +455,8 @@ static void uworker_init(void *owner, uint32_t w) {
 static void ucancel(void *owner, int on) {
     cxs_utt_loader *l = owner;
     if (!l->st) return;
-    cxs_stream_user_cancel(l->st->fetch, on);
-    for (uint32_t t = 0; l->w && t < l->o.threads; t++) cxs_stream_user_cancel(l->w[t].su, on);
+    cxs_src_cancel(&l->st->fetch, on);
+    for (uint32_t t = 0; l->w && t < l->o.threads; t++) cxs_src_cancel(&l->w[t].src, on);
 }
 
 static const cxs_ring_ops utt_ring = {.claim = uclaim, .fill = ufill, .worker_init = uworker_init,
@@ -503,15 +469,13 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     if (!forked) ustream_stop(l);
     cxs_ring_destroy(&l->ring);
     if (l->st) {
-        if (forked) cxs_stream_user_after_fork(l->st->fetch), cxs_stream_user_after_fork(l->st->drop);
-        cxs_stream_user_free(l->st->fetch);
-        cxs_stream_user_free(l->st->drop);
+        cxs_src_destroy(&l->st->fetch, forked);
         free(l->st->q);
         free(l->st);
     }
     for (uint32_t t = 0; l->w && t < l->o.threads; t++) {
-        if (forked) cxs_stream_user_after_fork(l->w[t].su);
-        cxs_stream_user_free(l->w[t].su);
+        cxs_src_destroy(&l->w[t].src, forked);
+        cxs_src_batch_free(&l->w[t].held);
     }
     for (uint32_t i = 0; l->slots && i < l->o.ring; i++) {
         free(l->slots[i].x);
@@ -525,8 +489,7 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     for (uint32_t t = 0; l->w && t < l->o.threads; t++) cxs_pad_ctx_free(&l->w[t].c);
     free(l->w);
     if (l->plan) cxs_utt_plan_put(l->sampler, l->plan);
-    if (forked) cxs_shard_fds_after_fork(&l->fds); /* the parent's, unless still ours */
-    cxs_shard_fds_free(&l->fds);
+    cxs_src_destroy(&l->src, forked);
     free(l->norm);
     free(l);
 }
@@ -568,15 +531,11 @@ static int position(cxs_utt_loader *l, uint64_t epoch, uint64_t start, uint64_t 
  * whatever the epoch's size. */
 static void let_go(cxs_utt_loader *l, uint64_t g) {
     const cxs_utt_plan *p = l->plan;
-    if (!p || !p->ngroups || !l->fds.fds) return;
+    if (!p || !p->ngroups || !l->src.fds.fds) return;
     uint64_t k = cxs_utt_plan_group(p, g);
     for (; l->dropped < k && l->dropped < p->ngroups; l->dropped++)
-        for (uint64_t r = p->rstart[l->dropped]; r < p->rstart[l->dropped + 1]; r++) {
-            cxs_range_drop(&l->fds, p->rng[r].shard, p->rng[r].off, p->rng[r].len);
-            if (l->st) /* out of the cache too, when it is over its limit */
-                cxs_stream_drop(l->st->drop, p->rng[r].shard, p->rng[r].off,
-                                p->rng[r].off + p->rng[r].len);
-        }
+        for (uint64_t r = p->rstart[l->dropped]; r < p->rstart[l->dropped + 1]; r++)
+            cxs_src_evict(&l->src, p->rng[r].shard, p->rng[r].off, p->rng[r].len);
 }
 
 /* The options' own checks, each named. */
@@ -648,7 +607,8 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     l->slots = calloc(l->o.ring, sizeof *l->slots);
     l->w = calloc(l->o.threads, sizeof *l->w);
     if (!rc && !(l->slots && l->w)) rc = -ENOMEM;
-    if (!rc) rc = cxs_shard_fds_init(&l->fds, ds);
+    if (!rc) rc = cxs_src_init(&l->src, ds, CXS_SRC_FDS);
+    for (uint32_t t = 0; !rc && t < l->o.threads; t++) rc = cxs_src_init(&l->w[t].src, ds, 0);
     if (!rc && l->max_frames > SIZE_MAX / sizeof(float) / (ds->meta.dim ? ds->meta.dim : 1))
         rc = -ENOMEM;
     if (!rc && l->o.targets && ds->seq_max > SIZE_MAX / sizeof(int64_t) / (l->cap ? l->cap : 1))
@@ -670,16 +630,12 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     if (rc) cxs_diagf(diag, rc, "utterance loader: out of memory for %u batch buffers of %llu "
                       "frames", l->o.ring, (unsigned long long)l->max_frames);
     if (!rc) rc = position(l, epoch, start, &l->ring.nbatches, diag);
-    if (!rc && ds->stream && (!l->plan->ngroups || l->o.readahead == CXS_READAHEAD_OFF))
+    if (!rc && cxs_src_streamed(ds) && (!l->plan->ngroups || l->o.readahead == CXS_READAHEAD_OFF))
         rc = cxs_streamed_refuse(ds, "an utterance loader not in block mode (memory_bytes) or "
                                  "with readahead off", diag);
-    if (!rc && ds->stream) { /* the helper and every thread's hold (ustream) */
-        if (!(l->st = calloc(1, sizeof *l->st)) ||
-            cxs_stream_user_new(ds->stream, &l->st->fetch) ||
-            cxs_stream_user_new(ds->stream, &l->st->drop))
+    if (!rc && cxs_src_streamed(ds)) { /* the helper (ustream) */
+        if (!(l->st = calloc(1, sizeof *l->st)) || cxs_src_init(&l->st->fetch, ds, 0))
             rc = -ENOMEM;
-        for (uint32_t t = 0; !rc && t < l->o.threads; t++)
-            if (cxs_stream_user_new(ds->stream, &l->w[t].su)) rc = -ENOMEM;
         if (!rc) rc = ustream_start(l);
         if (rc) cxs_diagf(diag, rc, "utterance loader: %s", cxs_strerror(rc));
     }
@@ -699,10 +655,9 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
 /* The first call in a forked child: fresh locks and workers, at the
  * consumer's position (drop_held: at the start). */
 static int respawn(cxs_utt_loader *l, int drop_held) {
-    cxs_shard_fds_after_fork(&l->fds);
+    cxs_src_after_fork(&l->src);
     if (l->st) { /* the parent's helper is not the child's */
-        cxs_stream_user_after_fork(l->st->fetch);
-        cxs_stream_user_after_fork(l->st->drop);
+        cxs_src_after_fork(&l->st->fetch);
         l->st->running = 0;
         if (ustream_start(l)) return -EAGAIN;
     }

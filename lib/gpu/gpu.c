@@ -16,6 +16,7 @@
 #include "cxs_le.h"
 #include "fault.h"
 #include "gpu_internal.h"
+#include "source.h"
 
 int gpu_fail(cxs_gpu_loader *l, int rc, const char *fmt, ...) {
     va_list ap;
@@ -717,7 +718,7 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
                           const cxs_gpu_opts *opts, uint64_t epoch, uint64_t start,
                           cxs_gpu_loader **out, cxs_diag *diag) {
     if (!ds || !sampler || !opts || !out) return cxs_diagf(diag, CXS_E_INVALID, "NULL argument");
-    if (ds->stream) return cxs_streamed_refuse(ds, "the GPU loader", diag);
+    if (cxs_src_streamed(ds)) return cxs_streamed_refuse(ds, "the GPU loader", diag);
     int rc = CXS_OPTS_CHECK(opts, "cxs_gpu_opts", diag);
     if (rc) return rc;
     rc = check_opts(ds, sampler, opts, start, diag);

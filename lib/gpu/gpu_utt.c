@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gpu_internal.h"
+#include "source.h"
 
 struct cxs_gpu_utt_loader {
     cxs_gpu_loader *g;
@@ -264,7 +265,7 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     if (!ds || !sampler || !opts || !out)
         return cxs_diagf(diag, CXS_E_INVALID,
                          "GPU utterance loader: dataset, sampler, options and out must not be NULL");
-    if (ds->stream) return cxs_streamed_refuse(ds, "the GPU utterance loader", diag);
+    if (cxs_src_streamed(ds)) return cxs_streamed_refuse(ds, "the GPU utterance loader", diag);
     int rc = CXS_OPTS_CHECK(opts, "cxs_gpu_utt_opts", diag);
     if (rc) return rc;
     rc = check_utt_opts(ds, opts, diag);

@@ -1,14 +1,17 @@
-/* blocksrc.h - the block source (never installed): the one place that
- * answers "bytes [a, b) of section X of shard s: make them safe to serve".
+/* blocksrc.h - the block source's check (never installed): "bytes [a, b)
+ * of section X of shard s: make them safe to serve".  The rest of the
+ * block source (where the bytes come from, read-ahead, holds) is
+ * source/source.h, above this layer; the check stays here because open,
+ * warm, verify and the huge-page copy, all in read/, feed and read the
+ * same bitmaps.
  *
- * This is its first piece, the check: in a shard with block sums (format
- * 1.3, spec section 4.8) every covered block is checked against its sum
- * at its first use in the process, before any byte of it is served, and
- * remembered in a bitmap of checked blocks per covered section (atomic bit
- * sets: threads may check the same block at the same time, and both set
- * the same bit).  Everything that checks a block feeds the same bitmap, so
+ * In a shard with block sums (format 1.3, spec section 4.8) every covered
+ * block is checked against its sum at its first use in the process,
+ * before any byte of it is served, and remembered in a bitmap of checked
+ * blocks per covered section (atomic bit sets: threads may check the same
+ * block at the same time, and both set the same bit).  Everything that checks a block feeds the same bitmap, so
  * a block is hashed once per process: the deferred tables (utt_index.c),
- * warm (warm.c), the block reader (batch/readahead.c), the copy into huge
+ * warm (warm.c), the block reader (source/source.c), the copy into huge
  * pages (hugecopy.c, a section checksum: the whole section at once) and a
  * streamed dataset's fetch (remote/stream.c checks every FEATURES block it
  * downloads, so a streamed FEATURES counts as checked) and verify

@@ -12,83 +12,20 @@
  * usage: url_test  (writer-made data, testdata.h; needs /usr/bin/python3,
  * exit 77 without it, or in a build without libcurl) */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include "ctxshard.h"
 #include "cxs_test.h"
+#include "serve.h"
 #include "testdata.h"
 
 static char dir[256], packed[300], cache[300], url[300];
 static pid_t server = -1;
 static int port;
-
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) || getsockname(s, (struct sockaddr *)&a, &l))
-        return -1;
-    close(s);
-    return ntohs(a.sin_port);
-}
-
-static int serving(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int ok = s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0;
-    if (s >= 0) close(s);
-    return ok;
-}
-
-/* Python's http.server, answering a Range header with its bytes (206) */
-static const char *const serve_py =
-    "import http.server, os, re, sys\n"
-    "class H(http.server.SimpleHTTPRequestHandler):\n"
-    "    def send_head(self):\n"
-    "        m = re.match(r'bytes=(\\d+)-(\\d+)$', self.headers.get('Range', ''))\n"
-    "        p = self.translate_path(self.path)\n"
-    "        if not m or not os.path.isfile(p):\n"
-    "            return super().send_head()\n"
-    "        f = open(p, 'rb'); n = os.fstat(f.fileno()).st_size\n"
-    "        lo, hi = int(m.group(1)), min(int(m.group(2)), n - 1)\n"
-    "        f.seek(lo); body = f.read(hi - lo + 1); f.close()\n"
-    "        self.send_response(206)\n"
-    "        self.send_header('Content-Range', 'bytes %d-%d/%d' % (lo, hi, n))\n"
-    "        self.send_header('Content-Length', str(len(body)))\n"
-    "        self.end_headers()\n"
-    "        import io; return io.BytesIO(body)\n"
-    "os.chdir(sys.argv[2])\n"
-    "http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n";
-
-static void start_server(void) {
-    server = fork();
-    if (server == 0) {
-        char p[16];
-        snprintf(p, sizeof p, "%d", port);
-        if (!freopen("/dev/null", "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
-        execl("/usr/bin/python3", "python3", "-c", serve_py, p, dir, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 400 && !serving(); i++) usleep(25000);
-}
-
-static void stop_server(void) {
-    if (server > 0) {
-        kill(server, SIGTERM);
-        waitpid(server, NULL, 0);
-        server = -1;
-    }
-}
 
 static void same(cxs_dataset *a, cxs_dataset *b) {
     cxs_info ia, ib;
@@ -367,7 +304,7 @@ TEST(refusals_name_the_url) {
     oo.cache_limit = 0;
     /* no server there: the retries end in an error naming the URL */
     char gone[400];
-    snprintf(gone, sizeof gone, "http://127.0.0.1:%d/ds", free_port());
+    snprintf(gone, sizeof gone, "http://127.0.0.1:%d/ds", serve_free_port());
     setenv("CTXSHARD_HTTP_RETRIES", "1", 1);
     EXPECT_INT(cxs_dataset_open_ex(gone, &oo, &r, &d), -EIO);
     EXPECT_STR_HAS(d.message, gone);
@@ -377,38 +314,11 @@ TEST(refusals_name_the_url) {
 END_TEST
 
 int main(void) {
-    if (access("/usr/bin/python3", X_OK)) {
-        puts("SKIP: no /usr/bin/python3 to serve the dataset over HTTP");
-        return 77;
-    }
-    snprintf(dir, sizeof dir, "/tmp/cxs-url-XXXXXX");
-    if (!mkdtemp(dir)) return 3;
-    snprintf(packed, sizeof packed, "%s/ds", dir);
-    snprintf(cache, sizeof cache, "%s/cache", dir);
-    setenv("CTXSHARD_CACHE", cache, 1); /* never the user's cache */
-    td_opts o = {.utts = 40, .dim = 8, .seed = 3, .shard_size = 256u << 10};
-    if (td_make(packed, &o)) return 3;
-    if ((port = free_port()) < 0) return 3;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/ds", port);
-    cxs_diag d;
-    cxs_dataset *probe = NULL;
-    start_server();
-    int rc = cxs_dataset_open_ex(url, NULL, &probe, &d);
-    cxs_dataset_close(probe);
-    if (rc == CXS_E_UNSUPPORTED) {
-        stop_server();
-        printf("SKIP: %s\n", d.message);
-        return 77;
-    }
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
-    if (system(cmd)) return 3;
-    setenv("CTXSHARD_HTTP_TIMEOUT", "5", 1);
+    int rc = serve_setup("url", dir, packed, cache, url, &port, &server);
+    if (rc) return rc;
     const TTest *t[] = {open_through_the_cache, streamed_in_block_order, refusals_name_the_url};
     const cxs_group g[] = {{"url", 120, NULL, NULL, t, CXS_N(t), NULL}};
     int failed = cxs_run_groups("url", g, CXS_N(g), 0);
-    stop_server();
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) return 3;
+    if ((rc = serve_teardown(dir, &server))) return rc;
     return failed ? 1 : 0;
 }

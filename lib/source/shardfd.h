@@ -1,8 +1,7 @@
 /* shardfd.h - descriptors of a dataset's shard files, opened at first
- * use, and what the loaders do with them: let a byte range of a shard go
- * from the page cache (internal).  Shared by the frame loader's block
- * read-ahead (readahead.c) and the utterance loader's block mode
- * (uttbatch.c). */
+ * use, and what the block source does with them: let a byte range of a
+ * shard go from the page cache (internal).  Each cxs_src (source.h) has
+ * its own; the loaders reach them only through the block source. */
 #ifndef CXS_SHARDFD_H
 #define CXS_SHARDFD_H
 
