@@ -907,12 +907,12 @@ class Loader:
             for b in _batches(_lib.cxs_loader_next_ex, ptr, _n.Batch, "loader",
                               _lib.cxs_loader_next_timed):
                 pair = pending.pop(b.x)
-                n, pos = b.n, b.position
+                n = b.n
                 x = torch.from_numpy(pair[0])
                 y = torch.from_numpy(pair[1]) if pair[1] is not None else None
                 self._busy.discard(pair)  # reusable once x and y are gone
                 provide()
-                self._start = pos + n
+                _u._follow(self, _lib.cxs_loader_position, ptr, "loader")
                 if n < self.batch_size:
                     x = x[:n]
                     y = y[:n] if y is not None else None
@@ -926,8 +926,7 @@ class Loader:
                 # it to run, and its residency check competes with the
                 # workers (see _start_prefetch)
                 self._kick_prefetch()
-            # A complete pass: the next iteration is the next epoch.
-            self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
+            _u._follow(self, _lib.cxs_loader_position, ptr, "loader")  # (an empty epoch)
         finally:
             _lib.cxs_loader_free(ptr)  # joins the workers before the buffers go
             for pair in pending.values():
@@ -1205,15 +1204,13 @@ class MixtureLoader(_MixLoader):
                 if self.labels:
                     y = torch.empty(n, dtype=torch.int64, pin_memory=self.pin_memory)
                     ctypes.memmove(y.data_ptr(), b.y, n * 8)
-                self._start = b.index + 1
+                _u._follow(self, _lib.cxs_mix_loader_position, ptr, "mixture loader")
                 if self.device is not None:
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
-                    if self._fence is not None:  # the copies' stream: the pair's fence
-                        self._copied[id(pair)] = self._fence()
                     src = src.to(self.device, non_blocking=True)
                 yield MixedBatch((x, y) if y is not None else (x,), src, frames, bool(b.repeat))
-            self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
+            _u._follow(self, _lib.cxs_mix_loader_position, ptr, "mixture loader")
         finally:
             _lib.cxs_mix_loader_free(ptr)
 
@@ -1651,7 +1648,7 @@ class UtteranceLoader:
                     ctypes.memmove(tl.data_ptr(), b.target_lengths, n * 8)
                     out += [t, tl]
                     keep.add(id(tl))
-                s._start = b.index + 1
+                _u._follow(s, _lib.cxs_utt_loader_position, ptr, "utterance loader")
                 self.batch_info = {"utterances": np.ctypeslib.as_array(
                     ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)), shape=(n,)).copy(),
                     "global": getattr(b, "global"), "index": b.index, "frames": b.frames}
@@ -1659,7 +1656,7 @@ class UtteranceLoader:
                     out = [v if id(v) in keep else v.to(self.device, non_blocking=True)
                            for v in out]
                 yield tuple(out)
-            s.epoch, s._origin, s._start = epoch + 1, 0, 0
+            _u._follow(s, _lib.cxs_utt_loader_position, ptr, "utterance loader")
         finally:
             _lib.cxs_utt_loader_free(ptr)
 
@@ -1892,7 +1889,8 @@ class MixtureUtteranceLoader(_MixLoader):
                     keep.add(id(tl))
                 src = self._ints(mb.source, n, ctypes.c_uint32)
                 utts = self._ints(b.utts, n, ctypes.c_uint64)
-                self._start = b.index + 1
+                _u._follow(self, _lib.cxs_mix_utt_loader_position, ptr,
+                           "utterance mixture loader")
                 self.batch_info = {"utterances": utts.numpy().copy(),
                                    "sources": src.numpy().copy(),
                                    "global": getattr(b, "global"), "index": b.index,
@@ -1902,6 +1900,6 @@ class MixtureUtteranceLoader(_MixLoader):
                            for v in out]
                     src = src.to(self.device, non_blocking=True)
                 yield MixedUtterances(tuple(out), src, utts, bool(mb.repeat))
-            self.epoch, self._start, self._origin = epoch + 1, 0, 0
+            _u._follow(self, _lib.cxs_mix_utt_loader_position, ptr, "utterance mixture loader")
         finally:
             _lib.cxs_mix_utt_loader_free(ptr)
