@@ -8,43 +8,25 @@ the last batch that drop_last keeps stands at the next epoch (the C
 loader's decision).  A mixture loader with an explicit CPU device
 ('cpu:0') serves its batches (it used to fail on a fence it never had).
 
-Every frame's first feature is its identity (utterance * 1000 + row).
+Every frame's first feature is its identity (utterance * 1000 + row), as
+in resume_test.py, whose maker this test uses.
 
 usage: /usr/bin/python3 tests/python/positions_test.py BUILD_DIR SOURCE_ROOT"""
 import os
 import shutil
 import sys
-import tempfile
 import unittest
 
-BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
-sys.path.insert(0, os.path.join(SRC, "python"))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+# the datasets of the resume test (every frame's first feature its
+# identity), made the same way; it also points sys.path and CTXSHARD_LIB
+# at the build given
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import resume_test as rt  # noqa: E402
 
 import ctxshard  # noqa: E402
 import ctxshard.torch as cxt  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="ctxshard-positions-")
-VOCAB = ["sil", "aa", "b", "k", "s"]
-
-
-def make(name, n_utts, seed):
-    rng = np.random.default_rng(seed)
-    w = ctxshard.Writer(os.path.join(TMP, name), vocab=VOCAB, transcripts="both")
-    for u in range(n_utts):
-        T = int(rng.integers(20, 150))
-        x = rng.standard_normal((T, 3)).astype(np.float32)
-        x[:, 0] = u * 1000 + np.arange(T)
-        w.add(f"{name}-{u:05d}", x, labels=rng.integers(0, len(VOCAB), T),
-              seq=rng.integers(0, len(VOCAB), int(rng.integers(1, 10))))
-    w.commit()
-    return os.path.join(TMP, name)
-
-
-A, B = make("A", 40, 1), make("B", 25, 2)
+A, B = rt.make("A", 40, 1), rt.make("B", 25, 2)
 
 
 def ids(batch):
@@ -141,4 +123,4 @@ if __name__ == "__main__":
     try:
         unittest.main(argv=sys.argv[:1], verbosity=2)
     finally:
-        shutil.rmtree(TMP)
+        shutil.rmtree(rt.TMP)

@@ -60,10 +60,6 @@ static int f_next(void *l, uint64_t *h) {
              b->n * 8);
     return 0;
 }
-static int f_position(void *l, cxs_position *p) { return cxs_loader_position(l, p); }
-static int f_set_epoch(void *l, uint64_t e) { return cxs_loader_set_epoch(l, e); }
-static int f_seek(void *l, const cxs_position *p, cxs_diag *d) { return cxs_loader_seek(l, p, d); }
-static void f_free(void *l) { cxs_loader_free(l); }
 
 static uint64_t utt_hash(const cxs_utt_batch *b) {
     uint64_t h = fnv(14695981039346656037u, b->x, b->n * b->tmax * 8 * 4);
@@ -87,12 +83,6 @@ static int u_next(void *l, uint64_t *h) {
     *h = utt_hash(b);
     return 0;
 }
-static int u_position(void *l, cxs_position *p) { return cxs_utt_loader_position(l, p); }
-static int u_set_epoch(void *l, uint64_t e) { return cxs_utt_loader_set_epoch(l, e); }
-static int u_seek(void *l, const cxs_position *p, cxs_diag *d) {
-    return cxs_utt_loader_seek(l, p, d);
-}
-static void u_free(void *l) { cxs_utt_loader_free(l); }
 
 static void *m_create(uint64_t e, uint64_t s) {
     cxs_loader_opts o;
@@ -112,12 +102,6 @@ static int m_next(void *l, uint64_t *h) {
              b->source, b->n * 4);
     return 0;
 }
-static int m_position(void *l, cxs_position *p) { return cxs_mix_loader_position(l, p); }
-static int m_set_epoch(void *l, uint64_t e) { return cxs_mix_loader_set_epoch(l, e); }
-static int m_seek(void *l, const cxs_position *p, cxs_diag *d) {
-    return cxs_mix_loader_seek(l, p, d);
-}
-static void m_free(void *l) { cxs_mix_loader_free(l); }
 
 static void *mu_create(uint64_t e, uint64_t s) {
     cxs_utt_loader_opts o;
@@ -136,12 +120,19 @@ static int mu_next(void *l, uint64_t *h) {
     *h = fnv(utt_hash(b->batch), b->source, b->batch->n * 4);
     return 0;
 }
-static int mu_position(void *l, cxs_position *p) { return cxs_mix_utt_loader_position(l, p); }
-static int mu_set_epoch(void *l, uint64_t e) { return cxs_mix_utt_loader_set_epoch(l, e); }
-static int mu_seek(void *l, const cxs_position *p, cxs_diag *d) {
-    return cxs_mix_utt_loader_seek(l, p, d);
-}
-static void mu_free(void *l) { cxs_mix_utt_loader_free(l); }
+
+/* The calls every kind has, typed for drv. */
+#define CALLS(pre, T)                                                                           \
+    static int pre##_position(void *l, cxs_position *p) { return cxs_##T##_position(l, p); }    \
+    static int pre##_set_epoch(void *l, uint64_t e) { return cxs_##T##_set_epoch(l, e); }       \
+    static int pre##_seek(void *l, const cxs_position *p, cxs_diag *d) {                        \
+        return cxs_##T##_seek(l, p, d);                                                         \
+    }                                                                                           \
+    static void pre##_free(void *l) { cxs_##T##_free(l); }
+CALLS(f, loader)
+CALLS(u, utt_loader)
+CALLS(m, mix_loader)
+CALLS(mu, mix_utt_loader)
 
 static const drv drivers[] = {
     {"frame loader", CXS_POSITION_FRAMES, f_create, f_next, f_position, f_set_epoch, f_seek, f_free},
