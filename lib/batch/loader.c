@@ -23,6 +23,7 @@
 #include "dataset_internal.h"
 #include "gather.h"
 #include "readahead.h"
+#include "position.h"
 #include "ring.h"
 #include "samplers.h"
 
@@ -573,4 +574,9 @@ int cxs_loader_provide(cxs_loader *l, float *x, int64_t *y) {
     }
     pthread_mutex_unlock(&l->ring.mu);
     return rc;
+}
+
+/* For position.c: a batch covers batch_size sampler positions. */
+void cxs_loader_place(const cxs_loader *l, cxs_place *w) {
+    *w = (cxs_place){l->epoch, l->start, l->o.batch_size, l->ring.next_take, l->ring.nbatches};
 }

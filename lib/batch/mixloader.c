@@ -15,6 +15,7 @@
 #include "gather.h"
 #include "hooks.h"
 #include "mix.h"
+#include "position.h"
 #include "ring.h"
 #include "samplers.h"
 #include "source.h"
@@ -981,4 +982,13 @@ int cxs_mix_utt_loader_reset(cxs_mix_utt_loader *l, uint64_t epoch, uint64_t sta
     if (!rc) cxs_ring_restart_locked(&l->ring, nb);
     pthread_mutex_unlock(&l->ring.mu);
     return cxs_ring_outcome(&l->ring, rc, NULL);
+}
+
+/* For position.c: both mixtures' starts count this rank's batches. */
+void cxs_mix_loader_place(const cxs_mix_loader *l, cxs_place *w) {
+    *w = (cxs_place){l->epoch, l->start, 1, l->ring.next_take, l->ring.nbatches};
+}
+
+void cxs_mix_utt_loader_place(const cxs_mix_utt_loader *l, cxs_place *w) {
+    *w = (cxs_place){l->epoch, l->start, 1, l->ring.next_take, l->ring.nbatches};
 }

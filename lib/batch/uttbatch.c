@@ -15,6 +15,7 @@
 #include "dataset_internal.h"
 #include "fault.h"
 #include "gather.h"
+#include "position.h"
 #include "ring.h"
 #include "source.h"
 
@@ -745,4 +746,9 @@ int cxs_utt_loader_reset(cxs_utt_loader *l, uint64_t epoch, uint64_t start) {
     if (!rc) cxs_ring_restart_locked(&l->ring, nb);
     pthread_mutex_unlock(&l->ring.mu);
     return cxs_ring_outcome(&l->ring, rc, NULL);
+}
+
+/* For position.c: the start counts this rank's batches. */
+void cxs_utt_loader_place(const cxs_utt_loader *l, cxs_place *w) {
+    *w = (cxs_place){l->epoch, l->start, 1, l->ring.next_take, l->ring.nbatches};
 }

@@ -1765,6 +1765,91 @@ CXS_API const cxs_diag *cxs_mix_utt_loader_error(const cxs_mix_utt_loader *l);
 /** Stop and join the workers, free the ring.  NULL is a no-op. */
 CXS_API void cxs_mix_utt_loader_free(cxs_mix_utt_loader *l);
 
+/* ---- Positions, epochs and saved states (every loader) ----------------- */
+
+/**
+ * Where a loader stands, kept by the loader itself (one rule of resume for
+ * every kind): the epoch it is positioned in and the start of its next
+ * batch there, in the unit its create and reset calls take (a sampler
+ * position for the frame loader, this rank's batch for the utterance
+ * loader and both mixtures).  "Positioned in": right after create, reset,
+ * set_epoch or seek at (e, s), (e, s); after n batches of it were handed
+ * out, the start of batch n; once the last batch of e was handed out (or
+ * none was left, or only a dropped tail), (e + 1, 0).
+ *
+ * It is also the loader's saved state: a small versioned struct to store
+ * (its fields as they are, in any byte order the program chooses) and to
+ * give to cxs_*_seek of a loader made over the same order (dataset,
+ * sampler or mixture, seed, ranks) to continue there.  The positions of a
+ * resumed run then equal those of one never stopped, batch for batch.
+ */
+typedef struct cxs_position {
+    uint32_t version;     /**< CXS_POSITION_VERSION */
+    uint32_t kind;        /**< CXS_POSITION_FRAMES ... of the loader that wrote it */
+    uint64_t epoch;       /**< the epoch the loader is positioned in */
+    uint64_t next;        /**< the start of its next batch in that epoch */
+    uint64_t reserved[2]; /**< zero */
+} cxs_position;
+
+/** The cxs_position layout this library writes and reads. */
+#define CXS_POSITION_VERSION 1u
+/** cxs_position.kind: which loader, so a state never seeks another kind. */
+#define CXS_POSITION_FRAMES 1u     /**< cxs_loader: next is a sampler position */
+#define CXS_POSITION_UTTERANCES 2u /**< cxs_utt_loader: next is this rank's batch */
+#define CXS_POSITION_MIX 3u        /**< cxs_mix_loader: this rank's batch */
+#define CXS_POSITION_MIX_UTT 4u    /**< cxs_mix_utt_loader: this rank's batch */
+
+/**
+ * The rule of set_epoch, alone: the start a loader positioned at `at`
+ * serves `epoch` from -- at->next when at->epoch == epoch (it keeps its
+ * place: a resumed run's set_epoch(e) continues e), else 0 (any other
+ * epoch from its start; after a complete pass of e, set_epoch(e) serves e
+ * again).  The loaders' _set_epoch calls use it; so does a binding that
+ * keeps a position of its own.  at NULL: 0.
+ */
+CXS_API uint64_t cxs_position_start(const cxs_position *at, uint64_t epoch);
+
+/**
+ * The loader's position into *out (written only on success).  Call it from
+ * the consumer's thread, like _next.  Returns 0, CXS_E_INVALID (NULL), or
+ * CXS_E_RANGE when the last batch of epoch UINT64_MAX was handed out (no
+ * next epoch to stand in).
+ */
+CXS_API int cxs_loader_position(const cxs_loader *l, cxs_position *out);
+/** Serve `epoch` next, from cxs_position_start(position, epoch): a reset
+ * there (prefetched batches are discarded).  Returns as cxs_loader_reset. */
+CXS_API int cxs_loader_set_epoch(cxs_loader *l, uint64_t epoch);
+/**
+ * Continue at a saved position: a reset at (p->epoch, p->next) after
+ * checking p.  Returns 0, or CXS_E_INVALID with diag (may be NULL) saying
+ * why: a version other than CXS_POSITION_VERSION, a position of another
+ * kind of loader, reserved words not zero, next past the epoch.
+ */
+CXS_API int cxs_loader_seek(cxs_loader *l, const cxs_position *p, cxs_diag *diag);
+
+/** As cxs_loader_position, of an utterance loader (next: this rank's batch). */
+CXS_API int cxs_utt_loader_position(const cxs_utt_loader *l, cxs_position *out);
+/** As cxs_loader_set_epoch. */
+CXS_API int cxs_utt_loader_set_epoch(cxs_utt_loader *l, uint64_t epoch);
+/** As cxs_loader_seek. */
+CXS_API int cxs_utt_loader_seek(cxs_utt_loader *l, const cxs_position *p, cxs_diag *diag);
+
+/** As cxs_loader_position, of a mixture loader (next: this rank's batch). */
+CXS_API int cxs_mix_loader_position(const cxs_mix_loader *l, cxs_position *out);
+/** As cxs_loader_set_epoch. */
+CXS_API int cxs_mix_loader_set_epoch(cxs_mix_loader *l, uint64_t epoch);
+/** As cxs_loader_seek. */
+CXS_API int cxs_mix_loader_seek(cxs_mix_loader *l, const cxs_position *p, cxs_diag *diag);
+
+/** As cxs_loader_position, of an utterance mixture loader (next: this
+ * rank's batch). */
+CXS_API int cxs_mix_utt_loader_position(const cxs_mix_utt_loader *l, cxs_position *out);
+/** As cxs_loader_set_epoch. */
+CXS_API int cxs_mix_utt_loader_set_epoch(cxs_mix_utt_loader *l, uint64_t epoch);
+/** As cxs_loader_seek. */
+CXS_API int cxs_mix_utt_loader_seek(cxs_mix_utt_loader *l, const cxs_position *p,
+                                    cxs_diag *diag);
+
 #ifdef __cplusplus
 }
 #endif

@@ -149,6 +149,14 @@ class Batch(Structure):
                 ("index", c_uint64), ("position", c_uint64)]
 
 
+POSITION_VERSION = 1  # CXS_POSITION_VERSION
+
+
+class Position(Structure):  # cxs_position: a loader's place, and its saved state
+    _fields_ = [("version", c_uint32), ("kind", c_uint32), ("epoch", c_uint64),
+                ("next", c_uint64), ("reserved", c_uint64 * 2)]
+
+
 class MixOpts(Structure):
     _fields_ = [("kind", c_uint32), ("seed", c_uint64), ("batch_size", c_uint32),
                 ("weights", POINTER(c_double)), ("temperature", c_double),
@@ -591,6 +599,12 @@ def _load():
         "cxs_import_kaldi": (c_int, [c_char_p, c_char_p, POINTER(WriterOpts), POINTER(KaldiOpts),
                                      PROGRESS_FN, c_void_p, POINTER(ImportInfo), POINTER(Diag)]),
     }
+    # every loader's place, set_epoch and seek (position.c), alike
+    sig["cxs_position_start"] = (c_uint64, [POINTER(Position), c_uint64])
+    for k in ("loader", "utt_loader", "mix_loader", "mix_utt_loader"):
+        sig[f"cxs_{k}_position"] = (c_int, [c_void_p, POINTER(Position)])
+        sig[f"cxs_{k}_set_epoch"] = (c_int, [c_void_p, c_uint64])
+        sig[f"cxs_{k}_seek"] = (c_int, [c_void_p, POINTER(Position), POINTER(Diag)])
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
         f.restype = res
@@ -612,5 +626,5 @@ def _load():
 
 lib, lib_path = _load()
 __all__ = ["lib", "lib_path", "Diag", "Info", "OpenOpts", "Stats", "Memory", "WarmResult", "Utterance", "SamplerOpts", "LoaderOpts",
-           "Batch", "MixOpts", "MixFrames", "MixUttOpts", "MixUtts", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
+           "Batch", "Position", "MixOpts", "MixFrames", "MixUttOpts", "MixUtts", "UttSamplerOpts", "UttLoaderOpts", "UttBatch", "GpuProbeInfo", "GpuOpts", "GpuBatch", "GpuUttOpts", "GpuUttBatch", "GpuLoaderInfo", "WriterOpts", "WriterUtt",
            "WriterInfo", "KaldiOpts", "ImportInfo", "NpyOpts", "c_float", "c_int64"]

@@ -43,16 +43,37 @@ def _set_epoch(func, loader, epoch):
     tail), the start of e + 1 -- set_epoch(e + 1) starts it, set_epoch(e)
     serves e again from its start.
 
+    The rule is the library's (cxs_position_start, which the C loaders'
+    set_epoch calls use too): asked here of the position state_dict()
+    reports, (epoch, global position).
+
     loader: its epoch, _origin (global position where the epoch in
     progress starts) and _start (this rank's position from there), and
     _position() -> (epoch, global position) as state_dict() reports
     them."""
     epoch = _a.integer(f"{func}.set_epoch", "epoch", epoch, 0, MAX_EPOCH)
-    if loader.epoch == epoch and loader._position()[0] == epoch:
-        return
-    # (positioned in `epoch` while loader.epoch is the one before: that one
-    # was served to its end, and the start of `epoch` is where it stands)
+    at, g = loader._position()
+    if _lib.cxs_position_start(byref(_n.Position(_n.POSITION_VERSION, 0, at, g)), epoch):
+        return  # kept: positioned in `epoch`, past its start
+    # (positioned at the start of `epoch` while loader.epoch is the one
+    # before: that one was served to its end)
     loader.epoch, loader._origin, loader._start = epoch, 0, 0
+
+
+def _follow(loader, position, ptr, what):
+    """After a batch of C loader `ptr` was handed out (or its pass ended):
+    the Python loader stands where the C loader says (`position`, its
+    cxs_*_position call): this rank's start of the next batch in the epoch
+    in progress, or the start of the next epoch once the last batch of
+    this one was handed out (a dropped tail included)."""
+    at = _n.Position()
+    rc = position(ptr, byref(at))
+    if rc:
+        _raise(rc, what=what)
+    if at.epoch == loader.epoch:
+        loader._start = at.next
+    else:
+        loader.epoch, loader._origin, loader._start = at.epoch, 0, 0
 
 
 class _Order:

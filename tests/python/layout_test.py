@@ -27,7 +27,7 @@ C_TYPES = {
     "HugepageInfo": "cxs_hugepage_info",
     "Stats": "cxs_stats", "Utterance": "cxs_utterance", "SamplerOpts": "cxs_sampler_opts",
     "Norm": "cxs_norm", "LoaderOpts": "cxs_loader_opts", "Memory": "cxs_memory",
-    "WarmResult": "cxs_warm_result", "Batch": "cxs_batch",
+    "WarmResult": "cxs_warm_result", "Batch": "cxs_batch", "Position": "cxs_position",
     "FetchInfo": "cxs_fetch_info", "CacheEntry": "cxs_cache_entry",
     "GpuProbeInfo": "cxs_gpu_probe_info", "GpuOpts": "cxs_gpu_opts",
     "GpuBatch": "cxs_gpu_batch", "GpuLoaderInfo": "cxs_gpu_loader_info",
