@@ -68,6 +68,12 @@
 #define CXS_DTYPE_F32  1
 #define CXS_DTYPE_F16  2
 #define CXS_DTYPE_BF16 3
+/** Coded types (format 1.4): Kaldi's compressed matrices, per-utterance
+ * headers in the shard's QHEADERS section, decoded to float when read.
+ * q8: one byte a value (Kaldi's kSpeechFeature, "CM"); q16: two bytes a
+ * value (kTwoByteAuto, "CM2"). */
+#define CXS_DTYPE_Q8   4
+#define CXS_DTYPE_Q16  5
 
 /** Compression of the feature sections (cxs_info.compression,
  * cxs_writer_opts.compression; on disk: DATASET_META offset 60 and the
