@@ -19,10 +19,13 @@ import unittest
 
 BUILD, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 EXE = os.path.join(BUILD, "tools", "ctxshard")
+os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(SRC, "python"))
 
 import numpy as np  # noqa: E402
 
+import ctxshard  # noqa: E402
 import kaldi_ref as K  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-qwrite-")
@@ -173,6 +176,26 @@ class Pack(unittest.TestCase):
         self.assertNotEqual(v.returncode, 0)
         self.assertIn("QHEADERS: utterance 3", v.stderr + v.stdout)
         self.assertIn("range -1 is not finite and > 0", v.stderr + v.stdout)
+
+
+class PythonWriter(unittest.TestCase):
+    def test_writer_q8_is_pack(self):
+        """ctxshard.Writer(dtype="q8") writes pack's bytes; import_kaldi
+        reports the codes it kept."""
+        ids = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(RAW, "mfcc", "*.npy")))
+        out = os.path.join(TMP, "pyq8")
+        with ctxshard.Writer(out, dtype="q8", guard=0) as w:
+            for i, m in zip(ids, raw_utts()):
+                w.add(i, m)
+        packed = os.path.join(TMP, "pyq8-packed")
+        self.assertEqual(run("pack", RAW, packed, "--dtype", "q8", "--quiet").returncode, 0)
+        a = stored(os.path.join(out, SHARD), "q8", 13)[0]
+        b = stored(os.path.join(packed, SHARD), "q8", 13)[0]
+        self.assertEqual([(h, c.tobytes()) for h, c in a], [(h, c.tobytes()) for h, c in b])
+        ark = os.path.join(TMP, "py.ark")
+        K.write_ark(ark, [("u1", K.encode(raw_utts()[0], "CM"))])
+        res = ctxshard.import_kaldi(ark, os.path.join(TMP, "pykq8"), dtype="q8")
+        self.assertEqual((res["codes_kept"], res["reencoded"]), (1, 0))
 
 
 class Kaldi(unittest.TestCase):
