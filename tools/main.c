@@ -104,7 +104,7 @@ static const char *const usage_check =
     "  --threads N    reader threads (default: all CPUs)\n";
 
 static const char *const usage_pack =
-    "usage: ctxshard pack RAW OUT [--dtype f32|f16|bf16] [--guard G]\n"
+    "usage: ctxshard pack RAW OUT [--dtype f32|f16|bf16|q8|q16] [--guard G]\n"
     "                     [--shard-size SIZE] [--threads N] [--on-error fail|skip]\n"
     "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
     "                     [--sos SYM] [--eos SYM] [--transcripts frames|sequence|both]\n"
@@ -118,7 +118,9 @@ static const char *const usage_pack =
     "the dataset holds features only.\n"
     "\n"
     "  --dtype T          stored feature type: f32 (default), f16, bf16\n"
-    "                     (round to nearest even)\n"
+    "                     (round to nearest even), or q8 / q16: Kaldi's compressed\n"
+    "                     matrices, 1 or 2 bytes a value, coded per utterance as\n"
+    "                     Kaldi codes them (format 1.4; no guard rows)\n"
     "  --guard G          zero rows around every utterance (default 64): windows\n"
     "                     with context k <= G are zero-copy views\n"
     "  --shard-size SIZE  largest shard file: bytes, or with K/M/G/T, also 1.5G\n"
@@ -171,7 +173,7 @@ static const char *const usage_pack =
     "                     OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK)\n";
 
 static const char *const usage_convert =
-    "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress)\n"
+    "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress | --dtype T)\n"
     "                        [--chunk-size SIZE] [--no-shuffle] [--threads N] [--quiet]\n"
     "                        [--block-sums on|off]\n"
     "\n"
@@ -180,12 +182,15 @@ static const char *const usage_convert =
     "packing the raw data directly in that form.  OUT is written atomically.\n"
     "--threads N compresses on N threads (default: all CPUs), same bytes.\n"
     "--block-sums (default on) as for pack: converting a dataset packed without\n"
-    "block sums (or before format 1.3) in its own form adds them.\n";
+    "block sums (or before format 1.3) in its own form adds them.\n"
+    "--dtype T stores IN's features as f32, f16, bf16, q8 or q16 (q8, q16: coded\n"
+    "from the stored values, as pack codes them; without --compress or\n"
+    "--no-compress OUT keeps IN's form).  A q8 or q16 IN is not converted yet.\n";
 
 static const char *const usage_import =
     "usage: ctxshard import kaldi SCP_OR_ARK OUT [--text FILE | --ali FILE]\n"
     "                     [--vocab FILE | --vocab-from-data]\n"
-    "                     [--no-sort] [--dtype f32|f16|bf16] [--guard G] [--shard-size SIZE]\n"
+    "                     [--no-sort] [--dtype f32|f16|bf16|q8|q16] [--guard G] [--shard-size SIZE]\n"
     "                     [--threads N] [--on-error fail|skip] [--normalize none|utterance]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
     "                     [--part I/N|env] [--block-sums on|off]\n"
@@ -201,7 +206,10 @@ static const char *const usage_import =
     "exactly as Kaldi decodes them, and text-form matrices (ark,t); scp entries\n"
     "may select rows and columns with Kaldi's ranges (a.ark:123[0:99],\n"
     "[0:99,0:12]).  Utterances are taken in byte order of their ids: an unsorted\n"
-    "listing is sorted (and said so).\n"
+    "listing is sorted (and said so).  With --dtype q8 a CM object keeps its own\n"
+    "codes and headers (no second quantization; --dtype q16: a CM2 object); any\n"
+    "other object is coded from its decoded values, and how many were is said\n"
+    "on standard error.\n"
     "\n"
     "  --text FILE      a Kaldi text file (utt w1 w2 ...): label sequences\n"
     "  --ali FILE       per-frame alignments (utt p1 .. pT, ali-to-phones\n"
