@@ -22,11 +22,13 @@ EXE = os.path.join(BUILD, "tools", "ctxshard")
 os.environ.setdefault("CTXSHARD_LIB", os.path.join(BUILD, "lib", "libctxshard.so"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(SRC, "python"))
+sys.path.insert(0, os.path.join(SRC, "tests", "golden"))
 
 import numpy as np  # noqa: E402
 
 import ctxshard  # noqa: E402
 import kaldi_ref as K  # noqa: E402
+from make_golden import sections  # noqa: E402  (a file's bytes and its section table)
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-qwrite-")
 RAW = os.path.join(TMP, "raw")
@@ -43,20 +45,10 @@ def run(*args):
     return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True)
 
 
-def sections(data):
-    n = struct.unpack_from("<I", data, 24)[0]
-    out = {}
-    for i in range(n):
-        t, _, off, ln, _ = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
-        out[t] = (off, ln, 64 + 32 * i)
-    return out
-
-
 def stored(path, dtype, D):
     """[(header, codes [T, D])] of every utterance of a shard, and its
     minor version and guard."""
-    data = open(path, "rb").read()
-    s = sections(data)
+    data, s = sections(path)
     minor, = struct.unpack_from("<H", data, 10)
     off, ln, _ = s[SEC_INDEX]
     cum = np.frombuffer(data, "<u8", ln // 8, off)
@@ -161,8 +153,8 @@ class Pack(unittest.TestCase):
         self.assertEqual(run("pack", RAW, out, "--dtype", "q8", "--block-sums", "off",
                              "--quiet").returncode, 0)
         path = os.path.join(out, SHARD)
-        data = bytearray(open(path, "rb").read())
-        s = sections(data)
+        data, s = sections(path)
+        data = bytearray(data)
         qo, ql, entry = s[SEC_QHEADERS]
         H = 8 + 8 * 13
         struct.pack_into("<f", data, qo + 3 * H + 4, -1.0)
