@@ -146,6 +146,30 @@ class Pack(unittest.TestCase):
             self.assertEqual(open(os.path.join(c, name), "rb").read(),
                              open(os.path.join(q8, name), "rb").read(), name)
 
+    def test_merge(self):
+        """Two q8 parts merge into the whole pack's bytes; a q8 part and a
+        float32 part do not merge."""
+        parts = []
+        for i, dt in ((1, "q8"), (2, "q8"), (2, "f32")):
+            p = os.path.join(TMP, f"part{i}-{dt}")
+            r = run("pack", RAW, p, "--dtype", dt, "--part", f"{i}/2", "--shard-size", "64K",
+                    "--quiet")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            parts.append(p)
+        whole, merged = os.path.join(TMP, "whole-q8"), os.path.join(TMP, "merged-q8")
+        self.assertEqual(run("pack", RAW, whole, "--dtype", "q8", "--shard-size", "64K",
+                             "--quiet").returncode, 0)
+        r = run("merge", parts[0], parts[1], merged, "--quiet")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        names = sorted(os.listdir(whole))
+        self.assertGreater(len(names), 2)
+        self.assertEqual(names, sorted(os.listdir(merged)))
+        for n in names:
+            self.assertEqual(open(os.path.join(whole, n), "rb").read(),
+                             open(os.path.join(merged, n), "rb").read(), n)
+        r = run("merge", parts[0], parts[2], os.path.join(TMP, "mixed"), "--quiet")
+        self.assertNotEqual(r.returncode, 0)
+
     def test_bad_header(self):
         """A header the encoder cannot write (range -1), its checksums made
         to agree: verify names the utterance; open serves it."""
