@@ -114,7 +114,7 @@ class Pack(unittest.TestCase):
     def test_q8(self):
         out = self.check("q8")
         info = run("info", out).stdout
-        self.assertIn("13 x q8, guard 0", info)
+        self.assertIn("13 x q8: 1 byte a value and a header of 112 bytes an utterance", info)
         self.assertIn("format        1.4", info)
 
     def test_q16(self):
