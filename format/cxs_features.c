@@ -131,13 +131,33 @@ static uint32_t row_sums_f32(const float *restrict f, uint64_t D, double *restri
 
 /* The sums of a coded utterance (header, then codes): of its decoded
  * values, row by row as the float32 path sums them.  f: T*D floats of
- * scratch. */
-static void coded_sums(uint32_t dtype, const uint8_t *hc, uint64_t T, uint64_t D, float *f,
-                       double *sum, double *sumsq) {
-    cxs_q_decode_rows(dtype, hc, D, hc + cxs_q_header_size(dtype, D), T, f);
+ * scratch.  q8 decodes through each column's 256 values, computed once
+ * (an importer's writer thread does this for every utterance: the
+ * arithmetic per value would cost more than the rest of its work). */
+static int coded_sums(uint32_t dtype, const uint8_t *hc, uint64_t T, uint64_t D, float *f,
+                      double *sum, double *sumsq) {
+    const uint8_t *codes = hc + cxs_q_header_size(dtype, D);
+    if (dtype == CXS_DTYPE_Q8) {
+        float(*tab)[256] = malloc(D * sizeof *tab);
+        cxs_q8_col *cols = malloc(D * sizeof *cols);
+        if (!tab || !cols) {
+            free(tab);
+            free(cols);
+            return -ENOMEM;
+        }
+        cxs_q8_prepare(hc, D, cols);
+        for (uint64_t d = 0; d < D; d++) cxs_q8_table(&cols[d], tab[d]);
+        for (uint64_t t = 0; t < T; t++)
+            for (uint64_t d = 0; d < D; d++) f[t * D + d] = tab[d][codes[t * D + d]];
+        free(tab);
+        free(cols);
+    } else {
+        cxs_q_decode_rows(dtype, hc, D, codes, T, f);
+    }
     memset(sum, 0, D * sizeof(double));
     memset(sumsq, 0, D * sizeof(double));
     for (uint64_t t = 0; t < T; t++) row_sums_f32(f + t * D, D, sum, sumsq);
+    return 0;
 }
 
 int cxs_features_coded(uint32_t dtype, const uint8_t *src, uint64_t T, uint64_t D, uint8_t *dst,
@@ -148,9 +168,9 @@ int cxs_features_coded(uint32_t dtype, const uint8_t *src, uint64_t T, uint64_t 
     float *f = malloc(T * D * sizeof *f);
     if (!f) return cxs_diagf(dg, -ENOMEM, "out of memory");
     memcpy(dst, src, cxs_q_header_size(dtype, D) + T * D * cxs_dtype_size(dtype));
-    coded_sums(dtype, dst, T, D, f, sum, sumsq);
+    const int rc = coded_sums(dtype, dst, T, D, f, sum, sumsq);
     free(f);
-    return 0;
+    return rc ? cxs_diagf(dg, rc, "out of memory") : 0;
 }
 
 /* A coded dtype: the float32 conversion (normalised when asked) into
@@ -173,7 +193,8 @@ static int convert_coded(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, 
         rc = rc == -ENOMEM ? cxs_diagf(dg, rc, "out of memory")
                            : cxs_diagf(dg, CXS_E_INPUT, "cannot be stored as %s: %s",
                                        cxs_dtype_name(dtype), why ? why : "bad arguments");
-    if (!rc) coded_sums(dtype, dst, T, D, f, sum, sumsq);
+    if (!rc && (rc = coded_sums(dtype, dst, T, D, f, sum, sumsq)))
+        rc = cxs_diagf(dg, rc, "out of memory");
     free(f);
     return rc;
 }

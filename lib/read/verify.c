@@ -28,6 +28,9 @@ typedef struct vctx {
      * squares in float64, in frame order; over utterances, exact sums. */
     double *u1, *u2;  /* dim each: the utterance at work */
     float *qrow;      /* a coded dtype: one row decoded (dim floats) */
+    float (*qtab)[256]; /* q8: every column's 256 values (dim tables) ... */
+    cxs_q8_col *qcols;  /* ... from these, of the header at qtab_of */
+    const uint8_t *qtab_of;
     cxs_xsum *x1, *x2; /* dim each */
     /* Compressed: one chunk's rows and a decoder, made once (nothing is
      * allocated inside the recovery region the shards are read in). */
@@ -51,9 +54,19 @@ static double elem(const uint8_t *p, uint64_t i, uint32_t dtype) {
 static void sum_rows(vctx *v, const uint8_t *p, uint64_t rows, const uint8_t *qheader) {
     const uint32_t D = v->ds->meta.dim, dt = v->ds->meta.dtype;
     if (qheader) {
-        /* a coded dtype: the decoded values, as the writer summed them */
+        /* a coded dtype: the decoded values, as the writer summed them;
+         * q8's through per-column tables, made once an utterance */
+        if (dt == CXS_DTYPE_Q8 && v->qtab_of != qheader) {
+            cxs_q8_prepare(qheader, D, v->qcols);
+            for (uint32_t d = 0; d < D; d++) cxs_q8_table(&v->qcols[d], v->qtab[d]);
+            v->qtab_of = qheader;
+        }
         for (uint64_t r = 0; r < rows; r++) {
-            cxs_q_decode_rows(dt, qheader, D, p + r * v->ds->row_bytes, 1, v->qrow);
+            const uint8_t *c = p + r * v->ds->row_bytes;
+            if (dt == CXS_DTYPE_Q8)
+                for (uint32_t d = 0; d < D; d++) v->qrow[d] = v->qtab[d][c[d]];
+            else
+                cxs_q_decode_rows(dt, qheader, D, c, 1, v->qrow);
             for (uint32_t d = 0; d < D; d++) {
                 const double x = v->qrow[d];
                 v->u1[d] += x;
@@ -505,7 +518,7 @@ static int verify_shard(void *p) {
 int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *user, cxs_diag *d) {
     if (ds && ds->stream) return cxs_streamed_refuse(ds, "verify", d);
     vctx v = {ds, progress, user, 0, ds->total_bytes, XXH3_createState(), NULL, NULL, NULL, NULL,
-              NULL, NULL, {0}};
+              NULL, NULL, NULL, NULL, NULL, {0}};
     uint64_t *hist = calloc(65537, sizeof *hist);
     const uint32_t D = ds->meta.dim;
     v.u1 = calloc(2 * (size_t)D + 1, sizeof *v.u1);
@@ -513,9 +526,14 @@ int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *us
     v.x1 = calloc(2 * (size_t)D + 1, sizeof *v.x1);
     v.x2 = v.x1 ? v.x1 + D : NULL;
     v.qrow = malloc((size_t)D * sizeof *v.qrow + 1);
+    if (ds->meta.dtype == CXS_DTYPE_Q8) {
+        v.qtab = malloc((size_t)D * sizeof *v.qtab);
+        v.qcols = malloc((size_t)D * sizeof *v.qcols);
+    }
     int rc = 0;
     if (cxs_compressed(ds) && ds->max_chunk_bytes) v.buf = malloc(ds->max_chunk_bytes);
-    if (!v.st || !hist || !v.u1 || !v.x1 || !v.qrow || (cxs_compressed(ds) && ds->max_chunk_bytes && !v.buf)) {
+    if (!v.st || !hist || !v.u1 || !v.x1 || !v.qrow ||
+        (ds->meta.dtype == CXS_DTYPE_Q8 && (!v.qtab || !v.qcols)) || (cxs_compressed(ds) && ds->max_chunk_bytes && !v.buf)) {
         rc = -ENOMEM;
         goto out;
     }
@@ -584,6 +602,8 @@ out:
     free(v.u1);
     free(v.x1);
     free(v.qrow);
+    free(v.qtab);
+    free(v.qcols);
     free(v.buf);
     cxs_zreader_free(&v.zr);
     if (v.st) XXH3_freeState(v.st);
