@@ -180,11 +180,13 @@ static float kth(float *a, size_t n, size_t k) {
 static void col_header(float min, float range, float *s, size_t n, uint16_t p[4]) {
     float v[4];
     if (n >= 5) {
+        /* Kaldi's order of nth_element calls, each on what the previous
+         * left unsorted: kth leaves a[0 .. k) <= a[k] <= a[k+1 .. n) */
         const size_t q = n / 4;
-        v[0] = kth(s, n, 0);
         v[1] = kth(s, n, q);
-        v[2] = kth(s, n, 3 * q);
-        v[3] = kth(s, n, n - 1);
+        v[0] = kth(s, q, 0);
+        v[2] = kth(s + q + 1, n - q - 1, 2 * q - 1);
+        v[3] = kth(s + 3 * q + 1, n - 3 * q - 1, n - 3 * q - 2);
     } else {
         for (size_t i = 0; i < n; i++) v[i] = kth(s, n, i);
     }
