@@ -21,6 +21,9 @@ competitor once:
   import              ctxshard import kaldi, all CPUs (the output fsynced, as always)
   import --threads 1  one thread
   import f16          --dtype f16 (the output 2x the archive instead of 4x)
+  import q8           --dtype q8 (format 1.4): the CM objects' own codes and
+                      headers, transposed to rows, no second quantization
+                      (the output about the archive's size)
   import zstd         --compress zstd (level 3, byte-shuffled)
   dataset cp -r+sync  a copy of the float32 dataset made durable: the floor of
                       writing the import's output, 4x the archive
@@ -34,7 +37,9 @@ ratios are printed: every competitor against `cp`, against `cp + fsync`,
 and the Python loops against the import, with CPU seconds and the
 import's peak memory.  The import's output is checked against the numpy
 loop's (the same bytes) and for the same bytes at every thread count.
-Targets (issue 29): at least 10x the Python loop, at most 2x `cp`."""
+Targets (issue 29): at least 10x the Python loop, at most 2x `cp`; issue 47:
+`import q8` at most 2x `cp + fsync` (the archive made durable: the import
+fsyncs its output)."""
 import argparse
 import os
 import shutil
@@ -238,6 +243,7 @@ def main():
             "import": lambda: timed(imp + [out, "--quiet"]),
             "import --threads 1": lambda: timed(imp + [out + "-t1", "--quiet", "--threads", "1"]),
             "import f16": lambda: timed(imp + [out + "-f16", "--quiet", "--dtype", "f16"]),
+            "import q8": lambda: timed(imp + [out + "-q8", "--quiet", "--dtype", "q8"]),
             "import zstd": lambda: timed(imp + [out + "-z", "--quiet", "--compress", "zstd"]),
             "dataset cp -r+sync": lambda: timed(["sh", "-c", f"rm -rf {dst}.d && cp -r {out} "
                                                  f"{dst}.d && sync {dst}.d/*"]),
@@ -279,6 +285,7 @@ def main():
         rss = {k: max(x[2] for x in v) for k, v in res.items()}
         print(f"archive: {a.utts} utterances x {a.dim} (CM), {size / 1e9:.2f} GB; datasets: "
               f"float32 {du(out) / 1e9:.2f} GB, float16 {du(out + '-f16') / 1e9:.2f} GB, "
+              f"q8 {du(out + '-q8') / 1e9:.2f} GB, "
               f"zstd {du(out + '-z') / 1e9:.2f} GB; {os.cpu_count()} CPUs; medians of "
               f"{a.repeats}, interleaved")
         base, based = med["cp"], med["cp + fsync"]

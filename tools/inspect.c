@@ -14,6 +14,7 @@
 #include "ctxshard.h"
 #include "cxs_format.h"
 #include "cxs_npy.h"
+#include "cxs_qcodec.h"
 #include "util.h"
 
 static int open_or_report(const char *dir, cxs_dataset **ds) { return open_dataset(dir, NULL, ds); }
@@ -95,6 +96,10 @@ int info_run(const char *dir, int json) {
                (unsigned long long)in.min_length, mean_len, (unsigned long long)in.max_length);
         printf("  \"dim\": %u,\n  \"dtype\": \"%s\",\n  \"guard\": %u,\n", in.dim,
                cxs_dtype_name(in.dtype), in.guard);
+        if (cxs_dtype_coded(in.dtype))
+            printf("  \"bytes_per_value\": %zu,\n  \"header_bytes\": %llu,\n",
+                   cxs_dtype_size(in.dtype),
+                   (unsigned long long)cxs_q_header_size(in.dtype, in.dim));
         printf("  \"shards\": %u,\n  \"bytes\": %llu,\n", in.num_shards,
                (unsigned long long)in.total_bytes);
         printf("  \"pack_options\": {\"dtype\": \"%s\", \"guard\": %u, \"shard_size\": %llu, "
@@ -148,7 +153,15 @@ int info_run(const char *dir, int json) {
     printf("frames        %llu (per utterance: min %llu, mean %.1f, max %llu)\n",
            (unsigned long long)in.num_frames, (unsigned long long)in.min_length, mean_len,
            (unsigned long long)in.max_length);
-    if (in.compression)
+    if (cxs_dtype_coded(in.dtype))
+        printf("features      %u x %s: %zu byte%s a value and a header of %llu bytes an "
+               "utterance (%s in all); no guard rows: windows decoded when read\n",
+               in.dim, cxs_dtype_name(in.dtype), cxs_dtype_size(in.dtype),
+               cxs_dtype_size(in.dtype) == 1 ? "" : "s",
+               (unsigned long long)cxs_q_header_size(in.dtype, in.dim),
+               human_bytes((double)(in.num_utterances * cxs_q_header_size(in.dtype, in.dim)), b,
+                           sizeof b));
+    else if (in.compression)
         printf("features      %u x %s, guard %u row%s (no zero-copy windows: compressed)\n",
                in.dim, cxs_dtype_name(in.dtype), in.guard, in.guard == 1 ? "" : "s");
     else
@@ -162,7 +175,7 @@ int info_run(const char *dir, int json) {
                in.stored_feature_bytes ? (double)in.feature_bytes / (double)in.stored_feature_bytes
                                        : 0.0);
     else
-        printf("storage       uncompressed (zero-copy)\n");
+        printf("storage       uncompressed%s\n", cxs_dtype_coded(in.dtype) ? "" : " (zero-copy)");
     const uint32_t nsh = in.single_shard ? 1 : in.num_shards;
     if (in.block_sum_shards == nsh)
         printf("checksums     per section and per block (format 1.3): every block is checked "

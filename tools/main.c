@@ -23,6 +23,8 @@
 #include "warm.h"
 #include "util.h"
 #include "vocab.h"
+#include "cxs_format.h"
+#include "cxs_qcodec.h"
 
 static const char *const usage_top =
     "usage: ctxshard <command> [options]\n"
@@ -102,7 +104,7 @@ static const char *const usage_check =
     "  --threads N    reader threads (default: all CPUs)\n";
 
 static const char *const usage_pack =
-    "usage: ctxshard pack RAW OUT [--dtype f32|f16|bf16] [--guard G]\n"
+    "usage: ctxshard pack RAW OUT [--dtype f32|f16|bf16|q8|q16] [--guard G]\n"
     "                     [--shard-size SIZE] [--threads N] [--on-error fail|skip]\n"
     "                     [--normalize none|utterance] [--vocab FILE] [--quiet]\n"
     "                     [--sos SYM] [--eos SYM] [--transcripts frames|sequence|both]\n"
@@ -116,7 +118,9 @@ static const char *const usage_pack =
     "the dataset holds features only.\n"
     "\n"
     "  --dtype T          stored feature type: f32 (default), f16, bf16\n"
-    "                     (round to nearest even)\n"
+    "                     (round to nearest even), or q8 / q16: Kaldi's compressed\n"
+    "                     matrices, 1 or 2 bytes a value, coded per utterance as\n"
+    "                     Kaldi codes them (format 1.4; no guard rows)\n"
     "  --guard G          zero rows around every utterance (default 64): windows\n"
     "                     with context k <= G are zero-copy views\n"
     "  --shard-size SIZE  largest shard file: bytes, or with K/M/G/T, also 1.5G\n"
@@ -169,7 +173,7 @@ static const char *const usage_pack =
     "                     OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK)\n";
 
 static const char *const usage_convert =
-    "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress)\n"
+    "usage: ctxshard convert IN OUT (--compress zstd[:LEVEL] | --no-compress | --dtype T)\n"
     "                        [--chunk-size SIZE] [--no-shuffle] [--threads N] [--quiet]\n"
     "                        [--block-sums on|off]\n"
     "\n"
@@ -178,12 +182,15 @@ static const char *const usage_convert =
     "packing the raw data directly in that form.  OUT is written atomically.\n"
     "--threads N compresses on N threads (default: all CPUs), same bytes.\n"
     "--block-sums (default on) as for pack: converting a dataset packed without\n"
-    "block sums (or before format 1.3) in its own form adds them.\n";
+    "block sums (or before format 1.3) in its own form adds them.\n"
+    "--dtype T stores IN's features as f32, f16, bf16, q8 or q16 (q8, q16: coded\n"
+    "from the stored values, as pack codes them; without --compress or\n"
+    "--no-compress OUT keeps IN's form).  A q8 or q16 IN is not converted yet.\n";
 
 static const char *const usage_import =
     "usage: ctxshard import kaldi SCP_OR_ARK OUT [--text FILE | --ali FILE]\n"
     "                     [--vocab FILE | --vocab-from-data]\n"
-    "                     [--no-sort] [--dtype f32|f16|bf16] [--guard G] [--shard-size SIZE]\n"
+    "                     [--no-sort] [--dtype f32|f16|bf16|q8|q16] [--guard G] [--shard-size SIZE]\n"
     "                     [--threads N] [--on-error fail|skip] [--normalize none|utterance]\n"
     "                     [--compress zstd[:LEVEL]] [--chunk-size SIZE] [--no-shuffle] [--quiet]\n"
     "                     [--part I/N|env] [--block-sums on|off]\n"
@@ -199,7 +206,10 @@ static const char *const usage_import =
     "exactly as Kaldi decodes them, and text-form matrices (ark,t); scp entries\n"
     "may select rows and columns with Kaldi's ranges (a.ark:123[0:99],\n"
     "[0:99,0:12]).  Utterances are taken in byte order of their ids: an unsorted\n"
-    "listing is sorted (and said so).\n"
+    "listing is sorted (and said so).  With --dtype q8 a CM object keeps its own\n"
+    "codes and headers (no second quantization; --dtype q16: a CM2 object); any\n"
+    "other object is coded from its decoded values, and how many were is said\n"
+    "on standard error.\n"
     "\n"
     "  --text FILE      a Kaldi text file (utt w1 w2 ...): label sequences\n"
     "  --ali FILE       per-frame alignments (utt p1 .. pT, ali-to-phones\n"
@@ -568,7 +578,7 @@ static int allowed(const char *cmd, int opt) {
                     O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT, O_PART,
                     O_BLOCKSUMS, O_VOCABDATA}},
         {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS,
-                     O_BLOCKSUMS}},
+                     O_BLOCKSUMS, O_DTYPE}},
         {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
@@ -649,6 +659,17 @@ static int parse_frames(const char *s, uint64_t **out, size_t *n) {
     return 0;
 }
 
+/* A coded dtype stores no guard rows (its reader pads windows): the
+ * guard is 0, and a --guard that asked for some hears why. */
+static void coded_guard(pack_opts *po) {
+    const uint32_t g = cxs_stored_guard(po->dtype, po->guard);
+    if (g == po->guard) return;
+    if (po->guard_set)
+        warnx_("--guard %u: a %s dataset stores no guard rows (its windows are zero-padded "
+               "when read); guard 0", po->guard, cxs_dtype_name(po->dtype));
+    po->guard = g;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fputs(usage_top, stderr);
@@ -724,7 +745,7 @@ int main(int argc, char **argv) {
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0, NULL, NULL,
-                    CXS_TRANSCRIPTS_FRAMES, 0, 0};
+                    CXS_TRANSCRIPTS_FRAMES, 0, 0, 0, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {.k = 30, .batch = 1024, .sampler = CXS_SAMPLER_SHUFFLE, .batches = 2000};
@@ -788,7 +809,10 @@ int main(int argc, char **argv) {
                 if (!strcmp(optarg, "f32")) po.dtype = CXS_DTYPE_F32;
                 else if (!strcmp(optarg, "f16")) po.dtype = CXS_DTYPE_F16;
                 else if (!strcmp(optarg, "bf16")) po.dtype = CXS_DTYPE_BF16;
-                else return usage_error(usage, "--dtype: '%s' is not f32, f16 or bf16", optarg);
+                else if (!strcmp(optarg, "q8")) po.dtype = CXS_DTYPE_Q8;
+                else if (!strcmp(optarg, "q16")) po.dtype = CXS_DTYPE_Q16;
+                else return usage_error(usage, "--dtype: '%s' is not f32, f16, bf16, q8 or q16", optarg);
+                po.dtype_set = 1;
             }
             break;
         case O_NOTRANS: so.transcripts = 0; break;
@@ -824,6 +848,7 @@ int main(int argc, char **argv) {
             if (parse_u64(optarg, &v) || v > 4096)
                 return usage_error(usage, "--guard: '%s' is not in 0..4096", optarg);
             po.guard = (uint32_t)v;
+            po.guard_set = 1;
             break;
         case O_SHARD:
             po.shard_size_set = 1;
@@ -1052,6 +1077,7 @@ int main(int argc, char **argv) {
             return EXIT_USAGE;
         }
         if (!po.threads) po.threads = cxs_cpu_count();
+        coded_guard(&po);
         if (hdf5) return import_hdf5_run(argv[optind], argv[optind + 1], &po);
         return import_kaldi_run(argv[optind], argv[optind + 1], &po, &io);
     }
@@ -1118,10 +1144,11 @@ int main(int argc, char **argv) {
         return bench_utt_mix_run(argc - optind, argv + optind, &bu);
     }
     int need = !strcmp(cmd, "pack") || !strcmp(cmd, "convert") || compare ? 2 : 1;
-    if (!strcmp(cmd, "convert") && !have_form) {
+    if (!strcmp(cmd, "convert") && !have_form && !po.dtype_set) {
         free(frames);
-        return usage_error(usage, "%s", "give --compress zstd[:LEVEL] or --no-compress");
+        return usage_error(usage, "%s", "give --compress zstd[:LEVEL], --no-compress or --dtype");
     }
+    po.keep_form = !have_form;
     if (argc - optind != need) {
         free(frames);
         return usage_error(usage, "%s", compare ? "--compare expects two datasets"
@@ -1160,6 +1187,7 @@ int main(int argc, char **argv) {
         if (!po.quiet) fprintf(stderr, "ctxshard pack: part %u/%u (%s)\n", po.part, po.parts, from);
     }
     if (!po.threads) po.threads = cxs_cpu_count();
+    coded_guard(&po);
     int ec;
     if (!strcmp(cmd, "synth")) ec = synth_run(a, &so);
     else if (!strcmp(cmd, "check"))

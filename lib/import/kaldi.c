@@ -1,16 +1,14 @@
 /* kaldi.c - headers and decoding of Kaldi's binary objects (kaldi.h).
  *
  * The decoding of the compressed kinds follows Kaldi's
- * CompressedMatrix::CopyToMat and its helpers Uint16ToFloat and
- * CharToFloat (src/matrix/compressed-matrix.cc) operation for operation,
- * in the same types and the same order, so that every value is the float
- * Kaldi computes: a decoded feature is bit-identical to what Kaldi's own
- * tools (copy-feats, nnet3 training) see.  The expressions mix float and
- * double exactly where Kaldi's do (its constants 1/64.0, 1/128.0, 1/63.0
- * and 1.0/65535.0 are doubles, 1.52590218966964e-05F is a float); a
- * contraction into fused multiply-adds would change the last bit, hence
- * the pragma (GCC in ISO C mode, which the build uses, does not contract
- * either). */
+ * CompressedMatrix::CopyToMat, its CM and CM2 arithmetic being the q8/q16
+ * codec's (format/cxs_qcodec.h: Uint16ToFloat, CharToFloat, the two-byte
+ * increment), so that every value is the float Kaldi computes: a decoded
+ * feature is bit-identical to what Kaldi's own tools (copy-feats, nnet3
+ * training) see.  CM3's increment mixes float and double as Kaldi's does
+ * (its constant 1.0/255.0 is a double); a contraction into fused
+ * multiply-adds would change the last bit, hence the pragma (GCC in ISO C
+ * mode, which the build uses, does not contract either). */
 #include "kaldi.h"
 
 #include <locale.h>
@@ -23,6 +21,7 @@
 #include "ctxshard_base.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_qcodec.h"
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -163,22 +162,6 @@ int kaldi_parse(const uint8_t *buf, size_t n, kaldi_hdr *h, cxs_diag *d) {
     return 0;
 }
 
-/* Kaldi's Uint16ToFloat: min + range * (1/65535 as a float) * value, in
- * float, left to right. */
-static inline float u16_to_float(float min, float range, uint16_t v) {
-    return min + range * 1.52590218966964e-05F * (float)v;
-}
-
-/* Kaldi's CharToFloat.  (p25 - p0) * value is a float product; the
- * double constant then makes the rest double, rounded to float once on
- * return. */
-static inline float char_to_float(float p0, float p25, float p75, float p100, uint8_t v) {
-    if (v <= 64) return (float)((double)p0 + (double)((p25 - p0) * (float)v) * (1 / 64.0));
-    if (v <= 192)
-        return (float)((double)p25 + (double)((p75 - p25) * (float)(v - 64)) * (1 / 128.0));
-    return (float)((double)p75 + (double)((p100 - p75) * (float)(v - 192)) * (1 / 63.0));
-}
-
 void kaldi_decode(const kaldi_hdr *h, const uint8_t *obj, void *out) {
     const uint8_t *p = obj + h->head;
     const uint64_t R = h->rows, C = h->cols;
@@ -209,13 +192,8 @@ void kaldi_decode(const kaldi_hdr *h, const uint8_t *obj, void *out) {
         for (uint64_t c0 = 0; c0 < C; c0 += BLOCK) {
             const uint64_t nb = C - c0 < BLOCK ? C - c0 : BLOCK;
             for (uint64_t b = 0; b < nb; b++) {
-                const uint8_t *ph = p + 8 * (c0 + b);
-                float p0 = u16_to_float(h->min, h->range, cxs_ld16(ph)),
-                      p25 = u16_to_float(h->min, h->range, cxs_ld16(ph + 2)),
-                      p75 = u16_to_float(h->min, h->range, cxs_ld16(ph + 4)),
-                      p100 = u16_to_float(h->min, h->range, cxs_ld16(ph + 6));
-                for (unsigned v = 0; v < 256; v++)
-                    table[b][v] = char_to_float(p0, p25, p75, p100, (uint8_t)v);
+                const cxs_q8_col col = cxs_q8_col_make(h->min, h->range, p + 8 * (c0 + b));
+                cxs_q8_table(&col, table[b]);
             }
             for (uint64_t r = 0; r < R; r++) {
                 float *row = o + r * C + c0;
@@ -226,11 +204,9 @@ void kaldi_decode(const kaldi_hdr *h, const uint8_t *obj, void *out) {
         break;
     }
     case KALDI_CM2: {
-        /* increment = range * (1.0 / 65535.0): a double product stored in
-         * a float; then min + value * increment in float. */
         float *o = out;
-        const float min = h->min, inc = (float)((double)h->range * (1.0 / 65535.0));
-        for (uint64_t i = 0; i < R * C; i++) o[i] = min + (float)cxs_ld16(p + 2 * i) * inc;
+        const float min = h->min, inc = cxs_q16_increment(h->range);
+        for (uint64_t i = 0; i < R * C; i++) o[i] = cxs_q16_value(min, inc, cxs_ld16(p + 2 * i));
         break;
     }
     case KALDI_CM3: {

@@ -40,7 +40,9 @@ extern "C" {
 typedef struct cxs_writer cxs_writer;
 
 /** Input element type of cxs_writer_utt.type beyond the stored types
- *  (CXS_DTYPE_F32, CXS_DTYPE_F16, CXS_DTYPE_BF16): float64, never stored. */
+ *  (CXS_DTYPE_F32, CXS_DTYPE_F16, CXS_DTYPE_BF16): float64, never stored.
+ *  Its number is CXS_DTYPE_Q8's, a stored type that is an input type only
+ *  for stored coded values (cxs_writer_utt.stored): the two never meet. */
 #define CXS_DTYPE_F64 4
 
 /** Defaults of cxs_writer_opts_init(). */
@@ -87,7 +89,12 @@ typedef struct cxs_writer_part {
 
 /** Options of cxs_writer_create(); start from cxs_writer_opts_init(). */
 typedef struct cxs_writer_opts {
-    uint32_t dtype;       /**< stored CXS_DTYPE_F32 (default), F16 or BF16 */
+    uint32_t dtype;       /**< stored CXS_DTYPE_F32 (default), F16 or BF16, or a
+                               coded CXS_DTYPE_Q8 or Q16 (format 1.4: each
+                               utterance coded as Kaldi's CompressedMatrix
+                               codes it, after normalize; statistics of the
+                               decoded values; guard is then 0, whatever
+                               was asked) */
     uint32_t guard;       /**< zero rows around utterances, 0..4096 (64) */
     uint64_t shard_size;  /**< largest shard file in bytes, >= 16 KiB (1 GiB);
                                a longer single utterance gets its own shard */
@@ -135,7 +142,15 @@ typedef struct cxs_writer_utt {
     uint32_t stored;      /**< 1: data already holds the stored values
                                (the dataset's dtype, normalised when it
                                normalises, little-endian, C order): taken as
-                               they are, still checked finite */
+                               they are, still checked finite.  A coded
+                               dataset (q8, q16) with type its dtype: data
+                               holds the utterance's header
+                               (8 + 8*dim bytes for q8, 8 for q16), then its
+                               codes row-major (spec §4.9: an importer that
+                               keeps Kaldi's codes), the header checked as
+                               verify checks it (CXS_E_INPUT); with type
+                               F32, F16 or BF16: float values already
+                               normalised, coded as they are */
     /** The label sequence (label_seqs != CXS_SEQ_NONE): vocabulary indices,
      *  any number >= 1, not tied to the frames (HW3P2's transcripts).  Either
      *  bare (p1 .. pn) or framed ([SOS] p1 .. pn [EOS]: both markers, checked

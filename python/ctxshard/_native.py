@@ -27,6 +27,7 @@ E_NO_LABELS = -5011
 E_NO_SEQUENCES = -5012
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
+DTYPE_Q8, DTYPE_Q16 = 4, 5  # coded (format 1.4): stored only, never an input type
 COMPRESSION_NONE, COMPRESSION_ZSTD = 0, 1
 DEFAULT_CACHE_BYTES = 256 << 20
 GATHER_NORMALIZE = 1
@@ -315,7 +316,8 @@ class ImportInfo(Structure):
                 ("pad", c_uint32), ("filled_values", c_uint64), ("filled_utts", c_uint64),
                 ("shard_first", c_uint32), ("shard_end", c_uint32),
                 ("shards_planned", c_uint32), ("has_labels", c_uint32),
-                ("reserved", c_uint64 * (INFO_RESERVED - 4))]
+                ("codes_kept", c_uint64), ("reencoded", c_uint64),
+                ("reserved", c_uint64 * (INFO_RESERVED - 6))]
 
 
 NPY_EVENT_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p, c_uint64, POINTER(Diag))

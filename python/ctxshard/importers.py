@@ -480,5 +480,12 @@ class _Callbacks:
         res = _info_dict(info.w)
         res.update(listed=info.listed, input_bytes=info.input_bytes, sorted=bool(info.sorted),
                    vocab_size=info.vocab_size,
-                   kinds=[k for i, k in enumerate(_KINDS) if info.kinds & (1 << i)])
+                   kinds=[k for i, k in enumerate(_KINDS) if info.kinds & (1 << i)],
+                   codes_kept=info.codes_kept, reencoded=info.reencoded)
+        if info.reencoded:
+            # dtype q8 (q16): objects of other kinds than CM (CM2) were
+            # quantized a second time; never silently
+            warnings.warn(f"{info.reencoded} utterance(s) of other Kaldi kinds than the "
+                          "dtype's own (CM for q8, CM2 for q16) were encoded again from their "
+                          "decoded values", UserWarning, stacklevel=3)
         return res

@@ -38,7 +38,8 @@ def _phonemes():
 PHONEMES = _phonemes()
 
 _STORED = {"float32": _n.DTYPE_F32, "f32": _n.DTYPE_F32, "float16": _n.DTYPE_F16,
-           "f16": _n.DTYPE_F16, "bfloat16": _n.DTYPE_BF16, "bf16": _n.DTYPE_BF16}
+           "f16": _n.DTYPE_F16, "bfloat16": _n.DTYPE_BF16, "bf16": _n.DTYPE_BF16,
+           "q8": _n.DTYPE_Q8, "q16": _n.DTYPE_Q16}
 _INPUT = {2: _n.DTYPE_F16, 4: _n.DTYPE_F32, 8: _n.DTYPE_F64}
 _LITTLE_HOST = sys.byteorder == "little"
 _UTT_DTYPE = np.dtype(_n.WriterUtt)  # cxs_writer_utt as numpy lays out an array of them
@@ -65,7 +66,7 @@ def _stored_dtype(func, value):
             key = None
     if key not in _STORED:
         raise ValueError(f"{func}: dtype={value!r} is not a stored type: 'float32' (default), "
-                         "'float16' or 'bfloat16'")
+                         "'float16', 'bfloat16', 'q8' or 'q16'")
     return _STORED[key]
 
 
@@ -144,7 +145,10 @@ class Writer:
            block_sums=True)
 
     - dtype: stored type, "float32", "float16" or "bfloat16" (round to
-      nearest even; features may come in float16, float32 or float64);
+      nearest even; features may come in float16, float32 or float64), or
+      "q8" / "q16": Kaldi's compressed matrices (one or two bytes a value,
+      coded per utterance exactly as Kaldi's CopyFromMat codes them, after
+      normalize; no guard rows are stored, whatever guard says);
     - vocab: None (features only), "phonemes" (HW1P2's 42 symbols, what
       `ctxshard pack` uses), a file of one symbol per line, or a list of str;
     - compress: None, "zstd", "zstd:LEVEL" or a level 1..19; chunk_size and

@@ -633,7 +633,7 @@ class Usage(unittest.TestCase):
             self.assertTrue(out.startswith("usage: ctxshard " + cmd), out)
         rc, out, _ = run("--version")
         self.assertEqual(rc, 0)
-        self.assertRegex(out, r"^ctxshard \d+\.\d+\.\d+ \(format 1\.3\)\n$")
+        self.assertRegex(out, r"^ctxshard \d+\.\d+\.\d+ \(format 1\.4\)\n$")
 
     def test_usage_errors(self):
         for args in (["frobnicate"], ["pack", "onlyone"], ["pack", "a", "b", "--dtype", "f8"],

@@ -24,8 +24,11 @@ U16_STEP = F(1.52590218966964e-05)  # Kaldi's float constant for 1/65535
 def global_header(m):
     """(min_value, range) as ComputeGlobalHeader computes them for the
     kSpeechFeature, kTwoByteAuto and kOneByteAuto methods."""
-    m = np.asarray(m, dtype=F)
-    lo, hi = F(m.min()), F(m.max())
+    m = np.asarray(m, dtype=F).ravel()
+    # MatrixBase::Min and Max scan row by row and replace only on a strict
+    # comparison: the first of the extremes in row-major order (which of
+    # -0 and +0 is stored)
+    lo, hi = m[np.argmax(m == m.min())], m[np.argmax(m == m.max())]
     if hi == lo:
         hi = F(D(lo) + (1.0 + abs(D(lo))))
     return lo, F(hi - lo)
@@ -68,12 +71,24 @@ def col_header(mn, rng, col):
     return p0, p25, p75, p100
 
 
+def _int(x):
+    """static_cast<int>(double) as x86-64 does it (cvttsd2si): truncation,
+    and INT_MIN where the result does not fit or x is NaN (undefined in
+    C++; x86-64 is where Kaldi's archives are written)."""
+    x = np.asarray(x, dtype=D)
+    with np.errstate(invalid="ignore"):
+        ok = (x > -2147483649.0) & (x < 2147483648.0)
+    return np.where(ok, np.trunc(np.where(ok, x, 0.0)), -2147483648.0)
+
+
 def float_to_char(p0, p25, p75, p100, v):
-    """FloatToChar, vectorised over a column v (float32)."""
+    """FloatToChar, vectorised over a column v (float32).  A quotient is
+    infinite or NaN where two percentiles decode to the same float."""
     v = np.asarray(v, dtype=F)
-    lo = np.clip(np.trunc(D(F(((v - p0) / (p25 - p0)) * F(64))) + 0.5), 0, 64)
-    mid = np.clip(64 + np.trunc(D(F(((v - p25) / (p75 - p25)) * F(128))) + 0.5), 64, 192)
-    hi = np.clip(192 + np.trunc(D(F(((v - p75) / (p100 - p75)) * F(63))) + 0.5), 192, 255)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        lo = np.clip(_int(D(F(((v - p0) / (p25 - p0)) * F(64))) + 0.5), 0, 64)
+        mid = np.clip(64 + _int(D(F(((v - p25) / (p75 - p25)) * F(128))) + 0.5), 64, 192)
+        hi = np.clip(192 + _int(D(F(((v - p75) / (p100 - p75)) * F(63))) + 0.5), 192, 255)
     with np.errstate(invalid="ignore"):
         out = np.where(v < p25, lo, np.where(v < p75, mid, hi))
     return out.astype(np.uint8)
