@@ -41,6 +41,9 @@ typedef struct shard {
     const uint8_t *features; /* NULL when compressed */
     const uint8_t *labels;
     const uint8_t *seqs; /* SEQUENCES (format 1.2): U+1 u64 offsets, then symbols; or NULL */
+    /* QHEADERS (format 1.4, a coded dtype): local utterance lu's header at
+     * lu * cxs_q_header_size (qdecode.h reads it); NULL otherwise. */
+    const uint8_t *qheaders;
     /* Compressed shards (format 1.1): the chunk table and the chunks. */
     cxs_chunks_head ch;
     const uint8_t *chunk_table; /* num_chunks entries: u64 end, u64 checksum */
@@ -55,8 +58,9 @@ typedef struct shard {
     lazy_table t_index, t_ids, t_seqs;
     cxs_blocksums bs;          /* BLOCKSUMS (format 1.3); bs.n == 0 without */
     /* The block source's checked blocks (blocksrc.h): one per entry of
-     * bs, and those of FEATURES and LABELS (NULL when not covered). */
-    cxs_bcheck *bc, *bc_feat, *bc_lab;
+     * bs, and those of FEATURES, LABELS and QHEADERS (NULL when not
+     * covered). */
+    cxs_bcheck *bc, *bc_feat, *bc_lab, *bc_qh;
     /* Where windows and the gather's labels are read: features and labels
      * (the mapping), or their checked copies in huge pages (hugecopy.c). */
     const uint8_t *serve_features, *serve_labels;
