@@ -9,7 +9,14 @@
  * float32, the bytes of each dataset and the load average.
  *
  * usage: qserve_bench DIR UTTS DIM K B BATCHES ROUNDS
- *   DIR is created (or reused when it already holds the three datasets). */
+ *   DIR is created (or reused when it already holds the three datasets).
+ *
+ * usage: qserve_bench cold DATASET K B MEMORY
+ *   One dataset (of those DIR holds), nothing warmed: two epochs of the
+ *   frame loader in block order (1 thread, memory_bytes MEMORY), and the
+ *   samples per second of the second, the steady state of training: what
+ *   bench/qserve_cold.sh runs in a memory cgroup where the float32 copy
+ *   does not fit the page cache and q8 does. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,9 +137,45 @@ static double utt_rate(const cxs_dataset *ds, int batches, uint64_t seed) {
     return r;
 }
 
+/* Two epochs in block order; the second's rate. */
+static int cold(const char *path, uint32_t k, uint32_t B, uint64_t memory) {
+    cxs_dataset *ds;
+    cxs_diag dg = {0};
+    if (cxs_dataset_open(path, &ds, &dg)) return fprintf(stderr, "%s\n", dg.message), 1;
+    cxs_sampler_opts so;
+    cxs_sampler_opts_init(&so);
+    so.kind = CXS_SAMPLER_BLOCK;
+    so.seed = 1;
+    so.memory_bytes = memory;
+    cxs_sampler *s;
+    if (cxs_sampler_create_ex(ds, &so, &s, &dg)) return fprintf(stderr, "%s\n", dg.message), 1;
+    cxs_loader_opts lo;
+    cxs_loader_opts_init(&lo);
+    lo.k = k, lo.batch_size = B, lo.threads = 1, lo.labels = 1;
+    double rate = 0;
+    for (uint64_t epoch = 0; epoch < 2; epoch++) {
+        cxs_loader *l;
+        if (cxs_loader_create(ds, s, &lo, epoch, 0, &l)) return 1;
+        const cxs_batch *b;
+        uint64_t n = 0;
+        double t0 = now();
+        while (!cxs_loader_next(l, &b) && b->n) n += b->n;
+        rate = (double)n / (now() - t0);
+        cxs_loader_free(l);
+    }
+    printf("%.0f\n", rate);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 6 && !strcmp(argv[1], "cold"))
+        return cold(argv[2], (uint32_t)atoi(argv[3]), (uint32_t)atoi(argv[4]),
+                    (uint64_t)atoll(argv[5]));
     if (argc != 8) {
-        fprintf(stderr, "usage: %s DIR UTTS DIM K B BATCHES ROUNDS\n", argv[0]);
+        fprintf(stderr, "usage: %s DIR UTTS DIM K B BATCHES ROUNDS\n       %s cold DATASET K B MEMORY\n",
+                argv[0], argv[0]);
         return 2;
     }
     const char *dir = argv[1];
