@@ -3,7 +3,7 @@
  * windows (k 0, 3 and past the longest utterance, so windows at both
  * borders and wider than their utterance), normalised or not, the frame
  * loader in shuffle and block order, padded utterances and the utterance
- * loader; zstd chunks on top of q8; and a damaged header refused naming
+ * loader, a mixture of coded sources; zstd chunks on top of q8; and a damaged header refused naming
  * its shard and utterance, nothing of it served.
  *
  * The datasets are written by the library's writer from random float
@@ -259,6 +259,51 @@ TEST(block_order_serves_the_reference) {
 }
 END_TEST_
 
+/* A mixture of a q8 and a q16 source (and the q8 one under zstd): every
+ * window equals its own source's reference. */
+TEST(a_mixture_of_coded_sources_serves_each_ones_reference) {
+    const int src[3] = {Q8, Q16, Q8Z};
+    cxs_dataset *ds[3];
+    for (int i = 0; i < 3; i++) EXPECT_INT(cxs_dataset_open(path[src[i]], &ds[i], NULL), 0);
+    cxs_mix_opts mo;
+    cxs_mix_opts_init(&mo);
+    mo.kind = CXS_SAMPLER_SHUFFLE;
+    mo.seed = 4;
+    mo.batch_size = 50;
+    cxs_mix *m;
+    cxs_diag dg = {0};
+    if (cxs_mix_create((const cxs_dataset *const *)ds, 3, &mo, &m, &dg))
+        ck_abort_msg("mix: %s", dg.message);
+    cxs_loader_opts lo;
+    cxs_loader_opts_init(&lo);
+    lo.k = 3;
+    lo.batch_size = 50;
+    lo.threads = 2;
+    lo.labels = 1;
+    cxs_mix_loader *l;
+    if (cxs_mix_loader_create(m, &lo, 0, 0, &l, &dg)) ck_abort_msg("mix loader: %s", dg.message);
+    const size_t W = 7 * D;
+    float *w = malloc(W * sizeof *w);
+    const cxs_mix_frames *b;
+    uint64_t seen[3] = {0};
+    int rc;
+    while ((rc = cxs_mix_loader_next(l, &b, &dg)) == 0 && b) {
+        for (size_t n = 0; n < b->n; n++) {
+            const int i = src[b->source[n]];
+            ref_window(i, b->frames[n], 3, NULL, NULL, w);
+            EXPECT_LOOP(!memcmp(w, b->x + n * W, W * sizeof *w));
+            seen[b->source[n]]++;
+        }
+    }
+    if (rc) ck_abort_msg("mix loader: %s", dg.message);
+    EXPECT(seen[0] && seen[1] && seen[2]);
+    free(w);
+    cxs_mix_loader_free(l);
+    cxs_mix_free(m);
+    for (int i = 0; i < 3; i++) cxs_dataset_close(ds[i]);
+}
+END_TEST_
+
 static void check_padded(int i, const float *x, const int64_t *lengths, const uint64_t *utts,
                          size_t n, uint64_t tmax) {
     for (size_t j = 0; j < n; j++) {
@@ -424,6 +469,7 @@ int main(void) {
                         normalised_windows_are_of_the_decoded_values,
                         frame_loader_serves_the_reference,
                         block_order_serves_the_reference,
+                        a_mixture_of_coded_sources_serves_each_ones_reference,
                         padded_utterances_and_the_utterance_loader_serve_the_reference,
                         a_damaged_header_is_refused_naming_the_utterance};
     const cxs_group g[] = {{"qserve", 120, NULL, NULL, t, CXS_N(t), NULL}};
