@@ -24,26 +24,13 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "bench_clock.h"
 #include "ctxshard.h"
 #include "ctxshard_writer.h"
 
 #define NDT 3
 static const uint32_t dts[NDT] = {CXS_DTYPE_F32, CXS_DTYPE_Q8, CXS_DTYPE_Q16};
 static const char *names[NDT] = {"float32", "q8", "q16"};
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static uint64_t rs = 88172645463325252ull;
 static double gauss(void) {

@@ -119,34 +119,17 @@ CXS_HD float cxs_x_load(const void *feat, uint32_t dtype, uint64_t i) {
  * bit, and a coded value must decode to the CPU's (and Kaldi's) bits.  On
  * the device the _rn intrinsics, which are never fused; on the host the
  * library's ISO C mode does not contract. */
-CXS_HD float cxs_x_fmul(float a, float b) {
 #ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
+#define cxs_x_fmul __fmul_rn
+#define cxs_x_fadd __fadd_rn
+#define cxs_x_dmul __dmul_rn
+#define cxs_x_dadd __dadd_rn
 #else
-    return a * b;
+#define cxs_x_fmul(a, b) ((a) * (b))
+#define cxs_x_fadd(a, b) ((a) + (b))
+#define cxs_x_dmul(a, b) ((a) * (b))
+#define cxs_x_dadd(a, b) ((a) + (b))
 #endif
-}
-CXS_HD float cxs_x_fadd(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
-CXS_HD double cxs_x_dmul(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-CXS_HD double cxs_x_dadd(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
 
 CXS_HD uint32_t cxs_x_ld32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
