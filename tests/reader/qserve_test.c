@@ -163,6 +163,8 @@ static void gather_all(int i, int normalize) {
     EXPECT_UINT(info.dtype, dtype_of[i]);
     EXPECT_UINT(info.guard, 0);
     EXPECT_UINT(info.num_frames, cum[NU]);
+    const void *view;
+    EXPECT_INT(cxs_dataset_window(ds, 0, 0, &view), CXS_E_UNSUPPORTED); /* codes are not values */
     double mean[D], scale[D];
     if (normalize) stats_scale(ds, mean, scale);
     static const uint32_t ks[] = {0, 3, KBIG};
