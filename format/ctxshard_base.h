@@ -58,11 +58,12 @@
 
 /** Format version this library reads and writes (spec/format.md): it reads
  * every minor version of this major, and writes the lowest minor version a
- * file needs (1.3 for a dataset with block sums, the default; without them
- * 1.0 for an uncompressed dataset, 1.1 for a compressed one, 1.2 for one
- * with label sequences). */
+ * file needs (1.4 for a dataset of a coded dtype, q8 or q16; else 1.3 for
+ * a dataset with block sums, the default; without them 1.0 for an
+ * uncompressed dataset, 1.1 for a compressed one, 1.2 for one with label
+ * sequences). */
 #define CXS_FORMAT_MAJOR 1
-#define CXS_FORMAT_MINOR 3
+#define CXS_FORMAT_MINOR 4
 
 /** Stored feature types. */
 #define CXS_DTYPE_F32  1

@@ -1,13 +1,16 @@
 /* cxs_features.c - features into their stored form (cxs_features.h). */
 #include "cxs_features.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cxs_convert.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_qcodec.h"
 
 #define ST_F32 CXS_DTYPE_F32
 #define ST_F16 CXS_DTYPE_F16
@@ -126,9 +129,60 @@ static uint32_t row_sums_f32(const float *restrict f, uint64_t D, double *restri
     return special;
 }
 
+/* The sums of a coded utterance (header, then codes): of its decoded
+ * values, row by row as the float32 path sums them.  f: T*D floats of
+ * scratch. */
+static void coded_sums(uint32_t dtype, const uint8_t *hc, uint64_t T, uint64_t D, float *f,
+                       double *sum, double *sumsq) {
+    cxs_q_decode_rows(dtype, hc, D, hc + cxs_q_header_size(dtype, D), T, f);
+    memset(sum, 0, D * sizeof(double));
+    memset(sumsq, 0, D * sizeof(double));
+    for (uint64_t t = 0; t < T; t++) row_sums_f32(f + t * D, D, sum, sumsq);
+}
+
+int cxs_features_coded(uint32_t dtype, const uint8_t *src, uint64_t T, uint64_t D, uint8_t *dst,
+                       double *sum, double *sumsq, cxs_diag *dg) {
+    char why[160];
+    if (cxs_q_header_check(dtype, src, D, why, sizeof why))
+        return cxs_diagf(dg, CXS_E_INPUT, "%s header: %s", cxs_dtype_name(dtype), why);
+    float *f = malloc(T * D * sizeof *f);
+    if (!f) return cxs_diagf(dg, -ENOMEM, "out of memory");
+    memcpy(dst, src, cxs_q_header_size(dtype, D) + T * D * cxs_dtype_size(dtype));
+    coded_sums(dtype, dst, T, D, f, sum, sumsq);
+    free(f);
+    return 0;
+}
+
+/* A coded dtype: the float32 conversion (normalised when asked) into
+ * scratch, encoded into dst (header, codes), summed from what decodes. */
+static int convert_coded(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint32_t flags,
+                         uint8_t *dst, double *sum, double *sumsq, double *tmp, uint64_t *filled,
+                         cxs_diag *dg) {
+    const uint64_t T = s->T, D = s->D;
+    float *f = malloc(T * D * sizeof *f);
+    if (!f) return cxs_diagf(dg, -ENOMEM, "out of memory");
+    int rc = cxs_features_convert(s, ST_F32, normalize, flags, (uint8_t *)f, sum, sumsq, tmp,
+                                  filled, dg);
+    if (!rc && !cxs_host_is_le())
+        for (uint64_t i = 0; i < T * D; i++) {
+            const uint32_t b = cxs_ld32((const uint8_t *)(f + i));
+            memcpy(f + i, &b, 4);
+        }
+    const char *why = NULL;
+    if (!rc && (rc = cxs_q_encode(dtype, f, T, D, D, dst, dst + cxs_q_header_size(dtype, D), &why)))
+        rc = rc == -ENOMEM ? cxs_diagf(dg, rc, "out of memory")
+                           : cxs_diagf(dg, CXS_E_INPUT, "cannot be stored as %s: %s",
+                                       cxs_dtype_name(dtype), why ? why : "bad arguments");
+    if (!rc) coded_sums(dtype, dst, T, D, f, sum, sumsq);
+    free(f);
+    return rc;
+}
+
 int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, uint32_t flags,
                          uint8_t *dst, double *sum, double *sumsq, double *tmp, uint64_t *filled,
                          cxs_diag *dg) {
+    if (cxs_dtype_coded(dtype))
+        return convert_coded(s, dtype, normalize, flags, dst, sum, sumsq, tmp, filled, dg);
     const int fill = (flags & CXS_FEAT_FILL_NONFINITE) != 0;
     uint64_t nfilled = 0;
     if (filled) *filled = 0;

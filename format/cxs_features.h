@@ -47,6 +47,22 @@ int cxs_features_convert(const cxs_fsrc *s, uint32_t dtype, uint32_t normalize, 
                          uint8_t *dst, double *sum, double *sumsq, double *tmp, uint64_t *filled,
                          cxs_diag *d);
 
+/*
+ * A coded dtype (q8, q16: cxs_qcodec.h): cxs_features_convert() then
+ * writes the utterance's header (cxs_q_header_size bytes) followed by its
+ * codes into dst: the values converted (and normalised) as for float32,
+ * then encoded; sum and sumsq are of the decoded values, what a reader
+ * serves.  CXS_E_INPUT also when the encoder refuses the values (a range
+ * beyond float).
+ *
+ * cxs_features_coded(): an utterance already coded (header then codes,
+ * as cxs_features_convert writes them: an importer that keeps Kaldi's
+ * codes) checked (cxs_q_header_check: CXS_E_INPUT with the reason),
+ * copied into dst and summed as above.
+ */
+int cxs_features_coded(uint32_t dtype, const uint8_t *src, uint64_t T, uint64_t D, uint8_t *dst,
+                       double *sum, double *sumsq, cxs_diag *d);
+
 /* cxs_features_convert's flags: a NaN or infinite input value is stored as
  * 0 (before normalisation) instead of refusing the utterance.  For a test
  * split, whose every frame needs a prediction. */

@@ -66,9 +66,10 @@ int cxs_diag_copy(cxs_diag *d, int code, const cxs_diag *src) {
 }
 
 uint64_t cxs_shard_file_size(uint64_t U, uint64_t F, uint64_t id_bytes, uint64_t D,
-                             uint64_t esize, uint64_t G, uint64_t lw) {
+                             uint64_t esize, uint64_t G, uint64_t lw, uint64_t qh) {
     uint64_t feat = (F + (U + 1) * G) * D * esize;
     return CXS_PAGE + cxs_align_page(feat) + (lw ? cxs_align_page(F * lw) : 0) +
+           (qh ? cxs_align_page(U * qh) : 0) +
            cxs_align_page(8 * (U + 1)) + cxs_align_page(8 * (U + 1) + id_bytes) +
            cxs_align_page(CXS_SHARD_META_SIZE);
 }
@@ -78,6 +79,8 @@ size_t cxs_dtype_size(uint32_t dtype) {
     case CXS_DTYPE_F32: return 4;
     case CXS_DTYPE_F16: return 2;
     case CXS_DTYPE_BF16: return 2;
+    case CXS_DTYPE_Q8: return 1;
+    case CXS_DTYPE_Q16: return 2;
     default: return 0;
     }
 }
@@ -87,6 +90,8 @@ const char *cxs_dtype_name(uint32_t dtype) {
     case CXS_DTYPE_F32: return "float32";
     case CXS_DTYPE_F16: return "float16";
     case CXS_DTYPE_BF16: return "bfloat16";
+    case CXS_DTYPE_Q8: return "q8";
+    case CXS_DTYPE_Q16: return "q16";
     default: return "unknown";
     }
 }
@@ -102,6 +107,7 @@ const char *cxs_section_name(uint32_t type) {
     case CXS_SEC_CHUNKS: return "CHUNKS";
     case CXS_SEC_SEQUENCES: return "SEQUENCES";
     case CXS_SEC_BLOCKSUMS: return "BLOCKSUMS";
+    case CXS_SEC_QHEADERS: return "QHEADERS";
     case CXS_SEC_DATASET_META: return "DATASET_META";
     case CXS_SEC_SHARD_TABLE: return "SHARD_TABLE";
     case CXS_SEC_VOCAB: return "VOCAB";
@@ -120,7 +126,7 @@ uint64_t cxs_hash(const void *p, size_t n) {
 
 static int known_type(uint32_t kind, uint32_t type) {
     if (kind == CXS_KIND_SHARD)
-        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_BLOCKSUMS;
+        return type >= CXS_SEC_SHARD_META && type <= CXS_SEC_QHEADERS;
     if (kind == CXS_KIND_PART)
         return (type >= CXS_SEC_DATASET_META && type <= CXS_SEC_SEQ_META) ||
                type == CXS_SEC_PART_META || type == CXS_SEC_PART_SUMS;

@@ -33,6 +33,7 @@ extern const uint8_t cxs_magic_bytes[8];
 #define CXS_SEC_CHUNKS 7u    /* format 1.1: ZFEATURES' chunk table */
 #define CXS_SEC_SEQUENCES 8u /* format 1.2: a label sequence per utterance */
 #define CXS_SEC_BLOCKSUMS 9u /* format 1.3, optional: per-block checksums of sections */
+#define CXS_SEC_QHEADERS 10u /* format 1.4: per-utterance headers of a coded dtype (q8, q16) */
 #define CXS_SEC_DATASET_META 16u
 #define CXS_SEC_SHARD_TABLE 17u
 #define CXS_SEC_VOCAB 18u
@@ -171,10 +172,11 @@ static inline uint64_t cxs_align_page(uint64_t x) {
 
 /* Bytes of an uncompressed shard file holding U utterances, F frames in
  * all and id_bytes bytes of ids, of D features of esize bytes, guard rows
- * G and labels of lw bytes (0: none): what the writer and the packer's
- * shard plan compare with the shard size, so both cut shards alike. */
+ * G, labels of lw bytes (0: none) and qh bytes of QHEADERS per utterance
+ * (0 but for a coded dtype): what the writer and the packer's shard plan
+ * compare with the shard size, so both cut shards alike. */
 uint64_t cxs_shard_file_size(uint64_t U, uint64_t F, uint64_t id_bytes, uint64_t D,
-                             uint64_t esize, uint64_t G, uint64_t lw);
+                             uint64_t esize, uint64_t G, uint64_t lw, uint64_t qh);
 
 /* XXH3-64, seed 0. */
 uint64_t cxs_hash(const void *p, size_t n);

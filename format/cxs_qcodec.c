@@ -324,13 +324,13 @@ int cxs_q_header_check(uint32_t dtype, const uint8_t *header, uint64_t dim, char
 
 /* ---- Kaldi's CM layout ----------------------------------------------------- */
 
-void cxs_q8_from_kaldi_cm(const uint8_t *body, uint64_t rows, uint64_t cols, uint8_t *header,
-                          uint8_t *codes) {
+void cxs_q8_from_kaldi_cm(const uint8_t *body, uint64_t rows, uint64_t cols, uint64_t r0,
+                          uint64_t nr, uint64_t c0, uint64_t nc, uint8_t *header, uint8_t *codes) {
     memcpy(header, body, CXS_Q8_HEAD);
-    memcpy(header + CXS_Q8_HEAD, body + 16, 8 * cols);
-    const uint8_t *bytes = body + 16 + 8 * cols;
-    for (uint64_t c = 0; c < cols; c++)
-        for (uint64_t r = 0; r < rows; r++) codes[r * cols + c] = bytes[c * rows + r];
+    memcpy(header + CXS_Q8_HEAD, body + 16 + 8 * c0, 8 * nc);
+    const uint8_t *bytes = body + 16 + 8 * cols + c0 * rows + r0;
+    for (uint64_t c = 0; c < nc; c++)
+        for (uint64_t r = 0; r < nr; r++) codes[r * nc + c] = bytes[c * rows + r];
 }
 
 void cxs_q8_to_kaldi_cm(const uint8_t *header, const uint8_t *codes, uint64_t rows, uint64_t cols,

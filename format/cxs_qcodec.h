@@ -40,6 +40,12 @@ static inline int cxs_dtype_coded(uint32_t dtype) {
     return dtype == CXS_DTYPE_Q8 || dtype == CXS_DTYPE_Q16;
 }
 
+/* The guard rows a dataset of dtype stores for a requested guard: none
+ * for a coded dtype (its reader pads every window itself, spec §4.9). */
+static inline uint32_t cxs_stored_guard(uint32_t dtype, uint32_t guard) {
+    return cxs_dtype_coded(dtype) ? 0 : guard;
+}
+
 /* Bytes of one utterance's header (H of the spec) for a coded dtype and
  * dim columns; 0 for any other dtype. */
 static inline uint64_t cxs_q_header_size(uint32_t dtype, uint64_t dim) {
@@ -113,12 +119,15 @@ void cxs_q_decode_rows(uint32_t dtype, const uint8_t *header, uint64_t dim, cons
  * p25 41000 > p75 40000", "range -1 is not > 0"). */
 int cxs_q_header_check(uint32_t dtype, const uint8_t *header, uint64_t dim, char *why, size_t len);
 
-/* Kaldi's "CM" object body (after the token: f32 min, f32 range, i32
- * rows, i32 cols, the column headers, the bytes column by column) of rows
- * x cols, as a q8 header and row-major codes: the same codes, transposed.
- * No arithmetic: the decoded values are what Kaldi reads. */
-void cxs_q8_from_kaldi_cm(const uint8_t *body, uint64_t rows, uint64_t cols, uint8_t *header,
-                          uint8_t *codes);
+/* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of Kaldi's "CM" object
+ * body (after the token: f32 min, f32 range, i32 rows, i32 cols, the
+ * column headers, the bytes column by column) of rows x cols, as a q8
+ * header (of nc columns) and row-major codes: the same codes, transposed,
+ * with their columns' headers.  No arithmetic: a code's value depends only
+ * on its column's header, so the decoded values are what Kaldi reads of
+ * the same range. */
+void cxs_q8_from_kaldi_cm(const uint8_t *body, uint64_t rows, uint64_t cols, uint64_t r0,
+                          uint64_t nr, uint64_t c0, uint64_t nc, uint8_t *header, uint8_t *codes);
 
 /* The reverse: a q8 header and row-major codes as the body of a Kaldi
  * "CM" object (16 + 8 * cols + rows * cols bytes). */

@@ -9,6 +9,7 @@
 #include "ctxshard.h"
 #include "ctxshard_writer.h"
 #include "cxs_format.h"
+#include "cxs_qcodec.h"
 #include "pack.h"
 #include "util.h"
 
@@ -30,15 +31,26 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
     uint8_t *feat = NULL;
     int ec = 0;
     double t0 = now_seconds();
-    const size_t esize = info.dtype == CXS_DTYPE_F32 ? 4 : 2;
+    const size_t esize = cxs_dtype_size(info.dtype);
+    /* --dtype: a float dataset into another type, q8 and q16 included
+     * (encoded from the stored values, which are normalised already when
+     * IN is).  A coded IN is refused: this command reads stored values,
+     * and a coded dataset's are codes. */
+    const uint32_t dtype = oin->dtype_set ? oin->dtype : info.dtype;
+    if (cxs_dtype_coded(info.dtype)) {
+        warnx_("%s: converting a %s dataset is not supported yet; nothing written", in,
+               cxs_dtype_name(info.dtype));
+        cxs_dataset_close(ds);
+        return EXIT_USAGE;
+    }
     cxs_writer_opts wo;
     cxs_writer_opts_init(&wo);
-    wo.dtype = info.dtype;
-    wo.guard = info.guard;
+    wo.dtype = dtype;
+    wo.guard = cxs_stored_guard(dtype, info.guard); /* a coded OUT stores none */
     wo.shard_size = info.shard_size;
     wo.normalize = info.normalize;
     wo.on_error_skip = info.on_error_skip;
-    wo.compression = oin->compress;
+    wo.compression = oin->keep_form ? info.compression : oin->compress;
     wo.level = oin->level;
     wo.threads = oin->threads < CXS_WRITER_MAX_THREADS ? oin->threads : CXS_WRITER_MAX_THREADS;
     wo.chunk_size = oin->chunk_size;
@@ -134,9 +146,10 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
     if (ec) goto out;
     if (!oin->quiet) {
         char a[32], b[32];
-        printf("converted %s (%s) to %s (%s) in %.2f s: features %s -> %s\n", in,
-               info.compression ? "zstd" : "uncompressed", out,
-               oin->compress ? "zstd" : "uncompressed", now_seconds() - t0,
+        printf("converted %s (%s, %s) to %s (%s, %s) in %.2f s: features %s -> %s\n", in,
+               cxs_dtype_name(info.dtype), info.compression ? "zstd" : "uncompressed", out,
+               cxs_dtype_name(dtype), wo.compression ? "zstd" : "uncompressed",
+               now_seconds() - t0,
                human_bytes((double)info.stored_feature_bytes, a, sizeof a),
                human_bytes((double)wi.feature_bytes, b, sizeof b));
     }

@@ -68,4 +68,16 @@ void import_summary(const cxs_import_info *info, const char *out, const pack_opt
     if (info->w.num_skipped)
         printf("  skipped %llu bad utterance%s (listed in the dataset: ctxshard info %s)\n",
                (unsigned long long)info->w.num_skipped, info->w.num_skipped == 1 ? "" : "s", out);
+    if (info->codes_kept)
+        printf("  kept the codes of %llu Kaldi %s object%s (no second quantization)\n",
+               (unsigned long long)info->codes_kept, o->dtype == CXS_DTYPE_Q8 ? "CM" : "CM2",
+               info->codes_kept == 1 ? "" : "s");
+}
+
+void import_reencoded(const cxs_import_info *info, const char *out, const pack_opts *o) {
+    if (info->reencoded)
+        warnx_("%s: %llu utterance%s of other Kaldi kinds than %s encoded as %s from their "
+               "decoded values (a second quantization)", out, (unsigned long long)info->reencoded,
+               info->reencoded == 1 ? "" : "s", o->dtype == CXS_DTYPE_Q8 ? "CM" : "CM2",
+               cxs_dtype_name(o->dtype));
 }

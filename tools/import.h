@@ -31,5 +31,8 @@ int import_progress(void *user, uint64_t done, uint64_t total);
 /* Print the failure; the exit code. */
 int import_failed(int rc, const char *out, const cxs_diag *d);
 void import_summary(const cxs_import_info *info, const char *out, const pack_opts *o, double dt);
+/* On stderr, --quiet or not: how many utterances of a coded import were
+ * quantized a second time (any Kaldi object but CM into q8, CM2 into q16). */
+void import_reencoded(const cxs_import_info *info, const char *out, const pack_opts *o);
 
 #endif

@@ -32,6 +32,7 @@ int import_kaldi_run(const char *in, const char *out, const pack_opts *o,
     int rc = cxs_import_kaldi(in, out, &wo, &ko, import_progress, &st, &info, &d);
     progress_done(&st.bar);
     if (rc) return import_failed(rc, out, &d);
+    import_reencoded(&info, out, o);
     if (!o->quiet) {
         if (o->parts)
             printf("imported part %u of %u (join the parts with: ctxshard merge PART... OUT)\n",

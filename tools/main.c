@@ -23,6 +23,8 @@
 #include "warm.h"
 #include "util.h"
 #include "vocab.h"
+#include "cxs_format.h"
+#include "cxs_qcodec.h"
 
 static const char *const usage_top =
     "usage: ctxshard <command> [options]\n"
@@ -568,7 +570,7 @@ static int allowed(const char *cmd, int opt) {
                     O_COMPRESS, O_CHUNK, O_NOSHUFFLE, O_TEXT, O_ALI, O_NOSORT, O_PART,
                     O_BLOCKSUMS, O_VOCABDATA}},
         {"convert", {O_COMPRESS, O_NOCOMPRESS, O_CHUNK, O_NOSHUFFLE, O_QUIET, O_THREADS,
-                     O_BLOCKSUMS}},
+                     O_BLOCKSUMS, O_DTYPE}},
         {"merge", {O_MOVE, O_QUIET}},
         {"verify", {O_QUIET}},
         {"info", {O_JSON}},
@@ -649,6 +651,17 @@ static int parse_frames(const char *s, uint64_t **out, size_t *n) {
     return 0;
 }
 
+/* A coded dtype stores no guard rows (its reader pads windows): the
+ * guard is 0, and a --guard that asked for some hears why. */
+static void coded_guard(pack_opts *po) {
+    const uint32_t g = cxs_stored_guard(po->dtype, po->guard);
+    if (g == po->guard) return;
+    if (po->guard_set)
+        warnx_("--guard %u: a %s dataset stores no guard rows (its windows are zero-padded "
+               "when read); guard 0", po->guard, cxs_dtype_name(po->dtype));
+    po->guard = g;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fputs(usage_top, stderr);
@@ -724,7 +737,7 @@ int main(int argc, char **argv) {
     synth_opts so = {100, 0, 28, 0, 0, 1, 0};
     pack_opts po = {CXS_DTYPE_F32, DEFAULT_GUARD, DEFAULT_SHARD_SIZE, 0, 0, CXS_NORM_NONE, NULL, 0,
                     CXS_COMPRESSION_NONE, DEFAULT_LEVEL, DEFAULT_CHUNK_SIZE, 1, 0, 0, 0, NULL, NULL,
-                    CXS_TRANSCRIPTS_FRAMES, 0, 0};
+                    CXS_TRANSCRIPTS_FRAMES, 0, 0, 0, 0, 0};
     int move = 0, have_form = 0, part_env = 0;
     int json = 0, all = 0, have_k = 0;
     bench_read_opts bo = {.k = 30, .batch = 1024, .sampler = CXS_SAMPLER_SHUFFLE, .batches = 2000};
@@ -788,7 +801,10 @@ int main(int argc, char **argv) {
                 if (!strcmp(optarg, "f32")) po.dtype = CXS_DTYPE_F32;
                 else if (!strcmp(optarg, "f16")) po.dtype = CXS_DTYPE_F16;
                 else if (!strcmp(optarg, "bf16")) po.dtype = CXS_DTYPE_BF16;
-                else return usage_error(usage, "--dtype: '%s' is not f32, f16 or bf16", optarg);
+                else if (!strcmp(optarg, "q8")) po.dtype = CXS_DTYPE_Q8;
+                else if (!strcmp(optarg, "q16")) po.dtype = CXS_DTYPE_Q16;
+                else return usage_error(usage, "--dtype: '%s' is not f32, f16, bf16, q8 or q16", optarg);
+                po.dtype_set = 1;
             }
             break;
         case O_NOTRANS: so.transcripts = 0; break;
@@ -824,6 +840,7 @@ int main(int argc, char **argv) {
             if (parse_u64(optarg, &v) || v > 4096)
                 return usage_error(usage, "--guard: '%s' is not in 0..4096", optarg);
             po.guard = (uint32_t)v;
+            po.guard_set = 1;
             break;
         case O_SHARD:
             po.shard_size_set = 1;
@@ -1052,6 +1069,7 @@ int main(int argc, char **argv) {
             return EXIT_USAGE;
         }
         if (!po.threads) po.threads = cxs_cpu_count();
+        coded_guard(&po);
         if (hdf5) return import_hdf5_run(argv[optind], argv[optind + 1], &po);
         return import_kaldi_run(argv[optind], argv[optind + 1], &po, &io);
     }
@@ -1118,10 +1136,11 @@ int main(int argc, char **argv) {
         return bench_utt_mix_run(argc - optind, argv + optind, &bu);
     }
     int need = !strcmp(cmd, "pack") || !strcmp(cmd, "convert") || compare ? 2 : 1;
-    if (!strcmp(cmd, "convert") && !have_form) {
+    if (!strcmp(cmd, "convert") && !have_form && !po.dtype_set) {
         free(frames);
-        return usage_error(usage, "%s", "give --compress zstd[:LEVEL] or --no-compress");
+        return usage_error(usage, "%s", "give --compress zstd[:LEVEL], --no-compress or --dtype");
     }
+    po.keep_form = !have_form;
     if (argc - optind != need) {
         free(frames);
         return usage_error(usage, "%s", compare ? "--compare expects two datasets"
@@ -1160,6 +1179,7 @@ int main(int argc, char **argv) {
         if (!po.quiet) fprintf(stderr, "ctxshard pack: part %u/%u (%s)\n", po.part, po.parts, from);
     }
     if (!po.threads) po.threads = cxs_cpu_count();
+    coded_guard(&po);
     int ec;
     if (!strcmp(cmd, "synth")) ec = synth_run(a, &so);
     else if (!strcmp(cmd, "check"))

@@ -27,6 +27,9 @@ typedef struct pack_opts {
     int transcripts;     /* --transcripts: CXS_TRANSCRIPTS_* (ctxshard_import.h) */
     int fill_nonfinite;  /* --fill-nonfinite: NaN/infinite values stored as 0 */
     int no_block_sums;   /* --block-sums off: no BLOCKSUMS (format 1.3) */
+    int guard_set;       /* --guard given */
+    int dtype_set;       /* --dtype given (convert: else IN's) */
+    int keep_form;       /* convert: neither --compress nor --no-compress: IN's */
 } pack_opts;
 
 /* The command's defaults are the writer's. */

@@ -28,6 +28,7 @@
 #include "cxs_features.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_qcodec.h"
 #include "kaldi.h"
 #include "kaldi_import.h"
 #include "import_ring.h"
@@ -55,7 +56,8 @@ typedef struct kslot {
     size_t conv_cap;
     double *scratch;  /* the conversion's sums (the writer makes its own) */
     size_t scratch_cap;
-    int converted;
+    int converted;   /* conv holds the stored form (coded: header, then codes) */
+    int kept;        /* a coded dtype: the object's own codes, kept */
     int32_t *labv;
     size_t lab_cap, nlab;
     uint64_t rows, cols, size;
@@ -99,6 +101,7 @@ static void load_one(void *user, size_t i, size_t si) {
     s->note[0] = 0;
     s->nlab = 0;
     s->converted = 0;
+    s->kept = 0;
     s->lb = K->lab_of && K->lab_of[i] ? &K->B->l[K->lab_of[i] - 1] : NULL;
     char where[700];
     where_of(K, e, where, sizeof where);
@@ -188,6 +191,37 @@ static void load_one(void *user, size_t i, size_t si) {
         s->status = cxs_diagf(&s->d, CXS_E_INPUT, "%s: %s", where, why.message);
         goto out;
     }
+    if (cut)
+        snprintf(s->note, sizeof s->note, "%.180s: rows %llu:%llu end past the matrix's %llu "
+                 "rows: cut there, as Kaldi does", e->key, (unsigned long long)e->r0,
+                 (unsigned long long)e->r1, (unsigned long long)h.rows);
+    s->rows = nr;
+    s->cols = nc;
+    s->kind = h.kind;
+    s->size = h.size;
+    /* Into a coded dtype, an object of its own kind (CM into q8, CM2 into
+     * q16; not normalised) keeps its codes and headers: no second quantization, the
+     * values Kaldi reads.  A range too: a code's value depends only on
+     * its column's header (q8) or the matrix's min and range (q16). */
+    if (K->normalize == CXS_NORM_NONE && ((K->dtype == CXS_DTYPE_Q8 && h.kind == KALDI_CM) ||
+                                          (K->dtype == CXS_DTYPE_Q16 && h.kind == KALDI_CM2))) {
+        const uint64_t H = cxs_q_header_size(K->dtype, nc), E = cxs_dtype_size(K->dtype);
+        if (kaldi_grow((void **)&s->conv, &s->conv_cap, (size_t)(H + nr * nc * E), 1)) {
+            s->status = cxs_diagf(&s->d, -ENOMEM, "%s: out of memory", where);
+            goto out;
+        }
+        const uint8_t *body = s->obj + h.head - 16; /* Kaldi's header: min, range, rows, cols */
+        if (K->dtype == CXS_DTYPE_Q8) {
+            cxs_q8_from_kaldi_cm(body, h.rows, h.cols, r0, nr, c0, nc, s->conv, s->conv + H);
+        } else {
+            memcpy(s->conv, body, H);
+            for (uint64_t r = 0; r < nr; r++)
+                memcpy(s->conv + H + 2 * r * nc, s->obj + h.head + 2 * ((r0 + r) * h.cols + c0),
+                       (size_t)(2 * nc));
+        }
+        s->converted = s->kept = 1;
+        goto labels;
+    }
     const size_t es = kaldi_is_double(&h) ? 8 : 4;
     if (kaldi_grow(&s->vals, &s->vals_cap, (size_t)(h.rows * h.cols), 8) ||
         (e->range && kaldi_grow(&s->sub, &s->sub_cap, (size_t)(nr * nc), 8))) {
@@ -206,20 +240,12 @@ static void load_one(void *user, size_t i, size_t si) {
         for (uint64_t r = 0; r < nr; r++)
             memcpy((uint8_t *)s->sub + r * nc * es,
                    (const uint8_t *)s->vals + ((r0 + r) * h.cols + c0) * es, (size_t)(nc * es));
-        if (cut)
-            snprintf(s->note, sizeof s->note, "%.180s: rows %llu:%llu end past the matrix's %llu "
-                     "rows: cut there, as Kaldi does", e->key, (unsigned long long)e->r0,
-                     (unsigned long long)e->r1, (unsigned long long)h.rows);
     }
-    s->rows = nr;
-    s->cols = nc;
-    s->kind = h.kind;
-    s->size = h.size;
     /* Into the stored float16 or bfloat16 here, on this reader thread:
      * the conversion the writer would do (cxs_features_convert, the same
      * bytes), which then only copies and sums them.  A value the
      * conversion refuses is left to the writer, which names it. */
-    if (K->dtype != CXS_DTYPE_F32 && K->normalize == CXS_NORM_NONE &&
+    if (K->dtype != CXS_DTYPE_F32 && !cxs_dtype_coded(K->dtype) && K->normalize == CXS_NORM_NONE &&
         !kaldi_grow((void **)&s->conv, &s->conv_cap, (size_t)(nr * nc), 2)) {
         const void *x = e->range ? s->sub : s->vals;
         if (es == 4) {
@@ -251,6 +277,7 @@ static void load_one(void *user, size_t i, size_t si) {
                                       s->scratch + nc, s->scratch + 2 * nc, NULL, NULL);
         }
     }
+labels:
     /* the labels of the utterance, looked up in the vocabulary */
     if (K->lpath && s->lb) {
         const lab *lb = s->lb;
@@ -389,7 +416,7 @@ static int plan_shards(listing *L, files *fs, const cxs_writer_opts *wo, uint32_
         i = j;
     }
     free(sorted);
-    const uint64_t E = cxs_dtype_size(wo->dtype), G = wo->guard;
+    const uint64_t E = cxs_dtype_size(wo->dtype), G = cxs_stored_guard(wo->dtype, wo->guard);
     uint64_t U = 0, F = 0, idb = 0;
     uint32_t s = 0;
     XXH3_state_t *x = XXH3_createState();
@@ -400,7 +427,8 @@ static int plan_shards(listing *L, files *fs, const cxs_writer_opts *wo, uint32_
     XXH3_64bits_reset(x);
     for (size_t i = 0; i < L->n; i++) {
         uint64_t il = strlen(L->e[i].key);
-        if (U > 0 && cxs_shard_file_size(U + 1, F + T[i], idb + il, width, E, G, lw) >
+        if (U > 0 && cxs_shard_file_size(U + 1, F + T[i], idb + il, width, E, G, lw,
+                                               cxs_q_header_size(wo->dtype, width)) >
                          wo->shard_size) {
             s++;
             U = F = idb = 0;
@@ -690,6 +718,10 @@ int cxs_import_kaldi(const char *in, const char *out, const cxs_writer_opts *wo_
         }
         if (sl->note[0]) note(&im, "%s", sl->note);
         res.kinds |= 1u << sl->kind;
+        if (cxs_dtype_coded(wo.dtype)) {
+            if (sl->kept) res.codes_kept++;
+            else res.reencoded++;
+        }
         res.input_bytes += sl->size;
         cxs_writer_utt u;
         memset(&u, 0, sizeof u);

@@ -18,6 +18,7 @@
 #include "ctxshard_import.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_qcodec.h"
 #include "import_ring.h"
 #include "npy_raw.h"
 
@@ -191,12 +192,13 @@ typedef struct layout {
 /* Lay the plan's utterances out in shards of at most shard_size; the
  * number of shards. */
 static uint32_t plan_layout(plan *pl, const raw_set *rs, const layout *lo, uint64_t shard_size) {
-    const uint64_t E = cxs_dtype_size(lo->dtype), G = lo->guard;
+    const uint64_t E = cxs_dtype_size(lo->dtype), G = cxs_stored_guard(lo->dtype, lo->guard);
+    const uint64_t qh = cxs_q_header_size(lo->dtype, pl->width);
     uint64_t U = 0, F = 0, idb = 0;
     uint32_t s = 0;
     for (size_t i = 0; i < rs->n; i++) {
         uint64_t il = strlen(rs->items[i].id), T = pl->T[i];
-        uint64_t size = cxs_shard_file_size(U + 1, F + T, idb + il, pl->width, E, G, lo->lw);
+        uint64_t size = cxs_shard_file_size(U + 1, F + T, idb + il, pl->width, E, G, lo->lw, qh);
         if (U > 0 && size > shard_size) {
             s++;
             U = F = idb = 0;
@@ -227,7 +229,8 @@ static uint64_t size_for_parts(plan *pl, const raw_set *rs, const layout *lo, ui
         idb += strlen(rs->items[i].id);
     }
     uint64_t all = cxs_shard_file_size(rs->n, F, idb, pl->width, cxs_dtype_size(lo->dtype),
-                                       lo->guard, lo->lw);
+                                       cxs_stored_guard(lo->dtype, lo->guard), lo->lw,
+                                       cxs_q_header_size(lo->dtype, pl->width));
     uint64_t N = parts, k = (all + N * cap - 1) / (N * cap), target = N * (k ? k : 1);
     uint64_t low = all / target;
     const uint64_t unit = low >= (64u << 20) ? 1u << 20 : 1u << 10;

@@ -19,6 +19,7 @@
 #include "cxs_format.h"
 #include "cxs_le.h"
 #include "cxs_npy.h"
+#include "cxs_qcodec.h"
 #include "writer_internal.h"
 
 static const char *const default_symbols[] = {
@@ -595,7 +596,8 @@ int features_decode(utt *u, const uint8_t *buf, size_t len, const conv_opts *o, 
     size_t es = cxs_dtype_size(o->dtype);
     if (T > (SIZE_MAX / 2) / (D * 8))
         return say(d, path, "%s: %llu frames is too large", path, (unsigned long long)T);
-    if (grow(&u->feat, &u->feat_cap, T * D * es) ||
+    /* a coded dtype: the utterance's header, then its codes */
+    if (grow(&u->feat, &u->feat_cap, cxs_q_header_size(o->dtype, D) + T * D * es) ||
         grow(&u->sum, &u->stat_cap, 2 * D * sizeof(double)) ||
         grow(&u->tmp, &u->tmp_cap, 2 * D * sizeof(double))) {
         return sysfail(d, -ENOMEM, path, "%s: out of memory", path);

@@ -83,7 +83,12 @@ typedef struct cxs_import_info {
     uint32_t shard_end;
     uint32_t shards_planned; /**< shards of the whole plan (a part's plan, or the whole pack's) */
     uint32_t has_labels;    /**< 1: RAW had a transcript/ directory */
-    uint64_t reserved[CXS_INFO_RESERVED - 4]; /**< written as zero: later fields */
+    /** Format 1.4, cxs_import_kaldi into a coded dtype: utterances whose
+     *  Kaldi codes were kept (CM into q8, CM2 into q16), and those encoded
+     *  from their decoded values (any other object: FM, CM2 into q8 ...). */
+    uint64_t codes_kept;
+    uint64_t reencoded;
+    uint64_t reserved[CXS_INFO_RESERVED - 6]; /**< written as zero: later fields */
 } cxs_import_info;
 
 /** Fill o with the defaults: no labels, sort an unsorted listing. */

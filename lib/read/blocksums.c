@@ -76,6 +76,13 @@ static int block_utterances(const cxs_dataset *ds, const shard *sh, const cxs_bs
         *hi = x1 - 1 < U ? x1 - 1 : U - 1;
         break;
     }
+    case CXS_SEC_QHEADERS: {
+        /* format 1.4: an entry of ds->qh bytes per utterance */
+        if (!ds->qh || a / ds->qh >= U) return 0;
+        *lo = a / ds->qh;
+        *hi = (b - 1) / ds->qh < U ? (b - 1) / ds->qh : U - 1;
+        break;
+    }
     default: return 0;
     }
 #undef CUM

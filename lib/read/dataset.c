@@ -16,6 +16,7 @@
 #include "cxs_convert.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_qcodec.h"
 
 #include "cxs_qcodec.h"
 #include "dataset_internal.h"
@@ -106,6 +107,25 @@ static int id_cmp(const uint8_t *a, uint64_t al, const uint8_t *b, uint64_t bl) 
     return al < bl ? -1 : al > bl;
 }
 
+/* A coded dtype (format 1.4): a file of minor version 4 or later, no
+ * guard rows; ds->qh its headers' size.  what: "DATASET_META" or
+ * "SHARD_META". */
+static int coded_meta(cxs_dataset *ds, uint32_t minor, const char *path, const char *what,
+                      cxs_diag *d) {
+    const cxs_dataset_meta *m = &ds->meta;
+    ds->qh = cxs_q_header_size(m->dtype, m->dim);
+    if (!ds->qh) return 0;
+    if (minor < 4)
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: %s: dtype %s in a file of format 1.%u (coded types are 1.4's)",
+                           path, what, cxs_dtype_name(m->dtype), minor);
+    if (m->guard)
+        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
+                           "%s: %s: guard %u with dtype %s (a coded dtype stores no guard rows: "
+                           "0)", path, what, m->guard, cxs_dtype_name(m->dtype));
+    return 0;
+}
+
 static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     const char *mp = ds->manifest_path;
     int rc = map_file(mp, &ds->map, &ds->size, d);
@@ -130,6 +150,7 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
         return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
                            "%s: DATASET_META: dim %u / guard %u out of range", mp, m->dim,
                            m->guard);
+    if ((rc = coded_meta(ds, ds->mc.minor, mp, "DATASET_META", d))) return rc;
     uint32_t want_lw = cxs_label_width(m->vocab_size);
     if (m->vocab_size > CXS_MAX_VOCAB || m->label_width != want_lw)
         return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
@@ -376,7 +397,9 @@ static int shard_meta(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     int rc = cxs_shard_meta_load(sh->map + x->meta->offset, x->meta->length, sm, sh->path, d);
     if (rc) return rc;
     if (!e) {
-        if ((rc = single_shard_meta(ds, sm, sh->size, sh->path, d))) return rc;
+        if ((rc = single_shard_meta(ds, sm, sh->size, sh->path, d)) ||
+            (rc = coded_meta(ds, sh->c.minor, sh->path, "SHARD_META", d)))
+            return rc;
         sh->u_start = sh->f_start = 0;
         return 0;
     }
@@ -589,10 +612,39 @@ static int shard_labels(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
 
 /* Shard i (e: its manifest entry, NULL for a shard opened alone), its
  * checks in the spec's order (spec/format.md, section 8). */
+/* QHEADERS (format 1.4): present exactly when the dtype is coded, U
+ * entries of qh bytes, its checksum checked here (a few hundred bytes an
+ * utterance).  The headers' values are verify's (spec §8). */
+static int shard_qheaders(cxs_dataset *ds, uint32_t i, cxs_diag *d) {
+    shard *sh = &ds->shards[i];
+    const cxs_section *q = cxs_container_find(&sh->c, CXS_SEC_QHEADERS);
+    sh->qheaders = NULL;
+    if (!ds->qh && !q) return 0;
+    if (!ds->qh)
+        return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, q->offset,
+                           "%s: QHEADERS present, but the dtype is %s (not coded)", sh->path,
+                           cxs_dtype_name(ds->meta.dtype));
+    if (!q)
+        return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, CXS_NO_OFFSET,
+                           "%s: required section QHEADERS is missing (dtype %s)", sh->path,
+                           cxs_dtype_name(ds->meta.dtype));
+    const uint64_t U = sh->meta.num_utterances;
+    if (q->length / ds->qh != U || q->length % ds->qh)
+        return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, q->offset,
+                           "%s: QHEADERS is %llu bytes, expected %llu utterances x %llu bytes",
+                           sh->path, (unsigned long long)q->length, (unsigned long long)U,
+                           (unsigned long long)ds->qh);
+    int rc = check_section_hash(sh->map, q, sh->path, d);
+    if (rc) return rc;
+    sh->qheaders = sh->map + q->offset;
+    return 0;
+}
+
 static int open_shard(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e, cxs_diag *d) {
     shard_sections x;
     int rc;
     if ((rc = shard_container(ds, i, e, &x, d)) || (rc = shard_meta(ds, i, e, &x, d)) ||
+        (rc = shard_qheaders(ds, i, d)) ||
         (rc = shard_index(ds, i, &x, d)) || (rc = shard_ids(ds, i, &x, d)) ||
         (rc = shard_features(ds, i, &x, d)) || (rc = shard_labels(ds, i, e, &x, d)))
         return rc;

@@ -64,6 +64,10 @@ typedef struct shard {
     /* Where windows and the gather's labels are read: features and labels
      * (the mapping), or their checked copies in huge pages (hugecopy.c). */
     const uint8_t *serve_features, *serve_labels;
+    /* QHEADERS (format 1.4, a coded dtype): the header of local utterance
+     * u at qheaders + u * qh (the dataset's), U of them, its length and
+     * checksum checked at open; NULL for a float dtype. */
+    const uint8_t *qheaders;
 } shard;
 
 /* Label i of a shard's LABELS: one byte, or two little-endian. */
@@ -126,6 +130,7 @@ struct cxs_dataset {
      * statistics, dim each; NULL without statistics. */
     double *norm_mean, *norm_scale;
     uint64_t row_bytes;       /* dim * esize */
+    uint64_t qh;              /* bytes of a QHEADERS entry (cxs_q_header_size); 0: a float dtype */
     uint64_t total_chunks;
     size_t max_chunk_bytes;   /* decoded size of the largest chunk */
     uint64_t zbytes, raw_feature_bytes;

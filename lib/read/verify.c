@@ -9,6 +9,7 @@
 #include "ctxshard.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_qcodec.h"
 
 /* Shared with dataset.c through this small internal view. */
 #include "cxs_convert.h"
@@ -26,6 +27,7 @@ typedef struct vctx {
      * utterance and dimension, sums of the stored values and of their
      * squares in float64, in frame order; over utterances, exact sums. */
     double *u1, *u2;  /* dim each: the utterance at work */
+    float *qrow;      /* a coded dtype: one row decoded (dim floats) */
     cxs_xsum *x1, *x2; /* dim each */
     /* Compressed: one chunk's rows and a decoder, made once (nothing is
      * allocated inside the recovery region the shards are read in). */
@@ -46,8 +48,20 @@ static double elem(const uint8_t *p, uint64_t i, uint32_t dtype) {
 }
 
 /* Add rows of an utterance to its sums. */
-static void sum_rows(vctx *v, const uint8_t *p, uint64_t rows) {
+static void sum_rows(vctx *v, const uint8_t *p, uint64_t rows, const uint8_t *qheader) {
     const uint32_t D = v->ds->meta.dim, dt = v->ds->meta.dtype;
+    if (qheader) {
+        /* a coded dtype: the decoded values, as the writer summed them */
+        for (uint64_t r = 0; r < rows; r++) {
+            cxs_q_decode_rows(dt, qheader, D, p + r * v->ds->row_bytes, 1, v->qrow);
+            for (uint32_t d = 0; d < D; d++) {
+                const double x = v->qrow[d];
+                v->u1[d] += x;
+                v->u2[d] += x * x;
+            }
+        }
+        return;
+    }
     for (uint64_t r = 0; r < rows; r++)
         for (uint32_t d = 0; d < D; d++) {
             double x = elem(p, r * D + d, dt);
@@ -81,6 +95,12 @@ static void locate_features(const vctx *v, const struct shard *sh, const uint8_t
         snprintf(msg + len, cap - len,
                  "; a shard opened alone carries no statistics to judge its values by, and the "
                  "section checksum cannot say which utterance changed (verify the dataset)");
+        return;
+    }
+    if (ds->qh) {
+        /* every code decodes to a plausible value: none can be judged */
+        snprintf(msg + len, cap - len, "; the section checksum cannot say which utterance's "
+                 "codes changed (format 1.3 block sums can)");
         return;
     }
     const uint8_t *mean = ds->stats + CXS_STATS_HEAD, *var = mean + 8ull * D;
@@ -182,6 +202,7 @@ static int hash_plain(vctx *v, const uint8_t *map, const cxs_section *s, const c
 }
 
 static int finite_rows(const uint8_t *p, uint64_t n, uint32_t dtype, uint64_t *bad) {
+    if (cxs_dtype_coded(dtype)) return 1; /* codes: what they decode to is the headers' matter */
     if (dtype == CXS_DTYPE_F32) {
         for (uint64_t i = 0; i < n; i++)
             if ((cxs_ld32(p + 4 * i) & 0x7f800000u) == 0x7f800000u) return *bad = i, 0;
@@ -224,7 +245,7 @@ static int verify_features(vctx *v, const struct shard *sh, const cxs_section *s
                              sh->path, (unsigned long long)(sh->meta.first_utterance + u),
                              (unsigned long long)(s->offset + pos + bad * ds->esize));
         XXH3_64bits_update(v->st, f + pos, (size_t)n);
-        sum_rows(v, f + pos, T);
+        sum_rows(v, f + pos, T, sh->qheaders ? sh->qheaders + u * ds->qh : NULL);
         sum_utterance(v);
         pos += n;
         if ((rc = tick(v, gbytes + n))) return rc;
@@ -359,7 +380,8 @@ static int verify_zfeatures(vctx *v, uint32_t si, const cxs_section *s, cxs_diag
                                (unsigned long long)row);
                 break;
             }
-            if (seg % 2 == 1) sum_rows(v, p, 1);
+            if (seg % 2 == 1)
+                sum_rows(v, p, 1, sh->qheaders ? sh->qheaders + seg / 2 * ds->qh : NULL);
         }
     }
     if (!rc && seg % 2) sum_utterance(v); /* the last utterance, without a guard after it */
@@ -428,6 +450,23 @@ typedef struct shard_arg {
     uint64_t *minlen, *maxlen;
 } shard_arg;
 
+/* QHEADERS (format 1.4): every utterance's header as the encoder writes
+ * them (cxs_q_header_check), the culprit named; before the features,
+ * whose sums decode with them. */
+static int verify_qheaders(const cxs_dataset *ds, const struct shard *sh, cxs_diag *d) {
+    const cxs_section *q = cxs_container_find(&sh->c, CXS_SEC_QHEADERS);
+    char why[160];
+    for (uint64_t u = 0; u < sh->meta.num_utterances; u++)
+        if (cxs_q_header_check(ds->meta.dtype, sh->qheaders + u * ds->qh, ds->meta.dim, why,
+                               sizeof why))
+            return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, q->offset + u * ds->qh,
+                               "%s: QHEADERS: utterance %llu (bytes %llu..%llu): %s", sh->path,
+                               (unsigned long long)(sh->meta.first_utterance + u),
+                               (unsigned long long)(q->offset + u * ds->qh),
+                               (unsigned long long)(q->offset + (u + 1) * ds->qh), why);
+    return 0;
+}
+
 /* Every byte of shard i: in a recovery region (fault.h), so that a shard
  * truncated under verify is reported, not a SIGBUS. */
 static int verify_shard(void *p) {
@@ -437,6 +476,7 @@ static int verify_shard(void *p) {
     const struct shard *sh = &ds->shards[a->i];
     cxs_diag *d = a->d;
     int rc = check_padding(sh->map, sh->size, &sh->c, sh->path, d);
+    if (!rc && sh->qheaders) rc = verify_qheaders(ds, sh, d);
     for (uint32_t j = 0; j < sh->c.nsections && !rc; j++) {
         const cxs_section *s = &sh->c.sections[j];
         /* Format 1.3: a covered section's blocks before its other checks
@@ -465,16 +505,17 @@ static int verify_shard(void *p) {
 int cxs_dataset_verify(const cxs_dataset *ds, cxs_progress_fn progress, void *user, cxs_diag *d) {
     if (ds && ds->stream) return cxs_streamed_refuse(ds, "verify", d);
     vctx v = {ds, progress, user, 0, ds->total_bytes, XXH3_createState(), NULL, NULL, NULL, NULL,
-              NULL, {0}};
+              NULL, NULL, {0}};
     uint64_t *hist = calloc(65537, sizeof *hist);
     const uint32_t D = ds->meta.dim;
     v.u1 = calloc(2 * (size_t)D + 1, sizeof *v.u1);
     v.u2 = v.u1 ? v.u1 + D : NULL;
     v.x1 = calloc(2 * (size_t)D + 1, sizeof *v.x1);
     v.x2 = v.x1 ? v.x1 + D : NULL;
+    v.qrow = malloc((size_t)D * sizeof *v.qrow + 1);
     int rc = 0;
     if (cxs_compressed(ds) && ds->max_chunk_bytes) v.buf = malloc(ds->max_chunk_bytes);
-    if (!v.st || !hist || !v.u1 || !v.x1 || (cxs_compressed(ds) && ds->max_chunk_bytes && !v.buf)) {
+    if (!v.st || !hist || !v.u1 || !v.x1 || !v.qrow || (cxs_compressed(ds) && ds->max_chunk_bytes && !v.buf)) {
         rc = -ENOMEM;
         goto out;
     }
@@ -542,6 +583,7 @@ out:
     free(hist);
     free(v.u1);
     free(v.x1);
+    free(v.qrow);
     free(v.buf);
     cxs_zreader_free(&v.zr);
     if (v.st) XXH3_freeState(v.st);

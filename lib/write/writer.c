@@ -19,6 +19,7 @@
 #include "cxs_features.h"
 #include "cxs_format.h"
 #include "cxs_le.h"
+#include "cxs_qcodec.h"
 #include "cxs_xsum.h"
 #include "cxs_zchunk.h"
 #include "writer_internal.h"
@@ -137,10 +138,14 @@ static int shard_begin(cxs_writer *k) {
 static int shard_add(cxs_writer *k, const char *id, size_t il, uint64_t T, const uint8_t *feat,
                      const uint8_t *labels) {
     swriter *w = &k->w;
+    /* A coded utterance's header goes to QHEADERS, its codes (which
+     * follow it in feat) to FEATURES. */
+    int rc = k->qh ? cxs_bytes_put(&w->qheaders, feat, k->qh) : 0;
+    if (rc) return rc;
+    feat += k->qh;
     /* feat holds the guard's zero rows after the frames: one pass over
      * the hashes and the buffer for both. */
-    int rc = feat_put(k, feat, (size_t)T * k->D * k->esize + k->guard_bytes);
-    if (rc) return rc;
+    if ((rc = feat_put(k, feat, (size_t)T * k->D * k->esize + k->guard_bytes))) return rc;
     if (k->flw && (rc = cxs_bytes_put(&w->labels, labels, (size_t)T * k->flw))) return rc;
     if (k->o.label_seqs &&
         ((rc = cxs_bytes_put(&w->seqsym, k->sq, (size_t)k->sq_len * k->lw)) ||
@@ -169,6 +174,7 @@ static void swriter_free(swriter *w) {
     free(w->chunks.p);
     free(w->seqoff.p);
     free(w->seqsym.p);
+    free(w->qheaders.p);
     memset(w, 0, sizeof *w);
 }
 
@@ -239,7 +245,7 @@ static int put_block_sums(cxs_writer *k, swriter *w, cxs_section *out, const cov
 
 static int shard_end(cxs_writer *k) {
     swriter *w = &k->w;
-    cxs_section sec[8];
+    cxs_section sec[9];
     covered cv[CXS_BLOCKSUMS_MAX];
     uint32_t n = 0, ncv = 0;
     int rc = flush_chunk(k);
@@ -274,6 +280,10 @@ static int shard_end(cxs_writer *k) {
             !(rc = cxs_bytes_put(&t, w->chunks.p, w->chunks.n)))
             rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_CHUNKS, t.p, t.n);
         free(t.p);
+    }
+    if (!rc && k->qh) {
+        rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_QHEADERS, w->qheaders.p, w->qheaders.n);
+        cv[ncv++] = (covered){CXS_SEC_QHEADERS, CXS_TABLE_BLOCK_SHIFT, w->qheaders.p, w->qheaders.n};
     }
     if (!rc) rc = cxs_put_section(k, w, &sec[n++], CXS_SEC_INDEX, w->cum.p, w->cum.n);
     cv[ncv++] = (covered){CXS_SEC_INDEX, CXS_TABLE_BLOCK_SHIFT, w->cum.p, w->cum.n};
@@ -328,7 +338,7 @@ void cxs_writer_opts_init(cxs_writer_opts *o) {
 }
 
 static int check_opts(const cxs_writer_opts *o, const char *out, cxs_diag *d) {
-    if (o->dtype < CXS_DTYPE_F32 || o->dtype > CXS_DTYPE_BF16)
+    if (o->dtype < CXS_DTYPE_F32 || o->dtype > CXS_DTYPE_Q16)
         return cxs_diagf(d, CXS_E_INVALID, "%s: unknown stored dtype %u", out, o->dtype);
     if (o->guard > CXS_MAX_GUARD)
         return cxs_diagf(d, CXS_E_INVALID, "%s: guard %u is above %u", out, o->guard,
@@ -399,6 +409,8 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
         k->is_part = 1;
     }
     k->esize = cxs_dtype_size(k->o.dtype);
+    /* A coded dataset stores no guard rows (its reader pads windows). */
+    k->o.guard = cxs_stored_guard(k->o.dtype, k->o.guard);
     k->vocab_n = k->o.vocab_size;
     k->lw = cxs_label_width(k->vocab_n);
     k->flw = k->o.label_seqs == CXS_SEQ_ONLY ? 0 : k->lw;
@@ -406,7 +418,11 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
     k->seq_min = UINT64_MAX;
     /* The lowest minor version whose features the files use. */
     k->block_sums = !(k->o.flags & CXS_WRITER_NO_BLOCK_SUMS);
-    k->minor = k->block_sums ? 3 : k->o.label_seqs ? 2 : k->o.compression ? 1 : 0;
+    k->minor = cxs_dtype_coded(k->o.dtype) ? 4
+               : k->block_sums                ? 3
+               : k->o.label_seqs              ? 2
+               : k->o.compression             ? 1
+                                              : 0;
     k->sos = k->eos = -1;
     k->hist = calloc(k->vocab_n + 1, sizeof *k->hist);
     k->out = strdup(out);
@@ -470,6 +486,7 @@ int cxs_writer_create(const char *out, const cxs_writer_opts *opts, cxs_writer *
 /* Set up what depends on the feature width D, once it is known. */
 int cxs_writer_set_width(cxs_writer *k, uint32_t D) {
     k->guard_bytes = (size_t)k->o.guard * D * k->esize;
+    k->qh = cxs_q_header_size(k->o.dtype, D);
     k->zero_guard = calloc(1, k->guard_bytes + 1);
     k->s1 = calloc(D, sizeof *k->s1);
     k->s2 = calloc(D, sizeof *k->s2);
@@ -617,7 +634,8 @@ static int would_overflow(const cxs_writer *k, uint64_t T, uint64_t il) {
     if (!k->open || w->U == 0) return 0;
     const uint64_t E = k->esize, G = k->o.guard, D = k->D, lw = k->flw;
     uint64_t U1 = w->U + 1, F1 = w->F + T, idb1 = w->ids.n + il;
-    return cxs_shard_file_size(U1, F1, idb1, D, E, G, lw) > k->o.shard_size;
+    return cxs_shard_file_size(U1, F1, idb1, D, E, G, lw, cxs_q_header_size(k->o.dtype, D)) >
+           k->o.shard_size;
 }
 
 int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_diag *d) {
@@ -644,7 +662,9 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
                              "arrive in increasing byte order", id, k->last_id);
     }
     const uint64_t T = u->frames, D = u->dim;
-    size_t isz = cxs_in_size(u->type);
+    /* Stored values of a coded dtype: its header and codes, bytes */
+    const int coded = u->stored && cxs_dtype_coded(k->o.dtype) && u->type == k->o.dtype;
+    size_t isz = coded ? 1 : cxs_in_size(u->type);
     if (!u->data || isz == 0)
         return cxs_diagf(d, CXS_E_INVALID, "%s: no features or unknown element type %u", id,
                          u->type);
@@ -659,7 +679,11 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
     if (T > (SIZE_MAX / 2) / (D * 8))
         return cxs_diagf(d, CXS_E_INPUT, "%s: %llu frames is too large", id,
                          (unsigned long long)T);
-    if (u->stored && (u->type != k->o.dtype || u->big_endian))
+    /* Stored float values on a coded dataset (a float dataset being
+     * converted): encoded as they are, not normalised again. */
+    const int stored_float = u->stored && cxs_dtype_coded(k->o.dtype) &&
+                             !u->big_endian && u->type >= CXS_DTYPE_F32 && u->type <= CXS_DTYPE_BF16;
+    if (u->stored && !stored_float && (u->type != k->o.dtype || u->big_endian))
         return cxs_diagf(d, CXS_E_INVALID, "%s: stored features must be the dataset's dtype, "
                          "little-endian", id);
     int rc = take_labels(k, id, u, d);
@@ -670,16 +694,19 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
         s.col_stride = (int64_t)isz;
         s.row_stride = (int64_t)(isz * D);
     }
-    const size_t fb = (size_t)(T * D * k->esize);
+    const size_t fb = (size_t)(cxs_q_header_size(k->o.dtype, D) + T * D * k->esize);
     if (grow(&k->conv, &k->conv_cap, fb + (size_t)k->o.guard * D * k->esize) ||
         grow(&k->sums, &k->sums_cap, 4 * D * sizeof(double)))
         return cxs_diagf(d, -ENOMEM, "%s: out of memory", id);
     cxs_diag why;
     /* Stored values are taken as they are: converting them into their own
      * type is exact, and it checks them and sums them the same way. */
-    if (cxs_features_convert(&s, k->o.dtype, u->stored ? CXS_NORM_NONE : k->o.normalize, 0,
-                             k->conv, k->sums, k->sums + D, k->sums + 2 * D, NULL, &why))
-        return cxs_diagf(d, CXS_E_INPUT, "%s: %s", id, why.message);
+    rc = coded ? cxs_features_coded(k->o.dtype, u->data, T, D, k->conv, k->sums, k->sums + D, &why)
+               : cxs_features_convert(&s, k->o.dtype, u->stored ? CXS_NORM_NONE : k->o.normalize,
+                                      0, k->conv, k->sums, k->sums + D, k->sums + 2 * D, NULL,
+                                      &why);
+    if (rc == -ENOMEM) return cxs_diagf(d, rc, "%s: out of memory", id);
+    if (rc) return cxs_diagf(d, CXS_E_INPUT, "%s: %s", id, why.message);
     memset(k->conv + fb, 0, (size_t)k->o.guard * D * k->esize); /* the guard after it */
     /* Accepted: from here on a failure is the system's. */
     if (!k->last_id && !(k->last_id = malloc(CXS_MAX_ID_LEN + 1)))

@@ -85,6 +85,7 @@ typedef struct swriter {
     uint64_t zlen;     /* compressed: ZFEATURES bytes written */
     bytes labels, cum, idoff, ids, chunks;
     bytes seqoff, seqsym; /* SEQUENCES: offsets (from 0) and symbols */
+    bytes qheaders;       /* QHEADERS (format 1.4, coded dtypes): qh bytes an utterance */
     /* BLOCKSUMS (format 1.3): FEATURES's block sums, formed as it streams
      * out (bh: the block being filled, bfill bytes of it), then every
      * covered section's, assembled at the shard's end. */
@@ -105,6 +106,7 @@ struct cxs_writer {
     size_t esize;
     uint32_t lw;  /* label width of the dataset (DATASET_META, SEQUENCES) */
     uint32_t flw; /* width of LABELS: lw, or 0 with label sequences only */
+    uint64_t qh; /* bytes of an utterance's QHEADERS entry; 0: not a coded dtype */
     uint8_t *zero_guard; /* G zero rows */
     size_t guard_bytes;
     swriter w;

@@ -329,6 +329,38 @@ static void valid_blocks(const char *dir) {
     cxs_dataset_close(ds);
 }
 
+/* valid/tiny-q8, tiny-q16 and their zstd copies (format 1.4, spec
+ * Appendix A): features only, guard 0, the codes of spec §4.9.5 for
+ * make_golden.py's CODED_A (3 x 2) and CODED_B (6 x 2), served by
+ * read_features as stored; verify passes (headers valid, statistics of the
+ * decoded values). */
+static void valid_coded(const char *dir, uint32_t dtype) {
+    static const uint8_t q8[2][12] = {
+        {0x00, 0x00, 0x40, 0x40, 0xc0, 0xff},
+        {0x80, 0x40, 0xd5, 0xff, 0x00, 0xb2, 0xc0, 0xd2, 0xff, 0x00, 0x40, 0xc0}};
+    static const uint16_t q16[2][12] = {
+        {0x0000, 0x3333, 0x6666, 0x9999, 0xcccc, 0xffff},
+        {0x6aaa, 0x2aaa, 0xaaaa, 0xdfff, 0x3555, 0x5555, 0x7fff, 0x7fff, 0xffff, 0x0000, 0x5555,
+         0x5aaa}};
+    static const uint64_t T[2] = {3, 6};
+    cxs_dataset *ds = open_valid(dir);
+    if (!ds) return;
+    cxs_info in;
+    cxs_dataset_info(ds, &in);
+    CHECK(in.dtype == dtype && in.guard == 0 && in.dim == 2 && in.format_minor == 4);
+    CHECK(in.num_utterances == 2 && in.num_frames == 9 && in.vocab_size == 0);
+    for (uint64_t u = 0; u < 2; u++) {
+        uint8_t got[24];
+        CHECK(cxs_dataset_read_features(ds, u, 0, T[u], got) == 0);
+        for (uint64_t i = 0; i < T[u] * 2; i++)
+            CHECK(dtype == CXS_DTYPE_Q8 ? got[i] == q8[u][i]
+                                        : (uint16_t)(got[2 * i] | got[2 * i + 1] << 8) == q16[u][i]);
+    }
+    cxs_diag dg = {0};
+    CHECK(cxs_dataset_verify(ds, NULL, NULL, &dg) == 0);
+    cxs_dataset_close(ds);
+}
+
 static void invalid(const char *dir) {
     char path[4096], name[128], step[16], code[64], text[128], line[512];
     if (snprintf(path, sizeof path, "%s/EXPECTED", dir) >= (int)sizeof path) return;
@@ -401,6 +433,11 @@ int main(int argc, char **argv) {
             CHECK(cxs_dataset_label_seq(ds, 7, o, 4, &n) == CXS_E_NO_SEQUENCES);
             cxs_dataset_close(ds);
         }
+    }
+    static const char *const coded[] = {"tiny-q8", "tiny-q8-zstd", "tiny-q16", "tiny-q16-zstd"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/valid/%s", argv[1], coded[i]);
+        valid_coded(p, i < 2 ? CXS_DTYPE_Q8 : CXS_DTYPE_Q16);
     }
     snprintf(p, sizeof p, "%s/invalid", argv[1]);
     invalid(p);

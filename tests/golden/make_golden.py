@@ -20,7 +20,10 @@ block sums have their own: valid/tiny-sums is tiny as the packer writes it
 by default (a BLOCKSUMS section, one block per section), valid/sums-blocks
 three longer utterances whose FEATURES and LABELS span two blocks each,
 and invalid/sums-* damaged copies of it; valid/tiny-sums-required is
-tiny-sums with BLOCKSUMS's required bit set.  invalid/zfeatures-stale is
+tiny-sums with BLOCKSUMS's required bit set.  Format 1.4: valid/tiny-q8 and
+tiny-q16 are a two-utterance features-only dataset coded (3 and 6 rows, 2
+features), tiny-q8-zstd and tiny-q16-zstd them compressed, and
+invalid/q8-* damaged copies of tiny-q8.  invalid/zfeatures-stale is
 tiny-zstd-noshuffle with a non-zero guard row in chunk 0 under a good
 chunk checksum and a stale ZFEATURES section checksum.  EXPECTED's
 optional fourth column is a text the reference reader's message must hold
@@ -96,6 +99,61 @@ def raw_blocks(root):
         np.save(os.path.join(root, "mfcc", f"u{u + 1}.npy"), x.astype(np.float32))
         tr = ["[SOS]"] + [VOCAB[(i + u) % 3] for i in range(T)] + ["[EOS]"]
         np.save(os.path.join(root, "transcript", f"u{u + 1}.npy"), np.array(tr))
+
+
+# Format 1.4's coded vectors: two utterances of 2 features, one of 3 rows
+# (Kaldi's pathological path for fewer than 5 rows), one of 6.
+CODED_A = [[1, 2], [3, 4], [5, 6]]
+CODED_B = [[0.5, -1], [2, 3.25], [-0.75, 0], [1, 1], [4, -2], [0, 0.125]]
+
+
+def raw_coded(root):
+    os.makedirs(os.path.join(root, "mfcc"))
+    np.save(os.path.join(root, "mfcc", "a.npy"), np.array(CODED_A, dtype=np.float32))
+    np.save(os.path.join(root, "mfcc", "b.npy"), np.array(CODED_B, dtype=np.float32))
+
+
+def coded(exp):
+    """valid/tiny-q8, tiny-q16 (features only, --block-sums off) and their
+    zstd copies; invalid/q8-* damaged copies of tiny-q8 appended to
+    EXPECTED."""
+    shard = "shard-000000.cxs"
+    for dtype in ("q8", "q16"):
+        dst = os.path.join(HERE, "valid", f"tiny-{dtype}")
+        shutil.rmtree(dst, ignore_errors=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            raw_coded(tmp)
+            subprocess.run([EXE, "pack", tmp, dst, "--dtype", dtype, "--threads", "1",
+                            "--quiet", *OFF], check=True)
+        z = os.path.join(HERE, "valid", f"tiny-{dtype}-zstd")
+        shutil.rmtree(z, ignore_errors=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            raw_coded(tmp)
+            subprocess.run([EXE, "pack", tmp, z, "--dtype", dtype, "--compress", "zstd:3",
+                            "--chunk-size", "8", "--threads", "1", "--quiet", *OFF], check=True)
+    q8 = os.path.join(HERE, "valid", "tiny-q8")
+    _, ss = sections(os.path.join(q8, shard))
+    _, ms = sections(os.path.join(q8, "manifest.cxs"))
+    q0, ql, qt = ss[10]
+    H = 8 + 8 * 2
+    cases = [
+        # QHEADERS one byte short of U*H, every checksum good
+        ("q8-qheaders-length", shard, setu64(qt + 16, ql - 1), "open", "CXS_E_CORRUPT",
+         "QHEADERS"),
+        # utterance 1's range -1.0: verify names it
+        ("q8-bad-header", shard, setu32(q0 + H + 4, 0xbf800000), "verify", "CXS_E_CORRUPT",
+         "QHEADERS:_utterance_1"),
+        # utterance 0, column 1: p25 > p75
+        ("q8-bad-percentiles", shard, setu32(q0 + 8 + 8 + 2, 0xffff), "verify", "CXS_E_CORRUPT",
+         "column_1"),
+        # guard 1 with a coded dtype (DATASET_META's guard, offset 24)
+        ("q8-guard", "manifest.cxs", setu32(ms[16][0] + 24, 1), "open", "CXS_E_CORRUPT",
+         "guard"),
+    ]
+    for name, fname, edit, step, code, text in cases:
+        damaged(name, q8, fname, edit)
+        rehash(os.path.join(HERE, "invalid", name))
+        exp.write(f"{name} {step} {code} {text}\n")
 
 
 def rehash(d, keep=()):
@@ -358,11 +416,14 @@ def main():
             if fix:
                 rehash(os.path.join(HERE, "invalid", name))
             exp.write(f"{name} {step} {code}" + (f" {text}" if text else "") + "\n")
+        coded(exp)
     hexdump(tiny)
     hexdump(f16)
     hexdump(seq_only)
     blocksums(os.path.join(HERE, "valid", "tiny-sums", shard))
     chunks(os.path.join(HERE, "valid", "tiny-zstd-noshuffle", shard))
+    for dtype in ("q8", "q16"):
+        qsections(os.path.join(HERE, "valid", f"tiny-{dtype}", shard))
 
 
 def chunks(path):
@@ -428,6 +489,17 @@ def hexdump(tiny):
                 asc = "".join(chr(b) if 32 <= b < 127 else "." for b in line)
                 print(f"  {off:06x}  {hx:<47}  {asc}")
         print()
+
+
+def qsections(path):
+    """A coded shard's QHEADERS and FEATURES, for the spec's appendix."""
+    data, secs = sections(path)
+    for t, name in ((10, "QHEADERS"), (4, "FEATURES")):
+        off, ln, _ = secs[t]
+        print(f"{os.path.basename(os.path.dirname(path))} {name} at {off:#x}, {ln} bytes:")
+        for o in range(0, ln, 16):
+            print("  " + " ".join(f"{b:02x}" for b in data[off + o:off + min(o + 16, ln)]))
+    print()
 
 
 if __name__ == "__main__":

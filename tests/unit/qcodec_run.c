@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
             uint8_t *body = xmalloc(B);
             cxs_q8_to_kaldi_cm(h, codes, n, dim, body);
             put(out, body, B);
-            cxs_q8_from_kaldi_cm(body, n, dim, h, codes);
+            cxs_q8_from_kaldi_cm(body, n, dim, 0, n, 0, dim, h, codes);
             put(out, h, H);
             put(out, codes, n * dim);
             free(body);

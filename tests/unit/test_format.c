@@ -221,10 +221,10 @@ END_TEST_
  * each utterance, labels, index, ids, SHARD_META). */
 TEST(shard_file_size) {
     /* 1 utterance of 10 frames x 28 float32, guard 64: 138 rows, 4 pages */
-    EXPECT_UINT(cxs_shard_file_size(1, 10, 3, 28, 4, 64, 1), 4096 + 16384 + 4 * 4096);
-    EXPECT_UINT(cxs_shard_file_size(1, 10, 3, 28, 4, 64, 0), 4096 + 16384 + 3 * 4096);
+    EXPECT_UINT(cxs_shard_file_size(1, 10, 3, 28, 4, 64, 1, 0), 4096 + 16384 + 4 * 4096);
+    EXPECT_UINT(cxs_shard_file_size(1, 10, 3, 28, 4, 64, 0, 0), 4096 + 16384 + 3 * 4096);
     /* 600 utterances: index and id offsets pass a page (8 * 601 bytes) */
-    EXPECT_UINT(cxs_shard_file_size(600, 600, 600, 1, 2, 0, 2),
+    EXPECT_UINT(cxs_shard_file_size(600, 600, 600, 1, 2, 0, 2, 0),
                 4096 + 4096 + 4096 + 2 * 4096 + 2 * 4096 + 4096);
 }
 END_TEST_
