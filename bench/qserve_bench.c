@@ -99,7 +99,7 @@ static double frame_rate(const cxs_dataset *ds, uint32_t k, uint32_t B, int batc
     if (cxs_loader_next(l, &b)) exit(1); /* the ring started */
     double t0 = now();
     uint64_t n = 0;
-    for (int i = 0; i < batches && !cxs_loader_next(l, &b) && b->n; i++) n += b->n;
+    for (int i = 0; i < batches && !cxs_loader_next(l, &b) && b && b->n; i++) n += b->n;
     double r = (double)n / (now() - t0);
     cxs_loader_free(l);
     cxs_sampler_free(s);
@@ -117,7 +117,7 @@ static double utt_rate(const cxs_dataset *ds, int batches, uint64_t seed) {
     if (cxs_utt_loader_next(l, &b)) exit(1);
     double t0 = now();
     uint64_t n = 0;
-    for (int i = 0; i < batches && !cxs_utt_loader_next(l, &b) && b->n; i++) n += b->frames;
+    for (int i = 0; i < batches && !cxs_utt_loader_next(l, &b) && b && b->n; i++) n += b->frames;
     double r = (double)n / (now() - t0);
     cxs_utt_loader_free(l);
     cxs_utt_sampler_free(s);
@@ -146,7 +146,7 @@ static int cold(const char *path, uint32_t k, uint32_t B, uint64_t memory) {
         const cxs_batch *b;
         uint64_t n = 0;
         double t0 = now();
-        while (!cxs_loader_next(l, &b) && b->n) n += b->n;
+        while (!cxs_loader_next(l, &b) && b && b->n) n += b->n;
         rate = (double)n / (now() - t0);
         cxs_loader_free(l);
     }

@@ -9,9 +9,6 @@
 #include "dataset_internal.h"
 #include "fault.h"
 #include "hooks.h"
-#ifndef CXS_SEC_QHEADERS /* TEMP-Q8B until q8a lands */
-#define CXS_SEC_QHEADERS 10u
-#endif
 
 int cxs_bsrc_setup(cxs_dataset *ds, uint32_t s, cxs_diag *d) {
     shard *sh = &ds->shards[s];

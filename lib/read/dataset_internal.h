@@ -41,9 +41,6 @@ typedef struct shard {
     const uint8_t *features; /* NULL when compressed */
     const uint8_t *labels;
     const uint8_t *seqs; /* SEQUENCES (format 1.2): U+1 u64 offsets, then symbols; or NULL */
-    /* QHEADERS (format 1.4, a coded dtype): local utterance lu's header at
-     * lu * cxs_q_header_size (qdecode.h reads it); NULL otherwise. */
-    const uint8_t *qheaders;
     /* Compressed shards (format 1.1): the chunk table and the chunks. */
     cxs_chunks_head ch;
     const uint8_t *chunk_table; /* num_chunks entries: u64 end, u64 checksum */
