@@ -33,7 +33,7 @@ for root, _, files in os.walk(sys.argv[1]):
         os.close(fd)' "$1"; }
 run() { # in the cgroup: this shell joins it, the benchmark inherits it
   drop "$1"
-  sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' sh "$cg" "$bench" cold "$1" 30 1024 "$(bytes "$memory")"
+  sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' sh "$cg" "$bench" cold "$1" 30 256 "$(bytes "$memory")"
 }
 f=""; q=""
 i=0
@@ -46,7 +46,7 @@ done
 import statistics as st, sys, os
 f = [float(x) for x in sys.argv[1].split()]; q = [float(x) for x in sys.argv[2].split()]
 print(f"memory cgroup limit {sys.argv[3]}; float32 dataset {int(sys.argv[4])/2**20:.0f} MiB, q8 {int(sys.argv[5])/2**20:.0f} MiB; "
-      f"frame loader, block order, k=30, B=1024, 1 thread, second epoch; {len(f)} rounds; load average {os.getloadavg()[0]:.2f}")
+      f"frame loader, block order, k=30, B=256, 1 thread, second epoch; {len(f)} rounds; load average {os.getloadavg()[0]:.2f}")
 print(f"float32  median {st.median(f):12.0f} samples/s   runs {' '.join(f'{x:.0f}' for x in f)}")
 print(f"q8       median {st.median(q):12.0f} samples/s   runs {' '.join(f'{x:.0f}' for x in q)}")
 print(f"q8 / float32: {st.median([b / a for a, b in zip(f, q)]):.2f}x (median of the rounds' ratios; target >= 3x)")
