@@ -6,14 +6,14 @@
 # stored dtype differs.  The splits are synthesised by `ctxshard synth`
 # and packed with per-utterance normalisation (the examples' --synth).
 #
-# usage: bench/qaccuracy.sh CTXSHARD WORKDIR [EPOCHS]
+# usage: bench/qaccuracy.sh CTXSHARD WORKDIR [EPOCHS [TRAIN_UTTS]] (dev: a fifth)
 set -eu
-x=$1 w=$2 epochs=${3:-3}
+x=$1 w=$2 epochs=${3:-3} utts=${4:-300}
 py=/usr/bin/python3
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$w"
-"$x" synth "$w/train-raw" --utts 300 --seed 1 --quiet
-"$x" synth "$w/dev-raw" --utts 60 --offset 300 --seed 1 --quiet
+"$x" synth "$w/train-raw" --utts "$utts" --seed 1 --quiet
+"$x" synth "$w/dev-raw" --utts $((utts / 5)) --offset "$utts" --seed 1 --quiet
 for dt in f32 q8 q16; do
   for s in train dev; do
     "$x" pack "$w/$s-raw" "$w/$s-$dt" --dtype "$dt" --normalize utterance --transcripts both --quiet

@@ -331,9 +331,9 @@ static int upload_labels(void *arg) {
 }
 
 /* A coded dtype's headers (QHEADERS of every shard, in order), each
- * checked as the CPU checks it at its first use (its block's sum, its
- * validity: cxs_qheaders_check), since the kernel decodes what it is
- * given: reads the mapping, run in a recovery region. */
+ * checked as the CPU checks it at its first use (cxs_qheaders_check),
+ * since the kernel decodes what it is given: reads the mapping, run in a
+ * recovery region. */
 static int upload_headers(void *arg) {
     labels_arg *a = arg;
     cxs_gpu_loader *l = a->l;

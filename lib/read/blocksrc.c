@@ -12,7 +12,7 @@
 
 int cxs_bsrc_setup(cxs_dataset *ds, uint32_t s, cxs_diag *d) {
     shard *sh = &ds->shards[s];
-    sh->bc = NULL, sh->bc_feat = sh->bc_lab = sh->bc_qh = NULL;
+    sh->bc = NULL, sh->bc_feat = sh->bc_lab = NULL;
     const uint32_t n = sh->bs.n;
     if (!n) return 0;
     /* one allocation: the n headers, then every entry's bitmap */
@@ -33,14 +33,13 @@ int cxs_bsrc_setup(cxs_dataset *ds, uint32_t s, cxs_diag *d) {
     for (uint32_t k = 0; k < n && !off; k++) {
         if (c[k].e->type == CXS_SEC_FEATURES) sh->bc_feat = &c[k];
         if (c[k].e->type == CXS_SEC_LABELS) sh->bc_lab = &c[k];
-        if (c[k].e->type == CXS_SEC_QHEADERS) sh->bc_qh = &c[k];
     }
     return 0;
 }
 
 void cxs_bsrc_free(shard *sh) {
     free(sh->bc);
-    sh->bc = sh->bc_feat = sh->bc_lab = sh->bc_qh = NULL;
+    sh->bc = sh->bc_feat = sh->bc_lab = NULL;
 }
 
 cxs_bcheck *cxs_bsrc_of(const cxs_dataset *ds, uint32_t s, uint32_t type) {

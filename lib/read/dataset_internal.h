@@ -55,9 +55,8 @@ typedef struct shard {
     lazy_table t_index, t_ids, t_seqs;
     cxs_blocksums bs;          /* BLOCKSUMS (format 1.3); bs.n == 0 without */
     /* The block source's checked blocks (blocksrc.h): one per entry of
-     * bs, and those of FEATURES, LABELS and QHEADERS (NULL when not
-     * covered). */
-    cxs_bcheck *bc, *bc_feat, *bc_lab, *bc_qh;
+     * bs, and those of FEATURES and LABELS (NULL when not covered). */
+    cxs_bcheck *bc, *bc_feat, *bc_lab;
     /* Where windows and the gather's labels are read: features and labels
      * (the mapping), or their checked copies in huge pages (hugecopy.c). */
     const uint8_t *serve_features, *serve_labels;

@@ -7,9 +7,9 @@
  * QHEADERS entry (utterance lu of a shard: the H bytes at lu * H, no
  * search) when the first rows of that utterance are decoded, and kept
  * while the next rows decoded are the same utterance's.  Preparing checks
- * the entry's block against its block sum (first use, as LABELS) and the
- * header's validity (cxs_q_header_check): a damaged header is refused
- * naming the shard and the utterance, never decoded. */
+ * the header's validity (cxs_q_header_check; open checked the section's
+ * checksum): a header the writer cannot have written is refused naming
+ * the shard and the utterance, never decoded. */
 #ifndef CXS_QDECODE_H
 #define CXS_QDECODE_H
 
@@ -38,11 +38,9 @@ int cxs_qdec_init(cxs_qdec *q, uint32_t dtype, uint32_t dim);
 void cxs_qdec_free(cxs_qdec *q);
 
 /* Make local utterance lu of shard s the one q decodes (nothing to do
- * when it already is): its QHEADERS block checked, its header validated
- * and prepared.  0, or CXS_E_CHECKSUM (the block), CXS_E_CORRUPT (the
- * header: d names the shard, the utterance and what is wrong),
- * CXS_E_TRUNCATED.  Reads the mapping: callers run it in a recovery
- * region (fault.h). */
+ * when it already is): its header validated and prepared.  0, or
+ * CXS_E_CORRUPT (d names the shard, the utterance and what is wrong).
+ * Reads the mapping: callers run it in a recovery region (fault.h). */
 int cxs_qdec_utt(cxs_qdec *q, const cxs_dataset *ds, uint32_t s, uint64_t lu, cxs_diag *d);
 
 /* Every header of shard s checked as cxs_qdec_utt checks one (what
