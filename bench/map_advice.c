@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_clock.h"
 #include "ctxshard.h"
 
 #ifndef MADV_POPULATE_READ
@@ -37,16 +38,6 @@ static long minflt(void) {
     struct rusage r;
     getrusage(RUSAGE_SELF, &r);
     return r.ru_minflt;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 enum { NADV = 5 };

@@ -20,23 +20,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_clock.h"
 #include "ctxshard.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 enum { NONE, F32, F64MUL, F64DIV, LIB, NCAND };
 static const char *names[NCAND] = {"none", "f32", "f64mul", "f64div", "library"};

@@ -20,11 +20,15 @@ void cxs_normalize_rows(uint32_t D, float *dst, size_t rows, const double *mean,
         for (uint32_t d = 0; d < D; d++) dst[d] = (float)(((double)dst[d] - mean[d]) * scale[d]);
 }
 
-void cxs_convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows, float *dst,
-                      const double *mean, const double *scale) {
+void cxs_convert_rows(const cxs_dataset *ds, const cxs_qdec *q, const uint8_t *src, size_t rows,
+                      float *dst, const double *mean, const double *scale) {
     const uint32_t D = ds->meta.dim;
     const size_t n = rows * D;
     switch (ds->meta.dtype) {
+    case CXS_DTYPE_Q8:
+    case CXS_DTYPE_Q16:
+        cxs_qdec_rows(q, src, rows, dst);
+        break;
     case CXS_DTYPE_F32:
         if (cxs_host_is_le()) {
             memcpy(dst, src, n * 4);
@@ -38,7 +42,7 @@ void cxs_convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows, fl
     case CXS_DTYPE_F16:
         for (size_t i = 0; i < n; i++) dst[i] = cxs_f16_to_f32(cxs_ld16(src + 2 * i));
         break;
-    default:
+    default: /* bfloat16 */
         for (size_t i = 0; i < n; i++) dst[i] = cxs_bf16_to_f32(cxs_ld16(src + 2 * i));
         break;
     }
@@ -99,6 +103,7 @@ typedef struct job {
      * at work (volatile: read after a fault's jump), and what failed. */
     uint8_t *stage;
     zreader *zr;
+    cxs_qdec *q; /* coded dtypes: the decoder */
     volatile size_t at;
     cxs_where where;
     /* a failed check of an INDEX block (utt_index.c) or of a block of
@@ -114,6 +119,7 @@ typedef struct plan {
     uint64_t row;       /* row a within its shard's FEATURES layout */
     int32_t zlo, rows, zhi; /* zero rows before, real rows, zero rows after */
     uint32_t shard;
+    uint64_t lu;        /* its shard-local utterance (a coded dtype's header) */
     uint64_t label_index;
 } plan;
 
@@ -122,6 +128,7 @@ typedef struct plan {
 
 void cxs_gather_ctx_free(cxs_gather_ctx *c) {
     cxs_zreader_free(&c->zr);
+    cxs_qdec_free(&c->q);
     free(c->stage);
     c->stage = NULL;
     c->stage_bytes = 0;
@@ -166,6 +173,7 @@ static int gather_windows(void *arg) {
             p[i].rows = (int32_t)(b - a + 1);
             p[i].zhi = (int32_t)(hi - b);
             p[i].shard = l.shard;
+            p[i].lu = l.lu;
             p[i].label_index = f - ds->shards[p[i].shard].f_start;
             if (i < PREFETCH_AHEAD && p[i].src) __builtin_prefetch(p[i].src);
             /* nothing of a block is served before it is checked (blocksrc.h):
@@ -193,10 +201,18 @@ static int gather_windows(void *arg) {
                 }
                 src = j->stage;
             }
+            if (j->q->dtype) {
+                /* the utterance's header, checked at its first use */
+                int qrc = cxs_qdec_utt(j->q, ds, p[i].shard, p[i].lu, &j->index_diag);
+                if (qrc) {
+                    j->index_failed = 1;
+                    return qrc;
+                }
+            }
             float *o = j->out + (c0 + i) * W;
             if (p[i].zlo) memset(o, 0, (size_t)p[i].zlo * D * sizeof *o);
             float *r = o + (size_t)p[i].zlo * D;
-            cxs_convert_rows(ds, src, (size_t)p[i].rows, r, mean, scale);
+            cxs_convert_rows(ds, j->q, src, (size_t)p[i].rows, r, mean, scale);
             if (p[i].zhi)
                 memset(r + (size_t)p[i].rows * D, 0, (size_t)p[i].zhi * D * sizeof *o);
             if (j->labels) {
@@ -233,6 +249,11 @@ static int gather_range(job *j) {
         if (!(j->stage = ctx->stage)) return j->rc = -ENOMEM;
     }
     j->zr = &ctx->zr;
+    j->q = &ctx->q;
+    if (cxs_qdec_init(j->q, ds->meta.dtype, ds->meta.dim)) {
+        if (ctx == &own) cxs_gather_ctx_free(&own);
+        return j->rc = -ENOMEM;
+    }
     cxs_fault f;
     j->rc = cxs_fault_run(ds, gather_windows, j, &f);
     if (j->rc && j->rc != -ECANCELED && j->rc != -ENOMEM && !j->index_failed) {

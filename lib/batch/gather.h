@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "dataset_internal.h"
+#include "qdecode.h"
 
 /* The normalisation constants of spec section 7.4 for `norm` (NULL: the
  * dataset's own statistics): mean[d] = the mean, scale[d] = 1 / sqrt(var)
@@ -19,10 +20,13 @@ int cxs_norm_constants(const cxs_dataset *ds, const cxs_norm *norm, double **out
 /* Stored rows into float32: `rows` whole rows of the dataset's dtype at src
  * (little-endian, as stored) into dst, normalised when mean and scale are
  * given (spec section 7.4, the arithmetic of every CPU path: windows,
- * padded utterances).  cxs_normalize_rows does the normalisation alone,
+ * padded utterances).  Rows of a coded dtype (q8, q16) are one
+ * utterance's, decoded by q, which holds that utterance's header
+ * (cxs_qdec_utt); q is unused otherwise.  Normalisation applies to the
+ * decoded values.  cxs_normalize_rows does the normalisation alone,
  * in place, for rows already in float32. */
-void cxs_convert_rows(const cxs_dataset *ds, const uint8_t *src, size_t rows, float *dst,
-                      const double *mean, const double *scale);
+void cxs_convert_rows(const cxs_dataset *ds, const cxs_qdec *q, const uint8_t *src, size_t rows,
+                      float *dst, const double *mean, const double *scale);
 void cxs_normalize_rows(uint32_t D, float *dst, size_t rows, const double *mean,
                         const double *scale);
 
@@ -38,6 +42,7 @@ typedef struct cxs_gather_ctx {
     zreader zr;
     uint8_t *stage;     /* compressed: the real rows of one window */
     size_t stage_bytes;
+    cxs_qdec q;         /* coded dtypes: the decoder */
 } cxs_gather_ctx;
 void cxs_gather_ctx_free(cxs_gather_ctx *c);
 
@@ -53,12 +58,14 @@ int cxs_gather_impl(const cxs_dataset *ds, const uint64_t *frames, size_t n, uin
                     int64_t *labels, cxs_gather_ctx *ctx, cxs_diag *d);
 
 /* Padded utterances (uttbatch.c): what one thread keeps from batch to
- * batch, a decoder for compressed data and a staging buffer for stored
- * rows that are not float32 (zeroed = nothing yet). */
+ * batch, a decoder for compressed data, a staging buffer for stored
+ * rows that are not float32 and the decoder of coded ones (zeroed =
+ * nothing yet). */
 typedef struct cxs_pad_ctx {
     zreader zr;
     uint8_t *stage;
     size_t stage_bytes;
+    cxs_qdec q;
 } cxs_pad_ctx;
 void cxs_pad_ctx_free(cxs_pad_ctx *c);
 /* cxs_dataset_pad_batch with explicit constants (mean/scale NULL: none),

@@ -21,6 +21,7 @@
 
 void cxs_pad_ctx_free(cxs_pad_ctx *c) {
     cxs_zreader_free(&c->zr);
+    cxs_qdec_free(&c->q);
     free(c->stage);
     c->stage = NULL;
     c->stage_bytes = 0;
@@ -64,8 +65,10 @@ static int pad_one(const cxs_dataset *ds, uint64_t u, uint64_t tmax, const doubl
         if (rc) return w->chunk = c->zr.bad_chunk, w->offset = c->zr.bad_offset, rc;
         src = c->stage;
     }
+    /* a coded dtype's header, checked at its first use */
+    if (c->q.dtype && (brc = cxs_qdec_utt(&c->q, ds, s, ul.lu, bd))) return *bfail = 1, brc;
     /* the frame gather's conversion and arithmetic (spec section 7.4) */
-    if (src) cxs_convert_rows(ds, src, (size_t)T, x, mean, scale);
+    if (src) cxs_convert_rows(ds, &c->q, src, (size_t)T, x, mean, scale);
     else if (mean) cxs_normalize_rows(D, x, (size_t)T, mean, scale);
     if (cmvn && T) {
         for (uint32_t d = 0; d < D; d++) {
@@ -140,7 +143,8 @@ int cxs_pad_impl(const cxs_dataset *ds, const uint64_t *utts, size_t n, uint64_t
                  .cmvn = cmvn, .x = x, .lengths = lengths, .y = y, .c = c, .at = 0,
                  .w = CXS_WHERE_NONE};
     cxs_fault f = {UINT32_MAX, 0};
-    int rc = cxs_fault_run(ds, pad_all, &a, &f);
+    int rc = cxs_qdec_init(&c->q, ds->meta.dtype, ds->meta.dim);
+    if (!rc) rc = cxs_fault_run(ds, pad_all, &a, &f);
     if (rc && a.bfail) {
         cxs_diag_copy(d, rc, &a.bd);
     } else if (rc && rc != -ENOMEM) {

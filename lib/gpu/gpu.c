@@ -288,7 +288,8 @@ uint64_t gpu_resident_bytes(const cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     uint64_t rows = 0, U = ds->meta.num_utterances;
     for (uint32_t s = 0; s < ds->meta.num_shards; s++) rows += gpu_shard_rows(&ds->shards[s]);
-    return rows * ds->row_bytes + (2 * U + 1) * 8 + (l->o.labels ? ds->meta.num_frames * 2 : 0);
+    return rows * ds->row_bytes + (2 * U + 1) * 8 + U * gpu_header_bytes(ds) +
+           (l->o.labels ? ds->meta.num_frames * 2 : 0);
 }
 
 /* Choose the mode: what AUTO becomes, and whether the one asked fits. */
@@ -614,6 +615,11 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
     }
     if (o->mode == CXS_GPU_STREAM && o->out_dtype != CXS_GPU_OUT_F32)
         return cxs_diagf(diag, CXS_E_INVALID, "stream mode delivers float32 only (bfloat16 output needs resident or pool mode)");
+    if (o->mode == CXS_GPU_POOL && cxs_dtype_coded(ds->meta.dtype))
+        return cxs_diagf(diag, CXS_E_UNSUPPORTED,
+                         "pool mode does not serve %s codes yet: use resident or stream mode (or "
+                         "a float copy: ctxshard convert)",
+                         cxs_dtype_name(ds->meta.dtype));
     return 0;
 }
 

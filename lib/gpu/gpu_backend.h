@@ -25,6 +25,10 @@ typedef struct gpu_expand_args {
     uint32_t dtype, D, k;
     int out_bf16;
     const double *mean, *scale; /* device, D each (spec 7.4 constants); NULL: none */
+    /* a coded dtype: every utterance's header, hbytes each, in the
+     * dataset's numbering (resident); NULL otherwise */
+    const uint8_t *qh;
+    uint64_t hbytes;
     size_t n;
     const uint64_t *frames;  /* resident */
     const uint64_t *cum, *urow;
@@ -44,6 +48,8 @@ typedef struct gpu_pad_args {
     uint32_t dtype, D;
     int out_bf16;
     const double *mean, *scale;
+    const uint8_t *qh; /* as gpu_expand_args's: utt[i].utt's header */
+    uint64_t hbytes;
     size_t n;
     uint64_t tmax;
     const cxs_x_utt *utt;

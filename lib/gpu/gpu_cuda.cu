@@ -107,10 +107,12 @@ template <bool POOL, bool BF16>
 __global__ void expand_kernel(gpu_expand_args a) {
     __shared__ uint64_t s_row0;
     __shared__ uint32_t s_T, s_t;
+    __shared__ const uint8_t *s_h;
     const size_t W = (2 * (size_t)a.k + 1) * a.D;
     for (size_t i = blockIdx.x; i < a.n; i += gridDim.x) {
         if (threadIdx.x == 0 && threadIdx.y == 0) {
             int64_t label;
+            s_h = NULL;
             if (POOL) {
                 cxs_x_desc dsc = a.desc[i];
                 s_row0 = dsc.row0, s_T = dsc.T, s_t = dsc.t;
@@ -121,16 +123,18 @@ __global__ void expand_kernel(gpu_expand_args a) {
                 s_T = (uint32_t)(a.cum[u + 1] - a.cum[u]);
                 s_t = (uint32_t)(f - a.cum[u]);
                 label = a.lab ? (int64_t)a.lab[f] : 0;
+                if (a.qh) s_h = a.qh + u * a.hbytes;
             }
             if (a.y) a.y[i] = label;
         }
         __syncthreads();
         const uint64_t row0 = s_row0;
         const uint32_t T = s_T, t = s_t;
+        const uint8_t *h = s_h;
         for (uint32_t r = threadIdx.y; r <= 2 * a.k; r += blockDim.y)
             for (uint32_t d = threadIdx.x; d < a.D; d += blockDim.x) {
                 float v = cxs_x_value(a.feat, a.dtype, a.D, row0, T, t, a.k, r, d, a.mean,
-                                      a.scale);
+                                      a.scale, h);
                 size_t j = i * W + (size_t)r * a.D + d;
                 if (BF16)
                     ((uint16_t *)a.out)[j] = cxs_x_to_bf16(v);
@@ -172,8 +176,10 @@ __global__ void pad_kernel(gpu_pad_args a) {
         const size_t i = row / a.tmax;
         const uint32_t t = (uint32_t)(row - i * a.tmax);
         const cxs_x_utt u = a.utt[i];
+        const uint8_t *h = a.qh ? a.qh + u.utt * a.hbytes : NULL;
         for (uint32_t d = threadIdx.x; d < a.D; d += blockDim.x) {
-            float v = cxs_x_value(a.feat, a.dtype, a.D, u.row0, u.T, t, 0, 0, d, a.mean, a.scale);
+            float v = cxs_x_value(a.feat, a.dtype, a.D, u.row0, u.T, t, 0, 0, d, a.mean, a.scale,
+                                  h);
             if (BF16)
                 ((uint16_t *)a.out)[row * a.D + d] = cxs_x_to_bf16(v);
             else

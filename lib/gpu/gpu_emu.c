@@ -368,6 +368,7 @@ static void run_expand(const gpu_expand_args *a) {
         uint64_t row0;
         uint32_t T, t;
         int64_t label;
+        const uint8_t *h = NULL;
         if (a->desc) {
             row0 = a->desc[i].row0, T = a->desc[i].T, t = a->desc[i].t;
             label = a->desc[i].label;
@@ -377,11 +378,12 @@ static void run_expand(const gpu_expand_args *a) {
             T = (uint32_t)(a->cum[u + 1] - a->cum[u]);
             t = (uint32_t)(f - a->cum[u]);
             label = a->lab ? a->lab[f] : 0;
+            if (a->qh) h = a->qh + u * a->hbytes;
         }
         for (uint32_t r = 0; r <= 2 * a->k; r++)
             for (uint32_t d = 0; d < a->D; d++) {
                 float v = cxs_x_value(a->feat, a->dtype, a->D, row0, T, t, a->k, r, d, a->mean,
-                                      a->scale);
+                                      a->scale, h);
                 size_t j = i * W + (size_t)r * a->D + d;
                 if (a->out_bf16)
                     ((uint16_t *)a->out)[j] = cxs_x_to_bf16(v);
@@ -395,11 +397,12 @@ static void run_expand(const gpu_expand_args *a) {
 static void run_pad(const gpu_pad_args *a) {
     for (size_t i = 0; i < a->n; i++) {
         const cxs_x_utt u = a->utt[i];
+        const uint8_t *h = a->qh ? a->qh + u.utt * a->hbytes : NULL;
         for (uint64_t t = 0; t < a->tmax; t++) {
             const size_t row = i * a->tmax + t;
             for (uint32_t d = 0; d < a->D; d++) {
                 float v = cxs_x_value(a->feat, a->dtype, a->D, u.row0, u.T, (uint32_t)t, 0, 0, d,
-                                      a->mean, a->scale);
+                                      a->mean, a->scale, h);
                 if (a->out_bf16)
                     ((uint16_t *)a->out)[row * a->D + d] = cxs_x_to_bf16(v);
                 else
@@ -419,6 +422,7 @@ static int check_expand(const gpu_expand_args *a) {
     if (check(a->out, a->n * W * xe, R_DEV, w, "output x") ||
         (a->y && check(a->y, a->n * 8, R_DEV, w, "output y")) ||
         check(a->feat, 1, R_DEV, w, "features") ||
+        (a->qh && check(a->qh, a->num_utts * a->hbytes, R_DEV, w, "headers")) ||
         (a->mean && (check(a->mean, a->D * 8, R_DEV, w, "means") ||
                      check(a->scale, a->D * 8, R_DEV, w, "scales"))))
         return EMU_FAULT;
@@ -438,6 +442,7 @@ static int check_pad(const gpu_pad_args *a) {
         (a->y && check(a->y, a->n * a->tmax * 8, R_DEV, w, "output y")) ||
         check(a->utt, a->n * sizeof *a->utt, R_DEV, w, "descriptors") ||
         check(a->feat, 1, R_DEV, w, "features") ||
+        (a->qh && check(a->qh, a->hbytes, R_DEV, w, "headers")) ||
         (a->lab && check(a->lab, 2, R_DEV, w, "labels")) ||
         (a->mean && (check(a->mean, a->D * 8, R_DEV, w, "means") ||
                      check(a->scale, a->D * 8, R_DEV, w, "scales"))))

@@ -18,6 +18,7 @@
 
 #include "blocks.h"
 #include "ctxshard_gpu.h"
+#include "cxs_qcodec.h"
 #include "dataset_internal.h"
 #include "abi.h"
 #include "gather.h"
@@ -86,6 +87,7 @@ typedef struct gpu_resident {
     uint8_t *d_feat;
     uint64_t *d_cum, *d_urow;
     uint16_t *d_lab;
+    uint8_t *d_qh; /* a coded dtype: every utterance's header, in the dataset's numbering */
 } gpu_resident;
 
 /* Pool mode (gpu_pool.c; its states and transitions are described there):
@@ -281,6 +283,11 @@ int gpu_loader_streams(cxs_gpu_loader *l);
  * and the release of what it holds (gpu_resident.c). */
 int gpu_resident_upload(cxs_gpu_loader *l);
 void gpu_resident_release(cxs_gpu_loader *l);
+/* Bytes of one utterance's header on the device: a coded dtype's
+ * (QHEADERS entry), 0 for the others. */
+static inline uint64_t gpu_header_bytes(const cxs_dataset *ds) {
+    return cxs_q_header_size(ds->meta.dtype, ds->meta.dim);
+}
 
 double gpu_now(void);
 uint64_t gpu_shard_rows(const shard *sh);

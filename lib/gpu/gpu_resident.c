@@ -391,10 +391,32 @@ static int upload_labels(void *arg) {
     return 0;
 }
 
+/* A coded dtype's headers (QHEADERS of every shard, in order), each
+ * checked as the CPU checks it at its first use (cxs_qheaders_check),
+ * since the kernel decodes what it is given: reads the mapping, run in a
+ * recovery region. */
+static int upload_headers(void *arg) {
+    labels_arg *a = arg;
+    cxs_gpu_loader *l = a->l;
+    const cxs_dataset *ds = l->ds;
+    const uint64_t H = gpu_header_bytes(ds);
+    int rc;
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
+        const shard *sh = &ds->shards[s];
+        cxs_diag hd;
+        if ((rc = cxs_qheaders_check(ds, s, &hd))) return gpu_fail_from(l, rc, "", &hd);
+        if ((rc = gpu_up_write(l, a->up, l->rs.d_qh + sh->u_start * H, sh->qheaders,
+                               (size_t)(sh->meta.num_utterances * H))))
+            return rc;
+    }
+    return 0;
+}
+
 int gpu_resident_upload(cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     const uint32_t S = ds->meta.num_shards;
     const uint64_t U = ds->meta.num_utterances, F = ds->meta.num_frames, rb = ds->row_bytes;
+    const uint64_t H = gpu_header_bytes(ds);
     /* the device gets the utterances' first frames and rows (U + 1 and U
      * entries), made from the shards' INDEX, checked whole first */
     uint64_t *srow = malloc((S + 1) * sizeof *srow);
@@ -418,11 +440,12 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
     if ((e = l->be->dev_alloc((void **)&l->rs.d_feat, (size_t)(srow[S] * rb))) ||
         (e = l->be->dev_alloc((void **)&l->rs.d_cum, (size_t)(U + 1) * 8)) ||
         (e = l->be->dev_alloc((void **)&l->rs.d_urow, (size_t)(U ? U : 1) * 8)) ||
-        (l->o.labels && (e = l->be->dev_alloc((void **)&l->rs.d_lab, (size_t)(F ? F : 1) * 2)))) {
+        (l->o.labels && (e = l->be->dev_alloc((void **)&l->rs.d_lab, (size_t)(F ? F : 1) * 2))) ||
+        (H && (e = l->be->dev_alloc((void **)&l->rs.d_qh, (size_t)(U ? U * H : 1))))) {
         rc = GPU_DEVICE_FAIL(l, "", e, "device allocation of the resident dataset");
         goto out;
     }
-    l->info.device_bytes += srow[S] * rb + (2 * U + 1) * 8 + (l->o.labels ? F * 2 : 0);
+    l->info.device_bytes += srow[S] * rb + (2 * U + 1) * 8 + U * H + (l->o.labels ? F * 2 : 0);
     double t0 = gpu_now();
     if ((rc = gpu_up_init(l, &up, l->copy, l->o.slots, rb))) goto out;
     /* the tables first: a shard truncated since open is met here, in
@@ -456,6 +479,10 @@ int gpu_resident_upload(cxs_gpu_loader *l) {
         labels_arg la = {l, &up};
         if ((rc = gpu_mapped(l, "resident upload", upload_labels, &la))) goto out;
     }
+    if (H) {
+        labels_arg ha = {l, &up};
+        if ((rc = gpu_mapped(l, "resident upload", upload_headers, &ha))) goto out;
+    }
     if ((rc = gpu_up_finish(l, &up))) goto out;
     l->info.upload_seconds = gpu_now() - t0;
 out:
@@ -485,6 +512,7 @@ static int resident_launch(cxs_gpu_loader *l, gslot *s) {
     a.feat = l->rs.d_feat;
     a.cum = l->rs.d_cum, a.urow = l->rs.d_urow, a.num_utts = l->ds->meta.num_utterances;
     a.lab = l->rs.d_lab;
+    a.qh = l->rs.d_qh, a.hbytes = gpu_header_bytes(l->ds);
     BE(l, gpu_launch_expand(l, &a, l->work));
     BE(l, l->be->event_record(s->ev_ready, l->work));
     s->used = 1;
@@ -501,7 +529,7 @@ static int resident_setup(cxs_gpu_loader *l) {
 }
 
 void gpu_resident_release(cxs_gpu_loader *l) {
-    void *dev[] = {l->rs.d_feat, l->rs.d_cum, l->rs.d_urow, l->rs.d_lab};
+    void *dev[] = {l->rs.d_feat, l->rs.d_cum, l->rs.d_urow, l->rs.d_lab, l->rs.d_qh};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         if (dev[i]) l->be->dev_free(dev[i]);
     memset(&l->rs, 0, sizeof l->rs);

@@ -69,7 +69,7 @@ static int describe(void *arg) {
     for (uint32_t i = 0; i < a->n; i++) {
         const cxs_uloc ul = cxs_utt_at(a->ds, m->utts[i]);
         uint64_t v = m->utts[i], T = ul.T;
-        a->desc[i] = (cxs_x_utt){a->u->urow[v], ul.f0, (uint32_t)T, 0};
+        a->desc[i] = (cxs_x_utt){a->u->urow[v], ul.f0, (uint32_t)T, (uint32_t)v};
         a->len[i] = (int64_t)T;
         m->frames += T;
         if (T > m->tmax) m->tmax = T;
@@ -126,6 +126,7 @@ static int utt_launch(cxs_gpu_loader *l, gslot *s) {
     a.dtype = l->dtype, a.D = l->D;
     a.out_bf16 = l->o.out_dtype == CXS_GPU_OUT_BF16;
     a.mean = l->d_mean, a.scale = l->d_scale;
+    a.qh = l->rs.d_qh, a.hbytes = gpu_header_bytes(ds);
     a.n = n, a.tmax = m->tmax;
     a.utt = (const cxs_x_utt *)(void *)d;
     a.lab = l->o.labels ? l->rs.d_lab : NULL;
@@ -254,6 +255,10 @@ static int check_utt_opts(const cxs_dataset *ds, const cxs_gpu_utt_opts *o, cxs_
                          "without them (pack it with --transcripts sequence or both)");
     if (ds->max_len > UINT32_MAX)
         return cxs_diagf(diag, CXS_E_UNSUPPORTED, "an utterance of more than 2^32 frames");
+    if (cxs_dtype_coded(ds->meta.dtype) && ds->meta.num_utterances > UINT32_MAX)
+        return cxs_diagf(diag, CXS_E_UNSUPPORTED,
+                         "GPU utterance loader: a %s dataset of more than 2^32 utterances",
+                         cxs_dtype_name(ds->meta.dtype));
     return 0;
 }
 

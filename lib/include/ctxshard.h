@@ -656,7 +656,8 @@ CXS_API int cxs_dataset_locate(const cxs_dataset *ds, uint64_t frame,
  * window passes the utterance's borders.  Needs k <= guard (CXS_E_RANGE
  * otherwise: use cxs_dataset_gather, which pads any k).  The pointer is
  * read-only and valid until close.  CXS_E_UNSUPPORTED on a compressed
- * dataset (no zero-copy view exists there).  The zero rows are the stored
+ * dataset or a coded one (q8, q16: its windows are decoded copies, which
+ * cxs_dataset_gather makes): no zero-copy view exists there.  The zero rows are the stored
  * guard rows: the call checks those the window spans (near the borders
  * only, at most 2k rows) and returns CXS_E_CORRUPT when one is not zero
  * (damaged: never served as padding), CXS_E_TRUNCATED when the shard lost

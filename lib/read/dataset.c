@@ -18,6 +18,7 @@
 #include "cxs_le.h"
 #include "cxs_qcodec.h"
 
+#include "cxs_qcodec.h"
 #include "dataset_internal.h"
 #include "remote.h"
 #include "fault.h"
@@ -1328,7 +1329,9 @@ static int guard_zero(void *arg) {
 }
 
 int cxs_dataset_window(const cxs_dataset *ds, uint64_t frame, uint32_t k, const void **window) {
-    if (cxs_compressed(ds) || ds->stream) return CXS_E_UNSUPPORTED;
+    /* a coded dtype's codes are not values: its windows are decoded copies */
+    if (cxs_compressed(ds) || ds->stream || cxs_dtype_coded(ds->meta.dtype))
+        return CXS_E_UNSUPPORTED;
     if (k > ds->meta.guard || frame >= ds->meta.num_frames) return CXS_E_RANGE;
     cxs_uloc l;
     int rc = cxs_find_utt_safe(ds, frame, &l, NULL);

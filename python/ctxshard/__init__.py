@@ -152,8 +152,11 @@ def _view(handle, addr, shape, typestr):
     return a
 
 
-_DTYPES = {_n.DTYPE_F32: ("float32", "<f4"), _n.DTYPE_F16: ("float16", "<f2"),
-           _n.DTYPE_BF16: ("bfloat16", "<u2")}
+# stored type: its name, the numpy type of a view of it (None: coded, served
+# decoded into float32, never as a view), its bytes a value
+_DTYPES = {_n.DTYPE_F32: ("float32", "<f4", 4), _n.DTYPE_F16: ("float16", "<f2", 2),
+           _n.DTYPE_BF16: ("bfloat16", "<u2", 2), _n.DTYPE_Q8: ("q8", None, 1),
+           _n.DTYPE_Q16: ("q16", None, 2)}
 
 
 class Stats:
@@ -637,7 +640,9 @@ class Dataset:
 
     @property
     def dtype(self):
-        """Stored feature type: 'float32', 'float16' or 'bfloat16'."""
+        """Stored feature type: 'float32', 'float16', 'bfloat16', or the
+        coded 'q8' and 'q16' (Kaldi's compressed matrices; every read
+        decodes them into float32)."""
         return _DTYPES[self._info.dtype][0]
 
     @property
@@ -769,10 +774,21 @@ class Dataset:
     def utterance(self, u):
         """(id, features [T, dim], labels view [T] or None) of utterance u:
         the features are a zero-copy view, or for a compressed dataset a
-        fresh read-only array decoded from its chunks."""
+        fresh read-only array decoded from its chunks, or for a coded one
+        (q8, q16) a fresh read-only float32 array of its decoded values."""
         ut = self._utt(u)
         typestr = _DTYPES[self._info.dtype][1]
-        if ut.features:
+        if typestr is None:
+            feats = np.empty((ut.num_frames, self._info.dim), dtype=np.float32)
+            length, diag = np.zeros(1, np.int64), _n.Diag()
+            uu = np.array([u], np.uint64)
+            rc = _lib.cxs_dataset_pad_batch_ex(self._ptr, uu.ctypes.data, 1, ut.num_frames, 0,
+                                               None, feats.ctypes.data, length.ctypes.data,
+                                               None, byref(diag))
+            if rc:
+                _raise(rc, diag, what=f"utterance {u}")
+            feats.flags.writeable = False
+        elif ut.features:
             feats = _view(self._h, ut.features, (ut.num_frames, self._info.dim), typestr)
         else:
             feats = np.empty((ut.num_frames, self._info.dim), dtype=np.dtype(typestr))
@@ -863,6 +879,9 @@ class Dataset:
         if self.compressed:
             raise ValueError("window: a compressed dataset has no zero-copy views; "
                              "use gather() or utterance()")
+        if _DTYPES[self._info.dtype][1] is None:
+            raise ValueError(f"window: the dataset stores {self.dtype} codes, decoded when "
+                             "read: it has no zero-copy views; use gather() or utterance()")
         if self.streamed:
             raise ValueError(f"window: {self.url}: the dataset is open to stream (its features "
                              "come as a Loader with shuffle=\"block\" reads them); open it "
@@ -1219,7 +1238,7 @@ class Sampler:
             msg = diag.message.decode("utf-8", "replace") or f"{f}: {_lib.cxs_strerror(rc).decode()}"
             if kind == BLOCK and rc == _n.E_RANGE:
                 i = dataset._info
-                row = i.dim * (4 if i.dtype == _n.DTYPE_F32 else 2)
+                row = i.dim * _DTYPES[i.dtype][2]
                 least = (i.max_length + i.guard) * row * ((blocks or 8) + 1)
                 msg += (f".  Give memory={least} ({least / 2**20:.1f} MiB) or more, or fewer "
                         "blocks=")

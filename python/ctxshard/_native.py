@@ -27,7 +27,7 @@ E_NO_LABELS = -5011
 E_NO_SEQUENCES = -5012
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 1, 2, 3
-DTYPE_Q8, DTYPE_Q16 = 4, 5  # coded (format 1.4): stored only, never an input type
+DTYPE_Q8, DTYPE_Q16 = 4, 5  # coded (format 1.4): stored only (never an input type), decoded when served
 COMPRESSION_NONE, COMPRESSION_ZSTD = 0, 1
 DEFAULT_CACHE_BYTES = 256 << 20
 GATHER_NORMALIZE = 1

@@ -32,6 +32,7 @@ static void *stream; /* the consumer's stream (a real one on a device) */
 static char dir[256];
 static char path_f32[300], path_f16[300], path_bf16z[300], path_nolab[300];
 static char path_seq32[300], path_seq16[300]; /* frame labels and label sequences */
+static char path_q8[300], path_q16[300];      /* path_seq32's data coded (format 1.4) */
 
 static void to_host(void *dst, const void *src, size_t n) {
     if (device == CXS_GPU_EMULATE) {
@@ -1500,6 +1501,81 @@ TEST(utt_batches_equal_the_cpu_loaders) {
 }
 END_TEST_
 
+/* Coded datasets (q8, q16): the device decodes in the kernels what the
+ * CPU decodes (the emulation runs gpu_expand.h's arithmetic; the CPU's is
+ * checked against the codec's reference in tests/reader/qserve_test.c):
+ * resident and stream batches, float32 and bfloat16, normalised or not,
+ * and the utterance loader, equal the CPU's; pool mode refuses them. */
+static void coded_modes(const char *p) {
+    cxs_dataset *ds = open_ds(p);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    for (int v = 0; v < 3; v++) {
+        cxs_gpu_opts o = base_opts(v == 1 ? CXS_GPU_STREAM : CXS_GPU_RESIDENT, v == 2 ? 7 : 12, 37);
+        o.flags = v == 2 ? CXS_GATHER_NORMALIZE : 0;
+        o.out_dtype = v == 2 ? CXS_GPU_OUT_BF16 : CXS_GPU_OUT_F32;
+        uint64_t n;
+        cxs_gpu_loader_info li;
+        free(run_epoch(ds, s, &o, 3, 0, &n, &li));
+        ck_assert_uint_eq(n, info.num_frames);
+    }
+    cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 3, 16);
+    cxs_gpu_loader *l;
+    cxs_diag d;
+    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(d.message, "pool mode"));
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+    utt_epoch_matches(p, 0, 1, 0, CXS_GPU_OUT_F32, 0);
+    utt_epoch_matches(p, 1, 2, CXS_GATHER_NORMALIZE, CXS_GPU_OUT_BF16, 0);
+}
+
+TEST(coded_batches_equal_the_cpus) {
+    coded_modes(path_q8);
+    coded_modes(path_q16);
+}
+END_TEST_
+
+/* What a resident q8 dataset takes on the device and sends there, against
+ * the same data as float32: its features a quarter (the headers, 8 + 8D
+ * bytes an utterance, on top), so a budget that holds the float32
+ * dataset's features holds four times the utterances as q8. */
+static void resident_cost(const char *p, cxs_gpu_loader_info *li, cxs_info *info) {
+    cxs_dataset *ds = open_ds(p);
+    cxs_dataset_info(ds, info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(CXS_GPU_RESIDENT, 2, 64);
+    o.labels = 0;
+    cxs_gpu_loader *l;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    cxs_gpu_loader_describe(l, li);
+    cxs_gpu_loader_free(l);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+
+TEST(resident_q8_takes_a_quarter) {
+    cxs_gpu_loader_info f, q;
+    cxs_info fi, qi;
+    resident_cost(path_seq32, &f, &fi);
+    resident_cost(path_q8, &q, &qi);
+    ck_assert_uint_eq(qi.num_frames, fi.num_frames);
+    /* the tables (2U + 1 offsets) and the batch ring are the same for both */
+    const uint64_t U = qi.num_utterances, H = 8 + 8 * (uint64_t)qi.dim;
+    const uint64_t feat_f = f.device_bytes - q.device_bytes + qi.num_frames * qi.dim + U * H;
+    ck_assert_uint_eq(feat_f, fi.num_frames * (uint64_t)fi.dim * 4 + fi.guard * (U + fi.num_shards) * (uint64_t)fi.dim * 4);
+    ck_assert_msg(q.uploaded_bytes * 10 < f.uploaded_bytes * 3,
+                  "q8 uploaded %llu bytes, float32 %llu: more than 0.3x",
+                  (unsigned long long)q.uploaded_bytes, (unsigned long long)f.uploaded_bytes);
+    printf("resident: float32 %llu device bytes, %llu uploaded; q8 %llu device bytes, %llu uploaded "
+           "(%.3fx)\n", (unsigned long long)f.device_bytes, (unsigned long long)f.uploaded_bytes,
+           (unsigned long long)q.device_bytes, (unsigned long long)q.uploaded_bytes,
+           (double)q.uploaded_bytes / (double)f.uploaded_bytes);
+}
+END_TEST_
+
 TEST(utt_refusals_name_the_option) {
     cxs_dataset *ds = open_ds(path_seq32), *nolab = open_ds(path_nolab);
     cxs_info info;
@@ -1580,6 +1656,8 @@ int main(int argc, char **argv) {
     snprintf(path_nolab, sizeof path_nolab, "%s/nolab", dir);
     snprintf(path_seq32, sizeof path_seq32, "%s/seq32", dir);
     snprintf(path_seq16, sizeof path_seq16, "%s/seq16", dir);
+    snprintf(path_q8, sizeof path_q8, "%s/q8", dir);
+    snprintf(path_q16, sizeof path_q16, "%s/q16", dir);
     char cmd[8192];
     const char *x = argv[1];
     /* several shards, guard rows narrower than some contexts */
@@ -1591,13 +1669,16 @@ int main(int argc, char **argv) {
              "mkdir '%s/raw2' && cp -r '%s/raw/mfcc' '%s/raw2/' && "
              "'%s' pack '%s/raw2' '%s' --quiet && "
              "'%s' pack '%s/raw' '%s' --transcripts both --guard 2 --shard-size 600K --quiet && "
-             "'%s' pack '%s/raw' '%s' --transcripts both --dtype f16 --compress zstd --chunk-size 20K --quiet",
+             "'%s' pack '%s/raw' '%s' --transcripts both --dtype f16 --compress zstd --chunk-size 20K --quiet && "
+             "'%s' pack '%s/raw' '%s' --transcripts both --dtype q8 --shard-size 600K --quiet && "
+             "'%s' pack '%s/raw' '%s' --transcripts both --dtype q16 --quiet",
              x, dir, x, dir, path_f32, x, dir, path_f16, x, dir, path_bf16z, dir, dir, dir, x, dir,
-             path_nolab, x, dir, path_seq32, x, dir, path_seq16);
+             path_nolab, x, dir, path_seq32, x, dir, path_seq16, x, dir, path_q8, x, dir, path_q16);
     if (system(cmd) != 0) return 3;
     const TTest *tests[] = {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
-        utt_batches_equal_the_cpu_loaders, queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
+        utt_batches_equal_the_cpu_loaders, coded_batches_equal_the_cpus, resident_q8_takes_a_quarter,
+        queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
         consumer_switching_streams_reads_its_batches, held_batches_are_never_refilled,
         caller_device_is_kept, host_waits_block, default_budget_leaves_room,
         launch_errors_are_the_launchs_own, refused_registration_falls_back,

@@ -1,0 +1,46 @@
+/* qheaders.c - a coded dataset's per-utterance headers (QHEADERS, format
+ * 1.4) made ready to decode where they are first used (qdecode.h).  Open
+ * checked the section's checksum (its bytes are as written); what is
+ * checked here is what verify checks of every header, that the writer
+ * could have written it (spec section 4.9). */
+#include "cxs_qcodec.h"
+#include "dataset_internal.h"
+#include "qdecode.h"
+
+/* Local utterance lu's header one the writer can have written: 0, or
+ * CXS_E_CORRUPT naming the shard, the utterance and the fault. */
+static int header_valid(const cxs_dataset *ds, uint32_t s, uint64_t lu, cxs_diag *d) {
+    const shard *sh = &ds->shards[s];
+    const uint32_t dtype = ds->meta.dtype, D = ds->meta.dim;
+    const uint8_t *h = sh->qheaders + lu * ds->qh;
+    char why[160];
+    if (cxs_q_header_check(dtype, h, D, why, sizeof why)) {
+        const uint8_t *id = NULL;
+        uint64_t len = 0;
+        if (cxs_id_get_in(ds, s, lu, &id, &len, NULL)) id = NULL;
+        return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, (uint64_t)(h - sh->map),
+                           "%s: QHEADERS entry of utterance %.*s (number %llu): %s; not decoded",
+                           sh->path, id ? (int)(len < 200 ? len : 200) : 1,
+                           id ? (const char *)id : "?",
+                           (unsigned long long)(sh->u_start + lu), why);
+    }
+    return 0;
+}
+
+int cxs_qdec_utt(cxs_qdec *q, const cxs_dataset *ds, uint32_t s, uint64_t lu, cxs_diag *d) {
+    if (q->held == lu + 1 && q->shard == s && q->ds == ds) return 0;
+    int rc = header_valid(ds, s, lu, d);
+    if (rc) return rc;
+    cxs_qdec_prepare(q, ds->shards[s].qheaders + lu * ds->qh);
+    q->ds = ds;
+    q->shard = s;
+    q->held = lu + 1;
+    return 0;
+}
+
+int cxs_qheaders_check(const cxs_dataset *ds, uint32_t s, cxs_diag *d) {
+    int rc = 0;
+    for (uint64_t lu = 0; lu < ds->shards[s].meta.num_utterances && !rc; lu++)
+        rc = header_valid(ds, s, lu, d);
+    return rc;
+}
