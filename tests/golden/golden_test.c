@@ -335,7 +335,7 @@ static void valid_blocks(const char *dir) {
  * and it holds none: the reader names the shard it finds lacking. */
 static const char *const manifest_cases[] = {
     "manifest-meta-flip", "manifest-table-flip", "manifest-vocab-flip", "manifest-stats-flip",
-    "future-major", "seq-meta-flip", "seq-meta-count"};
+    "future-major", "seq-meta-flip", "seq-meta-count", "q8-guard"};
 
 static const char *damaged_file(const char *name) {
     for (size_t i = 0; i < sizeof manifest_cases / sizeof *manifest_cases; i++)
