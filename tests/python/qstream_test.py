@@ -6,7 +6,6 @@ cannot have written (its checksums made to agree, so that open takes it)
 stops the epoch at its first use, naming the shard and the utterance.
 
 usage: /usr/bin/python3 tests/python/qstream_test.py BUILD_DIR SOURCE_ROOT"""
-import ctypes
 import os
 import shutil
 import struct
@@ -22,79 +21,58 @@ import ctxshard  # noqa: E402
 from ctxshard.torch import Loader, UtteranceLoader  # noqa: E402
 
 R = S.R
+D = __import__("damage_test")  # its forging helpers (sections, rehash, xxh3)
 QHEADERS, BLOCKSUMS, SHARD_TABLE = 10, 9, 17
-_XXH = ctypes.CDLL("libxxhash.so.0")
-_XXH.XXH3_64bits.restype = ctypes.c_uint64
-_XXH.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-
-
-def xxh(b):
-    return _XXH.XXH3_64bits(bytes(b), len(b))
-
-
-def section_table(data):
-    """{type: (offset, length, where its table entry is)}"""
-    n = struct.unpack_from("<I", data, 24)[0]
-    out = {}
-    for i in range(n):
-        t, _, off, length, _ = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
-        out[t] = (off, length, 64 + 32 * i)
-    return out
-
-
-def rehead(data):
-    """data's header checksum made to agree with its section table."""
-    n = struct.unpack_from("<I", data, 24)[0]
-    struct.pack_into("<Q", data, 56, 0)
-    struct.pack_into("<Q", data, 56, xxh(data[:64 + 32 * n]))
 
 
 def bad_header(ds_dir, shard, number, lu, dim):
     """Local utterance lu's q8 header of shard (the dataset's shard number)
     given range -1 (what no writer writes), and every checksum over it made
-    to agree: QHEADERS's block sums, its section checksum, BLOCKSUMS's, the
-    shard header's, and the manifest's record of it."""
+    to agree: QHEADERS's block sums, every section checksum and the shard
+    header's, and the manifest's record of that header."""
     path = os.path.join(ds_dir, shard)
     data = bytearray(open(path, "rb").read())
-    s = section_table(data)
-    qo, ql, qe = s[QHEADERS]
+    s = D.sections(data)
+    qo, ql, _ = s[QHEADERS]
     struct.pack_into("<f", data, qo + lu * (8 + 8 * dim) + 4, -1.0)
-    bo, bl, be = s[BLOCKSUMS]
+    bo = s[BLOCKSUMS][0]
     count = struct.unpack_from("<I", data, bo)[0]
     for i in range(count):
         t, shift, nb, first = struct.unpack_from("<IIQQ", data, bo + 8 + 24 * i)
         if t == QHEADERS:
             for j in range(nb):
                 blk = data[qo + (j << shift):qo + min(ql, (j + 1) << shift)]
-                struct.pack_into("<Q", data, bo + 8 + 24 * count + 8 * (first + j), xxh(blk))
-    struct.pack_into("<Q", data, qe + 24, xxh(data[qo:qo + ql]))
-    struct.pack_into("<Q", data, be + 24, xxh(data[bo:bo + bl]))
-    rehead(data)
+                struct.pack_into("<Q", data, bo + 8 + 24 * count + 8 * (first + j), D.xxh3(blk))
+    D.rehash(data)
     open(path, "wb").write(data)
     man = os.path.join(ds_dir, "manifest.cxs")
     m = bytearray(open(man, "rb").read())
-    to, tl, te = section_table(m)[SHARD_TABLE]
+    to = D.sections(m)[SHARD_TABLE][0]
     struct.pack_into("<Q", m, to + 64 * number + 8, struct.unpack_from("<Q", data, 56)[0])
-    struct.pack_into("<Q", m, te + 24, xxh(m[to:to + tl]))
-    rehead(m)
+    D.rehash(m)
     open(man, "wb").write(m)
+
+
+def tearDownModule():
+    shutil.rmtree(D.TMP)
+    shutil.rmtree(R.TMP)
 
 
 class StreamedQ8(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.www = os.path.join(R.TMP, "qwww")
-        os.makedirs(cls.www)
-        os.chmod(cls.www, 0o755)
+        # the web root (nginx's workers read it): the dataset and a copy
+        # with one bad header
         cls.a = S.make("q8s", "--dtype", "q8", "--shard-size", "256K")
+        cls.www = os.path.join(R.TMP, "qwww")
+        cls.dmg = os.path.join(cls.www, "dmg")
         shutil.copytree(cls.a, os.path.join(cls.www, "q8s"))
+        shutil.copytree(cls.a, cls.dmg)
+        os.chmod(cls.www, 0o755)
         with ctxshard.open(cls.a) as ds:
             cls.dim = ds.dim
-            cls.victim = ds.utterance(ds.num_utterances // 2)[0]
-        cls.dmg = os.path.join(cls.www, "dmg")
-        shutil.copytree(cls.a, cls.dmg)
-        with ctxshard.open(cls.a) as ds:
             u = ds.num_utterances // 2
+            cls.victim = ds.utterance(u)[0]
             # the shard holding utterance u and its number there
             shards = sorted(f for f in os.listdir(cls.a) if f.startswith("shard-"))
             n0 = 0
