@@ -34,15 +34,14 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
     const size_t esize = cxs_dtype_size(info.dtype);
     /* --dtype: a float dataset into another type, q8 and q16 included
      * (encoded from the stored values, which are normalised already when
-     * IN is).  A coded IN is refused: this command reads stored values,
-     * and a coded dataset's are codes. */
+     * IN is).  A coded IN into its own type keeps each utterance's header
+     * and codes (a re-layout: quantising the decoded values again would
+     * move them); into any other type its values are the decoded float32
+     * the loaders serve, converted or encoded from there (spec 7.1). */
     const uint32_t dtype = oin->dtype_set ? oin->dtype : info.dtype;
-    if (cxs_dtype_coded(info.dtype)) {
-        warnx_("%s: converting a %s dataset is not supported yet; nothing written", in,
-               cxs_dtype_name(info.dtype));
-        cxs_dataset_close(ds);
-        return EXIT_USAGE;
-    }
+    const int keep_codes = cxs_dtype_coded(info.dtype) && dtype == info.dtype;
+    const int decode = cxs_dtype_coded(info.dtype) && !keep_codes;
+    const size_t qh = (size_t)cxs_q_header_size(info.dtype, info.dim);
     cxs_writer_opts wo;
     cxs_writer_opts_init(&wo);
     wo.dtype = dtype;
@@ -60,7 +59,8 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
     wo.label_seqs = !info.label_seqs ? CXS_SEQ_NONE
                     : info.label_width ? CXS_SEQ_WITH_FRAMES : CXS_SEQ_ONLY;
     sym = calloc(info.vocab_size + 1, sizeof *sym);
-    feat = malloc((size_t)info.max_length * info.dim * esize + 1);
+    /* the header then the codes, or the decoded float32 */
+    feat = malloc(qh + (size_t)info.max_length * info.dim * (decode ? sizeof(float) : esize) + 1);
     id = malloc(CXS_MAX_ID_LEN + 1);
     int64_t *seq = malloc((info.label_seqs ? info.max_seq_length : 0) * sizeof *seq + 8);
     if (!sym || !feat || !id || !seq) {
@@ -103,9 +103,15 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
         }
         if (ut.shard != cur && (rc = cxs_writer_cut(w, &d))) goto addfail;
         cur = ut.shard;
-        if ((rc = cxs_dataset_read_features(ds, u, 0, ut.num_frames, feat))) {
+        int64_t len;
+        if (decode)
+            rc = cxs_dataset_pad_batch_ex(ds, &u, 1, ut.num_frames, 0, NULL, (float *)feat, &len,
+                                          NULL, &ud);
+        else if (!keep_codes || !(rc = cxs_dataset_read_qheader(ds, u, feat, &ud)))
+            rc = cxs_dataset_read_features_ex(ds, u, 0, ut.num_frames, feat + qh, &ud);
+        if (rc) {
             warnx_("%s: utterance %llu (%.*s): %s; nothing written", in, (unsigned long long)u,
-                   (int)ut.id_len, ut.id, cxs_strerror(rc));
+                   (int)ut.id_len, ut.id, ud.message[0] ? ud.message : cxs_strerror(rc));
             ec = exit_code_for(rc);
             goto out;
         }
@@ -114,7 +120,8 @@ int convert_run(const char *in, const char *out, const pack_opts *oin) {
         uint32_t sn = 0;
         if (info.label_seqs)
             cxs_dataset_label_seq(ds, u, seq, (uint32_t)info.max_seq_length, &sn);
-        cxs_writer_utt x = {feat, ut.num_frames, info.dim, info.dtype, 0, 0, 0,
+        const uint32_t type = decode ? CXS_DTYPE_F32 : info.dtype;
+        cxs_writer_utt x = {feat, ut.num_frames, info.dim, type, 0, 0, 0,
                             ut.labels, ut.labels ? ut.num_frames : 0, info.label_width, 1,
                             info.label_seqs ? seq : NULL, sn, 8};
         if ((rc = cxs_writer_add(w, id, &x, &d))) goto addfail;

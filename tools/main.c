@@ -185,7 +185,9 @@ static const char *const usage_convert =
     "block sums (or before format 1.3) in its own form adds them.\n"
     "--dtype T stores IN's features as f32, f16, bf16, q8 or q16 (q8, q16: coded\n"
     "from the stored values, as pack codes them; without --compress or\n"
-    "--no-compress OUT keeps IN's form).  A q8 or q16 IN is not converted yet.\n";
+    "--no-compress OUT keeps IN's form).  A q8 or q16 IN keeps its codes into\n"
+    "its own type (a re-layout, e.g. --compress zstd); into another type its\n"
+    "values are the decoded float32 the loaders serve, converted from there.\n";
 
 static const char *const usage_import =
     "usage: ctxshard import kaldi SCP_OR_ARK OUT [--text FILE | --ali FILE]\n"

@@ -602,7 +602,13 @@ typedef struct cxs_utterance {
     uint32_t shard;
     const void *features; /**< num_frames * dim elements of the stored dtype;
                                NULL for a compressed dataset (copy them out
-                               with cxs_dataset_read_features) */
+                               with cxs_dataset_read_features).  For a coded
+                               dataset (q8, q16) the stored codes, row-major,
+                               1 byte (q8) or 2 little-endian (q16) each:
+                               their values need the utterance's header
+                               (cxs_dataset_read_qheader); the decoded
+                               float32 the loaders serve come from
+                               cxs_dataset_pad_batch */
     const void *labels;   /**< num_frames labels of label_width bytes, or NULL */
     uint64_t reserved[CXS_INFO_RESERVED]; /**< written as zero: later fields */
 } cxs_utterance;
@@ -630,7 +636,10 @@ CXS_API int cxs_dataset_utterance_ex(const cxs_dataset *ds, uint64_t u, uint32_t
 /**
  * Copy frames first .. first+count-1 of utterance u, in the stored dtype
  * (count * dim elements, little-endian), into out.  Works on compressed and
- * uncompressed datasets alike.  Returns 0, CXS_E_RANGE, CXS_E_INVALID,
+ * uncompressed datasets alike.  A coded dataset's (q8, q16) are its codes
+ * (count * dim bytes for q8, count * dim u16 for q16), not values: decode
+ * them with the utterance's header (cxs_dataset_read_qheader, spec 4.9),
+ * or take the values the loaders serve from cxs_dataset_pad_batch.  Returns 0, CXS_E_RANGE, CXS_E_INVALID,
  * -ENOMEM, or CXS_E_CHECKSUM / CXS_E_CORRUPT for a damaged compressed chunk,
  * CXS_E_TRUNCATED when the shard lost the bytes since open (truncated:
  * reported, never a SIGBUS).
@@ -642,6 +651,23 @@ CXS_API int cxs_dataset_read_features(const cxs_dataset *ds, uint64_t u, uint64_
  * shard, the utterance id and the chunk.  The same return codes. */
 CXS_API int cxs_dataset_read_features_ex(const cxs_dataset *ds, uint64_t u, uint64_t first,
                                          uint64_t count, void *out, cxs_diag *diag);
+
+/**
+ * A coded dataset's (q8, q16) header of utterance u, the bytes of its
+ * QHEADERS entry (spec 4.9.2), into out: 8 + 8 * dim bytes for q8 (f32
+ * min, f32 range, per column u16 p0, p25, p75, p100, little-endian), 8
+ * for q16 (f32 min, f32 range).  With the codes cxs_dataset_read_features
+ * copies, what decodes the utterance (the rules of spec 4.9.4, which
+ * cxs_dataset_pad_batch applies) or stores it again as it is (the
+ * writer's cxs_writer_utt.stored).  QHEADERS is metadata: no feature is
+ * read, a streamed dataset answers too.  The header is checked as at its
+ * first use by a loader.  Returns 0, CXS_E_INVALID (ds or out NULL),
+ * CXS_E_UNSUPPORTED (a float dataset: it has no headers), CXS_E_RANGE, or
+ * CXS_E_CORRUPT for a header the writer cannot have written, diag (may be
+ * NULL) naming the shard, the utterance and the fault.
+ */
+CXS_API int cxs_dataset_read_qheader(const cxs_dataset *ds, uint64_t u, void *out,
+                                     cxs_diag *diag);
 
 /**
  * Which utterance holds global frame `frame`, and the frame's offset in it.

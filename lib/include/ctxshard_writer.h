@@ -148,9 +148,10 @@ typedef struct cxs_writer_utt {
                                (8 + 8*dim bytes for q8, 8 for q16), then its
                                codes row-major (spec §4.9: an importer that
                                keeps Kaldi's codes), the header checked as
-                               verify checks it (CXS_E_INPUT); with type
-                               F32, F16 or BF16: float values already
-                               normalised, coded as they are */
+                               verify checks it (CXS_E_INPUT).  On any
+                               dataset, type F32, F16 or BF16 other than
+                               its dtype: float values already normalised,
+                               converted (spec 7.1) or coded as they are */
     /** The label sequence (label_seqs != CXS_SEQ_NONE): vocabulary indices,
      *  any number >= 1, not tied to the frames (HW3P2's transcripts).  Either
      *  bare (p1 .. pn) or framed ([SOS] p1 .. pn [EOS]: both markers, checked

@@ -3,6 +3,8 @@
  * checked the section's checksum (its bytes are as written); what is
  * checked here is what verify checks of every header, that the writer
  * could have written it (spec section 4.9). */
+#include <string.h>
+
 #include "cxs_qcodec.h"
 #include "dataset_internal.h"
 #include "qdecode.h"
@@ -43,4 +45,22 @@ int cxs_qheaders_check(const cxs_dataset *ds, uint32_t s, cxs_diag *d) {
     for (uint64_t lu = 0; lu < ds->shards[s].meta.num_utterances && !rc; lu++)
         rc = header_valid(ds, s, lu, d);
     return rc;
+}
+
+int cxs_dataset_read_qheader(const cxs_dataset *ds, uint64_t u, void *out, cxs_diag *d) {
+    if (!ds || !out) return cxs_diagf(d, CXS_E_INVALID, "read_qheader: no dataset or out is NULL");
+    if (!ds->qh)
+        return cxs_diagf(d, CXS_E_UNSUPPORTED, "read_qheader: a %s dataset has no headers",
+                         cxs_dtype_name(ds->meta.dtype));
+    if (u >= ds->meta.num_utterances)
+        return cxs_diagf(d, CXS_E_RANGE, "read_qheader: utterance %llu is past the dataset's %llu",
+                         (unsigned long long)u, (unsigned long long)ds->meta.num_utterances);
+    /* QHEADERS is part of the metadata (checked whole at open, a streamed
+     * dataset's included): no FEATURES block is read */
+    const uint32_t s = cxs_utt_shard(ds, u);
+    const uint64_t lu = u - ds->shards[s].u_start;
+    int rc = header_valid(ds, s, lu, d);
+    if (rc) return rc;
+    memcpy(out, ds->shards[s].qheaders + lu * ds->qh, (size_t)ds->qh);
+    return 0;
 }

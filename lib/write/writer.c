@@ -679,10 +679,11 @@ int cxs_writer_add(cxs_writer *k, const char *id, const cxs_writer_utt *u, cxs_d
     if (T > (SIZE_MAX / 2) / (D * 8))
         return cxs_diagf(d, CXS_E_INPUT, "%s: %llu frames is too large", id,
                          (unsigned long long)T);
-    /* Stored float values on a coded dataset (a float dataset being
-     * converted): encoded as they are, not normalised again. */
-    const int stored_float = u->stored && cxs_dtype_coded(k->o.dtype) &&
-                             !u->big_endian && u->type >= CXS_DTYPE_F32 && u->type <= CXS_DTYPE_BF16;
+    /* Stored float values of another type (a dataset being converted,
+     * a coded one decoded): converted (spec 7.1) or encoded as they are,
+     * not normalised again. */
+    const int stored_float = u->stored && !coded && !u->big_endian &&
+                             u->type >= CXS_DTYPE_F32 && u->type <= CXS_DTYPE_BF16;
     if (u->stored && !stored_float && (u->type != k->o.dtype || u->big_endian))
         return cxs_diagf(d, CXS_E_INVALID, "%s: stored features must be the dataset's dtype, "
                          "little-endian", id);

@@ -3,8 +3,9 @@
  * windows (k 0, 3 and past the longest utterance, so windows at both
  * borders and wider than their utterance), normalised or not, the frame
  * loader in shuffle and block order, padded utterances and the utterance
- * loader, a mixture of coded sources; zstd chunks on top of q8; and a
- * damaged header (the golden vectors') refused naming its shard and
+ * loader, a mixture of coded sources; the header and codes a C caller
+ * reads (cxs_dataset_read_qheader, read_features); zstd chunks on top of
+ * q8; and a damaged header (the golden vectors') refused naming its shard and
  * utterance, nothing of it served.
  *
  * The datasets are written by the library's writer from random float
@@ -40,6 +41,7 @@
 enum { Q8, Q16, Q8Z, NDS }; /* q8, q16, q8 under zstd */
 static const uint32_t dtype_of[NDS] = {CXS_DTYPE_Q8, CXS_DTYPE_Q16, CXS_DTYPE_Q8};
 static char dir[256], path[NDS][300];
+static char golden[512]; /* tests/golden */
 static uint64_t cum[NU + 1];
 static float *feat;          /* the input floats, [F][D] */
 static float *ref[NDS];      /* their decoded values, [F][D] */
@@ -359,13 +361,55 @@ TEST(padded_utterances_and_the_utterance_loader_serve_the_reference) {
 }
 END_TEST_
 
+/* cxs_dataset_read_qheader and cxs_dataset_read_features give what a C
+ * caller needs to decode: the codec's header and codes of every
+ * utterance (a zstd dataset's decompressed), which its reference decoder
+ * turns into the values the loaders serve.  A float dataset has no
+ * headers; an utterance past the end is out of range. */
+static void headers_and_codes(int i) {
+    cxs_dataset *ds;
+    EXPECT_INT(cxs_dataset_open(path[i], &ds, NULL), 0);
+    const uint64_t H = cxs_q_header_size(dtype_of[i], D), E = dtype_of[i] == CXS_DTYPE_Q8 ? 1 : 2;
+    uint8_t *h = malloc(H), *codes = malloc(100 * D * E);
+    float *x = malloc(sizeof *x * 100 * D);
+    cxs_diag dg = {0};
+    for (uint64_t u = 0; u < NU; u++) {
+        const uint64_t T = frames_of(u);
+        if (cxs_dataset_read_qheader(ds, u, h, &dg)) ck_abort_msg("read_qheader: %s", dg.message);
+        EXPECT(memcmp(h, hdr[i] + u * H, H) == 0);
+        EXPECT_INT(cxs_dataset_read_features(ds, u, 0, T, codes), 0);
+        cxs_q_decode_rows(dtype_of[i], h, D, codes, T, x);
+        EXPECT(memcmp(x, ref[i] + cum[u] * D, sizeof *x * T * D) == 0);
+    }
+    EXPECT_INT(cxs_dataset_read_qheader(ds, NU, h, &dg), CXS_E_RANGE);
+    EXPECT_INT(cxs_dataset_read_qheader(ds, 0, NULL, &dg), CXS_E_INVALID);
+    cxs_dataset_close(ds);
+    free(h);
+    free(codes);
+    free(x);
+}
+
+TEST(read_qheader_and_read_features_decode_to_the_reference) {
+    headers_and_codes(Q8);
+    headers_and_codes(Q16);
+    headers_and_codes(Q8Z);
+    char p[700];
+    snprintf(p, sizeof p, "%s/valid/tiny", golden);
+    cxs_dataset *ds;
+    EXPECT_INT(cxs_dataset_open(p, &ds, NULL), 0);
+    uint8_t h[16];
+    cxs_diag dg = {0};
+    EXPECT_INT(cxs_dataset_read_qheader(ds, 0, h, &dg), CXS_E_UNSUPPORTED);
+    EXPECT_STR_HAS(dg.message, "float32");
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
 /* The golden vectors of damaged headers (tests/golden/invalid: every
  * checksum good, so open takes them; verify and the first use refuse
  * them): a window of the damaged utterance, a padded batch holding it and
  * a loader's epoch all refuse it, naming the shard, the QHEADERS entry,
  * the utterance and the fault; its neighbour still serves. */
-static char golden[512];
-
 static void refused(const char *name, uint64_t bad, const char *why) {
     char p[700];
     snprintf(p, sizeof p, "%s/invalid/%s", golden, name);
@@ -390,6 +434,11 @@ static void refused(const char *name, uint64_t bad, const char *why) {
     EXPECT_INT(cxs_dataset_pad_batch_ex(ds, &bad, 1, 0, 0, NULL, w, &len, NULL, &dg),
                CXS_E_CORRUPT);
     EXPECT_STR_HAS(dg.message, id);
+    uint8_t h[8 + 8 * 64];
+    EXPECT(dim <= 64);
+    EXPECT_INT(cxs_dataset_read_qheader(ds, bad, h, &dg), CXS_E_CORRUPT);
+    EXPECT_STR_HAS(dg.message, id);
+    EXPECT_STR_HAS(dg.message, why);
     uint64_t other = bad ? 0 : 1;
     EXPECT_INT(cxs_dataset_pad_batch_ex(ds, &other, 1, 0, 0, NULL, w, &len, NULL, &dg), 0);
     cxs_sampler *s;
@@ -442,6 +491,7 @@ int main(int argc, char **argv) {
                         block_order_serves_the_reference,
                         a_mixture_of_coded_sources_serves_each_ones_reference,
                         padded_utterances_and_the_utterance_loader_serve_the_reference,
+                        read_qheader_and_read_features_decode_to_the_reference,
                         a_damaged_header_is_refused_naming_the_utterance};
     const cxs_group g[] = {{"qserve", 120, NULL, NULL, t, CXS_N(t), NULL}};
     int failed = cxs_run_groups("qserve", g, CXS_N(g), 0);
