@@ -53,30 +53,52 @@ void cxs_qdec_free(cxs_qdec *q) {
  * floats can take).  Codes 193..255 (m = 1/63.0, not a power of two) keep
  * the double product and sum; both are computed for every value and the
  * piece selected, so that the loop stays branch-free and vectorised. */
+static inline float q8_one(const float *k, size_t D, size_t d, int32_t c) {
+    const int32_t up = c > 64, top = c > 192;
+    const float e = k[(3 + up + top) * D + d] * (float)(c - (up ? top ? 192 : 64 : 0));
+    if (top) return (float)((double)k[2 * D + d] + (double)e * (1.0 / 63.0));
+    return k[up * D + d] + e * (up ? 1.0f / 128 : 1.0f / 64);
+}
+
+/* Eight columns a step in GCC's vector types (an AVX2 register each, two
+ * SSE2 registers in the default build): written out rather than left to
+ * the vectoriser, which widens the loop to 32 codes (the byte's lanes),
+ * spills and stays several times slower. */
+typedef float f8 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef double d8 __attribute__((vector_size(64)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+
+/* macros, not functions: a function returning a vector would be built for
+ * the default target and called from the AVX2 clone, vectors in memory */
+#define LD8(p) (*(const f8 *)(const void *)(p))
+#define SEL8(mask, yes, no) ((f8)(((i8)(yes) & (mask)) | ((i8)(no) & ~(mask))))
+
 CXS_WIDE static void q8_rows(const float *restrict k, uint32_t D, const uint8_t *restrict src,
                              size_t rows, float *restrict dst) {
-    const float *b0 = k, *b1 = k + D, *b2 = k + 2 * (size_t)D;
-    const float *s0 = k + 3 * (size_t)D, *s1 = k + 4 * (size_t)D, *s2 = k + 5 * (size_t)D;
-    for (size_t r = 0; r < rows; r++, src += D, dst += D)
-        for (uint32_t d = 0; d < D; d++) {
-            const int32_t c = src[d];
-            const float x1 = b1[d], y1 = s1[d], y2 = s2[d];
-            float b = b0[d], sl = s0[d], m = 1.0f / 64;
-            int32_t n = c;
-            if (c > 64) b = x1, sl = y1, n = c - 64, m = 1.0f / 128;
-            if (c > 192) sl = y2, n = c - 192;
-            const float e = sl * (float)n;
-            const float lo = b + e * m;
-            const float hi = (float)((double)b2[d] + (double)e * (1.0 / 63.0));
-            /* chosen on the bits: GCC leaves a float select of hi, whose
-             * conversion could raise an exception, as a branch, and the
-             * loop then is not vectorised */
-            uint32_t lb, hb;
-            const uint32_t top = -(uint32_t)(c > 192);
-            memcpy(&lb, &lo, 4), memcpy(&hb, &hi, 4);
-            lb = (lb & ~top) | (hb & top);
-            memcpy(&dst[d], &lb, 4);
+    const size_t W = D - D % 8;
+    const f8 m1 = {0}, m64 = m1 + 1.0f / 64, m128 = m1 + 1.0f / 128;
+    for (size_t r = 0; r < rows; r++, src += D, dst += D) {
+        for (size_t d = 0; d < W; d += 8) {
+            /* the eight codes by shifts of two broadcast words (AVX2's
+             * vpsrlvd): GCC converts a byte vector lane by lane */
+            uint32_t w[2];
+            memcpy(w, src + d, sizeof w);
+            const i8 sh = {0, 8, 16, 24, 0, 8, 16, 24};
+            const i8 c = (i8)((u32x8){w[0], w[0], w[0], w[0], w[1], w[1], w[1], w[1]} >> (u32x8)sh) & 255;
+            const i8 up = c > 64, top = c > 192; /* -1 where true */
+            const f8 b = SEL8(up, LD8(k + D + d), LD8(k + d));
+            const f8 sl = SEL8(top, LD8(k + 5 * (size_t)D + d),
+                               SEL8(up, LD8(k + 4 * (size_t)D + d), LD8(k + 3 * (size_t)D + d)));
+            const f8 e = sl * __builtin_convertvector(c - ((up & 64) + (top & 128)), f8);
+            const f8 lo = b + e * SEL8(up, m128, m64);
+            const d8 x2 = __builtin_convertvector(LD8(k + 2 * (size_t)D + d), d8);
+            const f8 hi = __builtin_convertvector(x2 + __builtin_convertvector(e, d8) * (1.0 / 63.0), f8);
+            const f8 v = SEL8(top, hi, lo);
+            *(f8 *)(void *)(dst + d) = v;
         }
+        for (size_t d = W; d < D; d++) dst[d] = q8_one(k, D, d, src[d]);
+    }
 }
 
 /* Every code in double, as cxs_q8_value: for an utterance whose slopes
