@@ -8,9 +8,9 @@
 
 #include "cxs_qcodec.h"
 
-/* The decoding loops are written so that the compiler vectorises them:
- * every column's constants loaded unconditionally, the piece chosen by
- * selects, not branches.  On x86-64 they are also built for AVX2 and the
+/* The decoding loops are vectorised (q16's by the compiler, q8's written
+ * in GCC's vector types): every column's constants loaded
+ * unconditionally, the piece chosen by selects, not branches.  On x86-64 they are also built for AVX2 and the
  * wider one chosen at load time where the CPU has it (an ifunc); neither
  * build contracts a product and a sum into a fused multiply-add (ISO C
  * mode: -ffp-contract=off, and AVX2 alone has no FMA instructions).
@@ -51,8 +51,9 @@ void cxs_qdec_free(cxs_qdec *q) {
  * in float's subnormal range is exact in both; an overflow is infinite in
  * both, binary64 holding every value near float's limit that a sum of two
  * floats can take).  Codes 193..255 (m = 1/63.0, not a power of two) keep
- * the double product and sum; both are computed for every value and the
- * piece selected, so that the loop stays branch-free and vectorised. */
+ * the double product and sum.  q8_rows computes both for every value and
+ * selects (branch-free, vectorised); q8_one, for a row's last D % 8
+ * columns, branches. */
 static inline float q8_one(const float *k, size_t D, size_t d, int32_t c) {
     const int32_t up = c > 64, top = c > 192;
     const float e = k[(3 + up + top) * D + d] * (float)(c - (up ? top ? 192 : 64 : 0));
