@@ -1,8 +1,11 @@
 /* qserve_bench.c - serving coded features (q8, q16: format 1.4) against
  * float32, side by side: the same synthetic speech written three times by
  * the library's writer (float32, q8, q16), then, round after round with
- * the datasets in turn, a shuffled epoch's first BATCHES batches through
- * the frame loader (1 thread, k, batch B) and through the utterance loader
+ * the datasets in turn, the first BATCHES batches of a shuffled epoch, of
+ * one in block order and of one in storage order (sequential: windows
+ * overlapping their neighbours) through the frame loader (1 thread, k,
+ * batch B),
+ * and a shuffled epoch's through the utterance loader
  * (1 thread, bucketed batches of about 20,000 frames).  Everything is read
  * once before the first round (warm page cache).  Prints the medians of
  * samples (frames) per second, the median of each round's ratio to
@@ -83,13 +86,17 @@ static int make(const char *out, uint32_t dtype, uint32_t utts, uint32_t D) {
     return 0;
 }
 
-static double frame_rate(const cxs_dataset *ds, uint32_t k, uint32_t B, int batches, uint64_t seed) {
+/* kind: CXS_SAMPLER_SHUFFLE, CXS_SAMPLER_SEQUENTIAL, or CXS_SAMPLER_BLOCK
+ * (memory 64 MiB, the default 8 blocks) */
+static double frame_rate(const cxs_dataset *ds, uint32_t kind, uint32_t k, uint32_t B, int batches,
+                         uint64_t seed) {
     cxs_sampler_opts so;
     cxs_sampler_opts_init(&so);
-    so.kind = CXS_SAMPLER_SHUFFLE;
+    so.kind = kind;
     so.seed = seed;
+    if (kind == CXS_SAMPLER_BLOCK) so.memory_bytes = 64u << 20;
     cxs_sampler *s;
-    if (cxs_sampler_create(ds, &so, &s)) exit(1);
+    if (cxs_sampler_create_ex(ds, &so, &s, NULL)) exit(1);
     cxs_loader_opts lo;
     cxs_loader_opts_init(&lo);
     lo.k = k, lo.batch_size = B, lo.threads = 1, lo.labels = 1;
@@ -185,16 +192,22 @@ int main(int argc, char **argv) {
     }
     double *fr = calloc((size_t)NDT * rounds, sizeof *fr), *ur = calloc((size_t)NDT * rounds, sizeof *ur);
     double *frr = calloc((size_t)NDT * rounds, sizeof *frr), *urr = calloc((size_t)NDT * rounds, sizeof *urr);
+    double *br = calloc((size_t)NDT * rounds, sizeof *br), *brr = calloc((size_t)NDT * rounds, sizeof *brr);
+    double *sr = calloc((size_t)NDT * rounds, sizeof *sr), *srr = calloc((size_t)NDT * rounds, sizeof *srr);
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < NDT; j++) {
             const int i = (j + r) % NDT; /* each dtype first in turn */
-            fr[i * rounds + r] = frame_rate(ds[i], k, B, batches, (uint64_t)r + 1);
+            fr[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_SHUFFLE, k, B, batches, (uint64_t)r + 1);
+            br[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_BLOCK, k, B, batches, (uint64_t)r + 1);
+            sr[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_SEQUENTIAL, k, B, batches, (uint64_t)r + 1);
             ur[i * rounds + r] = utt_rate(ds[i], batches / 4 + 1, (uint64_t)r + 1);
         }
     for (int i = 0; i < NDT; i++)
         for (int r = 0; r < rounds; r++) {
             frr[i * rounds + r] = fr[i * rounds + r] / fr[r];
             urr[i * rounds + r] = ur[i * rounds + r] / ur[r];
+            brr[i * rounds + r] = br[i * rounds + r] / br[r];
+            srr[i * rounds + r] = sr[i * rounds + r] / sr[r];
         }
     double load[3] = {0};
     FILE *fp = fopen("/proc/loadavg", "r");
@@ -205,15 +218,18 @@ int main(int argc, char **argv) {
            "load average %.2f %.2f %.2f\n",
            utts, D, (unsigned long long)info[0].num_frames, k, B, batches, batches / 4 + 1, rounds,
            load[0], load[1], load[2]);
-    printf("%-8s %14s %12s %16s %12s %14s %8s\n", "dtype", "feature bytes", "vs float32",
-           "frame loader/s", "vs float32", "utt frames/s", "vs f32");
+    printf("%-8s %14s %8s %12s %8s %12s %8s %12s %8s %12s %8s\n", "dtype", "feature bytes",
+           "vs f32", "shuffle/s", "vs f32", "block/s", "vs f32", "sequential/s", "vs f32",
+           "utt frames/s", "vs f32");
     for (int i = 0; i < NDT; i++) {
         double a = median(&fr[i * rounds], rounds), b = median(&frr[i * rounds], rounds);
         double c = median(&ur[i * rounds], rounds), e = median(&urr[i * rounds], rounds);
-        printf("%-8s %14llu %12.3f %16.0f %12.3f %14.0f %8.3f\n", names[i],
+        double g = median(&br[i * rounds], rounds), h = median(&brr[i * rounds], rounds);
+        double x = median(&sr[i * rounds], rounds), y = median(&srr[i * rounds], rounds);
+        printf("%-8s %14llu %8.3f %12.0f %8.3f %12.0f %8.3f %12.0f %8.3f %12.0f %8.3f\n", names[i],
                (unsigned long long)info[i].stored_feature_bytes,
                (double)info[i].stored_feature_bytes / (double)info[0].stored_feature_bytes, a, b,
-               c, e);
+               g, h, x, y, c, e);
     }
     for (int i = 0; i < NDT; i++) cxs_dataset_close(ds[i]);
     return 0;

@@ -144,6 +144,8 @@ static int gather_windows(void *arg) {
     const size_t W = (2 * (size_t)k + 1) * D;
     const double *mean = j->mean, *scale = j->scale;
     plan p[PLAN_CHUNK];
+    plan last = {0}; /* the window copied before, its real rows at last_r */
+    const float *last_r = NULL;
     /* In chunks: first locate every window (independent lookups whose cache
      * misses overlap), then copy, prefetching a few windows ahead so that
      * the random start of each window is in cache when its copy begins. */
@@ -212,7 +214,26 @@ static int gather_windows(void *arg) {
             float *o = j->out + (c0 + i) * W;
             if (p[i].zlo) memset(o, 0, (size_t)p[i].zlo * D * sizeof *o);
             float *r = o + (size_t)p[i].zlo * D;
-            cxs_convert_rows(ds, j->q, src, (size_t)p[i].rows, r, mean, scale);
+            /* Rows this window shares with the one before (of the same
+             * utterance: neighbouring frames in storage order) are copied
+             * from it, already converted, and only the others converted:
+             * in storage order that decodes each row once, not 2k + 1
+             * times.  (Compressed rows come whole from the stage.) */
+            const uint64_t end = p[i].row + (uint64_t)p[i].rows;
+            uint64_t lo = p[i].row, hi = p[i].row; /* the shared rows, none yet */
+            if (last_r && p[i].src && p[i].shard == last.shard && p[i].lu == last.lu) {
+                const uint64_t a = last.row, b = a + (uint64_t)last.rows;
+                lo = a > lo ? a : lo;
+                hi = b < end ? b : end;
+                if (lo < hi)
+                    memcpy(r + (lo - p[i].row) * D, last_r + (lo - a) * D, (hi - lo) * D * sizeof *r);
+                else
+                    lo = hi = p[i].row;
+            }
+            cxs_convert_rows(ds, j->q, src, (size_t)(lo - p[i].row), r, mean, scale);
+            cxs_convert_rows(ds, j->q, src + (hi - p[i].row) * ds->row_bytes, (size_t)(end - hi),
+                             r + (hi - p[i].row) * D, mean, scale);
+            last = p[i], last_r = r;
             if (p[i].zhi)
                 memset(r + (size_t)p[i].rows * D, 0, (size_t)p[i].zhi * D * sizeof *o);
             if (j->labels) {

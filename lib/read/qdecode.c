@@ -2,17 +2,21 @@
 #include "qdecode.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cxs_qcodec.h"
 
-/* The decoding loops are written so that the compiler vectorises them:
- * every column's constants loaded unconditionally, the piece chosen by
- * selects, not branches.  On x86-64 they are also built for AVX2 and the
+/* The decoding loops are vectorised (q16's by the compiler, q8's written
+ * in GCC's vector types): every column's constants loaded
+ * unconditionally, the piece chosen by selects, not branches.  On x86-64 they are also built for AVX2 and the
  * wider one chosen at load time where the CPU has it (an ifunc); neither
  * build contracts a product and a sum into a fused multiply-add (ISO C
- * mode: -ffp-contract=off, and AVX2 alone has no FMA instructions). */
-#if defined(__x86_64__) && defined(__has_attribute)
+ * mode: -ffp-contract=off, and AVX2 alone has no FMA instructions).
+ * CXS_QDEC_BASELINE builds the default alone: the unit test proves that
+ * build exact on a machine whose CPU would choose AVX2. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(CXS_QDEC_BASELINE)
 #if __has_attribute(target_clones)
 #define CXS_WIDE __attribute__((target_clones("avx2", "default")))
 #endif
@@ -34,6 +38,95 @@ void cxs_qdec_free(cxs_qdec *q) {
     *q = (cxs_qdec){0};
 }
 
+/* Kaldi's CharToFloat for every code: p + (slope * n) * m, the product
+ * (slope * n) a float d, then a double product and sum rounded once to
+ * float (m: 1/64.0, 1/128.0 or 1/63.0 as doubles), exactly cxs_q8_value.
+ *
+ * Codes 0..192 are done in float, 8 values a vector under AVX2 rather than
+ * 4: there m is a power of two, so d * m is exact in float as in double
+ * (q8_float_exact rules out the one exception, a product below float's
+ * normal range), and the double sum of two floats rounded to float is
+ * their float sum (a double rounding through binary64 is innocuous for an
+ * addition of binary32 operands: 53 >= 2 * 24 + 2, Figueroa 1995; a sum
+ * in float's subnormal range is exact in both; an overflow is infinite in
+ * both, binary64 holding every value near float's limit that a sum of two
+ * floats can take).  Codes 193..255 (m = 1/63.0, not a power of two) keep
+ * the double product and sum.  q8_rows computes both for every value and
+ * selects (branch-free, vectorised); q8_one, for a row's last D % 8
+ * columns, branches. */
+static inline float q8_one(const float *k, size_t D, size_t d, int32_t c) {
+    const int32_t up = c > 64, top = c > 192;
+    const float e = k[(3 + up + top) * D + d] * (float)(c - (up ? top ? 192 : 64 : 0));
+    if (top) return (float)((double)k[2 * D + d] + (double)e * (1.0 / 63.0));
+    return k[up * D + d] + e * (up ? 1.0f / 128 : 1.0f / 64);
+}
+
+/* Eight columns a step in GCC's vector types (an AVX2 register each, two
+ * SSE2 registers in the default build): written out rather than left to
+ * the vectoriser, which widens the loop to 32 codes (the byte's lanes),
+ * spills and stays several times slower. */
+typedef float f8 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef double d8 __attribute__((vector_size(64)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+
+/* macros, not functions: a function returning a vector would be built for
+ * the default target and called from the AVX2 clone, vectors in memory */
+#define LD8(p) (*(const f8 *)(const void *)(p))
+#define SEL8(mask, yes, no) ((f8)(((i8)(yes) & (mask)) | ((i8)(no) & ~(mask))))
+
+CXS_WIDE static void q8_rows(const float *restrict k, uint32_t D, const uint8_t *restrict src,
+                             size_t rows, float *restrict dst) {
+    const size_t W = D - D % 8;
+    const f8 m1 = {0}, m64 = m1 + 1.0f / 64, m128 = m1 + 1.0f / 128;
+    for (size_t r = 0; r < rows; r++, src += D, dst += D) {
+        for (size_t d = 0; d < W; d += 8) {
+            /* the eight codes by shifts of two broadcast words (AVX2's
+             * vpsrlvd): GCC converts a byte vector lane by lane */
+            uint32_t w[2];
+            memcpy(w, src + d, sizeof w);
+            const i8 sh = {0, 8, 16, 24, 0, 8, 16, 24};
+            const i8 c = (i8)((u32x8){w[0], w[0], w[0], w[0], w[1], w[1], w[1], w[1]} >> (u32x8)sh) & 255;
+            const i8 up = c > 64, top = c > 192; /* -1 where true */
+            const f8 b = SEL8(up, LD8(k + D + d), LD8(k + d));
+            const f8 sl = SEL8(top, LD8(k + 5 * (size_t)D + d),
+                               SEL8(up, LD8(k + 4 * (size_t)D + d), LD8(k + 3 * (size_t)D + d)));
+            const f8 e = sl * __builtin_convertvector(c - ((up & 64) + (top & 128)), f8);
+            const f8 lo = b + e * SEL8(up, m128, m64);
+            const d8 x2 = __builtin_convertvector(LD8(k + 2 * (size_t)D + d), d8);
+            const f8 hi = __builtin_convertvector(x2 + __builtin_convertvector(e, d8) * (1.0 / 63.0), f8);
+            const f8 v = SEL8(top, hi, lo);
+            *(f8 *)(void *)(dst + d) = v;
+        }
+        for (size_t d = W; d < D; d++) dst[d] = q8_one(k, D, d, src[d]);
+    }
+}
+
+/* Every code in double, as cxs_q8_value: for an utterance whose slopes
+ * q8_float_exact refuses (never the case for real features). */
+static void q8_rows_double(const float *k, uint32_t D, const uint8_t *src, size_t rows,
+                           float *dst) {
+    for (size_t r = 0; r < rows; r++, src += D, dst += D)
+        for (uint32_t d = 0; d < D; d++) {
+            const int32_t c = src[d];
+            const int p = (c > 64) + (c > 192);
+            static const double m[3] = {1.0 / 64.0, 1.0 / 128.0, 1.0 / 63.0};
+            static const int32_t base[3] = {0, 64, 192};
+            const float e = k[(3 + p) * (size_t)D + d] * (float)(c - base[p]);
+            dst[d] = (float)((double)k[p * (size_t)D + d] + (double)e * m[p]);
+        }
+}
+
+/* Whether q8_rows's float pieces are exact for these slopes: (slope * n) *
+ * m, n >= 1, m >= 2^-7, stays a normal float (or zero) when |slope| >=
+ * 2^-119 or slope is 0 (|slope * n| >= |slope| for n >= 1); infinite and
+ * NaN slopes give the same infinities and NaNs in float as in double. */
+static int q8_float_exact(const float *k, uint32_t D) {
+    for (size_t i = 3 * (size_t)D; i < 5 * (size_t)D; i++)
+        if (k[i] != 0 && fabsf(k[i]) < 0x1p-119f) return 0;
+    return 1;
+}
+
 void cxs_qdec_prepare(cxs_qdec *q, const uint8_t *h) {
     if (q->dtype == CXS_DTYPE_Q16) {
         float range;
@@ -52,26 +145,7 @@ void cxs_qdec_prepare(cxs_qdec *q, const uint8_t *h) {
         q->k[4 * D + c] = k.p75 - k.p25;
         q->k[5 * D + c] = k.p100 - k.p75;
     }
-}
-
-/* Kaldi's CharToFloat for every code: p + (slope * n) * m, the product
- * (slope * n) a float, then a double product and sum rounded once to float
- * (m: 1/64.0, 1/128.0 or 1/63.0 as doubles), exactly cxs_q8_value. */
-CXS_WIDE static void q8_rows(const float *restrict k, uint32_t D, const uint8_t *restrict src,
-                             size_t rows, float *restrict dst) {
-    const float *b0 = k, *b1 = k + D, *b2 = k + 2 * (size_t)D;
-    const float *s0 = k + 3 * (size_t)D, *s1 = k + 4 * (size_t)D, *s2 = k + 5 * (size_t)D;
-    for (size_t r = 0; r < rows; r++, src += D, dst += D)
-        for (uint32_t d = 0; d < D; d++) {
-            const int32_t c = src[d];
-            const float x1 = b1[d], x2 = b2[d], y1 = s1[d], y2 = s2[d];
-            float b = b0[d], sl = s0[d];
-            int32_t n = c;
-            double m = 1.0 / 64.0;
-            if (c > 64) b = x1, sl = y1, n = c - 64, m = 1.0 / 128.0;
-            if (c > 192) b = x2, sl = y2, n = c - 192, m = 1.0 / 63.0;
-            dst[d] = (float)((double)b + (double)(sl * (float)n) * m);
-        }
+    q->exact_f = q8_float_exact(q->k, D);
 }
 
 /* Kaldi's kTwoByte CopyToMat: min + (float)v * increment, in float. */
@@ -84,6 +158,7 @@ CXS_WIDE static void q16_rows(float min, float inc, const uint8_t *restrict src,
 }
 
 void cxs_qdec_rows(const cxs_qdec *q, const uint8_t *src, size_t rows, float *dst) {
-    if (q->dtype == CXS_DTYPE_Q8) q8_rows(q->k, q->dim, src, rows, dst);
+    if (q->dtype == CXS_DTYPE_Q8 && q->exact_f) q8_rows(q->k, q->dim, src, rows, dst);
+    else if (q->dtype == CXS_DTYPE_Q8) q8_rows_double(q->k, q->dim, src, rows, dst);
     else q16_rows(q->min, q->inc, src, rows * q->dim, dst);
 }

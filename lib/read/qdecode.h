@@ -27,6 +27,7 @@ typedef struct cxs_qdec {
      * CharToFloat: p0, p25, p75 and p25 - p0, p75 - p25, p100 - p75),
      * piece-major, 6 * dim floats; q16: the min and Kaldi's increment. */
     float *k;
+    int exact_f; /* q8: the float pieces are exact for these slopes */
     float min, inc;
 } cxs_qdec;
 

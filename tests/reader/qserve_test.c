@@ -172,7 +172,10 @@ static void gather_all(int i, int normalize) {
     const uint64_t F = cum[NU];
     uint64_t *frames = malloc(F * sizeof *frames);
     int64_t *labels = malloc(F * sizeof *labels);
-    for (uint64_t f = 0; f < F; f++) frames[f] = F - 1 - f; /* not in storage order */
+    /* the first half backwards, the rest forwards: not in storage order,
+     * and neighbouring windows both ways (the gather copies the rows a
+     * window shares with the one before) */
+    for (uint64_t f = 0; f < F; f++) frames[f] = f < F / 2 ? F / 2 - 1 - f : f;
     for (size_t j = 0; j < sizeof ks / sizeof *ks; j++) {
         const size_t W = (2 * (size_t)ks[j] + 1) * D;
         float *out = malloc(F * W * sizeof *out), *w = malloc(W * sizeof *w);
