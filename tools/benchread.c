@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ctxshard.h"
+#include "cxs_format.h"
 #include "util.h"
 
 /* Bytes this process made the kernel read from storage (page cache
@@ -102,7 +103,7 @@ int bench_read_run(const char *dir, const bench_read_opts *o) {
     static const char *names[] = {"sequential", "shuffle", "weighted", "block"};
     printf("%s: %llu frames, dim %u, %s; k=%u, batch %u, %u thread%s, %s sampler\n", dir,
            (unsigned long long)in.num_frames, in.dim,
-           in.dtype == CXS_DTYPE_F32 ? "float32" : in.dtype == CXS_DTYPE_F16 ? "float16" : "bfloat16",
+           cxs_dtype_name(in.dtype),
            o->k, o->batch, o->threads, o->threads == 1 ? "" : "s", names[o->sampler]);
     printf("  open %.2f ms, sampler %.2f ms, first batch %.2f ms\n", t_open * 1e3,
            t_sampler * 1e3, first * 1e3);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "ctxshard.h"
+#include "cxs_format.h"
 #include "svg.h"
 #include "util.h"
 
@@ -393,7 +394,7 @@ static void chart_heatmap(sbuf *b, const rep *r, uint64_t u) {
 static void text_report(const rep *r) {
     printf("%s: %llu utterances, %llu frames, dim %u, %s\n", r->path,
            (unsigned long long)r->in.num_utterances, (unsigned long long)r->in.num_frames,
-           r->in.dim, r->in.dtype == CXS_DTYPE_F32 ? "float32" : r->in.dtype == CXS_DTYPE_F16 ? "float16" : "bfloat16");
+           r->in.dim, cxs_dtype_name(r->in.dtype));
     printf("\nutterance lengths: min %llu, median %.0f, mean %.1f, max %llu frames\n",
            (unsigned long long)r->in.min_length, median_len(r),
            (double)r->in.num_frames / (double)r->in.num_utterances,
@@ -437,10 +438,6 @@ static void text_report(const rep *r) {
                (unsigned long long)r->nonfinite, (unsigned long long)r->zero_frames);
 }
 
-static const char *dtype_str(uint32_t t) {
-    return t == CXS_DTYPE_F32 ? "float32" : t == CXS_DTYPE_F16 ? "float16" : "bfloat16";
-}
-
 /* Two datasets side by side: A's column, then B's, row by row, so that a
  * difference is read across one line.  Labels in A's order of frequency;
  * the length histogram over the bins both share. */
@@ -453,7 +450,7 @@ static void text_compare(const rep *a, const rep *b) {
     printf("  %-22s %20llu %20llu\n", "frames", (unsigned long long)a->in.num_frames,
            (unsigned long long)b->in.num_frames);
     printf("  %-22s %20u %20u\n", "dim", a->in.dim, b->in.dim);
-    printf("  %-22s %20s %20s\n", "dtype", dtype_str(a->in.dtype), dtype_str(b->in.dtype));
+    printf("  %-22s %20s %20s\n", "dtype", cxs_dtype_name(a->in.dtype), cxs_dtype_name(b->in.dtype));
     printf("  %-22s %20llu %20llu\n", "length min", (unsigned long long)a->in.min_length,
            (unsigned long long)b->in.min_length);
     printf("  %-22s %20.0f %20.0f\n", "length median", median_len(a), median_len(b));

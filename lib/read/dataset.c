@@ -107,18 +107,15 @@ static int id_cmp(const uint8_t *a, uint64_t al, const uint8_t *b, uint64_t bl) 
     return al < bl ? -1 : al > bl;
 }
 
-/* A coded dtype (format 1.4): a file of minor version 4 or later, no
- * guard rows; ds->qh its headers' size.  what: "DATASET_META" or
- * "SHARD_META". */
-static int coded_meta(cxs_dataset *ds, uint32_t minor, const char *path, const char *what,
-                      cxs_diag *d) {
+/* A coded dtype (format 1.4): no guard rows; ds->qh its headers' size.
+ * The files' minor version is not looked at, as for the features of 1.1 to
+ * 1.3 (spec 3.1: any minor is accepted): the dtype alone says the features
+ * are coded, and a reader of 1.3 refuses dtype 4 and 5 whatever the minor.
+ * what: "DATASET_META" or "SHARD_META". */
+static int coded_meta(cxs_dataset *ds, const char *path, const char *what, cxs_diag *d) {
     const cxs_dataset_meta *m = &ds->meta;
     ds->qh = cxs_q_header_size(m->dtype, m->dim);
     if (!ds->qh) return 0;
-    if (minor < 4)
-        return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
-                           "%s: %s: dtype %s in a file of format 1.%u (coded types are 1.4's)",
-                           path, what, cxs_dtype_name(m->dtype), minor);
     if (m->guard)
         return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
                            "%s: %s: guard %u with dtype %s (a coded dtype stores no guard rows: "
@@ -150,7 +147,7 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
         return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
                            "%s: DATASET_META: dim %u / guard %u out of range", mp, m->dim,
                            m->guard);
-    if ((rc = coded_meta(ds, ds->mc.minor, mp, "DATASET_META", d))) return rc;
+    if ((rc = coded_meta(ds, mp, "DATASET_META", d))) return rc;
     uint32_t want_lw = cxs_label_width(m->vocab_size);
     if (m->vocab_size > CXS_MAX_VOCAB || m->label_width != want_lw)
         return cxs_diag_at(d, CXS_E_CORRUPT, mp, CXS_NO_OFFSET,
@@ -224,10 +221,11 @@ static int open_manifest(cxs_dataset *ds, cxs_diag *d) {
     return 0;
 }
 
-/* The per-shard arrays; needs meta's counts.  `bytes` is the size of the
- * files that must hold the dataset: counts they cannot hold are refused
- * (every utterance takes 8 INDEX bytes, every frame at least 2 FEATURES
- * bytes), before the lookup's buckets are sized by them. */
+/* The per-shard arrays; needs meta's counts and ds->row_bytes.  `bytes` is
+ * the size of the files that must hold the dataset: counts they cannot hold
+ * are refused (every utterance takes 8 INDEX bytes, every frame a row of
+ * D*E FEATURES bytes: one byte for q8 with D = 1, so no smaller bound
+ * holds), before the lookup's buckets are sized by them. */
 static int alloc_arrays(cxs_dataset *ds, uint64_t bytes, int compressed, const char *path,
                         cxs_diag *d) {
     uint64_t U = ds->meta.num_utterances;
@@ -235,7 +233,7 @@ static int alloc_arrays(cxs_dataset *ds, uint64_t bytes, int compressed, const c
      * ~10^4-fold); the frame bound is then generous, and the per-frame
      * array it protects (4 bytes per 4096 frames) stays small. */
     uint64_t max_frames = compressed ? (bytes > UINT64_MAX / 65536 ? UINT64_MAX : bytes * 65536)
-                                     : bytes / 2;
+                                     : bytes / ds->row_bytes;
     if (U >= bytes / 8 || ds->meta.num_frames > max_frames)
         return cxs_diag_at(d, CXS_E_CORRUPT, path, CXS_NO_OFFSET,
                            "%s: %llu utterances and %llu frames cannot fit in %llu bytes of shards",
@@ -398,7 +396,7 @@ static int shard_meta(cxs_dataset *ds, uint32_t i, const cxs_shard_entry *e,
     if (rc) return rc;
     if (!e) {
         if ((rc = single_shard_meta(ds, sm, sh->size, sh->path, d)) ||
-            (rc = coded_meta(ds, sh->c.minor, sh->path, "SHARD_META", d)))
+            (rc = coded_meta(ds, sh->path, "SHARD_META", d)))
             return rc;
         sh->u_start = sh->f_start = 0;
         return 0;

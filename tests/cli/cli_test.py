@@ -6,6 +6,7 @@ and refused by open; exact output of `info` on the golden dataset.
 usage: /usr/bin/python3 tests/cli/cli_test.py BUILD/tools/ctxshard SOURCE_ROOT"""
 import filecmp
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -462,6 +463,21 @@ class Output(Base):
         rc, _, err = run("pack", self.raw, out, "--quiet", *extra)
         self.assertEqual(rc, 0, err)
 
+    def test_tools_name_coded_dtypes(self):
+        """stats and bench-read name q8 and q16 (they called both bfloat16)."""
+        for dtype in ("q8", "q16"):
+            out = os.path.join(self.tmp, dtype)
+            self.pack(out, "--dtype", dtype)
+            rc, text, err = run("stats", out, "--no-scan")
+            self.assertEqual(rc, 0, err)
+            self.assertIn(f"dim 28, {dtype}\n", text.splitlines(True)[0])
+            rc, text, err = run("stats", "--compare", out, out, "--no-scan")
+            self.assertEqual(rc, 0, err)
+            self.assertRegex(text, rf"dtype +{dtype} +{dtype}\n")
+            rc, text, err = run("bench-read", out, "--batches", 2, "--threads", 1)
+            self.assertEqual(rc, 0, err)
+            self.assertIn(f"dim 28, {dtype};", text)
+
     def test_guard_only_block_names_its_rows(self):
         # A FEATURES block wholly inside the leading guard rows (80 dims,
         # guard 300: block 0 of 64 KiB is rows 0 to 204) is named by its
@@ -634,6 +650,18 @@ class Usage(unittest.TestCase):
         rc, out, _ = run("--version")
         self.assertEqual(rc, 0)
         self.assertRegex(out, r"^ctxshard \d+\.\d+\.\d+ \(format 1\.4\)\n$")
+
+    def test_help_lists_every_dtype(self):
+        """Every command that takes --dtype to store features lists the
+        coded types, which it takes."""
+        for cmd in ("pack", "import", "convert"):
+            rc, out, _ = run(cmd, "--help")
+            self.assertEqual(rc, 0, cmd)
+            lists = [m for m in re.findall(r"--dtype[^\n]*(?:\n {10,}[^\n]*)*", out) if "f16" in m]
+            self.assertTrue(lists, cmd)
+            for m in lists:
+                self.assertIn("q8", m, cmd)
+                self.assertIn("q16", m, cmd)
 
     def test_usage_errors(self):
         for args in (["frobnicate"], ["pack", "onlyone"], ["pack", "a", "b", "--dtype", "f8"],

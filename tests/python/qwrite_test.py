@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 import ctxshard  # noqa: E402
 import kaldi_ref as K  # noqa: E402
-from make_golden import sections  # noqa: E402  (a file's bytes and its section table)
+from make_golden import rehash, sections  # noqa: E402  (a file's bytes and its section table)
 
 TMP = tempfile.mkdtemp(prefix="ctxshard-qwrite-")
 RAW = os.path.join(TMP, "raw")
@@ -192,6 +192,55 @@ class Pack(unittest.TestCase):
         self.assertNotEqual(v.returncode, 0)
         self.assertIn("QHEADERS: utterance 3", v.stderr + v.stdout)
         self.assertIn("range -1 is not finite and > 0", v.stderr + v.stdout)
+
+
+class Sizes(unittest.TestCase):
+    def test_one_byte_frames(self):
+        """q8 with D = 1 takes one FEATURES byte a frame: one utterance of
+        100,000 frames packs into a 122,880-byte shard, which open (info),
+        verify and a read of every frame accept (spec 8, counts against
+        sizes: the bound was 2 bytes a frame, and refused it)."""
+        raw = os.path.join(TMP, "raw-d1")
+        os.makedirs(os.path.join(raw, "mfcc"))
+        m = np.sin(np.arange(100000, dtype=np.float64) / 7).astype(F).reshape(-1, 1)
+        np.save(os.path.join(raw, "mfcc", "u1.npy"), m)
+        for extra in (("--block-sums", "off"), ()):
+            out = os.path.join(TMP, f"d1-{len(extra)}")
+            p = run("pack", raw, out, "--dtype", "q8", "--quiet", *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            if extra:
+                self.assertEqual(os.path.getsize(os.path.join(out, SHARD)), 122880)
+            for args in (("info", out), ("verify", out), ("verify", os.path.join(out, SHARD)),
+                         ("stats", out, "--json")):
+                p = run(*args)
+                self.assertEqual(p.returncode, 0, f"{args}: {p.stderr}")
+            x = os.path.join(TMP, "d1.npy")
+            p = run("gather", out, "--context", 0, "--all", "--out", x)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(np.load(x).reshape(-1).tobytes(),
+                             K.decode(K.encode(m, "CM"))[1].reshape(-1).tobytes())
+
+    def test_any_minor(self):
+        """A coded dataset whose files say minor 3 (manifest) and 0 (shard)
+        is read as 1.4 through its manifest and shard by shard alike (spec
+        4.9: the dtype says the features are coded, as 1.1 to 1.3's
+        sections do; the manifest's minor was refused, a shard's not)."""
+        out = os.path.join(TMP, "minor")
+        self.assertEqual(run("pack", RAW, out, "--dtype", "q8", "--quiet").returncode, 0)
+        want = os.path.join(TMP, "minor-want.npy")
+        self.assertEqual(run("gather", out, "--context", 0, "--all", "--out", want).returncode, 0)
+        for name, minor in (("manifest.cxs", 3), (SHARD, 0)):
+            data = bytearray(open(os.path.join(out, name), "rb").read())
+            struct.pack_into("<H", data, 10, minor)
+            open(os.path.join(out, name), "wb").write(bytes(data))
+        rehash(out)
+        for args in (("verify", out), ("verify", os.path.join(out, SHARD))):
+            p = run(*args)
+            self.assertEqual(p.returncode, 0, f"{args}: {p.stderr}")
+        self.assertIn("format        1.3", run("info", out).stdout)
+        got = os.path.join(TMP, "minor-got.npy")
+        self.assertEqual(run("gather", out, "--context", 0, "--all", "--out", got).returncode, 0)
+        self.assertEqual(open(got, "rb").read(), open(want, "rb").read())
 
 
 class PythonWriter(unittest.TestCase):
