@@ -19,7 +19,9 @@ It reports the medians and the ratios the issue asks for: the epoch
 through an empty cache against the cold local epoch (rate); bytes fetched
 per epoch over the feature bytes, with a cache that holds a round's blocks
 and with one that holds the dataset; the second epoch against local; the
-time to first batch.
+time to first batch; the range requests in flight of each run (from
+nginx's access log: the mean over the run's span of requests, and the most
+at once).
 
 usage: sudo /usr/bin/python3 bench/remote.py [--build build] [--dir /tmp/remotebench]
            [--utts 7000] [--rounds 3] [--memory 512M] [--small 1.3]"""
@@ -50,11 +52,36 @@ def nginx(www, ng):
                         ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
         f.write(f"daemon off; worker_processes 2; pid {ng}/nginx.pid; error_log {ng}/error.log;\n"
                 "events { worker_connections 256; }\n"
-                f"http {{ access_log off; sendfile on; {temp}\n"
+                # each request's end and length: the requests in flight of a run
+                "http { log_format t '$msec $request_time';\n"
+                f"  access_log {ng}/access.log t; sendfile on; {temp}\n"
                 f"  server {{ listen 127.0.0.1:{port}; root {www}; }} }}\n")
     srv = subprocess.Popen(["nginx", "-c", os.path.join(ng, "nginx.conf"), "-p", ng])
     time.sleep(0.5)
     return srv, port
+
+
+def in_flight(log, since):
+    """The requests nginx logged after byte `since` of its access log:
+    how many were in flight on average over the span from the first's
+    start to the last's end, the most at once, and the log's length now."""
+    with open(log) as f:
+        f.seek(since)
+        text = f.read()
+    spans = []
+    for line in text.splitlines():
+        end, took = map(float, line.split())
+        spans.append((end - took, end))
+    if not spans:
+        return 0.0, 0, since + len(text)
+    span = max(b for _, b in spans) - min(a for a, _ in spans)
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    now = most = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    mean = sum(b - a for a, b in spans) / span if span > 0 else float(len(spans))
+    return mean, most, since + len(text)
 
 
 def drop_caches():
@@ -114,6 +141,8 @@ def main():
     names = tuple(n for n in ("local", "first", "epoch", "again", "small", "whole")
                   if n in a.runs.split(","))
     res = {k: [] for k in names}
+    flight = {k: [] for k in names}
+    log, logged = os.path.join(a.dir, "nginx", "access.log"), 0
     fetched = {k: [] for k in names}
     firsts = {k: [] for k in names}
     try:
@@ -143,7 +172,11 @@ def main():
                 m = re.search(r"first batch ([0-9.]+) ms", out)
                 if m:
                     firsts[what].append(float(m.group(1)) / 1e3)
-                print(f"round {r + 1} {what:6s} {dt:8.2f} s", flush=True)
+                mean, most, logged = in_flight(log, logged)
+                if what != "local":
+                    flight[what].append((mean, most))
+                print(f"round {r + 1} {what:6s} {dt:8.2f} s   requests in flight: "
+                      f"{mean:.2f} on average, {most} at most", flush=True)
     finally:
         srv.terminate()
         srv.wait()
@@ -154,6 +187,10 @@ def main():
           f"GB ({limit / size:.2f} of the dataset); medians (wall time of the command):")
     for k in names:
         print(f"  {k:6s} {med[k]:8.2f} s   (runs: {', '.join(f'{v:.2f}' for v in res[k])})")
+    for k in names:
+        if flight[k]:
+            print(f"  {k:6s} requests in flight: {statistics.median(m for m, _ in flight[k]):.2f} "
+                  f"on average (median), {max(x for _, x in flight[k])} at most")
     print(f"server's files {'warm (read back after each drop)' if a.server_warm else 'cold'}")
 
     def ratio(x, y):
