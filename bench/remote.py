@@ -19,9 +19,8 @@ It reports the medians and the ratios the issue asks for: the epoch
 through an empty cache against the cold local epoch (rate); bytes fetched
 per epoch over the feature bytes, with a cache that holds a round's blocks
 and with one that holds the dataset; the second epoch against local; the
-time to first batch; the range requests in flight of each run (from
-nginx's access log: the mean over the run's span of requests, and the most
-at once).
+time to first batch; the range requests of each run and the most begun
+in one millisecond (nginx's access log: requests sent together).
 
 usage: sudo /usr/bin/python3 bench/remote.py [--build build] [--dir /tmp/remotebench]
            [--utts 7000] [--rounds 3] [--memory 512M] [--small 1.3]"""
@@ -52,7 +51,7 @@ def nginx(www, ng):
                         ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
         f.write(f"daemon off; worker_processes 2; pid {ng}/nginx.pid; error_log {ng}/error.log;\n"
                 "events { worker_connections 256; }\n"
-                # each request's end and length: the requests in flight of a run
+                # each request's end and length: the requests of a run
                 "http { log_format t '$msec $request_time';\n"
                 f"  access_log {ng}/access.log t; sendfile on; {temp}\n"
                 f"  server {{ listen 127.0.0.1:{port}; root {www}; }} }}\n")
@@ -62,26 +61,19 @@ def nginx(www, ng):
 
 
 def in_flight(log, since):
-    """The requests nginx logged after byte `since` of its access log:
-    how many were in flight on average over the span from the first's
-    start to the last's end, the most at once, and the log's length now."""
+    """The requests nginx logged after byte `since` of its access log: how
+    many, the most that began in one millisecond (its log's resolution: a
+    request on 127.0.0.1 ends within the millisecond it began, so this is
+    what shows requests sent together), and the log's length now."""
     with open(log) as f:
         f.seek(since)
         text = f.read()
-    spans = []
+    starts = {}
     for line in text.splitlines():
         end, took = map(float, line.split())
-        spans.append((end - took, end))
-    if not spans:
-        return 0.0, 0, since + len(text)
-    span = max(b for _, b in spans) - min(a for a, _ in spans)
-    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
-    now = most = 0
-    for _, step in edges:
-        now += step
-        most = max(most, now)
-    mean = sum(b - a for a, b in spans) / span if span > 0 else float(len(spans))
-    return mean, most, since + len(text)
+        ms = round((end - took) * 1000)
+        starts[ms] = starts.get(ms, 0) + 1
+    return sum(starts.values()), max(starts.values(), default=0), since + len(text)
 
 
 def drop_caches():
@@ -172,11 +164,11 @@ def main():
                 m = re.search(r"first batch ([0-9.]+) ms", out)
                 if m:
                     firsts[what].append(float(m.group(1)) / 1e3)
-                mean, most, logged = in_flight(log, logged)
+                count, most, logged = in_flight(log, logged)
                 if what != "local":
-                    flight[what].append((mean, most))
-                print(f"round {r + 1} {what:6s} {dt:8.2f} s   requests in flight: "
-                      f"{mean:.2f} on average, {most} at most", flush=True)
+                    flight[what].append((count, most))
+                print(f"round {r + 1} {what:6s} {dt:8.2f} s   {count} requests, at most {most} "
+                      "begun in one millisecond", flush=True)
     finally:
         srv.terminate()
         srv.wait()
@@ -189,8 +181,8 @@ def main():
         print(f"  {k:6s} {med[k]:8.2f} s   (runs: {', '.join(f'{v:.2f}' for v in res[k])})")
     for k in names:
         if flight[k]:
-            print(f"  {k:6s} requests in flight: {statistics.median(m for m, _ in flight[k]):.2f} "
-                  f"on average (median), {max(x for _, x in flight[k])} at most")
+            print(f"  {k:6s} {statistics.median(c for c, _ in flight[k]):.0f} requests (median), "
+                  f"at most {max(x for _, x in flight[k])} begun in one millisecond")
     print(f"server's files {'warm (read back after each drop)' if a.server_warm else 'cold'}")
 
     def ratio(x, y):
