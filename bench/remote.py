@@ -134,7 +134,8 @@ def main():
                   if n in a.runs.split(","))
     res = {k: [] for k in names}
     flight = {k: [] for k in names}
-    log, logged = os.path.join(a.dir, "nginx", "access.log"), 0
+    log = os.path.join(a.dir, "nginx", "access.log")
+    logged = os.path.getsize(log) if os.path.exists(log) else 0  # (an earlier run's lines)
     fetched = {k: [] for k in names}
     firsts = {k: [] for k in names}
     try:
