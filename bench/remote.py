@@ -19,7 +19,8 @@ It reports the medians and the ratios the issue asks for: the epoch
 through an empty cache against the cold local epoch (rate); bytes fetched
 per epoch over the feature bytes, with a cache that holds a round's blocks
 and with one that holds the dataset; the second epoch against local; the
-time to first batch.
+time to first batch; the range requests of each run and the most begun
+in one millisecond (nginx's access log: requests sent together).
 
 usage: sudo /usr/bin/python3 bench/remote.py [--build build] [--dir /tmp/remotebench]
            [--utts 7000] [--rounds 3] [--memory 512M] [--small 1.3]"""
@@ -50,11 +51,29 @@ def nginx(www, ng):
                         ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
         f.write(f"daemon off; worker_processes 2; pid {ng}/nginx.pid; error_log {ng}/error.log;\n"
                 "events { worker_connections 256; }\n"
-                f"http {{ access_log off; sendfile on; {temp}\n"
+                # each request's end and length: the requests of a run
+                "http { log_format t '$msec $request_time';\n"
+                f"  access_log {ng}/access.log t; sendfile on; {temp}\n"
                 f"  server {{ listen 127.0.0.1:{port}; root {www}; }} }}\n")
     srv = subprocess.Popen(["nginx", "-c", os.path.join(ng, "nginx.conf"), "-p", ng])
     time.sleep(0.5)
     return srv, port
+
+
+def in_flight(log, since):
+    """The requests nginx logged after byte `since` of its access log: how
+    many, the most that began in one millisecond (its log's resolution: a
+    request on 127.0.0.1 ends within the millisecond it began, so this is
+    what shows requests sent together), and the log's length now."""
+    with open(log) as f:
+        f.seek(since)
+        text = f.read()
+    starts = {}
+    for line in text.splitlines():
+        end, took = map(float, line.split())
+        ms = round((end - took) * 1000)
+        starts[ms] = starts.get(ms, 0) + 1
+    return sum(starts.values()), max(starts.values(), default=0), since + len(text)
 
 
 def drop_caches():
@@ -114,6 +133,9 @@ def main():
     names = tuple(n for n in ("local", "first", "epoch", "again", "small", "whole")
                   if n in a.runs.split(","))
     res = {k: [] for k in names}
+    flight = {k: [] for k in names}
+    log = os.path.join(a.dir, "nginx", "access.log")
+    logged = os.path.getsize(log) if os.path.exists(log) else 0  # (an earlier run's lines)
     fetched = {k: [] for k in names}
     firsts = {k: [] for k in names}
     try:
@@ -143,7 +165,11 @@ def main():
                 m = re.search(r"first batch ([0-9.]+) ms", out)
                 if m:
                     firsts[what].append(float(m.group(1)) / 1e3)
-                print(f"round {r + 1} {what:6s} {dt:8.2f} s", flush=True)
+                count, most, logged = in_flight(log, logged)
+                if what != "local":
+                    flight[what].append((count, most))
+                print(f"round {r + 1} {what:6s} {dt:8.2f} s   {count} requests, at most {most} "
+                      "begun in one millisecond", flush=True)
     finally:
         srv.terminate()
         srv.wait()
@@ -154,6 +180,10 @@ def main():
           f"GB ({limit / size:.2f} of the dataset); medians (wall time of the command):")
     for k in names:
         print(f"  {k:6s} {med[k]:8.2f} s   (runs: {', '.join(f'{v:.2f}' for v in res[k])})")
+    for k in names:
+        if flight[k]:
+            print(f"  {k:6s} {statistics.median(c for c, _ in flight[k]):.0f} requests (median), "
+                  f"at most {max(x for _, x in flight[k])} begun in one millisecond")
     print(f"server's files {'warm (read back after each drop)' if a.server_warm else 'cold'}")
 
     def ratio(x, y):

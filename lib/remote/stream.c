@@ -401,6 +401,23 @@ static void unhold(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
         if (u->ref[s][j] && !--u->ref[s][j]) lk(u->fd, F_UNLCK, lock_at(s, USE, j), 1, 0);
 }
 
+/* Cut the longest pieces in two until there are PIECES_AT_ONCE of them
+ * (or each is a sum block): a loader's block is often less than one
+ * PIECE, and its fetch is then that many requests in flight, not one
+ * waited for from its first byte to its last. */
+static void split(piece *pcs, uint32_t *np, uint32_t cap) {
+    while (*np < PIECES_AT_ONCE && *np < cap) {
+        uint32_t w = 0;
+        for (uint32_t i = 1; i < *np; i++)
+            if (pcs[i].j1 - pcs[i].j0 > pcs[w].j1 - pcs[w].j0) w = i;
+        if (!*np || pcs[w].j1 - pcs[w].j0 < 2) return;
+        memmove(&pcs[w + 2], &pcs[w + 1], (*np - w - 1) * sizeof *pcs);
+        pcs[w + 1] = (piece){pcs[w].j0 + (pcs[w].j1 - pcs[w].j0) / 2, pcs[w].j1};
+        pcs[w].j1 = pcs[w + 1].j0;
+        ++*np;
+    }
+}
+
 /* Fetch the missing blocks of [j0, j1) of shard s (held), each under its
  * fetch lock (ascending), unless another process of the node fetched it
  * meanwhile; at most 64 pieces a call (*again: call once more). */
@@ -438,6 +455,7 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
         }
         more += block_disk(h, j);
     }
+    split(pcs, &np, sizeof pcs / sizeof *pcs);
     if (!rc && np && (__atomic_load_n(stop, __ATOMIC_RELAXED) || atomic_load(&u->cancel)))
         rc = cxs_diagf(d, -ECANCELED, "%s: download stopped", st->url);
     cxs_cache_resv res = {.fd = -1};

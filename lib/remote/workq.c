@@ -12,8 +12,9 @@ typedef struct run {
     const cxs_workq *q;
     _Atomic uint32_t next;
     _Atomic int stop;
-    _Atomic unsigned running;
+    unsigned running; /* under mu */
     pthread_mutex_t mu;
+    pthread_cond_t done; /* running reached 0 */
     int rc;
     cxs_diag d;
 } run;
@@ -35,7 +36,9 @@ static void *worker(void *p) {
             atomic_store(&r->stop, 1);
         }
     }
-    atomic_fetch_sub(&r->running, 1);
+    pthread_mutex_lock(&r->mu);
+    if (!--r->running) pthread_cond_signal(&r->done);
+    pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
@@ -45,34 +48,58 @@ int cxs_workq_run(const cxs_workq *q, unsigned threads, const char *what, cxs_di
     run r = {.q = q};
     atomic_init(&r.next, 0);
     atomic_init(&r.stop, 0);
-    atomic_init(&r.running, 0);
     pthread_mutex_init(&r.mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r.done, &ca);
+    pthread_condattr_destroy(&ca);
     unsigned nt = threads > MAX_THREADS ? MAX_THREADS : threads ? threads : 1;
     if (nt > q->n) nt = q->n ? q->n : 1;
     pthread_t th[MAX_THREADS];
     int started[MAX_THREADS] = {0};
     unsigned n_started = 0;
     for (unsigned t = 0; t < nt; t++) {
-        atomic_fetch_add(&r.running, 1);
-        if ((started[t] = pthread_create(&th[t], NULL, worker, &r) == 0)) n_started++;
-        else atomic_fetch_sub(&r.running, 1);
+        pthread_mutex_lock(&r.mu);
+        r.running++;
+        pthread_mutex_unlock(&r.mu);
+        if ((started[t] = pthread_create(&th[t], NULL, worker, &r) == 0)) {
+            n_started++;
+        } else {
+            pthread_mutex_lock(&r.mu);
+            r.running--;
+            pthread_mutex_unlock(&r.mu);
+        }
     }
     if (!n_started) { /* this thread alone: no progress until it is done */
-        atomic_fetch_add(&r.running, 1);
+        r.running = 1;
         worker(&r);
     }
-    while (atomic_load(&r.running)) {
-        struct timespec ts = {0, 100 * 1000000L};
-        nanosleep(&ts, NULL);
+    /* Progress every 100 ms, but the end is met when it comes: a poll of
+     * 100 ms made each fetch of a streamed block last at least that long
+     * (one range request every 100 ms, whatever the link). */
+    struct timespec tick;
+    clock_gettime(CLOCK_MONOTONIC, &tick);
+    pthread_mutex_lock(&r.mu);
+    while (r.running) {
+        if ((tick.tv_nsec += 100 * 1000000L) >= 1000000000L)
+            tick.tv_sec++, tick.tv_nsec -= 1000000000L;
+        for (int w = 0; r.running && w != ETIMEDOUT;)
+            w = pthread_cond_timedwait(&r.done, &r.mu, &tick);
+        if (!r.running) break;
+        pthread_mutex_unlock(&r.mu);
         uint64_t done = q->base + (q->count ? atomic_load(q->count) : 0);
         if (q->progress && q->progress(q->user, done < q->total ? done : q->total, q->total)) {
             if (q->cancel) atomic_store(q->cancel, 1);
             atomic_store(&r.stop, 1);
         }
+        pthread_mutex_lock(&r.mu);
     }
+    pthread_mutex_unlock(&r.mu);
     for (unsigned t = 0; t < nt; t++)
         if (started[t]) pthread_join(th[t], NULL);
     pthread_mutex_destroy(&r.mu);
+    pthread_cond_destroy(&r.done);
     if (r.rc) {
         if (d) *d = r.d;
         return r.rc;

@@ -22,7 +22,8 @@ typedef struct cxs_workq {
 } cxs_workq;
 
 /* Run q on up to `threads` threads (in this one when none can start),
- * this thread calling q->progress every 100 ms until all end.  The first
+ * this thread calling q->progress every 100 ms until all end (and
+ * returning as they end, not at the next 100 ms).  The first
  * failure stops the others' next items and is returned, its message in d;
  * a stop asked by progress is -ECANCELED. */
 int cxs_workq_run(const cxs_workq *q, unsigned threads, const char *what, cxs_diag *d);

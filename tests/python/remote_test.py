@@ -104,7 +104,11 @@ class Nginx:
             f.write(f"daemon off; worker_processes 1; pid {self.dir}/nginx.pid;\n"
                     f"error_log {self.dir}/error.log;\n"
                     "events { worker_connections 256; }\n"
-                    f"http {{ access_log {self.log}; client_max_body_size 0; {temp}\n"
+                    # nginx's combined format, and when each request ended and how long it took
+                    "http { log_format timed '$remote_addr - $remote_user [$time_local] "
+                    "\"$request\" $status $body_bytes_sent \"$http_referer\" "
+                    "\"$http_user_agent\" $msec $request_time';\n"
+                    f"  access_log {self.log} timed; client_max_body_size 0; {temp}\n"
                     f"  server {{ listen 127.0.0.1:{self.port}; root {root};\n"
                     + (f"    limit_rate {limit_rate};\n" if limit_rate else "") +
                     "    location /up/ { dav_methods PUT; create_full_put_path on; } } }\n")
@@ -143,6 +147,18 @@ class Nginx:
             m = re.search(r'"GET (\S+) HTTP/[0-9.]+" (\d+) (\d+)', line)
             if m:
                 out.append((m.group(1), int(m.group(2)), int(m.group(3))))
+        return out
+
+    def timings(self):
+        """(path, start, end) of every GET so far, in seconds since the
+        epoch (nginx's $msec, when the answer's last byte went, less its
+        $request_time)."""
+        out = []
+        for line in self._lines():
+            m = re.search(r'"GET (\S+) HTTP/[0-9.]+" \d+ .* ([0-9.]+) ([0-9.]+)$', line)
+            if m:
+                end = float(m.group(2))
+                out.append((m.group(1), end - float(m.group(3)), end))
         return out
 
     def puts(self):

@@ -268,6 +268,52 @@ class Streaming(unittest.TestCase):
         self.assertGreater(rem.dataset.bytes_fetched, feature_bytes(self.a))
         self.assertLess(rem.dataset.bytes_fetched, 2 * feature_bytes(self.a))
 
+    def test_a_streamed_epoch_keeps_requests_in_flight(self):
+        """The blocks of an epoch come at the link's pace, not a timer's,
+        from an empty cache smaller than the dataset while a loader that
+        does nothing but wait takes its batches.  From nginx on 127.0.0.1
+        (answers in under a millisecond): the loader waits 50 ms or more
+        with no request in flight at no more than 1 in 10 of the gaps
+        between requests (before: at nearly all, one request every 100 ms).
+        From nginx sending each answer at 4 MB/s (a request lasts tens of
+        milliseconds, longer than the log's millisecond): requests
+        overlap (before: one at a time)."""
+        slow = R.Nginx(self.www, limit_rate="4m")
+        try:
+            for ng, name in ((self.ng, "pace"), (slow, "pace-slow")):
+                rem = Loader(ng.url("s"), 3, 100, cache=self.cache(name), cache_limit=5 << 20,
+                             **KW)
+                since = len(ng.timings())
+                t0 = time.time()
+                waits, it = [], iter(rem)  # when the loader was asked for a batch, and answered
+                while True:
+                    a = time.time()
+                    if next(it, None) is None:
+                        break
+                    waits.append((a, time.time()))
+                reqs = sorted((a, b) for p, a, b in ng.timings()[since:]
+                              if p.startswith("/s/shard-") and a >= t0 - 0.002)
+                self.assertGreater(len(reqs), 10)
+                if ng is self.ng:
+                    # of each gap between requests, the time the loader waited in it
+                    gaps, end = [], reqs[0][1]
+                    for a, b in reqs[1:]:
+                        gaps.append(sum(max(0.0, min(a, y) - max(end, x)) for x, y in waits))
+                        end = max(end, b)
+                    # (a few such waits remain on a loaded machine: a block's fetch
+                    # starts when the one before is done, at the helper's turn on a CPU)
+                    long = sum(1 for g in gaps if g >= 0.050)
+                    self.assertLessEqual(long, len(gaps) // 10, f"the loader waited 50 ms or "
+                                         f"more with no request in flight {long} times in "
+                                         f"{len(gaps)}; the longest (s): {sorted(gaps)[-5:]}")
+                else:
+                    overlapping = sum(1 for (_, b), (a, _) in zip(reqs, reqs[1:]) if a < b)
+                    self.assertGreater(overlapping, len(reqs) // 4, f"{overlapping} of "
+                                       f"{len(reqs)} requests started before the one before "
+                                       "had ended")
+        finally:
+            slow.stop()
+
     def test_a_limit_below_what_a_round_holds_is_refused_with_the_numbers(self):
         rem = Loader(self.ng.url("s"), 3, 100, cache=self.cache("tiny"), cache_limit="2M",
                      **KW)
