@@ -283,7 +283,9 @@ static const char *const usage_info =
     "usage: ctxshard info OUT [--json]\n"
     "\n"
     "Print counts, dimensions, dtype, guard, shards, vocabulary, statistics,\n"
-    "pack options and format version.\n";
+    "pack options and format version.  Of a URL it fetches the metadata\n"
+    "alone (every shard's bytes but its features), within any cache limit\n"
+    "that holds them.\n";
 
 static const char *const usage_gather =
     "usage: ctxshard gather OUT --context K (--frames I,J,A-B,... | --all)\n"

@@ -325,6 +325,33 @@ class Streaming(unittest.TestCase):
                       "blocks the block sampler reads at once", str(cm.exception))
         self.assertLessEqual(entry_bytes(self.cache("tiny")), 2 << 20)
 
+    def test_info_of_a_url_fetches_its_metadata_alone(self):
+        """ctxshard info URL under a cache limit of 1 MiB (the dataset is
+        9.3 MB) answers as info of the local copy does, and fetches the
+        manifest and every shard's bytes but its features, not one byte
+        more: 3.4% of this dataset, whose features are 28 float32 a frame
+        against a label byte, in shards of 1 MiB with each section
+        page-aligned (before: refused, "more than the cache limit";
+        without a limit it downloaded the whole dataset)."""
+        total = meta = 0
+        for f in os.listdir(self.a):
+            size = os.path.getsize(os.path.join(self.a, f))
+            total += size
+            meta += size
+            if f.startswith("shard-"):
+                off, length = features_of(os.path.join(self.a, f))
+                meta -= (off + length + PAGE - 1) // PAGE * PAGE - off
+        before = len(self.ng.requests())
+        p = R.run("info", self.ng.url("s"), "--json", "--cache", self.cache("info"),
+                  "--cache-limit", "1M")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = sum(b for path, st, b in self.ng.requests()[before:] if path.startswith("/s/"))
+        self.assertEqual(got, meta, f"{got} bytes fetched; the metadata is {meta}")
+        self.assertLess(got, total // 25)
+        local = R.run("info", self.a, "--json")
+        drop = re.compile(r'^\s*"path": .*$', re.M)
+        self.assertEqual(drop.sub("", p.stdout), drop.sub("", local.stdout))
+
     def test_two_processes_streaming_at_once_download_each_byte_once(self):
         before = len(self.ng.requests())
         code = ("import sys, hashlib, ctxshard.torch as ct\n"
