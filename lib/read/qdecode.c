@@ -15,8 +15,20 @@
  * build contracts a product and a sum into a fused multiply-add (ISO C
  * mode: -ffp-contract=off, and AVX2 alone has no FMA instructions).
  * CXS_QDEC_BASELINE builds the default alone: the unit test proves that
- * build exact on a machine whose CPU would choose AVX2. */
-#if defined(__x86_64__) && defined(__has_attribute) && !defined(CXS_QDEC_BASELINE)
+ * build exact on a machine whose CPU would choose AVX2.  Under
+ * ThreadSanitizer the default alone too: the ifunc's resolver runs while
+ * the dynamic loader relocates the library, before the sanitizer's runtime
+ * is set up, and its instrumented code crashes every program at start. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CXS_QDEC_NO_IFUNC
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define CXS_QDEC_NO_IFUNC
+#endif
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(CXS_QDEC_BASELINE) && \
+    !defined(CXS_QDEC_NO_IFUNC)
 #if __has_attribute(target_clones)
 #define CXS_WIDE __attribute__((target_clones("avx2", "default")))
 #endif
