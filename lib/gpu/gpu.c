@@ -314,8 +314,11 @@ static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
                  (unsigned long long)budget, l->budget_why);
     } else if (m == CXS_GPU_POOL) {
         uint32_t S = l->o.pool_segments ? l->o.pool_segments : 4;
-        uint64_t ring = gpu_ring_bytes(l, sizeof(cxs_x_desc));
-        uint64_t seg_rows = budget > ring ? (budget - ring) / S / ds->row_bytes : 0;
+        /* a coded dtype's segments hold codes (row_bytes is what is
+         * stored), and every header is on the device beside them */
+        uint64_t fixed = gpu_ring_bytes(l, sizeof(cxs_x_desc)) +
+                         ds->meta.num_utterances * gpu_header_bytes(ds);
+        uint64_t seg_rows = budget > fixed ? (budget - fixed) / S / ds->row_bytes : 0;
         if (!l->o.budget_bytes) {
             /* The pool takes its whole budget, and its layout fixes the
              * block order a resume must find again: the default follows the
@@ -326,7 +329,7 @@ static int plan_mode(cxs_gpu_loader *l, uint64_t budget) {
             if (whole < ds->max_len) whole = ds->max_len;
             if (whole < seg_rows) {
                 seg_rows = whole;
-                budget = ring + S * seg_rows * ds->row_bytes;
+                budget = fixed + S * seg_rows * ds->row_bytes;
                 snprintf(l->budget_why, sizeof l->budget_why,
                          " (the default: what %u segments need to hold the dataset, less than "
                          "half the device's total of %llu bytes)",
@@ -605,6 +608,13 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
         return cxs_diagf(diag, CXS_E_INVALID, "slots must be at least 3");
     if (ds->max_len > UINT32_MAX)
         return cxs_diagf(diag, CXS_E_UNSUPPORTED, "an utterance of more than 2^32 frames");
+    /* a descriptor names a coded sample's header by a 32-bit number */
+    if (cxs_dtype_coded(ds->meta.dtype) && ds->meta.num_utterances > UINT32_MAX &&
+        o->mode != CXS_GPU_RESIDENT)
+        return cxs_diagf(diag, CXS_E_UNSUPPORTED,
+                         "GPU loader: pool and stream mode over a %s dataset of more than 2^32 "
+                         "utterances",
+                         cxs_dtype_name(ds->meta.dtype));
     if (o->mode == CXS_GPU_POOL) {
         const cxs_sampler_opts *so = cxs_sampler_options(sampler);
         if (so->kind != CXS_SAMPLER_SHUFFLE)
@@ -613,13 +623,11 @@ static int check_opts(const cxs_dataset *ds, const cxs_sampler *sampler, const c
             return cxs_diagf(diag, CXS_E_INVALID, "pool mode: start %llu is past this rank's %llu samples",
                              (unsigned long long)start, (unsigned long long)gpu_pool_length(ds, so));
     }
-    if (o->mode == CXS_GPU_STREAM && o->out_dtype != CXS_GPU_OUT_F32)
-        return cxs_diagf(diag, CXS_E_INVALID, "stream mode delivers float32 only (bfloat16 output needs resident or pool mode)");
-    if (o->mode == CXS_GPU_POOL && cxs_dtype_coded(ds->meta.dtype))
-        return cxs_diagf(diag, CXS_E_UNSUPPORTED,
-                         "pool mode does not serve %s codes yet: use resident or stream mode (or "
-                         "a float copy: ctxshard convert)",
-                         cxs_dtype_name(ds->meta.dtype));
+    if (o->mode == CXS_GPU_STREAM && o->out_dtype != CXS_GPU_OUT_F32 &&
+        !cxs_dtype_coded(ds->meta.dtype))
+        return cxs_diagf(diag, CXS_E_INVALID,
+                         "stream mode delivers float32 only from float features (bfloat16 output "
+                         "needs resident or pool mode, or a q8/q16 dataset)");
     return 0;
 }
 
@@ -700,7 +708,9 @@ int gpu_loader_streams(cxs_gpu_loader *l) {
     int e, rc;
     if ((e = be->stream_create(&l->work)) || (e = be->stream_create(&l->copy)))
         return GPU_DEVICE_FAIL(l, "", e, "stream_create");
-    if ((l->o.flags & CXS_GATHER_NORMALIZE) && l->mode != CXS_GPU_STREAM) {
+    /* (stream mode over float features normalises in the CPU loader) */
+    if ((l->o.flags & CXS_GATHER_NORMALIZE) &&
+        (l->mode != CXS_GPU_STREAM || cxs_dtype_coded(l->dtype))) {
         const size_t nb = (size_t)l->D * sizeof(double);
         double *c;
         if ((rc = cxs_norm_constants(l->ds, l->o.norm, &c, NULL)))

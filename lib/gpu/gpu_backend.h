@@ -19,14 +19,15 @@ extern "C" {
  * bfloat16 bits when out_bf16), labels into y[n] when y is not NULL.
  * Resident: frames[n] are global frame numbers, located through cum[U+1]
  * and urow[U] (device row of every utterance's frame 0) and labels read
- * from lab (uint16 per global frame).  Pool: desc[n] say it all. */
+ * from lab (uint16 per global frame).  Pool and stream: desc[n] say it
+ * all (feat: the pool, or the batch's uploaded rows). */
 typedef struct gpu_expand_args {
     const void *feat;        /* device features, stored dtype */
     uint32_t dtype, D, k;
     int out_bf16;
     const double *mean, *scale; /* device, D each (spec 7.4 constants); NULL: none */
     /* a coded dtype: every utterance's header, hbytes each, in the
-     * dataset's numbering (resident); NULL otherwise */
+     * dataset's numbering (num_utts of them; every mode); NULL otherwise */
     const uint8_t *qh;
     uint64_t hbytes;
     size_t n;
@@ -34,7 +35,7 @@ typedef struct gpu_expand_args {
     const uint64_t *cum, *urow;
     uint64_t num_utts;
     const uint16_t *lab;
-    const cxs_x_desc *desc;  /* pool */
+    const cxs_x_desc *desc;  /* pool, stream */
     void *out;
     int64_t *y;
 } gpu_expand_args;

@@ -117,6 +117,7 @@ __global__ void expand_kernel(gpu_expand_args a) {
                 cxs_x_desc dsc = a.desc[i];
                 s_row0 = dsc.row0, s_T = dsc.T, s_t = dsc.t;
                 label = dsc.label;
+                if (a.qh) s_h = a.qh + (uint64_t)dsc.utt * a.hbytes;
             } else {
                 uint64_t f = a.frames[i], u = cxs_x_locate(a.cum, a.num_utts, f);
                 s_row0 = a.urow[u];

@@ -372,6 +372,7 @@ static void run_expand(const gpu_expand_args *a) {
         if (a->desc) {
             row0 = a->desc[i].row0, T = a->desc[i].T, t = a->desc[i].t;
             label = a->desc[i].label;
+            if (a->qh) h = a->qh + (uint64_t)a->desc[i].utt * a->hbytes;
         } else {
             uint64_t f = a->frames[i], u = cxs_x_locate(a->cum, a->num_utts, f);
             row0 = a->urow[u];

@@ -22,14 +22,20 @@
 #define CXS_X_Q8 4  /* coded (format 1.4): decoded with the utterance's header */
 #define CXS_X_Q16 5
 
-/* One sample of a batch, as the pool kernel receives it (the resident kernel
- * derives the same from a frame number): the device row of the utterance's
- * frame 0, the utterance length T, the frame's offset t, and its label. */
+/* One sample of a batch, as the pool and stream kernels receive it (the
+ * resident kernel derives the same from a frame number): the device row of
+ * the utterance's frame 0, the utterance length T, the frame's offset t,
+ * its label (labels are at most 16 bits: spec section 5), and a coded
+ * dtype's header number (the utterance's, in the dataset's numbering).
+ * Stream mode uploads only the rows a batch's windows cover: its T and t
+ * describe those rows as if they were the utterance, which zero-pads the
+ * same window rows (a row outside them is outside the utterance too). */
 typedef struct cxs_x_desc {
     uint64_t row0;
     uint32_t T;
     uint32_t t;
-    int64_t label;
+    uint32_t utt;
+    int32_t label;
 } cxs_x_desc;
 
 /* One utterance of a padded batch (cxs_gpu_utt_loader): the device row

@@ -67,8 +67,14 @@ typedef struct uploader {
 } uploader;
 
 /* Stream mode (gpu_stream.c): a CPU loader fills pinned staging buffers, a
- * feeder thread uploads them into the ring.  mu/cv guard the counters. */
+ * feeder thread uploads them into the ring; over a coded dtype the feeder
+ * fills each slot's pinned inputs itself (descriptors and codes) and the
+ * kernel decodes.  mu/cv guard the counters. */
 typedef struct gpu_stream {
+    int coded;
+    size_t in_bytes; /* coded: a slot's inputs, B descriptors and their rows' codes */
+    uint64_t pos, index; /* coded: the feeder's next batch */
+    zreader zr;      /* coded: the feeder's, for compressed shards */
     cxs_loader *cl;
     uint32_t nstage;
     float **h_x;
@@ -283,6 +289,14 @@ int gpu_loader_streams(cxs_gpu_loader *l);
  * and the release of what it holds (gpu_resident.c). */
 int gpu_resident_upload(cxs_gpu_loader *l);
 void gpu_resident_release(cxs_gpu_loader *l);
+/* Pool and stream mode over a coded dtype: every utterance's header in
+ * rs.d_qh, in the dataset's numbering, checked (the first use of each:
+ * a damaged one fails the loader's creation naming the shard, the
+ * utterance and the fault) and uploaded once, as resident mode uploads
+ * them with the features; nothing for the other dtypes.  The release
+ * frees them. */
+int gpu_headers_setup(cxs_gpu_loader *l);
+void gpu_headers_release(cxs_gpu_loader *l);
 /* Bytes of one utterance's header on the device: a coded dtype's
  * (QHEADERS entry), 0 for the others. */
 static inline uint64_t gpu_header_bytes(const cxs_dataset *ds) {

@@ -224,6 +224,7 @@ static void pool_free(cxs_gpu_loader *l) {
         if (sg->ev_freed) l->be->event_destroy(sg->ev_freed);
     }
     gpu_up_free(l, &p->up);
+    gpu_headers_release(l);
     if (p->d_pool) l->be->dev_free(p->d_pool);
     if (p->plan) cxs_block_plan_put(&p->bs, p->plan);
     cxs_block_sched_destroy(&p->bs);
@@ -302,6 +303,7 @@ static int pool_expand(cxs_gpu_loader *l, gslot *s, size_t a, size_t b) {
     x.n = b - a;
     x.desc = (const cxs_x_desc *)s->d_in + a;
     x.feat = l->p.d_pool;
+    x.qh = l->rs.d_qh, x.hbytes = gpu_header_bytes(l->ds), x.num_utts = l->ds->meta.num_utterances;
     x.out = (uint8_t *)s->d_x + a * l->W * l->xelem;
     x.y = s->d_y ? s->d_y + a : NULL;
     BE(l, gpu_launch_expand(l, &x, l->work));
@@ -339,7 +341,8 @@ static int describe(void *arg) {
         desc[i].row0 = p->seg[p->res[j % p->S]].row_base + (ul.f0 - b->f0);
         desc[i].T = (uint32_t)ul.T;
         desc[i].t = (uint32_t)(f - ul.f0);
-        desc[i].label = l->o.labels ? cxs_shard_label(bsh, f - bsh->f_start) : 0;
+        desc[i].utt = (uint32_t)(bsh->u_start + lo);
+        desc[i].label = l->o.labels ? (int32_t)cxs_shard_label(bsh, f - bsh->f_start) : 0;
     }
     return 0;
 }
@@ -393,6 +396,10 @@ static int pool_setup(cxs_gpu_loader *l) {
     pthread_mutex_init(&l->p.mu, NULL);
     pthread_cond_init(&l->p.cv, NULL);
     int rc = gpu_ring_alloc(l, sizeof(cxs_x_desc));
+    /* a coded dtype's headers, all of them, once: 8 + 8D bytes (q8) an
+     * utterance against its T * D bytes of codes, so the pool gives up
+     * little for them, and a refresh sends codes only */
+    if (!rc) rc = gpu_headers_setup(l);
     if (!rc) rc = pool_open(l);
     l->info.device_bytes += gpu_ring_bytes(l, sizeof(cxs_x_desc));
     return rc;

@@ -412,6 +412,28 @@ static int upload_headers(void *arg) {
     return 0;
 }
 
+int gpu_headers_setup(cxs_gpu_loader *l) {
+    const cxs_dataset *ds = l->ds;
+    const uint64_t H = gpu_header_bytes(ds), U = ds->meta.num_utterances;
+    if (!H) return 0;
+    int e = l->be->dev_alloc((void **)&l->rs.d_qh, (size_t)(U ? U * H : 1));
+    if (e) return GPU_DEVICE_FAIL(l, "", e, "device allocation of the headers");
+    l->info.device_bytes += U * H;
+    uploader up;
+    /* the fewest staging buffers: the table is small next to the features */
+    int rc = gpu_up_init(l, &up, l->copy, 2, (size_t)H);
+    labels_arg ha = {l, &up};
+    if (!rc) rc = gpu_mapped(l, "headers upload", upload_headers, &ha);
+    if (!rc) rc = gpu_up_finish(l, &up);
+    gpu_up_free(l, &up);
+    return rc;
+}
+
+void gpu_headers_release(cxs_gpu_loader *l) {
+    if (l->rs.d_qh) l->be->dev_free(l->rs.d_qh);
+    l->rs.d_qh = NULL;
+}
+
 int gpu_resident_upload(cxs_gpu_loader *l) {
     const cxs_dataset *ds = l->ds;
     const uint32_t S = ds->meta.num_shards;

@@ -2,10 +2,11 @@
  * frame and bit for bit, in every mode, on float32, float16 and
  * compressed bfloat16 data.
  *
- * usage: gpu_test CTXSHARD_EXE emulate   host emulation: runs everywhere
- *                                         (suite reader)
- *        gpu_test CTXSHARD_EXE cuda      a real device: exit 77 when none
- *                                         (suite cuda)
+ * usage: gpu_test CTXSHARD_EXE emulate GOLDEN   host emulation: runs
+ *                                                everywhere (suite reader)
+ *        gpu_test CTXSHARD_EXE cuda GOLDEN      a real device: exit 77 when
+ *                                                none (suite cuda)
+ * (GOLDEN: tests/golden, whose damaged q8 headers every mode refuses)
  *
  * The same checks run in both modes; only how device memory is read back
  * differs.  The emulation runs the loader's whole logic (rings, events
@@ -33,6 +34,8 @@ static char dir[256];
 static char path_f32[300], path_f16[300], path_bf16z[300], path_nolab[300];
 static char path_seq32[300], path_seq16[300]; /* frame labels and label sequences */
 static char path_q8[300], path_q16[300];      /* path_seq32's data coded (format 1.4) */
+static char path_q8z[300];                     /* path_q8's under zstd */
+static char golden[512];                       /* tests/golden: damaged headers */
 
 static void to_host(void *dst, const void *src, size_t n) {
     if (device == CXS_GPU_EMULATE) {
@@ -1504,28 +1507,49 @@ END_TEST_
 /* Coded datasets (q8, q16): the device decodes in the kernels what the
  * CPU decodes (the emulation runs gpu_expand.h's arithmetic; the CPU's is
  * checked against the codec's reference in tests/reader/qserve_test.c):
- * resident and stream batches, float32 and bfloat16, normalised or not,
- * and the utterance loader, equal the CPU's; pool mode refuses them. */
+ * in every mode -- resident, stream and pool, float32 and bfloat16,
+ * normalised or not, shuffle, block and sequential order (pool: its block
+ * order) -- each batch equals the CPU gather of its frames bit for bit,
+ * zero padding at utterance borders included, and the utterance loader's
+ * batches equal the CPU utterance loader's. */
 static void coded_modes(const char *p) {
     cxs_dataset *ds = open_ds(p);
     cxs_info info;
     cxs_dataset_info(ds, &info);
-    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
-    for (int v = 0; v < 3; v++) {
-        cxs_gpu_opts o = base_opts(v == 1 ? CXS_GPU_STREAM : CXS_GPU_RESIDENT, v == 2 ? 7 : 12, 37);
-        o.flags = v == 2 ? CXS_GATHER_NORMALIZE : 0;
-        o.out_dtype = v == 2 ? CXS_GPU_OUT_BF16 : CXS_GPU_OUT_F32;
-        uint64_t n;
-        cxs_gpu_loader_info li;
-        free(run_epoch(ds, s, &o, 3, 0, &n, &li));
-        ck_assert_uint_eq(n, info.num_frames);
-    }
-    cxs_gpu_opts o = base_opts(CXS_GPU_POOL, 3, 16);
-    cxs_gpu_loader *l;
-    cxs_diag d;
-    ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(d.message, "pool mode"));
-    cxs_sampler_free(s);
+    cxs_sampler *sh = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1),
+                *sq = sampler(ds, CXS_SAMPLER_SEQUENTIAL, 0, 1);
+    cxs_sampler_opts bo;
+    memset(&bo, 0, sizeof bo);
+    bo.kind = CXS_SAMPLER_BLOCK, bo.seed = 3, bo.memory_bytes = info.feature_bytes / 3;
+    cxs_sampler *bl;
+    ck_assert_int_eq(cxs_sampler_create(ds, &bo, &bl), 0);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    for (size_t m = 0; m < 3; m++)
+        for (int v = 0; v < 3; v++) {
+            cxs_gpu_opts o = base_opts(modes[m], v == 2 ? 7 : 12, 37);
+            o.flags = v == 2 ? CXS_GATHER_NORMALIZE : 0;
+            o.out_dtype = v == 2 ? CXS_GPU_OUT_BF16 : CXS_GPU_OUT_F32;
+            cxs_sampler *s = modes[m] == CXS_GPU_POOL ? sh : (v == 0 ? sh : v == 1 ? bl : sq);
+            if (modes[m] == CXS_GPU_POOL) /* 4 segments of ~1/8 of the codes */
+                o.budget_bytes = info.feature_bytes / 2 + (512u << 10);
+            uint64_t n;
+            cxs_gpu_loader_info li;
+            free(run_epoch(ds, s, &o, 3, 0, &n, &li));
+            ck_assert_uint_eq(li.mode, modes[m]);
+            ck_assert_uint_eq(n, info.num_frames);
+            if (modes[m] == CXS_GPU_POOL) { /* the pool turned over */
+                ck_assert_uint_gt(li.pool_utterances, 0);
+                ck_assert_uint_lt(li.pool_utterances * 4, info.num_utterances);
+            }
+        }
+    /* stream mode from a position, and after a reset */
+    cxs_gpu_opts o = base_opts(CXS_GPU_STREAM, 3, 64);
+    uint64_t n;
+    free(run_epoch(ds, sh, &o, 1, 1000, &n, NULL));
+    ck_assert_uint_eq(n, info.num_frames - 1000);
+    cxs_sampler_free(sh);
+    cxs_sampler_free(sq);
+    cxs_sampler_free(bl);
     cxs_dataset_close(ds);
     utt_epoch_matches(p, 0, 1, 0, CXS_GPU_OUT_F32, 0);
     utt_epoch_matches(p, 1, 2, CXS_GATHER_NORMALIZE, CXS_GPU_OUT_BF16, 0);
@@ -1534,6 +1558,107 @@ static void coded_modes(const char *p) {
 TEST(coded_batches_equal_the_cpus) {
     coded_modes(path_q8);
     coded_modes(path_q16);
+}
+END_TEST_
+
+TEST(coded_compressed_batches_equal_the_cpus) {
+    cxs_dataset *ds = open_ds(path_q8z);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    for (size_t m = 0; m < 3; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 5, 50);
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (512u << 10);
+        uint64_t n;
+        free(run_epoch(ds, s, &o, 0, 0, &n, NULL));
+        ck_assert_uint_eq(n, info.num_frames);
+    }
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+/* One epoch of `mode` over p with context k, at a budget (pool), its
+ * batches not looked at: what the loader said of itself at the end. */
+static void epoch_cost(const char *p, uint32_t mode, uint32_t k, uint64_t budget,
+                       cxs_gpu_loader_info *li, uint64_t *batches) {
+    cxs_dataset *ds = open_ds(p);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_gpu_opts o = base_opts(mode, k, 64);
+    o.budget_bytes = budget;
+    cxs_gpu_loader *l;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d) == 0, "%s", d.message);
+    const cxs_gpu_batch *b;
+    *batches = 0;
+    while (cxs_gpu_loader_next(l, stream, &b) == 0 && b) ++*batches;
+    ck_assert_int_eq(cxs_gpu_loader_error(l)->code, 0);
+    consumer_sync();
+    cxs_gpu_loader_describe(l, li);
+    cxs_gpu_loader_free(l);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+
+/* The segment rows of a pool's layout ("pool: S segments of R rows; ..."). */
+static uint64_t pool_rows(const cxs_gpu_loader_info *li) {
+    unsigned S;
+    unsigned long long R;
+    ck_assert_int_eq(sscanf(li->reason, "pool: %u segments of %llu rows", &S, &R), 2);
+    return R;
+}
+
+/* What each mode sends over the bus for an epoch of q8 and q16, against
+ * the same data as float32 (path_seq32): resident and pool the features
+ * (codes; the headers, 8 + 8D bytes an utterance, once), stream mode the
+ * codes of the rows each batch's windows cover and a descriptor a sample
+ * against float32's windows and labels: at most 0.27x (q8) and 0.52x
+ * (q16).  And a pool's budget holds about four (q8) and two (q16) times
+ * float32's rows and utterances per segment. */
+TEST(coded_uploads_a_quarter) {
+    const char *paths[] = {path_seq32, path_q8, path_q16};
+    const double limit[] = {1.0, 0.27, 0.52};
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL};
+    const char *names[] = {"resident", "stream", "pool"};
+    cxs_dataset *ds = open_ds(path_seq32);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_dataset_close(ds);
+    const uint64_t budget = info.feature_bytes / 2 + (1u << 20);
+    for (size_t m = 0; m < 3; m++) {
+        uint64_t up[3], rows[3], utts[3], batches[3];
+        for (int t = 0; t < 3; t++) {
+            cxs_gpu_loader_info li;
+            epoch_cost(paths[t], modes[m], 7, modes[m] == CXS_GPU_POOL ? budget : 0, &li, &batches[t]);
+            up[t] = li.uploaded_bytes;
+            rows[t] = modes[m] == CXS_GPU_POOL ? pool_rows(&li) : 0;
+            utts[t] = li.pool_utterances;
+        }
+        for (int t = 1; t < 3; t++) {
+            ck_assert_uint_eq(batches[t], batches[0]);
+            ck_assert_msg(up[t] <= limit[t] * (double)up[0],
+                          "%s, %s: %llu bytes uploaded, float32 %llu: more than %.2fx", names[m],
+                          paths[t], (unsigned long long)up[t], (unsigned long long)up[0], limit[t]);
+        }
+        printf("%s: an epoch of %llu batches uploads float32 %llu bytes, q8 %llu (%.3fx), q16 %llu "
+               "(%.3fx)\n", names[m], (unsigned long long)batches[0], (unsigned long long)up[0],
+               (unsigned long long)up[1], (double)up[1] / up[0], (unsigned long long)up[2],
+               (double)up[2] / up[0]);
+        if (modes[m] == CXS_GPU_POOL) {
+            /* the headers take their share of the budget: not quite 4x */
+            ck_assert_uint_ge(rows[1] * 10, rows[0] * 35);
+            ck_assert_uint_ge(rows[2] * 10, rows[0] * 19);
+            ck_assert_uint_gt(utts[1], 3 * utts[0]);
+            printf("pool at %llu bytes: rows a segment float32 %llu, q8 %llu (%.2fx), q16 %llu "
+                   "(%.2fx); utterances a segment %llu, %llu, %llu\n",
+                   (unsigned long long)budget, (unsigned long long)rows[0],
+                   (unsigned long long)rows[1], (double)rows[1] / rows[0],
+                   (unsigned long long)rows[2], (double)rows[2] / rows[0],
+                   (unsigned long long)utts[0], (unsigned long long)utts[1],
+                   (unsigned long long)utts[2]);
+        }
+    }
 }
 END_TEST_
 
@@ -1573,6 +1698,57 @@ TEST(resident_q8_takes_a_quarter) {
            "(%.3fx)\n", (unsigned long long)f.device_bytes, (unsigned long long)f.uploaded_bytes,
            (unsigned long long)q.device_bytes, (unsigned long long)q.uploaded_bytes,
            (double)q.uploaded_bytes / (double)f.uploaded_bytes);
+}
+END_TEST_
+
+/* A damaged header (the golden vectors': every checksum good, so open
+ * takes them) is refused at its first use in every mode -- when the
+ * headers are checked and uploaded, at the loader's creation -- naming
+ * the shard, the utterance and the fault; nothing is served from it. */
+static void damaged_header(const char *name, uint64_t bad, const char *why) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/invalid/%s", golden, name);
+    cxs_dataset *ds = open_ds(p);
+    cxs_utterance ut;
+    ck_assert_int_eq(cxs_dataset_utterance_ex(ds, bad, CXS_UTTERANCE_NO_DATA, &ut, NULL), 0);
+    char id[80];
+    snprintf(id, sizeof id, "utterance %.*s", (int)ut.id_len, ut.id);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_RESIDENT, CXS_GPU_STREAM, CXS_GPU_POOL, CXS_GPU_AUTO};
+    for (size_t m = 0; m < 4; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 1, 4);
+        o.labels = 0;
+        if (modes[m] == CXS_GPU_POOL) o.budget_bytes = 1u << 20;
+        cxs_gpu_loader *l = NULL;
+        cxs_diag d = {0};
+        ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, &d), CXS_E_CORRUPT);
+        ck_assert_ptr_null(l);
+        ck_assert_msg(strstr(d.message, "shard-000000.cxs") && strstr(d.message, "QHEADERS") &&
+                          strstr(d.message, id) && strstr(d.message, why),
+                      "mode %u: %s", modes[m], d.message);
+    }
+    cxs_utt_sampler_opts so;
+    memset(&so, 0, sizeof so);
+    so.kind = CXS_UTT_SHUFFLE, so.frame_budget = 100;
+    cxs_utt_sampler *us;
+    cxs_diag d = {0};
+    ck_assert_msg(cxs_utt_sampler_create(ds, &so, &us, &d) == 0, "%s", d.message);
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = device;
+    cxs_gpu_utt_loader *gl = NULL;
+    ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &gl, &d), CXS_E_CORRUPT);
+    ck_assert_msg(strstr(d.message, "shard-000000.cxs") && strstr(d.message, id) &&
+                      strstr(d.message, why),
+                  "utterance loader: %s", d.message);
+    cxs_utt_sampler_free(us);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+
+TEST(coded_damaged_header_is_refused) {
+    damaged_header("q8-bad-percentiles", 0, "column 1");
+    damaged_header("q8-bad-header", 1, "range");
 }
 END_TEST_
 
@@ -1630,7 +1806,8 @@ TEST(utt_refusals_name_the_option) {
 END_TEST_
 
 int main(int argc, char **argv) {
-    if (argc != 3) return 2;
+    if (argc != 4) return 2;
+    snprintf(golden, sizeof golden, "%s", argv[3]);
     if (strcmp(argv[2], "cuda") == 0) {
         cxs_gpu_probe_info pi;
         if (cxs_gpu_probe(0, &pi) != 0) {
@@ -1658,6 +1835,7 @@ int main(int argc, char **argv) {
     snprintf(path_seq16, sizeof path_seq16, "%s/seq16", dir);
     snprintf(path_q8, sizeof path_q8, "%s/q8", dir);
     snprintf(path_q16, sizeof path_q16, "%s/q16", dir);
+    snprintf(path_q8z, sizeof path_q8z, "%s/q8z", dir);
     char cmd[8192];
     const char *x = argv[1];
     /* several shards, guard rows narrower than some contexts */
@@ -1671,13 +1849,17 @@ int main(int argc, char **argv) {
              "'%s' pack '%s/raw' '%s' --transcripts both --guard 2 --shard-size 600K --quiet && "
              "'%s' pack '%s/raw' '%s' --transcripts both --dtype f16 --compress zstd --chunk-size 20K --quiet && "
              "'%s' pack '%s/raw' '%s' --transcripts both --dtype q8 --shard-size 600K --quiet && "
-             "'%s' pack '%s/raw' '%s' --transcripts both --dtype q16 --quiet",
+             "'%s' pack '%s/raw' '%s' --transcripts both --dtype q16 --quiet && "
+             "'%s' pack '%s/raw' '%s' --dtype q8 --compress zstd --chunk-size 20K --quiet",
              x, dir, x, dir, path_f32, x, dir, path_f16, x, dir, path_bf16z, dir, dir, dir, x, dir,
-             path_nolab, x, dir, path_seq32, x, dir, path_seq16, x, dir, path_q8, x, dir, path_q16);
+             path_nolab, x, dir, path_seq32, x, dir, path_seq16, x, dir, path_q8, x, dir, path_q16,
+             x, dir, path_q8z);
     if (system(cmd) != 0) return 3;
     const TTest *tests[] = {
         modes_f32, modes_f32_normalized_staged, modes_f16_wide_context, modes_bf16_compressed,
         utt_batches_equal_the_cpu_loaders, coded_batches_equal_the_cpus, resident_q8_takes_a_quarter,
+        coded_compressed_batches_equal_the_cpus, coded_uploads_a_quarter,
+        coded_damaged_header_is_refused,
         queued_consumer_work_reads_its_batch, free_with_work_queued, utt_refusals_name_the_option,
         consumer_switching_streams_reads_its_batches, held_batches_are_never_refilled,
         caller_device_is_kept, host_waits_block, default_budget_leaves_room,
