@@ -102,7 +102,9 @@ static int cu_copy_d2h_sync(void *dst, const void *src, size_t n, void *s) {
 /* One block per sample (grid-stride), threads laid out (element d of a row,
  * row of the window): a warp reads and writes consecutive elements of one
  * row, so both sides coalesce; no division anywhere.  Thread (0,0) locates
- * the sample once for the block. */
+ * the sample once for the block (POOL: from its descriptor, as pool mode and
+ * stream mode over codes give it; the emulation's run_expand reads the same
+ * fields, the header's number included). */
 template <bool POOL, bool BF16>
 __global__ void expand_kernel(gpu_expand_args a) {
     __shared__ uint64_t s_row0;
