@@ -1593,7 +1593,8 @@ static uint64_t pool_rows(const cxs_gpu_loader_info *li) {
 }
 
 /* What each mode sends over the bus for an epoch of q8 and q16, against
- * the same data as float32 (path_seq32): resident and pool the features
+ * the same data as float32 (path_seq32): resident (and the utterance
+ * loader's resident data) and pool the features
  * (codes; the headers, 8 + 8D bytes an utterance, once), stream mode the
  * codes of the rows each batch's windows cover and a descriptor a sample
  * against float32's windows and labels: at most 0.27x (q8) and 0.52x
@@ -1628,6 +1629,36 @@ TEST(coded_uploads_a_quarter) {
                "(%.3fx)\n", names[m], (unsigned long long)batches[0], (unsigned long long)up[0],
                (unsigned long long)up[1], (double)up[1] / up[0], (unsigned long long)up[2],
                (double)up[2] / up[0]);
+        if (modes[m] == CXS_GPU_RESIDENT) { /* the utterance loader's resident data too */
+            for (int t = 0; t < 3; t++) {
+                cxs_dataset *ud = open_ds(paths[t]);
+                cxs_utt_sampler_opts so;
+                memset(&so, 0, sizeof so);
+                so.kind = CXS_UTT_SHUFFLE, so.frame_budget = 6000;
+                cxs_utt_sampler *us;
+                ck_assert_int_eq(cxs_utt_sampler_create(ud, &so, &us, NULL), 0);
+                cxs_gpu_utt_opts go;
+                memset(&go, 0, sizeof go);
+                go.device = device, go.labels = 1;
+                cxs_gpu_utt_loader *gl;
+                cxs_diag d;
+                ck_assert_msg(cxs_gpu_utt_loader_create(ud, us, &go, 0, 0, &gl, &d) == 0, "%s",
+                              d.message);
+                cxs_gpu_loader_info li;
+                cxs_gpu_utt_loader_describe(gl, &li);
+                up[t] = li.uploaded_bytes;
+                cxs_gpu_utt_loader_free(gl);
+                cxs_utt_sampler_free(us);
+                cxs_dataset_close(ud);
+            }
+            for (int t = 1; t < 3; t++)
+                ck_assert_msg(up[t] <= limit[t] * (double)up[0],
+                              "utterance loader, %s: %llu bytes uploaded, float32 %llu", paths[t],
+                              (unsigned long long)up[t], (unsigned long long)up[0]);
+            printf("utterance loader: uploads float32 %llu bytes, q8 %llu (%.3fx), q16 %llu "
+                   "(%.3fx)\n", (unsigned long long)up[0], (unsigned long long)up[1],
+                   (double)up[1] / up[0], (unsigned long long)up[2], (double)up[2] / up[0]);
+        }
         if (modes[m] == CXS_GPU_POOL) {
             /* the headers take their share of the budget: not quite 4x */
             ck_assert_uint_ge(rows[1] * 10, rows[0] * 35);
