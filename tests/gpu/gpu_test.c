@@ -167,6 +167,22 @@ static cxs_sampler *sampler(cxs_dataset *ds, uint32_t kind, uint32_t rank, uint3
     return s;
 }
 
+/* A GPU utterance loader over ds (shuffled batches of 6,000 frames, with
+ * labels) and, in *us, its sampler, which the caller frees after it. */
+static cxs_gpu_utt_loader *utt_loader(cxs_dataset *ds, cxs_utt_sampler **us) {
+    cxs_utt_sampler_opts uo;
+    memset(&uo, 0, sizeof uo);
+    uo.kind = CXS_UTT_SHUFFLE, uo.frame_budget = 6000;
+    ck_assert_int_eq(cxs_utt_sampler_create(ds, &uo, us, NULL), 0);
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = device, go.labels = 1;
+    cxs_gpu_utt_loader *ul;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_utt_loader_create(ds, *us, &go, 0, 0, &ul, &d) == 0, "%s", d.message);
+    return ul;
+}
+
 static void check_modes(const char *p, uint32_t k, uint32_t B, uint32_t flags, uint32_t paths) {
     cxs_dataset *ds = open_ds(p);
     cxs_info info;
@@ -1357,16 +1373,8 @@ TEST(no_leaked_device_memory) {
             cxs_gpu_loader_free(l);
         }
         /* and the whole-utterance loader */
-        cxs_utt_sampler_opts uo;
-        memset(&uo, 0, sizeof uo);
-        uo.kind = CXS_UTT_SHUFFLE, uo.frame_budget = 6000;
         cxs_utt_sampler *us;
-        ck_assert_int_eq(cxs_utt_sampler_create(ds, &uo, &us, NULL), 0);
-        cxs_gpu_utt_opts go;
-        memset(&go, 0, sizeof go);
-        go.device = device, go.labels = 1;
-        cxs_gpu_utt_loader *ul;
-        ck_assert_int_eq(cxs_gpu_utt_loader_create(ds, us, &go, 0, 0, &ul, NULL), 0);
+        cxs_gpu_utt_loader *ul = utt_loader(ds, &us);
         const cxs_gpu_utt_batch *ub;
         for (int i = 0; i < 4; i++) ck_assert_int_eq(cxs_gpu_utt_loader_next(ul, stream, &ub), 0);
         cxs_gpu_utt_loader_free(ul);
@@ -1632,18 +1640,8 @@ TEST(coded_uploads_a_quarter) {
         if (modes[m] == CXS_GPU_RESIDENT) { /* the utterance loader's resident data too */
             for (int t = 0; t < 3; t++) {
                 cxs_dataset *ud = open_ds(paths[t]);
-                cxs_utt_sampler_opts so;
-                memset(&so, 0, sizeof so);
-                so.kind = CXS_UTT_SHUFFLE, so.frame_budget = 6000;
                 cxs_utt_sampler *us;
-                ck_assert_int_eq(cxs_utt_sampler_create(ud, &so, &us, NULL), 0);
-                cxs_gpu_utt_opts go;
-                memset(&go, 0, sizeof go);
-                go.device = device, go.labels = 1;
-                cxs_gpu_utt_loader *gl;
-                cxs_diag d;
-                ck_assert_msg(cxs_gpu_utt_loader_create(ud, us, &go, 0, 0, &gl, &d) == 0, "%s",
-                              d.message);
+                cxs_gpu_utt_loader *gl = utt_loader(ud, &us);
                 cxs_gpu_loader_info li;
                 cxs_gpu_utt_loader_describe(gl, &li);
                 up[t] = li.uploaded_bytes;
