@@ -19,7 +19,15 @@
  *   frame loader in block order (1 thread, memory_bytes MEMORY), and the
  *   samples per second of the second, the steady state of training: what
  *   bench/qserve_cold.sh runs in a memory cgroup where the float32 copy
- *   does not fit the page cache and q8 does. */
+ *   does not fit the page cache and q8 does.
+ *
+ * usage: qserve_bench gather DATASET K B BATCHES ROUNDS
+ *   One dataset, warm: the gather alone (cxs_dataset_gather, 1 thread, no
+ *   loader), BATCHES batches of B windows in each of the three orders
+ *   (shuffle, block with memory 64 MiB, sequential), ROUNDS rounds; the
+ *   median CPU time of the calling thread a window (ns), which the other
+ *   processes of a loaded machine disturb less than a rate: what
+ *   bench/qserve_gather.sh runs against two builds of the library. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,13 +171,70 @@ static int cold(const char *path, uint32_t k, uint32_t B, uint64_t memory) {
     return 0;
 }
 
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The gather alone, in the sampler's orders: CPU ns a window, medians. */
+static int gather(const char *path, uint32_t k, uint32_t B, int batches, int rounds) {
+    cxs_dataset *ds;
+    cxs_diag dg = {0};
+    if (cxs_dataset_open(path, &ds, &dg)) return fprintf(stderr, "%s\n", dg.message), 1;
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_warm_result wr;
+    if (cxs_dataset_warm(ds, 0, NULL, NULL, &wr, NULL)) return 1;
+    static const uint32_t kinds[3] = {CXS_SAMPLER_SHUFFLE, CXS_SAMPLER_BLOCK, CXS_SAMPLER_SEQUENTIAL};
+    static const char *kn[3] = {"shuffle", "block", "sequential"};
+    float *x = malloc((size_t)B * (2 * k + 1) * info.dim * sizeof *x);
+    int64_t *y = malloc(B * sizeof *y);
+    uint64_t *fr = malloc(B * sizeof *fr);
+    double *ns = malloc(3 * (size_t)rounds * sizeof *ns);
+    for (int r = 0; r < rounds; r++)
+        for (int o = 0; o < 3; o++) {
+            cxs_sampler_opts so;
+            cxs_sampler_opts_init(&so);
+            so.kind = kinds[o];
+            so.seed = (uint64_t)r + 1;
+            if (kinds[o] == CXS_SAMPLER_BLOCK) so.memory_bytes = 64u << 20;
+            cxs_sampler *s;
+            if (cxs_sampler_create_ex(ds, &so, &s, &dg)) return fprintf(stderr, "%s\n", dg.message), 1;
+            double cpu = 0;
+            uint64_t n = 0;
+            for (int b = 0; b < batches; b++) {
+                if (cxs_sampler_get(s, 0, (uint64_t)b * B, B, fr)) return 1;
+                double t0 = thread_cpu();
+                if (cxs_dataset_gather_ex(ds, fr, B, k, 0, NULL, 1, x, y, &dg))
+                    return fprintf(stderr, "%s\n", dg.message), 1;
+                cpu += thread_cpu() - t0;
+                n += B;
+            }
+            ns[o * rounds + r] = cpu * 1e9 / (double)n;
+            cxs_sampler_free(s);
+        }
+    printf("%s: gather k=%u B=%u, %d batches, %d rounds: CPU ns a window (median)", path, k, B,
+           batches, rounds);
+    for (int o = 0; o < 3; o++) printf("  %s %.0f", kn[o], median(&ns[o * rounds], rounds));
+    printf("\n");
+    free(x), free(y), free(fr), free(ns);
+    cxs_dataset_close(ds);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 7 && !strcmp(argv[1], "gather"))
+        return gather(argv[2], (uint32_t)atoi(argv[3]), (uint32_t)atoi(argv[4]), atoi(argv[5]),
+                      atoi(argv[6]));
     if (argc == 6 && !strcmp(argv[1], "cold"))
         return cold(argv[2], (uint32_t)atoi(argv[3]), (uint32_t)atoi(argv[4]),
                     (uint64_t)atoll(argv[5]));
     if (argc != 8) {
-        fprintf(stderr, "usage: %s DIR UTTS DIM K B BATCHES ROUNDS\n       %s cold DATASET K B MEMORY\n",
-                argv[0], argv[0]);
+        fprintf(stderr,
+                "usage: %s DIR UTTS DIM K B BATCHES ROUNDS\n       %s cold DATASET K B MEMORY\n"
+                "       %s gather DATASET K B BATCHES ROUNDS\n",
+                argv[0], argv[0], argv[0]);
         return 2;
     }
     const char *dir = argv[1];

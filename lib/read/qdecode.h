@@ -8,8 +8,9 @@
  * search) when the first rows of that utterance are decoded, and kept
  * while the next rows decoded are the same utterance's.  Preparing checks
  * the header's validity (cxs_q_header_check; open checked the section's
- * checksum): a header the writer cannot have written is refused naming
- * the shard and the utterance, never decoded. */
+ * checksum) at its first use in the process, remembered in a bitmap per
+ * shard: a header the writer cannot have written is refused naming the
+ * shard and the utterance, never decoded, at every use. */
 #ifndef CXS_QDECODE_H
 #define CXS_QDECODE_H
 
