@@ -58,12 +58,6 @@ static uint16_t float_to_u16(float min, float range, float v) {
     return (uint16_t)kaldi_int((double)(f * 65535.0f) + 0.499);
 }
 
-float cxs_q_u16_to_float(float min, float range, uint16_t code) {
-    const float a = range * 1.52590218966964e-05F;
-    const float b = a * (float)code;
-    return min + b;
-}
-
 /* FloatToChar: three ranges, codes 0..64, 64..192, 192..255. */
 static uint8_t float_to_char(const cxs_q8_col *c, float v) {
     int32_t ans;
@@ -102,15 +96,6 @@ float cxs_q8_value(const cxs_q8_col *c, uint8_t code) {
 
 void cxs_q8_table(const cxs_q8_col *c, float table[256]) {
     for (unsigned v = 0; v < 256; v++) table[v] = cxs_q8_value(c, (uint8_t)v);
-}
-
-cxs_q8_col cxs_q8_col_make(float min, float range, const uint8_t pct[8]) {
-    cxs_q8_col c;
-    c.p0 = cxs_q_u16_to_float(min, range, cxs_ld16(pct));
-    c.p25 = cxs_q_u16_to_float(min, range, cxs_ld16(pct + 2));
-    c.p75 = cxs_q_u16_to_float(min, range, cxs_ld16(pct + 4));
-    c.p100 = cxs_q_u16_to_float(min, range, cxs_ld16(pct + 6));
-    return c;
 }
 
 void cxs_q_header_minrange(const uint8_t *header, float *min, float *range) {

@@ -146,18 +146,25 @@ void cxs_qdec_prepare(cxs_qdec *q, const uint8_t *h) {
         q->inc = cxs_q16_increment(range);
         return;
     }
-    const uint32_t D = q->dim;
-    float min, range;
-    cxs_q_header_minrange(h, &min, &range);
-    for (uint32_t c = 0; c < D; c++) {
-        const cxs_q8_col k = cxs_q8_col_make(min, range, h + CXS_Q8_HEAD + 8 * (size_t)c);
-        q->k[c] = k.p0, q->k[D + c] = k.p25, q->k[2 * D + c] = k.p75;
+    const size_t D = q->dim;
+    float mn, rg;
+    cxs_q_header_minrange(h, &mn, &rg);
+    const float min = mn, range = rg;
+    /* This runs at every window that starts an utterance (in a shuffled
+     * epoch, nearly every window): cxs_q8_col_make inline, and restrict
+     * so that a store of a constant does not reload the header (a byte
+     * pointer may alias anything) */
+    float *restrict k = q->k;
+    const uint8_t *restrict pct = h + CXS_Q8_HEAD;
+    for (size_t c = 0; c < D; c++) {
+        const cxs_q8_col x = cxs_q8_col_make(min, range, pct + 8 * c);
+        k[c] = x.p0, k[D + c] = x.p25, k[2 * D + c] = x.p75;
         /* Kaldi's (p25 - p0): a float difference, as CharToFloat takes it */
-        q->k[3 * D + c] = k.p25 - k.p0;
-        q->k[4 * D + c] = k.p75 - k.p25;
-        q->k[5 * D + c] = k.p100 - k.p75;
+        k[3 * D + c] = x.p25 - x.p0;
+        k[4 * D + c] = x.p75 - x.p25;
+        k[5 * D + c] = x.p100 - x.p75;
     }
-    q->exact_f = q8_float_exact(q->k, D);
+    q->exact_f = q8_float_exact(k, q->dim);
 }
 
 /* Kaldi's kTwoByte CopyToMat: min + (float)v * increment, in float. */
