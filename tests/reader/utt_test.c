@@ -458,6 +458,22 @@ static uint64_t shards_cached(const char *path, int drop, uint64_t *total) {
     return cached;
 }
 
+/* Dataset `name` (utts x 32 in one shard, seed) made in dir, at path,
+ * dropped from the page cache and opened: a cold start; *total the
+ * shards' bytes. */
+static cxs_dataset *cold_open(const char *name, uint32_t utts, uint64_t seed, char path[320],
+                              uint64_t *total, cxs_info *in) {
+    snprintf(path, 320, "%s/%s", dir, name);
+    td_opts to = {.utts = utts, .dim = 32, .seed = seed, .shard_size = 64u << 20};
+    EXPECT_INT(td_make(path, &to), 0);
+    shards_cached(path, 1, total);
+    ck_assert_uint_lt(shards_cached(path, 0, NULL), *total / 8);
+    cxs_dataset *d;
+    EXPECT_INT(cxs_dataset_open(path, &d, NULL), 0);
+    cxs_dataset_info(d, in);
+    return d;
+}
+
 /* Block mode keeps to its budget in the page cache: each group's blocks
  * go once the consumer is past them (the loader before read every block
  * in and let none go: the whole dataset ended cached).  One shard of 25
@@ -465,16 +481,9 @@ static uint64_t shards_cached(const char *path, int drop, uint64_t *total) {
  * machines this was written on), so that an open does not read it all. */
 TEST(block_mode_lets_groups_go) {
     char big[320];
-    snprintf(big, sizeof big, "%s/big", dir);
-    td_opts to = {.utts = 160, .dim = 32, .seed = 9, .shard_size = 64u << 20};
-    EXPECT_INT(td_make(big, &to), 0);
     uint64_t total;
-    shards_cached(big, 1, &total); /* a cold start */
-    ck_assert_uint_lt(shards_cached(big, 0, NULL), total / 8);
-    cxs_dataset *d;
-    EXPECT_INT(cxs_dataset_open(big, &d, NULL), 0);
     cxs_info bi;
-    cxs_dataset_info(d, &bi);
+    cxs_dataset *d = cold_open("big", 160, 9, big, &total, &bi);
     const uint64_t budget = bi.feature_bytes / 8;
     cxs_utt_sampler_opts o = {.kind = CXS_UTT_SHUFFLE, .seed = 6, .frame_budget = 4 * BUDGET,
                               .memory_bytes = budget, .blocks = 2};
@@ -511,15 +520,9 @@ END_TEST
  * 73,728 bytes of the 6,183,936 of features cached). */
 TEST(block_order_keeps_a_dataset_within_its_budget) {
     char small[320];
-    snprintf(small, sizeof small, "%s/within", dir);
-    td_opts to = {.utts = 40, .dim = 32, .seed = 11, .shard_size = 64u << 20};
-    EXPECT_INT(td_make(small, &to), 0);
     uint64_t total;
-    shards_cached(small, 1, &total); /* a cold start */
-    cxs_dataset *d;
-    EXPECT_INT(cxs_dataset_open(small, &d, NULL), 0);
     cxs_info si;
-    cxs_dataset_info(d, &si);
+    cxs_dataset *d = cold_open("within", 40, 11, small, &total, &si);
     cxs_sampler_opts so;
     cxs_sampler_opts_init(&so);
     so.kind = CXS_SAMPLER_BLOCK;
