@@ -6,8 +6,11 @@
  * overlapping their neighbours) through the frame loader (1 thread, k,
  * batch B),
  * and a shuffled epoch's through the utterance loader
- * (1 thread, bucketed batches of about 20,000 frames).  Everything is read
- * once before the first round (warm page cache).  Prints the medians of
+ * (1 thread, bucketed batches of about 20,000 frames, BATCHES of them or
+ * the epoch).  The dataset is read into the page cache again before every
+ * measurement: block order lets go of the blocks it is done with
+ * (POSIX_FADV_DONTNEED), and a measurement after it would read them from
+ * disk.  Prints the medians of
  * samples (frames) per second, the median of each round's ratio to
  * float32, the bytes of each dataset and the load average.
  *
@@ -16,8 +19,9 @@
  *
  * usage: qserve_bench cold DATASET K B MEMORY
  *   One dataset (of those DIR holds), nothing warmed: two epochs of the
- *   frame loader in block order (1 thread, memory_bytes MEMORY), and the
- *   samples per second of the second, the steady state of training: what
+ *   frame loader in block order (1 thread, memory_bytes MEMORY), and of
+ *   the second, the steady state of training, the samples per second, the
+ *   bytes read from storage and the CPU seconds (one line): what
  *   bench/qserve_cold.sh runs in a memory cgroup where the float32 copy
  *   does not fit the page cache and q8 does.
  *
@@ -139,7 +143,20 @@ static double utt_rate(const cxs_dataset *ds, int batches, uint64_t seed) {
     return r;
 }
 
-/* Two epochs in block order; the second's rate. */
+/* Bytes this process had read from storage (/proc/self/io read_bytes:
+ * what the page cache did not have), or 0 where the kernel does not say. */
+static double storage_read(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    char line[128];
+    double v = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "read_bytes:", 11)) v = atof(line + 11);
+    if (f) fclose(f);
+    return v;
+}
+
+/* Two epochs in block order; the second's rate, the bytes it read from
+ * storage and the process's CPU seconds in it. */
 static int cold(const char *path, uint32_t k, uint32_t B, uint64_t memory) {
     cxs_dataset *ds;
     cxs_diag dg = {0};
@@ -154,18 +171,23 @@ static int cold(const char *path, uint32_t k, uint32_t B, uint64_t memory) {
     cxs_loader_opts lo;
     cxs_loader_opts_init(&lo);
     lo.k = k, lo.batch_size = B, lo.threads = 1, lo.labels = 1;
-    double rate = 0;
+    double rate = 0, disk = 0, cpu = 0;
     for (uint64_t epoch = 0; epoch < 2; epoch++) {
         cxs_loader *l;
         if (cxs_loader_create(ds, s, &lo, epoch, 0, &l)) return 1;
         const cxs_batch *b;
         uint64_t n = 0;
-        double t0 = now();
+        const double t0 = now(), r0 = storage_read();
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
         while (!cxs_loader_next(l, &b) && b && b->n) n += b->n;
         rate = (double)n / (now() - t0);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        disk = storage_read() - r0;
+        cpu = (double)(c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) * 1e-9;
         cxs_loader_free(l);
     }
-    printf("%.0f\n", rate);
+    printf("%.0f %.0f %.2f\n", rate, disk, cpu);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
     return 0;
@@ -262,10 +284,13 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < NDT; j++) {
             const int i = (j + r) % NDT; /* each dtype first in turn */
+            cxs_warm_result wr;
+            if (cxs_dataset_warm(ds[i], 0, NULL, NULL, &wr, NULL)) return 1;
             fr[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_SHUFFLE, k, B, batches, (uint64_t)r + 1);
             br[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_BLOCK, k, B, batches, (uint64_t)r + 1);
+            if (cxs_dataset_warm(ds[i], 0, NULL, NULL, &wr, NULL)) return 1;
             sr[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_SEQUENTIAL, k, B, batches, (uint64_t)r + 1);
-            ur[i * rounds + r] = utt_rate(ds[i], batches / 4 + 1, (uint64_t)r + 1);
+            ur[i * rounds + r] = utt_rate(ds[i], batches, (uint64_t)r + 1);
         }
     for (int i = 0; i < NDT; i++)
         for (int r = 0; r < rounds; r++) {
@@ -279,9 +304,9 @@ int main(int argc, char **argv) {
     if (fp && fscanf(fp, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
     if (fp) fclose(fp);
     printf("%u utterances x %u dims, %llu frames; frame loader k=%u B=%u, %d batches; utterance "
-           "loader ~20000 frames a batch, %d batches; 1 thread each, warm; %d rounds, medians; "
+           "loader ~20000 frames a batch, at most %d batches (an epoch); 1 thread each, warm; %d rounds, medians; "
            "load average %.2f %.2f %.2f\n",
-           utts, D, (unsigned long long)info[0].num_frames, k, B, batches, batches / 4 + 1, rounds,
+           utts, D, (unsigned long long)info[0].num_frames, k, B, batches, batches, rounds,
            load[0], load[1], load[2]);
     printf("%-8s %14s %8s %12s %8s %12s %8s %12s %8s %12s %8s\n", "dtype", "feature bytes",
            "vs f32", "shuffle/s", "vs f32", "block/s", "vs f32", "sequential/s", "vs f32",
