@@ -26,7 +26,8 @@ typedef struct cxs_qdec {
     uint64_t held;   /* none is (zeroed = nothing yet) */
     /* q8: per column the base and the slope of its three pieces (Kaldi's
      * CharToFloat: p0, p25, p75 and p25 - p0, p75 - p25, p100 - p75),
-     * piece-major, 6 * dim floats; q16: the min and Kaldi's increment. */
+     * piece-major, 6 * dim floats, then p75 again as dim doubles; q16:
+     * the min and Kaldi's increment. */
     float *k;
     int exact_f; /* q8: the float pieces are exact for these slopes */
     float min, inc;
