@@ -315,19 +315,46 @@ int cxs_q_header_check(uint32_t dtype, const uint8_t *header, uint64_t dim, char
 
 /* ---- Kaldi's CM layout ----------------------------------------------------- */
 
+/* 8 x 8 bytes, byte j of word i (little-endian) to byte i of word j:
+ * the off-diagonal 4 x 4 blocks swapped, then the 2 x 2 blocks within
+ * each, then single bytes. */
+static void transpose8(uint64_t x[8]) {
+    for (int i = 0; i < 4; i++) {
+        const uint64_t t = ((x[i] >> 32) ^ x[i + 4]) & 0x00000000ffffffffull;
+        x[i] ^= t << 32, x[i + 4] ^= t;
+    }
+    for (int i = 0; i < 8; i += (i & 1) ? 3 : 1) { /* 0, 1, 4, 5 */
+        const uint64_t t = ((x[i] >> 16) ^ x[i + 2]) & 0x0000ffff0000ffffull;
+        x[i] ^= t << 16, x[i + 2] ^= t;
+    }
+    for (int i = 0; i < 8; i += 2) {
+        const uint64_t t = ((x[i] >> 8) ^ x[i + 1]) & 0x00ff00ff00ff00ffull;
+        x[i] ^= t << 8, x[i + 1] ^= t;
+    }
+}
+
 void cxs_q8_from_kaldi_cm(const uint8_t *body, uint64_t rows, uint64_t cols, uint64_t r0,
                           uint64_t nr, uint64_t c0, uint64_t nc, uint8_t *header, uint8_t *codes) {
     memcpy(header, body, CXS_Q8_HEAD);
     memcpy(header + CXS_Q8_HEAD, body + 16 + 8 * c0, 8 * nc);
     const uint8_t *bytes = body + 16 + 8 * cols + c0 * rows + r0;
-    /* column-major into row-major, 64 rows at a time: a tile's rows stay in
-     * the L1 cache while every column writes its byte of each (a column
-     * at a time over all rows wrote a byte to each of T rows' cache lines) */
-    for (uint64_t a = 0; a < nr; a += 64) {
-        const uint64_t b = nr - a < 64 ? nr : a + 64;
-        for (uint64_t c = 0; c < nc; c++)
-            for (uint64_t r = a; r < b; r++) codes[r * nc + c] = bytes[c * rows + r];
+    /* column-major into row-major by tiles of 8 x 8 bytes, 8 words each
+     * (a byte at a time cost an import of a CM archive 14% of its time);
+     * the last rows and columns a byte at a time */
+    uint64_t r = 0;
+    for (; r + 8 <= nr; r += 8) {
+        uint64_t c = 0;
+        for (; c + 8 <= nc; c += 8) {
+            uint64_t x[8];
+            for (int i = 0; i < 8; i++) x[i] = cxs_ld64(bytes + (c + i) * rows + r);
+            transpose8(x);
+            for (int i = 0; i < 8; i++) cxs_st64(codes + (r + i) * nc + c, x[i]);
+        }
+        for (; c < nc; c++)
+            for (uint64_t i = r; i < r + 8; i++) codes[i * nc + c] = bytes[c * rows + i];
     }
+    for (; r < nr; r++)
+        for (uint64_t c = 0; c < nc; c++) codes[r * nc + c] = bytes[c * rows + r];
 }
 
 void cxs_q8_to_kaldi_cm(const uint8_t *header, const uint8_t *codes, uint64_t rows, uint64_t cols,
