@@ -7,6 +7,7 @@ column, the faster way to write it) and a numpy decoder
 
     ninja -C build && /usr/bin/python3 bench/kaldi_import.py [--utts 28539] [--dim 28]
                          [--repeats 3] [--py-utts 300] [--dir DIR] [--keep DIR]
+                         [--only 'cp,cp + fsync,import q8']
 
 Synthesises --utts utterances of LibriSpeech-like lengths (mean about
 1,270 frames, 100..3,500) compressed as Kaldi's CompressedMatrix does
@@ -217,6 +218,9 @@ def main():
                     help="utterances the pure-Python loop decodes (extrapolated by bytes)")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", default=None, help="keep (and reuse) the archive in this directory")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated competitors to run (e.g. 'cp,cp + fsync,import q8'): "
+                         "these alone, without the Python loops and their byte checks")
     ap.add_argument("--tmpfs", default=None,
                     help="also cp and import into this tmpfs directory (/dev/shm): no disk, "
                          "fsync free, what is left is the CPU's work")
@@ -261,6 +265,13 @@ def main():
             runs["import -> tmpfs"] = lambda: shm_run(imp + [sout, "--quiet"])
             runs["import -t1 -> tmpfs"] = lambda: shm_run(imp + [sout, "--quiet", "--threads", "1"])
             runs["import f16 -> tmpfs"] = lambda: shm_run(imp + [sout, "--quiet", "--dtype", "f16"])
+        if a.only:
+            want = [k.strip() for k in a.only.split(",")]
+            unknown = [k for k in want if k not in runs]
+            if unknown:
+                raise SystemExit(f"--only: no competitor named {', '.join(unknown)} "
+                                 f"(there are: {', '.join(runs)})")
+            runs = {k: runs[k] for k in want}
         res = {k: [] for k in runs}
         for r in range(a.repeats):
             for k, f in runs.items():
@@ -269,6 +280,17 @@ def main():
                 res[k].append(f())
             sys.stderr.write(f"\rrepeat {r + 1}/{a.repeats}")
         sys.stderr.write("\n")
+        if a.only:
+            med = {k: statistics.median(x[0] for x in v) for k, v in res.items()}
+            cpu = {k: statistics.median(x[1] for x in v) for k, v in res.items()}
+            rss = {k: max(x[2] for x in v) for k, v in res.items()}
+            print(f"archive: {a.utts} utterances x {a.dim} (CM), {size / 1e9:.2f} GB; "
+                  f"{os.cpu_count()} CPUs; medians of {a.repeats}, interleaved; load average "
+                  f"{os.getloadavg()[0]:.2f}")
+            for k in runs:
+                rel = "".join(f" {med[k] / med[b]:7.2f} x {b}" for b in ("cp", "cp + fsync") if b in med)
+                print(f"  {k:24s} {med[k]:8.2f} s wall {cpu[k]:7.2f} s CPU {rss[k]:6.0f} MB peak{rel}")
+            return
         same_threads = same_files(out, out + "-t1")
         t0 = time.perf_counter()
         c0 = time.process_time()

@@ -6,8 +6,11 @@
  * overlapping their neighbours) through the frame loader (1 thread, k,
  * batch B),
  * and a shuffled epoch's through the utterance loader
- * (1 thread, bucketed batches of about 20,000 frames).  Everything is read
- * once before the first round (warm page cache).  Prints the medians of
+ * (1 thread, bucketed batches of about 20,000 frames, BATCHES of them or
+ * the epoch).  The dataset is read into the page cache again before every
+ * measurement: block order lets go of the blocks it is done with
+ * (POSIX_FADV_DONTNEED), and a measurement after it would read them from
+ * disk.  Prints the medians of
  * samples (frames) per second, the median of each round's ratio to
  * float32, the bytes of each dataset and the load average.
  *
@@ -16,10 +19,19 @@
  *
  * usage: qserve_bench cold DATASET K B MEMORY
  *   One dataset (of those DIR holds), nothing warmed: two epochs of the
- *   frame loader in block order (1 thread, memory_bytes MEMORY), and the
- *   samples per second of the second, the steady state of training: what
+ *   frame loader in block order (1 thread, memory_bytes MEMORY), and of
+ *   the second, the steady state of training, the samples per second, the
+ *   bytes read from storage and the CPU seconds (one line): what
  *   bench/qserve_cold.sh runs in a memory cgroup where the float32 copy
- *   does not fit the page cache and q8 does. */
+ *   does not fit the page cache and q8 does.
+ *
+ * usage: qserve_bench gather DATASET K B BATCHES ROUNDS
+ *   One dataset, warm: the gather alone (cxs_dataset_gather, 1 thread, no
+ *   loader), BATCHES batches of B windows in each of the three orders
+ *   (shuffle, block with memory 64 MiB, sequential), ROUNDS rounds; the
+ *   median CPU time of the calling thread a window (ns), which the other
+ *   processes of a loaded machine disturb less than a rate: what
+ *   bench/qserve_gather.sh runs against two builds of the library. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,7 +143,20 @@ static double utt_rate(const cxs_dataset *ds, int batches, uint64_t seed) {
     return r;
 }
 
-/* Two epochs in block order; the second's rate. */
+/* Bytes this process had read from storage (/proc/self/io read_bytes:
+ * what the page cache did not have), or 0 where the kernel does not say. */
+static double storage_read(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    char line[128];
+    double v = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "read_bytes:", 11)) v = atof(line + 11);
+    if (f) fclose(f);
+    return v;
+}
+
+/* Two epochs in block order; the second's rate, the bytes it read from
+ * storage and the process's CPU seconds in it. */
 static int cold(const char *path, uint32_t k, uint32_t B, uint64_t memory) {
     cxs_dataset *ds;
     cxs_diag dg = {0};
@@ -146,30 +171,92 @@ static int cold(const char *path, uint32_t k, uint32_t B, uint64_t memory) {
     cxs_loader_opts lo;
     cxs_loader_opts_init(&lo);
     lo.k = k, lo.batch_size = B, lo.threads = 1, lo.labels = 1;
-    double rate = 0;
+    double rate = 0, disk = 0, cpu = 0;
     for (uint64_t epoch = 0; epoch < 2; epoch++) {
         cxs_loader *l;
         if (cxs_loader_create(ds, s, &lo, epoch, 0, &l)) return 1;
         const cxs_batch *b;
         uint64_t n = 0;
-        double t0 = now();
+        const double t0 = now(), r0 = storage_read();
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
         while (!cxs_loader_next(l, &b) && b && b->n) n += b->n;
         rate = (double)n / (now() - t0);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        disk = storage_read() - r0;
+        cpu = (double)(c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) * 1e-9;
         cxs_loader_free(l);
     }
-    printf("%.0f\n", rate);
+    printf("%.0f %.0f %.2f\n", rate, disk, cpu);
     cxs_sampler_free(s);
     cxs_dataset_close(ds);
     return 0;
 }
 
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The gather alone, in the sampler's orders: CPU ns a window, medians. */
+static int gather(const char *path, uint32_t k, uint32_t B, int batches, int rounds) {
+    cxs_dataset *ds;
+    cxs_diag dg = {0};
+    if (cxs_dataset_open(path, &ds, &dg)) return fprintf(stderr, "%s\n", dg.message), 1;
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_warm_result wr;
+    if (cxs_dataset_warm(ds, 0, NULL, NULL, &wr, NULL)) return 1;
+    static const uint32_t kinds[3] = {CXS_SAMPLER_SHUFFLE, CXS_SAMPLER_BLOCK, CXS_SAMPLER_SEQUENTIAL};
+    static const char *kn[3] = {"shuffle", "block", "sequential"};
+    float *x = malloc((size_t)B * (2 * k + 1) * info.dim * sizeof *x);
+    int64_t *y = malloc(B * sizeof *y);
+    uint64_t *fr = malloc(B * sizeof *fr);
+    double *ns = malloc(3 * (size_t)rounds * sizeof *ns);
+    for (int r = 0; r < rounds; r++)
+        for (int o = 0; o < 3; o++) {
+            cxs_sampler_opts so;
+            cxs_sampler_opts_init(&so);
+            so.kind = kinds[o];
+            so.seed = (uint64_t)r + 1;
+            if (kinds[o] == CXS_SAMPLER_BLOCK) so.memory_bytes = 64u << 20;
+            cxs_sampler *s;
+            if (cxs_sampler_create_ex(ds, &so, &s, &dg)) return fprintf(stderr, "%s\n", dg.message), 1;
+            double cpu = 0;
+            uint64_t n = 0;
+            for (int b = 0; b < batches; b++) {
+                if (cxs_sampler_get(s, 0, (uint64_t)b * B, B, fr)) return 1;
+                double t0 = thread_cpu();
+                if (cxs_dataset_gather_ex(ds, fr, B, k, 0, NULL, 1, x, y, &dg))
+                    return fprintf(stderr, "%s\n", dg.message), 1;
+                cpu += thread_cpu() - t0;
+                n += B;
+            }
+            ns[o * rounds + r] = cpu * 1e9 / (double)n;
+            cxs_sampler_free(s);
+        }
+    printf("%s: gather k=%u B=%u, %d batches, %d rounds: CPU ns a window (median)", path, k, B,
+           batches, rounds);
+    for (int o = 0; o < 3; o++) printf("  %s %.0f", kn[o], median(&ns[o * rounds], rounds));
+    printf("\n");
+    free(x), free(y), free(fr), free(ns);
+    cxs_dataset_close(ds);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 7 && !strcmp(argv[1], "gather"))
+        return gather(argv[2], (uint32_t)atoi(argv[3]), (uint32_t)atoi(argv[4]), atoi(argv[5]),
+                      atoi(argv[6]));
     if (argc == 6 && !strcmp(argv[1], "cold"))
         return cold(argv[2], (uint32_t)atoi(argv[3]), (uint32_t)atoi(argv[4]),
                     (uint64_t)atoll(argv[5]));
     if (argc != 8) {
-        fprintf(stderr, "usage: %s DIR UTTS DIM K B BATCHES ROUNDS\n       %s cold DATASET K B MEMORY\n",
-                argv[0], argv[0]);
+        fprintf(stderr,
+                "usage: %s DIR UTTS DIM K B BATCHES ROUNDS\n       %s cold DATASET K B MEMORY\n"
+                "       %s gather DATASET K B BATCHES ROUNDS\n",
+                argv[0], argv[0], argv[0]);
         return 2;
     }
     const char *dir = argv[1];
@@ -197,10 +284,13 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < NDT; j++) {
             const int i = (j + r) % NDT; /* each dtype first in turn */
+            cxs_warm_result wr;
+            if (cxs_dataset_warm(ds[i], 0, NULL, NULL, &wr, NULL)) return 1;
             fr[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_SHUFFLE, k, B, batches, (uint64_t)r + 1);
             br[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_BLOCK, k, B, batches, (uint64_t)r + 1);
+            if (cxs_dataset_warm(ds[i], 0, NULL, NULL, &wr, NULL)) return 1;
             sr[i * rounds + r] = frame_rate(ds[i], CXS_SAMPLER_SEQUENTIAL, k, B, batches, (uint64_t)r + 1);
-            ur[i * rounds + r] = utt_rate(ds[i], batches / 4 + 1, (uint64_t)r + 1);
+            ur[i * rounds + r] = utt_rate(ds[i], batches, (uint64_t)r + 1);
         }
     for (int i = 0; i < NDT; i++)
         for (int r = 0; r < rounds; r++) {
@@ -214,9 +304,9 @@ int main(int argc, char **argv) {
     if (fp && fscanf(fp, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
     if (fp) fclose(fp);
     printf("%u utterances x %u dims, %llu frames; frame loader k=%u B=%u, %d batches; utterance "
-           "loader ~20000 frames a batch, %d batches; 1 thread each, warm; %d rounds, medians; "
+           "loader ~20000 frames a batch, at most %d batches (an epoch); 1 thread each, warm; %d rounds, medians; "
            "load average %.2f %.2f %.2f\n",
-           utts, D, (unsigned long long)info[0].num_frames, k, B, batches, batches / 4 + 1, rounds,
+           utts, D, (unsigned long long)info[0].num_frames, k, B, batches, batches, rounds,
            load[0], load[1], load[2]);
     printf("%-8s %14s %8s %12s %8s %12s %8s %12s %8s %12s %8s\n", "dtype", "feature bytes",
            "vs f32", "shuffle/s", "vs f32", "block/s", "vs f32", "sequential/s", "vs f32",

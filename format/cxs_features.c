@@ -131,12 +131,16 @@ static uint32_t row_sums_f32(const float *restrict f, uint64_t D, double *restri
 
 /* The sums of a coded utterance (header, then codes): of its decoded
  * values, row by row as the float32 path sums them.  f: T*D floats of
- * scratch.  q8 decodes through each column's 256 values, computed once
- * (an importer's writer thread does this for every utterance: the
- * arithmetic per value would cost more than the rest of its work). */
+ * scratch for q16, D for q8.  q8 decodes through each column's 256
+ * values, computed once, a row at a time into f, summed while it is in
+ * the L1 cache (an importer's writer thread does this for every
+ * utterance: the arithmetic per value, or a pass through a decoded copy
+ * of the utterance, would cost more than the rest of its work). */
 static int coded_sums(uint32_t dtype, const uint8_t *hc, uint64_t T, uint64_t D, float *f,
                       double *sum, double *sumsq) {
     const uint8_t *codes = hc + cxs_q_header_size(dtype, D);
+    memset(sum, 0, D * sizeof(double));
+    memset(sumsq, 0, D * sizeof(double));
     if (dtype == CXS_DTYPE_Q8) {
         float(*tab)[256] = malloc(D * sizeof *tab);
         cxs_q8_col *cols = malloc(D * sizeof *cols);
@@ -147,15 +151,16 @@ static int coded_sums(uint32_t dtype, const uint8_t *hc, uint64_t T, uint64_t D,
         }
         cxs_q8_prepare(hc, D, cols);
         for (uint64_t d = 0; d < D; d++) cxs_q8_table(&cols[d], tab[d]);
-        for (uint64_t t = 0; t < T; t++)
-            for (uint64_t d = 0; d < D; d++) f[t * D + d] = tab[d][codes[t * D + d]];
+        for (uint64_t t = 0; t < T; t++) {
+            const uint8_t *c = codes + t * D;
+            for (uint64_t d = 0; d < D; d++) f[d] = tab[d][c[d]];
+            row_sums_f32(f, D, sum, sumsq);
+        }
         free(tab);
         free(cols);
-    } else {
-        cxs_q_decode_rows(dtype, hc, D, codes, T, f);
+        return 0;
     }
-    memset(sum, 0, D * sizeof(double));
-    memset(sumsq, 0, D * sizeof(double));
+    cxs_q_decode_rows(dtype, hc, D, codes, T, f);
     for (uint64_t t = 0; t < T; t++) row_sums_f32(f + t * D, D, sum, sumsq);
     return 0;
 }
@@ -165,7 +170,7 @@ int cxs_features_coded(uint32_t dtype, const uint8_t *src, uint64_t T, uint64_t 
     char why[160];
     if (cxs_q_header_check(dtype, src, D, why, sizeof why))
         return cxs_diagf(dg, CXS_E_INPUT, "%s header: %s", cxs_dtype_name(dtype), why);
-    float *f = malloc(T * D * sizeof *f);
+    float *f = malloc((dtype == CXS_DTYPE_Q8 ? 1 : T) * D * sizeof *f);
     if (!f) return cxs_diagf(dg, -ENOMEM, "out of memory");
     memcpy(dst, src, cxs_q_header_size(dtype, D) + T * D * cxs_dtype_size(dtype));
     const int rc = coded_sums(dtype, dst, T, D, f, sum, sumsq);

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "ctxshard_base.h"
+#include "cxs_le.h"
 
 /* Bytes of the q16 header; the q8 header is CXS_Q8_HEAD + 8 per column. */
 #define CXS_Q16_HEADER 8u
@@ -74,12 +75,25 @@ typedef struct cxs_q8_col {
 } cxs_q8_col;
 
 /* Kaldi's Uint16ToFloat: min + range * 1.52590218966964e-05F * code, in
- * float, left to right. */
-float cxs_q_u16_to_float(float min, float range, uint16_t code);
+ * float, left to right.  Inline, as cxs_q8_col_make: a reader prepares a
+ * q8 utterance's columns at every window that starts one (qdecode.c), a
+ * loop the compiler vectorises only when it sees these. */
+static inline float cxs_q_u16_to_float(float min, float range, uint16_t code) {
+    const float a = range * 1.52590218966964e-05F;
+    const float b = a * (float)code;
+    return min + b;
+}
 
 /* One column's decoding from the global min and range and the column's 8
  * header bytes (u16 LE p0, p25, p75, p100). */
-cxs_q8_col cxs_q8_col_make(float min, float range, const uint8_t pct[8]);
+static inline cxs_q8_col cxs_q8_col_make(float min, float range, const uint8_t pct[8]) {
+    cxs_q8_col c;
+    c.p0 = cxs_q_u16_to_float(min, range, cxs_ld16(pct));
+    c.p25 = cxs_q_u16_to_float(min, range, cxs_ld16(pct + 2));
+    c.p75 = cxs_q_u16_to_float(min, range, cxs_ld16(pct + 4));
+    c.p100 = cxs_q_u16_to_float(min, range, cxs_ld16(pct + 6));
+    return c;
+}
 
 /* Every column of a q8 header (cxs_q_header_size(CXS_DTYPE_Q8, dim)
  * bytes): cols[0 .. dim). */

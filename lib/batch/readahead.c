@@ -155,9 +155,14 @@ static void release_pending(cxs_readahead *ra) {
 }
 
 /* Let block b go: out of this process's page tables and out of the page
- * cache (cxs_range_drop, shardfd.h), and let go of its hold. */
+ * cache (cxs_range_drop, shardfd.h), and let go of its hold.  Except
+ * where every block of the plan fits the memory budget at once
+ * (ra->keep): the next epoch reads each block again, and dropping them
+ * sent every epoch to the disk for bytes the budget lets it keep (a q8
+ * copy that fits memory where float32 does not was read again at every
+ * epoch). */
 static void drop_block(cxs_readahead *ra, const cxs_block *b) {
-    cxs_range_drop(&ra->src.fds, b->shard, b->off, b->len);
+    if (!ra->keep) cxs_range_drop(&ra->src.fds, b->shard, b->off, b->len);
     release_block(ra, b);
 }
 
@@ -206,6 +211,9 @@ static int sync_gen(cxs_readahead *ra) {
     ra->need = calloc(p->nblocks, sizeof *ra->need);
     ra->bad = calloc(p->nblocks, sizeof *ra->bad);
     ra->plan = p;
+    uint64_t bytes = 0;
+    for (uint64_t j = 0; j < p->nblocks; j++) bytes += p->blk[j].len;
+    ra->keep = !ra->held && bytes <= cxs_sampler_options(ra->sampler)->memory_bytes;
     if (!ra->state || !ra->need || !ra->bad) {
         drop_plan(ra, 1);
         return -ENOMEM;

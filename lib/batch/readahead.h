@@ -83,6 +83,8 @@ typedef struct cxs_readahead {
     uint32_t first_filled; /* pages: first batches filled */
     int warming;          /* pages: the helper is warming the dataset (atomic) */
     int held;             /* blocks of a streamed dataset: read blocks are held */
+    int keep;             /* blocks: the plan's blocks all fit the memory budget,
+                             read blocks stay in the page cache (drop_block) */
     cxs_block *pend;      /* under *mu: blocks whose holds the helper is to let go */
     size_t npend, cpend;
 } cxs_readahead;

@@ -65,6 +65,7 @@ void cxs_dataset_close(cxs_dataset *ds) {
             lazy_table *t[3] = {&sh->t_index, &sh->t_ids, &sh->t_seqs};
             for (int k = 0; k < 3; k++) free(t[k]->done);
             cxs_bsrc_free(sh);
+            free(sh->qh_checked);
         }
     }
     if (ds->map) munmap((void *)ds->map, ds->size);
@@ -634,6 +635,8 @@ static int shard_qheaders(cxs_dataset *ds, uint32_t i, cxs_diag *d) {
                            (unsigned long long)ds->qh);
     int rc = check_section_hash(sh->map, q, sh->path, d);
     if (rc) return rc;
+    if (!(sh->qh_checked = calloc((size_t)((U + 63) / 64) + 1, sizeof *sh->qh_checked)))
+        return cxs_diag_at(d, -ENOMEM, sh->path, CXS_NO_OFFSET, "%s: out of memory", sh->path);
     sh->qheaders = sh->map + q->offset;
     return 0;
 }

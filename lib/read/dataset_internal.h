@@ -65,6 +65,11 @@ typedef struct shard {
      * u at qheaders + u * qh (the dataset's), U of them, its length and
      * checksum checked at open; NULL for a float dtype. */
     const uint8_t *qheaders;
+    /* A bit per utterance, set once its header passed the check of its
+     * first use (qheaders.c; atomic bit sets, as the block sums' bitmaps):
+     * a shuffled epoch starts a new utterance at nearly every window, and
+     * the check then runs once per utterance, not once per window. */
+    uint64_t *qh_checked;
 } shard;
 
 /* Label i of a shard's LABELS: one byte, or two little-endian. */

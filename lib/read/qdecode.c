@@ -40,7 +40,9 @@
 int cxs_qdec_init(cxs_qdec *q, uint32_t dtype, uint32_t D) {
     if (!cxs_dtype_coded(dtype) || (q->dtype == dtype && q->dim == D)) return 0;
     cxs_qdec_free(q);
-    if (dtype == CXS_DTYPE_Q8 && !(q->k = malloc(6 * (size_t)D * sizeof *q->k))) return -ENOMEM;
+    /* q8: 6 * D floats, then p75 again as D doubles (24 * D bytes: aligned) */
+    if (dtype == CXS_DTYPE_Q8 && !(q->k = malloc(6 * (size_t)D * sizeof *q->k + D * sizeof(double))))
+        return -ENOMEM;
     q->dtype = dtype, q->dim = D;
     return 0;
 }
@@ -80,6 +82,7 @@ static inline float q8_one(const float *k, size_t D, size_t d, int32_t c) {
 typedef float f8 __attribute__((vector_size(32), aligned(4), may_alias));
 typedef int32_t i8 __attribute__((vector_size(32)));
 typedef double d8 __attribute__((vector_size(64)));
+typedef double d8u __attribute__((vector_size(64), aligned(8), may_alias));
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
 
 /* macros, not functions: a function returning a vector would be built for
@@ -91,6 +94,8 @@ CXS_WIDE static void q8_rows(const float *restrict k, uint32_t D, const uint8_t 
                              size_t rows, float *restrict dst) {
     const size_t W = D - D % 8;
     const f8 m1 = {0}, m64 = m1 + 1.0f / 64, m128 = m1 + 1.0f / 128;
+    /* p75 as doubles (cxs_qdec_prepare): two conversions fewer a step */
+    const double *k75 = (const double *)(const void *)(k + 6 * (size_t)D);
     for (size_t r = 0; r < rows; r++, src += D, dst += D) {
         for (size_t d = 0; d < W; d += 8) {
             /* the eight codes by shifts of two broadcast words (AVX2's
@@ -105,7 +110,7 @@ CXS_WIDE static void q8_rows(const float *restrict k, uint32_t D, const uint8_t 
                                SEL8(up, LD8(k + 4 * (size_t)D + d), LD8(k + 3 * (size_t)D + d)));
             const f8 e = sl * __builtin_convertvector(c - ((up & 64) + (top & 128)), f8);
             const f8 lo = b + e * SEL8(up, m128, m64);
-            const d8 x2 = __builtin_convertvector(LD8(k + 2 * (size_t)D + d), d8);
+            const d8 x2 = *(const d8u *)(const void *)(k75 + d);
             const f8 hi = __builtin_convertvector(x2 + __builtin_convertvector(e, d8) * (1.0 / 63.0), f8);
             const f8 v = SEL8(top, hi, lo);
             *(f8 *)(void *)(dst + d) = v;
@@ -146,18 +151,26 @@ void cxs_qdec_prepare(cxs_qdec *q, const uint8_t *h) {
         q->inc = cxs_q16_increment(range);
         return;
     }
-    const uint32_t D = q->dim;
-    float min, range;
-    cxs_q_header_minrange(h, &min, &range);
-    for (uint32_t c = 0; c < D; c++) {
-        const cxs_q8_col k = cxs_q8_col_make(min, range, h + CXS_Q8_HEAD + 8 * (size_t)c);
-        q->k[c] = k.p0, q->k[D + c] = k.p25, q->k[2 * D + c] = k.p75;
+    const size_t D = q->dim;
+    float mn, rg;
+    cxs_q_header_minrange(h, &mn, &rg);
+    const float min = mn, range = rg;
+    /* This runs at every window that starts an utterance (in a shuffled
+     * epoch, nearly every window): cxs_q8_col_make inline, and restrict
+     * so that a store of a constant does not reload the header (a byte
+     * pointer may alias anything) */
+    float *restrict k = q->k;
+    const uint8_t *restrict pct = h + CXS_Q8_HEAD;
+    for (size_t c = 0; c < D; c++) {
+        const cxs_q8_col x = cxs_q8_col_make(min, range, pct + 8 * c);
+        k[c] = x.p0, k[D + c] = x.p25, k[2 * D + c] = x.p75;
         /* Kaldi's (p25 - p0): a float difference, as CharToFloat takes it */
-        q->k[3 * D + c] = k.p25 - k.p0;
-        q->k[4 * D + c] = k.p75 - k.p25;
-        q->k[5 * D + c] = k.p100 - k.p75;
+        k[3 * D + c] = x.p25 - x.p0;
+        k[4 * D + c] = x.p75 - x.p25;
+        k[5 * D + c] = x.p100 - x.p75;
+        ((double *)(void *)(k + 6 * D))[c] = x.p75;
     }
-    q->exact_f = q8_float_exact(q->k, D);
+    q->exact_f = q8_float_exact(k, q->dim);
 }
 
 /* Kaldi's kTwoByte CopyToMat: min + (float)v * increment, in float. */

@@ -8,8 +8,9 @@
  * search) when the first rows of that utterance are decoded, and kept
  * while the next rows decoded are the same utterance's.  Preparing checks
  * the header's validity (cxs_q_header_check; open checked the section's
- * checksum): a header the writer cannot have written is refused naming
- * the shard and the utterance, never decoded. */
+ * checksum) at its first use in the process, remembered in a bitmap per
+ * shard: a header the writer cannot have written is refused naming the
+ * shard and the utterance, never decoded, at every use. */
 #ifndef CXS_QDECODE_H
 #define CXS_QDECODE_H
 
@@ -25,7 +26,8 @@ typedef struct cxs_qdec {
     uint64_t held;   /* none is (zeroed = nothing yet) */
     /* q8: per column the base and the slope of its three pieces (Kaldi's
      * CharToFloat: p0, p25, p75 and p25 - p0, p75 - p25, p100 - p75),
-     * piece-major, 6 * dim floats; q16: the min and Kaldi's increment. */
+     * piece-major, 6 * dim floats, then p75 again as dim doubles; q16:
+     * the min and Kaldi's increment. */
     float *k;
     int exact_f; /* q8: the float pieces are exact for these slopes */
     float min, inc;

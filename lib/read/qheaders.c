@@ -10,23 +10,28 @@
 #include "qdecode.h"
 
 /* Local utterance lu's header one the writer can have written: 0, or
- * CXS_E_CORRUPT naming the shard, the utterance and the fault. */
+ * CXS_E_CORRUPT naming the shard, the utterance and the fault.  Checked
+ * once per process (sh->qh_checked): a header that failed is checked
+ * again, and refused again, at every use. */
 static int header_valid(const cxs_dataset *ds, uint32_t s, uint64_t lu, cxs_diag *d) {
     const shard *sh = &ds->shards[s];
+    uint64_t *bits = &sh->qh_checked[lu >> 6];
+    const uint64_t bit = 1ull << (lu & 63);
+    if (__atomic_load_n(bits, __ATOMIC_ACQUIRE) & bit) return 0;
     const uint32_t dtype = ds->meta.dtype, D = ds->meta.dim;
     const uint8_t *h = sh->qheaders + lu * ds->qh;
     char why[160];
-    if (cxs_q_header_check(dtype, h, D, why, sizeof why)) {
-        const uint8_t *id = NULL;
-        uint64_t len = 0;
-        if (cxs_id_get_in(ds, s, lu, &id, &len, NULL)) id = NULL;
-        return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, (uint64_t)(h - sh->map),
-                           "%s: QHEADERS entry of utterance %.*s (number %llu): %s; not decoded",
-                           sh->path, id ? (int)(len < 200 ? len : 200) : 1,
-                           id ? (const char *)id : "?",
-                           (unsigned long long)(sh->u_start + lu), why);
+    if (!cxs_q_header_check(dtype, h, D, why, sizeof why)) {
+        __atomic_fetch_or(bits, bit, __ATOMIC_RELEASE);
+        return 0;
     }
-    return 0;
+    const uint8_t *id = NULL;
+    uint64_t len = 0;
+    if (cxs_id_get_in(ds, s, lu, &id, &len, NULL)) id = NULL;
+    return cxs_diag_at(d, CXS_E_CORRUPT, sh->path, (uint64_t)(h - sh->map),
+                       "%s: QHEADERS entry of utterance %.*s (number %llu): %s; not decoded",
+                       sh->path, id ? (int)(len < 200 ? len : 200) : 1,
+                       id ? (const char *)id : "?", (unsigned long long)(sh->u_start + lu), why);
 }
 
 int cxs_qdec_utt(cxs_qdec *q, const cxs_dataset *ds, uint32_t s, uint64_t lu, cxs_diag *d) {
