@@ -603,7 +603,8 @@ def _load():
     }
     # every loader's place, set_epoch and seek (position.c), alike
     sig["cxs_position_start"] = (c_uint64, [POINTER(Position), c_uint64])
-    for k in ("loader", "utt_loader", "mix_loader", "mix_utt_loader"):
+    for k in ("loader", "utt_loader", "mix_loader", "mix_utt_loader", "gpu_loader",
+              "gpu_utt_loader"):
         sig[f"cxs_{k}_position"] = (c_int, [c_void_p, POINTER(Position)])
         sig[f"cxs_{k}_set_epoch"] = (c_int, [c_void_p, c_uint64])
         sig[f"cxs_{k}_seek"] = (c_int, [c_void_p, POINTER(Position), POINTER(Diag)])

@@ -392,13 +392,13 @@ class UtteranceLoader:
                 out += [self._view(b.targets, (n, b.lmax), torch.int64, lease),
                         self._host_copy(b.host_target_lengths, n)]
             del lease
-            s._start = b.index + 1
+            _u._follow(s, _lib.cxs_gpu_utt_loader_position, self._gl.ptr, "GPU utterance loader")
             self.batch_info = {"utterances": np.ctypeslib.as_array(
                 ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)), shape=(n,)).copy(),
                 "global": getattr(b, "global"), "index": b.index, "frames": b.frames}
             yield tuple(out)
             del out  # the generator keeps no batch the caller dropped
-        s.epoch, s._origin, s._start = epoch + 1, 0, 0
+        _u._follow(s, _lib.cxs_gpu_utt_loader_position, self._gl.ptr, "GPU utterance loader")
 
     def _gpu_fail(self, rc):
         from .gpu import _fail

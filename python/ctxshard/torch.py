@@ -625,7 +625,7 @@ class Loader:
                 break
             if emulated:  # the host reads the batch: after the device's work on it
                 _gpu.emulated_sync(None)
-            self._start = b.position + b.n
+            _u._follow(self, _lib.cxs_gpu_loader_position, self._gl._ptr, "GPU loader")
             # the batch is the caller's while any tensor over it exists
             lease = _gpu.Lease(self._gl.owner, _lib.cxs_gpu_loader_release, b.x, stream, held)
             self._held_note(held[0])
@@ -637,7 +637,7 @@ class Loader:
             else:
                 yield x, y
             del x, y  # the generator keeps no batch the caller dropped
-        self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
+        _u._follow(self, _lib.cxs_gpu_loader_position, self._gl._ptr, "GPU loader")
 
     def close(self):
         """No more device batches from this Loader: the GPU loader's memory
