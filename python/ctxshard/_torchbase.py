@@ -6,6 +6,7 @@ import ctypes
 import errno
 import mmap
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -76,6 +77,70 @@ class _Pair(tuple):
 
     def __new__(cls, x, y):
         return super().__new__(cls, (x, y))
+
+
+class _Buffers:
+    """Host buffers a loader fills and hands out as tensors without a copy
+    (the frame Loader's (x, y) pairs, _Pair), and when each may be filled
+    again.  take() gives a pair to fill: one that no tensor uses any more
+    (its reference count tells: every tensor sharing its storage keeps it
+    alive), else a new one from make(); so steady-state iteration
+    allocates nothing and never page-faults, while batches the caller
+    keeps stay intact.  A pair taken is the loader's until release().
+
+    fence (pinned pairs: pin_memory, or the copying fallback of
+    device='cuda'): () -> an event recorded on the current CUDA stream.
+    Pinned pairs are read by copies the host does not wait for: x.to(dev,
+    non_blocking=True) returns at once and drops the last reference while
+    the copy is still queued.  Such a pair is taken again only after a
+    fence has completed: the one copied() recorded on the stream the
+    loader's copies of it went to, right after them (the caller may have
+    made another stream current since), or, for a pair the caller copied
+    itself, one recorded on the current stream when the pair is found
+    unreferenced."""
+
+    def __init__(self, make, fence=None):
+        self.make, self.fence = make, fence
+        self.pool, self._busy, self._fences, self._copied = [], set(), {}, {}
+
+    def take(self):
+        free = [p for p in self.pool if p not in self._busy and sys.getrefcount(p[0]) <= 2
+                and (p[1] is None or sys.getrefcount(p[1]) <= 2)]  # (the pair's, the call's)
+        pair = None
+        if self.fence is None:
+            pair = free[0] if free else None
+        else:
+            for p in free:  # newly unreferenced: fenced after the copies that read it
+                if id(p) not in self._fences:
+                    ev = self._copied.pop(id(p), None)
+                    self._fences[id(p)] = (p, ev if ev is not None else self.fence())
+            for p, ev in self._fences.values():  # oldest first
+                if ev.query():
+                    pair = p
+                    break
+            if pair is None and len(self._fences) >= 4:
+                # enough buffers in flight: wait for the oldest copy rather
+                # than pin more memory
+                pair, ev = next(iter(self._fences.values()))
+                ev.synchronize()
+            if pair is not None:
+                del self._fences[id(pair)]
+        if pair is None:
+            pair = self.make()
+            self.pool.append(pair)
+        self._busy.add(pair)
+        return pair
+
+    def release(self, pair):
+        """The loader is done with pair (its batch handed out, or never
+        filled): reusable once no tensor over it is left."""
+        self._busy.discard(pair)
+
+    def copied(self, pair):
+        """The loader queued copies that read pair on the current stream:
+        their fence (pinned pairs; nothing otherwise)."""
+        if self.fence is not None:
+            self._copied[id(pair)] = self.fence()
 
 
 def _anonymous(shape, dtype):

@@ -16,7 +16,6 @@ device='cuda' the batches are delivered into GPU memory by the library
 without a host copy, ordered on the current torch stream."""
 import collections.abc
 import ctypes
-import sys
 import warnings
 
 import numpy as np
@@ -27,7 +26,7 @@ from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _args as 
                _native as _n, _raise, memory_available, normalization, warn_if_incomplete)
 from . import gpu as _gpu, utterances as _u
 from ._native import lib as _lib
-from ._torchbase import (_ByPath, _Pair, _anonymous, _batches, _budget_note, _device,
+from ._torchbase import (_Buffers, _ByPath, _Pair, _anonymous, _batches, _budget_note, _device,
                          _frame_labels, _gpu_device, _labels_default, _mixture_or, _opened,
                          _opens_itself, _pool_layout, _streams, _tensor)
 
@@ -277,7 +276,6 @@ class Loader:
         self.threads = _lib.cxs_default_threads() if threads is None else threads
         self.device = device
         self.epoch, self._start = 0, 0  # _start: this rank's position in _sampler_now()
-        self._pool, self._busy = [], set()
         # The GPU path: chosen here, the device loader created on first use
         # and kept across epochs (a resident upload happens once).
         self._gpu_opts, self._gl, self.gpu_info = None, None, None
@@ -315,11 +313,12 @@ class Loader:
             pin_memory = False
         self.pin_memory = pin_memory or (cuda and self._gpu_opts is None)
         # Pinned buffers are reused only after the copies that read them
-        # (see _buffers): the fence is an event on the current stream.
-        self._fence, self._fences, self._copied = None, {}, {}
+        # (_Buffers): the fence is an event on the current stream.
+        fence = None
         if self.pin_memory:
             fdev = self.device if cuda else None
-            self._fence = lambda: torch.cuda.current_stream(fdev).record_event()
+            fence = lambda: torch.cuda.current_stream(fdev).record_event()  # noqa: E731
+        self._buffers = _Buffers(self._new_pair, fence)
 
     def _start_prefetch(self, prefetch, kind, budget):
         """prefetch: warm the dataset into the page cache in a background
@@ -503,49 +502,10 @@ class Loader:
         # device loader is made (_iter_gpu)
         self._want_pool = state.get("gpu_pool")
 
-    def _buffers(self):
-        """A (x, y) pair of arrays to fill.  Batches are handed out as tensors
-        over these arrays; an array comes back for reuse once no tensor uses
-        it any more (its reference count tells: every tensor sharing its
-        storage keeps it alive), so steady-state iteration allocates nothing
-        and never page-faults, while batches the caller keeps stay intact.
-
-        Pinned pairs (pin_memory, or the copying fallback of device='cuda')
-        are read by copies the host does not wait for: x.to(dev,
-        non_blocking=True) returns at once and drops the last reference
-        while the copy is still queued.  Such a pair goes back to the
-        workers only after a fence has completed: an event recorded on the
-        stream the loader's copies of it went to, right after them (the
-        caller may have made another stream current since), or, for a
-        pair the caller copied itself, on the current CUDA stream when the
-        pair is found unreferenced."""
-        free = [p for p in self._pool if p not in self._busy and sys.getrefcount(p[0]) <= 2
-                and (p[1] is None or sys.getrefcount(p[1]) <= 2)]  # (the pair's, the call's)
-        pair = None
-        if self._fence is None:
-            pair = free[0] if free else None
-        else:
-            for p in free:  # newly unreferenced: fenced after the copies that read it
-                if id(p) not in self._fences:
-                    # recorded on their stream when they were queued (the
-                    # current stream may be another by now); a pair the
-                    # caller copied itself, on the current stream now
-                    ev = self._copied.pop(id(p), None)
-                    self._fences[id(p)] = (p, ev if ev is not None else self._fence())
-            for key, (p, ev) in self._fences.items():  # oldest first
-                if ev.query():
-                    pair = p
-                    break
-            if pair is None and len(self._fences) >= 4:
-                # enough buffers in flight: wait for the oldest copy rather
-                # than pin more memory
-                pair, ev = next(iter(self._fences.values()))
-                ev.synchronize()
-            if pair is not None:
-                del self._fences[id(pair)]
-        if pair is not None:
-            self._busy.add(pair)
-            return pair
+    def _new_pair(self):
+        """A (x, y) pair of batch buffers (_Buffers makes one when none is
+        free): pinned for pin_memory and the copying fallback, else in
+        huge pages."""
         if self.pin_memory:
             x = torch.empty((self.batch_size, self.input_size), dtype=torch.float32,
                             pin_memory=True).numpy()
@@ -553,10 +513,7 @@ class Loader:
         else:
             x = _anonymous((self.batch_size, self.input_size), np.float32)
             y = np.empty(self.batch_size, dtype=np.int64)
-        pair = _Pair(x, y if self.labels else None)
-        self._pool.append(pair)
-        self._busy.add(pair)
-        return pair
+        return _Pair(x, y if self.labels else None)
 
     def _make_view(self, ptr, shape, dtype, lease):
         # a fresh tensor for every batch: it holds the batch (its lease),
@@ -673,7 +630,7 @@ class Loader:
         ring = _lib.cxs_loader_ring(ptr)  # the buffers that keep every worker busy
 
         def provide():
-            pair = self._buffers()
+            pair = self._buffers.take()
             rc = _lib.cxs_loader_provide(ptr, pair[0].ctypes.data,
                                          pair[1].ctypes.data if pair[1] is not None else None)
             if rc:
@@ -689,7 +646,7 @@ class Loader:
                 n = b.n
                 x = torch.from_numpy(pair[0])
                 y = torch.from_numpy(pair[1]) if pair[1] is not None else None
-                self._busy.discard(pair)  # reusable once x and y are gone
+                self._buffers.release(pair)  # reusable once x and y are gone
                 provide()
                 _u._follow(self, _lib.cxs_loader_position, ptr, "loader")
                 if n < self.batch_size:
@@ -698,8 +655,7 @@ class Loader:
                 if self.device is not None:
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
-                    if self._fence is not None:  # the copies' stream: the pair's fence
-                        self._copied[id(pair)] = self._fence()
+                    self._buffers.copied(pair)
                 yield (x, y) if y is not None else x
                 # once the first batch is out: starting a thread waits for
                 # it to run, and its residency check competes with the
@@ -709,7 +665,7 @@ class Loader:
         finally:
             _lib.cxs_loader_free(ptr)  # joins the workers before the buffers go
             for pair in pending.values():
-                self._busy.discard(pair)
+                self._buffers.release(pair)
             pending.clear()
 
 

@@ -107,7 +107,7 @@ class PinnedBuffersWaitForTheirCopies(unittest.TestCase):
         for lag in (0, 1, 2, 4, 9):
             L = cxt.Loader(PATH, 3, 64, seed=2, threads=2)
             late = LateStream(lag)
-            L._fence = late.record  # what a CUDA stream's record_event() is
+            L._buffers.fence = late.record  # what a CUDA stream's record_event() is
             want, idx = [], []
             for x, y in L:
                 want.append((x.numpy().copy(), y.numpy().copy()))
@@ -121,7 +121,7 @@ class PinnedBuffersWaitForTheirCopies(unittest.TestCase):
                              "refilled before their copy ran")
             self.assertGreater(len(want), 20)
             # pinned memory stays bounded: a few buffers in flight, not one a batch
-            self.assertLessEqual(len(L._pool), L.threads + 2 + 6)
+            self.assertLessEqual(len(L._buffers.pool), L.threads + 2 + 6)
 
 
 class CopyingFallbackOnTwoStreams(unittest.TestCase):
