@@ -3,18 +3,15 @@ ctxshard.mixture's handles; ctxshard.torch re-exports them, and Loader and
 UtteranceLoader given a list of datasets make them."""
 import ctypes
 
-import numpy as np
 import torch
 
-from . import _args as _a, _native as _n, normalization
+from . import _args as _a, _native as _n
 from . import utterances as _u
 from ._native import lib as _lib
-from ._torchbase import _copied, _device, _ints, _opened, _padded, _served
-from .mixture import Mixture, UtteranceMixture, _sources
-
-
-
-
+from ._loaders import _opened, _served
+from ._torchbase import _copied, _device, _ints, _padded
+from .mixture import (Mixture, UtteranceMixture, _MixLoader, _every, _known, _mix_norm,
+                      _mix_normalization, _same_width, _sources)
 
 
 class MixedBatch(tuple):
@@ -29,90 +26,6 @@ class MixedBatch(tuple):
         t = super().__new__(cls, parts)
         t.source, t.frames, t.repeat = source, frames, repeat
         return t
-
-
-def _known(f, init, given):
-    """A misspelt keyword is a TypeError, as for any function: a mixture
-    refuses the single loader's options it cannot serve, and only those."""
-    import inspect
-    names = inspect.signature(init).parameters
-    for k in given:
-        if k not in names:
-            raise TypeError(f"{f}() got an unexpected keyword argument {k!r}")
-
-
-def _same_width(f, datasets):
-    d0 = datasets[0]
-    for d in datasets:
-        if d.dim != d0.dim:
-            raise ValueError(f"{f}: {d.path} has {d.dim} features a frame and {d0.path} "
-                             f"{d0.dim}: the datasets of a mixture must have the same width "
-                             "(their stored dtypes may differ)")
-
-
-def _every(f, datasets, arg, want, has, what):
-    """labels= or targets= of a mixture (None, True, False): None serves
-    them when every source has them (the attribute `has`), True requires
-    that."""
-    want = _a.optional_flag(f, arg, want)
-    missing = [d.path for d in datasets if not getattr(d, has)]
-    if want and missing:
-        raise ValueError(f"{f}: {arg}=True, but {', '.join(missing)} has no {what}: "
-                         f"pass {arg}=False")
-    return not missing if want is None else want
-
-
-def _mix_norm(opts, stats, dim):
-    """opts.norm: the given (mean, var), when there is one set for all."""
-    if stats is not None:
-        mean, var = stats
-        dp = ctypes.POINTER(ctypes.c_double)
-        opts.norm = ctypes.pointer(_n.Norm(dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp)))
-
-
-def _mix_normalization(f, datasets, normalize):
-    """A mixture's normalisation: ("none" | "per-source" | "given", the
-    given (mean, var) float64 arrays or None)."""
-    if normalize is True or normalize is False or normalize is None:
-        if normalize:
-            for d in datasets:
-                if d.stats is None:
-                    raise ValueError(f"{f}: normalize=True normalises each dataset by its own "
-                                     f"statistics, and {d.path} has none: give one set "
-                                     "(normalize=train_ds)")
-        return ("per-source" if normalize else "none"), None
-    d0 = datasets[0]
-    _mode, st = normalization(f, d0, normalize)
-    return "given", st if st is not None else (
-        np.ascontiguousarray(d0.stats.mean, np.float64),
-        np.ascontiguousarray(d0.stats.var, np.float64))
-
-
-class _MixLoader:
-    """What the two mixture loaders share."""
-
-    @property
-    def quotas(self):
-        """Samples (utterances) of each dataset per epoch."""
-        return self.sampler.quotas
-
-    @property
-    def shares(self):
-        return self.sampler.shares
-
-    def _same_order(self, f, state, kind, what, keys):
-        """Refuse a state that is not this kind of mixture's (`what`: "a
-        mixture's") or whose `keys` are not this loader's: it would resume
-        into another order."""
-        if not isinstance(state, dict) or state.get("kind") != kind:
-            raise ValueError(f"{f}: the state is not {what} (kind="
-                             f"{state.get('kind') if isinstance(state, dict) else state!r})")
-        mine = self.state_dict()
-        for key in keys:
-            if state.get(key) != mine[key]:
-                raise ValueError(f"{f}: the state's {key} ({_a._show(state.get(key))}) is not "
-                                 f"this loader's ({_a._show(mine[key])}): it would resume into "
-                                 "another order")
 
 
 class MixtureLoader(_MixLoader):

@@ -11,9 +11,9 @@ import torch
 from . import Dataset, _args as _a, _native as _n, _raise, normalization, warn_if_incomplete
 from . import gpu as _gpu, utterances as _u
 from ._native import lib as _lib
-from ._torchbase import (_ByPath, _budget_note, _device, _gpu_device, _ints, _labels_default,
-                         _mixture_or, _opened, _opens_itself, _padded, _served, _streams,
-                         _targets_default, _tensor)
+from ._loaders import (_labels_default, _mixture_or, _opened, _opens_itself, _served, _streams,
+                       _targets_default)
+from ._torchbase import _ByPath, _budget_note, _device, _gpu_device, _ints, _padded, _tensor
 from .utterances import PAD_LABEL
 
 

@@ -3,13 +3,16 @@
 Mixture is the sampler (numpy only): which frames of which source each
 batch of an epoch holds, for any rank and epoch, as the C library's
 cxs_mix computes it.  The torch loader over it is ctxshard.torch.Loader
-given a list of datasets (MixtureLoader).  The rules (shares, quotas,
+given a list of datasets (MixtureLoader); what its loaders check and
+keep without torch (the sources' widths, labels and normalisation, the
+states' order checks) is here, at the end.  The rules (shares, quotas,
 passes, strata, ranks, resume) are the guide's "Mixtures of datasets"."""
 import ctypes
 
 import numpy as np
 
-from . import BLOCK, SEQUENTIAL, SHUFFLE, Dataset, _args as _a, _native as _n, _raise
+from . import (BLOCK, SEQUENTIAL, SHUFFLE, Dataset, _args as _a, _native as _n, _raise,
+               normalization)
 from ._native import lib as _lib
 
 __all__ = ["Mixture", "UtteranceMixture"]
@@ -308,3 +311,86 @@ class UtteranceMixture(_Handle):
             _raise(rc, what="utterance mixture")
         return u[:n.value], s[:n.value], int(g.value), bool(r.value)
 
+
+def _known(f, init, given):
+    """A misspelt keyword is a TypeError, as for any function: a mixture
+    refuses the single loader's options it cannot serve, and only those."""
+    import inspect
+    names = inspect.signature(init).parameters
+    for k in given:
+        if k not in names:
+            raise TypeError(f"{f}() got an unexpected keyword argument {k!r}")
+
+
+def _same_width(f, datasets):
+    d0 = datasets[0]
+    for d in datasets:
+        if d.dim != d0.dim:
+            raise ValueError(f"{f}: {d.path} has {d.dim} features a frame and {d0.path} "
+                             f"{d0.dim}: the datasets of a mixture must have the same width "
+                             "(their stored dtypes may differ)")
+
+
+def _every(f, datasets, arg, want, has, what):
+    """labels= or targets= of a mixture (None, True, False): None serves
+    them when every source has them (the attribute `has`), True requires
+    that."""
+    want = _a.optional_flag(f, arg, want)
+    missing = [d.path for d in datasets if not getattr(d, has)]
+    if want and missing:
+        raise ValueError(f"{f}: {arg}=True, but {', '.join(missing)} has no {what}: "
+                         f"pass {arg}=False")
+    return not missing if want is None else want
+
+
+def _mix_norm(opts, stats, dim):
+    """opts.norm: the given (mean, var), when there is one set for all."""
+    if stats is not None:
+        mean, var = stats
+        dp = ctypes.POINTER(ctypes.c_double)
+        opts.norm = ctypes.pointer(_n.Norm(dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp)))
+
+
+def _mix_normalization(f, datasets, normalize):
+    """A mixture's normalisation: ("none" | "per-source" | "given", the
+    given (mean, var) float64 arrays or None)."""
+    if normalize is True or normalize is False or normalize is None:
+        if normalize:
+            for d in datasets:
+                if d.stats is None:
+                    raise ValueError(f"{f}: normalize=True normalises each dataset by its own "
+                                     f"statistics, and {d.path} has none: give one set "
+                                     "(normalize=train_ds)")
+        return ("per-source" if normalize else "none"), None
+    d0 = datasets[0]
+    _mode, st = normalization(f, d0, normalize)
+    return "given", st if st is not None else (
+        np.ascontiguousarray(d0.stats.mean, np.float64),
+        np.ascontiguousarray(d0.stats.var, np.float64))
+
+
+class _MixLoader:
+    """What the two mixture loaders share."""
+
+    @property
+    def quotas(self):
+        """Samples (utterances) of each dataset per epoch."""
+        return self.sampler.quotas
+
+    @property
+    def shares(self):
+        return self.sampler.shares
+
+    def _same_order(self, f, state, kind, what, keys):
+        """Refuse a state that is not this kind of mixture's (`what`: "a
+        mixture's") or whose `keys` are not this loader's: it would resume
+        into another order."""
+        if not isinstance(state, dict) or state.get("kind") != kind:
+            raise ValueError(f"{f}: the state is not {what} (kind="
+                             f"{state.get('kind') if isinstance(state, dict) else state!r})")
+        mine = self.state_dict()
+        for key in keys:
+            if state.get(key) != mine[key]:
+                raise ValueError(f"{f}: the state's {key} ({_a._show(state.get(key))}) is not "
+                                 f"this loader's ({_a._show(mine[key])}): it would resume into "
+                                 "another order")
