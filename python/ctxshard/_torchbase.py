@@ -65,7 +65,6 @@ class _ByPath(_TorchDataset):
         return self._len
 
 
-
 class _Pair(tuple):
     """(x, y) arrays of one batch buffer; hashable by identity."""
 
