@@ -1629,11 +1629,10 @@ TEST(utt_refusals_name_the_option) {
 }
 END_TEST_
 
-/* The position after each batch of a GPU loader (frame or utterance, by
- * the getter given) is (epoch, the batch's start + its units) while more
- * follow and (epoch + 1, 0) once the last was handed out: checked against
- * the next batch's own position, or against the end. */
-typedef int (*position_fn)(const void *l, cxs_position *p);
+/* The position after each batch of a GPU loader is (epoch, the batch's
+ * start + its units) while more follow and (epoch + 1, 0) once the last
+ * was handed out: checked against the next batch's own start, or against
+ * the end. */
 
 static void check_follows(const cxs_position *before, uint32_t kind, uint64_t epoch,
                           uint64_t batch_position, int end) {
@@ -1645,6 +1644,48 @@ static void check_follows(const cxs_position *before, uint32_t kind, uint64_t ep
     } else {
         ck_assert_uint_eq(before->epoch, epoch);
         ck_assert_uint_eq(before->next, batch_position);
+    }
+}
+
+/* A loader's next batch as walk_positions sees it: its start and units
+ * (n frames; an utterance loader's batch is 1), n 0 at the end. */
+typedef int (*next_start_fn)(void *l, uint64_t *start, uint64_t *n);
+typedef int (*position_fn)(const void *l, cxs_position *p);
+
+static int frames_next(void *l, uint64_t *start, uint64_t *n) {
+    const cxs_gpu_batch *b;
+    int rc = cxs_gpu_loader_next(l, stream, &b);
+    *start = b && !rc ? b->position : 0, *n = b && !rc ? b->n : 0;
+    return rc;
+}
+
+static int frames_position(const void *l, cxs_position *p) { return cxs_gpu_loader_position(l, p); }
+
+static int utts_next(void *l, uint64_t *start, uint64_t *n) {
+    const cxs_gpu_utt_batch *b;
+    int rc = cxs_gpu_utt_loader_next(l, stream, &b);
+    *start = b && !rc ? b->index : 0, *n = b && !rc ? 1 : 0;
+    return rc;
+}
+
+static int utts_position(const void *l, cxs_position *p) {
+    return cxs_gpu_utt_loader_position(l, p);
+}
+
+/* One pass of `epoch` from its start: the position before each batch is
+ * where the batch starts, and after the last the next epoch's start.
+ * Returns the units served. */
+static uint64_t walk_positions(void *l, next_start_fn next, position_fn pos, uint32_t kind,
+                               uint64_t epoch) {
+    cxs_position at;
+    uint64_t served = 0, start, n;
+    ck_assert_int_eq(pos(l, &at), 0);
+    for (;;) {
+        ck_assert_int_eq(next(l, &start, &n), 0);
+        check_follows(&at, kind, epoch, start, !n);
+        if (!n) return served;
+        served += n;
+        ck_assert_int_eq(pos(l, &at), 0);
     }
 }
 
@@ -1666,19 +1707,10 @@ TEST(gpu_loader_positions) {
             cxs_gpu_loader *l;
             cxs_diag d;
             ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 3, 0, &l, &d) == 0, "%s", d.message);
-            cxs_position at;
-            ck_assert_int_eq(cxs_gpu_loader_position(l, &at), 0);
-            check_follows(&at, kind, 3, 0, 0);
-            const cxs_gpu_batch *b;
-            uint64_t served = 0;
-            for (;;) {
-                ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
-                if (served) check_follows(&at, kind, 3, b ? b->position : 0, !b);
-                if (!b) break;
-                served += b->n;
-                ck_assert_int_eq(cxs_gpu_loader_position(l, &at), 0);
-            }
+            const uint64_t served = walk_positions(l, frames_next, frames_position, kind, 3);
             ck_assert_uint_eq(served, drop ? info.num_frames / 100 * 100 : info.num_frames);
+            cxs_position at;
+            const cxs_gpu_batch *b;
             /* after the whole pass: the start of 4; set_epoch(3) serves 3 again */
             ck_assert_int_eq(cxs_gpu_loader_position(l, &at), 0);
             check_follows(&at, kind, 3, 0, 1);
@@ -1775,19 +1807,10 @@ TEST(gpu_utt_loader_positions) {
     cxs_gpu_utt_loader *gl;
     cxs_diag d;
     ck_assert_msg(cxs_gpu_utt_loader_create(ds, us, &go, 1, 0, &gl, &d) == 0, "%s", d.message);
+    ck_assert_uint_eq(walk_positions(gl, utts_next, utts_position, CXS_POSITION_UTTERANCES, 1),
+                      len);
     cxs_position at;
-    ck_assert_int_eq(cxs_gpu_utt_loader_position(gl, &at), 0);
-    check_follows(&at, CXS_POSITION_UTTERANCES, 1, 0, 0);
     const cxs_gpu_utt_batch *b;
-    uint64_t k = 0;
-    for (;;) {
-        ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &b), 0);
-        if (k) check_follows(&at, CXS_POSITION_UTTERANCES, 1, b ? b->index : 0, !b);
-        if (!b) break;
-        ck_assert_uint_eq(b->index, k++);
-        ck_assert_int_eq(cxs_gpu_utt_loader_position(gl, &at), 0);
-    }
-    ck_assert_uint_eq(k, len);
     /* the CPU loader continues the GPU one's place, and the reverse */
     cxs_utt_loader_opts co;
     memset(&co, 0, sizeof co);
