@@ -181,6 +181,27 @@ class _FrameOrder:
     # order.
     BLOCK_ORDER = int(_lib.cxs_block_order())
 
+    @staticmethod
+    def _order_kind(f, shuffle, weighted, memory, blocks):
+        """The sampler kind of shuffle= and weighted=, with memory= and
+        blocks= checked (the block sampler's, refused for the others)."""
+        if shuffle == "block":
+            if weighted:
+                raise ValueError(f"{f}: shuffle=\"block\" and weighted sampling exclude each "
+                                 "other: choose one")
+            if memory is None:
+                raise ValueError(f"{f}: shuffle=\"block\" needs memory=, the page cache the "
+                                 "order may use (bytes, or a string like \"2G\"; "
+                                 "ctxshard.memory_available() says what is free here).  The "
+                                 "order depends on it: resume with the same value")
+            memory = _a.size(f, "memory", memory)
+            blocks = _a.optional_integer(f, "blocks", blocks, 1, 1024)
+        elif memory is not None or blocks is not None:
+            raise ValueError(f"{f}: memory= and blocks= apply to shuffle=\"block\" only")
+        kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
+                                          SHUFFLE if shuffle else SEQUENTIAL)
+        return kind, memory, blocks
+
     def _start_prefetch(self, prefetch, kind, budget):
         """prefetch: warm the dataset into the page cache in a background
         thread when it fits in the memory available (a cold first epoch then

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data._utils.collate import default_collate
 
-from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _args as _a,
-               _native as _n, _raise, normalization, warn_if_incomplete)
+from . import (BLOCK, Dataset, Sampler, _args as _a, _native as _n, _raise, normalization,
+               warn_if_incomplete)
 from . import gpu as _gpu, utterances as _u
 from ._native import lib as _lib
 from ._loaders import (_FrameOrder, _batches, _frame_labels, _labels_default, _mixture_or,
@@ -207,33 +207,8 @@ class Loader(_FrameOrder):
         gpu_emulate = _a.flag(f, "gpu_emulate", gpu_emulate)
         prefetch = _a.flag(f, "prefetch", prefetch)
         device = _device(f, device)
-        if rank is not None or world_size is not None:
-            dist = torch.distributed
-            initialised = dist.is_available() and dist.is_initialized()
-            if world_size is None and not initialised:
-                raise ValueError(f"{f}: rank={_a._show(rank)} without world_size: give "
-                                 "world_size= too (the number of ranks), or initialise "
-                                 "torch.distributed, which tells both")
-            if world_size is not None:
-                world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
-            if rank is not None:
-                hi = (world_size if world_size is not None else dist.get_world_size()) - 1
-                rank = _a.integer(f, "rank", rank, 0, hi, f"0..world_size-1 = 0..{hi}")
-        if shuffle == "block":
-            if weighted:
-                raise ValueError(f"{f}: shuffle=\"block\" and weighted sampling exclude each "
-                                 "other: choose one")
-            if memory is None:
-                raise ValueError(f"{f}: shuffle=\"block\" needs memory=, the page cache the "
-                                 "order may use (bytes, or a string like \"2G\"; "
-                                 "ctxshard.memory_available() says what is free here).  The "
-                                 "order depends on it: resume with the same value")
-            memory = _a.size(f, "memory", memory)
-            blocks = _a.optional_integer(f, "blocks", blocks, 1, 1024)
-        elif memory is not None or blocks is not None:
-            raise ValueError(f"{f}: memory= and blocks= apply to shuffle=\"block\" only")
-        kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
-                                          SHUFFLE if shuffle else SEQUENTIAL)
+        self.rank, self.world_size = _u._dist_defaults(f, rank, world_size)
+        kind, memory, blocks = self._order_kind(f, shuffle, weighted, memory, blocks)
         _opens_itself(f, path, hugepage_budget=hugepage_budget, cache=cache,
                       cache_limit=cache_limit, stream=stream)
         stream = _streams(f, path, stream, kind == BLOCK, "shuffle=\"block\"", device,
@@ -255,13 +230,6 @@ class Loader(_FrameOrder):
         self.input_size = self.dataset.input_size(self.context)
         self._prefetch, self._warming = False, None
         self._start_prefetch(prefetch, kind, memory)
-        if rank is None or world_size is None:
-            dist = torch.distributed
-            if dist.is_available() and dist.is_initialized():
-                rank = dist.get_rank() if rank is None else rank
-                world_size = dist.get_world_size() if world_size is None else world_size
-        self.rank = 0 if rank is None else rank
-        self.world_size = 1 if world_size is None else world_size
         self.drop_last, self.seed = drop_last, seed
         self.sampler = Sampler(self.dataset, kind, self.seed, self.rank, self.world_size,
                                self.drop_last, num_samples, class_weights, memory, blocks)
