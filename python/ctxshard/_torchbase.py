@@ -79,12 +79,15 @@ class _Pair(tuple):
 
 class _Buffers:
     """Host buffers a loader fills and hands out as tensors without a copy
-    (the frame Loader's (x, y) pairs, _Pair), and when each may be filled
-    again.  take() gives a pair to fill: one that no tensor uses any more
-    (its reference count tells: every tensor sharing its storage keeps it
-    alive), else a new one from make(); so steady-state iteration
+    (the frame Loader's (x, y) pairs, _Pair: x float32 of `shape`, y int64
+    [shape[0]] when `labels`), and when each may be filled again.  take()
+    gives a pair to fill: one that no tensor uses any more (its reference
+    count tells: every tensor sharing its storage keeps it alive), else a
+    new one, pinned (`pinned`) or in huge pages; so steady-state iteration
     allocates nothing and never page-faults, while batches the caller
     keeps stay intact.  A pair taken is the loader's until release().
+    (It refers to no loader: a loader that failed is freed at once, and
+    with it the dataset it holds.)
 
     fence (pinned pairs: pin_memory, or the copying fallback of
     device='cuda'): () -> an event recorded on the current CUDA stream.
@@ -97,9 +100,18 @@ class _Buffers:
     itself, one recorded on the current stream when the pair is found
     unreferenced."""
 
-    def __init__(self, make, fence=None):
-        self.make, self.fence = make, fence
+    def __init__(self, shape, labels, pinned, fence=None):
+        self.shape, self.labels, self.pinned, self.fence = shape, labels, pinned, fence
         self.pool, self._busy, self._fences, self._copied = [], set(), {}, {}
+
+    def _new(self):
+        if self.pinned:
+            x = torch.empty(self.shape, dtype=torch.float32, pin_memory=True).numpy()
+            y = torch.empty(self.shape[0], dtype=torch.int64, pin_memory=True).numpy()
+        else:
+            x = _anonymous(self.shape, np.float32)
+            y = np.empty(self.shape[0], dtype=np.int64)
+        return _Pair(x, y if self.labels else None)
 
     def take(self):
         free = [p for p in self.pool if p not in self._busy and sys.getrefcount(p[0]) <= 2
@@ -124,7 +136,7 @@ class _Buffers:
             if pair is not None:
                 del self._fences[id(pair)]
         if pair is None:
-            pair = self.make()
+            pair = self._new()
             self.pool.append(pair)
         self._busy.add(pair)
         return pair

@@ -28,8 +28,7 @@ from . import gpu as _gpu, utterances as _u
 from ._native import lib as _lib
 from ._loaders import (_FrameOrder, _batches, _frame_labels, _labels_default, _mixture_or,
                        _opened, _opens_itself, _pool_layout, _streams)
-from ._torchbase import (_Buffers, _ByPath, _Pair, _anonymous, _budget_note, _device,
-                         _gpu_device, _tensor)
+from ._torchbase import _Buffers, _ByPath, _budget_note, _device, _gpu_device, _tensor
 
 __all__ = ["FrameDataset", "Loader", "collate"]
 
@@ -282,20 +281,8 @@ class Loader(_FrameOrder):
         if self.pin_memory:
             fdev = self.device if cuda else None
             fence = lambda: torch.cuda.current_stream(fdev).record_event()  # noqa: E731
-        self._buffers = _Buffers(self._new_pair, fence)
-
-    def _new_pair(self):
-        """A (x, y) pair of batch buffers (_Buffers makes one when none is
-        free): pinned for pin_memory and the copying fallback, else in
-        huge pages."""
-        if self.pin_memory:
-            x = torch.empty((self.batch_size, self.input_size), dtype=torch.float32,
-                            pin_memory=True).numpy()
-            y = torch.empty(self.batch_size, dtype=torch.int64, pin_memory=True).numpy()
-        else:
-            x = _anonymous((self.batch_size, self.input_size), np.float32)
-            y = np.empty(self.batch_size, dtype=np.int64)
-        return _Pair(x, y if self.labels else None)
+        self._buffers = _Buffers((self.batch_size, self.input_size), self.labels,
+                                 self.pin_memory, fence)
 
     def _make_view(self, ptr, shape, dtype, lease):
         # a fresh tensor for every batch: it holds the batch (its lease),
