@@ -8,21 +8,11 @@
 #include "abi.h"
 #include "position.h"
 
-/* What differs between the kinds: how to ask the place, how to restart,
- * how the loader's last failure reads, and the name messages use. */
-typedef struct kind {
-    uint32_t code;
-    const char *name;
-    void (*place)(const void *l, cxs_place *w);
-    int (*reset)(void *l, uint64_t epoch, uint64_t start);
-    const cxs_diag *(*error)(const void *l);
-} kind;
-
 uint64_t cxs_position_start(const cxs_position *at, uint64_t epoch) {
     return at && at->epoch == epoch ? at->next : 0;
 }
 
-static int position(const kind *k, const void *l, cxs_position *out) {
+int cxs_position_of(const cxs_position_kind *k, const void *l, cxs_position *out) {
     if (!l || !out) return CXS_E_INVALID;
     cxs_place w;
     k->place(l, &w);
@@ -35,15 +25,15 @@ static int position(const kind *k, const void *l, cxs_position *out) {
     return 0;
 }
 
-static int set_epoch(const kind *k, void *l, uint64_t epoch) {
+int cxs_position_set_epoch(const cxs_position_kind *k, void *l, uint64_t epoch) {
     if (!l) return CXS_E_INVALID;
     cxs_position p;
     /* past the last epoch, the loader stands in none: every epoch from 0 */
-    int rc = position(k, l, &p);
+    int rc = cxs_position_of(k, l, &p);
     return k->reset(l, epoch, rc ? 0 : cxs_position_start(&p, epoch));
 }
 
-static int seek(const kind *k, void *l, const cxs_position *p, cxs_diag *d) {
+int cxs_position_seek(const cxs_position_kind *k, void *l, const cxs_position *p, cxs_diag *d) {
     if (!l || !p) return cxs_diagf(d, CXS_E_INVALID, "%s: no loader or position", k->name);
     if (p->version != CXS_POSITION_VERSION)
         return cxs_diagf(d, CXS_E_INVALID,
@@ -60,26 +50,7 @@ static int seek(const kind *k, void *l, const cxs_position *p, cxs_diag *d) {
     return rc ? cxs_diag_copy(d, rc, k->error(l)) : 0;
 }
 
-/* The kinds' own calls, typed as the table wants them. */
-#define KIND(prefix, T, code, name)                                                                \
-    static void prefix##_place_(const void *l, cxs_place *w) { cxs_##prefix##_place(l, w); }    \
-    static int prefix##_reset_(void *l, uint64_t e, uint64_t s) {                                \
-        return cxs_##prefix##_reset(l, e, s);                                                     \
-    }                                                                                             \
-    static const cxs_diag *prefix##_error_(const void *l) { return cxs_##prefix##_error(l); }     \
-    static const kind prefix##_kind = {code, name, prefix##_place_, prefix##_reset_,              \
-                                       prefix##_error_};                                          \
-    int cxs_##prefix##_position(const T *l, cxs_position *out) {                                 \
-        return position(&prefix##_kind, l, out);                                                  \
-    }                                                                                             \
-    int cxs_##prefix##_set_epoch(T *l, uint64_t epoch) {                                          \
-        return set_epoch(&prefix##_kind, l, epoch);                                               \
-    }                                                                                             \
-    int cxs_##prefix##_seek(T *l, const cxs_position *p, cxs_diag *diag) {                        \
-        return seek(&prefix##_kind, l, p, diag);                                                  \
-    }
-
-KIND(loader, cxs_loader, CXS_POSITION_FRAMES, "loader")
-KIND(utt_loader, cxs_utt_loader, CXS_POSITION_UTTERANCES, "utterance loader")
-KIND(mix_loader, cxs_mix_loader, CXS_POSITION_MIX, "mixture loader")
-KIND(mix_utt_loader, cxs_mix_utt_loader, CXS_POSITION_MIX_UTT, "utterance mixture loader")
+CXS_POSITION_KIND(loader, cxs_loader, CXS_POSITION_FRAMES, "loader")
+CXS_POSITION_KIND(utt_loader, cxs_utt_loader, CXS_POSITION_UTTERANCES, "utterance loader")
+CXS_POSITION_KIND(mix_loader, cxs_mix_loader, CXS_POSITION_MIX, "mixture loader")
+CXS_POSITION_KIND(mix_utt_loader, cxs_mix_utt_loader, CXS_POSITION_MIX_UTT, "utterance mixture loader")

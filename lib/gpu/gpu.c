@@ -746,7 +746,7 @@ int cxs_gpu_loader_create(const cxs_dataset *ds, const cxs_sampler *sampler,
     const gpu_backend *be = l->be;
     const int dev = l->dev;
     l->sampler = sampler;
-    l->epoch = epoch, l->pos = start;
+    l->epoch = epoch, l->pos = l->next = start;
     if ((rc = plan_mode(l, budget))) goto fail;
     l->info.mode = l->mode;
     if ((rc = gpu_loader_streams(l))) goto fail;
@@ -778,6 +778,7 @@ static int loader_next(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch **ba
     int e = l->be->stream_wait(stream, c->ev_ready);
     if (e) return l->rc = GPU_DEVICE_FAIL(l, "", e, "stream_wait");
     l->handed = c;
+    l->next = c->position + (l->ops == &cxs_gpu_utt_mode ? 1 : c->n); /* (a batch: 1) */
     l->batch.x = c->d_x;
     l->batch.y = c->d_y;
     l->batch.frames = c->frames;
@@ -820,7 +821,7 @@ int cxs_gpu_loader_next_ex(cxs_gpu_loader *l, void *stream, const cxs_gpu_batch 
 
 static int loader_reset(cxs_gpu_loader *l, uint64_t epoch, uint64_t start) {
     l->rc = 0;
-    l->epoch = epoch, l->pos = start, l->index = 0;
+    l->epoch = epoch, l->pos = l->next = start, l->index = 0;
     if (!l->hold && l->handed) { /* the caller's work on it may still be queued */
         pthread_mutex_t *mu = gpu_ring_lock(l);
         pthread_mutex_lock(mu);

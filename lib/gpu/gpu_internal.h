@@ -191,6 +191,9 @@ struct cxs_gpu_loader {
     uint32_t mode, dtype, D;
     size_t W, xelem;
     uint64_t epoch, pos, index;
+    /* the consumer's place: the start of the batch after the last one
+     * handed out (create, reset: the start); gpu_position.c reads it */
+    uint64_t next;
     int rc;
     /* The one error, a cxs_diag like every handle's.  Written through
      * gpu_fail (under its lock: the feeder and the refresher write it too,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gpu_internal.h"
+#include "position.h"
 #include "source.h"
 
 struct cxs_gpu_utt_loader {
@@ -301,7 +302,7 @@ int cxs_gpu_utt_loader_create(const cxs_dataset *ds, const cxs_utt_sampler *samp
     ul->g = l;
     l->mode = CXS_GPU_RESIDENT;
     l->info.mode = CXS_GPU_RESIDENT;
-    l->epoch = epoch, l->pos = start;
+    l->epoch = epoch, l->pos = l->next = start;
     l->ut.sampler = sampler;
     l->ut.cap = cxs_utt_sampler_max_batch(sampler);
     l->ut.max_frames = cxs_utt_sampler_max_frames(sampler);
@@ -413,3 +414,13 @@ void cxs_gpu_utt_loader_free(cxs_gpu_utt_loader *ul) {
     cxs_gpu_loader_free(ul->g);
     free(ul);
 }
+
+/* The consumer's place (position.h): this rank's batches left from the
+ * one after the last handed out (ut.len: the epoch's, set at each start). */
+static void cxs_gpu_utt_loader_place(const cxs_gpu_utt_loader *ul, cxs_place *w) {
+    const cxs_gpu_loader *l = ul->g;
+    *w = (cxs_place){l->epoch, l->next, 1, 0, l->ut.len > l->next ? l->ut.len - l->next : 0};
+}
+
+CXS_POSITION_KIND(gpu_utt_loader, cxs_gpu_utt_loader, CXS_POSITION_UTTERANCES,
+                  "GPU utterance loader")

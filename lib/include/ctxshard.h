@@ -1825,6 +1825,8 @@ typedef struct cxs_position {
 #define CXS_POSITION_UTTERANCES 2u /**< cxs_utt_loader: next is this rank's batch */
 #define CXS_POSITION_MIX 3u        /**< cxs_mix_loader: this rank's batch */
 #define CXS_POSITION_MIX_UTT 4u    /**< cxs_mix_utt_loader: this rank's batch */
+#define CXS_POSITION_GPU_POOL 5u   /**< cxs_gpu_loader in pool mode: a position of
+                                        the pool order (ctxshard_gpu.h) */
 
 /**
  * The rule of set_epoch, alone: the start a loader positioned at `at`

@@ -421,6 +421,47 @@ CXS_API const cxs_diag *cxs_gpu_utt_loader_error(const cxs_gpu_utt_loader *l);
  * no-op. */
 CXS_API void cxs_gpu_utt_loader_free(cxs_gpu_utt_loader *l);
 
+/* ---- positions, epochs and saved states of the GPU loaders ------------- */
+
+/**
+ * Where a GPU loader's consumer stands, as cxs_loader_position (ctxshard.h,
+ * "Positions, epochs and saved states"): the epoch it is positioned in and
+ * the start of its next batch there -- after create, reset, set_epoch or
+ * seek at (e, s), (e, s); after a batch handed out, the batch's position
+ * plus its n (a sampler position; pool mode: the pool order's); once the
+ * last batch of e was handed out (or none was left, or a dropped tail),
+ * (e + 1, 0).  Batches prefetched on the device do not count.  The kind
+ * says what `next` counts: stream and resident mode serve the sampler's
+ * order batch for batch as cxs_loader does, so their positions are
+ * CXS_POSITION_FRAMES and a cxs_loader's position seeks them (and theirs
+ * a cxs_loader over the same sampler); pool mode's are
+ * CXS_POSITION_GPU_POOL.  From the consumer's thread, like _next.
+ * Returns 0, CXS_E_INVALID (NULL) or CXS_E_RANGE (past epoch UINT64_MAX).
+ */
+CXS_API int cxs_gpu_loader_position(const cxs_gpu_loader *l, cxs_position *out);
+/** Serve `epoch` next, from cxs_position_start(position, epoch): a reset
+ * there, as cxs_loader_set_epoch.  Returns as cxs_gpu_loader_reset. */
+CXS_API int cxs_gpu_loader_set_epoch(cxs_gpu_loader *l, uint64_t epoch);
+/**
+ * Continue at a saved position, as cxs_loader_seek: CXS_E_INVALID with
+ * diag (may be NULL) saying why for another version, another kind (a pool
+ * position in stream or resident mode, or the reverse), reserved words
+ * not zero, or next past this rank's samples; else a reset at
+ * (p->epoch, p->next), whose failure diag carries.
+ */
+CXS_API int cxs_gpu_loader_seek(cxs_gpu_loader *l, const cxs_position *p, cxs_diag *diag);
+
+/** As cxs_gpu_loader_position, of the utterance loader: next is this
+ * rank's batch, kind CXS_POSITION_UTTERANCES (its batches are
+ * cxs_utt_loader's: either continues the other's position). */
+CXS_API int cxs_gpu_utt_loader_position(const cxs_gpu_utt_loader *l, cxs_position *out);
+/** As cxs_gpu_loader_set_epoch. */
+CXS_API int cxs_gpu_utt_loader_set_epoch(cxs_gpu_utt_loader *l, uint64_t epoch);
+/** As cxs_gpu_loader_seek (next past this rank's batches of the epoch:
+ * CXS_E_INVALID, from cxs_gpu_utt_loader_reset). */
+CXS_API int cxs_gpu_utt_loader_seek(cxs_gpu_utt_loader *l, const cxs_position *p,
+                                    cxs_diag *diag);
+
 /* ---- the emulated device's consumer side (CXS_GPU_EMULATE) ---------------- */
 
 /** A stream of the emulated device, for a consumer: pass it to next() and

@@ -478,20 +478,10 @@ def _load():
                                          POINTER(c_void_p), POINTER(Diag)]),
         "cxs_loader_next": (c_int, [c_void_p, POINTER(POINTER(Batch))]),
         "cxs_loader_next_ex": (c_int, [c_void_p, POINTER(POINTER(Batch)), POINTER(Diag)]),
-        "cxs_loader_next_timed": (c_int, [c_void_p, POINTER(POINTER(Batch)), c_uint32,
-                                          POINTER(Diag)]),
-        "cxs_loader_cancel": (c_int, [c_void_p]),
         "cxs_loader_provide": (c_int, [c_void_p, c_void_p, c_void_p]),
         "cxs_loader_ring": (c_uint32, [c_void_p]),
-        "cxs_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
-        "cxs_loader_free": (None, [c_void_p]),
         "cxs_mix_create": (c_int, [POINTER(c_void_p), c_uint32, POINTER(MixOpts),
                                    POINTER(c_void_p), POINTER(Diag)]),
-        "cxs_mix_free": (None, [c_void_p]),
-        "cxs_mix_sources": (c_uint32, [c_void_p]),
-        "cxs_mix_share": (c_double, [c_void_p, c_uint32]),
-        "cxs_mix_quota": (c_uint64, [c_void_p, c_uint32]),
-        "cxs_mix_epoch_size": (c_uint64, [c_void_p]),
         "cxs_mix_batch_size": (c_uint32, [c_void_p]),
         "cxs_mix_length": (c_uint64, [c_void_p, POINTER(c_uint64)]),
         "cxs_mix_repeat": (c_int, [c_void_p, c_uint64]),
@@ -500,18 +490,8 @@ def _load():
         "cxs_mix_loader_create": (c_int, [c_void_p, POINTER(LoaderOpts), c_uint64, c_uint64,
                                           POINTER(c_void_p), POINTER(Diag)]),
         "cxs_mix_loader_next": (c_int, [c_void_p, POINTER(POINTER(MixFrames)), POINTER(Diag)]),
-        "cxs_mix_loader_next_timed": (c_int, [c_void_p, POINTER(POINTER(MixFrames)), c_uint32,
-                                              POINTER(Diag)]),
-        "cxs_mix_loader_cancel": (c_int, [c_void_p]),
-        "cxs_mix_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
-        "cxs_mix_loader_free": (None, [c_void_p]),
         "cxs_mix_utt_create": (c_int, [POINTER(c_void_p), c_uint32, POINTER(MixUttOpts),
                                        POINTER(c_void_p), POINTER(Diag)]),
-        "cxs_mix_utt_free": (None, [c_void_p]),
-        "cxs_mix_utt_sources": (c_uint32, [c_void_p]),
-        "cxs_mix_utt_share": (c_double, [c_void_p, c_uint32]),
-        "cxs_mix_utt_quota": (c_uint64, [c_void_p, c_uint32]),
-        "cxs_mix_utt_epoch_size": (c_uint64, [c_void_p]),
         "cxs_mix_utt_max_batch": (c_uint32, [c_void_p]),
         "cxs_mix_utt_max_frames": (c_uint64, [c_void_p]),
         "cxs_mix_utt_length": (c_int, [c_void_p, c_uint64, POINTER(c_uint64),
@@ -523,11 +503,6 @@ def _load():
                                               c_uint64, POINTER(c_void_p), POINTER(Diag)]),
         "cxs_mix_utt_loader_next": (c_int, [c_void_p, POINTER(POINTER(MixUtts)),
                                             POINTER(Diag)]),
-        "cxs_mix_utt_loader_next_timed": (c_int, [c_void_p, POINTER(POINTER(MixUtts)),
-                                                  c_uint32, POINTER(Diag)]),
-        "cxs_mix_utt_loader_cancel": (c_int, [c_void_p]),
-        "cxs_mix_utt_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
-        "cxs_mix_utt_loader_free": (None, [c_void_p]),
         "cxs_utt_sampler_create": (c_int, [ds, POINTER(UttSamplerOpts), POINTER(c_void_p),
                                            POINTER(Diag)]),
         "cxs_utt_sampler_free": (None, [c_void_p]),
@@ -550,32 +525,17 @@ def _load():
                                              c_uint64, POINTER(c_void_p), POINTER(Diag)]),
         "cxs_utt_loader_next": (c_int, [c_void_p, POINTER(POINTER(UttBatch))]),
         "cxs_utt_loader_next_ex": (c_int, [c_void_p, POINTER(POINTER(UttBatch)), POINTER(Diag)]),
-        "cxs_utt_loader_next_timed": (c_int, [c_void_p, POINTER(POINTER(UttBatch)), c_uint32,
-                                              POINTER(Diag)]),
-        "cxs_utt_loader_cancel": (c_int, [c_void_p]),
-        "cxs_utt_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
-        "cxs_utt_loader_free": (None, [c_void_p]),
         "cxs_gpu_probe": (c_int, [ctypes.c_int32, POINTER(GpuProbeInfo)]),
         "cxs_gpu_loader_create": (c_int, [ds, c_void_p, POINTER(GpuOpts), c_uint64, c_uint64,
                                           POINTER(c_void_p), POINTER(Diag)]),
         "cxs_gpu_loader_next": (c_int, [c_void_p, c_void_p, POINTER(POINTER(GpuBatch))]),
         "cxs_gpu_loader_next_ex": (c_int, [c_void_p, c_void_p, POINTER(POINTER(GpuBatch)),
                                            POINTER(Diag)]),
-        "cxs_gpu_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
-        "cxs_gpu_loader_release": (c_int, [c_void_p, c_void_p, c_void_p]),
-        "cxs_gpu_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
-        "cxs_gpu_loader_error": (POINTER(Diag), [c_void_p]),
-        "cxs_gpu_loader_free": (None, [c_void_p]),
         "cxs_gpu_utt_loader_create": (c_int, [ds, c_void_p, POINTER(GpuUttOpts), c_uint64,
                                               c_uint64, POINTER(c_void_p), POINTER(Diag)]),
         "cxs_gpu_utt_loader_next": (c_int, [c_void_p, c_void_p, POINTER(POINTER(GpuUttBatch))]),
         "cxs_gpu_utt_loader_next_ex": (c_int, [c_void_p, c_void_p,
                                                POINTER(POINTER(GpuUttBatch)), POINTER(Diag)]),
-        "cxs_gpu_utt_loader_reset": (c_int, [c_void_p, c_uint64, c_uint64]),
-        "cxs_gpu_utt_loader_release": (c_int, [c_void_p, c_void_p, c_void_p]),
-        "cxs_gpu_utt_loader_describe": (None, [c_void_p, POINTER(GpuLoaderInfo)]),
-        "cxs_gpu_utt_loader_error": (POINTER(Diag), [c_void_p]),
-        "cxs_gpu_utt_loader_free": (None, [c_void_p]),
         "cxs_gpu_emu_stream_sync": (c_int, [c_void_p]),
         "cxs_gpu_emu_fault": (c_char_p, []),
         "cxs_gpu_emu_schedule": (c_char_p, []),
@@ -601,12 +561,33 @@ def _load():
         "cxs_import_kaldi": (c_int, [c_char_p, c_char_p, POINTER(WriterOpts), POINTER(KaldiOpts),
                                      PROGRESS_FN, c_void_p, POINTER(ImportInfo), POINTER(Diag)]),
     }
-    # every loader's place, set_epoch and seek (position.c), alike
+    # the calls every loader has alike (its batch type aside): reset, free,
+    # place, set_epoch and seek (position.c); the CPU ones' timed wait and
+    # cancel, the GPU ones' release, describe and error
     sig["cxs_position_start"] = (c_uint64, [POINTER(Position), c_uint64])
-    for k in ("loader", "utt_loader", "mix_loader", "mix_utt_loader"):
+    for k in ("loader", "utt_loader", "mix_loader", "mix_utt_loader", "gpu_loader",
+              "gpu_utt_loader"):
+        sig[f"cxs_{k}_reset"] = (c_int, [c_void_p, c_uint64, c_uint64])
+        sig[f"cxs_{k}_free"] = (None, [c_void_p])
         sig[f"cxs_{k}_position"] = (c_int, [c_void_p, POINTER(Position)])
         sig[f"cxs_{k}_set_epoch"] = (c_int, [c_void_p, c_uint64])
         sig[f"cxs_{k}_seek"] = (c_int, [c_void_p, POINTER(Position), POINTER(Diag)])
+    for k, batch in (("loader", Batch), ("utt_loader", UttBatch), ("mix_loader", MixFrames),
+                     ("mix_utt_loader", MixUtts)):
+        sig[f"cxs_{k}_next_timed"] = (c_int, [c_void_p, POINTER(POINTER(batch)), c_uint32,
+                                              POINTER(Diag)])
+        sig[f"cxs_{k}_cancel"] = (c_int, [c_void_p])
+    for k in ("gpu_loader", "gpu_utt_loader"):
+        sig[f"cxs_{k}_release"] = (c_int, [c_void_p, c_void_p, c_void_p])
+        sig[f"cxs_{k}_describe"] = (None, [c_void_p, POINTER(GpuLoaderInfo)])
+        sig[f"cxs_{k}_error"] = (POINTER(Diag), [c_void_p])
+    # what both mixtures (cxs_mix, cxs_mix_utt) answer alike
+    for m in ("mix", "mix_utt"):
+        sig[f"cxs_{m}_free"] = (None, [c_void_p])
+        sig[f"cxs_{m}_sources"] = (c_uint32, [c_void_p])
+        sig[f"cxs_{m}_share"] = (c_double, [c_void_p, c_uint32])
+        sig[f"cxs_{m}_quota"] = (c_uint64, [c_void_p, c_uint32])
+        sig[f"cxs_{m}_epoch_size"] = (c_uint64, [c_void_p])
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
         f.restype = res

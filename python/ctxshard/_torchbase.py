@@ -1,20 +1,20 @@
 """What the torch loaders share (ctxshard.torch re-exports their public
-names): tensors over the library's memory, devices, the wait for a C
-loader's batches, datasets reopened by path in DataLoader workers, and the
-defaults of labels and targets."""
+names): tensors over the library's memory, host batch buffers and who
+still uses them, devices, and datasets reopened by path in DataLoader
+workers.  What is not about tensors or devices (the C loaders' creation,
+batches and positions, the arguments that depend on the dataset) is
+ctxshard._loaders'."""
 import ctypes
-import errno
 import mmap
-import os
+import sys
 import warnings
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset as _TorchDataset
 
-from . import CtxshardError, Dataset, _Buffer, _args as _a, _native as _n, _raise
-from . import gpu as _gpu, utterances as _u
-from ._native import lib as _lib
+from . import CtxshardError, Dataset, _Buffer, _args as _a, _native as _n
+from . import gpu as _gpu
 
 
 class _ByPath(_TorchDataset):
@@ -65,7 +65,6 @@ class _ByPath(_TorchDataset):
         return self._len
 
 
-
 class _Pair(tuple):
     """(x, y) arrays of one batch buffer; hashable by identity."""
 
@@ -78,6 +77,82 @@ class _Pair(tuple):
         return super().__new__(cls, (x, y))
 
 
+class _Buffers:
+    """Host buffers a loader fills and hands out as tensors without a copy
+    (the frame Loader's (x, y) pairs, _Pair: x float32 of `shape`, y int64
+    [shape[0]] when `labels`), and when each may be filled again.  take()
+    gives a pair to fill: one that no tensor uses any more (its reference
+    count tells: every tensor sharing its storage keeps it alive), else a
+    new one, pinned (`pinned`) or in huge pages; so steady-state iteration
+    allocates nothing and never page-faults, while batches the caller
+    keeps stay intact.  A pair taken is the loader's until release().
+    (It refers to no loader: a loader that failed is freed at once, and
+    with it the dataset it holds.)
+
+    fence (pinned pairs: pin_memory, or the copying fallback of
+    device='cuda'): () -> an event recorded on the current CUDA stream.
+    Pinned pairs are read by copies the host does not wait for: x.to(dev,
+    non_blocking=True) returns at once and drops the last reference while
+    the copy is still queued.  Such a pair is taken again only after a
+    fence has completed: the one copied() recorded on the stream the
+    loader's copies of it went to, right after them (the caller may have
+    made another stream current since), or, for a pair the caller copied
+    itself, one recorded on the current stream when the pair is found
+    unreferenced."""
+
+    def __init__(self, shape, labels, pinned, fence=None):
+        self.shape, self.labels, self.pinned, self.fence = shape, labels, pinned, fence
+        self.pool, self._busy, self._fences, self._copied = [], set(), {}, {}
+
+    def _new(self):
+        if self.pinned:
+            x = torch.empty(self.shape, dtype=torch.float32, pin_memory=True).numpy()
+            y = torch.empty(self.shape[0], dtype=torch.int64, pin_memory=True).numpy()
+        else:
+            x = _anonymous(self.shape, np.float32)
+            y = np.empty(self.shape[0], dtype=np.int64)
+        return _Pair(x, y if self.labels else None)
+
+    def take(self):
+        free = [p for p in self.pool if p not in self._busy and sys.getrefcount(p[0]) <= 2
+                and (p[1] is None or sys.getrefcount(p[1]) <= 2)]  # (the pair's, the call's)
+        pair = None
+        if self.fence is None:
+            pair = free[0] if free else None
+        else:
+            for p in free:  # newly unreferenced: fenced after the copies that read it
+                if id(p) not in self._fences:
+                    ev = self._copied.pop(id(p), None)
+                    self._fences[id(p)] = (p, ev if ev is not None else self.fence())
+            for p, ev in self._fences.values():  # oldest first
+                if ev.query():
+                    pair = p
+                    break
+            if pair is None and len(self._fences) >= 4:
+                # enough buffers in flight: wait for the oldest copy rather
+                # than pin more memory
+                pair, ev = next(iter(self._fences.values()))
+                ev.synchronize()
+            if pair is not None:
+                del self._fences[id(pair)]
+        if pair is None:
+            pair = self._new()
+            self.pool.append(pair)
+        self._busy.add(pair)
+        return pair
+
+    def release(self, pair):
+        """The loader is done with pair (its batch handed out, or never
+        filled): reusable once no tensor over it is left."""
+        self._busy.discard(pair)
+
+    def copied(self, pair):
+        """The loader queued copies that read pair on the current stream:
+        their fence (pinned pairs; nothing otherwise)."""
+        if self.fence is not None:
+            self._copied[id(pair)] = self.fence()
+
+
 def _anonymous(shape, dtype):
     """A zeroed array in its own anonymous mapping, advised to use huge
     pages: a batch buffer is written all over by the workers, and 2 MiB
@@ -88,61 +163,6 @@ def _anonymous(shape, dtype):
     if size >= 2 << 20 and hasattr(mmap, "MADV_HUGEPAGE"):
         m.madvise(mmap.MADV_HUGEPAGE)
     return np.frombuffer(m, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
-
-
-def _labels_default(func, ds, labels):
-    """labels=None: whether the dataset has them; True on a features-only
-    dataset is an error that says so."""
-    labels = _a.optional_flag(func, "labels", labels)
-    if labels is None:
-        return ds.has_frame_labels
-    if labels and not ds.has_frame_labels:
-        if ds.has_label_seqs:
-            raise ValueError(f"{func}: labels=True, but {ds.path} has label sequences only, no "
-                             "per-frame labels: whole-utterance batches carry them as targets "
-                             "(UtteranceLoader, UtteranceDataset); or pass labels=False")
-        raise ValueError(f"{func}: labels=True, but {ds.path} has no labels (features only, "
-                         "like a test split): leave labels unset (the default: labels when "
-                         "the dataset has them) or pass labels=False")
-    return labels
-
-
-def _frame_labels(func, ds, labels):
-    """The frame Loader's labels: True unless labels=False was asked, so that
-    a call yields one shape, (x, y), whatever dataset it is given; a
-    dataset without frame labels then needs labels=False, said here."""
-    labels = _a.optional_flag(func, "labels", labels)
-    if labels is None and not ds.has_frame_labels:
-        what = ("label sequences only, no per-frame labels" if ds.has_label_seqs
-                else "no labels (features only, like a test split)")
-        raise ValueError(f"{func}: {ds.path} has {what}, and batches are (x, y) unless "
-                         "labels=False is asked: pass labels=False for batches of x alone")
-    return _labels_default(func, ds, True if labels is None else labels)
-
-
-def _targets_default(func, ds, targets):
-    """targets=None: whether the dataset has label sequences; True on one
-    without them is an error that says so."""
-    targets = _a.optional_flag(func, "targets", targets)
-    if targets is None:
-        return ds.has_label_seqs
-    if targets and not ds.has_label_seqs:
-        raise ValueError(f"{func}: targets=True, but {ds.path} has no label sequences (pack it "
-                         "with --transcripts sequence or both): leave targets unset or pass "
-                         "targets=False")
-    return targets
-
-
-def _mixture_or(cls, base, path, args, kw, positional, refusal, mixture):
-    """Loader([a, b, ...]) and UtteranceLoader([...]) (`base`): a list of
-    datasets makes the mixture's loader (mixture() its class), which takes
-    at most `positional` arguments by position after it (`refusal` says
-    which); anything else an instance of cls."""
-    if cls is base and isinstance(path, (list, tuple)):
-        if len(args) > positional:  # (the positions after those differ)
-            raise TypeError(refusal)
-        return mixture()(path, *args, **kw)
-    return object.__new__(cls)
 
 
 def _gpu_device(device, emulate):
@@ -159,12 +179,6 @@ def _budget_note(who, device, info):
     where = "gpu_emulate=True" if device is None else f"device={str(device)!r}"
     warnings.warn(f"ctxshard: {who}({where}): {info['mode']} mode; {info['reason']} "
                   "(gpu_budget= sets it)", UserWarning, stacklevel=4)
-
-
-def _pool_layout(reason):
-    """The GPU pool's layout in its reason (what comes before ';': segments
-    and rows), which fixes its block order: a resume must find it again."""
-    return reason.split(";")[0]
 
 
 def _device(func, device):
@@ -195,96 +209,6 @@ def _tensor(ptr, shape, dtype, owner, device):
     else:
         t = torch.as_tensor(_Buffer(owner, ptr, shape, typestr, cuda=True), device=device)
     return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
-
-
-def _opens_itself(func, path, **given):
-    """Options of opening (hugepage_budget, cache, cache_limit) apply when
-    the loader opens the dataset itself, from a path or URL: refused with
-    a Dataset, which was opened already."""
-    if isinstance(path, Dataset):
-        for k, v in given.items():
-            if v is not None:
-                raise ValueError(f"{func}: {k}= applies when the loader opens the dataset (a "
-                                 f"path or URL); open it with ctxshard.open(path, {k}=...)")
-
-
-def _streams(func, path, stream, block, needs, device, gpu_emulate):
-    """Whether a loader opening path itself streams it (Dataset(stream=)):
-    stream=None streams a URL read in block order on the host; True
-    insists (refused in any other order, or with a device)."""
-    if isinstance(path, Dataset):
-        return False
-    if stream is not None:
-        stream = _a.flag(func, "stream", stream)
-        if stream and not block:
-            raise ValueError(f"{func}: stream=True needs {needs} (the block order is what the "
-                             f"features are fetched in)")
-        if stream and (device is not None or gpu_emulate):
-            raise ValueError(f"{func}: stream=True serves host batches; the GPU loaders read a "
-                             f"whole dataset (leave stream unset)")
-        return stream
-    return bool(block and device is None and not gpu_emulate and
-                _lib.cxs_is_url(os.fsencode(path)))
-
-
-_WAIT_MS = 100  # the slices a slow batch is waited for in (see _batches)
-
-
-def _batches(next_fn, ptr, batch_type, what, timed=None):
-    """A C loader's batches (next_fn: cxs_loader_next_ex,
-    cxs_utt_loader_next_ex, or a mixture loader's next) until its epoch
-    ends, a failure raised with the diagnostic the library kept (file,
-    utterance, reason).  timed (cxs_loader_next_timed,
-    cxs_utt_loader_next_timed, cxs_mix_loader_next_timed,
-    cxs_mix_utt_loader_next_timed): a batch that is
-    slow to come (a streamed block behind a slow server) is waited for in
-    slices of _WAIT_MS, so that Ctrl-C raises KeyboardInterrupt between
-    them (Python runs its signal handlers only between the C calls); a
-    ready batch is one call, as with next_fn.  The caller's finally frees
-    the loader, which ends a stream's transfers."""
-    bp, diag = ctypes.POINTER(batch_type)(), _n.Diag()
-    while True:
-        if timed is None:
-            rc = next_fn(ptr, ctypes.byref(bp), ctypes.byref(diag))
-        else:
-            rc = timed(ptr, ctypes.byref(bp), _WAIT_MS, ctypes.byref(diag))
-            while rc == -errno.ETIMEDOUT:
-                rc = timed(ptr, ctypes.byref(bp), _WAIT_MS, ctypes.byref(diag))
-        if rc:
-            _raise(rc, diag, what=what)
-        if not bp:
-            return
-        yield bp.contents
-
-
-def _opened(create, what, *args):
-    """A C loader made by create(*args, &handle, &diag); a refusal raised
-    with the library's diagnostic."""
-    ptr, diag = ctypes.c_void_p(), _n.Diag()
-    rc = create(*args, ctypes.byref(ptr), ctypes.byref(diag))
-    if rc:
-        _raise(rc, diag, what=what)
-    return ptr
-
-
-def _served(loader, ptr, kind, batch_type, what, convert):
-    """What convert(batch) makes of each batch of C loader `ptr` (kind
-    "utt_loader", "mix_loader" ...: its calls cxs_<kind>_next_timed,
-    _position and _free), copied before the next is asked for, while
-    `loader` (the Python loader, or the sampler that holds its position)
-    stands where the C loader says, after each batch and after the pass
-    (utterances._follow).  The C loader is freed when the iteration ends,
-    however it ends."""
-    position = getattr(_lib, f"cxs_{kind}_position")
-    try:
-        timed = getattr(_lib, f"cxs_{kind}_next_timed")
-        for b in _batches(None, ptr, batch_type, what, timed):
-            out = convert(b)
-            _u._follow(loader, position, ptr, what)
-            yield out
-        _u._follow(loader, position, ptr, what)
-    finally:
-        getattr(_lib, f"cxs_{kind}_free")(ptr)
 
 
 def _ints(ptr, n, ctype=ctypes.c_int64):

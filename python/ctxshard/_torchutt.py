@@ -11,9 +11,9 @@ import torch
 from . import Dataset, _args as _a, _native as _n, _raise, normalization, warn_if_incomplete
 from . import gpu as _gpu, utterances as _u
 from ._native import lib as _lib
-from ._torchbase import (_ByPath, _budget_note, _device, _gpu_device, _ints, _labels_default,
-                         _mixture_or, _opened, _opens_itself, _padded, _served, _streams,
-                         _targets_default, _tensor)
+from ._loaders import (_labels_default, _mixture_or, _opened, _opens_itself, _served, _streams,
+                       _targets_default)
+from ._torchbase import _ByPath, _budget_note, _device, _gpu_device, _ints, _padded, _tensor
 from .utterances import PAD_LABEL
 
 
@@ -392,13 +392,13 @@ class UtteranceLoader:
                 out += [self._view(b.targets, (n, b.lmax), torch.int64, lease),
                         self._host_copy(b.host_target_lengths, n)]
             del lease
-            s._start = b.index + 1
+            _u._follow(s, _lib.cxs_gpu_utt_loader_position, self._gl.ptr, "GPU utterance loader")
             self.batch_info = {"utterances": np.ctypeslib.as_array(
                 ctypes.cast(b.utts, ctypes.POINTER(ctypes.c_uint64)), shape=(n,)).copy(),
                 "global": getattr(b, "global"), "index": b.index, "frames": b.frames}
             yield tuple(out)
             del out  # the generator keeps no batch the caller dropped
-        s.epoch, s._origin, s._start = epoch + 1, 0, 0
+        _u._follow(s, _lib.cxs_gpu_utt_loader_position, self._gl.ptr, "GPU utterance loader")
 
     def _gpu_fail(self, rc):
         from .gpu import _fail

@@ -3,13 +3,18 @@
 Mixture is the sampler (numpy only): which frames of which source each
 batch of an epoch holds, for any rank and epoch, as the C library's
 cxs_mix computes it.  The torch loader over it is ctxshard.torch.Loader
-given a list of datasets (MixtureLoader).  The rules (shares, quotas,
+given a list of datasets (MixtureLoader); what its loaders check and
+keep without torch (the sources' widths, labels and normalisation, the
+states' order checks) is here, at the end.  The rules (shares, quotas,
 passes, strata, ranks, resume) are the guide's "Mixtures of datasets"."""
 import ctypes
 
 import numpy as np
 
-from . import BLOCK, SEQUENTIAL, SHUFFLE, Dataset, _args as _a, _native as _n, _raise
+from . import (BLOCK, SEQUENTIAL, SHUFFLE, Dataset, _args as _a, _native as _n, _raise,
+               normalization)
+from . import utterances as _u
+from ._loaders import _opened
 from ._native import lib as _lib
 
 __all__ = ["Mixture", "UtteranceMixture"]
@@ -197,7 +202,6 @@ class Mixture(_Handle):
                                                                2**64 - 1)))
 
 
-
 class UtteranceMixture(_Handle):
     """Length-bucketed batches of whole utterances drawn from several
     datasets in fixed shares (the C library's cxs_mix_utt), as utterance
@@ -308,3 +312,256 @@ class UtteranceMixture(_Handle):
             _raise(rc, what="utterance mixture")
         return u[:n.value], s[:n.value], int(g.value), bool(r.value)
 
+
+def _known(f, init, given):
+    """A misspelt keyword is a TypeError, as for any function: a mixture
+    refuses the single loader's options it cannot serve, and only those."""
+    import inspect
+    names = inspect.signature(init).parameters
+    for k in given:
+        if k not in names:
+            raise TypeError(f"{f}() got an unexpected keyword argument {k!r}")
+
+
+def _same_width(f, datasets):
+    d0 = datasets[0]
+    for d in datasets:
+        if d.dim != d0.dim:
+            raise ValueError(f"{f}: {d.path} has {d.dim} features a frame and {d0.path} "
+                             f"{d0.dim}: the datasets of a mixture must have the same width "
+                             "(their stored dtypes may differ)")
+
+
+def _every(f, datasets, arg, want, has, what):
+    """labels= or targets= of a mixture (None, True, False): None serves
+    them when every source has them (the attribute `has`), True requires
+    that."""
+    want = _a.optional_flag(f, arg, want)
+    missing = [d.path for d in datasets if not getattr(d, has)]
+    if want and missing:
+        raise ValueError(f"{f}: {arg}=True, but {', '.join(missing)} has no {what}: "
+                         f"pass {arg}=False")
+    return not missing if want is None else want
+
+
+def _mix_norm(opts, stats, dim):
+    """opts.norm: the given (mean, var), when there is one set for all."""
+    if stats is not None:
+        mean, var = stats
+        dp = ctypes.POINTER(ctypes.c_double)
+        opts.norm = ctypes.pointer(_n.Norm(dim, mean.ctypes.data_as(dp), var.ctypes.data_as(dp)))
+
+
+def _mix_normalization(f, datasets, normalize):
+    """A mixture's normalisation: ("none" | "per-source" | "given", the
+    given (mean, var) float64 arrays or None)."""
+    if normalize is True or normalize is False or normalize is None:
+        if normalize:
+            for d in datasets:
+                if d.stats is None:
+                    raise ValueError(f"{f}: normalize=True normalises each dataset by its own "
+                                     f"statistics, and {d.path} has none: give one set "
+                                     "(normalize=train_ds)")
+        return ("per-source" if normalize else "none"), None
+    d0 = datasets[0]
+    _mode, st = normalization(f, d0, normalize)
+    return "given", st if st is not None else (
+        np.ascontiguousarray(d0.stats.mean, np.float64),
+        np.ascontiguousarray(d0.stats.var, np.float64))
+
+
+class _MixLoader:
+    """What the two mixture loaders share."""
+
+    @property
+    def quotas(self):
+        """Samples (utterances) of each dataset per epoch."""
+        return self.sampler.quotas
+
+    @property
+    def shares(self):
+        return self.sampler.shares
+
+    def _same_order(self, f, state, kind, what, keys):
+        """Refuse a state that is not this kind of mixture's (`what`: "a
+        mixture's") or whose `keys` are not this loader's: it would resume
+        into another order."""
+        if not isinstance(state, dict) or state.get("kind") != kind:
+            raise ValueError(f"{f}: the state is not {what} (kind="
+                             f"{state.get('kind') if isinstance(state, dict) else state!r})")
+        mine = self.state_dict()
+        for key in keys:
+            if state.get(key) != mine[key]:
+                raise ValueError(f"{f}: the state's {key} ({_a._show(state.get(key))}) is not "
+                                 f"this loader's ({_a._show(mine[key])}): it would resume into "
+                                 "another order")
+
+
+class _MixFrameOrder(_MixLoader):
+    """The frame mixture loader's order, place and state, without torch
+    (ctxshard.torch.MixtureLoader sets the attributes and serves the
+    batches): its mixture of the epoch in progress, length, set_epoch,
+    state as a dict, and its C loader (cxs_mix_loader) made."""
+
+    def _loader_check(self):
+        """Create (and free) one native loader now, so that what only the
+        library checks (vocabularies by symbol, statistics) fails here."""
+        ptr = self._create(self.sampler, 0, 0)
+        _lib.cxs_mix_loader_free(ptr)
+
+    def _mix_now(self):
+        if not self._origin:
+            return self.sampler
+        m = self._origin_mix
+        if m is None or m.origin != self._origin:
+            m = self._origin_mix = Mixture(self.datasets, origin=self._origin, **self._mix_args)
+        return m
+
+    def __len__(self):
+        return len(self._mix_now()) - self._start
+
+    def set_epoch(self, epoch):
+        """Serve `epoch` next, kept where the loader stands when it is
+        positioned in it (Loader.set_epoch's rule)."""
+        _u._set_epoch("Loader", self, epoch)
+
+    def _position(self):
+        """(epoch, global position) of the next batch, as state_dict()."""
+        g = self._origin + self._start * self.world_size
+        if self._epoch_done(g):
+            return self.epoch + 1, 0
+        return self.epoch, g
+
+    def state_dict(self):
+        """seed, epoch and global_position (global batches served by all
+        ranks together), with what fixes the order: the datasets (paths and
+        identities), shares, quotas, epoch_size, batch_size, shuffle and the
+        normalisation (none, per-source or given)."""
+        epoch, g = self._position()
+        m = self.sampler
+        return {"kind": "mixture", "seed": self.seed, "epoch": epoch, "global_position": g,
+                "unit": "batches", "batch_size": self.batch_size,
+                "sources": [d.path for d in self.datasets],
+                "identities": [d.identity for d in self.datasets],
+                "shares": list(m.shares), "quotas": list(m.quotas),
+                "epoch_size": m.epoch_size, "shuffle": m.shuffle, "drop_last": m.drop_last,
+                "memory": m.memory, "blocks": m.blocks, "normalization": self.normalization}
+
+    def _order_batches(self):
+        """The global batches of an epoch's order whatever the ranks (the
+        short last one cut with drop_last; a last round of fewer batches
+        than ranks is cut then too, which depends on the ranks)."""
+        E, B = self.sampler.epoch_size, self.batch_size
+        return E // B + (0 if self.drop_last else int(E % B != 0))
+
+    def _epoch_done(self, g):
+        N = self._order_batches()
+        return g >= N or (self.drop_last and N - g < self.world_size)
+
+    def load_state_dict(self, state):
+        f = "Loader.load_state_dict"
+        self._same_order(f, state, "mixture", "a mixture's",
+                         ("seed", "batch_size", "identities", "quotas", "epoch_size", "shuffle",
+                          "drop_last", "memory", "blocks"))
+        if state.get("normalization") != self.normalization:
+            raise ValueError(f"{f}: the state was normalised {state.get('normalization')!r}, "
+                             f"this loader {self.normalization!r}")
+        g = _a.integer(f, "global_position", state.get("global_position"), 0,
+                       self._order_batches())
+        epoch = _a.integer(f, "epoch", state.get("epoch"), 0, _u.MAX_EPOCH)
+        if self._epoch_done(g):  # (on these ranks, what is left of it is cut)
+            epoch, g = epoch + 1, 0
+        self.epoch, self._origin, self._start = epoch, g, 0
+
+    def _create(self, mix, epoch, start):
+        opts = _n.LoaderOpts(self.context, self.batch_size, self.threads or 0, 0,
+                             _n.GATHER_NORMALIZE if self.normalization != "none" else 0, 0,
+                             int(self.labels), 0)
+        _mix_norm(opts, self._norm_stats, self.datasets[0].dim)
+        return _opened(_lib.cxs_mix_loader_create, "mixture loader", mix._ptr,
+                       ctypes.byref(opts), epoch, start)
+
+
+class _MixUttOrder(_MixLoader):
+    """The utterance mixture loader's order, place and state, without
+    torch (ctxshard.torch.MixtureUtteranceLoader sets the attributes and
+    serves the batches), and its C loader (cxs_mix_utt_loader) made."""
+
+    def _mix_now(self):
+        m = self._mixes.get(self._origin)
+        if m is None:
+            if len(self._mixes) > 2:
+                self._mixes = {0: self.sampler}
+            m = self._mixes[self._origin] = UtteranceMixture(self.datasets, origin=self._origin,
+                                                             **self._mix_args)
+        return m
+
+    def global_batches(self, epoch=None):
+        """The batches of epoch's global order (default: the current one)."""
+        e = self.epoch if epoch is None else _a.integer(
+            "UtteranceLoader.global_batches", "epoch", epoch, 0, _u.MAX_EPOCH)
+        return self.sampler.lengths(e)[0]
+
+    def __len__(self):
+        return self._mix_now().lengths(self.epoch)[1] - self._start
+
+    def set_epoch(self, epoch):
+        """Serve `epoch` next, kept where the loader stands when it is
+        positioned in it (Loader.set_epoch's rule)."""
+        _u._set_epoch("UtteranceLoader", self, epoch)
+
+    def _position(self):
+        """(epoch, global position) of the next batch, as state_dict()."""
+        g = self._origin + self._start * self.world_size
+        total = self.global_batches(self.epoch)
+        if g >= total or (self.drop_last and total - g < self.world_size):
+            return self.epoch + 1, 0
+        return self.epoch, g
+
+    def state_dict(self):
+        """seed, epoch and global_position (global batches served by all
+        ranks together), with what fixes the order: the datasets (paths and
+        identities), shares, quotas, epoch_size, frame_budget, buckets,
+        max_batch, long_utterances, shuffle, memory and blocks, drop_last,
+        the epoch's global batches and the normalisation (none, per-source
+        or given)."""
+        epoch, g = self._position()
+        m = self.sampler
+        return {"kind": "utterance-mixture", "seed": self.seed, "epoch": epoch,
+                "global_position": g, "unit": "batches",
+                "global_batches": self.global_batches(epoch),
+                "sources": [d.path for d in self.datasets],
+                "identities": [d.identity for d in self.datasets],
+                "shares": list(m.shares), "quotas": list(m.quotas),
+                "epoch_size": m.epoch_size, "frame_budget": m.frame_budget,
+                "buckets": m.buckets, "max_batch": m.max_batch or 0,
+                "long_utterances": m.long_utterances, "stratify": m.stratify,
+                "shuffle": m.shuffle, "memory": m.memory, "blocks": m.blocks,
+                "drop_last": m.drop_last, "normalization": self.normalization,
+                "per_utterance": self.per_utterance}
+
+    _FIXED = ("seed", "identities", "quotas", "epoch_size", "frame_budget", "buckets",
+              "max_batch", "long_utterances", "stratify", "shuffle", "memory", "blocks",
+              "drop_last", "normalization", "per_utterance")
+
+    def load_state_dict(self, state):
+        f = "UtteranceLoader.load_state_dict"
+        self._same_order(f, state, "utterance-mixture", "an utterance mixture's", self._FIXED)
+        epoch = _a.integer(f, "epoch", state.get("epoch"), 0, _u.MAX_EPOCH)
+        total = self.global_batches(epoch)
+        if state.get("global_batches") != total:
+            raise ValueError(f"{f}: global_batches {state.get('global_batches')!r} is not the "
+                             f"{total} batches of epoch {epoch} here: another order")
+        g = _a.integer(f, "global_position", state.get("global_position"), 0, total)
+        if g >= total or (self.drop_last and total - g < self.world_size):
+            epoch, g = epoch + 1, 0  # (on these ranks, what is left of it is cut)
+        self.epoch, self._origin, self._start = epoch, g, 0
+
+    def _create(self, mix, epoch, start):
+        flags = (_n.GATHER_NORMALIZE if self.normalization != "none" else 0) | \
+            (_n.PAD_PER_UTTERANCE if self.per_utterance else 0)
+        opts = _n.UttLoaderOpts(self.threads or 0, 0, flags, int(self.labels), None, 0,
+                                int(self.targets))
+        _mix_norm(opts, self._norm_stats, self.datasets[0].dim)
+        return _opened(_lib.cxs_mix_utt_loader_create, "utterance mixture loader", mix._ptr,
+                       ctypes.byref(opts), epoch, start)

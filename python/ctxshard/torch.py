@@ -16,20 +16,19 @@ device='cuda' the batches are delivered into GPU memory by the library
 without a host copy, ordered on the current torch stream."""
 import collections.abc
 import ctypes
-import sys
 import warnings
 
 import numpy as np
 import torch
 from torch.utils.data._utils.collate import default_collate
 
-from . import (BLOCK, SEQUENTIAL, SHUFFLE, WEIGHTED, Dataset, Sampler, _args as _a,
-               _native as _n, _raise, memory_available, normalization, warn_if_incomplete)
+from . import (BLOCK, Dataset, Sampler, _args as _a, _native as _n, _raise, normalization,
+               warn_if_incomplete)
 from . import gpu as _gpu, utterances as _u
 from ._native import lib as _lib
-from ._torchbase import (_ByPath, _Pair, _anonymous, _batches, _budget_note, _device,
-                         _frame_labels, _gpu_device, _labels_default, _mixture_or, _opened,
-                         _opens_itself, _pool_layout, _streams, _tensor)
+from ._loaders import (_FrameOrder, _batches, _frame_labels, _labels_default, _mixture_or,
+                       _opened, _opens_itself, _pool_layout, _streams)
+from ._torchbase import _Buffers, _ByPath, _budget_note, _device, _gpu_device, _tensor
 
 __all__ = ["FrameDataset", "Loader", "collate"]
 
@@ -106,7 +105,7 @@ class FrameDataset(_ByPath):
         return _Batch(x, y) if y is not None else list(x)
 
 
-class Loader:
+class Loader(_FrameOrder):
     """Batches of (x, y) from ctxshard's native prefetching loader; of x
     alone with labels=False (a dataset without frame labels, like a test
     split, needs it: one shape per call, never x alone by surprise).
@@ -161,11 +160,6 @@ class Loader:
     cache_limit= are ctxshard.Dataset's (given a path or URL, not a
     Dataset)."""
 
-    # The block schedule's version, asked of the library (cxs_block_order): a
-    # state saved mid-epoch under another version would resume into another
-    # order.
-    BLOCK_ORDER = int(_lib.cxs_block_order())
-
     def __new__(cls, path=None, *args, **kw):
         return _mixture_or(cls, Loader, path, args, kw, 5,
                            "Loader([...]): a mixture takes context, batch_size, shuffle, seed "
@@ -212,33 +206,8 @@ class Loader:
         gpu_emulate = _a.flag(f, "gpu_emulate", gpu_emulate)
         prefetch = _a.flag(f, "prefetch", prefetch)
         device = _device(f, device)
-        if rank is not None or world_size is not None:
-            dist = torch.distributed
-            initialised = dist.is_available() and dist.is_initialized()
-            if world_size is None and not initialised:
-                raise ValueError(f"{f}: rank={_a._show(rank)} without world_size: give "
-                                 "world_size= too (the number of ranks), or initialise "
-                                 "torch.distributed, which tells both")
-            if world_size is not None:
-                world_size = _a.integer(f, "world_size", world_size, 1, 2**32 - 1)
-            if rank is not None:
-                hi = (world_size if world_size is not None else dist.get_world_size()) - 1
-                rank = _a.integer(f, "rank", rank, 0, hi, f"0..world_size-1 = 0..{hi}")
-        if shuffle == "block":
-            if weighted:
-                raise ValueError(f"{f}: shuffle=\"block\" and weighted sampling exclude each "
-                                 "other: choose one")
-            if memory is None:
-                raise ValueError(f"{f}: shuffle=\"block\" needs memory=, the page cache the "
-                                 "order may use (bytes, or a string like \"2G\"; "
-                                 "ctxshard.memory_available() says what is free here).  The "
-                                 "order depends on it: resume with the same value")
-            memory = _a.size(f, "memory", memory)
-            blocks = _a.optional_integer(f, "blocks", blocks, 1, 1024)
-        elif memory is not None or blocks is not None:
-            raise ValueError(f"{f}: memory= and blocks= apply to shuffle=\"block\" only")
-        kind = WEIGHTED if weighted else (BLOCK if shuffle == "block" else
-                                          SHUFFLE if shuffle else SEQUENTIAL)
+        self.rank, self.world_size = _u._dist_defaults(f, rank, world_size)
+        kind, memory, blocks = self._order_kind(f, shuffle, weighted, memory, blocks)
         _opens_itself(f, path, hugepage_budget=hugepage_budget, cache=cache,
                       cache_limit=cache_limit, stream=stream)
         stream = _streams(f, path, stream, kind == BLOCK, "shuffle=\"block\"", device,
@@ -260,13 +229,6 @@ class Loader:
         self.input_size = self.dataset.input_size(self.context)
         self._prefetch, self._warming = False, None
         self._start_prefetch(prefetch, kind, memory)
-        if rank is None or world_size is None:
-            dist = torch.distributed
-            if dist.is_available() and dist.is_initialized():
-                rank = dist.get_rank() if rank is None else rank
-                world_size = dist.get_world_size() if world_size is None else world_size
-        self.rank = 0 if rank is None else rank
-        self.world_size = 1 if world_size is None else world_size
         self.drop_last, self.seed = drop_last, seed
         self.sampler = Sampler(self.dataset, kind, self.seed, self.rank, self.world_size,
                                self.drop_last, num_samples, class_weights, memory, blocks)
@@ -277,7 +239,6 @@ class Loader:
         self.threads = _lib.cxs_default_threads() if threads is None else threads
         self.device = device
         self.epoch, self._start = 0, 0  # _start: this rank's position in _sampler_now()
-        self._pool, self._busy = [], set()
         # The GPU path: chosen here, the device loader created on first use
         # and kept across epochs (a resident upload happens once).
         self._gpu_opts, self._gl, self.gpu_info = None, None, None
@@ -315,248 +276,13 @@ class Loader:
             pin_memory = False
         self.pin_memory = pin_memory or (cuda and self._gpu_opts is None)
         # Pinned buffers are reused only after the copies that read them
-        # (see _buffers): the fence is an event on the current stream.
-        self._fence, self._fences, self._copied = None, {}, {}
+        # (_Buffers): the fence is an event on the current stream.
+        fence = None
         if self.pin_memory:
             fdev = self.device if cuda else None
-            self._fence = lambda: torch.cuda.current_stream(fdev).record_event()
-
-    def _start_prefetch(self, prefetch, kind, budget):
-        """prefetch: warm the dataset into the page cache in a background
-        thread when it fits in the memory available (a cold first epoch then
-        reads at the disk's sequential rate instead of one random fault per
-        window; a dataset already cached costs one mincore pass).  A full
-        shuffle over a dataset larger than that memory thrashes: say so once,
-        and name the block sampler.  The block sampler reads its blocks
-        ahead itself, within its budget: no warm-up there (it would fill the
-        page cache the budget is meant to spare)."""
-        mem = memory_available()["available"]
-        size = self.dataset.nbytes
-        if kind == BLOCK:
-            if budget > mem:
-                warnings.warn(
-                    f"ctxshard: shuffle=\"block\" with memory={budget} bytes "
-                    f"({budget / 2**30:.2f} GiB), more than the memory available "
-                    f"({mem / 2**30:.2f} GiB): blocks will be evicted before they are drained. "
-                    "Give a smaller memory=.", UserWarning, stacklevel=3)
-            return
-        if size > mem:
-            if kind == SHUFFLE:
-                warnings.warn(
-                    f"ctxshard: {self.dataset.path} ({size / 2**30:.2f} GiB) is larger than the "
-                    f"memory available ({mem / 2**30:.2f} GiB): a full shuffle reads it at "
-                    "random, one disk read per window, every epoch.  Use the block sampler, "
-                    "Loader(..., shuffle=\"block\", memory=...), which reads blocks of "
-                    "utterances sequentially within that budget.", UserWarning, stacklevel=3)
-            return
-        # started once the first batch is out (_kick_prefetch): a cached
-        # dataset's residency check would otherwise compete with it
-        self._prefetch = prefetch
-
-    def _kick_prefetch(self):
-        """The warm-up: the library's (Dataset.warm(background=True)), in
-        its own thread at the lowest priority, reading only what is not
-        cached yet."""
-        if self._prefetch:
-            self._prefetch = False
-            try:
-                self._warming = self.dataset.warm(background=True, skip_cached=True)
-            except Exception:  # noqa: BLE001 - no thread, a closed dataset: no warm-up
-                self._warming = None
-
-    def wait_prefetch(self):
-        """Wait until the background warm-up (prefetch=True) is done
-        (starting it now if no batch has been taken yet)."""
-        self._kick_prefetch()
-        if self._warming is not None:
-            try:
-                self._warming.wait()
-            except Exception:  # noqa: BLE001 - a failed warm-up only costs speed
-                pass
-
-    def __len__(self):
-        """Batches of this rank in the epoch in progress: a full epoch, or
-        after load_state_dict() what remains of it (counted from where it
-        resumes), as the next iteration yields them."""
-        n = len(self._sampler_now())
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-
-    def set_epoch(self, epoch):
-        """Serve `epoch` next: kept where the loader stands when it is
-        positioned in that epoch (state_dict()'s epoch: right after
-        load_state_dict() of a state in it, or a pass stopped mid-way);
-        any other epoch from its start.  After a complete pass of e the
-        loader stands at the start of e + 1 (set_epoch(e) then serves e
-        again).  docs/python.md, "Epochs and resume"."""
-        _u._set_epoch("Loader", self, epoch)
-
-    _KINDS = {SEQUENTIAL: "sequential", SHUFFLE: "shuffle", WEIGHTED: "weighted", BLOCK: "block"}
-
-    def _sampler_now(self):
-        """The sampler of the epoch in progress: self.sampler, or for an
-        epoch resumed at global position G one whose epochs start at G."""
-        if not self._origin:
-            return self.sampler
-        s = self._origin_sampler
-        if s is None or s.origin != self._origin:
-            m = self.sampler
-            s = self._origin_sampler = Sampler(
-                self.dataset, m.kind, m.seed, m.rank, m.world_size, m.drop_last, m.num_samples,
-                m._weights, m.memory, m.blocks if m.kind == BLOCK else None, self._origin)
-        return s
-
-    def _position(self):
-        return self._global_position()
-
-    def _global_position(self):
-        """(epoch, global position) of the next sample: every rank has
-        served origin + position * world_size samples of the global order
-        together (ranks step in lockstep, as with DistributedSampler)."""
-        g = self._origin + self._start * self.world_size
-        if g >= self.sampler.epoch_samples:  # the epoch is done (padding included)
-            return self.epoch + 1, 0
-        if self.drop_last and len(self._sampler_now()) - self._start < self.batch_size:
-            return self.epoch + 1, 0  # what is left is the dropped tail
-        return self.epoch, g
-
-    def state_dict(self):
-        """Where the run stands: seed, epoch and global_position (samples of
-        the epoch's global order served by all ranks together), with what
-        fixes that order (sampler, epoch_samples, and for the block sampler
-        memory, blocks and block_order, the version of its schedule), and,
-        for information, this rank's position,
-        rank, world_size, batch_size and context."""
-        epoch, g = self._global_position()
-        m = self.sampler
-        st = {"seed": self.seed, "epoch": epoch, "global_position": g,
-              "sampler": self._KINDS[m.kind], "epoch_samples": m.epoch_samples,
-              "position": self._start if epoch == self.epoch else 0, "rank": self.rank,
-              "world_size": self.world_size, "batch_size": self.batch_size,
-              "context": self.context}
-        if m.kind == BLOCK:
-            st["memory"], st["blocks"] = m.memory, m.blocks
-            st["block_order"] = self.BLOCK_ORDER
-        if self.gpu_mode == "pool" and self.gpu_info:  # its blocks are its segments
-            st["gpu_pool"] = _pool_layout(self.gpu_info["reason"])
-        return st
-
-    def load_state_dict(self, state):
-        """Continue where state_dict() was taken, on this loader's ranks and
-        threads: the same seed, sampler and (block) memory and blocks are
-        required, since they fix the order; world_size, threads and
-        batch_size may differ.  With ranks, every rank loads the same
-        state (any rank's, as long as all stood at the same position)."""
-        f = "Loader.load_state_dict"
-        if not isinstance(state, collections.abc.Mapping):
-            raise TypeError(f"{f}: state={_a._show(state)} is a {type(state).__name__}, "
-                            "expected the dict that Loader.state_dict() returned")
-        mine = self.state_dict()
-        # what identifies the order is required: a state stripped of it
-        # would load for any dataset and serve another order.  (A state
-        # saved before global positions has position, world_size and
-        # samples_per_epoch instead.)
-        legacy = "global_position" not in state and "samples_per_epoch" in state
-        need = ["seed", "epoch"] + (["position", "world_size", "samples_per_epoch"] if legacy
-                                    else ["global_position", "sampler", "epoch_samples"])
-        if mine["sampler"] == "block":
-            need += ["memory", "blocks"]
-        missing = [k for k in need if k not in state]
-        if missing:
-            raise ValueError(f"{f}: state lacks {', '.join(missing)}: expected the dict that "
-                             "Loader.state_dict() returned")
-        for key in ("seed", "sampler", "epoch_samples", "memory", "blocks"):
-            if key in state and state[key] != mine.get(key):
-                raise ValueError(f"{f}: {key} {state[key]!r} does not match this "
-                                 f"loader's {mine.get(key)!r}: the order would differ")
-        epoch = _a.integer(f, "state['epoch']", state["epoch"], 0, _u.MAX_EPOCH)
-        total = self.sampler.epoch_samples
-        if "global_position" in state:
-            g = _a.integer(f, "state['global_position']", state["global_position"], 0, total,
-                           f"0..epoch_samples = 0..{total}")
-        else:  # saved before global positions: all ranks at `position`
-            ws = _a.integer(f, "state['world_size']", state["world_size"], 1, 2**32 - 1)
-            m = self.sampler
-            ref = len(Sampler(self.dataset, m.kind, m.seed, 0, ws, m.drop_last, m.num_samples,
-                              m._weights, m.memory, m.blocks if m.kind == BLOCK else None))
-            if state["samples_per_epoch"] != ref:
-                raise ValueError(f"{f}: samples_per_epoch {state['samples_per_epoch']!r} does "
-                                 f"not match this loader's {ref} on {ws} ranks: the state is "
-                                 "of another dataset or order")
-            g = _a.integer(f, "state['position']", state["position"], 0, total) * ws
-            if g > total:
-                raise ValueError(f"{f}: state['position'] * state['world_size'] = {g} is past "
-                                 f"the epoch's {total} samples")
-        if g >= total and epoch == _u.MAX_EPOCH:
-            raise ValueError(f"{f}: state['epoch'] = {epoch} is complete, and the next epoch "
-                             f"is past the last one ({_u.MAX_EPOCH})")
-        if g >= self.sampler.epoch_samples:
-            epoch, g = epoch + 1, 0
-        saved = state.get("block_order", 1)  # states without it: the first schedule
-        if "block_order" in mine and g and saved != mine["block_order"]:
-            raise ValueError(f"load_state_dict: the state was saved mid-epoch with block order "
-                             f"{saved}, this ctxshard draws block order {mine['block_order']} "
-                             "(its schedule changed): resuming inside that epoch would repeat "
-                             "some frames and skip others.  Resume at the next epoch: "
-                             f"state['epoch'] = {epoch + 1}, state['global_position'] = 0")
-        self.epoch, self._origin, self._start = epoch, g, 0
-        # the GPU pool's block order depends on its layout: checked when the
-        # device loader is made (_iter_gpu)
-        self._want_pool = state.get("gpu_pool")
-
-    def _buffers(self):
-        """A (x, y) pair of arrays to fill.  Batches are handed out as tensors
-        over these arrays; an array comes back for reuse once no tensor uses
-        it any more (its reference count tells: every tensor sharing its
-        storage keeps it alive), so steady-state iteration allocates nothing
-        and never page-faults, while batches the caller keeps stay intact.
-
-        Pinned pairs (pin_memory, or the copying fallback of device='cuda')
-        are read by copies the host does not wait for: x.to(dev,
-        non_blocking=True) returns at once and drops the last reference
-        while the copy is still queued.  Such a pair goes back to the
-        workers only after a fence has completed: an event recorded on the
-        stream the loader's copies of it went to, right after them (the
-        caller may have made another stream current since), or, for a
-        pair the caller copied itself, on the current CUDA stream when the
-        pair is found unreferenced."""
-        free = [p for p in self._pool if p not in self._busy and sys.getrefcount(p[0]) <= 2
-                and (p[1] is None or sys.getrefcount(p[1]) <= 2)]  # (the pair's, the call's)
-        pair = None
-        if self._fence is None:
-            pair = free[0] if free else None
-        else:
-            for p in free:  # newly unreferenced: fenced after the copies that read it
-                if id(p) not in self._fences:
-                    # recorded on their stream when they were queued (the
-                    # current stream may be another by now); a pair the
-                    # caller copied itself, on the current stream now
-                    ev = self._copied.pop(id(p), None)
-                    self._fences[id(p)] = (p, ev if ev is not None else self._fence())
-            for key, (p, ev) in self._fences.items():  # oldest first
-                if ev.query():
-                    pair = p
-                    break
-            if pair is None and len(self._fences) >= 4:
-                # enough buffers in flight: wait for the oldest copy rather
-                # than pin more memory
-                pair, ev = next(iter(self._fences.values()))
-                ev.synchronize()
-            if pair is not None:
-                del self._fences[id(pair)]
-        if pair is not None:
-            self._busy.add(pair)
-            return pair
-        if self.pin_memory:
-            x = torch.empty((self.batch_size, self.input_size), dtype=torch.float32,
-                            pin_memory=True).numpy()
-            y = torch.empty(self.batch_size, dtype=torch.int64, pin_memory=True).numpy()
-        else:
-            x = _anonymous((self.batch_size, self.input_size), np.float32)
-            y = np.empty(self.batch_size, dtype=np.int64)
-        pair = _Pair(x, y if self.labels else None)
-        self._pool.append(pair)
-        self._busy.add(pair)
-        return pair
+            fence = lambda: torch.cuda.current_stream(fdev).record_event()  # noqa: E731
+        self._buffers = _Buffers((self.batch_size, self.input_size), self.labels,
+                                 self.pin_memory, fence)
 
     def _make_view(self, ptr, shape, dtype, lease):
         # a fresh tensor for every batch: it holds the batch (its lease),
@@ -625,7 +351,7 @@ class Loader:
                 break
             if emulated:  # the host reads the batch: after the device's work on it
                 _gpu.emulated_sync(None)
-            self._start = b.position + b.n
+            _u._follow(self, _lib.cxs_gpu_loader_position, self._gl._ptr, "GPU loader")
             # the batch is the caller's while any tensor over it exists
             lease = _gpu.Lease(self._gl.owner, _lib.cxs_gpu_loader_release, b.x, stream, held)
             self._held_note(held[0])
@@ -637,7 +363,7 @@ class Loader:
             else:
                 yield x, y
             del x, y  # the generator keeps no batch the caller dropped
-        self.epoch, self._start, self._origin = self.epoch + 1, 0, 0
+        _u._follow(self, _lib.cxs_gpu_loader_position, self._gl._ptr, "GPU loader")
 
     def close(self):
         """No more device batches from this Loader: the GPU loader's memory
@@ -673,7 +399,7 @@ class Loader:
         ring = _lib.cxs_loader_ring(ptr)  # the buffers that keep every worker busy
 
         def provide():
-            pair = self._buffers()
+            pair = self._buffers.take()
             rc = _lib.cxs_loader_provide(ptr, pair[0].ctypes.data,
                                          pair[1].ctypes.data if pair[1] is not None else None)
             if rc:
@@ -689,7 +415,7 @@ class Loader:
                 n = b.n
                 x = torch.from_numpy(pair[0])
                 y = torch.from_numpy(pair[1]) if pair[1] is not None else None
-                self._busy.discard(pair)  # reusable once x and y are gone
+                self._buffers.release(pair)  # reusable once x and y are gone
                 provide()
                 _u._follow(self, _lib.cxs_loader_position, ptr, "loader")
                 if n < self.batch_size:
@@ -698,8 +424,7 @@ class Loader:
                 if self.device is not None:
                     x = x.to(self.device, non_blocking=True)
                     y = y.to(self.device, non_blocking=True) if y is not None else None
-                    if self._fence is not None:  # the copies' stream: the pair's fence
-                        self._copied[id(pair)] = self._fence()
+                    self._buffers.copied(pair)
                 yield (x, y) if y is not None else x
                 # once the first batch is out: starting a thread waits for
                 # it to run, and its residency check competes with the
@@ -709,7 +434,7 @@ class Loader:
         finally:
             _lib.cxs_loader_free(ptr)  # joins the workers before the buffers go
             for pair in pending.values():
-                self._busy.discard(pair)
+                self._buffers.release(pair)
             pending.clear()
 
 

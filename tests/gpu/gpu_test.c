@@ -1817,6 +1817,227 @@ TEST(utt_refusals_name_the_option) {
 }
 END_TEST_
 
+/* The position after each batch of a GPU loader is (epoch, the batch's
+ * start + its units) while more follow and (epoch + 1, 0) once the last
+ * was handed out: checked against the next batch's own start, or against
+ * the end. */
+
+static void check_follows(const cxs_position *before, uint32_t kind, uint64_t epoch,
+                          uint64_t batch_position, int end) {
+    ck_assert_uint_eq(before->version, CXS_POSITION_VERSION);
+    ck_assert_uint_eq(before->kind, kind);
+    if (end) {
+        ck_assert_uint_eq(before->epoch, epoch + 1);
+        ck_assert_uint_eq(before->next, 0);
+    } else {
+        ck_assert_uint_eq(before->epoch, epoch);
+        ck_assert_uint_eq(before->next, batch_position);
+    }
+}
+
+/* A loader's next batch as walk_positions sees it: its start and units
+ * (n frames; an utterance loader's batch is 1), n 0 at the end. */
+typedef int (*next_start_fn)(void *l, uint64_t *start, uint64_t *n);
+typedef int (*position_fn)(const void *l, cxs_position *p);
+
+static int frames_next(void *l, uint64_t *start, uint64_t *n) {
+    const cxs_gpu_batch *b;
+    int rc = cxs_gpu_loader_next(l, stream, &b);
+    *start = b && !rc ? b->position : 0, *n = b && !rc ? b->n : 0;
+    return rc;
+}
+
+static int frames_position(const void *l, cxs_position *p) { return cxs_gpu_loader_position(l, p); }
+
+static int utts_next(void *l, uint64_t *start, uint64_t *n) {
+    const cxs_gpu_utt_batch *b;
+    int rc = cxs_gpu_utt_loader_next(l, stream, &b);
+    *start = b && !rc ? b->index : 0, *n = b && !rc ? 1 : 0;
+    return rc;
+}
+
+static int utts_position(const void *l, cxs_position *p) {
+    return cxs_gpu_utt_loader_position(l, p);
+}
+
+/* One pass of `epoch` from its start: the position before each batch is
+ * where the batch starts, and after the last the next epoch's start.
+ * Returns the units served. */
+static uint64_t walk_positions(void *l, next_start_fn next, position_fn pos, uint32_t kind,
+                               uint64_t epoch) {
+    cxs_position at;
+    uint64_t served = 0, start, n;
+    ck_assert_int_eq(pos(l, &at), 0);
+    for (;;) {
+        ck_assert_int_eq(next(l, &start, &n), 0);
+        check_follows(&at, kind, epoch, start, !n);
+        if (!n) return served;
+        served += n;
+        ck_assert_int_eq(pos(l, &at), 0);
+    }
+}
+
+TEST(gpu_loader_positions) {
+    /* every mode, with and without drop_last: the position asked after
+     * each batch is where the next one starts, (e + 1, 0) after the last */
+    cxs_dataset *ds = open_ds(path_f16);
+    cxs_info info;
+    cxs_dataset_info(ds, &info);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    const uint32_t modes[] = {CXS_GPU_STREAM, CXS_GPU_RESIDENT, CXS_GPU_POOL};
+    for (int m = 0; m < 3; m++) {
+        for (uint32_t drop = 0; drop < 2; drop++) {
+            cxs_gpu_opts o = base_opts(modes[m], 4, 100);
+            o.drop_last = drop;
+            if (modes[m] == CXS_GPU_POOL) o.budget_bytes = info.feature_bytes / 2 + (2u << 20);
+            const uint32_t kind = modes[m] == CXS_GPU_POOL ? CXS_POSITION_GPU_POOL
+                                                           : CXS_POSITION_FRAMES;
+            cxs_gpu_loader *l;
+            cxs_diag d;
+            ck_assert_msg(cxs_gpu_loader_create(ds, s, &o, 3, 0, &l, &d) == 0, "%s", d.message);
+            const uint64_t served = walk_positions(l, frames_next, frames_position, kind, 3);
+            ck_assert_uint_eq(served, drop ? info.num_frames / 100 * 100 : info.num_frames);
+            cxs_position at;
+            const cxs_gpu_batch *b;
+            /* after the whole pass: the start of 4; set_epoch(3) serves 3 again */
+            ck_assert_int_eq(cxs_gpu_loader_position(l, &at), 0);
+            check_follows(&at, kind, 3, 0, 1);
+            ck_assert_int_eq(cxs_gpu_loader_set_epoch(l, 3), 0);
+            ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+            ck_assert_uint_eq(b->position, 0);
+            /* mid-epoch set_epoch of that epoch keeps the place, another starts over */
+            ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+            ck_assert_int_eq(cxs_gpu_loader_set_epoch(l, 3), 0);
+            ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+            ck_assert_uint_eq(b->position, 200);
+            ck_assert_int_eq(cxs_gpu_loader_set_epoch(l, 6), 0);
+            ck_assert_int_eq(cxs_gpu_loader_position(l, &at), 0);
+            check_follows(&at, kind, 6, 0, 0);
+            /* the saved position refused for what it is not */
+            cxs_position bad = at;
+            bad.kind = kind == CXS_POSITION_GPU_POOL ? CXS_POSITION_FRAMES : CXS_POSITION_GPU_POOL;
+            ck_assert_int_eq(cxs_gpu_loader_seek(l, &bad, &d), CXS_E_INVALID);
+            ck_assert_msg(strstr(d.message, "another kind of loader"), "%s", d.message);
+            bad = at, bad.version = CXS_POSITION_VERSION + 1;
+            ck_assert_int_eq(cxs_gpu_loader_seek(l, &bad, &d), CXS_E_INVALID);
+            bad = at, bad.next = info.num_frames + 1;
+            ck_assert_int_eq(cxs_gpu_loader_seek(l, &bad, &d), CXS_E_INVALID);
+            ck_assert_msg(strstr(d.message, "past this rank's"), "%s", d.message);
+            /* a good one continues there */
+            bad = at, bad.next = 300;
+            ck_assert_int_eq(cxs_gpu_loader_seek(l, &bad, &d), 0);
+            ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+            ck_assert_uint_eq(b->position, 300);
+            cxs_gpu_loader_free(l);
+        }
+    }
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+TEST(gpu_and_cpu_loaders_continue_each_other) {
+    /* stream and resident serve the CPU loader's batches: a position of
+     * either seeks the other, which serves the sampler's next frames */
+    cxs_dataset *ds = open_ds(path_f32);
+    cxs_sampler *s = sampler(ds, CXS_SAMPLER_SHUFFLE, 0, 1);
+    cxs_loader_opts co;
+    cxs_loader_opts_init(&co);
+    co.k = 4, co.batch_size = 64, co.threads = 2, co.labels = 1;
+    cxs_loader *cl;
+    ck_assert_int_eq(cxs_loader_create_ex(ds, s, &co, 2, 0, &cl, NULL), 0);
+    const cxs_batch *cb;
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(cxs_loader_next(cl, &cb), 0);
+    cxs_position at;
+    ck_assert_int_eq(cxs_loader_position(cl, &at), 0);
+    ck_assert_uint_eq(at.next, 192);
+    const uint32_t modes[] = {CXS_GPU_STREAM, CXS_GPU_RESIDENT};
+    for (int m = 0; m < 2; m++) {
+        cxs_gpu_opts o = base_opts(modes[m], 4, 64);
+        cxs_gpu_loader *l;
+        cxs_diag d;
+        ck_assert_int_eq(cxs_gpu_loader_create(ds, s, &o, 0, 0, &l, NULL), 0);
+        ck_assert_msg(cxs_gpu_loader_seek(l, &at, &d) == 0, "%s", d.message);
+        const cxs_gpu_batch *b;
+        ck_assert_int_eq(cxs_gpu_loader_next(l, stream, &b), 0);
+        uint64_t f[64];
+        ck_assert_int_eq(cxs_sampler_get(s, 2, 192, 64, f), 0);
+        ck_assert(b->position == 192 && memcmp(f, b->frames, sizeof f) == 0);
+        cxs_position g;
+        ck_assert_int_eq(cxs_gpu_loader_position(l, &g), 0);
+        ck_assert_int_eq(cxs_loader_seek(cl, &g, &d), 0);
+        ck_assert_int_eq(cxs_loader_next(cl, &cb), 0);
+        ck_assert_uint_eq(cb->position, 256);
+        ck_assert_int_eq(cxs_loader_seek(cl, &at, &d), 0); /* for the next mode */
+        cxs_gpu_loader_free(l);
+    }
+    cxs_loader_free(cl);
+    cxs_sampler_free(s);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
+TEST(gpu_utt_loader_positions) {
+    /* this rank's batch after each one, (e + 1, 0) after the last, as the
+     * CPU utterance loader's, which the positions seek both ways */
+    cxs_dataset *ds = open_ds(path_seq32);
+    cxs_utt_sampler_opts so;
+    memset(&so, 0, sizeof so);
+    so.kind = CXS_UTT_SHUFFLE, so.seed = 3, so.frame_budget = 4000;
+    cxs_utt_sampler *us;
+    ck_assert_int_eq(cxs_utt_sampler_create(ds, &so, &us, NULL), 0);
+    uint64_t len;
+    ck_assert_int_eq(cxs_utt_sampler_length(us, 1, NULL, &len), 0);
+    ck_assert_uint_gt(len, 4);
+    cxs_gpu_utt_opts go;
+    memset(&go, 0, sizeof go);
+    go.device = device, go.labels = 1;
+    cxs_gpu_utt_loader *gl;
+    cxs_diag d;
+    ck_assert_msg(cxs_gpu_utt_loader_create(ds, us, &go, 1, 0, &gl, &d) == 0, "%s", d.message);
+    ck_assert_uint_eq(walk_positions(gl, utts_next, utts_position, CXS_POSITION_UTTERANCES, 1),
+                      len);
+    cxs_position at;
+    const cxs_gpu_utt_batch *b;
+    /* the CPU loader continues the GPU one's place, and the reverse */
+    cxs_utt_loader_opts co;
+    memset(&co, 0, sizeof co);
+    co.threads = 2, co.labels = 1;
+    cxs_utt_loader *cl;
+    ck_assert_int_eq(cxs_utt_loader_create_ex(ds, us, &co, 0, 0, &cl, NULL), 0);
+    ck_assert_int_eq(cxs_gpu_utt_loader_set_epoch(gl, 1), 0); /* served to its end: from 0 */
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &b), 0);
+    ck_assert_int_eq(cxs_gpu_utt_loader_position(gl, &at), 0);
+    check_follows(&at, CXS_POSITION_UTTERANCES, 1, 2, 0);
+    ck_assert_msg(cxs_utt_loader_seek(cl, &at, &d) == 0, "%s", d.message);
+    const cxs_utt_batch *cb;
+    ck_assert_int_eq(cxs_utt_loader_next(cl, &cb), 0);
+    ck_assert_uint_eq(cb->index, 2);
+    cxs_position c;
+    ck_assert_int_eq(cxs_utt_loader_position(cl, &c), 0);
+    ck_assert_int_eq(cxs_gpu_utt_loader_seek(gl, &c, &d), 0);
+    ck_assert_int_eq(cxs_gpu_utt_loader_next(gl, stream, &b), 0);
+    ck_assert_uint_eq(b->index, 3);
+    uint64_t *u = malloc(cxs_utt_sampler_max_batch(us) * 8), g;
+    uint32_t n;
+    ck_assert_int_eq(cxs_utt_sampler_batch(us, 1, 3, u, cxs_utt_sampler_max_batch(us), &n, &g), 0);
+    ck_assert(n == b->n && memcmp(u, b->utts, n * 8) == 0);
+    free(u);
+    /* refusals: another kind, past the rank's batches */
+    c.kind = CXS_POSITION_FRAMES;
+    ck_assert_int_eq(cxs_gpu_utt_loader_seek(gl, &c, &d), CXS_E_INVALID);
+    ck_assert_msg(strstr(d.message, "GPU utterance loader: the position is of another kind"),
+                  "%s", d.message);
+    c.kind = CXS_POSITION_UTTERANCES, c.next = len + 1;
+    ck_assert_int_eq(cxs_gpu_utt_loader_seek(gl, &c, &d), CXS_E_INVALID);
+    ck_assert_msg(strstr(d.message, "past this rank's"), "%s", d.message);
+    cxs_utt_loader_free(cl);
+    cxs_gpu_utt_loader_free(gl);
+    cxs_utt_sampler_free(us);
+    cxs_dataset_close(ds);
+}
+END_TEST_
+
 int main(int argc, char **argv) {
     if (argc != 4) return 2;
     snprintf(golden, sizeof golden, "%s", argv[3]);
@@ -1883,6 +2104,8 @@ int main(int argc, char **argv) {
         pool_segments_smaller_than_a_batch,
         mode_selection, device_probe, resident_upload_of_a_truncated_shard,
         pool_meets_a_truncated_shard, utterance_loader_meets_a_truncated_shard,
+        gpu_loader_positions, gpu_and_cpu_loaders_continue_each_other,
+        gpu_utt_loader_positions,
 #ifdef CXS_HAVE_CUDA
         no_leaked_device_memory,
 #endif

@@ -5,6 +5,7 @@ it) and with a stand-in for a CUDA stream that runs copies late:
 - a pinned batch buffer goes back to the workers only after the copy that
   reads it has run (the copying fallback of device='cuda', and the user's
   own x.to(dev, non_blocking=True) with pin_memory=True);
+- a Loader dropped is freed at once, with the dataset it holds;
 - a device batch outlives its loader object, and close() with batches
   outstanding leaves them valid; the memory goes with the last of them;
 - a device batch stays valid while anything refers to it (a list, an
@@ -107,7 +108,7 @@ class PinnedBuffersWaitForTheirCopies(unittest.TestCase):
         for lag in (0, 1, 2, 4, 9):
             L = cxt.Loader(PATH, 3, 64, seed=2, threads=2)
             late = LateStream(lag)
-            L._fence = late.record  # what a CUDA stream's record_event() is
+            L._buffers.fence = late.record  # what a CUDA stream's record_event() is
             want, idx = [], []
             for x, y in L:
                 want.append((x.numpy().copy(), y.numpy().copy()))
@@ -121,7 +122,23 @@ class PinnedBuffersWaitForTheirCopies(unittest.TestCase):
                              "refilled before their copy ran")
             self.assertGreater(len(want), 20)
             # pinned memory stays bounded: a few buffers in flight, not one a batch
-            self.assertLessEqual(len(L._pool), L.threads + 2 + 6)
+            self.assertLessEqual(len(L._buffers.pool), L.threads + 2 + 6)
+
+    def test_a_dropped_loader_is_freed_at_once(self):
+        # Its buffers refer to no loader: the Loader (and the dataset it
+        # holds open, which a streamed URL's other readers wait for) goes
+        # with its last reference, not at a later garbage collection.
+        gc.disable()
+        try:
+            L = cxt.Loader(PATH, 3, 64, seed=2, threads=2)
+            for n, _ in enumerate(L):
+                if n == 2:
+                    break
+            gone = weakref.ref(L)
+            del L, _
+            self.assertIsNone(gone(), "the Loader outlived its last reference (a cycle)")
+        finally:
+            gc.enable()
 
 
 class CopyingFallbackOnTwoStreams(unittest.TestCase):

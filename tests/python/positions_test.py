@@ -6,7 +6,10 @@ UtteranceLoader and both mixtures, resumes into exactly the batches an
 uninterrupted pass served after that point.  A pass stopped right after
 the last batch that drop_last keeps stands at the next epoch (the C
 loader's decision).  A mixture loader with an explicit CPU device
-('cpu:0') serves its batches (it used to fail on a fence it never had).
+('cpu:0') serves its batches (it used to fail on a fence it never had).  The
+GPU loaders on the emulated device report after every batch the states
+of their CPU twins (cxs_gpu_*_position), and pool mode resumes from its
+own.
 
 Every frame's first feature is its identity (utterance * 1000 + row), as
 in resume_test.py, whose maker this test uses.
@@ -117,6 +120,51 @@ class Positions(unittest.TestCase):
         ref = [ids(b) for b in cxt.MixtureLoader([A, B], 0, 50, seed=5)]
         got = [ids(b) for b in cxt.MixtureLoader([A, B], 0, 50, seed=5, device="cpu:0")]
         self.assertEqual(got, ref)
+
+    def states_follow(self, make, **device):
+        """After every batch (and after the pass) a device loader on the
+        emulated GPU reports the state its CPU twin reports after the same
+        batch: both are the C loaders' positions (cxs_gpu_*_position and
+        cxs_*_position), which continue each other."""
+        cpu, gpu = make(), make(**device)
+        for L in (cpu, gpu):
+            L.set_epoch(1)
+        states = [[], []]
+        for k, L in enumerate((cpu, gpu)):
+            for b in L:
+                states[k].append((ids(b), L.state_dict()))
+            states[k].append(((), L.state_dict()))
+        self.assertGreater(len(states[0]), 3)
+        self.assertEqual(states[1], states[0])
+        return states[0]
+
+    def test_gpu_loaders_report_the_cpu_loaders_states(self):
+        for mode in ("stream", "resident"):
+            for drop in (False, True):
+                got = self.states_follow(lambda **kw: cxt.Loader(A, 0, 64, seed=3,
+                                                                  drop_last=drop, **kw),
+                                         gpu_emulate=True, gpu_mode=mode)
+                # the last batch kept: the next epoch's start, before the pass ends
+                self.assertEqual((got[-2][1]["epoch"], got[-2][1]["global_position"]), (2, 0))
+        got = self.states_follow(lambda **kw: cxt.UtteranceLoader(A, 300, seed=4, **kw),
+                                 gpu_emulate=True)
+        self.assertEqual((got[-2][1]["epoch"], got[-2][1]["global_position"]), (2, 0))
+
+    def test_gpu_pool_resumes_from_its_state(self):
+        mk = lambda: cxt.Loader(A, 0, 64, seed=3, gpu_emulate=True, gpu_mode="pool",  # noqa: E731
+                                gpu_budget=1 << 20)
+        ref = epoch_of(mk(), 1)
+        L = mk()
+        L.set_epoch(1)
+        for i, _ in enumerate(L):
+            if i == 4:
+                break
+        st = L.state_dict()
+        self.assertEqual((st["epoch"], st["global_position"]), (1, 5 * 64))
+        R = mk()
+        R.load_state_dict(st)
+        R.set_epoch(1)
+        self.assertEqual([ids(b) for b in R], ref[5:])
 
 
 if __name__ == "__main__":
