@@ -83,6 +83,7 @@ typedef struct cxs_readahead {
     uint32_t first_filled; /* pages: first batches filled */
     int warming;          /* pages: the helper is warming the dataset (atomic) */
     int held;             /* blocks of a streamed dataset: read blocks are held */
+    uint64_t wanted;      /* held: blocks below this were asked of the fetch-ahead */
     cxs_block *pend;      /* under *mu: blocks whose holds the helper is to let go */
     size_t npend, cpend;
 } cxs_readahead;

@@ -87,6 +87,8 @@ int cxs_stream_shard(cxs_stream *st, uint32_t s, const char *name, uint64_t off,
 void cxs_stream_free(cxs_stream *st);
 /* Feature bytes this process downloaded. */
 uint64_t cxs_stream_fetched(const cxs_stream *st);
+/* The cache's limit (0: none). */
+uint64_t cxs_stream_limit(const cxs_stream *st);
 
 /* One reader's hold on blocks (a loader's helper thread): its own lock
  * descriptors, so that its locks are its own. */

@@ -139,6 +139,8 @@ uint64_t cxs_stream_fetched(const cxs_stream *st) {
     return st ? atomic_load(&((cxs_stream *)st)->fetched) : 0;
 }
 
+uint64_t cxs_stream_limit(const cxs_stream *st) { return st->limit; }
+
 /* ---- a user ---------------------------------------------------------------- */
 
 int cxs_stream_user_new(cxs_stream *st, cxs_stream_user **out) {

@@ -273,10 +273,12 @@ class Streaming(unittest.TestCase):
         from an empty cache smaller than the dataset while a loader that
         does nothing but wait takes its batches.  From nginx on 127.0.0.1
         (answers in under a millisecond): the loader waits 50 ms or more
-        with no request in flight at no more than 1 in 4 of the gaps
-        between requests (before: at all of them, one request every 100 ms;
-        after, on a quiet machine, at none or a few in a hundred: the bound
-        leaves room for a loaded test machine).
+        with no request in flight at no more than 1 in 50 of the gaps
+        between requests (the next blocks are fetched ahead while one is
+        served; before, a block's fetch began when the one before was done,
+        and the loader waited that long at 3 to 9 of about 110 gaps, at a
+        load of 8; after, at 0 or 1 of about 125; the bound leaves room for
+        a loaded test machine).
         From nginx sending each answer at 4 MB/s (a request lasts tens of
         milliseconds, longer than the log's millisecond): requests
         overlap (before: one at a time)."""
@@ -302,10 +304,9 @@ class Streaming(unittest.TestCase):
                     for a, b in reqs[1:]:
                         gaps.append(sum(max(0.0, min(a, y) - max(end, x)) for x, y in waits))
                         end = max(end, b)
-                    # (a few such waits remain on a loaded machine: a block's fetch
-                    # starts when the one before is done, at the helper's turn on a CPU)
+                    # (one may remain on a loaded machine: the fetch-ahead's turn on a CPU)
                     long = sum(1 for g in gaps if g >= 0.050)
-                    self.assertLessEqual(long, len(gaps) // 4, f"the loader waited 50 ms or "
+                    self.assertLessEqual(long, len(gaps) // 50, f"the loader waited 50 ms or "
                                          f"more with no request in flight {long} times in "
                                          f"{len(gaps)}; the longest (s): {sorted(gaps)[-5:]}")
                 else:
