@@ -772,6 +772,7 @@ static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_giv
     cxs_origin *o = malloc(sizeof *o);
     if (!o) return cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
     int rc = cxs_origin_parse(url, o, d);
+    if (!rc) o->conns = cxs_http_conns_new(FETCH_THREADS); /* (NULL: a connection a request) */
     char root[4096];
     uint64_t limit = 0;
     cxs_sink man = {.fd = -1, .cap = MANIFEST_CAP};
@@ -933,6 +934,7 @@ out:
     }
     free(sizes);
     free(man.buf);
+    cxs_http_conns_free(o->conns);
     free(o);
     return rc;
 }

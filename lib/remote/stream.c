@@ -51,6 +51,7 @@
 #define BLOCK_BITS 28 /* sum blocks a shard may have: 2^28 (16 TiB of 64 KiB blocks) */
 #define PIECE (8u << 20) /* bytes of one range request */
 #define PIECES_AT_ONCE 4u
+#define CONNS_KEPT 16u /* a loader's helper, its fetch-ahead and workers: 4 requests each */
 
 typedef struct sshard {
     char name[64];
@@ -67,6 +68,7 @@ struct cxs_stream {
     uint32_t n;
     sshard *sh;
     _Atomic uint64_t fetched;
+    struct cxs_http_conns *conns; /* every user's requests' connections, kept */
 };
 
 struct cxs_stream_user {
@@ -91,6 +93,7 @@ int cxs_stream_new(const char *url, const cxs_fetch *f, uint32_t n, cxs_stream *
     st->limit = f->limit;
     st->n = n;
     atomic_init(&st->fetched, 0);
+    st->conns = cxs_http_conns_new(CONNS_KEPT); /* (NULL: a connection a request) */
     *out = st;
     return 0;
 }
@@ -131,6 +134,7 @@ void cxs_stream_free(cxs_stream *st) {
     if (!st) return;
     for (uint32_t s = 0; s < st->n; s++)
         if (st->sh[s].have) munmap((void *)st->sh[s].have, (size_t)st->sh[s].nsum);
+    cxs_http_conns_free(st->conns);
     free(st->sh);
     free(st);
 }
@@ -155,6 +159,7 @@ int cxs_stream_user_new(cxs_stream *st, cxs_stream_user **out) {
     }
     atomic_init(&u->cancel, 0);
     cxs_origin_track(&u->o, NULL, &u->cancel);
+    u->o.conns = st->conns;
     *out = u;
     return 0;
 }

@@ -317,6 +317,21 @@ class Streaming(unittest.TestCase):
         finally:
             slow.stop()
 
+    def test_requests_reuse_their_connections(self):
+        """The range requests of a streamed open and epoch go over a few
+        kept connections (keep-alive), not a connection each: nginx's
+        $connection numbers in its log are far fewer than the requests
+        (before: one connection a request)."""
+        since = len(self.ng.connections())
+        rem = Loader(self.ng.url("s"), 3, 100, cache=self.cache("conns"), cache_limit=5 << 20,
+                     **KW)
+        for _ in rem:
+            pass
+        got = [c for p, c in self.ng.connections()[since:] if p.startswith("/s/")]
+        self.assertGreater(len(got), 50)
+        self.assertLessEqual(len(set(got)), len(got) // 4, f"{len(set(got))} connections for "
+                             f"{len(got)} requests")
+
     def test_a_limit_below_what_a_round_holds_is_refused_with_the_numbers(self):
         rem = Loader(self.ng.url("s"), 3, 100, cache=self.cache("tiny"), cache_limit="2M",
                      **KW)
