@@ -193,7 +193,11 @@ uint64_t cxs_src_ahead_room(const cxs_src *src, uint64_t held) {
         const cxs_bsum_entry *e = cxs_blocksums_find(&ds->shards[s].bs, CXS_SEC_FEATURES);
         meta += ds->shards[s].size - (e ? e->sec->length : 0) + 2 * CXS_PAGE;
     }
-    return limit > meta + held ? limit - meta - held : 0;
+    /* a quarter of what is left: the rest keeps blocks a later round or
+     * epoch may read again (a tight cache full of blocks fetched ahead
+     * has none: at a half, two epochs through a cache of half the dataset
+     * fetched 2.0 times its features, against 1.8 before the fetch-ahead) */
+    return limit > meta + held ? (limit - meta - held) / 4 : 0;
 }
 
 void cxs_src_evict(cxs_src *src, uint32_t s, uint64_t off, uint64_t len) {

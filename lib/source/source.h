@@ -112,9 +112,9 @@ void cxs_src_want(cxs_src *src, uint32_t s, uint64_t off, uint64_t len);
  * that moved to another position or epoch). */
 void cxs_src_unwant(cxs_src *src);
 /* Streamed: the bytes of features a fetch ahead may keep in the cache
- * beside `held` bytes its caller holds, under the cache's limit (its
- * metadata, and a page per shard file, counted): UINT64_MAX without a
- * limit; 0 when nothing more fits.  Not streamed: 0. */
+ * beside `held` bytes its caller holds: a quarter of what the cache's limit
+ * leaves beside them (its metadata, and a page per shard file, counted),
+ * UINT64_MAX without a limit; 0 when nothing more fits.  Not streamed: 0. */
 uint64_t cxs_src_ahead_room(const cxs_src *src, uint64_t held);
 /* Let bytes [off, off+len) of shard s go: out of the page cache
  * (cxs_range_drop) and, streamed, out of the cache entry when the cache
