@@ -61,6 +61,7 @@ typedef struct sshard {
     uint64_t nsum;
     _Atomic uint8_t *have; /* the shared map of NAME.have (nsum bytes), or NULL */
     _Atomic uint32_t *used; /* this process's: when each block was last held (clock) */
+    _Atomic uint64_t from;  /* this process's: blocks below this were there when looked at */
 } sshard;
 
 struct cxs_stream {
@@ -106,6 +107,7 @@ int cxs_stream_shard(cxs_stream *st, uint32_t s, const char *name, uint64_t off,
     sshard *h = &st->sh[s];
     snprintf(h->name, sizeof h->name, "%s", name);
     h->off = off, h->len = len, h->shift = shift, h->sums = sums, h->nsum = nsum;
+    atomic_init(&h->from, 0);
     if (nsum >> BLOCK_BITS)
         return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: shard %s has %llu block sums, more than "
                          "streaming locks (2^%d): open it without streaming", st->url, name,
@@ -263,6 +265,36 @@ static uint64_t block_disk(const sshard *h, uint64_t j) {
     return (block_bytes(h, j) + CXS_PAGE - 1) & ~(uint64_t)(CXS_PAGE - 1);
 }
 
+/* Whether the entry was made a complete copy (promote): then it is never
+ * evicted block by block, for a process may have it open whole. */
+static int promoted(const cxs_stream *st) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/complete", st->dir);
+    return access(p, F_OK) == 0;
+}
+
+/* After a fetch: when every block of every shard is there, the entry is
+ * a complete copy (cache.c's `complete`: a later open of the URL, whole or
+ * streamed, opens it as it is and fetches nothing).  Its metadata was
+ * checked by the streamed open and each block against its sum as it came,
+ * what a whole fetch's verification checks.  Each shard is looked at from
+ * the first block not there when last looked (sshard.from; an eviction
+ * moves it back), so that an epoch's fetches look at each block about
+ * once. */
+static void promote(cxs_stream *st) {
+    for (uint32_t s = 0; s < st->n; s++) {
+        sshard *h = &st->sh[s];
+        uint64_t j = atomic_load(&h->from);
+        while (j < h->nsum && atomic_load(&h->have[j])) j++;
+        atomic_store(&h->from, j);
+        if (j < h->nsum) return;
+    }
+    char p[4200];
+    snprintf(p, sizeof p, "%s/complete", st->dir);
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+}
+
 /* Take sum block j of shard s for eviction when no reader holds it: its
  * use lock exclusive (taken without waiting: never under a reader), its
  * have byte cleared.  1 taken (the lock held until punch()). */
@@ -275,6 +307,8 @@ static int take(cxs_stream_user *u, uint32_t s, uint64_t j) {
         return 0;
     }
     atomic_store(&h->have[j], 0);
+    for (uint64_t f = atomic_load(&h->from); f > j && !atomic_compare_exchange_weak(&h->from, &f, j);) {
+    }
     return 1;
 }
 
@@ -288,6 +322,9 @@ static uint64_t punch(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1, 
         snprintf(p, sizeof p, "%s/%s", u->st->dir, h->name);
         *ffd = open(p, O_RDWR | O_CLOEXEC);
     }
+    char c[4200]; /* (made by a promote that raced the take: no longer so) */
+    snprintf(c, sizeof c, "%s/complete", u->st->dir);
+    unlink(c);
     /* (to the last page's end: past FEATURES is its padding, never data) */
     const uint64_t a = h->off + (j0 << h->shift);
     const uint64_t e = h->off + ((j1 - 1) << h->shift) + block_disk(h, j1 - 1);
@@ -302,6 +339,7 @@ static uint64_t punch(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1, 
 static uint64_t evict_run(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
     int ffd = -1;
     uint64_t freed = 0;
+    if (promoted(u->st)) return 0;
     for (uint64_t j = j0; j < j1; j++) {
         uint64_t k = j;
         while (k < j1 && take(u, s, k)) k++;
@@ -339,6 +377,7 @@ static int by_place(const void *a, const void *b) {
 static uint64_t evict_lru(cxs_stream_user *u, uint64_t want) {
     cxs_stream *st = u->st;
     cxs_diag ignored;
+    if (promoted(st)) return 0;
     size_t n = 0, cap = 0;
     lru *v = NULL;
     for (uint32_t s = 0; s < st->n; s++) {
@@ -568,6 +607,7 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
             rc = cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
         for (uint32_t i = 0; !rc && i < np; i++)
             for (uint64_t j = pcs[i].j0; j < pcs[i].j1; j++) atomic_store(&h->have[j], 1);
+        if (!rc) promote(st);
         if (rc) /* (the pieces that landed: not kept, as a failed piece's) */
             for (uint32_t i = 0; i < np; i++)
                 fallocate(fj.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,

@@ -194,8 +194,9 @@ class Streaming(unittest.TestCase):
 
     def test_block_epochs_are_exact_and_each_byte_comes_once(self):
         """Epoch 0 fetches every feature byte once, epoch 1 none (the cache
-        holds them), a new loader on the cache none either; every batch
-        equals the local dataset's."""
+        holds them), a new loader on the cache none either (the entry, every
+        block of it there, is a complete copy now); every batch equals the
+        local dataset's."""
         before = len(self.ng.requests())
         cache = self.cache("exact")
         loc = Loader(self.a, 3, 100, **KW)
@@ -216,7 +217,7 @@ class Streaming(unittest.TestCase):
             self.assertEqual(rem.dataset.bytes_fetched - f0, fetched, epoch)
         self.assertEqual(self.shard_bytes_served(before, "s"), once_bytes(self.a))
         rem2 = Loader(self.ng.url("s"), 3, 100, cache=cache, **KW)
-        self.assertTrue(rem2.dataset.streamed)
+        self.assertFalse(rem2.dataset.streamed)  # every block came: a complete copy
         for (xa, ya), (xb, yb) in zip(Loader(self.a, 3, 100, **KW), rem2):
             self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
         self.assertEqual(rem2.dataset.bytes_fetched, 0)
@@ -339,6 +340,30 @@ class Streaming(unittest.TestCase):
         self.assertGreater(len(got), 50)
         self.assertLessEqual(len(set(got)), len(got) // 4, f"{len(set(got))} connections for "
                              f"{len(got)} requests")
+
+    def test_a_cache_entry_that_comes_to_hold_every_block_is_a_complete_copy(self):
+        """A streamed epoch through a cache that holds the dataset leaves a
+        complete copy: a later open of the URL, whole (not streamed), opens
+        it as it is, downloading no shard again (nginx's log), and serves
+        what the local dataset does (before: the streamed entry was
+        downloaded whole again)."""
+        cache = self.cache("promote")
+        rem = Loader(self.ng.url("s"), 3, 100, cache=cache, **KW)
+        for _ in rem:
+            pass
+        self.assertEqual(rem.dataset.bytes_fetched, feature_bytes(self.a))
+        del rem
+        import gc
+        gc.collect()
+        self.assertEqual([e["complete"] for e in ctxshard.cache_entries(cache)], [True])
+        since = len(self.ng.requests())
+        whole = ctxshard.open(self.ng.url("s"), cache=cache)
+        self.assertFalse(whole.streamed)
+        self.assertEqual([p for p, _, _ in self.ng.requests()[since:]], ["/s/manifest.cxs"])
+        loc = Loader(self.a, 3, 100, shuffle=True, seed=3)
+        for (xa, ya), (xb, yb) in zip(loc, Loader(whole, 3, 100, shuffle=True, seed=3)):
+            self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+        whole.close()
 
     def test_a_limit_below_what_a_round_holds_is_refused_with_the_numbers(self):
         rem = Loader(self.ng.url("s"), 3, 100, cache=self.cache("tiny"), cache_limit="2M",
