@@ -21,6 +21,9 @@ typedef struct cxs_fetch {
     uint64_t dataset_bytes; /* the dataset's files, all of them */
     int streamed;           /* 1: only the metadata is here (stream.c): the
                                features come as the block loader reads them */
+    int offline;            /* 1: the server could not be reached: the cached
+                               copy of the URL opened as it is (not checked
+                               against the server's manifest) */
     char root[4096];        /* the cache directory */
     char key[40];           /* the entry's name in it */
     uint64_t limit;         /* the cache's budget (0: none) */

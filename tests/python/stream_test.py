@@ -365,6 +365,53 @@ class Streaming(unittest.TestCase):
             self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
         whole.close()
 
+    def test_a_cached_copy_opens_by_its_url_while_the_server_is_down(self):
+        """Start nginx, open (a streamed epoch: a complete copy in one
+        cache, the metadata and some blocks in another), stop nginx, open
+        again by the URL: the cached copy opens as it is, with a warning
+        that it was not checked against the server's manifest, and serves
+        what the local dataset does; a cache without a copy refuses,
+        naming the URL and the failure (before: every open asked the server
+        for the manifest first, and failed)."""
+        import warnings
+        ng = R.Nginx(self.www)
+        url = ng.url("s")
+        try:
+            for name, limit in (("offline", None), ("offline-small", 5 << 20)):
+                for _ in Loader(url, 3, 100, cache=self.cache(name), cache_limit=limit, **KW):
+                    pass
+        finally:
+            ng.stop()
+        retries = os.environ.get("CTXSHARD_HTTP_RETRIES")
+        os.environ["CTXSHARD_HTTP_RETRIES"] = "0"
+        try:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                ds = ctxshard.open(url, cache=self.cache("offline"))
+                part = ctxshard.open(url, cache=self.cache("offline-small"), stream=True)
+            self.assertEqual(len(w), 2, [str(x.message) for x in w])
+            self.assertIn(url + ": the server cannot be reached: opened the cache's copy as it "
+                          "is, not checked against the server's manifest", str(w[0].message))
+            self.assertFalse(ds.streamed)
+            self.assertTrue(part.streamed)
+            part.close()
+            loc = Loader(self.a, 3, 100, shuffle=True, seed=3)
+            for (xa, ya), (xb, yb) in zip(loc, Loader(ds, 3, 100, shuffle=True, seed=3)):
+                self.assertTrue(torch.equal(xa, xb) and torch.equal(ya, yb))
+            ds.close()
+            with self.assertRaises(OSError) as cm:  # streamed, not complete: not whole
+                ctxshard.open(url, cache=self.cache("offline-small"))
+            self.assertIn("holds no copy of " + url, str(cm.exception))
+            with self.assertRaises(OSError) as cm:
+                ctxshard.open(url, cache=self.cache("offline-none"))
+            self.assertIn(url + "/manifest.cxs: ", str(cm.exception))
+            self.assertIn("holds no copy of " + url, str(cm.exception))
+        finally:
+            if retries is None:
+                del os.environ["CTXSHARD_HTTP_RETRIES"]
+            else:
+                os.environ["CTXSHARD_HTTP_RETRIES"] = retries
+
     def test_a_limit_below_what_a_round_holds_is_refused_with_the_numbers(self):
         rem = Loader(self.ng.url("s"), 3, 100, cache=self.cache("tiny"), cache_limit="2M",
                      **KW)
