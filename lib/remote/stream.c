@@ -527,9 +527,18 @@ static int fetch_piece(void *ctx, uint32_t i, cxs_diag *d) {
     return rc;
 }
 
+/* Let go of u's holds of [j0, j1): the use locks of the blocks no longer
+ * held, a run of neighbours at a time (one fcntl a run, not one a block). */
 static void unhold(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
-    for (uint64_t j = j0; j < j1; j++)
-        if (u->ref[s][j] && !--u->ref[s][j]) lk(u->fd, F_UNLCK, lock_at(s, USE, j), 1, 0);
+    uint64_t run = j1; /* the first of a run of blocks let go; j1: none */
+    for (uint64_t j = j0; j <= j1; j++) {
+        const int gone = j < j1 && u->ref[s][j] && !--u->ref[s][j];
+        if (gone && run == j1) run = j;
+        if (!gone && run != j1) {
+            lk(u->fd, F_UNLCK, lock_at(s, USE, run), j - run, 0);
+            run = j1;
+        }
+    }
 }
 
 /* Cut the longest pieces in two until there are PIECES_AT_ONCE of them
@@ -631,17 +640,18 @@ int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
     if (j0 == j1) return 0;
     int rc = lock_fd(u, s, d);
     if (rc) return rc;
-    /* hold them: no eviction from here on */
+    /* hold them: no eviction from here on; the range's use locks in one
+     * fcntl (a shared lock this description holds already on some of them
+     * stays as it is), not one a block */
     const uint32_t now = atomic_fetch_add_explicit(&st->clock, 1, memory_order_relaxed) + 1;
+    int fresh = 0;
     for (uint64_t j = j0; j < j1; j++) {
         atomic_store_explicit(&h->used[j], now, memory_order_relaxed);
-        if (u->ref[s][j]++) continue;
-        if ((rc = lk(u->fd, F_RDLCK, lock_at(s, USE, j), 1, 1))) {
-            u->ref[s][j]--;
-            unhold(u, s, j0, j);
-            return cxs_diagf(d, rc, "%s/stream.locks: %s", st->dir, strerror(-rc));
-        }
+        fresh |= !u->ref[s][j];
     }
+    if (fresh && (rc = lk(u->fd, F_RDLCK, lock_at(s, USE, j0), j1 - j0, 1)))
+        return cxs_diagf(d, rc, "%s/stream.locks: %s", st->dir, strerror(-rc));
+    for (uint64_t j = j0; j < j1; j++) u->ref[s][j]++;
     for (int again = 1; again && !rc;) {
         again = 0;
         rc = fetch_missing(u, s, j0, j1, stop, &again, d);
