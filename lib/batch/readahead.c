@@ -233,6 +233,11 @@ static void want_ahead(cxs_readahead *ra, uint64_t lo, uint64_t hi) {
     /* (one block more: the next round's first, read while the oldest goes) */
     uint64_t room = cxs_src_ahead_room(&ra->src, win + P->blk[hi < n ? hi : n - 1].len);
     if (room > win) room = win;
+    /* a cache with less room than a quarter window beside it: nothing past
+     * the window (what it fetched ahead would take the room of blocks a
+     * later round reads again: two epochs through 5 MB of a 9.3 MB
+     * dataset fetched up to 2.06 times its features, 1.8 without) */
+    if (room < win / 4) room = 0;
     uint64_t j = ra->wanted > lo ? ra->wanted : lo;
     for (; j < n; j++) {
         if (j > hi && lead + P->blk[j].len > room) break;

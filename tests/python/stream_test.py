@@ -289,7 +289,7 @@ class Streaming(unittest.TestCase):
         slow = R.Nginx(self.www, limit_rate="4m")
         try:
             for ng, name in ((self.ng, "pace"), (slow, "pace-slow")):
-                rem = Loader(ng.url("s"), 3, 100, cache=self.cache(name), cache_limit=5 << 20,
+                rem = Loader(ng.url("s"), 3, 100, cache=self.cache(name), cache_limit=8 << 20,
                              **KW)
                 since = len(ng.timings())
                 t0 = time.time()
