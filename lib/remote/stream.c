@@ -660,13 +660,12 @@ int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
     return rc;
 }
 
-void cxs_stream_drop(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi) {
+/* cxs_stream_drop of sum blocks [j0, j1) of shard s. */
+static void drop_blocks(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
     cxs_stream *st = u->st;
     sshard *h = &st->sh[s];
-    uint64_t j0, j1;
-    blocks_of(h, lo, hi, &j0, &j1);
     cxs_diag ignored;
-    if (j0 == j1 || !st->limit || lock_fd(u, s, &ignored)) return;
+    if (j0 >= j1 || !st->limit || lock_fd(u, s, &ignored)) return;
     /* done with for the epoch: the first to go when room is made (a use
      * stamp older than any) */
     for (uint64_t j = j0; j < j1; j++)
@@ -674,10 +673,21 @@ void cxs_stream_drop(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi) {
     if (cxs_cache_total(st->root) > st->limit) evict_run(u, s, j0, j1);
 }
 
-void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi, int drop) {
+void cxs_stream_drop(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi) {
     uint64_t j0, j1;
     blocks_of(&u->st->sh[s], lo, hi, &j0, &j1);
+    drop_blocks(u, s, j0, j1);
+}
+
+void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi, int drop) {
+    const sshard *h = &u->st->sh[s];
+    uint64_t j0, j1;
+    blocks_of(h, lo, hi, &j0, &j1);
     if (j0 == j1 || !u->ref[s]) return;
     unhold(u, s, j0, j1);
-    if (drop) cxs_stream_drop(u, s, lo, hi);
+    /* a sum block the range covers in part is shared with the next range
+     * (or the one before): maybe fetched ahead for it, not done with */
+    if (drop && lo > h->off + (j0 << h->shift)) j0++;
+    if (drop && hi < h->off + h->len && hi < h->off + (j1 << h->shift)) j1--;
+    if (drop) drop_blocks(u, s, j0, j1);
 }
