@@ -72,7 +72,11 @@ int open_dataset(const char *path, const cxs_open_opts *opts, cxs_dataset **ds) 
         progress_done(&p);
         if (rc) return open_failed(path, rc, &d);
         g_was_fetched = 1;
-        if (!g_fetched.cached && isatty(STDERR_FILENO)) {
+        if (g_fetched.offline)
+            warnx_("%s: the server cannot be reached: opened the cache's copy as it is, not "
+                   "checked against the server's manifest (a dataset packed again there is not "
+                   "noticed)", path);
+        else if (!g_fetched.cached && isatty(STDERR_FILENO)) {
             char a[32];
             fprintf(stderr, "%s: downloaded and verified %s in %.1f s\n", path,
                     human_bytes((double)g_fetched.bytes_fetched, a, sizeof a), g_fetched.seconds);

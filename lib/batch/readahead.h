@@ -85,6 +85,7 @@ typedef struct cxs_readahead {
     int held;             /* blocks of a streamed dataset: read blocks are held */
     int keep;             /* blocks: the plan's blocks all fit the memory budget,
                              read blocks stay in the page cache (drop_block) */
+    uint64_t wanted;      /* held: blocks below this were asked of the fetch-ahead */
     cxs_block *pend;      /* under *mu: blocks whose holds the helper is to let go */
     size_t npend, cpend;
 } cxs_readahead;

@@ -270,23 +270,13 @@ typedef struct uworker {
     cxs_src_batch held;  /* the batch's ranges it holds */
 } uworker;
 
-/* A streamed dataset (CXS_OPEN_STREAM), block mode: a helper thread
- * fetches the groups' ranges as the first batch of each group asks for
- * the next group (where a local dataset's pages are advised), so that the
- * workers, who hold their batch's bytes while they copy them
- * (cxs_src_batch_hold fetches what is still missing), mostly find them
- * there; the consumer evicts a group's blocks once it is past it (when
- * the cache is over its limit). */
-typedef struct ustream {
-    pthread_t th;
-    int running, stop;       /* stop: under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    cxs_utt_range *q;        /* ranges to fetch, q[head .. n) */
-    uint64_t head, n, cap;
-    cxs_src fetch;           /* the helper's */
-} ustream;
-
+/* A streamed dataset (CXS_OPEN_STREAM), block mode: the block source's
+ * fetch-ahead (cxs_src_want of the consumer's source) fetches the groups'
+ * ranges as the first batch of each group asks for the next group (where
+ * a local dataset's pages are advised), so that the workers, who hold
+ * their batch's bytes while they copy them (cxs_src_batch_hold fetches
+ * what is still missing), mostly find them there; the consumer evicts a
+ * group's blocks once it is past it (when the cache is over its limit). */
 struct cxs_utt_loader {
     const cxs_dataset *ds;
     const cxs_utt_sampler *sampler;
@@ -298,76 +288,12 @@ struct cxs_utt_loader {
     cxs_utt_plan *plan; /* the epoch's, under ring.mu */
     uint64_t advised;   /* block mode: the last group asked for, UINT64_MAX: none */
     uint64_t dropped;   /* block mode, the consumer's: groups below this were let go */
-    cxs_src src;        /* block mode, the consumer's: to let a group's blocks go */
+    cxs_src src;        /* block mode, the consumer's: to let a group's blocks go,
+                           and to ask for the next group's (from the workers) */
     cxs_ring ring;
     uslot *slots; /* o.ring of them, beside ring.slot */
     uworker *w;   /* in the loader so that a forked child frees what they held */
-    ustream *st;  /* a streamed dataset's helper, else NULL */
 };
-
-/* ---- a streamed dataset -------------------------------------------------- */
-
-static void *ustream_main(void *arg) {
-    cxs_utt_loader *l = arg;
-    ustream *st = l->st;
-    pthread_mutex_lock(&st->mu);
-    while (!st->stop) {
-        if (st->head == st->n) {
-            pthread_cond_wait(&st->cv, &st->mu);
-            continue;
-        }
-        cxs_utt_range r = st->q[st->head++];
-        pthread_mutex_unlock(&st->mu);
-        cxs_diag d;
-        /* fetched, not held: a failure here is met again, and said, by the
-         * worker that needs the bytes */
-        if (!cxs_src_hold(&st->fetch, r.shard, r.off, r.off + r.len, &st->stop, &d))
-            cxs_src_release(&st->fetch, r.shard, r.off, r.off + r.len, 0);
-        pthread_mutex_lock(&st->mu);
-    }
-    pthread_mutex_unlock(&st->mu);
-    return NULL;
-}
-
-static int ustream_start(cxs_utt_loader *l) {
-    ustream *st = l->st;
-    pthread_mutex_init(&st->mu, NULL);
-    pthread_cond_init(&st->cv, NULL);
-    st->stop = 0, st->head = st->n = 0;
-    cxs_src_cancel(&st->fetch, 0);
-    if (pthread_create(&st->th, NULL, ustream_main, l)) return -EAGAIN;
-    st->running = 1;
-    return 0;
-}
-
-static void ustream_stop(cxs_utt_loader *l) {
-    ustream *st = l->st;
-    if (!st || !st->running) return;
-    pthread_mutex_lock(&st->mu);
-    __atomic_store_n(&st->stop, 1, __ATOMIC_RELAXED); /* (acquire reads it unlocked) */
-    pthread_cond_broadcast(&st->cv);
-    pthread_mutex_unlock(&st->mu);
-    cxs_src_cancel(&st->fetch, 1); /* a transfer in flight ends now */
-    pthread_join(st->th, NULL);
-    st->running = 0;
-}
-
-/* A worker: the ranges of a group to fetch ahead, to the helper. */
-static void ustream_ask(cxs_utt_loader *l, const cxs_utt_range *r, uint64_t n) {
-    ustream *st = l->st;
-    pthread_mutex_lock(&st->mu);
-    if (st->head == st->n) st->head = st->n = 0;
-    if (st->n + n > st->cap) {
-        uint64_t cap = (st->n + n) * 2;
-        cxs_utt_range *q = realloc(st->q, cap * sizeof *q);
-        if (!q) n = 0; /* (then not fetched ahead: the workers fetch it) */
-        else st->q = q, st->cap = cap;
-    }
-    memcpy(st->q + st->n, r, n * sizeof *r);
-    st->n += n;
-    pthread_cond_broadcast(&st->cv);
-    pthread_mutex_unlock(&st->mu);
-}
 
 /* Under the lock: the batch's utterances are copied now, since a reset
  * may drop the plan as soon as the lock is released. */
@@ -407,11 +333,6 @@ static int ufill(void *owner, uint32_t w, uint32_t i, uint64_t b, uint64_t gen) 
     const cxs_dataset *ds = l->ds;
     const uint64_t n = wk->n;
     (void)b, (void)gen;
-    if (wk->adv && l->st) { /* streamed: fetched ahead by the helper */
-        ustream_ask(l, wk->adv, wk->nadv);
-        free(wk->adv);
-        wk->adv = NULL;
-    }
     if (wk->adv) {
         for (uint64_t j = 0; j < wk->nadv; j++)
             cxs_src_want(&l->src, wk->adv[j].shard, wk->adv[j].off, wk->adv[j].len);
@@ -459,8 +380,8 @@ static void uworker_init(void *owner, uint32_t w) {
  * end at a cancel. */
 static void ucancel(void *owner, int on) {
     cxs_utt_loader *l = owner;
-    if (!l->st) return;
-    cxs_src_cancel(&l->st->fetch, on);
+    if (!cxs_src_streamed(l->ds)) return;
+    cxs_src_cancel(&l->src, on);
     for (uint32_t t = 0; l->w && t < l->o.threads; t++) cxs_src_cancel(&l->w[t].src, on);
 }
 
@@ -471,13 +392,7 @@ void cxs_utt_loader_free(cxs_utt_loader *l) {
     if (!l) return;
     const int forked = cxs_ring_forked(&l->ring);
     if (!forked) cxs_ring_stop(&l->ring); /* a forked child has none to join */
-    if (!forked) ustream_stop(l);
     cxs_ring_destroy(&l->ring);
-    if (l->st) {
-        cxs_src_destroy(&l->st->fetch, forked);
-        free(l->st->q);
-        free(l->st);
-    }
     for (uint32_t t = 0; l->w && t < l->o.threads; t++) {
         cxs_src_destroy(&l->w[t].src, forked);
         cxs_src_batch_free(&l->w[t].held);
@@ -612,7 +527,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     l->slots = calloc(l->o.ring, sizeof *l->slots);
     l->w = calloc(l->o.threads, sizeof *l->w);
     if (!rc && !(l->slots && l->w)) rc = -ENOMEM;
-    if (!rc) rc = cxs_src_init(&l->src, ds, CXS_SRC_FDS);
+    if (!rc) rc = cxs_src_init(&l->src, ds, CXS_SRC_FDS | CXS_SRC_AHEAD);
     for (uint32_t t = 0; !rc && t < l->o.threads; t++) rc = cxs_src_init(&l->w[t].src, ds, 0);
     if (!rc && l->max_frames > SIZE_MAX / sizeof(float) / (ds->meta.dim ? ds->meta.dim : 1))
         rc = -ENOMEM;
@@ -638,12 +553,6 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
     if (!rc && cxs_src_streamed(ds) && (!l->plan->ngroups || l->o.readahead == CXS_READAHEAD_OFF))
         rc = cxs_streamed_refuse(ds, "an utterance loader not in block mode (memory_bytes) or "
                                  "with readahead off", diag);
-    if (!rc && cxs_src_streamed(ds)) { /* the helper (ustream) */
-        if (!(l->st = calloc(1, sizeof *l->st)) || cxs_src_init(&l->st->fetch, ds, 0))
-            rc = -ENOMEM;
-        if (!rc) rc = ustream_start(l);
-        if (rc) cxs_diagf(diag, rc, "utterance loader: %s", cxs_strerror(rc));
-    }
     if (!rc && l->plan->ngroups && l->o.readahead != CXS_READAHEAD_OFF) {
         cxs_features_random(ds); /* block mode reads each group ahead (shardfd.h) */
     }
@@ -660,12 +569,7 @@ int cxs_utt_loader_create_ex(const cxs_dataset *ds, const cxs_utt_sampler *sampl
 /* The first call in a forked child: fresh locks and workers, at the
  * consumer's position (drop_held: at the start). */
 static int respawn(cxs_utt_loader *l, int drop_held) {
-    cxs_src_after_fork(&l->src);
-    if (l->st) { /* the parent's helper is not the child's */
-        cxs_src_after_fork(&l->st->fetch);
-        l->st->running = 0;
-        if (ustream_start(l)) return -EAGAIN;
-    }
+    cxs_src_after_fork(&l->src); /* (and its fetch-ahead: the parent's is not the child's) */
     cxs_ring_after_fork(&l->ring, drop_held);
     int rc = cxs_ring_start(&l->ring);
     if (!rc) cxs_ring_adopt(&l->ring);

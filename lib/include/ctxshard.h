@@ -401,7 +401,14 @@ typedef struct cxs_fetch_info {
     uint32_t cached;        /**< 1: a verified copy was in the cache already */
     uint32_t streamed;      /**< 1: open to stream (CXS_OPEN_STREAM): the
                                  metadata alone was fetched */
-    uint64_t reserved[CXS_INFO_RESERVED]; /**< zero */
+    uint32_t offline;       /**< 1: the server could not be reached (after the
+                                 retries): the cache's copy of the URL was
+                                 opened as it is, complete, or streamed with
+                                 its metadata; the manifest was not compared
+                                 with the server's (a dataset packed again at
+                                 the URL is not noticed) */
+    uint32_t pad_;          /**< zero */
+    uint64_t reserved[CXS_INFO_RESERVED - 1]; /**< zero */
 } cxs_fetch_info;
 
 /**

@@ -826,6 +826,7 @@ static int open_url(const char *url, const cxs_open_opts *opts, cxs_progress_fn 
         info->bytes_fetched = f->bytes_fetched;
         info->cached = !f->fresh;
         info->streamed = (uint32_t)f->streamed;
+        info->offline = (uint32_t)f->offline;
         info->seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
     free(f);

@@ -765,6 +765,51 @@ out:
     return rc;
 }
 
+/* The server cannot be reached (why: its failure, in d): the cache's copy
+ * of url, the entry of its URL (KEY's first half) used last that is
+ * complete, or, to stream, that has the metadata; opened as it is, its lock
+ * shared, and said so (f->offline).  Without one, the refusal names the URL
+ * and the failure. */
+static int open_offline(const cxs_origin *o, const char *url, const char *root, uint64_t limit,
+                        int stream, cxs_fetch *f, cxs_diag *d) {
+    char why[sizeof d->message];
+    snprintf(why, sizeof why, "%s", d->message);
+    char prefix[20];
+    snprintf(prefix, sizeof prefix, "%016llx-",
+             (unsigned long long)XXH3_64bits(o->base, strlen(o->base)));
+    victim *v;
+    size_t n;
+    int rc = list_entries(root, NULL, &v, &n);
+    for (size_t i = n; !rc && i-- > 0;) { /* (most recently used last) */
+        if (strncmp(v[i].key, prefix, 17)) continue;
+        char dir[4200], p[4400];
+        snprintf(dir, sizeof dir, "%s/%s", root, v[i].key);
+        if ((f->lock_fd = open_lock(root, v[i].key)) < 0) continue;
+        snprintf(p, sizeof p, "%s/complete", dir);
+        int complete = !lock_wait(f->lock_fd, LOCK_SH) && exists(p);
+        snprintf(p, sizeof p, "%s/streamed", dir);
+        if ((complete || (stream && exists(p))) &&
+            (size_t)snprintf(f->local, sizeof f->local, "%s", dir) < sizeof f->local) {
+            snprintf(f->root, sizeof f->root, "%s", root);
+            snprintf(f->key, sizeof f->key, "%s", v[i].key);
+            f->limit = limit;
+            f->streamed = !complete;
+            f->offline = 1;
+            f->dataset_bytes = v[i].bytes;
+            snprintf(p, sizeof p, "%s/used", dir);
+            touch(p);
+            free(v);
+            return 0;
+        }
+        close(f->lock_fd);
+        f->lock_fd = -1;
+    }
+    if (!rc) free(v);
+    return cxs_diagf(d, -EIO, "%s (and the cache %s holds no copy of %s to open instead: "
+                     "%s)", why, root, url,
+                     stream ? "none complete or streamed with its metadata" : "none complete");
+}
+
 static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_given, int stream,
                       cxs_progress_fn progress, void *user, cxs_fetch *f, cxs_diag *d) {
     memset(f, 0, sizeof *f);
@@ -772,14 +817,20 @@ static int fetch_impl(const char *url, const char *cache_dir, uint64_t limit_giv
     cxs_origin *o = malloc(sizeof *o);
     if (!o) return cxs_diagf(d, -ENOMEM, "%s: out of memory", url);
     int rc = cxs_origin_parse(url, o, d);
+    if (!rc) o->conns = cxs_http_conns_new(FETCH_THREADS); /* (NULL: a connection a request) */
     char root[4096];
     uint64_t limit = 0;
     cxs_sink man = {.fd = -1, .cap = MANIFEST_CAP};
     uint64_t *sizes = NULL;
     if (rc || (rc = root_of(cache_dir, root, sizeof root, d)) || (rc = limit_of(limit_given, &limit, d)))
         goto out;
-    /* The manifest, every time: what it says fixes the entry. */
-    if ((rc = cxs_http_get(o, CXS_MANIFEST_NAME, 0, UINT64_MAX, &man, NULL, d))) goto out;
+    /* The manifest, every time: what it says fixes the entry; when the
+     * server cannot be reached (-EIO after the retries, not a refusal),
+     * the cache's copy as it is. */
+    if ((rc = cxs_http_get(o, CXS_MANIFEST_NAME, 0, UINT64_MAX, &man, NULL, d))) {
+        if (rc == -EIO) rc = open_offline(o, url, root, limit, stream, f, d);
+        goto out;
+    }
     char where[2200];
     snprintf(where, sizeof where, "%s/%s", url, CXS_MANIFEST_NAME);
     cxs_container mc;
@@ -933,6 +984,7 @@ out:
     }
     free(sizes);
     free(man.buf);
+    cxs_http_conns_free(o->conns);
     free(o);
     return rc;
 }

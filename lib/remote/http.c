@@ -180,19 +180,97 @@ static int on_progress(void *user, curl_off_t dt, curl_off_t dn, curl_off_t ut, 
     return x->o->cancel && atomic_load_explicit(x->o->cancel, memory_order_relaxed);
 }
 
-/* curl_easy_perform, or, for a transfer that a cancel may end, the same
- * through a multi handle whose wait this thread cuts into slices of 50 ms
- * to look at the flag: the progress callback alone is called about once a
- * second while no byte comes (a stalled server), and a cancel is to end
- * the transfer at once. */
-static CURLcode perform(CURL *c, const cxs_origin *o) {
-    if (!o->cancel) return curl_easy_perform(c);
-    CURLM *m = curl_multi_init();
-    if (!m) return curl_easy_perform(c);
-    if (curl_multi_add_handle(m, c) != CURLM_OK) {
-        curl_multi_cleanup(m);
-        return curl_easy_perform(c);
+/* ---- handles kept between requests (http.h) ------------------------------
+ *
+ * An easy handle keeps its connections between curl_easy_perform calls,
+ * and a multi handle those of the transfers it drove: a handle and its
+ * multi, kept together, reuse a connection whichever way the next request
+ * goes (perform, below). */
+typedef struct conn {
+    CURL *easy;
+    CURLM *multi; /* made at its first transfer that a cancel may end */
+} conn;
+
+struct cxs_http_conns {
+    pid_t pid; /* the process whose handles they are */
+    pthread_mutex_t mu;
+    unsigned keep, n; /* idle: idle[0 .. n) */
+    conn *idle;
+};
+
+struct cxs_http_conns *cxs_http_conns_new(unsigned keep) {
+    struct cxs_http_conns *c = calloc(1, sizeof *c);
+    if (!c || !(c->idle = calloc(keep ? keep : 1, sizeof *c->idle))) {
+        free(c);
+        return NULL;
     }
+    pthread_mutex_init(&c->mu, NULL);
+    c->keep = keep;
+    c->pid = getpid();
+    return c;
+}
+
+static void conn_close(conn *k) {
+    if (k->multi) curl_multi_cleanup(k->multi);
+    if (k->easy) curl_easy_cleanup(k->easy);
+    k->multi = NULL, k->easy = NULL;
+}
+
+/* o's handles, unless they are a parent process's: a forked child that
+ * closed them would close the parent's connections too (a TLS session's
+ * end sent on its socket), and their lock may have been held at the fork:
+ * the child leaves them alone, and opens its own connections. */
+static struct cxs_http_conns *conns_of(const cxs_origin *o) {
+    return o->conns && o->conns->pid == getpid() ? o->conns : NULL;
+}
+
+void cxs_http_conns_free(struct cxs_http_conns *c) {
+    if (!c) return;
+    if (c->pid != getpid()) return; /* (a parent's: conns_of) */
+    for (unsigned i = 0; i < c->n; i++) conn_close(&c->idle[i]);
+    pthread_mutex_destroy(&c->mu);
+    free(c->idle);
+    free(c);
+}
+
+/* An idle handle of o's, or a new one (its easy NULL when libcurl cannot
+ * make one). */
+static conn conn_take(const cxs_origin *o) {
+    conn k = {0};
+    struct cxs_http_conns *c = conns_of(o);
+    if (c) {
+        pthread_mutex_lock(&c->mu);
+        if (c->n) k = c->idle[--c->n];
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (!k.easy) k.easy = curl_easy_init();
+    return k;
+}
+
+/* Back to o's idle ones (ok: its last request ended well; a handle whose
+ * request failed may hold a broken connection, and goes), or closed. */
+static void conn_give(const cxs_origin *o, conn *k, int ok) {
+    struct cxs_http_conns *c = conns_of(o);
+    if (c && ok) {
+        pthread_mutex_lock(&c->mu);
+        if (c->n < c->keep) c->idle[c->n++] = *k, k->easy = NULL, k->multi = NULL;
+        pthread_mutex_unlock(&c->mu);
+    }
+    conn_close(k);
+}
+
+/* curl_easy_perform, or, for a transfer that a cancel may end, the same
+ * through a multi handle (k's, kept with its connections) whose wait this
+ * thread cuts into slices of 50 ms to look at the flag: the progress
+ * callback alone is called about once a second while no byte comes (a
+ * stalled server), and a cancel is to end the transfer at once. */
+static CURLcode perform(conn *k, const cxs_origin *o) {
+    CURL *c = k->easy;
+    if (!o->cancel) return curl_easy_perform(c);
+    if (!k->multi) k->multi = curl_multi_init();
+    CURLM *m = k->multi;
+    if (!m) return curl_easy_perform(c);
+    if (curl_multi_add_handle(m, c) != CURLM_OK) return curl_easy_perform(c);
     CURLcode cc = CURLE_OK;
     for (int running = 1; running;) {
         if (atomic_load_explicit(o->cancel, memory_order_relaxed)) {
@@ -214,7 +292,6 @@ static CURLcode perform(CURL *c, const cxs_origin *o) {
             if (msg->msg == CURLMSG_DONE && msg->easy_handle == c) cc = msg->data.result;
     }
     curl_multi_remove_handle(m, c);
-    curl_multi_cleanup(m);
     return cc;
 }
 
@@ -283,7 +360,8 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
         return cxs_diagf(d, CXS_E_INVALID, "%s/%s: URL too long", o->shown, name);
     char shown[4096]; /* what messages name: the URL as given, and the file */
     snprintf(shown, sizeof shown, "%s/%s", o->shown, name);
-    CURL *c = curl_easy_init();
+    conn k = conn_take(o);
+    CURL *c = k.easy;
     if (!c) return cxs_diagf(d, -ENOMEM, "%s: libcurl cannot make a handle", shown);
     struct curl_slist *hdr = NULL;
     char sigv4[128], tokh[2100];
@@ -340,7 +418,7 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
             snprintf(range, sizeof range, "%llu-", (unsigned long long)lo);
             curl_easy_setopt(c, CURLOPT_RANGE, range);
         }
-        CURLcode cc = perform(c, o);
+        CURLcode cc = perform(&k, o);
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         if (s->fd < 0) s->len = at.len, s->buf = at.buf;
@@ -406,7 +484,8 @@ int cxs_http_get(const cxs_origin *o, const char *name, uint64_t from, uint64_t 
     }
     if (got_out) *got_out = total;
     curl_slist_free_all(hdr);
-    curl_easy_cleanup(c);
+    curl_easy_reset(c); /* (its options point at this call's buffers) */
+    conn_give(o, &k, rc == 0);
     return rc;
 }
 
@@ -466,7 +545,8 @@ int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, c
     if (o->s3_url && size > (5ull << 30))
         return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: %llu bytes, more than one S3 PUT takes (5 GiB): "
                          "pack with a smaller --shard-size", shown, (unsigned long long)size);
-    CURL *c = curl_easy_init();
+    conn k = {.easy = curl_easy_init()};
+    CURL *c = k.easy;
     if (!c) return cxs_diagf(d, -ENOMEM, "%s: libcurl cannot make a handle", shown);
     struct curl_slist *hdr = NULL; /* (no "Expect:" to drop 100-continue: libcurl would sign it) */
     char sigv4[128], tokh[2100], ua[64];
@@ -510,7 +590,7 @@ int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, c
             curl_easy_setopt(c, CURLOPT_XFERINFODATA, &x);
             curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
         }
-        CURLcode cc = perform(c, o);
+        CURLcode cc = perform(&k, o);
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         if (cc == CURLE_ABORTED_BY_CALLBACK) {
@@ -554,7 +634,7 @@ int cxs_http_put(const cxs_origin *o, const char *name, int fd, uint64_t size, c
         if ((rc = give_up(o, attempt, &backoff, shown, last, d))) break;
     }
     curl_slist_free_all(hdr);
-    curl_easy_cleanup(c);
+    conn_close(&k);
     return rc;
 }
 

@@ -22,7 +22,17 @@ typedef struct cxs_origin {
     long stall_s;       /* a transfer with no byte for this long is retried (CTXSHARD_HTTP_TIMEOUT, 30) */
     _Atomic uint64_t *received; /* or NULL: every body byte taken is added here (progress) */
     _Atomic int *cancel;        /* or NULL: set, transfers end at once with -ECANCELED */
+    struct cxs_http_conns *conns; /* or NULL: handles kept between requests (below) */
 } cxs_origin;
+
+/* Handles kept between requests, so that a request reuses the connection
+ * of one before it (keep-alive) rather than opening its own: each is used
+ * by one thread at a time (libcurl forbids sharing a connection cache
+ * between threads at once, CURL_LOCK_DATA_CONNECT), taken for a request
+ * and given back after it, at most `keep` of them kept idle.  NULL when
+ * out of memory (then each request has its own connection). */
+struct cxs_http_conns *cxs_http_conns_new(unsigned keep);
+void cxs_http_conns_free(struct cxs_http_conns *c);
 
 /* Parse url (http://, https://, s3://bucket[/prefix]) and read the
  * environment: AWS_ENDPOINT_URL (an S3-compatible server: path-style

@@ -21,6 +21,9 @@ typedef struct cxs_fetch {
     uint64_t dataset_bytes; /* the dataset's files, all of them */
     int streamed;           /* 1: only the metadata is here (stream.c): the
                                features come as the block loader reads them */
+    int offline;            /* 1: the server could not be reached: the cached
+                               copy of the URL opened as it is (not checked
+                               against the server's manifest) */
     char root[4096];        /* the cache directory */
     char key[40];           /* the entry's name in it */
     uint64_t limit;         /* the cache's budget (0: none) */
@@ -87,6 +90,8 @@ int cxs_stream_shard(cxs_stream *st, uint32_t s, const char *name, uint64_t off,
 void cxs_stream_free(cxs_stream *st);
 /* Feature bytes this process downloaded. */
 uint64_t cxs_stream_fetched(const cxs_stream *st);
+/* The cache's limit (0: none). */
+uint64_t cxs_stream_limit(const cxs_stream *st);
 
 /* One reader's hold on blocks (a loader's helper thread): its own lock
  * descriptors, so that its locks are its own. */

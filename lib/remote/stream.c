@@ -51,6 +51,7 @@
 #define BLOCK_BITS 28 /* sum blocks a shard may have: 2^28 (16 TiB of 64 KiB blocks) */
 #define PIECE (8u << 20) /* bytes of one range request */
 #define PIECES_AT_ONCE 4u
+#define CONNS_KEPT 16u /* a loader's helper, its fetch-ahead and workers: 4 requests each */
 
 typedef struct sshard {
     char name[64];
@@ -59,6 +60,8 @@ typedef struct sshard {
     const uint8_t *sums;  /* nsum u64 LE */
     uint64_t nsum;
     _Atomic uint8_t *have; /* the shared map of NAME.have (nsum bytes), or NULL */
+    _Atomic uint32_t *used; /* this process's: when each block was last held (clock) */
+    _Atomic uint64_t from;  /* this process's: blocks below this were there when looked at */
 } sshard;
 
 struct cxs_stream {
@@ -67,6 +70,8 @@ struct cxs_stream {
     uint32_t n;
     sshard *sh;
     _Atomic uint64_t fetched;
+    _Atomic uint32_t clock; /* counts holds: the blocks' use stamps (sshard.used) */
+    struct cxs_http_conns *conns; /* every user's requests' connections, kept */
 };
 
 struct cxs_stream_user {
@@ -91,6 +96,8 @@ int cxs_stream_new(const char *url, const cxs_fetch *f, uint32_t n, cxs_stream *
     st->limit = f->limit;
     st->n = n;
     atomic_init(&st->fetched, 0);
+    atomic_init(&st->clock, 0);
+    st->conns = cxs_http_conns_new(CONNS_KEPT); /* (NULL: a connection a request) */
     *out = st;
     return 0;
 }
@@ -100,6 +107,7 @@ int cxs_stream_shard(cxs_stream *st, uint32_t s, const char *name, uint64_t off,
     sshard *h = &st->sh[s];
     snprintf(h->name, sizeof h->name, "%s", name);
     h->off = off, h->len = len, h->shift = shift, h->sums = sums, h->nsum = nsum;
+    atomic_init(&h->from, 0);
     if (nsum >> BLOCK_BITS)
         return cxs_diagf(d, CXS_E_UNSUPPORTED, "%s: shard %s has %llu block sums, more than "
                          "streaming locks (2^%d): open it without streaming", st->url, name,
@@ -124,6 +132,8 @@ int cxs_stream_shard(cxs_stream *st, uint32_t s, const char *name, uint64_t off,
     close(fd);
     if (m == MAP_FAILED) return cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
     h->have = m;
+    if (!(h->used = calloc(nsum, sizeof *h->used)))
+        return cxs_diagf(d, -ENOMEM, "%s: out of memory", st->url);
     return 0;
 }
 
@@ -131,6 +141,8 @@ void cxs_stream_free(cxs_stream *st) {
     if (!st) return;
     for (uint32_t s = 0; s < st->n; s++)
         if (st->sh[s].have) munmap((void *)st->sh[s].have, (size_t)st->sh[s].nsum);
+    for (uint32_t s = 0; s < st->n; s++) free((void *)st->sh[s].used);
+    cxs_http_conns_free(st->conns);
     free(st->sh);
     free(st);
 }
@@ -138,6 +150,8 @@ void cxs_stream_free(cxs_stream *st) {
 uint64_t cxs_stream_fetched(const cxs_stream *st) {
     return st ? atomic_load(&((cxs_stream *)st)->fetched) : 0;
 }
+
+uint64_t cxs_stream_limit(const cxs_stream *st) { return st->limit; }
 
 /* ---- a user ---------------------------------------------------------------- */
 
@@ -153,6 +167,7 @@ int cxs_stream_user_new(cxs_stream *st, cxs_stream_user **out) {
     }
     atomic_init(&u->cancel, 0);
     cxs_origin_track(&u->o, NULL, &u->cancel);
+    u->o.conns = st->conns;
     *out = u;
     return 0;
 }
@@ -250,28 +265,154 @@ static uint64_t block_disk(const sshard *h, uint64_t j) {
     return (block_bytes(h, j) + CXS_PAGE - 1) & ~(uint64_t)(CXS_PAGE - 1);
 }
 
-/* Evict sum block j of shard s when no reader holds it: 1 evicted. */
-static int evict(cxs_stream_user *u, uint32_t s, uint64_t j) {
+/* Whether the entry was made a complete copy (promote): then it is never
+ * evicted block by block, for a process may have it open whole. */
+static int promoted(const cxs_stream *st) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/complete", st->dir);
+    return access(p, F_OK) == 0;
+}
+
+/* After a fetch: when every block of every shard is there, the entry is
+ * a complete copy (cache.c's `complete`: a later open of the URL, whole or
+ * streamed, opens it as it is and fetches nothing).  Its metadata was
+ * checked by the streamed open and each block against its sum as it came,
+ * what a whole fetch's verification checks.  Each shard is looked at from
+ * the first block not there when last looked (sshard.from; an eviction
+ * moves it back), so that an epoch's fetches look at each block about
+ * once. */
+static void promote(cxs_stream *st) {
+    for (uint32_t s = 0; s < st->n; s++) {
+        sshard *h = &st->sh[s];
+        uint64_t j = atomic_load(&h->from);
+        while (j < h->nsum && atomic_load(&h->have[j])) j++;
+        atomic_store(&h->from, j);
+        if (j < h->nsum) return;
+    }
+    char p[4200];
+    snprintf(p, sizeof p, "%s/complete", st->dir);
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+}
+
+/* Take sum block j of shard s for eviction when no reader holds it: its
+ * use lock exclusive (taken without waiting: never under a reader), its
+ * have byte cleared.  1 taken (the lock held until punch()). */
+static int take(cxs_stream_user *u, uint32_t s, uint64_t j) {
     sshard *h = &u->st->sh[s];
     if (!atomic_load(&h->have[j]) || u->ref[s][j]) return 0;
-    const int fd = u->fd;
-    if (lk(fd, F_WRLCK, lock_at(s, USE, j), 1, 0)) return 0; /* someone reads it */
-    int done = 0;
-    if (atomic_load(&h->have[j])) {
-        atomic_store(&h->have[j], 0);
+    if (lk(u->fd, F_WRLCK, lock_at(s, USE, j), 1, 0)) return 0; /* someone reads it */
+    if (!atomic_load(&h->have[j])) { /* (evicted by another meanwhile) */
+        lk(u->fd, F_UNLCK, lock_at(s, USE, j), 1, 0);
+        return 0;
+    }
+    atomic_store(&h->have[j], 0);
+    for (uint64_t f = atomic_load(&h->from); f > j && !atomic_compare_exchange_weak(&h->from, &f, j);) {
+    }
+    return 1;
+}
+
+/* The taken blocks [j0, j1) of shard s: their holes punched at once (one
+ * fallocate for a run of neighbours, not one a block; *ffd, the shard
+ * file, opened at the first), and their locks let go.  The bytes freed. */
+static uint64_t punch(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1, int *ffd) {
+    sshard *h = &u->st->sh[s];
+    if (*ffd < 0) {
         char p[4200];
         snprintf(p, sizeof p, "%s/%s", u->st->dir, h->name);
-        int ffd = open(p, O_RDWR | O_CLOEXEC);
-        if (ffd >= 0) {
-            /* (to the page's end: past FEATURES is its padding, never data) */
-            fallocate(ffd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                      (off_t)(h->off + (j << h->shift)), (off_t)block_disk(h, j));
-            close(ffd);
-        }
-        done = 1;
+        *ffd = open(p, O_RDWR | O_CLOEXEC);
     }
-    lk(fd, F_UNLCK, lock_at(s, USE, j), 1, 0);
-    return done;
+    char c[4200]; /* (made by a promote that raced the take: no longer so) */
+    snprintf(c, sizeof c, "%s/complete", u->st->dir);
+    unlink(c);
+    /* (to the last page's end: past FEATURES is its padding, never data) */
+    const uint64_t a = h->off + (j0 << h->shift);
+    const uint64_t e = h->off + ((j1 - 1) << h->shift) + block_disk(h, j1 - 1);
+    if (*ffd >= 0)
+        fallocate(*ffd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(e - a));
+    lk(u->fd, F_UNLCK, lock_at(s, USE, j0), j1 - j0, 0);
+    return e - a;
+}
+
+/* Evict the sum blocks of [j0, j1) of shard s that no reader holds.  The
+ * bytes freed. */
+static uint64_t evict_run(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
+    int ffd = -1;
+    uint64_t freed = 0;
+    if (promoted(u->st)) return 0;
+    for (uint64_t j = j0; j < j1; j++) {
+        uint64_t k = j;
+        while (k < j1 && take(u, s, k)) k++;
+        if (k > j) freed += punch(u, s, j, k, &ffd);
+        j = k;
+    }
+    if (ffd >= 0) close(ffd);
+    return freed;
+}
+
+/* A block that may be evicted: (when it was last held, shard, block). */
+typedef struct lru {
+    uint32_t used, s;
+    uint64_t j;
+} lru;
+
+static int by_use(const void *a, const void *b) {
+    const lru *x = a, *y = b;
+    if (x->used != y->used) return x->used < y->used ? -1 : 1;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    return x->j < y->j ? -1 : x->j > y->j;
+}
+
+static int by_place(const void *a, const void *b) {
+    const lru *x = a, *y = b;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    return x->j < y->j ? -1 : x->j > y->j;
+}
+
+/* Evict this entry's blocks that no reader holds, least recently held
+ * first (by this process: its use stamps; before, the lowest shard and
+ * block first, which could be the next round's, fetched ahead), until
+ * `want` bytes are freed: the chosen blocks are evicted in runs of
+ * neighbours (evict_run).  The bytes freed. */
+static uint64_t evict_lru(cxs_stream_user *u, uint64_t want) {
+    cxs_stream *st = u->st;
+    cxs_diag ignored;
+    if (promoted(st)) return 0;
+    size_t n = 0, cap = 0;
+    lru *v = NULL;
+    for (uint32_t s = 0; s < st->n; s++) {
+        sshard *h = &st->sh[s];
+        if (!h->have || lock_fd(u, s, &ignored)) continue;
+        for (uint64_t j = 0; j < h->nsum; j++) {
+            if (!atomic_load(&h->have[j]) || u->ref[s][j]) continue;
+            if (n == cap) {
+                const size_t c = cap ? 2 * cap : 256;
+                lru *nv = realloc(v, c * sizeof *v);
+                if (!nv) break; /* (room made from those listed so far) */
+                v = nv, cap = c;
+            }
+            v[n++] = (lru){atomic_load_explicit(&h->used[j], memory_order_relaxed), s, j};
+        }
+    }
+    /* taken in that order (a block another reader holds is passed over)
+     * until enough is freed, then punched in runs of neighbours */
+    uint64_t chosen = 0;
+    size_t m = 0;
+    if (n) qsort(v, n, sizeof *v, by_use);
+    for (size_t i = 0; i < n && chosen < want; i++)
+        if (take(u, v[i].s, v[i].j)) chosen += block_disk(&st->sh[v[i].s], v[i].j), v[m++] = v[i];
+    if (m) qsort(v, m, sizeof *v, by_place);
+    uint64_t freed = 0;
+    int ffd = -1;
+    for (size_t i = 0; i < m;) {
+        size_t k = i + 1;
+        while (k < m && v[k].s == v[i].s && v[k].j == v[k - 1].j + 1) k++;
+        freed += punch(u, v[i].s, v[i].j, v[k - 1].j + 1, &ffd);
+        if (ffd >= 0 && (k == m || v[k].s != v[i].s)) close(ffd), ffd = -1; /* (the next shard's) */
+        i = k;
+    }
+    free(v);
+    return freed;
 }
 
 /* Room for `more` bytes under the limit, reserved (r) for the fetch in
@@ -302,14 +443,8 @@ static int make_room(cxs_stream_user *u, uint64_t *morep, cxs_cache_resv *r, cxs
             unlink(p); /* (make_room reserves for a whole fetch; this one counts as it goes) */
             if (freed) continue;
         }
-        /* then this one's blocks that no reader holds */
-        for (uint32_t s = 0; s < st->n && freed < over; s++) {
-            sshard *h = &st->sh[s];
-            if (!h->have || lock_fd(u, s, &ignored)) continue;
-            for (uint64_t j = 0; j < h->nsum && freed < over; j++)
-                if (evict(u, s, j)) freed += block_disk(h, j);
-        }
-        if (freed) continue;
+        /* then this one's blocks that no reader holds, least recently used */
+        if (evict_lru(u, over)) continue;
         if (!cxs_cache_reserved(st->root)) break; /* nothing more can go */
         if (atomic_load(&u->cancel)) return cxs_diagf(d, -ECANCELED, "%s: download stopped",
                                                       st->url);
@@ -385,20 +520,25 @@ static int fetch_piece(void *ctx, uint32_t i, cxs_diag *d) {
         if (rc != CXS_E_CHECKSUM) break;
     }
     free(buf);
-    if (rc) { /* what arrived of a failed piece is not kept: nothing could evict it */
+    if (rc) /* what arrived of a failed piece is not kept: nothing could evict it */
         fallocate(fj->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(b - a));
-        return rc;
-    }
-    if (fdatasync(fj->fd))
-        return cxs_diagf(d, -errno, "%s/%s: %s", u->st->dir, h->name, strerror(errno));
-    audit(u->st);
-    for (uint64_t j = pc->j0; j < pc->j1; j++) atomic_store(&((sshard *)h)->have[j], 1);
-    return 0;
+    else
+        audit(u->st);
+    return rc;
 }
 
+/* Let go of u's holds of [j0, j1): the use locks of the blocks no longer
+ * held, a run of neighbours at a time (one fcntl a run, not one a block). */
 static void unhold(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
-    for (uint64_t j = j0; j < j1; j++)
-        if (u->ref[s][j] && !--u->ref[s][j]) lk(u->fd, F_UNLCK, lock_at(s, USE, j), 1, 0);
+    uint64_t run = j1; /* the first of a run of blocks let go; j1: none */
+    for (uint64_t j = j0; j <= j1; j++) {
+        const int gone = j < j1 && u->ref[s][j] && !--u->ref[s][j];
+        if (gone && run == j1) run = j;
+        if (!gone && run != j1) {
+            lk(u->fd, F_UNLCK, lock_at(s, USE, run), j - run, 0);
+            run = j1;
+        }
+    }
 }
 
 /* Cut the longest pieces in two until there are PIECES_AT_ONCE of them
@@ -469,6 +609,19 @@ static int fetch_missing(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j
         snprintf(what, sizeof what, "%s/%s: features", st->url, h->name);
         const cxs_workq q = {.one = fetch_piece, .ctx = &fj, .n = np};
         if (!rc) rc = cxs_workq_run(&q, PIECES_AT_ONCE, what, d);
+        /* One sync for the fetch's pieces, before any of its blocks counts
+         * as there (a crash never leaves a have byte set over bytes that
+         * did not reach the disk); not one a piece. */
+        if (!rc && fdatasync(fj.fd))
+            rc = cxs_diagf(d, -errno, "%s: %s", p, strerror(errno));
+        for (uint32_t i = 0; !rc && i < np; i++)
+            for (uint64_t j = pcs[i].j0; j < pcs[i].j1; j++) atomic_store(&h->have[j], 1);
+        if (!rc) promote(st);
+        if (rc) /* (the pieces that landed: not kept, as a failed piece's) */
+            for (uint32_t i = 0; i < np; i++)
+                fallocate(fj.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                          (off_t)(h->off + (pcs[i].j0 << h->shift)),
+                          (off_t)((pcs[i].j1 - pcs[i].j0) << h->shift));
         if (fj.fd >= 0) close(fj.fd);
     }
     cxs_cache_unreserve(&res); /* (on disk now, or not written) */
@@ -487,15 +640,18 @@ int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
     if (j0 == j1) return 0;
     int rc = lock_fd(u, s, d);
     if (rc) return rc;
-    /* hold them: no eviction from here on */
+    /* hold them: no eviction from here on; the range's use locks in one
+     * fcntl (a shared lock this description holds already on some of them
+     * stays as it is), not one a block */
+    const uint32_t now = atomic_fetch_add_explicit(&st->clock, 1, memory_order_relaxed) + 1;
+    int fresh = 0;
     for (uint64_t j = j0; j < j1; j++) {
-        if (u->ref[s][j]++) continue;
-        if ((rc = lk(u->fd, F_RDLCK, lock_at(s, USE, j), 1, 1))) {
-            u->ref[s][j]--;
-            unhold(u, s, j0, j);
-            return cxs_diagf(d, rc, "%s/stream.locks: %s", st->dir, strerror(-rc));
-        }
+        atomic_store_explicit(&h->used[j], now, memory_order_relaxed);
+        fresh |= !u->ref[s][j];
     }
+    if (fresh && (rc = lk(u->fd, F_RDLCK, lock_at(s, USE, j0), j1 - j0, 1)))
+        return cxs_diagf(d, rc, "%s/stream.locks: %s", st->dir, strerror(-rc));
+    for (uint64_t j = j0; j < j1; j++) u->ref[s][j]++;
     for (int again = 1; again && !rc;) {
         again = 0;
         rc = fetch_missing(u, s, j0, j1, stop, &again, d);
@@ -504,21 +660,34 @@ int cxs_stream_acquire(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi,
     return rc;
 }
 
-void cxs_stream_drop(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi) {
+/* cxs_stream_drop of sum blocks [j0, j1) of shard s. */
+static void drop_blocks(cxs_stream_user *u, uint32_t s, uint64_t j0, uint64_t j1) {
     cxs_stream *st = u->st;
-    uint64_t j0, j1;
-    blocks_of(&st->sh[s], lo, hi, &j0, &j1);
+    sshard *h = &st->sh[s];
     cxs_diag ignored;
-    if (j0 == j1 || !st->limit || lock_fd(u, s, &ignored) ||
-        cxs_cache_total(st->root) <= st->limit)
-        return;
-    for (uint64_t j = j0; j < j1; j++) evict(u, s, j);
+    if (j0 >= j1 || !st->limit || lock_fd(u, s, &ignored)) return;
+    /* done with for the epoch: the first to go when room is made (a use
+     * stamp older than any) */
+    for (uint64_t j = j0; j < j1; j++)
+        if (!u->ref[s][j]) atomic_store_explicit(&h->used[j], 0, memory_order_relaxed);
+    if (cxs_cache_total(st->root) > st->limit) evict_run(u, s, j0, j1);
+}
+
+void cxs_stream_drop(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi) {
+    uint64_t j0, j1;
+    blocks_of(&u->st->sh[s], lo, hi, &j0, &j1);
+    drop_blocks(u, s, j0, j1);
 }
 
 void cxs_stream_release(cxs_stream_user *u, uint32_t s, uint64_t lo, uint64_t hi, int drop) {
+    const sshard *h = &u->st->sh[s];
     uint64_t j0, j1;
-    blocks_of(&u->st->sh[s], lo, hi, &j0, &j1);
+    blocks_of(h, lo, hi, &j0, &j1);
     if (j0 == j1 || !u->ref[s]) return;
     unhold(u, s, j0, j1);
-    if (drop) cxs_stream_drop(u, s, lo, hi);
+    /* a sum block the range covers in part is shared with the next range
+     * (or the one before): maybe fetched ahead for it, not done with */
+    if (drop && lo > h->off + (j0 << h->shift)) j0++;
+    if (drop && hi < h->off + h->len && hi < h->off + (j1 << h->shift)) j1--;
+    if (drop) drop_blocks(u, s, j0, j1);
 }

@@ -7,12 +7,83 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #define STEP (4u << 20) /* pread size: large enough to run at the disk's sequential rate */
+
+/* ---- the fetch-ahead (CXS_SRC_AHEAD of a streamed dataset) ----------------
+ *
+ * One thread, with a stream user of its own (its locks its own), takes the
+ * ranges cxs_src_want queues, in order, and fetches what the cache lacks
+ * of each: fetched, not held, so that the limit and the other readers see
+ * it as any block no one reads now (its use stamps make it the last to be
+ * evicted).  Its failures are the next hold's to meet and say. */
+typedef struct cxs_src_ahead {
+    pthread_t th;
+    int running;
+    pid_t pid;               /* the process whose thread it is */
+    int stop;                /* under mu; the fetch reads it unlocked */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cxs_src_range *q;        /* queued: q[head .. n) */
+    size_t head, n, cap;
+    struct cxs_stream_user *su;
+} cxs_src_ahead;
+
+static void *ahead_main(void *arg) {
+    cxs_src_ahead *a = arg;
+    pthread_mutex_lock(&a->mu);
+    while (!a->stop) {
+        if (a->head == a->n) {
+            pthread_cond_wait(&a->cv, &a->mu);
+            continue;
+        }
+        const cxs_src_range r = a->q[a->head++];
+        pthread_mutex_unlock(&a->mu);
+        cxs_diag d;
+        if (!cxs_stream_acquire(a->su, r.shard, r.lo, r.hi, &a->stop, &d))
+            cxs_stream_release(a->su, r.shard, r.lo, r.hi, 0);
+        pthread_mutex_lock(&a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static int ahead_start(cxs_src_ahead *a) {
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    a->stop = 0, a->head = a->n = 0;
+    cxs_stream_user_cancel(a->su, 0);
+    if (pthread_create(&a->th, NULL, ahead_main, a)) return -EAGAIN;
+    a->running = 1;
+    a->pid = getpid();
+    return 0;
+}
+
+/* In a forked child, whose copy of the thread's state is the parent's:
+ * its queue and its user's locks are forgotten. */
+static void ahead_forked(cxs_src_ahead *a) {
+    if (!a->running || a->pid == getpid()) return;
+    a->running = 0;
+    cxs_stream_user_after_fork(a->su);
+}
+
+static void ahead_stop(cxs_src_ahead *a) {
+    if (!a->running) return;
+    pthread_mutex_lock(&a->mu);
+    __atomic_store_n(&a->stop, 1, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    cxs_stream_user_cancel(a->su, 1); /* a transfer in flight ends now */
+    pthread_join(a->th, NULL);
+    a->running = 0;
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+}
 
 int cxs_src_init(cxs_src *src, const cxs_dataset *ds, unsigned flags) {
     memset(src, 0, sizeof *src);
@@ -24,6 +95,12 @@ int cxs_src_init(cxs_src *src, const cxs_dataset *ds, unsigned flags) {
         src->xs = XXH3_createState();
         if (!src->scratch || !src->xs) return -ENOMEM;
     }
+    if ((flags & CXS_SRC_AHEAD) && ds->stream) {
+        if (!(src->ahead = calloc(1, sizeof *src->ahead)) ||
+            cxs_stream_user_new(ds->stream, &src->ahead->su))
+            return -ENOMEM;
+        return ahead_start(src->ahead);
+    }
     return 0;
 }
 
@@ -31,7 +108,8 @@ void cxs_src_destroy(cxs_src *src, int forked) {
     /* In a forked child the descriptors that still name their shard are
      * the only ones ours to close (shardfd.h), and the locks stay the
      * parent's. */
-    if (forked) cxs_src_after_fork(src);
+    if (forked && src->fds.fds) cxs_shard_fds_after_fork(&src->fds);
+    if (forked) cxs_stream_user_after_fork(src->su);
     cxs_shard_fds_free(&src->fds);
     cxs_stream_user_free(src->su);
     src->su = NULL;
@@ -39,14 +117,33 @@ void cxs_src_destroy(cxs_src *src, int forked) {
     src->scratch = NULL;
     if (src->xs) XXH3_freeState(src->xs);
     src->xs = NULL;
+    if (src->ahead) {
+        ahead_forked(src->ahead);
+        ahead_stop(src->ahead);
+        cxs_stream_user_free(src->ahead->su);
+        free(src->ahead->q);
+        free(src->ahead);
+        src->ahead = NULL;
+    }
 }
 
 void cxs_src_after_fork(cxs_src *src) {
     if (src->fds.fds) cxs_shard_fds_after_fork(&src->fds);
     cxs_stream_user_after_fork(src->su);
+    cxs_src_ahead *a = src->ahead;
+    if (a && a->running && a->pid != getpid()) { /* the parent's thread is not the child's */
+        ahead_forked(a);
+        ahead_start(a); /* (none: nothing is fetched ahead, the holds fetch) */
+    }
 }
 
-void cxs_src_cancel(cxs_src *src, int on) { cxs_stream_user_cancel(src->su, on); }
+void cxs_src_cancel(cxs_src *src, int on) {
+    cxs_stream_user_cancel(src->su, on);
+    cxs_src_ahead *a = src->ahead;
+    if (!a || !a->running) return;
+    if (on) cxs_src_unwant(src);
+    cxs_stream_user_cancel(a->su, on);
+}
 
 int cxs_src_hold(cxs_src *src, uint32_t s, uint64_t lo, uint64_t hi, const int *stop,
                  cxs_diag *d) {
@@ -58,8 +155,49 @@ void cxs_src_release(cxs_src *src, uint32_t s, uint64_t lo, uint64_t hi, int dro
 }
 
 void cxs_src_want(cxs_src *src, uint32_t s, uint64_t off, uint64_t len) {
+    cxs_src_ahead *a = src->ahead;
+    if (a && a->running && len) {
+        pthread_mutex_lock(&a->mu);
+        if (a->head == a->n) a->head = a->n = 0;
+        if (a->n == a->cap) {
+            size_t cap = a->cap ? 2 * a->cap : 64;
+            cxs_src_range *q = realloc(a->q, cap * sizeof *q);
+            if (q) a->q = q, a->cap = cap;
+        }
+        if (a->n < a->cap) { /* (else not fetched ahead: the hold fetches it) */
+            a->q[a->n++] = (cxs_src_range){s, off, off + len};
+            pthread_cond_broadcast(&a->cv);
+        }
+        pthread_mutex_unlock(&a->mu);
+        return;
+    }
     int fd = len && src->fds.fds ? cxs_shard_fd(&src->fds, s) : -1;
     if (fd >= 0) posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+}
+
+void cxs_src_unwant(cxs_src *src) {
+    cxs_src_ahead *a = src->ahead;
+    if (!a || !a->running) return;
+    pthread_mutex_lock(&a->mu);
+    a->head = a->n = 0;
+    pthread_mutex_unlock(&a->mu);
+}
+
+uint64_t cxs_src_ahead_room(const cxs_src *src, uint64_t held) {
+    const cxs_dataset *ds = src->ds;
+    if (!ds->stream) return 0;
+    const uint64_t limit = cxs_stream_limit(ds->stream);
+    if (!limit) return UINT64_MAX;
+    uint64_t meta = 0; /* what is never evicted: all but FEATURES, and a page a file */
+    for (uint32_t s = 0; s < ds->meta.num_shards; s++) {
+        const cxs_bsum_entry *e = cxs_blocksums_find(&ds->shards[s].bs, CXS_SEC_FEATURES);
+        meta += ds->shards[s].size - (e ? e->sec->length : 0) + 2 * CXS_PAGE;
+    }
+    /* a quarter of what is left: the rest keeps blocks a later round or
+     * epoch may read again (a tight cache full of blocks fetched ahead
+     * has none: at a half, two epochs through a cache of half the dataset
+     * fetched 2.0 times its features, against 1.8 before the fetch-ahead) */
+    return limit > meta + held ? (limit - meta - held) / 4 : 0;
 }
 
 void cxs_src_evict(cxs_src *src, uint32_t s, uint64_t off, uint64_t len) {

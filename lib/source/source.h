@@ -35,6 +35,7 @@
 #include "shardfd.h"
 
 struct cxs_stream_user;
+struct cxs_src_ahead;
 
 typedef struct cxs_src {
     const cxs_dataset *ds;
@@ -43,6 +44,7 @@ typedef struct cxs_src {
     struct cxs_stream_user *su; /* a streamed dataset: this user's holds, else NULL */
     uint8_t *scratch;           /* CXS_SRC_READ: cxs_src_read's pread target */
     void *xs;                   /* CXS_SRC_READ: an XXH3 state for the block sums */
+    struct cxs_src_ahead *ahead; /* CXS_SRC_AHEAD, streamed: the fetch-ahead thread */
 } cxs_src;
 
 /* A user that asks for ranges and lets them go (cxs_src_want,
@@ -52,16 +54,21 @@ typedef struct cxs_src {
 /* A user that reads blocks ahead (cxs_src_read): its buffer and hash, and
  * the descriptors. */
 #define CXS_SRC_READ (2u | CXS_SRC_FDS)
+/* A user that asks for ranges ahead (cxs_src_want) of a streamed dataset:
+ * a thread of its own (and a stream user of its own) fetches them into the
+ * cache while the caller serves others. */
+#define CXS_SRC_AHEAD 4u
 
-/* src for ds (flags: CXS_SRC_FDS, CXS_SRC_READ or 0).  0 or -ENOMEM (then
- * destroy it). */
+/* src for ds (flags: CXS_SRC_FDS, CXS_SRC_READ, CXS_SRC_AHEAD or 0).  0,
+ * -ENOMEM or -EAGAIN (no thread for CXS_SRC_AHEAD; then destroy it). */
 int cxs_src_init(cxs_src *src, const cxs_dataset *ds, unsigned flags);
 /* Its memory, descriptors and holds; forked: in a child that inherited
  * it, whose holds and locks are the parent's (only the memory goes, and
  * the descriptors that still name their shard).  A zeroed src is fine. */
 void cxs_src_destroy(cxs_src *src, int forked);
 /* The first use in a forked child: the parent's holds and descriptors
- * are the parent's. */
+ * are the parent's (and its fetch-ahead thread: the child starts its own;
+ * without one its cxs_src_want fetches nothing ahead). */
 void cxs_src_after_fork(cxs_src *src);
 /* on: end src's transfers at once and refuse new ones (-ECANCELED), from
  * any thread (a loader stops); 0: allow them again. */
@@ -95,8 +102,20 @@ void cxs_src_release(cxs_src *src, uint32_t s, uint64_t lo, uint64_t hi, int dro
 
 /* Ask for bytes [off, off+len) of shard s to be read into the page cache
  * (POSIX_FADV_WILLNEED: the kernel reads them while the caller serves
- * others).  Advice. */
+ * others); streamed, with CXS_SRC_AHEAD, to be fetched into the cache
+ * entry by the fetch-ahead thread, in the order asked, checked and not
+ * held (a fetch that fails is met again, and said, by the hold that needs
+ * the bytes; the cache's limit is kept as by any fetch, evicting the least
+ * recently used blocks no reader holds).  Advice: from any thread. */
 void cxs_src_want(cxs_src *src, uint32_t s, uint64_t off, uint64_t len);
+/* The ranges asked for ahead and not yet begun are forgotten (a loader
+ * that moved to another position or epoch). */
+void cxs_src_unwant(cxs_src *src);
+/* Streamed: the bytes of features a fetch ahead may keep in the cache
+ * beside `held` bytes its caller holds: a quarter of what the cache's limit
+ * leaves beside them (its metadata, and a page per shard file, counted),
+ * UINT64_MAX without a limit; 0 when nothing more fits.  Not streamed: 0. */
+uint64_t cxs_src_ahead_room(const cxs_src *src, uint64_t held);
 /* Let bytes [off, off+len) of shard s go: out of the page cache
  * (cxs_range_drop) and, streamed, out of the cache entry when the cache
  * is over its limit and no reader holds them. */

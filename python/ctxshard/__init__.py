@@ -466,6 +466,10 @@ class Dataset:
             rc = _lib.cxs_url_fetch(os.fsencode(path), byref(opts), fn, None, byref(fi),
                                     byref(ptr), byref(diag))
             self._streamed = bool(not rc and fi.streamed)
+            if not rc and fi.offline:
+                import warnings
+                warnings.warn(f"{path}: the server cannot be reached: opened the cache's copy as "
+                              "it is, not checked against the server's manifest", stacklevel=2)
             if raised:
                 raise raised[0]
             if rc == -errno.ECANCELED:  # a signal arrived as the callback began

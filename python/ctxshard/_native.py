@@ -129,8 +129,8 @@ class WarmResult(Structure):
 
 class FetchInfo(Structure):
     _fields_ = [("dataset_bytes", c_uint64), ("bytes_fetched", c_uint64), ("seconds", c_double),
-                ("cached", c_uint32), ("streamed", c_uint32),
-                ("reserved", c_uint64 * INFO_RESERVED)]
+                ("cached", c_uint32), ("streamed", c_uint32), ("offline", c_uint32),
+                ("pad_", c_uint32), ("reserved", c_uint64 * (INFO_RESERVED - 1))]
 
 
 class CacheEntry(Structure):

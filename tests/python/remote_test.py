@@ -104,10 +104,12 @@ class Nginx:
             f.write(f"daemon off; worker_processes 1; pid {self.dir}/nginx.pid;\n"
                     f"error_log {self.dir}/error.log;\n"
                     "events { worker_connections 256; }\n"
-                    # nginx's combined format, and when each request ended and how long it took
+                    # nginx's combined format, when each request ended and how long it
+                    # took, and its connection's serial number and requests so far
                     "http { log_format timed '$remote_addr - $remote_user [$time_local] "
                     "\"$request\" $status $body_bytes_sent \"$http_referer\" "
-                    "\"$http_user_agent\" $msec $request_time';\n"
+                    "\"$http_user_agent\" $msec $request_time $connection "
+                    "$connection_requests';\n"
                     f"  access_log {self.log} timed; client_max_body_size 0; {temp}\n"
                     f"  server {{ listen 127.0.0.1:{self.port}; root {root};\n"
                     + (f"    limit_rate {limit_rate};\n" if limit_rate else "") +
@@ -155,11 +157,17 @@ class Nginx:
         $request_time)."""
         out = []
         for line in self._lines():
-            m = re.search(r'"GET (\S+) HTTP/[0-9.]+" \d+ .* ([0-9.]+) ([0-9.]+)$', line)
+            m = re.search(r'"GET (\S+) HTTP/[0-9.]+" \d+ .* ([0-9.]+) ([0-9.]+) \d+ \d+$', line)
             if m:
                 end = float(m.group(2))
                 out.append((m.group(1), end - float(m.group(3)), end))
         return out
+
+    def connections(self):
+        """(path, connection) of every GET so far: nginx's serial number of
+        the connection that carried it."""
+        return [(m.group(1), int(m.group(2))) for m in
+                (re.search(r'"GET (\S+) HTTP/.* (\d+) \d+$', line) for line in self._lines()) if m]
 
     def puts(self):
         """The paths of every PUT so far, in order."""

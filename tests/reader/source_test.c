@@ -159,6 +159,49 @@ TEST(a_release_leaves_the_other_holds) {
 }
 END_TEST
 
+static int entry_bytes(void *user, const cxs_cache_entry *e) {
+    *(uint64_t *)user += e->bytes;
+    return 0;
+}
+
+/* Room is made least recently held first: under a limit that holds the
+ * metadata and two sum blocks, blocks 2 then 0 of shard 0 are held and
+ * let go, and the hold of block 1 evicts block 2 (held first), not block
+ * 0 (before: the lowest shard and block first, whatever was held when). */
+TEST(room_is_made_least_recently_used_first) {
+    fixture f;
+    setup(&f);
+    cxs_diag d;
+    const int stop = 0;
+    const cxs_bsum_entry *e = cxs_blocksums_find(&f.r->shards[0].bs, CXS_SEC_FEATURES);
+    ck_assert_msg(e && e->num_blocks >= 3, "shard 0 has fewer than 3 sum blocks");
+    const uint64_t B = 1ull << e->shift, base = e->sec->offset;
+    uint64_t meta = 0;
+    EXPECT_INT(cxs_cache_list(scache, entry_bytes, &meta, &d), 0);
+    cxs_open_opts oo;
+    cxs_open_opts_init(&oo);
+    oo.cache_dir = scache;
+    oo.flags = CXS_OPEN_STREAM;
+    /* (a fetch also asks for a page per shard file: stream.c, make_room) */
+    oo.cache_limit = meta + 2 * B + f.r->meta.num_shards * 4096ull + B / 2;
+    cxs_dataset *lim;
+    ck_assert_msg(cxs_dataset_open_ex(url, &oo, &lim, &d) == 0, "%s", d.message);
+    cxs_src s;
+    EXPECT_INT(cxs_src_init(&s, lim, 0), 0);
+    const uint64_t order[3] = {2, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        const uint64_t lo = base + order[i] * B;
+        ck_assert_msg(cxs_src_hold(&s, 0, lo, lo + B, &stop, &d) == 0, "%s", d.message);
+        cxs_src_release(&s, 0, lo, lo + B, 0);
+    }
+    EXPECT(present(lim, f.l, 0, base, base + 2 * B));   /* blocks 0 and 1 */
+    EXPECT(absent(lim, 0, base + 2 * B, base + 3 * B)); /* block 2: the least recent */
+    cxs_src_destroy(&s, 0);
+    cxs_dataset_close(lim);
+    teardown(&f);
+}
+END_TEST
+
 /* A hold that fails (the server gone) holds nothing: the blocks it had
  * taken before the failure are let go, and evictable.  (The last test:
  * the server stays down.) */
@@ -191,7 +234,7 @@ int main(void) {
     snprintf(scache, sizeof scache, "%s/stream-cache", dir);
     setenv("CTXSHARD_HTTP_RETRIES", "0", 1); /* (the failed hold: at once) */
     const TTest *t[] = {evicted_between_readahead_and_use, a_release_leaves_the_other_holds,
-                        a_failed_hold_holds_nothing};
+                        room_is_made_least_recently_used_first, a_failed_hold_holds_nothing};
     const cxs_group g[] = {{"source", 120, NULL, NULL, t, CXS_N(t), NULL}};
     int failed = cxs_run_groups("source", g, CXS_N(g), 0);
     if ((rc = serve_teardown(dir, &server))) return rc;
