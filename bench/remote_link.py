@@ -688,6 +688,9 @@ def main():
                        + (f", the delay line late by {f['late_ms']:.2f} ms on average"
                           if "late_ms" in f else "")
                        if kind != "local" else "") + f"   (load {f['load']})", flush=True)
+    except KeyboardInterrupt:
+        # the runs done so far still say something: their medians follow
+        print("interrupted: the figures of the runs done", flush=True)
     finally:
         if srv:
             srv.close()
@@ -720,7 +723,7 @@ def report(a, runs, checks, feat, dsbytes):
           "raised")
     for lk, c in checks.items():
         print(f"  {'lo' if lk is None else f'{lk:g} ms'}: {checked(c)}")
-    print(f"\nmedians of {a.rounds} round(s); epoch s with (N%): extrapolated from the N% of "
+    print(f"\nmedians of the rounds run (up to {a.rounds}); epoch s with (N%): extrapolated from the N% of "
           "the epoch served in --max-seconds after the first batch; in flight: mean while any "
           "is / most at once (on lo with nginx, whose answers take 0.000 s: the most begun "
           "within 1 ms); load: 1-minute average at the runs' starts")
