@@ -115,10 +115,10 @@ class Watch:
     request begins when its first packet enters the link, ends when the
     last byte of its answer (header + Content-Length, counted by sequence
     number so that a retransmission is not counted twice) leaves it plus
-    the one-way delay.  Connections: the SYNs."""
+    the one-way delay."""
 
     def __init__(self):
-        self.open, self.done, self.syns = {}, [], 0
+        self.open, self.done = {}, []
         self.packets, self.late, self.latest = 0, 0.0, 0.0  # the delay line's own lateness
         self.window, self.in_window, self.peak = collections.deque(), 0, 0.0
 
@@ -126,10 +126,9 @@ class Watch:
         t = tcp(pkt)
         if not t:
             return
-        sport, dport, _, flags, data = t
-        if flags & 0x12 == 0x02:
-            self.syns += 1
-        if data[:4] in (b"GET ", b"HEAD"):
+        sport, dport, _, _, data = t
+        # GET only: the answer to a HEAD has a Content-Length but no body
+        if data[:4] == b"GET ":
             self.open[sport, dport] = [now, None, None]
 
     def down(self, now, pkt, delay):
@@ -179,8 +178,7 @@ def delay_line(fds, ctl, reply, delay):
                 return
             for word in msg.split():
                 if word == b"stats":
-                    out = json.dumps({"requests": watch.done, "syns": watch.syns,
-                                      "unfinished": len(watch.open), "packets": watch.packets,
+                    out = json.dumps({"requests": watch.done, "packets": watch.packets,
                                       "late_mean": watch.late / max(watch.packets, 1),
                                       "late_max": watch.latest, "peak": watch.peak})
                     os.write(reply, out.encode() + b"\n")
@@ -286,7 +284,8 @@ class Link:
 
     def seen(self):
         """What the delay line saw since the last call: {"requests": [(start,
-        end, bytes)], "syns", "unfinished"}."""
+        end, bytes)], "packets", "late_mean", "late_max", "peak"} (seconds,
+        bytes/s)."""
         os.write(self.ctl, b"stats\n")
         return json.loads(self.reply.readline())
 
@@ -534,7 +533,7 @@ def main():
     ap.add_argument("--bulk-mb", type=int, help="the link check's file (default 256; --quick 32)")
     ap.add_argument("--quick", action="store_true",
                     help="--utts 800 --rounds 1 --memory 16M --max-seconds 8 --bulk-mb 32 "
-                    "unless given: about 3 minutes")
+                    "unless given: 5-6 minutes on a slow client")
     ap.add_argument("--no-check", action="store_true", help="skip the link's own measurement")
     ap.add_argument("--no-drop", action="store_true",
                     help="leave the page cache alone (figures then depend on what it holds)")
@@ -723,9 +722,9 @@ def report(a, runs, checks, feat, dsbytes):
           "raised")
     for lk, c in checks.items():
         print(f"  {'lo' if lk is None else f'{lk:g} ms'}: {checked(c)}")
-    print(f"\nmedians of the rounds run (up to {a.rounds}); epoch s with (N%): extrapolated from the N% of "
-          "the epoch served in --max-seconds after the first batch; in flight: mean while any "
-          "is / most at once (on lo with nginx, whose answers take 0.000 s: the most begun "
+    print(f"\nmedians of the rounds run (up to {a.rounds}); epoch s with (N%): extrapolated "
+          "from the N% of the epoch served in --max-seconds after the first batch; in flight: "
+          "mean while any is / most at once (on lo with nginx, whose answers take 0.000 s: the most begun "
           "within 1 ms); load: 1-minute average at the runs' starts")
     print("| link | server | loader | memory | epoch s | floor s | ratio (target >= 0.8) | "
           "in flight | connections | bytes / features (<= 1.02) | first batch s | CPU s/GB "
