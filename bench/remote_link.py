@@ -724,8 +724,8 @@ def report(a, runs, checks, feat, dsbytes):
         print(f"  {'lo' if lk is None else f'{lk:g} ms'}: {checked(c)}")
     print(f"\nmedians of the rounds run (up to {a.rounds}); epoch s with (N%): extrapolated "
           "from the N% of the epoch served in --max-seconds after the first batch; in flight: "
-          "mean while any is / most at once (on lo with nginx, whose answers take 0.000 s: the most begun "
-          "within 1 ms); load: 1-minute average at the runs' starts")
+          "mean while any is / most at once (on lo with nginx, whose answers take 0.000 s: the "
+          "most begun within 1 ms); load: 1-minute average at the runs' starts")
     print("| link | server | loader | memory | epoch s | floor s | ratio (target >= 0.8) | "
           "in flight | connections | bytes / features (<= 1.02) | first batch s | CPU s/GB "
           "(local) | load |")
