@@ -14,6 +14,7 @@
 #include "ctxshard_import.h"
 #include "ctxshard_writer.h"
 #include "cxs_format.h"
+#include "cxs_qcodec.h"
 #include "import.h"
 #include "util.h"
 
@@ -176,11 +177,17 @@ int pack_run(const char *rawdir, const char *out, const pack_opts *o) {
     if (!info.has_labels && info.w.num_skipped)
         /* Even with --quiet: a prediction per frame of a test split is the
          * point of it, and each utterance left out shifts every later one. */
+        /* --fill-nonfinite keeps only those left out for a NaN or an
+         * infinity; a value a coded dtype cannot hold needs a float dtype */
         warnx_("WARNING: %s is a features-only split (a test split?) and %llu utterance%s "
                "%s left out (%s): predictions over it have fewer rows than the split has "
                "frames, and every frame after a gap is shifted.  Keep them: fix the files, or "
-               "pack with --fill-nonfinite to store NaN/infinite values as 0",
+               "pack with --fill-nonfinite where the reason given is a NaN or an infinity "
+               "(stored as 0)%s",
                out, (unsigned long long)info.w.num_skipped, info.w.num_skipped == 1 ? "" : "s",
-               info.w.num_skipped == 1 ? "was" : "were", ps.lost);
+               info.w.num_skipped == 1 ? "was" : "were", ps.lost,
+               cxs_dtype_coded(o->dtype) ? ", with --dtype f32 where it is a value the coded "
+                                           "dtype cannot hold"
+                                         : "");
     return 0;
 }

@@ -710,6 +710,33 @@ static int finish_open(cxs_dataset *ds, cxs_diag *d) {
     return 0;
 }
 
+/* Open's last check (spec section 8, step 8): every block of a section
+ * that open checked whole against its section checksum (the tables it
+ * does not defer, CHUNKS, QHEADERS) and that BLOCKSUMS covers, against its
+ * block sum.  A faulty writer's shard can have a section checksum that
+ * matches and a block sum that does not; the block sum wins, so that
+ * nothing a block sum disagrees with is served (section 4.8).  They are
+ * small sections, read whole already; the blocks are marked checked. */
+static int whole_sections_blocks(const cxs_dataset *ds, cxs_diag *d) {
+    const uint32_t S = ds->single_shard ? 1 : ds->meta.num_shards;
+    for (uint32_t s = 0; s < S; s++) {
+        const shard *sh = &ds->shards[s];
+        for (uint32_t k = 0; sh->bc && k < sh->bs.n; k++) {
+            cxs_bcheck *c = &sh->bc[k];
+            const uint32_t t = c->e->type;
+            const int whole = t == CXS_SEC_QHEADERS || t == CXS_SEC_CHUNKS ||
+                              (t == CXS_SEC_INDEX && !sh->t_index.bs) ||
+                              (t == CXS_SEC_IDS && !sh->t_ids.bs) ||
+                              (t == CXS_SEC_SEQUENCES && !sh->t_seqs.bs);
+            for (uint64_t j = 0; whole && j < c->e->num_blocks; j++) {
+                int rc = cxs_bsrc_block(ds, s, c, j, d);
+                if (rc) return cxs_diag_name_file(d, rc, sh->path);
+            }
+        }
+    }
+    return 0;
+}
+
 /* Whether a file starts like a shard (magic and kind 1). */
 static int looks_like_shard(const char *path) {
     uint8_t h[16];
@@ -990,7 +1017,9 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
             rc = -ENOMEM;
             goto fail;
         }
-        if ((rc = open_shard(ds, 0, NULL, d)) || (rc = finish_open(ds, d))) goto fail;
+        if ((rc = open_shard(ds, 0, NULL, d)) || (rc = finish_open(ds, d)) ||
+            (rc = whole_sections_blocks(ds, d)))
+            goto fail;
         *out = ds;
         return 0;
     }
@@ -1131,7 +1160,7 @@ static int open_impl(const char *path, cxs_dataset **out, cxs_diag *d) {
                         (unsigned long long)ds->seq_scan_min, (unsigned long long)ds->seq_scan_max);
         goto fail;
     }
-    if ((rc = finish_open(ds, d))) goto fail;
+    if ((rc = finish_open(ds, d)) || (rc = whole_sections_blocks(ds, d))) goto fail;
     free(dir);
     *out = ds;
     return 0;

@@ -12,7 +12,8 @@
  *
  * Validity: each section is hashed as it is copied -- the copy's bytes,
  * not the file's -- and compared with the checksum of the section table,
- * which the header checksum and the manifest vouch for; a mismatch fails
+ * which the header checksum and the manifest vouch for, and block by
+ * block with its block sums when BLOCKSUMS covers it; a mismatch fails
  * the open (CXS_E_CHECKSUM).  What is served is therefore what was packed,
  * and a shard changed or truncated after open no longer affects the
  * windows or labels served.  The copy is private anonymous memory: a
@@ -123,6 +124,17 @@ static int copy_section(cxs_dataset *ds, uint32_t s, uint32_t type, uint8_t *dst
                          "huge pages",
                          sh->path, cxs_section_name(type), (unsigned long long)sec->offset,
                          (unsigned long long)(sec->offset + sec->length));
+    /* and every block of the copy against its block sum, when BLOCKSUMS
+     * covers the section: a section checksum that matches does not make a
+     * block whose sum disagrees servable (spec section 4.8) */
+    const cxs_bcheck *c = cxs_bsrc_of(ds, s, type);
+    for (uint64_t b = 0; c && b < c->e->num_blocks; b++) {
+        uint64_t lo, hi;
+        cxs_bsum_block(c->e, b, &lo, &hi);
+        if (cxs_checksum_differs(cxs_hash(dst + lo, (size_t)(hi - lo)),
+                                 cxs_bsum_of(&sh->bs, c->e, b)))
+            return cxs_block_failed(ds, s, c->e, b, d);
+    }
     return 0;
 }
 
@@ -201,8 +213,9 @@ int cxs_hugecopy(cxs_dataset *ds, uint64_t budget, cxs_diag *d) {
         for (uint32_t s = 0; s < S; s++) {
             ds->shards[s].serve_features = feat[2 * s];
             if (feat[2 * s + 1]) ds->shards[s].serve_labels = feat[2 * s + 1];
-            /* served from a copy checked against the sections' checksums:
-             * every block of them is checked (blocksrc.h) */
+            /* served from a copy checked against the sections' checksums
+             * and every block's sum: every block of them is checked
+             * (blocksrc.h) */
             cxs_bsrc_mark_all(cxs_bsrc_of(ds, s, CXS_SEC_FEATURES));
             if (feat[2 * s + 1]) cxs_bsrc_mark_all(cxs_bsrc_of(ds, s, CXS_SEC_LABELS));
         }

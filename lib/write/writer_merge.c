@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cxs_le.h"
+#include "cxs_qcodec.h"
 #include "writer_internal.h"
 
 /* A part.cxs larger than this is refused (it holds tables, not data). */
@@ -31,6 +32,7 @@ typedef struct part_in {
     uint64_t vocab_len, sums_len, skipped_len;
     int has_seqs; /* SEQ_META (format 1.2): label sequences */
     cxs_seq_meta seq;
+    int bsums; /* its shards carry BLOCKSUMS: 1, 0, or -1 when no file says */
 } part_in;
 
 static const uint8_t *part_section(part_in *p, uint32_t type, uint64_t *len) {
@@ -61,6 +63,36 @@ static int slurp(const char *path, uint64_t max, uint8_t **buf, size_t *len) {
     }
     close(fd);
     *len = got;
+    return rc;
+}
+
+/* Whether part p was packed with block sums (spec section 10): a part of
+ * a float dtype says so by part.cxs's minor version (3 with them), but
+ * every file of a coded dtype is minor 4 either way, so a coded part's
+ * first shard says, holding BLOCKSUMS or not (-1 for a part without
+ * shards).  0, CXS_E_INPUT or -errno (diag says). */
+static int part_block_sums(part_in *p, cxs_diag *d) {
+    p->bsums = p->c.minor >= 3;
+    if (!cxs_dtype_coded(p->m.dtype)) return 0;
+    p->bsums = -1;
+    if (!p->m.num_shards) return 0;
+    cxs_shard_entry pe;
+    cxs_shard_entry_load(p->table, &pe);
+    char name[64];
+    snprintf(name, sizeof name, CXS_SHARD_NAME_FMT, p->pm.first_shard);
+    char *src = cxs_path_join(p->dir, name);
+    if (!src) return cxs_diagf(d, -ENOMEM, "out of memory");
+    uint8_t page[CXS_PAGE];
+    cxs_container c;
+    int fd = open(src, O_RDONLY | O_CLOEXEC), rc = 0;
+    if (fd < 0 || pread(fd, page, CXS_PAGE, 0) != (ssize_t)CXS_PAGE ||
+        cxs_container_parse(page, pe.file_size, CXS_KIND_SHARD, &c, src, d))
+        rc = cxs_diagf(d, CXS_E_INPUT, "%s: cannot be read as its part's first shard (%s); "
+                       "re-pack that part", src, fd < 0 ? strerror(errno) : "its header");
+    else
+        p->bsums = cxs_container_find(&c, CXS_SEC_BLOCKSUMS) != NULL;
+    if (fd >= 0) close(fd);
+    free(src);
     return rc;
 }
 
@@ -121,7 +153,7 @@ static int part_load(part_in *p, const char *dir, cxs_diag *d) {
         cxs_diagf(d, CXS_E_INPUT, "%s: not a valid part (part number or shard table)", path);
         goto out;
     }
-    rc = 0;
+    rc = part_block_sums(p, d);
 out:
     if (rc && d) d->code = rc; /* a parser's own message, this call's code */
     free(path);
@@ -220,8 +252,11 @@ static int option_differs(const part_in *p, const part_in *a, cxs_diag *d) {
 static int parts_agree(const part_in *ps, uint32_t n, cxs_diag *d) {
     const part_in *a = &ps[0];
     const part_in *full = NULL; /* a part with utterances: it knows the width */
-    for (uint32_t i = 0; i < n; i++)
+    const part_in *sums = NULL; /* a part whose files say whether it has block sums */
+    for (uint32_t i = 0; i < n; i++) {
         if (ps[i].m.num_utterances && !full) full = &ps[i];
+        if (ps[i].bsums >= 0 && !sums) sums = &ps[i];
+    }
     if (a->pm.parts != n)
         return cxs_diagf(d, CXS_E_INPUT, "%s is part %u of %u, but %u part%s given: every part "
                          "is needed",
@@ -240,8 +275,11 @@ static int parts_agree(const part_in *ps, uint32_t n, cxs_diag *d) {
         else if (strcmp(p->pm.version, a->pm.version)) why = "another ctxshard version";
         else if (option_differs(p, a, d)) return CXS_E_INPUT; /* before the listing: the
                                                    * options change the shard layout */
-        else if ((p->c.minor >= 3) != (a->c.minor >= 3))
-            why = "another --block-sums";
+        else if (p->bsums >= 0 && p->bsums != sums->bsums)
+            return cxs_diagf(d, CXS_E_INPUT, "%s was packed with --block-sums %s, %s with "
+                             "--block-sums %s; refusing to merge (pack every part with the "
+                             "same options)", p->dir, p->bsums ? "on" : "off", sums->dir,
+                             sums->bsums ? "on" : "off");
         else if (p->pm.listed != a->pm.listed || p->pm.input_hash != a->pm.input_hash ||
                  p->pm.total_shards != a->pm.total_shards)
             why = "different inputs (the listing of RAW: ids, frame counts or files differ)";
@@ -275,10 +313,9 @@ static int parts_opts(const part_in *a, cxs_writer_opts *o, char ***sym, cxs_dia
     o->compression = m->compression;
     if (m->compression) o->level = a->pm.level;
     o->flags = CXS_WRITER_MANUAL_CUT;
-    /* The shards carry BLOCKSUMS (format 1.3) exactly when the part files
-     * are of minor version 3 (spec section 3.1); the manifest's version
-     * follows. */
-    if (a->c.minor < 3) o->flags |= CXS_WRITER_NO_BLOCK_SUMS;
+    /* The shards carry BLOCKSUMS (format 1.3) exactly when the parts'
+     * files say so (part_block_sums); the manifest's version follows. */
+    if (!a->bsums) o->flags |= CXS_WRITER_NO_BLOCK_SUMS;
     const uint32_t V = m->vocab_size;
     if (V && cxs_strtab_check(a->vocab, a->vocab_len, V, CXS_MAX_SYMBOL_LEN, "VOCAB", a->dir, d))
         return CXS_E_INPUT;

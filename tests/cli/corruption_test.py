@@ -7,7 +7,10 @@ padding, which spec/format.md §8 leaves to verify, and the INDEX and IDS
 of a format 1.3 shard, which it defers to the first use of each block: a
 damaged INDEX is then refused by the gather of every window), its message
 leading with the damaged file (diag.file); gather on whatever opens never
-crashes.
+crashes.  A block sum that disagrees with its block while the section
+checksum matches (a faulty writer's file) is refused before anything of
+the block is served: by the open of a shard alone (its tables checked
+whole) and by the open that copies FEATURES into huge pages.
 
 usage: /usr/bin/python3 tests/cli/corruption_test.py BUILD/tools/ctxshard"""
 import os
@@ -23,6 +26,10 @@ NAMES = {1: "SHARD_META", 2: "INDEX", 3: "IDS", 4: "FEATURES", 5: "LABELS", 8: "
          20: "SKIPPED"}
 PAYLOAD = {4, 5}
 DEFERRED = {2, 3, 8}  # with BLOCKSUMS (the packer's default): checked at first use
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
+from make_golden import rehash, xxh3  # noqa: E402  (the vectors' faulty writer)
 
 
 def run(*args):
@@ -71,6 +78,61 @@ def zstd_gather(tmp, raw, failures):
     g = run("gather", zds, "--context", 5, "--frames", "0-9", "--out", out)
     if g.returncode != 0 or not os.path.exists(out):
         failures.append(f"gather of undamaged windows failed: {g.stderr.strip()}")
+
+
+def stale_sum_alone(tmp, ds, failures):
+    """A shard opened alone checks its tables whole at open; a block sum of
+    INDEX that disagrees with INDEX's bytes, whose section checksum matches
+    (BLOCKSUMS's own checksum and the header made good, as a faulty writer
+    would), is refused at open (spec 4.8, 8 step 8), not served."""
+    path = os.path.join(tmp, "alone.cxs")
+    data, n, secs = layout(os.path.join(ds, "shard-000000.cxs"))
+    data = bytearray(data)
+    i, b0 = [(i, off) for i, (t, off, ln) in enumerate(secs) if t == 9][0]
+    count = struct.unpack_from("<I", data, b0)[0]
+    entries = [struct.unpack_from("<IIQQ", data, b0 + 8 + 24 * e) for e in range(count)]
+    first = [f for t, _, _, f in entries if t == 2][0]  # INDEX's block 0
+    data[b0 + 8 + 24 * count + 8 * first] ^= 0x01
+    struct.pack_into("<Q", data, 64 + 32 * i + 24, xxh3(data[b0:b0 + secs[i][2]]))
+    struct.pack_into("<Q", data, 56, 0)
+    struct.pack_into("<Q", data, 56, xxh3(data[:64 + 32 * n]))
+    open(path, "wb").write(bytes(data))
+    r = run("info", path)
+    if r.returncode != 1 or "INDEX block 0 of 1" not in r.stderr or \
+            "checksum mismatch" not in r.stderr:
+        failures.append(f"a shard alone with a stale INDEX block sum: info exit {r.returncode}: "
+                        f"{(r.stdout + r.stderr).strip()[-200:]}")
+
+
+def stale_sum_copied(tmp, ds, failures):
+    """A FEATURES block sum that disagrees with its block, every checksum
+    made good (rehash): the first use of the block refuses it, and so does
+    the open that copies FEATURES into huge pages and checks the copy
+    against the section checksum (spec 4.8: the block sum wins)."""
+    bad = os.path.join(tmp, "stale-feat")
+    shutil.copytree(ds, bad)
+    path = os.path.join(bad, "shard-000000.cxs")
+    data, _, secs = layout(path)
+    data = bytearray(data)
+    b0 = [off for t, off, ln in secs if t == 9][0]
+    count = struct.unpack_from("<I", data, b0)[0]
+    entries = [struct.unpack_from("<IIQQ", data, b0 + 8 + 24 * e) for e in range(count)]
+    first = [f for t, _, _, f in entries if t == 4][0]  # FEATURES's block 0
+    data[b0 + 8 + 24 * count + 8 * first] ^= 0x01
+    open(path, "wb").write(bytes(data))
+    rehash(bad)
+    g = run("gather", bad, "--context", 0, "--frames", 0, "--out", os.path.join(tmp, "s.npy"))
+    if g.returncode != 1 or "FEATURES block 0" not in g.stderr:
+        failures.append(f"a stale FEATURES block sum: gather exit {g.returncode}: "
+                        f"{g.stderr.strip()[-200:]}")
+    b = run("bench-read", bad, "--hugepages", "1G", "--batches", 2, "--batch", 16,
+            "--context", 0)
+    if b.returncode == 0 and "served from a copy in huge pages" in b.stdout:
+        failures.append(f"a stale FEATURES block sum: served from a huge-page copy: "
+                        f"{b.stdout.strip()[-300:]}")
+    elif b.returncode != 0 and "FEATURES block 0" not in b.stderr:
+        failures.append(f"a stale FEATURES block sum: bench-read --hugepages exit "
+                        f"{b.returncode}: {b.stderr.strip()[-200:]}")
 
 
 def main():
@@ -133,6 +195,8 @@ def main():
                 check(f"{name} cut to {cut} bytes", path, cut, None)
             open(path, "wb").write(orig)
         assert run("verify", ds).returncode == 0
+        stale_sum_alone(tmp, ds, failures)
+        stale_sum_copied(tmp, ds, failures)
         zstd_gather(tmp, raw, failures)
     finally:
         shutil.rmtree(tmp)

@@ -338,6 +338,26 @@ class Scale(unittest.TestCase):
         z = self.parts(self.raw, 2, "--compress", "zstd", prefix="rz")
         cases.append(([a[0], z[1]], f"{z[1]} was packed with --compress zstd, {a[0]} with "
                                     "--compress none"))
+        # Block sums: a float part says by part.cxs's minor version, a coded
+        # part (minor 4 either way) by its shards' sections (spec section 10)
+        bo = self.parts(self.raw, 2, "--block-sums", "off", prefix="rbo")
+        cases.append(([a[0], bo[1]], f"{bo[1]} was packed with --block-sums off, {a[0]} with "
+                                     "--block-sums on"))
+        for dtype in ("q8", "q16"):
+            q = self.parts(self.raw, 2, "--dtype", dtype, prefix=f"r{dtype}")
+            qo = self.parts(self.raw, 2, "--dtype", dtype, "--block-sums", "off",
+                            prefix=f"r{dtype}o")
+            cases.append(([q[0], qo[1]], f"{qo[1]} was packed with --block-sums off, {q[0]} "
+                                         "with --block-sums on"))
+            cases.append(([qo[0], q[1]], f"{q[1]} was packed with --block-sums on, {qo[0]} "
+                                         "with --block-sums off"))
+            # parts that agree still merge, into shards without block sums
+            merged = self.path(f"merged-{dtype}-off")
+            ok("merge", *qo, merged)
+            ok("verify", merged)
+            for name in os.listdir(merged):
+                if name.startswith("shard-"):
+                    self.assertNotIn(9, sections(os.path.join(merged, name)))
         for dirs, needle in cases:
             with self.subTest(needle=needle):
                 rc, _, err = run("merge", *dirs, out)

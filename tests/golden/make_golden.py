@@ -23,7 +23,8 @@ and invalid/sums-* damaged copies of it; valid/tiny-sums-required is
 tiny-sums with BLOCKSUMS's required bit set.  Format 1.4: valid/tiny-q8 and
 tiny-q16 are a two-utterance features-only dataset coded (3 and 6 rows, 2
 features), tiny-q8-zstd and tiny-q16-zstd them compressed, and
-invalid/q8-* damaged copies of tiny-q8.  invalid/zfeatures-stale is
+invalid/q8-* damaged copies of tiny-q8 (q8-qheaders-stale-sum of it packed
+with block sums).  invalid/zfeatures-stale is
 tiny-zstd-noshuffle with a non-zero guard row in chunk 0 under a good
 chunk checksum and a stale ZFEATURES section checksum.  EXPECTED's
 optional fourth column is a text the reference reader's message must hold
@@ -154,6 +155,19 @@ def coded(exp):
         damaged(name, q8, fname, edit)
         rehash(os.path.join(HERE, "invalid", name))
         exp.write(f"{name} {step} {code} {text}\n")
+    # A faulty writer's file: utterance 0's min changed (still a valid
+    # header), every section checksum made good, QHEADERS's block sum left
+    # stale.  Open checks the blocks of the sections it checks whole
+    # (spec 4.8, 8 step 8): the block sum wins.
+    with tempfile.TemporaryDirectory() as tmp:
+        raw_coded(tmp)
+        sums = os.path.join(tmp, "q8-sums")
+        subprocess.run([EXE, "pack", tmp, sums, "--dtype", "q8", "--threads", "1", "--quiet"],
+                       check=True)
+        damaged("q8-qheaders-stale-sum", sums, shard, flip(sections(os.path.join(
+            sums, shard))[1][10][0]))
+    rehash(os.path.join(HERE, "invalid", "q8-qheaders-stale-sum"))
+    exp.write("q8-qheaders-stale-sum open CXS_E_CHECKSUM QHEADERS_block_0_of_1\n")
 
 
 def rehash(d, keep=()):

@@ -561,7 +561,8 @@ class BlockSums(unittest.TestCase):
             parts.append(out)
         p = run("merge", *parts, os.path.join(TMP, "merged"))
         self.assertNotEqual(p.returncode, 0)
-        self.assertIn("another --block-sums", p.stderr)
+        self.assertIn("part2 was packed with --block-sums off, ", p.stderr)
+        self.assertIn("part1 with --block-sums on; refusing to merge", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(TMP, "merged")))
 
 
