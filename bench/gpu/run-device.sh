@@ -162,7 +162,7 @@ gpu_test=$root/build-gpu/tests/gpu/gpu_test
 step probe 30 sh -c "'$exe' gpu --json >'$work/probe.json' && cat '$work/probe.json' && '$exe' gpu"
 
 if [ "$phase" != bench ]; then
-    step cuda-tests 150 sh -c "CK_FORK=no '$gpu_test' '$exe' cuda >'$work/cuda-tests.txt' 2>&1;
+    step cuda-tests 150 sh -c "CK_FORK=no '$gpu_test' '$exe' cuda '$root/tests/golden' >'$work/cuda-tests.txt' 2>&1;
         rc=\$?; tail -15 '$work/cuda-tests.txt'; exit \$rc"
 
     san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -175,7 +175,7 @@ if [ "$phase" != bench ]; then
         local tool=$1 f="$work/sanitizer-$1.txt" rc
         shift
         CXS_GPU_TEST_QUICK=1 CK_FORK=no "$san" --tool "$tool" "$@" --error-exitcode 9 \
-            "$gpu_test" "$exe" cuda >"$f" 2>&1
+            "$gpu_test" "$exe" cuda "$root/tests/golden" >"$f" 2>&1
         rc=$?
         tail -12 "$f"
         if [ $rc -ne 0 ] && [ $rc -ne 9 ] &&
@@ -186,7 +186,7 @@ if [ "$phase" != bench ]; then
         return $rc
     }
     export -f sanitize
-    export san work exe gpu_test
+    export san work exe gpu_test root
     # shellcheck disable=SC2086
     step sanitizer-memcheck 120 sanitize memcheck --leak-check full $api
     step -o sanitizer-racecheck 90 sanitize racecheck
@@ -219,7 +219,7 @@ print(ring + i["storage"]["feature_bytes"] // 2)' $B $k) || return 1
     export -f check check_logged
     step check 90 check_logged
 
-    step reader-emulated 60 sh -c "CK_FORK=no '$gpu_test' '$exe' emulate >'$work/emulated.txt' 2>&1;
+    step reader-emulated 60 sh -c "CK_FORK=no '$gpu_test' '$exe' emulate '$root/tests/golden' >'$work/emulated.txt' 2>&1;
         rc=\$?; tail -5 '$work/emulated.txt'; exit \$rc"
 fi
 

@@ -53,8 +53,15 @@ echo "$guards" | while IFS='|' read -r file expr what; do
         exit 1
     fi
     ninja -C "$work/build" >/dev/null
-    if out=$(CK_DEFAULT_TIMEOUT=120 "$work/build/tests/gpu/gpu_test" "$work/build/tools/ctxshard" emulate 2>&1); then
+    if out=$(CK_DEFAULT_TIMEOUT=120 "$work/build/tests/gpu/gpu_test" "$work/build/tools/ctxshard" \
+        emulate "$work/src/tests/golden" 2>&1); then
         echo "PASSED (not caught): $what"
+        exit 1
+    fi
+    # (caught by a failing test, not by the program refusing its arguments)
+    if ! echo "$out" | grep -qE ':[EF]:all:'; then
+        echo "NO TEST FAILED (the program ended otherwise): $what"
+        echo "$out" | tail -5
         exit 1
     fi
     echo "FAILED (caught): $what"
